@@ -1,0 +1,183 @@
+//! Writes a target into the store in make-before-break order.
+//!
+//! Per frontend: backends it needs, then slots `1..=n`, then slot 0 (the
+//! count), then its stale slots. Removed frontends lose slot 0 before their
+//! slots. Backends go last, once nothing refers to them. A reader that sees
+//! any intermediate state finds every slot below the count and every backend
+//! a slot names. A failed write abandons only that frontend; its slot 0 keeps
+//! the old count, so it keeps its old, consistent behaviour.
+
+use std::{collections::HashSet, ops::RangeInclusive};
+
+use lb_common::Service4Key;
+
+use super::{MapState, MapStore, StoreError, state::key_frontend};
+use crate::model::Frontend;
+
+/// What one reconcile changed, and what it could not.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub backends_written: usize,
+    pub backends_deleted: usize,
+    pub services_written: usize,
+    pub services_deleted: usize,
+    /// Frontends left at their previous state because a write failed.
+    pub failed: Vec<(Frontend, StoreError)>,
+    /// Failed deletes: stale entries that stay until the next reconcile.
+    pub delete_errors: Vec<StoreError>,
+}
+
+impl Outcome {
+    pub fn changed(&self) -> usize {
+        self.backends_written
+            + self.backends_deleted
+            + self.services_written
+            + self.services_deleted
+    }
+}
+
+/// All keys of the frontend that `key` belongs to, slot 0 first.
+fn frontend_range(key: &Service4Key) -> RangeInclusive<Service4Key> {
+    let first = Service4Key { slot: 0, ..*key };
+    let last = Service4Key {
+        slot: u16::MAX,
+        ..*key
+    };
+    first..=last
+}
+
+pub(super) fn apply<S: MapStore>(
+    store: &mut S,
+    mirror: &mut MapState,
+    target: &MapState,
+) -> Outcome {
+    let mut out = Outcome::default();
+
+    let target_frontends: Vec<Service4Key> = target.frontends().map(|(k, _)| *k).collect();
+    for key0 in &target_frontends {
+        if let Err(e) = update_frontend(store, mirror, target, key0, &mut out) {
+            if let Some(fe) = key_frontend(key0) {
+                out.failed.push((fe, e));
+            }
+        }
+    }
+
+    // Frontends that are gone: slot 0 first, so no new lookup starts on them.
+    let removed: Vec<Service4Key> = mirror
+        .frontends()
+        .map(|(k, _)| *k)
+        .filter(|k| !target.services.contains_key(k))
+        .collect();
+    for key0 in removed {
+        let keys: Vec<Service4Key> = mirror
+            .services
+            .range(frontend_range(&key0))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in keys {
+            delete_service(store, mirror, &key, &mut out);
+        }
+    }
+
+    // Orphan slots (a crash between writes can leave them) with no slot 0.
+    let orphans: Vec<Service4Key> = mirror
+        .services
+        .keys()
+        .filter(|k| {
+            k.slot != 0
+                && !mirror
+                    .services
+                    .contains_key(&Service4Key { slot: 0, ..**k })
+        })
+        .copied()
+        .collect();
+    for key in orphans {
+        delete_service(store, mirror, &key, &mut out);
+    }
+
+    // Backends no slot refers to any more.
+    let referenced: HashSet<u32> = mirror
+        .services
+        .iter()
+        .filter(|(k, _)| k.slot != 0)
+        .map(|(_, v)| v.backend_id)
+        .collect();
+    let unreferenced: Vec<u32> = mirror
+        .backends
+        .keys()
+        .filter(|id| !referenced.contains(id) && !target.backends.contains_key(id))
+        .copied()
+        .collect();
+    for id in unreferenced {
+        match store.delete_backend(id) {
+            Ok(()) => {
+                mirror.backends.remove(&id);
+                out.backends_deleted += 1;
+            }
+            Err(e) => out.delete_errors.push(e),
+        }
+    }
+    out
+}
+
+fn update_frontend<S: MapStore>(
+    store: &mut S,
+    mirror: &mut MapState,
+    target: &MapState,
+    key0: &Service4Key,
+    out: &mut Outcome,
+) -> Result<(), StoreError> {
+    let range = frontend_range(key0);
+    // Backends this frontend needs.
+    for (_, slot) in target
+        .services
+        .range(range.clone())
+        .filter(|(k, _)| k.slot != 0)
+    {
+        let id = slot.backend_id;
+        let want = &target.backends[&id];
+        if mirror.backends.get(&id) != Some(want) {
+            store.put_backend(id, want)?;
+            mirror.backends.insert(id, *want);
+            out.backends_written += 1;
+        }
+    }
+    // Slots 1..=n, then slot 0 last: the count only grows once the slots exist.
+    let mut writes: Vec<_> = target
+        .services
+        .range(range.clone())
+        .filter(|(k, v)| mirror.services.get(k) != Some(v))
+        .collect();
+    writes.sort_by_key(|(k, _)| k.slot == 0);
+    for (key, value) in writes {
+        store.put_service(key, value)?;
+        mirror.services.insert(*key, *value);
+        out.services_written += 1;
+    }
+    // Slots past the new count, now that the count excludes them.
+    let stale: Vec<Service4Key> = mirror
+        .services
+        .range(range)
+        .map(|(k, _)| *k)
+        .filter(|k| !target.services.contains_key(k))
+        .collect();
+    for key in stale {
+        delete_service(store, mirror, &key, out);
+    }
+    Ok(())
+}
+
+fn delete_service<S: MapStore>(
+    store: &mut S,
+    mirror: &mut MapState,
+    key: &Service4Key,
+    out: &mut Outcome,
+) {
+    match store.delete_service(key) {
+        Ok(()) => {
+            mirror.services.remove(key);
+            out.services_deleted += 1;
+        }
+        Err(e) => out.delete_errors.push(e),
+    }
+}

@@ -1,0 +1,207 @@
+//! `--from-file`: Services and EndpointSlices from YAML (or JSON) files.
+//!
+//! A file holds one or more `---`-separated documents; a `kind: List` document
+//! (as `kubectl get -o yaml` writes) is unpacked. A directory means every
+//! `*.yaml`, `*.yml` and `*.json` file in it, in name order. A document that
+//! cannot be parsed is reported and skipped; the others are still used.
+
+use std::{
+    fs, io,
+    path::{Path, PathBuf},
+    time::SystemTime,
+};
+
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use serde_yaml::Value;
+
+/// Everything read from the files.
+#[derive(Debug, Default)]
+pub struct Objects {
+    pub services: Vec<Service>,
+    pub slices: Vec<EndpointSlice>,
+    /// Documents that were skipped: where, and why.
+    pub skipped: Vec<SkippedDocument>,
+}
+
+/// A document that could not be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedDocument {
+    /// `file#index`, plus `kind namespace/name` when those could be read.
+    pub location: String,
+    pub reason: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FileSourceError {
+    #[error("reading {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+}
+
+/// The files `path` stands for: itself, or the manifests in a directory.
+pub fn files(path: &Path) -> Result<Vec<PathBuf>, FileSourceError> {
+    let read_err = |source| FileSourceError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    if !path.metadata().map_err(read_err)?.is_dir() {
+        return Ok(vec![path.to_owned()]);
+    }
+    let mut out = Vec::new();
+    for entry in fs::read_dir(path).map_err(read_err)? {
+        let p = entry.map_err(read_err)?.path();
+        let manifest = matches!(
+            p.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml" | "json")
+        );
+        if manifest && p.is_file() {
+            out.push(p);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Reads every document under `path`.
+pub fn load(path: &Path) -> Result<Objects, FileSourceError> {
+    let mut objects = Objects::default();
+    for file in files(path)? {
+        let text = fs::read_to_string(&file).map_err(|source| FileSourceError::Read {
+            path: file.clone(),
+            source,
+        })?;
+        parse_into(&file.display().to_string(), &text, &mut objects);
+    }
+    Ok(objects)
+}
+
+/// A cheap fingerprint of the files (name, size, mtime) to notice edits.
+pub fn fingerprint(path: &Path) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
+    files(path)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|f| {
+            let meta = f.metadata().ok();
+            let len = meta.as_ref().map_or(0, |m| m.len());
+            let mtime = meta.and_then(|m| m.modified().ok());
+            (f, len, mtime)
+        })
+        .collect()
+}
+
+/// Parses a multi-document text; `origin` names it in reports.
+pub fn parse_into(origin: &str, text: &str, out: &mut Objects) {
+    for (index, doc) in split_documents(text).into_iter().enumerate() {
+        let location = format!("{origin}#{index}");
+        match serde_yaml::from_str::<Value>(doc) {
+            Ok(Value::Null) => {}
+            Ok(value) => add_value(&location, value, out),
+            Err(e) => out.skipped.push(SkippedDocument {
+                location,
+                reason: format!("not valid YAML: {e}"),
+            }),
+        }
+    }
+}
+
+/// Splits on `---` lines ourselves, so one broken document cannot take the
+/// rest of the stream down with it.
+fn split_documents(text: &str) -> Vec<&str> {
+    let mut docs = Vec::new();
+    let mut start = 0;
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        if line.trim_end() == "---" || line.starts_with("--- ") {
+            docs.push(&text[start..offset]);
+            start = offset + line.len();
+        }
+        offset += line.len();
+    }
+    docs.push(&text[start..]);
+    docs
+}
+
+fn add_value(location: &str, value: Value, out: &mut Objects) {
+    let kind = value.get("kind").and_then(Value::as_str).unwrap_or("");
+    let what = describe(&value);
+    let skip = |reason: String| SkippedDocument {
+        location: format!("{location} ({what})"),
+        reason,
+    };
+    match kind {
+        "List" | "ServiceList" | "EndpointSliceList" => match value.get("items") {
+            Some(Value::Sequence(items)) => {
+                for (i, item) in items.iter().enumerate() {
+                    add_value(&format!("{location}.items[{i}]"), item.clone(), out);
+                }
+            }
+            _ => out.skipped.push(skip("a List without items".into())),
+        },
+        "Service" => match serde_yaml::from_value::<Service>(value) {
+            Ok(svc) => out.services.push(svc),
+            Err(e) => out.skipped.push(skip(format!("not a valid Service: {e}"))),
+        },
+        "EndpointSlice" => match serde_yaml::from_value::<EndpointSlice>(value) {
+            Ok(slice) => out.slices.push(slice),
+            Err(e) => out
+                .skipped
+                .push(skip(format!("not a valid EndpointSlice: {e}"))),
+        },
+        // Other kinds (Deployments, ConfigMaps, ...) may share the file; not ours.
+        "" => out.skipped.push(skip("no kind".into())),
+        _ => {}
+    }
+}
+
+/// `Kind namespace/name`, as far as the document says.
+fn describe(value: &Value) -> String {
+    let s = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("?").to_owned();
+    let meta = value.get("metadata");
+    format!(
+        "{} {}/{}",
+        s(value.get("kind")),
+        meta.and_then(|m| m.get("namespace"))
+            .and_then(Value::as_str)
+            .unwrap_or("default"),
+        s(meta.and_then(|m| m.get("name")))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broken_document_does_not_hide_its_neighbours() {
+        let text = "apiVersion: v1\nkind: Service\nmetadata: {name: a}\nspec: {clusterIP: 10.0.0.1, ports: [{port: 80}]}\n---\n: : [unclosed\n---\napiVersion: v1\nkind: Service\nmetadata: {name: b}\nspec: {clusterIP: 10.0.0.2, ports: [{port: 80}]}\n";
+        let mut out = Objects::default();
+        parse_into("t.yaml", text, &mut out);
+        let names: Vec<_> = out
+            .services
+            .iter()
+            .map(|s| s.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(out.skipped.len(), 1);
+        assert!(
+            out.skipped[0].location.starts_with("t.yaml#1"),
+            "{:?}",
+            out.skipped
+        );
+    }
+
+    #[test]
+    fn list_is_unpacked_and_bad_item_named() {
+        let text = r#"{"apiVersion":"v1","kind":"List","items":[
+            {"apiVersion":"v1","kind":"Service","metadata":{"name":"ok"},"spec":{"clusterIP":"10.0.0.1"}},
+            {"apiVersion":"v1","kind":"Service","metadata":{"name":"bad","namespace":"ns"},"spec":{"ports":"nope"}}]}"#;
+        let mut out = Objects::default();
+        parse_into("l.json", text, &mut out);
+        assert_eq!(out.services.len(), 1);
+        assert_eq!(out.skipped.len(), 1);
+        assert!(
+            out.skipped[0].location.contains("Service ns/bad"),
+            "{:?}",
+            out.skipped
+        );
+    }
+}
