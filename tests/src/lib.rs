@@ -1,0 +1,56 @@
+//! Test harness: network namespaces, a test cgroup, the real `lb-agent`
+//! binary, and `lbt` (identity backends and clients) run inside the netns.
+//!
+//! Network safety: every address used lives on veths inside namespaces the
+//! harness created; the root namespace gets no interface, route or packet.
+//! Everything is torn down by `Drop`, also when a test panics.
+
+pub mod agent;
+pub mod cgroup;
+pub mod netns;
+pub mod probe;
+pub mod scenario;
+
+use std::path::PathBuf;
+
+/// A unique prefix for names this process creates (netns, cgroups, pins).
+pub fn unique(tag: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "lbt{}{}{}",
+        std::process::id(),
+        tag,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Path of a binary built next to the running test or tool
+/// (`target/<profile>/<name>`), or from `env` if set.
+pub fn sibling_binary(name: &str, env: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(env) {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut dir = exe.parent().expect("exe dir").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} not found; build it first (`cargo xtask test` does) or set {env}",
+        path.display()
+    );
+    path
+}
+
+/// Fails loudly (never skips) when the harness lacks root.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "privileged test: needs root (CAP_NET_ADMIN, CAP_BPF, CAP_SYS_ADMIN) for netns, cgroups and BPF"
+    );
+}

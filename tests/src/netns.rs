@@ -1,0 +1,184 @@
+//! Star topology of network namespaces: one `hub` router namespace, and one
+//! leaf namespace per host, each with a /32 address on `eth0` and a default
+//! route to the hub (169.254.1.1), Calico style. Nothing touches the root
+//! namespace. An address no leaf owns (an untranslated VIP) gets "network
+//! unreachable" from the hub and never leaves.
+
+use std::{net::Ipv4Addr, process::Command};
+
+use anyhow::{Context as _, bail};
+
+const GATEWAY: &str = "169.254.1.1";
+
+/// Runs `ip` with args; fails with its stderr.
+pub fn ip(args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .context("running ip")?;
+    if !out.status.success() {
+        bail!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// Runs a command inside a namespace with `ip netns exec`.
+pub fn exec(ns: &str, cmd: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(cmd)
+        .output()
+        .context("running ip netns exec")?;
+    if !out.status.success() {
+        bail!(
+            "{} in {ns}: {}",
+            cmd.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The namespaces of one test; all removed on drop.
+pub struct Topology {
+    prefix: String,
+    hub: String,
+    leaves: Vec<(String, Ipv4Addr)>,
+}
+
+impl Topology {
+    pub fn new(prefix: &str) -> anyhow::Result<Self> {
+        let hub = format!("{prefix}-hub");
+        ip(&["netns", "add", &hub])?;
+        let topo = Self {
+            prefix: prefix.to_owned(),
+            hub,
+            leaves: Vec::new(),
+        };
+        ip(&["-n", &topo.hub, "link", "set", "lo", "up"])?;
+        exec(&topo.hub, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
+        Ok(topo)
+    }
+
+    pub fn hub(&self) -> &str {
+        &self.hub
+    }
+
+    /// Adds a host `name` owning `addr`; returns its namespace name.
+    pub fn add_host(&mut self, name: &str, addr: Ipv4Addr) -> anyhow::Result<String> {
+        let ns = format!("{}-{name}", self.prefix);
+        ip(&["netns", "add", &ns])?;
+        self.leaves.push((ns.clone(), addr));
+        let hub_if = format!("v{}", self.leaves.len());
+        let a = addr.to_string();
+        let host = format!("{a}/32");
+        ip(&[
+            "-n", &self.hub, "link", "add", &hub_if, "type", "veth", "peer", "name", "eth0",
+            "netns", &ns,
+        ])?;
+        ip(&[
+            "-n",
+            &self.hub,
+            "addr",
+            "add",
+            &format!("{GATEWAY}/32"),
+            "dev",
+            &hub_if,
+        ])?;
+        ip(&["-n", &self.hub, "link", "set", &hub_if, "up"])?;
+        ip(&["-n", &self.hub, "route", "add", &host, "dev", &hub_if])?;
+        ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+        ip(&["-n", &ns, "addr", "add", &host, "dev", "eth0"])?;
+        ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
+        ip(&[
+            "-n", &ns, "route", "add", GATEWAY, "dev", "eth0", "scope", "link",
+        ])?;
+        ip(&[
+            "-n", &ns, "route", "add", "default", "via", GATEWAY, "dev", "eth0",
+        ])?;
+        Ok(ns)
+    }
+
+    /// Gives an existing host a further address (a second pod on one netns).
+    pub fn add_address(&self, ns: &str, addr: Ipv4Addr) -> anyhow::Result<()> {
+        let idx = self
+            .leaves
+            .iter()
+            .position(|(n, _)| n == ns)
+            .context("unknown host")?;
+        let host = format!("{addr}/32");
+        ip(&["-n", ns, "addr", "add", &host, "dev", "eth0"])?;
+        ip(&[
+            "-n",
+            &self.hub,
+            "route",
+            "add",
+            &host,
+            "dev",
+            &format!("v{}", idx + 1),
+        ])
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        // Deleting a namespace deletes its veth ends and routes with it.
+        for (ns, _) in self.leaves.iter().rev() {
+            let _ = ip(&["netns", "del", ns]);
+        }
+        let _ = ip(&["netns", "del", &self.hub]);
+    }
+}
+
+/// Plays the CNI that owns an excluded pod network: DNATs `vip:port` to
+/// `backend` in the hub with iptables, and counts what arrives untranslated.
+pub fn foreign_cni_dnat(hub: &str, vip: &str, port: u16, backend: &str) -> anyhow::Result<()> {
+    let port = port.to_string();
+    exec(
+        hub,
+        &[
+            "iptables",
+            "-t",
+            "nat",
+            "-A",
+            "PREROUTING",
+            "-d",
+            vip,
+            "-p",
+            "tcp",
+            "--dport",
+            &port,
+            "-j",
+            "DNAT",
+            "--to-destination",
+            backend,
+        ],
+    )?;
+    Ok(())
+}
+
+/// Packets (first of each connection) the foreign CNI's DNAT rule saw.
+pub fn foreign_cni_hits(hub: &str) -> anyhow::Result<u64> {
+    let out = exec(
+        hub,
+        &[
+            "iptables",
+            "-t",
+            "nat",
+            "-L",
+            "PREROUTING",
+            "-n",
+            "-v",
+            "-x",
+        ],
+    )?;
+    Ok(out
+        .lines()
+        .filter(|l| l.contains("DNAT"))
+        .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+        .sum())
+}

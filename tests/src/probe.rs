@@ -1,0 +1,169 @@
+//! Running `lbt` inside namespaces: backends and clients.
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead, BufReader, Write},
+    path::{Path, PathBuf},
+    process::{Child, ChildStdin, ChildStdout, Command, Stdio},
+};
+
+use anyhow::{Context as _, bail};
+use serde::Deserialize;
+
+pub fn lbt_bin() -> PathBuf {
+    crate::sibling_binary("lbt", "LBT_BIN")
+}
+
+/// A client's JSON report (see `lbt`).
+#[derive(Debug, Default, Deserialize)]
+pub struct Report {
+    pub replies: BTreeMap<String, u32>,
+    pub errors: BTreeMap<String, u32>,
+    pub peers: BTreeMap<String, u32>,
+    pub elapsed_ms: u128,
+}
+
+impl Report {
+    pub fn ok(&self) -> u32 {
+        self.replies.values().sum()
+    }
+
+    pub fn failed(&self) -> u32 {
+        self.errors.values().sum()
+    }
+}
+
+fn lbt(netns: &str, cgroup: Option<&Path>) -> Command {
+    let mut cmd = Command::new(lbt_bin());
+    if let Some(cg) = cgroup {
+        cmd.arg("--cgroup").arg(cg);
+    }
+    cmd.args(["--netns", netns]);
+    cmd
+}
+
+/// Runs a client command to completion and parses its report.
+pub fn client(netns: &str, cgroup: &Path, args: &[&str]) -> anyhow::Result<Report> {
+    let out = lbt(netns, Some(cgroup)).args(args).output()?;
+    if !out.status.success() {
+        bail!(
+            "lbt {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    serde_json::from_slice(&out.stdout).context("parsing lbt report")
+}
+
+/// A backend that answers with its id; killed on drop.
+pub struct Server(Child);
+
+impl Server {
+    pub fn start(netns: &str, id: &str, tcp: &[u16], udp: &[u16]) -> anyhow::Result<Self> {
+        let mut cmd = lbt(netns, None);
+        cmd.args(["serve", "--id", id]);
+        for p in tcp {
+            cmd.args(["--tcp", &p.to_string()]);
+        }
+        for p in udp {
+            cmd.args(["--udp", &p.to_string()]);
+        }
+        let mut child = cmd.stdout(Stdio::piped()).spawn()?;
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().expect("piped")).read_line(&mut line)?;
+        if line.trim() != "ready" {
+            let _ = child.kill();
+            bail!("backend {id} did not start");
+        }
+        Ok(Self(child))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A long-lived TCP connection driven line by line.
+pub struct Held {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    /// The peer the client saw at connect time (getpeername).
+    pub peer: String,
+}
+
+impl Held {
+    pub fn open(netns: &str, cgroup: &Path, to: &str) -> anyhow::Result<Self> {
+        let mut child = lbt(netns, Some(cgroup))
+            .args(["hold", "--to", to])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let stdin = child.stdin.take();
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let mut line = String::new();
+        stdout.read_line(&mut line)?;
+        let peer = line
+            .strip_prefix("connected ")
+            .with_context(|| format!("hold did not connect: {line:?}"))?
+            .trim()
+            .to_owned();
+        Ok(Self {
+            child,
+            stdin,
+            stdout,
+            peer,
+        })
+    }
+
+    /// Sends one request on the open connection; returns the backend's id.
+    pub fn request(&mut self) -> anyhow::Result<String> {
+        writeln!(self.stdin.as_mut().expect("open"), "?")?;
+        let mut line = String::new();
+        self.stdout.read_line(&mut line)?;
+        line.strip_prefix("reply ")
+            .map(|s| s.trim().to_owned())
+            .with_context(|| format!("held connection failed: {line:?}"))
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Back-to-back TCP connections until [`Churn::finish`].
+pub struct Churn(Child);
+
+impl Churn {
+    pub fn start(netns: &str, cgroup: &Path, to: &str) -> anyhow::Result<Self> {
+        Ok(Self(
+            lbt(netns, Some(cgroup))
+                .args(["churn", "--to", to])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()?,
+        ))
+    }
+
+    pub fn finish(mut self) -> anyhow::Result<Report> {
+        drop(self.0.stdin.take());
+        let mut out = String::new();
+        std::io::Read::read_to_string(self.0.stdout.as_mut().expect("piped"), &mut out)?;
+        self.0.wait()?;
+        serde_json::from_str(&out).context("parsing churn report")
+    }
+}
+
+impl Drop for Churn {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

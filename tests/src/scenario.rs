@@ -1,0 +1,174 @@
+//! A ready-made test bed: namespaces, a cgroup, a pin directory, backends,
+//! a manifest file, and the agent. Fields drop in declaration order, so the
+//! agent stops first and the namespaces go last.
+
+use std::{
+    fs,
+    net::Ipv4Addr,
+    path::{Path, PathBuf},
+};
+
+use crate::{
+    agent::{Agent, PinDir},
+    cgroup::TestCgroup,
+    netns::Topology,
+    probe::{self, Churn, Held, Report, Server},
+    require_root, unique,
+};
+
+/// The client pod's address.
+pub const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+
+pub struct Bed {
+    pub agent: Option<Agent>,
+    pub pins: PinDir,
+    pub cgroup: TestCgroup,
+    servers: Vec<Server>,
+    pub topo: Topology,
+    pub client_ns: String,
+    dir: PathBuf,
+}
+
+impl Bed {
+    pub fn new() -> anyhow::Result<Self> {
+        require_root();
+        let name = unique("b");
+        let mut topo = Topology::new(&name)?;
+        let client_ns = topo.add_host("cl", CLIENT_IP)?;
+        let dir = std::env::temp_dir().join(&name);
+        fs::create_dir_all(&dir)?;
+        Ok(Self {
+            agent: None,
+            pins: PinDir::new(&name),
+            cgroup: TestCgroup::new(&name)?,
+            servers: Vec::new(),
+            topo,
+            client_ns,
+            dir,
+        })
+    }
+
+    pub fn manifest(&self) -> PathBuf {
+        self.dir.join("services.yaml")
+    }
+
+    /// Replaces the manifest atomically (write + rename), so the agent never
+    /// reads half a file.
+    pub fn write_manifest(&self, yaml: &str) -> anyhow::Result<()> {
+        let tmp = self.dir.join("services.yaml.tmp");
+        fs::write(&tmp, yaml)?;
+        fs::rename(&tmp, self.manifest())?;
+        Ok(())
+    }
+
+    /// Adds a pod `id` at `ip` answering on the given ports.
+    pub fn backend(
+        &mut self,
+        id: &str,
+        ip: Ipv4Addr,
+        tcp: &[u16],
+        udp: &[u16],
+    ) -> anyhow::Result<()> {
+        let ns = self.topo.add_host(id, ip)?;
+        self.servers.push(Server::start(&ns, id, tcp, udp)?);
+        Ok(())
+    }
+
+    /// Starts the agent on the current manifest and waits for its first sync.
+    pub fn start_agent(&mut self, extra: &[&str]) -> anyhow::Result<&mut Agent> {
+        let mut agent = Agent::start(
+            &self.manifest(),
+            self.cgroup.path(),
+            self.pins.path(),
+            extra,
+        )?;
+        agent.wait_syncs(1)?;
+        Ok(self.agent.insert(agent))
+    }
+
+    pub fn agent(&mut self) -> &mut Agent {
+        self.agent.as_mut().expect("agent started")
+    }
+
+    /// Rewrites the manifest and waits until the running agent synced it.
+    pub fn update(&mut self, yaml: &str) -> anyhow::Result<()> {
+        let before = self.agent().syncs();
+        self.write_manifest(yaml)?;
+        self.agent().wait_syncs(before + 1)
+    }
+
+    pub fn tcp(&self, to: &str, n: u32) -> anyhow::Result<Report> {
+        probe::client(
+            &self.client_ns,
+            self.cgroup.path(),
+            &["tcp", "--to", to, "-n", &n.to_string()],
+        )
+    }
+
+    pub fn udp(&self, to: &str, n: u32, connected: bool) -> anyhow::Result<Report> {
+        let n = n.to_string();
+        let mut args = vec!["udp", "--to", to, "-n", &n];
+        if connected {
+            args.push("--connected");
+        }
+        probe::client(&self.client_ns, self.cgroup.path(), &args)
+    }
+
+    pub fn hold(&self, to: &str) -> anyhow::Result<Held> {
+        Held::open(&self.client_ns, self.cgroup.path(), to)
+    }
+
+    pub fn churn(&self, to: &str) -> anyhow::Result<Churn> {
+        Churn::start(&self.client_ns, self.cgroup.path(), to)
+    }
+
+    pub fn pins_path(&self) -> &Path {
+        self.pins.path()
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A v1 Service manifest. `ports`: (name, port, protocol); the port is a
+/// `u32` so that tests can write out-of-range ports.
+pub fn service(ns: &str, name: &str, cluster_ip: &str, ports: &[(&str, u32, &str)]) -> String {
+    let ports: Vec<String> = ports
+        .iter()
+        .map(|(n, p, proto)| format!("{{name: \"{n}\", port: {p}, protocol: {proto}}}"))
+        .collect();
+    format!(
+        "---\napiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {ns}}}\n\
+         spec:\n  type: ClusterIP\n  clusterIP: \"{cluster_ip}\"\n  ports: [{}]\n",
+        ports.join(", ")
+    )
+}
+
+/// An EndpointSlice manifest. `ports`: (name, port, protocol);
+/// `endpoints`: (ip, ready).
+pub fn slice(
+    ns: &str,
+    name: &str,
+    service: &str,
+    ports: &[(&str, u16, &str)],
+    endpoints: &[(&str, bool)],
+) -> String {
+    let ports: Vec<String> = ports
+        .iter()
+        .map(|(n, p, proto)| format!("{{name: \"{n}\", port: {p}, protocol: {proto}}}"))
+        .collect();
+    let eps: Vec<String> = endpoints
+        .iter()
+        .map(|(ip, ready)| format!("{{addresses: [\"{ip}\"], conditions: {{ready: {ready}}}}}"))
+        .collect();
+    format!(
+        "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+         metadata: {{name: {name}, namespace: {ns}, labels: {{kubernetes.io/service-name: {service}}}}}\n\
+         addressType: IPv4\nports: [{}]\nendpoints: [{}]\n",
+        ports.join(", "),
+        eps.join(", ")
+    )
+}

@@ -1,0 +1,361 @@
+//! Socket-LB behaviour with real sockets in network namespaces, driven
+//! through the real `lb-agent` binary. Needs root; fails loudly without it.
+
+use lb_tests::{
+    netns,
+    scenario::{Bed, service, slice},
+};
+
+const VIP: &str = "10.96.100.1";
+const TO: &str = "10.96.100.1:80";
+
+fn two_backend_web(bed: &mut Bed) -> anyhow::Result<String> {
+    bed.backend("pa", "10.42.0.148".parse()?, &[8080], &[])?;
+    bed.backend("pb", "10.42.0.149".parse()?, &[8080], &[])?;
+    Ok(service("default", "web", VIP, &[("http", 80, "TCP")])
+        + &slice(
+            "default",
+            "web-1",
+            "web",
+            &[("http", 8080, "TCP")],
+            &[("10.42.0.148", true), ("10.42.0.149", true)],
+        ))
+}
+
+#[test]
+fn tcp_through_vip_reaches_every_backend_evenly_and_getpeername_is_vip() -> anyhow::Result<()> {
+    let mut bed = Bed::new()?;
+    for (id, ip) in [
+        ("p1", "10.42.1.1"),
+        ("p2", "10.42.1.2"),
+        ("p3", "10.42.1.3"),
+    ] {
+        bed.backend(id, ip.parse()?, &[8080], &[])?;
+    }
+    bed.write_manifest(
+        &(service("default", "web", VIP, &[("http", 80, "TCP")])
+            + &slice(
+                "default",
+                "web-1",
+                "web",
+                &[("http", 8080, "TCP")],
+                &[
+                    ("10.42.1.1", true),
+                    ("10.42.1.2", true),
+                    ("10.42.1.3", true),
+                ],
+            )),
+    )?;
+    bed.start_agent(&[])?;
+    let r = bed.tcp(TO, 300)?;
+    assert_eq!(r.failed(), 0, "{r:?}");
+    assert_eq!(r.ok(), 300);
+    for id in ["p1", "p2", "p3"] {
+        let n = r.replies.get(id).copied().unwrap_or(0);
+        // Expected 100 each; 50 is more than 6 standard deviations below.
+        assert!(n >= 50, "{id} got {n} of 300: {r:?}");
+    }
+    assert_eq!(
+        r.peers.keys().collect::<Vec<_>>(),
+        [TO],
+        "getpeername must show the VIP"
+    );
+    Ok(())
+}
+
+#[test]
+fn udp_connected_and_unconnected_replies_come_from_the_vip() -> anyhow::Result<()> {
+    let mut bed = Bed::new()?;
+    bed.backend("dns1", "10.42.2.1".parse()?, &[], &[53])?;
+    bed.backend("dns2", "10.42.2.2".parse()?, &[], &[53])?;
+    bed.write_manifest(
+        &(service(
+            "kube-system",
+            "kube-dns",
+            "10.96.0.10",
+            &[("dns", 53, "UDP")],
+        ) + &slice(
+            "kube-system",
+            "kube-dns-1",
+            "kube-dns",
+            &[("dns", 53, "UDP")],
+            &[("10.42.2.1", true), ("10.42.2.2", true)],
+        )),
+    )?;
+    bed.start_agent(&[])?;
+
+    let r = bed.udp("10.96.0.10:53", 200, false)?;
+    assert_eq!(r.failed(), 0, "{r:?}");
+    assert!(r.replies.get("dns1").copied().unwrap_or(0) >= 40, "{r:?}");
+    assert!(r.replies.get("dns2").copied().unwrap_or(0) >= 40, "{r:?}");
+    assert_eq!(
+        r.peers.keys().collect::<Vec<_>>(),
+        ["10.96.0.10:53"],
+        "reply source must be the VIP"
+    );
+
+    let r = bed.udp("10.96.0.10:53", 50, true)?;
+    assert_eq!(r.failed(), 0, "{r:?}");
+    assert_eq!(
+        r.replies.len(),
+        1,
+        "a connected socket sticks to one backend: {r:?}"
+    );
+    assert_eq!(r.peers.get("10.96.0.10:53"), Some(&50), "{r:?}");
+    assert_eq!(r.peers.get("getpeername 10.96.0.10:53"), Some(&1), "{r:?}");
+    Ok(())
+}
+
+#[test]
+fn zero_endpoints_is_refused_at_once_not_a_timeout() -> anyhow::Result<()> {
+    let mut bed = Bed::new()?;
+    bed.write_manifest(
+        &(service(
+            "default",
+            "empty",
+            VIP,
+            &[("http", 80, "TCP"), ("dns", 53, "UDP")],
+        ) + &slice(
+            "default",
+            "empty-1",
+            "empty",
+            &[("http", 8080, "TCP")],
+            &[("10.42.3.1", false)],
+        )),
+    )?;
+    bed.start_agent(&[])?;
+    let r = bed.tcp(TO, 3)?;
+    assert_eq!(r.errors.get("ConnectionRefused"), Some(&3), "{r:?}");
+    let r = bed.udp("10.96.100.1:53", 3, false)?;
+    assert_eq!(r.errors.get("ConnectionRefused"), Some(&3), "{r:?}");
+    let r = bed.udp("10.96.100.1:53", 1, true)?;
+    assert_eq!(
+        r.errors.get("ConnectionRefused"),
+        Some(&1),
+        "connect() on UDP refuses too: {r:?}"
+    );
+    let dump = bed.pins.dump()?;
+    assert!(
+        dump.contains("10.96.100.1:80") && dump.contains("reject"),
+        "{dump}"
+    );
+    Ok(())
+}
+
+#[test]
+fn excluded_only_frontend_passes_through_and_mixed_uses_only_the_rest() -> anyhow::Result<()> {
+    let mut bed = Bed::new()?;
+    bed.backend("ovn", "10.244.0.11".parse()?, &[80], &[])?;
+    bed.backend("flannel", "10.42.4.1".parse()?, &[80], &[])?;
+    // The other CNI's own load balancing, for the excluded service only.
+    netns::foreign_cni_dnat(bed.topo.hub(), "10.96.164.53", 10001, "10.244.0.11:80")?;
+    bed.write_manifest(
+        &(service(
+            "ovn-poc",
+            "service-a",
+            "10.96.164.53",
+            &[("", 10001, "TCP")],
+        ) + &slice(
+            "ovn-poc",
+            "service-a-1",
+            "service-a",
+            &[("", 80, "TCP")],
+            &[("10.244.0.11", true)],
+        ) + &service("default", "mixed", VIP, &[("http", 80, "TCP")])
+            + &slice(
+                "default",
+                "mixed-1",
+                "mixed",
+                &[("http", 80, "TCP")],
+                &[("10.244.0.11", true), ("10.42.4.1", true)],
+            )),
+    )?;
+    let agent = bed.start_agent(&["--exclude-cluster-cidr=10.244.0.0/16,"])?;
+    let log = agent.log_text();
+    assert!(
+        log.contains("ovn-poc/service-a"),
+        "exclusion must be logged naming the service:\n{log}"
+    );
+
+    let r = bed.tcp("10.96.164.53:10001", 20)?;
+    assert_eq!(r.replies.get("ovn"), Some(&20), "{r:?}");
+    assert_eq!(
+        netns::foreign_cni_hits(bed.topo.hub())?,
+        20,
+        "the VIP must leave the client untranslated"
+    );
+    let dump = bed.pins.dump()?;
+    assert!(
+        !dump.contains("10.96.164.53"),
+        "excluded-only frontend must not be programmed:\n{dump}"
+    );
+    assert!(
+        !dump.contains("10.244.0.11"),
+        "excluded endpoint must not be programmed:\n{dump}"
+    );
+
+    let r = bed.tcp(TO, 50)?;
+    assert_eq!(r.replies.get("flannel"), Some(&50), "{r:?}");
+    Ok(())
+}
+
+#[test]
+fn removed_backend_gets_no_new_connections_but_open_ones_survive() -> anyhow::Result<()> {
+    let mut bed = Bed::new()?;
+    let both = two_backend_web(&mut bed)?;
+    bed.write_manifest(&both)?;
+    bed.start_agent(&[])?;
+    // Keep connections until one sits on pb, the backend we remove.
+    let mut held = None;
+    for _ in 0..50 {
+        let mut h = bed.hold(TO)?;
+        if h.request()? == "pb" {
+            held = Some(h);
+            break;
+        }
+    }
+    let mut held = held.expect("no connection landed on pb in 50 tries");
+    assert_eq!(held.peer, TO);
+
+    bed.update(
+        &(service("default", "web", VIP, &[("http", 80, "TCP")])
+            + &slice(
+                "default",
+                "web-1",
+                "web",
+                &[("http", 8080, "TCP")],
+                &[("10.42.0.148", true)],
+            )),
+    )?;
+    let r = bed.tcp(TO, 100)?;
+    assert_eq!(r.replies.get("pa"), Some(&100), "{r:?}");
+    assert_eq!(
+        held.request()?,
+        "pb",
+        "the established connection must keep working"
+    );
+    Ok(())
+}
+
+#[test]
+fn sigkill_of_the_agent_under_load_fails_no_connection_and_restart_converges() -> anyhow::Result<()>
+{
+    let mut bed = Bed::new()?;
+    let both = two_backend_web(&mut bed)?;
+    bed.write_manifest(&both)?;
+    bed.start_agent(&[])?;
+    let churn = bed.churn(TO)?;
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    bed.agent().kill();
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    // While down, the manifest changes; the restarted agent must apply it.
+    bed.write_manifest(
+        &(service("default", "web", VIP, &[("http", 80, "TCP")])
+            + &slice(
+                "default",
+                "web-1",
+                "web",
+                &[("http", 8080, "TCP")],
+                &[("10.42.0.149", true)],
+            )),
+    )?;
+    bed.start_agent(&[])?;
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let r = churn.finish()?;
+    eprintln!("churn across SIGKILL: {} ok, {} failed", r.ok(), r.failed());
+    assert_eq!(r.failed(), 0, "{r:?}");
+    assert!(r.ok() > 100, "{r:?}");
+    let after = bed.tcp(TO, 50)?;
+    assert_eq!(after.replies.get("pb"), Some(&50), "{after:?}");
+    Ok(())
+}
+
+#[test]
+fn restart_adopts_maps_and_rewrites_nothing_that_did_not_change() -> anyhow::Result<()> {
+    let mut bed = Bed::new()?;
+    let both = two_backend_web(&mut bed)?;
+    bed.write_manifest(&both)?;
+    bed.start_agent(&[])?;
+    let before = bed.pins.dump()?;
+    assert!(bed.agent().terminate()?, "SIGTERM must exit cleanly");
+    // Programs and maps outlive the agent.
+    let r = bed.tcp(TO, 20)?;
+    assert_eq!(
+        r.ok(),
+        20,
+        "traffic must flow while the agent is down: {r:?}"
+    );
+    let agent = bed.start_agent(&[])?;
+    let log = agent.log_text();
+    assert!(
+        log.contains("changed=0"),
+        "an unchanged restart must write nothing:\n{log}"
+    );
+    assert_eq!(bed.pins.dump()?, before);
+    Ok(())
+}
+
+#[test]
+fn cleanup_detaches_and_non_vip_traffic_is_untouched() -> anyhow::Result<()> {
+    let mut bed = Bed::new()?;
+    let both = two_backend_web(&mut bed)?;
+    bed.write_manifest(&both)?;
+    bed.start_agent(&[])?;
+    // Straight to a pod IP: not rewritten.
+    let r = bed.tcp("10.42.0.148:8080", 20)?;
+    assert_eq!(r.replies.get("pa"), Some(&20), "{r:?}");
+    assert_eq!(r.peers.keys().collect::<Vec<_>>(), ["10.42.0.148:8080"]);
+    // The VIP on a port no Service has: not ours, left alone (the hub says unreachable).
+    let r = bed.tcp("10.96.100.1:81", 1)?;
+    assert_eq!(r.errors.get("NetworkUnreachable"), Some(&1), "{r:?}");
+
+    bed.agent().terminate()?;
+    let out = std::process::Command::new(lb_tests::agent::agent_bin())
+        .args(["cleanup", "--bpffs-dir"])
+        .arg(bed.pins_path())
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!bed.pins_path().exists());
+    let r = bed.tcp(TO, 1)?;
+    assert_eq!(
+        r.errors.get("NetworkUnreachable"),
+        Some(&1),
+        "after cleanup the VIP is no longer translated: {r:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn malformed_documents_are_skipped_and_the_valid_ones_work() -> anyhow::Result<()> {
+    let mut bed = Bed::new()?;
+    let good = two_backend_web(&mut bed)?;
+    let bad = "---\n: : [this is not yaml\n".to_owned()
+        + &service("default", "bad-ip", "not-an-ip", &[("http", 80, "TCP")])
+        + &service(
+            "default",
+            "bad-port",
+            "10.96.100.2",
+            &[("http", 70000, "TCP")],
+        )
+        + &service("default", "zero-port", "10.96.100.3", &[("http", 0, "TCP")])
+        + "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: orphan, namespace: default}\naddressType: IPv4\nendpoints: []\n";
+    bed.write_manifest(&(bad + &good))?;
+    let agent = bed.start_agent(&[])?;
+    let log = agent.log_text();
+    for name in [
+        "services.yaml#1",
+        "default/bad-ip",
+        "default/bad-port",
+        "default/zero-port",
+        "default/orphan",
+    ] {
+        assert!(log.contains(name), "no warning naming {name}:\n{log}");
+    }
+    let r = bed.tcp(TO, 20)?;
+    assert_eq!(r.ok(), 20, "{r:?}");
+    Ok(())
+}
