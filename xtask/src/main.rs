@@ -45,6 +45,20 @@ fn main() -> anyhow::Result<()> {
             setup::run()?;
             cargo(&["fmt", "--all", "--", "--check"])?;
             cargo(&["clippy", "--all-targets", "--", "-D", "warnings"])?;
+            // lb-ebpf is linted for the target it is built for.
+            cargo(&[
+                "+nightly",
+                "clippy",
+                "--package",
+                "lb-ebpf",
+                "--target",
+                "bpfel-unknown-none",
+                "-Z",
+                "build-std=core",
+                "--",
+                "-D",
+                "warnings",
+            ])?;
             // Default members: everything but lb-ebpf, which only builds for BPF
             // (lb-agent's build.rs compiles it, so its errors surface here too).
             cargo(&["test"])
@@ -54,7 +68,11 @@ fn main() -> anyhow::Result<()> {
 
 /// Runs cargo from the workspace root; fails if it fails.
 pub fn cargo(args: &[&str]) -> anyhow::Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // `+toolchain` needs rustup's proxy, not the cargo binary that runs us.
+    let cargo = match args.first() {
+        Some(a) if a.starts_with('+') => "cargo".into(),
+        _ => std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()),
+    };
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let status = Command::new(cargo)
         .args(args)

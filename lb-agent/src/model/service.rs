@@ -73,7 +73,7 @@ pub(super) fn validate(svc: &Service) -> Verdict {
         (_, Some(ip)) => vec![ip.as_str()],
         _ => Vec::new(),
     };
-    if ips.iter().any(|ip| *ip == "None") {
+    if ips.contains(&"None") {
         return Verdict::Ignore("headless (clusterIP None)");
     }
     if ips.is_empty() || ips.iter().all(|ip| ip.is_empty()) {
