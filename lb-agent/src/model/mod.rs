@@ -13,6 +13,9 @@ use std::{fmt, net::Ipv4Addr};
 pub use desired::{Desired, ModelReport, compute};
 pub use exclusion::{ExcludedCidrs, ParseCidrError};
 
+#[cfg(test)]
+mod tests;
+
 /// Transport protocol of a frontend or backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Proto {

@@ -5,7 +5,8 @@
 //! slots. Backends go last, once nothing refers to them. A reader that sees
 //! any intermediate state finds every slot below the count and every backend
 //! a slot names. A failed write abandons only that frontend; its slot 0 keeps
-//! the old count, so it keeps its old, consistent behaviour.
+//! the old count, so it keeps its old, consistent behaviour, and what it wrote
+//! that no reader can reach is deleted again so it does not hold room others need.
 
 use std::{collections::HashSet, ops::RangeInclusive};
 
@@ -56,6 +57,7 @@ pub(super) fn apply<S: MapStore>(
     let target_frontends: Vec<Service4Key> = target.frontends().map(|(k, _)| *k).collect();
     for key0 in &target_frontends {
         if let Err(e) = update_frontend(store, mirror, target, key0, &mut out) {
+            roll_back(store, mirror, target, key0, &mut out);
             if let Some(fe) = key_frontend(key0) {
                 out.failed.push((fe, e));
             }
@@ -96,27 +98,13 @@ pub(super) fn apply<S: MapStore>(
     }
 
     // Backends no slot refers to any more.
-    let referenced: HashSet<u32> = mirror
-        .services
-        .iter()
-        .filter(|(k, _)| k.slot != 0)
-        .map(|(_, v)| v.backend_id)
-        .collect();
-    let unreferenced: Vec<u32> = mirror
+    let unused: Vec<u32> = mirror
         .backends
         .keys()
-        .filter(|id| !referenced.contains(id) && !target.backends.contains_key(id))
+        .filter(|id| !target.backends.contains_key(id))
         .copied()
         .collect();
-    for id in unreferenced {
-        match store.delete_backend(id) {
-            Ok(()) => {
-                mirror.backends.remove(&id);
-                out.backends_deleted += 1;
-            }
-            Err(e) => out.delete_errors.push(e),
-        }
-    }
+    delete_unreferenced_backends(store, mirror, unused, &mut out);
     out
 }
 
@@ -165,6 +153,63 @@ fn update_frontend<S: MapStore>(
         delete_service(store, mirror, &key, out);
     }
     Ok(())
+}
+
+/// Frees what a failed frontend update wrote but no reader can reach: slots
+/// past its live count and backends no slot names. Left in place, they would
+/// hold the room of a full map and fail every frontend after this one too.
+fn roll_back<S: MapStore>(
+    store: &mut S,
+    mirror: &mut MapState,
+    target: &MapState,
+    key0: &Service4Key,
+    out: &mut Outcome,
+) {
+    let live = mirror.services.get(key0).map_or(0, |v| v.count);
+    let unseen: Vec<Service4Key> = mirror
+        .services
+        .range(frontend_range(key0))
+        .map(|(k, _)| *k)
+        .filter(|k| k.slot > live)
+        .collect();
+    for key in unseen {
+        delete_service(store, mirror, &key, out);
+    }
+    let written: Vec<u32> = target
+        .services
+        .range(frontend_range(key0))
+        .filter(|(k, _)| k.slot != 0)
+        .map(|(_, v)| v.backend_id)
+        .collect();
+    delete_unreferenced_backends(store, mirror, written, out);
+}
+
+/// Deletes those of `candidates` that exist and that no slot names.
+fn delete_unreferenced_backends<S: MapStore>(
+    store: &mut S,
+    mirror: &mut MapState,
+    candidates: Vec<u32>,
+    out: &mut Outcome,
+) {
+    let referenced: HashSet<u32> = mirror
+        .services
+        .iter()
+        .filter(|(k, _)| k.slot != 0)
+        .map(|(_, v)| v.backend_id)
+        .collect();
+    let mut seen = HashSet::new();
+    for id in candidates {
+        if referenced.contains(&id) || !mirror.backends.contains_key(&id) || !seen.insert(id) {
+            continue;
+        }
+        match store.delete_backend(id) {
+            Ok(()) => {
+                mirror.backends.remove(&id);
+                out.backends_deleted += 1;
+            }
+            Err(e) => out.delete_errors.push(e),
+        }
+    }
 }
 
 fn delete_service<S: MapStore>(

@@ -5,6 +5,8 @@ mod apply;
 mod state;
 mod store;
 mod target;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 

@@ -1,0 +1,737 @@
+//! kube-proxy's rules, checked on small YAML object sets.
+
+use std::{collections::BTreeSet, fmt::Write as _, net::Ipv4Addr};
+
+use super::*;
+use crate::source::file::{Objects, parse_into};
+
+// ---------------------------------------------------------------- helpers
+
+/// A Service document. `ports` is a YAML flow sequence.
+fn svc(ns: &str, name: &str, cluster_ip: &str, ports: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{namespace: {ns}, name: {name}}}\n\
+         spec: {{clusterIP: \"{cluster_ip}\", ports: {ports}}}\n"
+    )
+}
+
+/// An IPv4 EndpointSlice document labelled for `service`.
+fn slice(ns: &str, name: &str, service: &str, ports: &str, endpoints: &str) -> String {
+    format!(
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+         metadata: {{namespace: {ns}, name: {name}, labels: {{kubernetes.io/service-name: {service}}}}}\n\
+         addressType: IPv4\nports: {ports}\nendpoints: {endpoints}\n"
+    )
+}
+
+fn objects(docs: &[String]) -> Objects {
+    let mut out = Objects::default();
+    parse_into("test.yaml", &docs.join("---\n"), &mut out);
+    assert!(
+        out.skipped.is_empty(),
+        "test input must parse: {:?}",
+        out.skipped
+    );
+    out
+}
+
+fn compute_docs(docs: &[String], excluded: &ExcludedCidrs) -> (Desired, ModelReport) {
+    let o = objects(docs);
+    compute(&o.services, &o.slices, excluded)
+}
+
+fn run(docs: &[String]) -> (Desired, ModelReport) {
+    compute_docs(docs, &ExcludedCidrs::default())
+}
+
+fn seed_exclusion() -> ExcludedCidrs {
+    ExcludedCidrs::parse(["10.244.0.0/16,"]).unwrap()
+}
+
+fn ip(s: &str) -> Ipv4Addr {
+    s.parse().unwrap()
+}
+
+fn tcp(vip: &str, port: u16) -> Frontend {
+    Frontend {
+        vip: ip(vip),
+        port,
+        proto: Proto::Tcp,
+    }
+}
+
+fn udp(vip: &str, port: u16) -> Frontend {
+    Frontend {
+        vip: ip(vip),
+        port,
+        proto: Proto::Udp,
+    }
+}
+
+fn be(addr: &str, port: u16) -> Backend {
+    Backend { ip: ip(addr), port }
+}
+
+fn oref(kind: &'static str, ns: &str, name: &str) -> ObjectRef {
+    ObjectRef {
+        kind,
+        namespace: ns.into(),
+        name: name.into(),
+    }
+}
+
+fn backends_of(d: &Desired, fe: Frontend) -> &[Backend] {
+    d.frontends
+        .get(&fe)
+        .unwrap_or_else(|| panic!("{fe} is not programmed; have {:?}", d.frontends.keys()))
+}
+
+fn ignored_names(r: &ModelReport) -> BTreeSet<String> {
+    r.ignored.iter().map(|(o, _)| o.to_string()).collect()
+}
+
+fn invalid_names(r: &ModelReport) -> BTreeSet<String> {
+    r.invalid.iter().map(|i| i.object.to_string()).collect()
+}
+
+const HTTP: &str = "[{name: http, port: 80, targetPort: 8080}]";
+const HTTP_EP: &str = "[{name: http, port: 8080, protocol: TCP}]";
+
+// ---------------------------------------------------------------- slices -> Service
+
+#[test]
+fn slices_join_by_label_in_the_same_namespace_only() {
+    let (d, r) = run(&[
+        svc("a", "web", "10.96.0.1", HTTP),
+        svc("b", "web", "10.96.0.2", HTTP),
+        slice("a", "web-1", "web", HTTP_EP, "[{addresses: [10.0.1.1]}]"),
+        // Same label value, other namespace: belongs to b/web only.
+        slice("b", "web-1", "web", HTTP_EP, "[{addresses: [10.0.9.9]}]"),
+        // Same namespace, other service.
+        slice("a", "api-1", "api", HTTP_EP, "[{addresses: [10.0.8.8]}]"),
+    ]);
+    assert_eq!(
+        backends_of(&d, tcp("10.96.0.1", 80)),
+        [be("10.0.1.1", 8080)]
+    );
+    assert_eq!(
+        backends_of(&d, tcp("10.96.0.2", 80)),
+        [be("10.0.9.9", 8080)]
+    );
+    assert_eq!(d.frontends.len(), 2);
+    assert_eq!(d.owners[&tcp("10.96.0.1", 80)], oref("Service", "a", "web"));
+    assert_eq!(d.owners[&tcp("10.96.0.2", 80)], oref("Service", "b", "web"));
+    assert!(r.invalid.is_empty(), "{:?}", r.invalid);
+}
+
+#[test]
+fn several_slices_are_merged_and_duplicates_removed() {
+    let (d, _) = run(&[
+        svc("default", "web", "10.96.0.1", HTTP),
+        slice(
+            "default",
+            "web-1",
+            "web",
+            HTTP_EP,
+            "[{addresses: [10.0.1.3]}, {addresses: [10.0.1.1]}, {addresses: [10.0.1.2]}]",
+        ),
+        // 10.0.1.2 again (an endpoint moving between slices), and twice within one slice.
+        slice(
+            "default",
+            "web-2",
+            "web",
+            HTTP_EP,
+            "[{addresses: [10.0.1.2]}, {addresses: [10.0.2.1]}, {addresses: [10.0.2.1]}]",
+        ),
+    ]);
+    assert_eq!(
+        backends_of(&d, tcp("10.96.0.1", 80)),
+        [
+            be("10.0.1.1", 8080),
+            be("10.0.1.2", 8080),
+            be("10.0.1.3", 8080),
+            be("10.0.2.1", 8080),
+        ]
+    );
+}
+
+#[test]
+fn service_port_matches_slice_port_by_name_and_protocol() {
+    let (d, _) = run(&[
+        svc(
+            "kube-system",
+            "dns",
+            "10.96.0.10",
+            "[{name: dns, port: 53, protocol: UDP}, {name: dns-tcp, port: 53, protocol: TCP}]",
+        ),
+        slice(
+            "kube-system",
+            "dns-1",
+            "dns",
+            "[{name: dns, port: 5353, protocol: UDP}, {name: dns-tcp, port: 5354, protocol: TCP}]",
+            "[{addresses: [10.0.3.1]}]",
+        ),
+        // Right name, wrong protocol: must match neither port.
+        slice(
+            "kube-system",
+            "dns-2",
+            "dns",
+            "[{name: dns, port: 9999, protocol: TCP}]",
+            "[{addresses: [10.0.3.2]}]",
+        ),
+        // Right protocol, wrong name.
+        slice(
+            "kube-system",
+            "dns-3",
+            "dns",
+            "[{name: other, port: 7777, protocol: UDP}]",
+            "[{addresses: [10.0.3.3]}]",
+        ),
+    ]);
+    assert_eq!(
+        backends_of(&d, udp("10.96.0.10", 53)),
+        [be("10.0.3.1", 5353)]
+    );
+    assert_eq!(
+        backends_of(&d, tcp("10.96.0.10", 53)),
+        [be("10.0.3.1", 5354)]
+    );
+    assert_eq!(d.frontends.len(), 2);
+}
+
+#[test]
+fn unnamed_port_matches_unnamed_slice_port() {
+    let (d, _) = run(&[
+        svc("default", "one", "10.96.0.1", "[{port: 80}]"),
+        slice(
+            "default",
+            "one-1",
+            "one",
+            "[{port: 8000}]",
+            "[{addresses: [10.0.0.5]}]",
+        ),
+    ]);
+    assert_eq!(
+        backends_of(&d, tcp("10.96.0.1", 80)),
+        [be("10.0.0.5", 8000)]
+    );
+}
+
+#[test]
+fn target_port_comes_from_each_slice() {
+    // A rolling update that changed the container port: old pods on 8080, new on 9090.
+    let (d, _) = run(&[
+        svc("default", "web", "10.96.0.1", HTTP),
+        slice(
+            "default",
+            "web-old",
+            "web",
+            HTTP_EP,
+            "[{addresses: [10.0.1.1]}]",
+        ),
+        slice(
+            "default",
+            "web-new",
+            "web",
+            "[{name: http, port: 9090, protocol: TCP}]",
+            "[{addresses: [10.0.2.1]}, {addresses: [10.0.1.1]}]",
+        ),
+    ]);
+    assert_eq!(
+        backends_of(&d, tcp("10.96.0.1", 80)),
+        [
+            be("10.0.1.1", 8080),
+            be("10.0.1.1", 9090),
+            be("10.0.2.1", 9090),
+        ]
+    );
+}
+
+// ---------------------------------------------------------------- readiness
+
+#[test]
+fn ready_nil_counts_as_ready_and_not_ready_is_unused() {
+    let (d, _) = run(&[
+        svc("default", "web", "10.96.0.1", HTTP),
+        slice(
+            "default",
+            "web-1",
+            "web",
+            HTTP_EP,
+            "[{addresses: [10.0.0.1]},
+              {addresses: [10.0.0.2], conditions: {}},
+              {addresses: [10.0.0.3], conditions: {ready: true}},
+              {addresses: [10.0.0.4], conditions: {ready: false}},
+              {addresses: [10.0.0.5], conditions: {ready: false, serving: true, terminating: true}}]",
+        ),
+    ]);
+    // .5 is a fallback only; a ready endpoint exists, so it is not used.
+    assert_eq!(
+        backends_of(&d, tcp("10.96.0.1", 80)),
+        [
+            be("10.0.0.1", 8080),
+            be("10.0.0.2", 8080),
+            be("10.0.0.3", 8080),
+        ]
+    );
+}
+
+#[test]
+fn serving_terminating_endpoints_are_the_fallback_when_none_is_ready() {
+    let (d, _) = run(&[
+        svc("default", "web", "10.96.0.1", HTTP),
+        slice(
+            "default",
+            "web-1",
+            "web",
+            HTTP_EP,
+            "[{addresses: [10.0.0.1], conditions: {ready: false, serving: true, terminating: true}},
+              {addresses: [10.0.0.2], conditions: {ready: false, serving: false, terminating: true}},
+              {addresses: [10.0.0.3], conditions: {ready: false, serving: true, terminating: false}},
+              {addresses: [10.0.0.4], conditions: {ready: false}}]",
+        ),
+        // The fallback also merges across slices.
+        slice(
+            "default",
+            "web-2",
+            "web",
+            HTTP_EP,
+            "[{addresses: [10.0.0.9], conditions: {ready: false, serving: true, terminating: true}}]",
+        ),
+    ]);
+    assert_eq!(
+        backends_of(&d, tcp("10.96.0.1", 80)),
+        [be("10.0.0.1", 8080), be("10.0.0.9", 8080)]
+    );
+}
+
+#[test]
+fn nothing_ready_nor_serving_means_reject() {
+    let (d, r) = run(&[
+        svc("default", "web", "10.96.0.1", HTTP),
+        slice(
+            "default",
+            "web-1",
+            "web",
+            HTTP_EP,
+            "[{addresses: [10.0.0.1], conditions: {ready: false}},
+              {addresses: [10.0.0.2], conditions: {ready: false, serving: false, terminating: true}}]",
+        ),
+    ]);
+    assert_eq!(backends_of(&d, tcp("10.96.0.1", 80)), []);
+    assert!(r.passthrough.is_empty());
+}
+
+// ---------------------------------------------------------------- ignored objects
+
+#[test]
+fn objects_for_someone_else_are_ignored_not_invalid() {
+    let labelled = |name: &str, label: &str| {
+        format!(
+            "apiVersion: v1\nkind: Service\n\
+             metadata: {{namespace: default, name: {name}, labels: {{{label}: x}}}}\n\
+             spec: {{clusterIP: 10.96.0.{n}, ports: [{{name: http, port: 80}}]}}\n",
+            n = name.len()
+        )
+    };
+    let docs = [
+        svc("default", "web", "10.96.0.1", HTTP),
+        slice("default", "web-1", "web", HTTP_EP, "[{addresses: [10.0.0.1]}]"),
+        svc("default", "headless", "None", HTTP),
+        slice("default", "headless-1", "headless", HTTP_EP, "[{addresses: [10.0.0.2]}]"),
+        "apiVersion: v1\nkind: Service\nmetadata: {namespace: default, name: headless-ips}\n\
+         spec: {clusterIP: None, clusterIPs: [None], ports: [{port: 80}]}\n"
+            .to_owned(),
+        "apiVersion: v1\nkind: Service\nmetadata: {namespace: default, name: extname}\n\
+         spec: {type: ExternalName, externalName: example.com}\n"
+            .to_owned(),
+        labelled("other-proxy", "service.kubernetes.io/service-proxy-name"),
+        slice("default", "other-proxy-1", "other-proxy", HTTP_EP, "[{addresses: [10.0.0.3]}]"),
+        labelled("headless-label", "service.kubernetes.io/headless"),
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+         metadata: {namespace: default, name: web-fqdn, labels: {kubernetes.io/service-name: web}}\n\
+         addressType: FQDN\nports: [{name: http, port: 8080}]\nendpoints: [{addresses: [web.example.com]}]\n"
+            .to_owned(),
+    ];
+    let (d, r) = run(&docs);
+    // Only the ordinary Service is programmed, and the FQDN slice added nothing to it.
+    assert_eq!(d.frontends.len(), 1, "{:?}", d.frontends);
+    assert_eq!(
+        backends_of(&d, tcp("10.96.0.1", 80)),
+        [be("10.0.0.1", 8080)]
+    );
+    assert_eq!(
+        ignored_names(&r),
+        [
+            "EndpointSlice default/web-fqdn",
+            "Service default/extname",
+            "Service default/headless",
+            "Service default/headless-ips",
+            "Service default/headless-label",
+            "Service default/other-proxy",
+        ]
+        .map(String::from)
+        .into(),
+    );
+    assert!(r.invalid.is_empty(), "{:?}", r.invalid);
+    assert!(r.passthrough.is_empty());
+    // The labelled Services had valid cluster IPs; the label alone kept them out.
+    assert!(!d.frontends.keys().any(|fe| fe.vip != ip("10.96.0.1")));
+}
+
+#[test]
+fn cluster_ip_nodeport_and_loadbalancer_all_program_their_cluster_ip() {
+    let docs = [
+        "apiVersion: v1\nkind: Service\nmetadata: {name: c}\n\
+         spec: {type: ClusterIP, clusterIP: 10.96.0.1, ports: [{name: http, port: 80}]}\n"
+            .to_owned(),
+        "apiVersion: v1\nkind: Service\nmetadata: {name: n}\n\
+         spec: {type: NodePort, clusterIP: 10.96.0.2, ports: [{name: http, port: 80, nodePort: 30080}]}\n"
+            .to_owned(),
+        "apiVersion: v1\nkind: Service\nmetadata: {name: l}\n\
+         spec: {type: LoadBalancer, clusterIP: 10.96.0.3, ports: [{name: http, port: 80, nodePort: 30081}]}\n\
+         status: {loadBalancer: {ingress: [{ip: 192.0.2.10}]}}\n"
+            .to_owned(),
+        slice("default", "c-1", "c", HTTP_EP, "[{addresses: [10.0.0.1]}]"),
+        slice("default", "n-1", "n", HTTP_EP, "[{addresses: [10.0.0.2]}]"),
+        slice("default", "l-1", "l", HTTP_EP, "[{addresses: [10.0.0.3]}]"),
+    ];
+    let (d, r) = run(&docs);
+    let got: Vec<_> = d
+        .frontends
+        .iter()
+        .map(|(fe, b)| (fe.to_string(), b.clone()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("10.96.0.1:80/TCP".to_owned(), vec![be("10.0.0.1", 8080)]),
+            ("10.96.0.2:80/TCP".to_owned(), vec![be("10.0.0.2", 8080)]),
+            ("10.96.0.3:80/TCP".to_owned(), vec![be("10.0.0.3", 8080)]),
+        ]
+    );
+    assert!(r.invalid.is_empty() && r.ignored.is_empty(), "{r:?}");
+}
+
+#[test]
+fn ipv6_cluster_ips_are_skipped_and_ipv4_ones_kept() {
+    let docs = [
+        "apiVersion: v1\nkind: Service\nmetadata: {name: dual}\n\
+         spec: {clusterIP: 10.96.0.7, clusterIPs: [10.96.0.7, 'fd00::7'], ports: [{name: http, port: 80}]}\n"
+            .to_owned(),
+        slice("default", "dual-1", "dual", HTTP_EP, "[{addresses: [10.0.0.7]}]"),
+    ];
+    let (d, r) = run(&docs);
+    assert_eq!(
+        d.frontends.keys().copied().collect::<Vec<_>>(),
+        [tcp("10.96.0.7", 80)]
+    );
+    assert!(r.invalid.is_empty(), "{:?}", r.invalid);
+}
+
+#[test]
+fn two_services_claiming_one_frontend_first_by_name_wins() {
+    let (d, r) = run(&[
+        svc("default", "zeta", "10.96.0.1", HTTP),
+        svc("default", "alpha", "10.96.0.1", HTTP),
+        slice(
+            "default",
+            "zeta-1",
+            "zeta",
+            HTTP_EP,
+            "[{addresses: [10.0.0.26]}]",
+        ),
+        slice(
+            "default",
+            "alpha-1",
+            "alpha",
+            HTTP_EP,
+            "[{addresses: [10.0.0.1]}]",
+        ),
+    ]);
+    let fe = tcp("10.96.0.1", 80);
+    assert_eq!(backends_of(&d, fe), [be("10.0.0.1", 8080)]);
+    assert_eq!(d.owners[&fe], oref("Service", "default", "alpha"));
+    assert_eq!(r.conflicts, [(fe, oref("Service", "default", "zeta"))]);
+}
+
+// ---------------------------------------------------------------- exclusion
+
+#[test]
+fn excluded_endpoint_is_never_programmed_and_is_reported() {
+    let (d, r) = compute_docs(
+        &[
+            svc("default", "mixed", "10.96.0.1", HTTP),
+            slice(
+                "default",
+                "mixed-1",
+                "mixed",
+                HTTP_EP,
+                "[{addresses: [10.244.3.4]}, {addresses: [10.0.0.1]}, {addresses: [10.245.0.1]}]",
+            ),
+        ],
+        &seed_exclusion(),
+    );
+    // 10.245.0.1 is just outside 10.244.0.0/16.
+    assert_eq!(
+        backends_of(&d, tcp("10.96.0.1", 80)),
+        [be("10.0.0.1", 8080), be("10.245.0.1", 8080)]
+    );
+    assert_eq!(
+        r.excluded,
+        [(oref("Service", "default", "mixed"), be("10.244.3.4", 8080))].into()
+    );
+    assert!(r.passthrough.is_empty());
+}
+
+#[test]
+fn frontend_with_only_excluded_endpoints_passes_through() {
+    let (d, r) = compute_docs(
+        &[
+            svc("other", "flannel-app", "10.96.1.1", HTTP),
+            slice(
+                "other",
+                "flannel-app-1",
+                "flannel-app",
+                HTTP_EP,
+                "[{addresses: [10.244.1.5]}, {addresses: [10.244.2.7], conditions: {ready: false}}]",
+            ),
+            svc("default", "web", "10.96.0.1", HTTP),
+            slice(
+                "default",
+                "web-1",
+                "web",
+                HTTP_EP,
+                "[{addresses: [10.0.0.1]}]",
+            ),
+        ],
+        &seed_exclusion(),
+    );
+    let fe = tcp("10.96.1.1", 80);
+    assert!(!d.frontends.contains_key(&fe), "{:?}", d.frontends);
+    assert!(!d.owners.contains_key(&fe));
+    assert_eq!(
+        r.passthrough,
+        [(fe, oref("Service", "other", "flannel-app"))].into()
+    );
+    let excluded: Vec<_> = r.excluded.iter().map(|(_, b)| *b).collect();
+    assert_eq!(excluded, [be("10.244.1.5", 8080), be("10.244.2.7", 8080)]);
+    // The unrelated Service is unaffected.
+    assert_eq!(
+        backends_of(&d, tcp("10.96.0.1", 80)),
+        [be("10.0.0.1", 8080)]
+    );
+    // Without the exclusion the same input programs the frontend.
+    let (d, r) = run(&[
+        svc("other", "flannel-app", "10.96.1.1", HTTP),
+        slice(
+            "other",
+            "flannel-app-1",
+            "flannel-app",
+            HTTP_EP,
+            "[{addresses: [10.244.1.5]}]",
+        ),
+    ]);
+    assert_eq!(backends_of(&d, fe), [be("10.244.1.5", 8080)]);
+    assert!(r.passthrough.is_empty() && r.excluded.is_empty());
+}
+
+#[test]
+fn passthrough_is_decided_per_service_port() {
+    // http is served only by excluded pods, metrics only by ours.
+    let (d, r) = compute_docs(
+        &[
+            svc(
+                "default",
+                "split",
+                "10.96.0.1",
+                "[{name: http, port: 80}, {name: metrics, port: 9100}]",
+            ),
+            slice(
+                "default",
+                "split-1",
+                "split",
+                HTTP_EP,
+                "[{addresses: [10.244.0.3]}]",
+            ),
+            slice(
+                "default",
+                "split-2",
+                "split",
+                "[{name: metrics, port: 9100}]",
+                "[{addresses: [10.0.0.3]}]",
+            ),
+        ],
+        &seed_exclusion(),
+    );
+    assert_eq!(
+        d.frontends.keys().copied().collect::<Vec<_>>(),
+        [tcp("10.96.0.1", 9100)]
+    );
+    assert_eq!(
+        backends_of(&d, tcp("10.96.0.1", 9100)),
+        [be("10.0.0.3", 9100)]
+    );
+    assert_eq!(
+        r.passthrough.keys().copied().collect::<Vec<_>>(),
+        [tcp("10.96.0.1", 80)]
+    );
+}
+
+#[test]
+fn service_without_any_endpoint_is_rejected_not_passed_through() {
+    let (d, r) = compute_docs(
+        &[
+            svc("default", "empty", "10.96.0.30", HTTP),
+            // A slice with ports but no endpoints is the same as none.
+            svc("default", "empty2", "10.96.0.31", HTTP),
+            slice("default", "empty2-1", "empty2", HTTP_EP, "[]"),
+        ],
+        &seed_exclusion(),
+    );
+    assert_eq!(backends_of(&d, tcp("10.96.0.30", 80)), []);
+    assert_eq!(backends_of(&d, tcp("10.96.0.31", 80)), []);
+    assert!(r.passthrough.is_empty());
+    assert!(r.excluded.is_empty());
+}
+
+// ---------------------------------------------------------------- malformed input
+
+#[test]
+fn malformed_objects_are_reported_and_the_rest_is_programmed() {
+    let mut too_many = String::from("[");
+    for i in 0..1001 {
+        let _ = write!(
+            too_many,
+            "{{addresses: [10.9.{}.{}]}},",
+            i / 250,
+            i % 250 + 1
+        );
+    }
+    too_many.push(']');
+    let docs = [
+        svc("default", "good", "10.96.0.1", HTTP),
+        slice("default", "good-1", "good", HTTP_EP, "[{addresses: [10.0.0.1]}]"),
+        svc("default", "banana", "banana", HTTP),
+        svc("default", "port-zero", "10.96.0.2", "[{name: http, port: 0}]"),
+        svc("default", "port-big", "10.96.0.3", "[{name: http, port: 70000}]"),
+        svc(
+            "default",
+            "icmp",
+            "10.96.0.4",
+            "[{name: http, port: 80, protocol: ICMP}]",
+        ),
+        // Slices claiming `good` that must not contribute endpoints.
+        slice("default", "huge", "good", HTTP_EP, &too_many),
+        slice(
+            "default",
+            "bad-proto",
+            "good",
+            "[{name: http, port: 8080, protocol: ICMP}]",
+            "[{addresses: [10.0.0.66]}]",
+        ),
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+         metadata: {namespace: default, name: no-label}\n\
+         addressType: IPv4\nports: [{name: http, port: 8080}]\nendpoints: [{addresses: [10.0.0.77]}]\n"
+            .to_owned(),
+    ];
+    let (d, r) = run(&docs);
+    assert_eq!(
+        invalid_names(&r),
+        [
+            "EndpointSlice default/bad-proto",
+            "EndpointSlice default/huge",
+            "EndpointSlice default/no-label",
+            "Service default/banana",
+            "Service default/icmp",
+            "Service default/port-big",
+            "Service default/port-zero",
+        ]
+        .map(String::from)
+        .into()
+    );
+    assert_eq!(r.invalid.len(), 7, "each object once: {:?}", r.invalid);
+    let reason = |name: &str| {
+        r.invalid
+            .iter()
+            .find(|i| i.object.name == name)
+            .map(|i| i.reason.clone())
+            .unwrap()
+    };
+    assert!(reason("banana").contains("banana"), "{}", reason("banana"));
+    assert!(
+        reason("port-big").contains("70000"),
+        "{}",
+        reason("port-big")
+    );
+    assert!(reason("port-zero").contains('0'), "{}", reason("port-zero"));
+    assert!(reason("icmp").contains("ICMP"), "{}", reason("icmp"));
+    assert!(reason("huge").contains("1001"), "{}", reason("huge"));
+    assert!(
+        reason("no-label").contains("kubernetes.io/service-name"),
+        "{}",
+        reason("no-label")
+    );
+    assert_eq!(d.frontends.len(), 1, "{:?}", d.frontends);
+    assert_eq!(
+        backends_of(&d, tcp("10.96.0.1", 80)),
+        [be("10.0.0.1", 8080)]
+    );
+    assert!(r.ignored.is_empty(), "{:?}", r.ignored);
+}
+
+#[test]
+fn slice_at_the_endpoint_limit_is_still_valid() {
+    let mut eps = String::from("[");
+    for i in 0..1000 {
+        let _ = write!(eps, "{{addresses: [10.9.{}.{}]}},", i / 250, i % 250 + 1);
+    }
+    eps.push(']');
+    let (d, r) = run(&[
+        svc("default", "big", "10.96.0.1", HTTP),
+        slice("default", "big-1", "big", HTTP_EP, &eps),
+    ]);
+    assert!(r.invalid.is_empty(), "{:?}", r.invalid);
+    assert_eq!(backends_of(&d, tcp("10.96.0.1", 80)).len(), 1000);
+}
+
+// ---------------------------------------------------------------- protocols
+
+#[test]
+fn udp_port_gives_a_udp_frontend() {
+    let (d, _) = run(&[
+        svc(
+            "kube-system",
+            "kube-dns",
+            "10.96.0.10",
+            "[{name: dns, port: 53, protocol: UDP}]",
+        ),
+        slice(
+            "kube-system",
+            "kube-dns-1",
+            "kube-dns",
+            "[{name: dns, port: 53, protocol: UDP}]",
+            "[{addresses: [10.0.5.2]}, {addresses: [10.0.5.1]}]",
+        ),
+    ]);
+    assert_eq!(
+        d.frontends.keys().copied().collect::<Vec<_>>(),
+        [udp("10.96.0.10", 53)]
+    );
+    let fe = d.frontends.keys().next().unwrap();
+    assert_eq!(fe.proto, Proto::Udp);
+    assert_eq!(fe.proto.number(), lb_common::PROTO_UDP);
+    assert_eq!(
+        backends_of(&d, udp("10.96.0.10", 53)),
+        [be("10.0.5.1", 53), be("10.0.5.2", 53)]
+    );
+}
+
+#[test]
+fn proto_numbers_round_trip() {
+    for p in [Proto::Tcp, Proto::Udp] {
+        assert_eq!(Proto::from_number(p.number()), Some(p));
+    }
+    assert_eq!(Proto::from_number(132), None);
+    assert_ne!(Proto::Tcp.number(), Proto::Udp.number());
+}
