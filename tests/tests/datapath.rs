@@ -9,17 +9,21 @@ use lb_tests::{
 const VIP: &str = "10.96.100.1";
 const TO: &str = "10.96.100.1:80";
 
-fn two_backend_web(bed: &mut Bed) -> anyhow::Result<String> {
+/// The `web` Service on VIP:80 with the given endpoints (port 8080).
+fn web(endpoints: &[&str]) -> String {
+    let eps: Vec<(&str, bool)> = endpoints.iter().map(|ip| (*ip, true)).collect();
+    service("default", "web", VIP, &[("http", 80, "TCP")])
+        + &slice("default", "web-1", "web", &[("http", 8080, "TCP")], &eps)
+}
+
+/// Pods pa (10.42.0.148) and pb (10.42.0.149) behind `web`, agent running.
+fn web_bed() -> anyhow::Result<Bed> {
+    let mut bed = Bed::new()?;
     bed.backend("pa", "10.42.0.148".parse()?, &[8080], &[])?;
     bed.backend("pb", "10.42.0.149".parse()?, &[8080], &[])?;
-    Ok(service("default", "web", VIP, &[("http", 80, "TCP")])
-        + &slice(
-            "default",
-            "web-1",
-            "web",
-            &[("http", 8080, "TCP")],
-            &[("10.42.0.148", true), ("10.42.0.149", true)],
-        ))
+    bed.write_manifest(&web(&["10.42.0.148", "10.42.0.149"]))?;
+    bed.start_agent(&[])?;
+    Ok(bed)
 }
 
 #[test]
@@ -201,10 +205,7 @@ fn excluded_only_frontend_passes_through_and_mixed_uses_only_the_rest() -> anyho
 
 #[test]
 fn removed_backend_gets_no_new_connections_but_open_ones_survive() -> anyhow::Result<()> {
-    let mut bed = Bed::new()?;
-    let both = two_backend_web(&mut bed)?;
-    bed.write_manifest(&both)?;
-    bed.start_agent(&[])?;
+    let mut bed = web_bed()?;
     // Keep connections until one sits on pb, the backend we remove.
     let mut held = None;
     for _ in 0..50 {
@@ -217,16 +218,7 @@ fn removed_backend_gets_no_new_connections_but_open_ones_survive() -> anyhow::Re
     let mut held = held.expect("no connection landed on pb in 50 tries");
     assert_eq!(held.peer, TO);
 
-    bed.update(
-        &(service("default", "web", VIP, &[("http", 80, "TCP")])
-            + &slice(
-                "default",
-                "web-1",
-                "web",
-                &[("http", 8080, "TCP")],
-                &[("10.42.0.148", true)],
-            )),
-    )?;
+    bed.update(&web(&["10.42.0.148"]))?;
     let r = bed.tcp(TO, 100)?;
     assert_eq!(r.replies.get("pa"), Some(&100), "{r:?}");
     assert_eq!(
@@ -240,25 +232,13 @@ fn removed_backend_gets_no_new_connections_but_open_ones_survive() -> anyhow::Re
 #[test]
 fn sigkill_of_the_agent_under_load_fails_no_connection_and_restart_converges() -> anyhow::Result<()>
 {
-    let mut bed = Bed::new()?;
-    let both = two_backend_web(&mut bed)?;
-    bed.write_manifest(&both)?;
-    bed.start_agent(&[])?;
+    let mut bed = web_bed()?;
     let churn = bed.churn(TO)?;
     std::thread::sleep(std::time::Duration::from_millis(500));
     bed.agent().kill();
     std::thread::sleep(std::time::Duration::from_millis(1000));
     // While down, the manifest changes; the restarted agent must apply it.
-    bed.write_manifest(
-        &(service("default", "web", VIP, &[("http", 80, "TCP")])
-            + &slice(
-                "default",
-                "web-1",
-                "web",
-                &[("http", 8080, "TCP")],
-                &[("10.42.0.149", true)],
-            )),
-    )?;
+    bed.write_manifest(&web(&["10.42.0.149"]))?;
     bed.start_agent(&[])?;
     std::thread::sleep(std::time::Duration::from_millis(500));
     let r = churn.finish()?;
@@ -272,10 +252,7 @@ fn sigkill_of_the_agent_under_load_fails_no_connection_and_restart_converges() -
 
 #[test]
 fn restart_adopts_maps_and_rewrites_nothing_that_did_not_change() -> anyhow::Result<()> {
-    let mut bed = Bed::new()?;
-    let both = two_backend_web(&mut bed)?;
-    bed.write_manifest(&both)?;
-    bed.start_agent(&[])?;
+    let mut bed = web_bed()?;
     let before = bed.pins.dump()?;
     assert!(bed.agent().terminate()?, "SIGTERM must exit cleanly");
     // Programs and maps outlive the agent.
@@ -297,10 +274,7 @@ fn restart_adopts_maps_and_rewrites_nothing_that_did_not_change() -> anyhow::Res
 
 #[test]
 fn cleanup_detaches_and_non_vip_traffic_is_untouched() -> anyhow::Result<()> {
-    let mut bed = Bed::new()?;
-    let both = two_backend_web(&mut bed)?;
-    bed.write_manifest(&both)?;
-    bed.start_agent(&[])?;
+    let mut bed = web_bed()?;
     // Straight to a pod IP: not rewritten.
     let r = bed.tcp("10.42.0.148:8080", 20)?;
     assert_eq!(r.replies.get("pa"), Some(&20), "{r:?}");
@@ -332,7 +306,8 @@ fn cleanup_detaches_and_non_vip_traffic_is_untouched() -> anyhow::Result<()> {
 #[test]
 fn malformed_documents_are_skipped_and_the_valid_ones_work() -> anyhow::Result<()> {
     let mut bed = Bed::new()?;
-    let good = two_backend_web(&mut bed)?;
+    bed.backend("pa", "10.42.0.148".parse()?, &[8080], &[])?;
+    let good = web(&["10.42.0.148"]);
     let bad = "---\n: : [this is not yaml\n".to_owned()
         + &service("default", "bad-ip", "not-an-ip", &[("http", 80, "TCP")])
         + &service(
