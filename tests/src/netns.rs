@@ -102,26 +102,6 @@ impl Topology {
         ])?;
         Ok(ns)
     }
-
-    /// Gives an existing host a further address (a second pod on one netns).
-    pub fn add_address(&self, ns: &str, addr: Ipv4Addr) -> anyhow::Result<()> {
-        let idx = self
-            .leaves
-            .iter()
-            .position(|(n, _)| n == ns)
-            .context("unknown host")?;
-        let host = format!("{addr}/32");
-        ip(&["-n", ns, "addr", "add", &host, "dev", "eth0"])?;
-        ip(&[
-            "-n",
-            &self.hub,
-            "route",
-            "add",
-            &host,
-            "dev",
-            &format!("v{}", idx + 1),
-        ])
-    }
 }
 
 impl Drop for Topology {
