@@ -39,10 +39,6 @@ impl ExcludedCidrs {
         self.0.iter().any(|net| net.contains(&ip))
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
     pub fn nets(&self) -> &[IpNet] {
         &self.0
     }
