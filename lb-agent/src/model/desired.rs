@@ -6,14 +6,15 @@
 //! port; duplicate `IP:port` pairs are merged; `ready` nil counts as true;
 //! when nothing is ready, serving-and-terminating endpoints are used.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 
 use super::{
     Backend, ExcludedCidrs, Frontend, Invalid, ObjectRef,
-    service::{self, ServicePort, ServiceSpec},
-    slice::{self, SliceSpec},
+    cache::{Admission, Cache, Claim},
+    service::{ServicePort, ServiceSpec},
+    slice::SliceSpec,
 };
 
 /// The desired frontend table.
@@ -40,74 +41,60 @@ pub struct ModelReport {
     pub conflicts: Vec<(Frontend, ObjectRef)>,
 }
 
-/// Computes the desired frontends from a full set of objects.
+/// Computes the desired frontends from a full set of objects: the
+/// incremental [`Cache`] fed everything at once.
 pub fn compute(
     services: &[Service],
     slices: &[EndpointSlice],
     excluded: &ExcludedCidrs,
 ) -> (Desired, ModelReport) {
     let mut report = ModelReport::default();
-
-    // (namespace, service name) -> its valid slices.
-    let mut by_service: HashMap<(String, String), Vec<SliceSpec>> = HashMap::new();
-    for s in slices {
-        match slice::validate(s) {
-            slice::Verdict::Use(spec) => by_service
-                .entry((spec.object.namespace.clone(), spec.service.clone()))
-                .or_default()
-                .push(spec),
-            slice::Verdict::Ignore(why) => report.ignored.push((slice::object_ref(s), why)),
-            slice::Verdict::Invalid(reason) => report.invalid.push(Invalid {
-                object: slice::object_ref(s),
-                reason,
-            }),
+    let mut cache = Cache::new(excluded.clone());
+    let mut admissions = cache.replace_slices(slices);
+    admissions.extend(cache.replace_services(services));
+    for (object, admission) in admissions {
+        match admission {
+            Admission::Accepted => {}
+            Admission::Ignored(why) => report.ignored.push((object, why)),
+            Admission::Invalid(inv) => report.invalid.push(inv),
         }
     }
-
-    let mut specs = Vec::new();
-    for svc in services {
-        match service::validate(svc) {
-            service::Verdict::Program(spec) => specs.push(spec),
-            service::Verdict::Ignore(why) => report.ignored.push((service::object_ref(svc), why)),
-            service::Verdict::Invalid(reason) => report.invalid.push(Invalid {
-                object: service::object_ref(svc),
-                reason,
-            }),
-        }
-    }
-    // Deterministic winner when two Services claim one frontend.
-    specs.sort_by(|a, b| a.object.cmp(&b.object));
+    let flush = cache.flush();
+    report.excluded = flush.excluded;
+    report.passthrough = flush.passthrough;
+    report.conflicts = cache.conflicts().map(|(fe, o)| (*fe, o.clone())).collect();
 
     let mut desired = Desired::default();
-    let no_slices = Vec::new();
-    for spec in &specs {
-        let key = (spec.object.namespace.clone(), spec.object.name.clone());
-        let slices = by_service.get(&key).unwrap_or(&no_slices);
-        for port in &spec.ports {
-            let backends = port_backends(spec, port, slices, excluded, &mut report);
-            for &vip in &spec.vips {
-                let fe = Frontend {
-                    vip,
-                    port: port.port,
-                    proto: port.proto,
-                };
-                if desired.owners.contains_key(&fe) || report.passthrough.contains_key(&fe) {
-                    report.conflicts.push((fe, spec.object.clone()));
-                    continue;
-                }
-                match &backends {
-                    Some(list) => {
-                        desired.frontends.insert(fe, list.clone());
-                        desired.owners.insert(fe, spec.object.clone());
-                    }
-                    None => {
-                        report.passthrough.insert(fe, spec.object.clone());
-                    }
-                }
-            }
-        }
+    for (fe, backends, owner) in cache.programmed() {
+        desired.frontends.insert(*fe, backends.to_vec());
+        desired.owners.insert(*fe, owner.clone());
     }
     (desired, report)
+}
+
+/// What one Service claims: each of its ports at each of its VIPs.
+pub(super) fn service_claims(
+    spec: &ServiceSpec,
+    slices: &[&SliceSpec],
+    excluded: &ExcludedCidrs,
+    dropped: &mut BTreeSet<(ObjectRef, Backend)>,
+) -> Vec<(Frontend, Claim)> {
+    let mut claims = Vec::with_capacity(spec.ports.len() * spec.vips.len());
+    for port in &spec.ports {
+        let claim = match port_backends(spec, port, slices, excluded, dropped) {
+            Some(list) => Claim::Program(list),
+            None => Claim::PassThrough,
+        };
+        for &vip in &spec.vips {
+            let fe = Frontend {
+                vip,
+                port: port.port,
+                proto: port.proto,
+            };
+            claims.push((fe, claim.clone()));
+        }
+    }
+    claims
 }
 
 /// Backends of one Service port; `None` when every endpoint is excluded
@@ -115,11 +102,11 @@ pub fn compute(
 fn port_backends(
     spec: &ServiceSpec,
     port: &ServicePort,
-    slices: &[SliceSpec],
+    slices: &[&SliceSpec],
     excluded: &ExcludedCidrs,
-    report: &mut ModelReport,
+    dropped: &mut BTreeSet<(ObjectRef, Backend)>,
 ) -> Option<Vec<Backend>> {
-    let (mut seen, mut dropped) = (0usize, 0usize);
+    let (mut seen, mut dropped_here) = (0usize, 0usize);
     let mut ready = BTreeSet::new();
     let mut fallback = BTreeSet::new();
     for s in slices {
@@ -135,8 +122,8 @@ fn port_backends(
                 seen += 1;
                 let be = Backend { ip, port: sp.port };
                 if excluded.contains(ip) {
-                    dropped += 1;
-                    report.excluded.insert((spec.object.clone(), be));
+                    dropped_here += 1;
+                    dropped.insert((spec.object.clone(), be));
                 } else if ep.ready {
                     ready.insert(be);
                 } else if ep.serving && ep.terminating {
@@ -145,7 +132,7 @@ fn port_backends(
             }
         }
     }
-    if seen > 0 && dropped == seen {
+    if seen > 0 && dropped_here == seen {
         return None;
     }
     let chosen = if ready.is_empty() { fallback } else { ready };

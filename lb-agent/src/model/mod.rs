@@ -3,6 +3,7 @@
 //! No I/O happens here. The rules are kube-proxy's (see `desired.rs`), plus
 //! the multi-CNI exclusion of DESIGN §1.
 
+mod cache;
 mod desired;
 mod exclusion;
 mod service;
@@ -10,6 +11,7 @@ mod slice;
 
 use std::{fmt, net::Ipv4Addr};
 
+pub use cache::{Admission, Cache, Claim, Flush};
 pub use desired::{Desired, ModelReport, compute};
 pub use exclusion::{ExcludedCidrs, ParseCidrError};
 
@@ -83,6 +85,24 @@ pub struct ObjectRef {
     pub kind: &'static str,
     pub namespace: String,
     pub name: String,
+}
+
+impl ObjectRef {
+    pub fn service(namespace: &str, name: &str) -> Self {
+        Self {
+            kind: "Service",
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+
+    pub fn slice(namespace: &str, name: &str) -> Self {
+        Self {
+            kind: "EndpointSlice",
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }
+    }
 }
 
 impl fmt::Display for ObjectRef {

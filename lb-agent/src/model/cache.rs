@@ -1,0 +1,276 @@
+//! The incremental model: validated objects in, per-frontend desired
+//! backends out, recomputing only the Services an event touched.
+//!
+//! Objects are validated once, when they arrive. Each Service claims its
+//! frontends; when two claim one frontend, the first by namespace/name wins,
+//! and the loser takes over if the winner goes away.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+
+use super::{
+    Backend, ExcludedCidrs, Frontend, Invalid, ObjectRef,
+    desired::service_claims,
+    service::{self, ServiceSpec},
+    slice::{self, SliceSpec},
+};
+
+/// What a Service asks for at one frontend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// Balance over these backends; empty means reject.
+    Program(Vec<Backend>),
+    /// Every endpoint is excluded: leave the VIP to the CNI that owns it.
+    PassThrough,
+}
+
+/// How an arriving object was taken.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Admission {
+    Accepted,
+    /// Deliberately not programmed (headless, ExternalName, FQDN, ...).
+    Ignored(&'static str),
+    /// Malformed; skipped. The object's last valid version, if any, stays in
+    /// force, so a bad update never takes a working Service down.
+    Invalid(Invalid),
+}
+
+/// What a flush recomputed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Flush {
+    /// Frontends whose desired state may have changed.
+    pub touched: BTreeSet<Frontend>,
+    /// Endpoints dropped as excluded, for the recomputed Services.
+    pub excluded: BTreeSet<(ObjectRef, Backend)>,
+    /// Frontends (of recomputed Services) left to their own CNI.
+    pub passthrough: BTreeMap<Frontend, ObjectRef>,
+}
+
+/// All Services and slices, validated, and the claims they make.
+#[derive(Debug, Default)]
+pub struct Cache {
+    excluded: ExcludedCidrs,
+    services: HashMap<ObjectRef, ServiceSpec>,
+    slices: HashMap<ObjectRef, SliceSpec>,
+    /// Service -> names of its valid slices.
+    slices_of: HashMap<ObjectRef, BTreeSet<ObjectRef>>,
+    /// Frontend -> every Service claiming it; the first key wins.
+    claims: BTreeMap<Frontend, BTreeMap<ObjectRef, Claim>>,
+    /// Service -> the frontends it claims now.
+    claimed_by: HashMap<ObjectRef, Vec<Frontend>>,
+    /// Services to recompute at the next flush.
+    dirty: BTreeSet<ObjectRef>,
+}
+
+impl Cache {
+    pub fn new(excluded: ExcludedCidrs) -> Self {
+        Self {
+            excluded,
+            ..Self::default()
+        }
+    }
+
+    /// Adds or replaces a Service.
+    pub fn apply_service(&mut self, svc: &Service) -> Admission {
+        let object = service::object_ref(svc);
+        match service::validate(svc) {
+            service::Verdict::Program(spec) => {
+                self.services.insert(object.clone(), spec);
+                self.dirty.insert(object);
+                Admission::Accepted
+            }
+            service::Verdict::Ignore(why) => {
+                self.services.remove(&object);
+                self.dirty.insert(object);
+                Admission::Ignored(why)
+            }
+            service::Verdict::Invalid(reason) => Admission::Invalid(Invalid { object, reason }),
+        }
+    }
+
+    pub fn delete_service(&mut self, namespace: &str, name: &str) {
+        let object = ObjectRef::service(namespace, name);
+        self.services.remove(&object);
+        self.dirty.insert(object);
+    }
+
+    /// Adds or replaces an EndpointSlice.
+    pub fn apply_slice(&mut self, s: &EndpointSlice) -> Admission {
+        let object = slice::object_ref(s);
+        match slice::validate(s) {
+            slice::Verdict::Use(spec) => {
+                self.forget_slice(&object);
+                let owner = ObjectRef::service(&object.namespace, &spec.service);
+                self.slices_of
+                    .entry(owner.clone())
+                    .or_default()
+                    .insert(object.clone());
+                self.dirty.insert(owner);
+                self.slices.insert(object, spec);
+                Admission::Accepted
+            }
+            slice::Verdict::Ignore(why) => {
+                self.forget_slice(&object);
+                Admission::Ignored(why)
+            }
+            slice::Verdict::Invalid(reason) => Admission::Invalid(Invalid { object, reason }),
+        }
+    }
+
+    pub fn delete_slice(&mut self, namespace: &str, name: &str) {
+        self.forget_slice(&ObjectRef::slice(namespace, name));
+    }
+
+    /// Drops a slice from its Service (whose label may since have changed).
+    fn forget_slice(&mut self, object: &ObjectRef) {
+        let Some(old) = self.slices.remove(object) else {
+            return;
+        };
+        let owner = ObjectRef::service(&object.namespace, &old.service);
+        if let Some(set) = self.slices_of.get_mut(&owner) {
+            set.remove(object);
+            if set.is_empty() {
+                self.slices_of.remove(&owner);
+            }
+        }
+    }
+
+    /// Makes `all` the complete set of Services, as after a (re)list: each is
+    /// applied, and those missing are deleted, whether or not a delete event
+    /// was ever seen for them.
+    pub fn replace_services<'a>(
+        &mut self,
+        all: impl IntoIterator<Item = &'a Service>,
+    ) -> Vec<(ObjectRef, Admission)> {
+        let mut listed = HashSet::new();
+        let mut out = Vec::new();
+        for svc in all {
+            let object = service::object_ref(svc);
+            listed.insert(object.clone());
+            out.push((object, self.apply_service(svc)));
+        }
+        let gone: Vec<ObjectRef> = self
+            .services
+            .keys()
+            .filter(|o| !listed.contains(*o))
+            .cloned()
+            .collect();
+        for o in gone {
+            self.delete_service(&o.namespace, &o.name);
+        }
+        out
+    }
+
+    /// Makes `all` the complete set of EndpointSlices; see [`Self::replace_services`].
+    pub fn replace_slices<'a>(
+        &mut self,
+        all: impl IntoIterator<Item = &'a EndpointSlice>,
+    ) -> Vec<(ObjectRef, Admission)> {
+        let mut listed = HashSet::new();
+        let mut out = Vec::new();
+        for s in all {
+            let object = slice::object_ref(s);
+            listed.insert(object.clone());
+            out.push((object, self.apply_slice(s)));
+        }
+        let gone: Vec<ObjectRef> = self
+            .slices
+            .keys()
+            .filter(|o| !listed.contains(*o))
+            .cloned()
+            .collect();
+        for o in gone {
+            self.forget_slice(&o);
+        }
+        out
+    }
+
+    /// Recomputes the Services touched since the last flush.
+    pub fn flush(&mut self) -> Flush {
+        let mut out = Flush::default();
+        for object in std::mem::take(&mut self.dirty) {
+            for fe in self.claimed_by.remove(&object).unwrap_or_default() {
+                if let Some(c) = self.claims.get_mut(&fe) {
+                    c.remove(&object);
+                    if c.is_empty() {
+                        self.claims.remove(&fe);
+                    }
+                }
+                out.touched.insert(fe);
+            }
+            let Some(spec) = self.services.get(&object) else {
+                continue;
+            };
+            let slices: Vec<&SliceSpec> = self
+                .slices_of
+                .get(&object)
+                .into_iter()
+                .flatten()
+                .filter_map(|s| self.slices.get(s))
+                .collect();
+            let claims = service_claims(spec, &slices, &self.excluded, &mut out.excluded);
+            let mut frontends = Vec::with_capacity(claims.len());
+            for (fe, claim) in claims {
+                if claim == Claim::PassThrough {
+                    out.passthrough.insert(fe, object.clone());
+                }
+                self.claims
+                    .entry(fe)
+                    .or_default()
+                    .insert(object.clone(), claim);
+                frontends.push(fe);
+                out.touched.insert(fe);
+            }
+            self.claimed_by.insert(object, frontends);
+        }
+        // A pass-through reported above may have lost to another Service.
+        out.passthrough
+            .retain(|fe, svc| self.winner(fe).is_some_and(|(w, _)| w == svc));
+        out
+    }
+
+    /// The Service that owns `fe`, and what it asks for.
+    pub fn winner(&self, fe: &Frontend) -> Option<(&ObjectRef, &Claim)> {
+        self.claims.get(fe)?.iter().next()
+    }
+
+    /// The backends `fe` should have; `None` when it must not be programmed.
+    pub fn desired(&self, fe: &Frontend) -> Option<&[Backend]> {
+        match self.winner(fe)?.1 {
+            Claim::Program(b) => Some(b),
+            Claim::PassThrough => None,
+        }
+    }
+
+    /// Every frontend to program, with its backends and owner.
+    pub fn programmed(&self) -> impl Iterator<Item = (&Frontend, &[Backend], &ObjectRef)> {
+        self.claims.keys().filter_map(|fe| {
+            let (owner, claim) = self.winner(fe)?;
+            match claim {
+                Claim::Program(b) => Some((fe, b.as_slice(), owner)),
+                Claim::PassThrough => None,
+            }
+        })
+    }
+
+    /// The Services that claim `fe` but lost it to the winner.
+    pub fn losers(&self, fe: &Frontend) -> impl Iterator<Item = &ObjectRef> {
+        self.claims
+            .get(fe)
+            .into_iter()
+            .flat_map(|c| c.keys().skip(1))
+    }
+
+    /// Frontends claimed by more than one Service, with each loser.
+    pub fn conflicts(&self) -> impl Iterator<Item = (&Frontend, &ObjectRef)> {
+        self.claims
+            .iter()
+            .flat_map(|(fe, c)| c.keys().skip(1).map(move |o| (fe, o)))
+    }
+
+    /// Number of Services that claim at least one frontend.
+    pub fn service_count(&self) -> usize {
+        self.claimed_by.values().filter(|f| !f.is_empty()).count()
+    }
+}
