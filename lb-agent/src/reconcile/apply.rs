@@ -12,7 +12,7 @@ use std::{collections::HashSet, ops::RangeInclusive};
 
 use lb_common::Service4Key;
 
-use super::{MapState, MapStore, StoreError, state::key_frontend};
+use super::{MapState, MapStore, StoreError, mirror::Mirror, state::key_frontend};
 use crate::model::Frontend;
 
 /// What one reconcile changed, and what it could not.
@@ -47,12 +47,48 @@ fn frontend_range(key: &Service4Key) -> RangeInclusive<Service4Key> {
     first..=last
 }
 
+/// Which frontends a pass covers.
+pub(super) enum Scope<'a> {
+    /// Every frontend: those not in the target are removed, and orphan slots
+    /// and unreferenced backends anywhere are cleaned up.
+    All,
+    /// Only the target's frontends and these (slot-0 keys), which are removed.
+    Some { removed: &'a [Service4Key] },
+}
+
 pub(super) fn apply<S: MapStore>(
     store: &mut S,
-    mirror: &mut MapState,
+    mirror: &mut Mirror,
     target: &MapState,
+    scope: Scope<'_>,
 ) -> Outcome {
     let mut out = Outcome::default();
+
+    let removed: Vec<Service4Key> = match scope {
+        Scope::All => mirror
+            .state()
+            .frontends()
+            .map(|(k, _)| *k)
+            .filter(|k| !target.services.contains_key(k))
+            .collect(),
+        Scope::Some { removed } => removed
+            .iter()
+            .filter(|k| mirror.state().services.contains_key(k))
+            .copied()
+            .collect(),
+    };
+    // Backends the touched frontends name now; they may be unused afterwards.
+    let mut candidates: Vec<u32> = match scope {
+        Scope::All => Vec::new(),
+        Scope::Some { .. } => target
+            .frontends()
+            .map(|(k, _)| k)
+            .chain(&removed)
+            .flat_map(|k| mirror.state().services.range(frontend_range(k)))
+            .filter(|(k, _)| k.slot != 0)
+            .map(|(_, v)| v.backend_id)
+            .collect(),
+    };
 
     let target_frontends: Vec<Service4Key> = target.frontends().map(|(k, _)| *k).collect();
     for key0 in &target_frontends {
@@ -65,13 +101,9 @@ pub(super) fn apply<S: MapStore>(
     }
 
     // Frontends that are gone: slot 0 first, so no new lookup starts on them.
-    let removed: Vec<Service4Key> = mirror
-        .frontends()
-        .map(|(k, _)| *k)
-        .filter(|k| !target.services.contains_key(k))
-        .collect();
     for key0 in removed {
         let keys: Vec<Service4Key> = mirror
+            .state()
             .services
             .range(frontend_range(&key0))
             .map(|(k, _)| *k)
@@ -81,36 +113,26 @@ pub(super) fn apply<S: MapStore>(
         }
     }
 
-    // Orphan slots (a crash between writes can leave them) with no slot 0.
-    let orphans: Vec<Service4Key> = mirror
-        .services
-        .keys()
-        .filter(|k| {
-            k.slot != 0
-                && !mirror
-                    .services
-                    .contains_key(&Service4Key { slot: 0, ..**k })
-        })
-        .copied()
-        .collect();
-    for key in orphans {
-        delete_service(store, mirror, &key, &mut out);
+    if let Scope::All = scope {
+        // Orphan slots (a crash between writes can leave them) with no slot 0.
+        let services = &mirror.state().services;
+        let orphans: Vec<Service4Key> = services
+            .keys()
+            .filter(|k| k.slot != 0 && !services.contains_key(&Service4Key { slot: 0, ..**k }))
+            .copied()
+            .collect();
+        for key in orphans {
+            delete_service(store, mirror, &key, &mut out);
+        }
+        candidates = mirror.state().backends.keys().copied().collect();
     }
-
-    // Backends no slot refers to any more.
-    let unused: Vec<u32> = mirror
-        .backends
-        .keys()
-        .filter(|id| !target.backends.contains_key(id))
-        .copied()
-        .collect();
-    delete_unreferenced_backends(store, mirror, unused, &mut out);
+    delete_unreferenced_backends(store, mirror, candidates, &mut out);
     out
 }
 
 fn update_frontend<S: MapStore>(
     store: &mut S,
-    mirror: &mut MapState,
+    mirror: &mut Mirror,
     target: &MapState,
     key0: &Service4Key,
     out: &mut Outcome,
@@ -124,9 +146,9 @@ fn update_frontend<S: MapStore>(
     {
         let id = slot.backend_id;
         let want = &target.backends[&id];
-        if mirror.backends.get(&id) != Some(want) {
+        if mirror.state().backends.get(&id) != Some(want) {
             store.put_backend(id, want)?;
-            mirror.backends.insert(id, *want);
+            mirror.put_backend(id, *want);
             out.backends_written += 1;
         }
     }
@@ -134,16 +156,17 @@ fn update_frontend<S: MapStore>(
     let mut writes: Vec<_> = target
         .services
         .range(range.clone())
-        .filter(|(k, v)| mirror.services.get(k) != Some(v))
+        .filter(|(k, v)| mirror.state().services.get(k) != Some(v))
         .collect();
     writes.sort_by_key(|(k, _)| k.slot == 0);
     for (key, value) in writes {
         store.put_service(key, value)?;
-        mirror.services.insert(*key, *value);
+        mirror.put_service(*key, *value);
         out.services_written += 1;
     }
     // Slots past the new count, now that the count excludes them.
     let stale: Vec<Service4Key> = mirror
+        .state()
         .services
         .range(range)
         .map(|(k, _)| *k)
@@ -160,13 +183,14 @@ fn update_frontend<S: MapStore>(
 /// hold the room of a full map and fail every frontend after this one too.
 fn roll_back<S: MapStore>(
     store: &mut S,
-    mirror: &mut MapState,
+    mirror: &mut Mirror,
     target: &MapState,
     key0: &Service4Key,
     out: &mut Outcome,
 ) {
-    let live = mirror.services.get(key0).map_or(0, |v| v.count);
+    let live = mirror.state().services.get(key0).map_or(0, |v| v.count);
     let unseen: Vec<Service4Key> = mirror
+        .state()
         .services
         .range(frontend_range(key0))
         .map(|(k, _)| *k)
@@ -187,24 +211,21 @@ fn roll_back<S: MapStore>(
 /// Deletes those of `candidates` that exist and that no slot names.
 fn delete_unreferenced_backends<S: MapStore>(
     store: &mut S,
-    mirror: &mut MapState,
+    mirror: &mut Mirror,
     candidates: Vec<u32>,
     out: &mut Outcome,
 ) {
-    let referenced: HashSet<u32> = mirror
-        .services
-        .iter()
-        .filter(|(k, _)| k.slot != 0)
-        .map(|(_, v)| v.backend_id)
-        .collect();
     let mut seen = HashSet::new();
     for id in candidates {
-        if referenced.contains(&id) || !mirror.backends.contains_key(&id) || !seen.insert(id) {
+        if mirror.is_referenced(id)
+            || !mirror.state().backends.contains_key(&id)
+            || !seen.insert(id)
+        {
             continue;
         }
         match store.delete_backend(id) {
             Ok(()) => {
-                mirror.backends.remove(&id);
+                mirror.remove_backend(id);
                 out.backends_deleted += 1;
             }
             Err(e) => out.delete_errors.push(e),
@@ -214,13 +235,13 @@ fn delete_unreferenced_backends<S: MapStore>(
 
 fn delete_service<S: MapStore>(
     store: &mut S,
-    mirror: &mut MapState,
+    mirror: &mut Mirror,
     key: &Service4Key,
     out: &mut Outcome,
 ) {
     match store.delete_service(key) {
         Ok(()) => {
-            mirror.services.remove(key);
+            mirror.remove_service(key);
             out.services_deleted += 1;
         }
         Err(e) => out.delete_errors.push(e),
