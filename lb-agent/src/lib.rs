@@ -1,7 +1,13 @@
 //! The node agent: sources -> pure model -> reconciler -> pinned BPF maps.
 
 pub mod bpf;
+pub mod cli;
+pub mod config;
 pub mod dump;
+pub mod health;
+pub mod http;
+pub mod metrics;
 pub mod model;
 pub mod reconcile;
 pub mod source;
+pub mod syncer;

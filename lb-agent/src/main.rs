@@ -1,18 +1,19 @@
 //! `lb-agent`: the node agent binary.
 
-mod cli;
 mod run;
 
 use anyhow::Context as _;
 use clap::Parser as _;
 use lb_agent::{
     bpf::{loader, pins::Pins, store::BpfStore},
+    cli::{Cli, Command},
+    config::RunConfig,
     dump,
     reconcile::MapStore as _,
 };
 
 fn main() -> anyhow::Result<()> {
-    let cli = cli::Cli::parse();
+    let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -22,14 +23,15 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match cli.command {
-        cli::Command::Run(args) => {
-            let config = args.into_config()?;
+        Command::Run(args) => {
+            let host_name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok();
+            let config = RunConfig::resolve(args, std::env::var("NODE_NAME").ok(), host_name)?;
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?
                 .block_on(run::run(config))
         }
-        cli::Command::Cleanup(args) => {
+        Command::Cleanup(args) => {
             let pins = Pins::new(&args.bpffs_dir);
             let removed = loader::uninstall(&pins)?;
             println!(
@@ -40,7 +42,7 @@ fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
-        cli::Command::Dump(args) => {
+        Command::Dump(args) => {
             let pins = Pins::new(&args.bpffs_dir);
             let store = BpfStore::open(&pins).with_context(|| {
                 format!(

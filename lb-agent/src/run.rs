@@ -1,120 +1,178 @@
-//! `lb-agent run`: attach, then reconcile on every change until a signal.
+//! `lb-agent run`: attach, serve metrics and health, then keep the maps in
+//! sync with the source until SIGTERM or SIGINT.
 
-use std::{collections::HashSet, time::Duration};
+use std::{
+    future::Future,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use anyhow::Context as _;
+use futures::{FutureExt as _, StreamExt as _};
 use lb_agent::{
-    bpf::{loader, pins::Pins, store::BpfStore},
-    model::{self, Backend, Frontend, ObjectRef},
+    bpf::{cgroup, loader, pins::Pins, store::BpfStore},
+    config::{RunConfig, Source},
+    http::{self, Endpoints, Role},
     reconcile::Reconciler,
-    source::file,
+    source::{file, kube},
+    syncer::{Change, Syncer},
 };
 use tokio::signal::unix::{SignalKind, signal};
-use tracing::{error, info, warn};
-
-use crate::cli::RunConfig;
+use tracing::{info, warn};
 
 /// How often the source files are checked for edits.
-const POLL_INTERVAL: Duration = Duration::from_millis(200);
+const FILE_POLL: Duration = Duration::from_millis(200);
+/// How often frontends whose write failed (a full map, say) are retried.
+const RETRY: Duration = Duration::from_secs(2);
 
 pub async fn run(config: RunConfig) -> anyhow::Result<()> {
+    for field in &config.ignored {
+        warn!(%field, "config field has no effect on the eBPF proxy; ignored");
+    }
+    let endpoints = Arc::new(Endpoints::default());
+    let metrics = http::serve(config.metrics_addr, Role::Metrics, endpoints.clone())
+        .await
+        .with_context(|| format!("binding the metrics address {}", config.metrics_addr))?;
+    let healthz = http::serve(config.healthz_addr, Role::Healthz, endpoints.clone())
+        .await
+        .with_context(|| format!("binding the healthz address {}", config.healthz_addr))?;
+    info!(%metrics, %healthz, node = %config.node_name, "serving /metrics, /proxyMode, /healthz, /livez");
+
+    let cgroup = match &config.cgroup {
+        Some(p) => p.clone(),
+        None => {
+            cgroup::cgroup2_mount().context("finding the cgroup2 mount (or pass --cgroup-path)")?
+        }
+    };
     let pins = Pins::new(&config.bpffs_dir);
-    loader::install(&pins, &config.cgroup)
-        .with_context(|| format!("attaching to cgroup {}", config.cgroup.display()))?;
+    loader::install(&pins, &cgroup)
+        .with_context(|| format!("attaching to cgroup {}", cgroup.display()))?;
     info!(
-        cgroup = %config.cgroup.display(),
+        cgroup = %cgroup.display(),
         bpffs = %pins.dir().display(),
         "programs attached (links pinned; they stay when the agent exits)"
     );
-    let store = BpfStore::open(&pins)?;
-    let mut sync = Sync {
-        reconciler: Reconciler::adopt(store)?,
-        config: &config,
-        logged_exclusions: HashSet::new(),
-        logged_passthrough: HashSet::new(),
-        generation: 0,
-    };
+    let reconciler = Reconciler::adopt(BpfStore::open(&pins)?)?;
     info!(
-        frontends = sync.reconciler.state().frontends().count(),
-        backends = sync.reconciler.state().backends.len(),
-        "adopted existing maps"
+        frontends = reconciler.state().frontends().count(),
+        backends = reconciler.state().backends.len(),
+        "adopted the pinned maps; only differences will be written"
     );
+    let mut syncer = Syncer::new(reconciler, config.excluded.clone(), endpoints.clone());
 
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut tick = tokio::time::interval(POLL_INTERVAL);
-    let mut seen = None;
-    loop {
-        tokio::select! {
-            _ = term.recv() => break,
-            _ = int.recv() => break,
-            _ = tick.tick() => {
-                let now = file::fingerprint(&config.from_file);
-                if seen.as_ref() != Some(&now) {
-                    seen = Some(now);
-                    sync.once();
-                }
-            }
+    let stop = shutdown()?;
+    match &config.source {
+        Source::File(path) => run_file(&mut syncer, path, stop).await,
+        Source::Kube { kubeconfig, master } => {
+            let client = kube::client(kubeconfig.as_deref(), master.as_deref()).await?;
+            info!(node = %config.node_name, "watching Services, EndpointSlices and this Node");
+            let events = kube::watch(client, &config.node_name);
+            run_kube(&mut syncer, events, &endpoints, stop).await;
         }
     }
     info!("signal received; leaving programs and maps in place");
     Ok(())
 }
 
-/// State carried from one sync to the next.
-struct Sync<'a> {
-    reconciler: Reconciler<BpfStore>,
-    config: &'a RunConfig,
-    /// Exclusions and pass-throughs are logged once each, not on every sync.
-    logged_exclusions: HashSet<(ObjectRef, Backend)>,
-    logged_passthrough: HashSet<Frontend>,
-    generation: u64,
+/// Resolves on SIGTERM or SIGINT.
+fn shutdown() -> anyhow::Result<impl Future<Output = ()>> {
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
 }
 
-impl Sync<'_> {
-    fn once(&mut self) {
-        let objects = match file::load(&self.config.from_file) {
-            Ok(o) => o,
-            // Keep the last programmed state; a half-written file is retried on the next edit.
-            Err(e) => return error!("{e}; keeping the current state"),
-        };
-        for s in &objects.skipped {
-            warn!(document = %s.location, "skipping malformed document: {}", s.reason);
-        }
-        let (desired, report) =
-            model::compute(&objects.services, &objects.slices, &self.config.excluded);
-        for inv in &report.invalid {
-            warn!(object = %inv.object, "skipping malformed object: {}", inv.reason);
-        }
-        for (obj, why) in &report.ignored {
-            tracing::debug!(object = %obj, "ignored: {why}");
-        }
-        for (fe, obj) in &report.conflicts {
-            warn!(frontend = %fe, object = %obj, "frontend already claimed by another Service; skipped");
-        }
-        for (svc, be) in &report.excluded {
-            if self.logged_exclusions.insert((svc.clone(), *be)) {
-                info!(service = %svc, endpoint = %be, "endpoint in excluded CIDR; not programmed");
+async fn run_kube(
+    syncer: &mut Syncer<BpfStore>,
+    mut events: futures::stream::BoxStream<'static, kube::Event>,
+    endpoints: &Endpoints,
+    stop: impl Future<Output = ()>,
+) {
+    let mut stop = std::pin::pin!(stop);
+    let mut retry = tokio::time::interval(RETRY);
+    let mut waiting_logged = false;
+    loop {
+        tokio::select! {
+            () = &mut stop => return,
+            ev = events.next() => {
+                let Some(ev) = ev else { return };
+                // Take whatever else is already queued: a burst becomes one
+                // sync, while a lone event is written at once.
+                let mut batch = vec![ev];
+                while let Some(Some(ev)) = events.next().now_or_never() {
+                    batch.push(ev);
+                }
+                let now = Instant::now();
+                for ev in batch {
+                    match ev {
+                        kube::Event::Change(c) => syncer.apply(c, now),
+                        kube::Event::NodeEligible(e) => endpoints.health.set_node_eligible(e),
+                    }
+                }
+                if !syncer.ready() && !waiting_logged {
+                    waiting_logged = true;
+                    info!("waiting for both initial lists before the first sync");
+                }
+                sync(syncer);
             }
+            _ = retry.tick() => sync(syncer),
         }
-        for (fe, svc) in &report.passthrough {
-            if self.logged_passthrough.insert(*fe) {
-                info!(service = %svc, frontend = %fe, "all endpoints excluded; frontend left to its own CNI");
+    }
+}
+
+async fn run_file(
+    syncer: &mut Syncer<BpfStore>,
+    path: &std::path::Path,
+    stop: impl Future<Output = ()>,
+) {
+    let mut stop = std::pin::pin!(stop);
+    let mut poll = tokio::time::interval(FILE_POLL);
+    let mut retry = tokio::time::interval(RETRY);
+    let mut seen = None;
+    loop {
+        tokio::select! {
+            () = &mut stop => return,
+            _ = poll.tick() => {
+                let now = file::fingerprint(path);
+                if seen.as_ref() == Some(&now) {
+                    continue;
+                }
+                seen = Some(now);
+                let objects = match file::load(path) {
+                    Ok(o) => o,
+                    // Keep the last programmed state; a half-written file is retried on the next edit.
+                    Err(e) => {
+                        tracing::error!("{e}; keeping the current state");
+                        continue;
+                    }
+                };
+                for s in &objects.skipped {
+                    warn!(document = %s.location, "skipping malformed document: {}", s.reason);
+                }
+                let received = Instant::now();
+                let services = objects.services.into_iter().map(Arc::new).collect();
+                let slices = objects.slices.into_iter().map(Arc::new).collect();
+                syncer.apply(Change::AllServices(services), received);
+                syncer.apply(Change::AllSlices(slices), received);
+                sync(syncer);
             }
+            _ = retry.tick() => sync(syncer),
         }
-        let outcome = self.reconciler.reconcile(&desired.frontends);
-        for (fe, e) in &outcome.failed {
-            error!(frontend = %fe, "not updated, keeps its previous state: {e}");
-        }
-        for e in &outcome.delete_errors {
-            warn!("stale entry left for the next sync: {e}");
-        }
-        self.generation += 1;
+    }
+}
+
+fn sync(syncer: &mut Syncer<BpfStore>) {
+    if let Some(s) = syncer.sync() {
         info!(
-            generation = self.generation,
-            frontends = desired.frontends.len(),
-            changed = outcome.changed(),
-            failed = outcome.failed.len(),
+            full = s.full,
+            frontends = s.frontends,
+            changed = s.outcome.changed(),
+            failed = s.outcome.failed.len(),
+            took_us = s.took.as_micros() as u64,
             "sync complete"
         );
     }

@@ -70,21 +70,47 @@ pub struct Agent {
 }
 
 impl Agent {
+    /// `lb-agent run --from-file manifest`.
     pub fn start(
         manifest: &Path,
         cgroup: &Path,
         pins: &Path,
         extra: &[&str],
     ) -> anyhow::Result<Self> {
+        let mut args = vec![std::ffi::OsStr::new("--from-file"), manifest.as_os_str()];
+        args.extend(extra.iter().map(std::ffi::OsStr::new));
+        Self::spawn(&args, cgroup, pins)
+    }
+
+    /// `lb-agent run --kubeconfig kubeconfig`, as node `node-1`.
+    pub fn start_kube(
+        kubeconfig: &Path,
+        cgroup: &Path,
+        pins: &Path,
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
+        let mut args = vec![
+            std::ffi::OsStr::new("--kubeconfig"),
+            kubeconfig.as_os_str(),
+            std::ffi::OsStr::new("--hostname-override=node-1"),
+        ];
+        args.extend(extra.iter().map(std::ffi::OsStr::new));
+        Self::spawn(&args, cgroup, pins)
+    }
+
+    fn spawn(args: &[&std::ffi::OsStr], cgroup: &Path, pins: &Path) -> anyhow::Result<Self> {
         let mut child = Command::new(agent_bin())
             .arg("run")
-            .arg("--from-file")
-            .arg(manifest)
+            .args(args)
+            // Ephemeral loopback ports, so agents of parallel tests never clash.
+            .args([
+                "--metrics-bind-address=127.0.0.1:0",
+                "--healthz-bind-address=127.0.0.1:0",
+            ])
             .arg("--cgroup-path")
             .arg(cgroup)
             .arg("--bpffs-dir")
             .arg(pins)
-            .args(extra)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -127,6 +153,59 @@ impl Agent {
             std::thread::sleep(Duration::from_millis(20));
         }
         Ok(())
+    }
+
+    /// Waits until a log line contains `needle`.
+    pub fn wait_log(&mut self, needle: &str, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        while !self
+            .log
+            .lock()
+            .expect("log lock")
+            .iter()
+            .any(|l| l.contains(needle))
+        {
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "lb-agent exited ({status}) before logging {needle:?}:\n{}",
+                    self.log_text()
+                );
+            }
+            if Instant::now() > deadline {
+                bail!("lb-agent did not log {needle:?}:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// The address `field` (`metrics` or `healthz`) was bound to, from the log.
+    pub fn bound(&mut self, field: &str) -> anyhow::Result<std::net::SocketAddr> {
+        self.wait_log("serving /metrics", Duration::from_secs(20))?;
+        let log = self.log_text();
+        let key = format!("{field}=");
+        let line = log
+            .lines()
+            .find(|l| l.contains("serving /metrics"))
+            .unwrap_or_default();
+        let value = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(&key))
+            .with_context(|| format!("no {key} in {line:?}"))?;
+        Ok(value.parse()?)
+    }
+
+    /// GET `path` from the agent's `field` listener: (status, body).
+    pub fn http_get(&mut self, field: &str, path: &str) -> anyhow::Result<(u16, String)> {
+        crate::http::get(self.bound(field)?, path)
+    }
+
+    /// The value of one sample (`name` with its labels, as printed) on /metrics.
+    pub fn metric(&mut self, sample: &str) -> anyhow::Result<f64> {
+        let (status, body) = self.http_get("metrics", "/metrics")?;
+        anyhow::ensure!(status == 200, "/metrics answered {status}");
+        crate::http::sample(&body, sample)
+            .with_context(|| format!("no sample {sample:?} in /metrics:\n{body}"))
     }
 
     pub fn log_text(&self) -> String {

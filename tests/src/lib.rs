@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod cgroup;
+pub mod http;
 pub mod netns;
 pub mod probe;
 pub mod scenario;

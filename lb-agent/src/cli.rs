@@ -1,0 +1,86 @@
+//! Command-line interface. Flags mirror kube-proxy's where the meaning is the
+//! same (DESIGN §4); a flag given on the command line overrides `--config`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::bpf::pins::DEFAULT_BPFFS_DIR;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "lb-agent",
+    version,
+    about = "eBPF kube-proxy replacement: node agent"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Load and attach the programs, then keep the maps in sync with the
+    /// apiserver (or with --from-file) until SIGTERM.
+    Run(RunArgs),
+    /// Detach the programs and remove every pinned map and link.
+    Cleanup(CleanupArgs),
+    /// List the programmed frontends and their backends, like `ipvsadm -ln`.
+    Dump(DumpArgs),
+}
+
+/// Flags of `run`. Every value is optional here so that `--config` can fill
+/// what the command line leaves out; defaults apply last.
+#[derive(Args, Debug, Default)]
+pub struct RunArgs {
+    /// A KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1).
+    /// Fields that apply are used; the others are reported with a warning.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Path to a kubeconfig [default: in-cluster config, then ~/.kube/config].
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The apiserver address; overrides the kubeconfig's server.
+    #[arg(long, value_name = "URL")]
+    pub master: Option<String>,
+    /// This node's name [default: $NODE_NAME, then the host name]. Used to
+    /// watch this Node and for `internalTrafficPolicy: Local`.
+    #[arg(long, value_name = "NAME")]
+    pub hostname_override: Option<String>,
+    /// Endpoints in these CIDRs belong to another CNI and are never programmed.
+    /// Comma-separated and repeatable; a trailing comma is accepted.
+    #[arg(long, value_name = "CIDR,...")]
+    pub exclude_cluster_cidr: Vec<String>,
+    /// Accepted for kube-proxy compatibility. The socket LB needs no
+    /// masquerade, so the pod CIDR changes nothing.
+    #[arg(long, value_name = "CIDR")]
+    pub cluster_cidr: Option<String>,
+    /// Serves /metrics and /proxyMode [default: 127.0.0.1:10249].
+    #[arg(long, value_name = "IP:PORT")]
+    pub metrics_bind_address: Option<String>,
+    /// Serves /healthz and /livez [default: 0.0.0.0:10256].
+    #[arg(long, value_name = "IP:PORT")]
+    pub healthz_bind_address: Option<String>,
+    /// Read Services and EndpointSlices from a file or directory of manifests
+    /// (YAML or JSON) instead of the apiserver. Edits are reconciled.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["kubeconfig", "master"])]
+    pub from_file: Option<PathBuf>,
+    /// The cgroup v2 directory to attach to [default: the cgroup2 mount root].
+    #[arg(long, value_name = "DIR")]
+    pub cgroup_path: Option<PathBuf>,
+    /// The bpffs directory holding the pinned maps and links.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_BPFFS_DIR)]
+    pub bpffs_dir: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct CleanupArgs {
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_BPFFS_DIR)]
+    pub bpffs_dir: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct DumpArgs {
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_BPFFS_DIR)]
+    pub bpffs_dir: PathBuf,
+}

@@ -1,0 +1,167 @@
+//! The effective settings of `run`: command-line flags over a
+//! KubeProxyConfiguration file over defaults.
+
+mod kube_proxy;
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
+
+pub use kube_proxy::{FileConfig, FileError};
+
+use crate::{
+    cli::RunArgs,
+    model::{ExcludedCidrs, ParseCidrError},
+};
+
+pub const DEFAULT_METRICS_BIND_ADDRESS: &str = "127.0.0.1:10249";
+pub const DEFAULT_HEALTHZ_BIND_ADDRESS: &str = "0.0.0.0:10256";
+
+/// Where Services and EndpointSlices come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Watch the apiserver. `None` fields fall back to in-cluster config, then
+    /// the default kubeconfig.
+    Kube {
+        kubeconfig: Option<PathBuf>,
+        master: Option<String>,
+    },
+    /// Static manifests, polled for edits.
+    File(PathBuf),
+}
+
+/// Validated settings for `run`.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    pub source: Source,
+    pub node_name: String,
+    pub excluded: ExcludedCidrs,
+    /// `None`: the cgroup2 mount root, found at start.
+    pub cgroup: Option<PathBuf>,
+    pub bpffs_dir: PathBuf,
+    pub metrics_addr: SocketAddr,
+    pub healthz_addr: SocketAddr,
+    /// Settings from the file that this agent does not apply, for a warning.
+    pub ignored: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(transparent)]
+    File(#[from] FileError),
+    #[error(transparent)]
+    Cidr(#[from] ParseCidrError),
+    #[error("invalid {what} {value:?}: expected IP:PORT")]
+    Addr { what: &'static str, value: String },
+    #[error("no node name: pass --hostname-override or set NODE_NAME")]
+    NoNodeName,
+}
+
+impl RunConfig {
+    /// Merges `args` over the `--config` file (read from disk) over defaults.
+    /// `env_node_name` is `$NODE_NAME`; `host_name` the last resort, as in kube-proxy.
+    pub fn resolve(
+        args: RunArgs,
+        env_node_name: Option<String>,
+        host_name: Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let file = match &args.config {
+            Some(path) => FileConfig::read(path)?,
+            None => FileConfig::default(),
+        };
+        Self::merge(args, file, env_node_name, host_name)
+    }
+
+    fn merge(
+        args: RunArgs,
+        file: FileConfig,
+        env_node_name: Option<String>,
+        host_name: Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let source = match args.from_file {
+            Some(path) => Source::File(path),
+            None => Source::Kube {
+                kubeconfig: args.kubeconfig.or(file.kubeconfig),
+                master: args.master,
+            },
+        };
+        let node_name = [
+            args.hostname_override,
+            file.hostname_override,
+            env_node_name,
+            host_name,
+        ]
+        .into_iter()
+        .flatten()
+        .map(|n| n.trim().to_lowercase())
+        .find(|n| !n.is_empty())
+        .ok_or(ConfigError::NoNodeName)?;
+        // The flag replaces the file's list rather than adding to it.
+        let excluded = if args.exclude_cluster_cidr.is_empty() {
+            ExcludedCidrs::parse(file.exclude_cluster_cidrs.iter().map(String::as_str))?
+        } else {
+            ExcludedCidrs::parse(args.exclude_cluster_cidr.iter().map(String::as_str))?
+        };
+        let metrics_addr = addr(
+            "metrics bind address",
+            args.metrics_bind_address.or(file.metrics_bind_address),
+            DEFAULT_METRICS_BIND_ADDRESS,
+        )?;
+        let healthz_addr = addr(
+            "healthz bind address",
+            args.healthz_bind_address.or(file.healthz_bind_address),
+            DEFAULT_HEALTHZ_BIND_ADDRESS,
+        )?;
+        Ok(Self {
+            source,
+            node_name,
+            excluded,
+            cgroup: args.cgroup_path,
+            bpffs_dir: args.bpffs_dir,
+            metrics_addr,
+            healthz_addr,
+            ignored: file.ignored,
+        })
+    }
+
+    pub fn kubeconfig(&self) -> Option<&Path> {
+        match &self.source {
+            Source::Kube { kubeconfig, .. } => kubeconfig.as_deref(),
+            Source::File(_) => None,
+        }
+    }
+}
+
+/// Parses `IP:PORT`. As in kube-proxy, an empty value means the default, a
+/// bare IP takes the default port and `:PORT` means every address.
+fn addr(
+    what: &'static str,
+    value: Option<String>,
+    default: &str,
+) -> Result<SocketAddr, ConfigError> {
+    let default: SocketAddr = default.parse().expect("valid default address");
+    let Some(text) = value.filter(|v| !v.is_empty()) else {
+        return Ok(default);
+    };
+    let bad = || ConfigError::Addr {
+        what,
+        value: text.clone(),
+    };
+    if let Ok(sa) = text.parse::<SocketAddr>() {
+        return Ok(sa);
+    }
+    if let Ok(ip) = text.parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, default.port()));
+    }
+    match text.strip_prefix(':').map(str::parse::<u16>) {
+        Some(Ok(port)) => Ok(SocketAddr::new(
+            std::net::Ipv4Addr::UNSPECIFIED.into(),
+            port,
+        )),
+        _ => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

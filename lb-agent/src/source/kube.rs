@@ -1,0 +1,208 @@
+//! The Kubernetes source: watchers with reflectors on Services,
+//! EndpointSlices and this node's Node.
+
+/// One kind of apiserver request the agent makes: API group, resource, verbs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ApiAccess {
+    pub group: &'static str,
+    pub resource: &'static str,
+    pub verbs: &'static [&'static str],
+}
+
+/// Every request this source makes. The ClusterRole in `manifests/` must
+/// grant these (a test checks it), and the stand-in apiserver tests check
+/// that the agent makes no other.
+pub const API_ACCESS: &[ApiAccess] = &[
+    ApiAccess {
+        group: "",
+        resource: "services",
+        verbs: &["list", "watch"],
+    },
+    ApiAccess {
+        group: "discovery.k8s.io",
+        resource: "endpointslices",
+        verbs: &["list", "watch"],
+    },
+    ApiAccess {
+        group: "",
+        resource: "nodes",
+        verbs: &["list", "watch"],
+    },
+];
+
+use std::{fmt::Debug, path::Path, sync::Arc};
+
+use futures::{Stream, StreamExt as _, stream::BoxStream};
+use k8s_openapi::api::{
+    core::v1::{Node, Service},
+    discovery::v1::EndpointSlice,
+};
+use kube::{
+    Api, Client, Config, Resource, ResourceExt as _,
+    config::{KubeConfigOptions, Kubeconfig},
+    runtime::{
+        WatchStreamExt as _,
+        reflector::{self, Store},
+        watcher,
+    },
+};
+use serde::de::DeserializeOwned;
+use tracing::warn;
+
+use crate::syncer::Change;
+
+/// The taint the cluster autoscaler puts on a node it is about to remove.
+const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
+
+#[derive(Debug, thiserror::Error)]
+pub enum KubeError {
+    #[error("reading kubeconfig {path}: {source}")]
+    Kubeconfig {
+        path: std::path::PathBuf,
+        source: kube::config::KubeconfigError,
+    },
+    #[error("no in-cluster config and no usable kubeconfig: {0}")]
+    Infer(#[from] kube::config::InferConfigError),
+    #[error("invalid --master {url:?}: {source}")]
+    Master {
+        url: String,
+        source: http::uri::InvalidUri,
+    },
+    #[error("building the client: {0}")]
+    Client(#[from] kube::Error),
+}
+
+/// What the watchers report.
+#[derive(Debug)]
+pub enum Event {
+    Change(Change),
+    /// This node's eligibility for traffic changed (it is being deleted or
+    /// drained by the autoscaler); feeds `/healthz`.
+    NodeEligible(bool),
+}
+
+/// A client as kube-proxy builds one: `--kubeconfig` if given, else the
+/// in-cluster service account, else the default kubeconfig; `--master`
+/// overrides the server address.
+pub async fn client(kubeconfig: Option<&Path>, master: Option<&str>) -> Result<Client, KubeError> {
+    let mut config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path).map_err(|source| KubeError::Kubeconfig {
+                path: path.to_owned(),
+                source,
+            })?;
+            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(|source| KubeError::Kubeconfig {
+                    path: path.to_owned(),
+                    source,
+                })?
+        }
+        None => match (Config::incluster(), master) {
+            (Ok(c), _) => c,
+            // A bare --master (kube-proxy allows it) needs no kubeconfig.
+            (Err(_), Some(url)) => Config::new(parse_url(url)?),
+            (Err(_), None) => Config::infer().await?,
+        },
+    };
+    if let Some(url) = master {
+        config.cluster_url = parse_url(url)?;
+    }
+    Ok(Client::try_from(config)?)
+}
+
+fn parse_url(url: &str) -> Result<http::Uri, KubeError> {
+    url.parse().map_err(|source| KubeError::Master {
+        url: url.to_owned(),
+        source,
+    })
+}
+
+/// Watches Services and EndpointSlices cluster-wide and this node's Node,
+/// each through a reflector, with the default backoff. After every complete
+/// (re)list a kind's whole store is reported, so objects deleted while the
+/// watch was down disappear too.
+pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
+    let services = kind_stream(
+        Api::<Service>::all(client.clone()),
+        watcher::Config::default(),
+        |s| Change::Service(s),
+        |s| Change::ServiceDeleted {
+            namespace: s.namespace().unwrap_or_default(),
+            name: s.name_any(),
+        },
+        Change::AllServices,
+    );
+    let slices = kind_stream(
+        Api::<EndpointSlice>::all(client.clone()),
+        watcher::Config::default(),
+        |s| Change::Slice(s),
+        |s| Change::SliceDeleted {
+            namespace: s.namespace().unwrap_or_default(),
+            name: s.name_any(),
+        },
+        Change::AllSlices,
+    );
+    let node = watcher(
+        Api::<Node>::all(client),
+        watcher::Config::default().fields(&format!("metadata.name={node_name}")),
+    )
+    .default_backoff()
+    .filter_map(|ev| async move {
+        match ev {
+            Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
+                Some(Event::NodeEligible(node_eligible(&n)))
+            }
+            Ok(watcher::Event::Delete(_)) => Some(Event::NodeEligible(false)),
+            Ok(_) => None,
+            Err(e) => {
+                warn!("watching Node: {e}; retrying with backoff");
+                None
+            }
+        }
+    });
+    futures::stream::select_all([services.boxed(), slices.boxed(), node.boxed()]).boxed()
+}
+
+/// One kind's watcher, with managedFields stripped and a reflector store.
+fn kind_stream<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    applied: impl Fn(Arc<K>) -> Change + Send + 'static,
+    deleted: impl Fn(&K) -> Change + Send + 'static,
+    all: impl Fn(Vec<Arc<K>>) -> Change + Send + 'static,
+) -> impl Stream<Item = Event> + Send
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (store, writer): (Store<K>, _) = reflector::store();
+    let kind = K::kind(&());
+    watcher(api, config)
+        .default_backoff()
+        .modify(|o| o.managed_fields_mut().clear())
+        .reflect(writer)
+        .filter_map(move |ev| {
+            let change = match ev {
+                Ok(watcher::Event::Apply(o)) => Some(applied(Arc::new(o))),
+                Ok(watcher::Event::Delete(o)) => Some(deleted(&o)),
+                // The reflector has swapped in the complete list by now.
+                Ok(watcher::Event::InitDone) => Some(all(store.state())),
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => None,
+                Err(e) => {
+                    warn!("watching {kind}: {e}; keeping the last state, retrying with backoff");
+                    None
+                }
+            };
+            futures::future::ready(change.map(Event::Change))
+        })
+}
+
+fn node_eligible(node: &Node) -> bool {
+    let deleting = node.metadata.deletion_timestamp.is_some();
+    let draining = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == TO_BE_DELETED_TAINT));
+    !deleting && !draining
+}
