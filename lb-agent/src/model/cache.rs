@@ -134,6 +134,7 @@ impl Cache {
                 self.slices_of.remove(&owner);
             }
         }
+        self.dirty.insert(owner);
     }
 
     /// Makes `all` the complete set of Services, as after a (re)list: each is

@@ -16,6 +16,8 @@ pub use desired::{Desired, ModelReport, compute};
 pub use exclusion::{ExcludedCidrs, ParseCidrError};
 
 #[cfg(test)]
+mod cache_tests;
+#[cfg(test)]
 mod tests;
 
 /// Transport protocol of a frontend or backend.

@@ -1,0 +1,752 @@
+//! The incremental [`Cache`] against the batch [`compute`]: same answer after
+//! any sequence of events, and every change reported as touched.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::Ipv4Addr,
+};
+
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+
+use super::*;
+use crate::source::file::{Objects, parse_into};
+
+// ---------------------------------------------------------------- helpers
+
+fn parse(doc: &str) -> Objects {
+    let mut out = Objects::default();
+    parse_into("test.yaml", doc, &mut out);
+    assert!(out.skipped.is_empty(), "{doc}\n{:?}", out.skipped);
+    out
+}
+
+/// A Service from its namespace, name and the body of its `spec`.
+fn service(ns: &str, name: &str, spec: &str) -> Service {
+    let mut o = parse(&format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{namespace: {ns}, name: {name}}}\n\
+         spec: {{{spec}}}\n"
+    ));
+    assert_eq!(o.services.len(), 1);
+    o.services.pop().unwrap()
+}
+
+fn svc(ns: &str, name: &str, cluster_ip: &str, ports: &str) -> Service {
+    service(
+        ns,
+        name,
+        &format!("clusterIP: \"{cluster_ip}\", ports: {ports}"),
+    )
+}
+
+/// An EndpointSlice; `labels` and the rest are YAML flow fragments.
+fn raw_slice(ns: &str, name: &str, labels: &str, rest: &str) -> EndpointSlice {
+    let mut o = parse(&format!(
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+         metadata: {{namespace: {ns}, name: {name}, labels: {{{labels}}}}}\n{rest}\n"
+    ));
+    assert_eq!(o.slices.len(), 1);
+    o.slices.pop().unwrap()
+}
+
+/// An IPv4 EndpointSlice labelled for `service`.
+fn slice(ns: &str, name: &str, service: &str, ports: &str, endpoints: &str) -> EndpointSlice {
+    raw_slice(
+        ns,
+        name,
+        &format!("kubernetes.io/service-name: {service}"),
+        &format!("addressType: IPv4\nports: {ports}\nendpoints: {endpoints}"),
+    )
+}
+
+/// `s` with `n` more ready endpoints appended.
+fn padded(mut s: EndpointSlice, n: u32) -> EndpointSlice {
+    let eps = s.endpoints.get_or_insert_with(Vec::new);
+    for i in 0..n {
+        eps.push(k8s_openapi::api::discovery::v1::Endpoint {
+            addresses: vec![Ipv4Addr::from(0x0a09_0000 + i).to_string()],
+            ..Default::default()
+        });
+    }
+    s
+}
+
+fn tcp(vip: &str, port: u16) -> Frontend {
+    Frontend {
+        vip: vip.parse().unwrap(),
+        port,
+        proto: Proto::Tcp,
+    }
+}
+
+fn be(addr: &str, port: u16) -> Backend {
+    Backend {
+        ip: addr.parse().unwrap(),
+        port,
+    }
+}
+
+const HTTP: &str = "[{name: http, port: 80}]";
+const HTTP_EP: &str = "[{name: http, port: 8080}]";
+
+fn eps(ips: &[&str]) -> String {
+    let list: Vec<String> = ips
+        .iter()
+        .map(|ip| format!("{{addresses: [{ip}]}}"))
+        .collect();
+    format!("[{}]", list.join(", "))
+}
+
+fn desired_of(c: &Cache, fe: &Frontend) -> Option<Vec<Backend>> {
+    c.desired(fe).map(<[Backend]>::to_vec)
+}
+
+fn is_invalid(a: &Admission, object: &ObjectRef) -> bool {
+    matches!(a, Admission::Invalid(inv) if inv.object == *object)
+}
+
+/// What a flush of `c` shows: frontend -> (backends, owner).
+type Shown = BTreeMap<Frontend, (Vec<Backend>, ObjectRef)>;
+
+fn shown(c: &Cache) -> Shown {
+    c.programmed()
+        .map(|(fe, b, o)| (*fe, (b.to_vec(), o.clone())))
+        .collect()
+}
+
+fn shown_batch(d: &Desired) -> Shown {
+    d.frontends
+        .iter()
+        .map(|(fe, b)| (*fe, (b.clone(), d.owners[fe].clone())))
+        .collect()
+}
+
+// ---------------------------------------------------------------- random events
+
+/// xorshift64*: deterministic, good enough to shuffle test scenarios.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+
+    /// Up to `max` distinct items, in their original order.
+    fn subset<'a>(&mut self, items: &[&'a str], max: usize) -> Vec<&'a str> {
+        let n = self.below(max + 1);
+        let chosen: BTreeSet<usize> = (0..n).map(|_| self.below(items.len())).collect();
+        chosen.into_iter().map(|i| items[i]).collect()
+    }
+}
+
+/// Services: five in `a`, and one of the same name in `b`.
+const SERVICES: [(&str, &str); 6] = [
+    ("a", "s0"),
+    ("a", "s1"),
+    ("a", "s2"),
+    ("a", "s3"),
+    ("a", "s4"),
+    ("b", "s0"),
+];
+/// Slices, labelled for any of these Services (s5 never exists).
+const SLICES: [(&str, &str); 8] = [
+    ("a", "e0"),
+    ("a", "e1"),
+    ("a", "e2"),
+    ("a", "e3"),
+    ("a", "e4"),
+    ("a", "e5"),
+    ("b", "e0"),
+    ("b", "e1"),
+];
+const LABELS: [&str; 6] = ["s0", "s1", "s2", "s3", "s4", "s5"];
+
+/// Service ports: `http` renumbered (81) or renamed (`web`), both clashing
+/// with the first one when chosen together (an invalid Service).
+const SERVICE_PORTS: [&str; 6] = [
+    "{name: http, port: 80}",
+    "{name: dns, port: 53, protocol: UDP}",
+    "{name: http, port: 81}",
+    "{name: web, port: 80}",
+    "{port: 8443}",
+    "{name: dns-tcp, port: 53, protocol: TCP}",
+];
+const SLICE_PORTS: [&str; 6] = [
+    "{name: http, port: 8080}",
+    "{name: dns, port: 5353, protocol: UDP}",
+    "{name: web, port: 9090}",
+    "{port: 8443}",
+    "{name: dns-tcp, port: 5354, protocol: TCP}",
+    "{name: http, port: 8081, protocol: TCP}",
+];
+/// Endpoint addresses; 10.244/16 is excluded.
+const ADDRESSES: [&str; 8] = [
+    "10.0.0.1",
+    "10.0.0.2",
+    "10.0.0.3",
+    "10.0.0.4",
+    "10.0.0.5",
+    "10.0.0.6",
+    "10.244.0.1",
+    "10.244.0.2",
+];
+const CONDITIONS: [&str; 5] = [
+    "",
+    ", conditions: {ready: true}",
+    ", conditions: {ready: false}",
+    ", conditions: {ready: false, serving: true, terminating: true}",
+    ", conditions: {ready: false, serving: false, terminating: true}",
+];
+
+fn random_service(rng: &mut Rng, ns: &str, name: &str) -> Service {
+    let ports = format!("[{}]", rng.subset(&SERVICE_PORTS, 3).join(", "));
+    let spec = match rng.below(20) {
+        0 => format!("clusterIP: bogus, ports: {ports}"),
+        1 => format!("clusterIP: \"None\", ports: {ports}"),
+        2 => "type: ExternalName, externalName: example.com".to_owned(),
+        3 => format!("clusterIP: 10.96.0.4, clusterIPs: [10.96.0.4, 'fd00::4'], ports: {ports}"),
+        4 => format!("ports: {ports}"),
+        // Few VIPs, so Services often collide on one.
+        _ => {
+            let vip = rng.pick(&["10.96.0.1", "10.96.0.2", "10.96.0.3"]);
+            format!("clusterIP: {vip}, ports: {ports}")
+        }
+    };
+    service(ns, name, &spec)
+}
+
+fn random_slice(rng: &mut Rng, ns: &str, name: &str) -> EndpointSlice {
+    let ports = format!("[{}]", rng.subset(&SLICE_PORTS, 3).join(", "));
+    let n = rng.below(5);
+    let endpoints: Vec<String> = (0..n)
+        .map(|_| {
+            format!(
+                "{{addresses: [{}]{}}}",
+                rng.pick(&ADDRESSES),
+                rng.pick(&CONDITIONS)
+            )
+        })
+        .collect();
+    let body = |kind: &str| {
+        format!(
+            "addressType: {kind}\nports: {ports}\nendpoints: [{}]",
+            endpoints.join(", ")
+        )
+    };
+    let label = format!("kubernetes.io/service-name: {}", rng.pick(&LABELS));
+    match rng.below(25) {
+        0 => raw_slice(ns, name, "", &body("IPv4")),
+        1 => raw_slice(ns, name, &label, &body("FQDN")),
+        2 => raw_slice(ns, name, &label, &body("IPv6")),
+        3 => padded(raw_slice(ns, name, &label, &body("IPv4")), 1001),
+        4 => raw_slice(
+            ns,
+            name,
+            &label,
+            "addressType: IPv4\nports: [{name: http, port: 8080}]\n\
+             endpoints: [{addresses: ['fd00::9']}]",
+        ),
+        _ => raw_slice(ns, name, &label, &body("IPv4")),
+    }
+}
+
+/// How often each kind of event happened, to keep the generator honest.
+#[derive(Debug, Default)]
+struct Seen {
+    invalid: usize,
+    /// Invalid updates of an object that had a valid version in force.
+    kept: usize,
+    ignored: usize,
+    relabelled: usize,
+    conflicts: usize,
+    takeovers: usize,
+    relists: usize,
+    flushes: usize,
+    /// Frontends programmed with at least one backend, over all flushes.
+    served: usize,
+    touched: usize,
+}
+
+fn label_of(s: &EndpointSlice) -> Option<String> {
+    s.metadata
+        .labels
+        .as_ref()?
+        .get("kubernetes.io/service-name")
+        .cloned()
+}
+
+fn run_incremental_against_batch(seed: u64, steps: usize, seen: &mut Seen) {
+    let excluded = ExcludedCidrs::parse(["10.244.0.0/16"]).unwrap();
+    let mut rng = Rng(seed);
+    let mut cache = Cache::new(excluded.clone());
+    // The objects in force: an invalid update leaves the previous version.
+    let mut services: BTreeMap<(String, String), Service> = BTreeMap::new();
+    let mut slices: BTreeMap<(String, String), EndpointSlice> = BTreeMap::new();
+    let mut before = Shown::new();
+
+    for step in 0..steps {
+        match rng.below(21) {
+            // A relist that misses one object: it is gone, delete seen or not.
+            19 if !services.is_empty() => {
+                let gone = services
+                    .keys()
+                    .nth(rng.below(services.len()))
+                    .unwrap()
+                    .clone();
+                services.remove(&gone);
+                for (_, a) in cache.replace_services(services.values()) {
+                    assert!(!matches!(a, Admission::Invalid(_)), "{a:?}");
+                }
+                seen.relists += 1;
+            }
+            20 if !slices.is_empty() => {
+                let gone = slices.keys().nth(rng.below(slices.len())).unwrap().clone();
+                slices.remove(&gone);
+                for (_, a) in cache.replace_slices(slices.values()) {
+                    assert!(!matches!(a, Admission::Invalid(_)), "{a:?}");
+                }
+                seen.relists += 1;
+            }
+            0..=7 => {
+                let (ns, name) = *rng.pick(&SERVICES);
+                let s = random_service(&mut rng, ns, name);
+                match cache.apply_service(&s) {
+                    Admission::Invalid(inv) => {
+                        assert_eq!(inv.object, ObjectRef::service(ns, name));
+                        seen.invalid += 1;
+                        seen.kept += usize::from(services.contains_key(&(ns.into(), name.into())));
+                    }
+                    a => {
+                        seen.ignored += usize::from(matches!(a, Admission::Ignored(_)));
+                        services.insert((ns.into(), name.into()), s);
+                    }
+                }
+            }
+            8..=15 => {
+                let (ns, name) = *rng.pick(&SLICES);
+                let s = random_slice(&mut rng, ns, name);
+                match cache.apply_slice(&s) {
+                    Admission::Invalid(inv) => {
+                        assert_eq!(inv.object, ObjectRef::slice(ns, name));
+                        seen.invalid += 1;
+                        seen.kept += usize::from(slices.contains_key(&(ns.into(), name.into())));
+                    }
+                    a => {
+                        seen.ignored += usize::from(matches!(a, Admission::Ignored(_)));
+                        let old = slices.insert((ns.into(), name.into()), s.clone());
+                        let old_label = old.as_ref().and_then(label_of);
+                        seen.relabelled +=
+                            usize::from(old_label.is_some() && old_label != label_of(&s));
+                    }
+                }
+            }
+            16 | 17 => {
+                let (ns, name) = *rng.pick(&SERVICES);
+                cache.delete_service(ns, name);
+                services.remove(&(ns.into(), name.into()));
+            }
+            _ => {
+                let (ns, name) = *rng.pick(&SLICES);
+                cache.delete_slice(ns, name);
+                slices.remove(&(ns.into(), name.into()));
+            }
+        }
+        if rng.below(3) != 0 && step + 1 != steps {
+            continue;
+        }
+
+        let flush = cache.flush();
+        seen.flushes += 1;
+        seen.touched += flush.touched.len();
+        let all_services: Vec<Service> = services.values().cloned().collect();
+        let all_slices: Vec<EndpointSlice> = slices.values().cloned().collect();
+        let (batch, report) = compute(&all_services, &all_slices, &excluded);
+        let after = shown(&cache);
+        seen.served += after.values().filter(|(b, _)| !b.is_empty()).count();
+        assert_eq!(
+            after,
+            shown_batch(&batch),
+            "seed {seed} step {step}: incremental and batch disagree"
+        );
+        // Every change since the last flush was reported.
+        let keys: BTreeSet<&Frontend> = before.keys().chain(after.keys()).collect();
+        for fe in keys {
+            if before.get(fe) != after.get(fe) {
+                assert!(
+                    flush.touched.contains(fe),
+                    "seed {seed} step {step}: {fe} changed ({:?} -> {:?}) but was not touched",
+                    before.get(fe),
+                    after.get(fe)
+                );
+            }
+        }
+        for fe in &flush.touched {
+            assert_eq!(
+                desired_of(&cache, fe),
+                batch.frontends.get(fe).cloned(),
+                "{fe}"
+            );
+        }
+        let conflicts: Vec<(Frontend, ObjectRef)> =
+            cache.conflicts().map(|(f, o)| (*f, o.clone())).collect();
+        assert_eq!(conflicts, report.conflicts, "seed {seed} step {step}");
+        seen.conflicts += conflicts.len();
+        for (fe, owner) in &flush.passthrough {
+            assert_eq!(report.passthrough.get(fe), Some(owner), "{fe}");
+        }
+        assert!(flush.excluded.is_subset(&report.excluded));
+        // A frontend that changed hands: its owner went away, another took over.
+        seen.takeovers += after
+            .iter()
+            .filter(|(f, (_, o))| before.get(f).is_some_and(|(_, w)| w != o))
+            .count();
+        before = after;
+    }
+}
+
+#[test]
+fn incremental_updates_match_the_batch_computation() {
+    let mut seen = Seen::default();
+    for seed in [1, 2, 3, 42, 0xdead_beef, 0x1234_5678_9abc] {
+        run_incremental_against_batch(seed, 200, &mut seen);
+    }
+    // The generator really produced the interesting cases.
+    for (what, n) in [
+        ("invalid", seen.invalid),
+        ("kept", seen.kept),
+        ("served", seen.served),
+        ("ignored", seen.ignored),
+        ("relabelled", seen.relabelled),
+        ("conflicts", seen.conflicts),
+        ("takeovers", seen.takeovers),
+        ("relists", seen.relists),
+        ("flushes", seen.flushes),
+        ("touched", seen.touched),
+    ] {
+        assert!(n >= 10, "only {n} {what}: {seen:?}");
+    }
+}
+
+// ---------------------------------------------------------------- conflicts
+
+#[test]
+fn loser_takes_over_when_the_winner_goes_away() {
+    let fe = tcp("10.96.0.1", 80);
+    let (alpha, beta) = (
+        ObjectRef::service("default", "alpha"),
+        ObjectRef::service("default", "beta"),
+    );
+    let mut c = Cache::default();
+    // The loser arrives first: arrival order must not matter.
+    for s in [
+        svc("default", "beta", "10.96.0.1", HTTP),
+        svc("default", "alpha", "10.96.0.1", HTTP),
+    ] {
+        assert_eq!(c.apply_service(&s), Admission::Accepted);
+    }
+    for s in [
+        slice("default", "alpha-1", "alpha", HTTP_EP, &eps(&["10.0.0.1"])),
+        slice("default", "beta-1", "beta", HTTP_EP, &eps(&["10.0.0.2"])),
+    ] {
+        assert_eq!(c.apply_slice(&s), Admission::Accepted);
+    }
+    assert!(c.flush().touched.contains(&fe));
+    assert_eq!(desired_of(&c, &fe), Some(vec![be("10.0.0.1", 8080)]));
+    assert_eq!(c.winner(&fe).map(|(o, _)| o), Some(&alpha));
+    assert_eq!(c.conflicts().collect::<Vec<_>>(), [(&fe, &beta)]);
+
+    // The loser's own changes are tracked while it loses.
+    c.apply_slice(&slice(
+        "default",
+        "beta-1",
+        "beta",
+        HTTP_EP,
+        &eps(&["10.0.0.2", "10.0.0.3"]),
+    ));
+    c.flush();
+    assert_eq!(desired_of(&c, &fe), Some(vec![be("10.0.0.1", 8080)]));
+
+    c.delete_service("default", "alpha");
+    let flush = c.flush();
+    assert_eq!(flush.touched, BTreeSet::from([fe]));
+    assert_eq!(
+        desired_of(&c, &fe),
+        Some(vec![be("10.0.0.2", 8080), be("10.0.0.3", 8080)])
+    );
+    assert_eq!(c.winner(&fe).map(|(o, _)| o), Some(&beta));
+    assert_eq!(c.conflicts().count(), 0);
+    assert_eq!(c.service_count(), 1);
+
+    // Back again: the first by name wins again, whatever the arrival order.
+    c.apply_service(&svc("default", "alpha", "10.96.0.1", HTTP));
+    assert!(c.flush().touched.contains(&fe));
+    assert_eq!(desired_of(&c, &fe), Some(vec![be("10.0.0.1", 8080)]));
+
+    // The winner moving to another port (or becoming headless) hands over too.
+    c.apply_service(&svc(
+        "default",
+        "alpha",
+        "10.96.0.1",
+        "[{name: http, port: 8000}]",
+    ));
+    let flush = c.flush();
+    assert!(flush.touched.contains(&fe) && flush.touched.contains(&tcp("10.96.0.1", 8000)));
+    assert_eq!(c.winner(&fe).map(|(o, _)| o), Some(&beta));
+    assert_eq!(
+        desired_of(&c, &tcp("10.96.0.1", 8000)),
+        Some(vec![be("10.0.0.1", 8080)])
+    );
+    c.apply_service(&svc("default", "alpha", "10.96.0.1", HTTP));
+    c.flush();
+    assert_eq!(c.winner(&fe).map(|(o, _)| o), Some(&alpha));
+    let headless = svc("default", "alpha", "None", HTTP);
+    assert!(matches!(c.apply_service(&headless), Admission::Ignored(_)));
+    assert!(c.flush().touched.contains(&fe));
+    assert_eq!(c.winner(&fe).map(|(o, _)| o), Some(&beta));
+    assert_eq!(desired_of(&c, &fe).map(|b| b.len()), Some(2));
+
+    // The last claimant gone: nothing left to program.
+    c.delete_service("default", "beta");
+    assert_eq!(c.flush().touched, BTreeSet::from([fe]));
+    assert_eq!(c.desired(&fe), None);
+    assert_eq!(c.programmed().count(), 0);
+    assert_eq!(c.service_count(), 0);
+}
+
+// ---------------------------------------------------------------- invalid and ignored updates
+
+#[test]
+fn invalid_service_update_keeps_the_last_valid_version() {
+    let fe = tcp("10.96.0.1", 80);
+    let object = ObjectRef::service("default", "web");
+    let mut c = Cache::default();
+    c.apply_service(&svc("default", "web", "10.96.0.1", HTTP));
+    c.apply_slice(&slice(
+        "default",
+        "web-1",
+        "web",
+        HTTP_EP,
+        &eps(&["10.0.0.1"]),
+    ));
+    c.flush();
+    let before = shown(&c);
+    assert_eq!(desired_of(&c, &fe), Some(vec![be("10.0.0.1", 8080)]));
+
+    for bad in [
+        svc("default", "web", "banana", HTTP),
+        svc("default", "web", "10.96.0.9", "[{name: http, port: 0}]"),
+        svc(
+            "default",
+            "web",
+            "10.96.0.9",
+            "[{name: http, port: 80}, {name: http, port: 81}]",
+        ),
+    ] {
+        let a = c.apply_service(&bad);
+        assert!(is_invalid(&a, &object), "{a:?}");
+        assert_eq!(c.flush(), Flush::default());
+        assert_eq!(shown(&c), before);
+    }
+
+    // A later valid update applies, and the old frontend goes.
+    let a = c.apply_service(&svc("default", "web", "10.96.0.2", HTTP));
+    assert_eq!(a, Admission::Accepted);
+    let flush = c.flush();
+    assert_eq!(flush.touched, BTreeSet::from([fe, tcp("10.96.0.2", 80)]));
+    assert_eq!(c.desired(&fe), None);
+    assert_eq!(
+        desired_of(&c, &tcp("10.96.0.2", 80)),
+        Some(vec![be("10.0.0.1", 8080)])
+    );
+}
+
+#[test]
+fn invalid_slice_update_keeps_the_last_valid_version() {
+    let fe = tcp("10.96.0.1", 80);
+    let other = tcp("10.96.0.2", 80);
+    let object = ObjectRef::slice("default", "web-1");
+    let mut c = Cache::default();
+    c.apply_service(&svc("default", "web", "10.96.0.1", HTTP));
+    c.apply_service(&svc("default", "api", "10.96.0.2", HTTP));
+    let good = slice("default", "web-1", "web", HTTP_EP, &eps(&["10.0.0.1"]));
+    assert_eq!(c.apply_slice(&good), Admission::Accepted);
+    c.flush();
+    let before = shown(&c);
+    assert_eq!(desired_of(&c, &fe), Some(vec![be("10.0.0.1", 8080)]));
+    assert_eq!(desired_of(&c, &other), Some(vec![]));
+
+    let too_many = padded(
+        slice("default", "web-1", "web", HTTP_EP, &eps(&["10.0.0.2"])),
+        1000,
+    );
+    let no_label = raw_slice(
+        "default",
+        "web-1",
+        "",
+        &format!(
+            "addressType: IPv4\nports: {HTTP_EP}\nendpoints: {}",
+            eps(&["10.0.0.3"])
+        ),
+    );
+    let empty_label = raw_slice(
+        "default",
+        "web-1",
+        "kubernetes.io/service-name: \"\"",
+        &format!(
+            "addressType: IPv4\nports: {HTTP_EP}\nendpoints: {}",
+            eps(&["10.0.0.3"])
+        ),
+    );
+    let bad_address = slice("default", "web-1", "api", HTTP_EP, &eps(&["'fd00::1'"]));
+    let bad_port = slice(
+        "default",
+        "web-1",
+        "api",
+        "[{name: http, port: 0}]",
+        &eps(&["10.0.0.4"]),
+    );
+    for bad in [too_many, no_label, empty_label, bad_address, bad_port] {
+        let a = c.apply_slice(&bad);
+        assert!(is_invalid(&a, &object), "{a:?}");
+        assert_eq!(c.flush(), Flush::default());
+        assert_eq!(shown(&c), before);
+    }
+
+    // A valid update applies, even straight after an invalid one.
+    let grown = slice(
+        "default",
+        "web-1",
+        "web",
+        HTTP_EP,
+        &eps(&["10.0.0.1", "10.0.0.5"]),
+    );
+    assert_eq!(c.apply_slice(&grown), Admission::Accepted);
+    assert_eq!(c.flush().touched, BTreeSet::from([fe]));
+    assert_eq!(
+        desired_of(&c, &fe),
+        Some(vec![be("10.0.0.1", 8080), be("10.0.0.5", 8080)])
+    );
+}
+
+#[test]
+fn ignored_update_drops_the_old_version() {
+    let fe = tcp("10.96.0.1", 80);
+    let mut c = Cache::default();
+    c.apply_service(&svc("default", "web", "10.96.0.1", HTTP));
+    c.apply_slice(&slice(
+        "default",
+        "web-1",
+        "web",
+        HTTP_EP,
+        &eps(&["10.0.0.1"]),
+    ));
+    c.apply_slice(&slice(
+        "default",
+        "web-2",
+        "web",
+        HTTP_EP,
+        &eps(&["10.0.0.2"]),
+    ));
+    c.flush();
+    assert_eq!(desired_of(&c, &fe).map(|b| b.len()), Some(2));
+
+    let fqdn = raw_slice(
+        "default",
+        "web-2",
+        "kubernetes.io/service-name: web",
+        "addressType: FQDN\nports: [{name: http, port: 8080}]\n\
+         endpoints: [{addresses: [example.com]}]",
+    );
+    assert!(matches!(c.apply_slice(&fqdn), Admission::Ignored(_)));
+    assert_eq!(c.flush().touched, BTreeSet::from([fe]));
+    assert_eq!(desired_of(&c, &fe), Some(vec![be("10.0.0.1", 8080)]));
+
+    let external = service(
+        "default",
+        "web",
+        "type: ExternalName, externalName: example.com",
+    );
+    assert!(matches!(c.apply_service(&external), Admission::Ignored(_)));
+    assert_eq!(c.flush().touched, BTreeSet::from([fe]));
+    assert_eq!(c.desired(&fe), None);
+    assert_eq!(c.programmed().count(), 0);
+}
+
+// ---------------------------------------------------------------- slices moving
+
+#[test]
+fn relabelled_slice_moves_its_endpoints_and_deleted_slice_takes_them_away() {
+    let (fa, fb) = (tcp("10.96.0.1", 80), tcp("10.96.0.2", 80));
+    let mut c = Cache::default();
+    c.apply_service(&svc("default", "a", "10.96.0.1", HTTP));
+    c.apply_service(&svc("default", "b", "10.96.0.2", HTTP));
+    c.apply_slice(&slice("default", "a-1", "a", HTTP_EP, &eps(&["10.0.0.1"])));
+    c.apply_slice(&slice("default", "x", "a", HTTP_EP, &eps(&["10.0.0.7"])));
+    c.flush();
+    assert_eq!(
+        desired_of(&c, &fa),
+        Some(vec![be("10.0.0.1", 8080), be("10.0.0.7", 8080)])
+    );
+    assert_eq!(desired_of(&c, &fb), Some(vec![]));
+
+    // Relabelled from a to b.
+    c.apply_slice(&slice("default", "x", "b", HTTP_EP, &eps(&["10.0.0.7"])));
+    let flush = c.flush();
+    assert_eq!(flush.touched, BTreeSet::from([fa, fb]));
+    assert_eq!(desired_of(&c, &fa), Some(vec![be("10.0.0.1", 8080)]));
+    assert_eq!(desired_of(&c, &fb), Some(vec![be("10.0.0.7", 8080)]));
+
+    // To a Service that does not exist (yet): its endpoints wait there.
+    c.apply_slice(&slice("default", "x", "c", HTTP_EP, &eps(&["10.0.0.7"])));
+    assert_eq!(c.flush().touched, BTreeSet::from([fb]));
+    assert_eq!(desired_of(&c, &fb), Some(vec![]));
+    c.apply_service(&svc("default", "c", "10.96.0.3", HTTP));
+    c.flush();
+    assert_eq!(
+        desired_of(&c, &tcp("10.96.0.3", 80)),
+        Some(vec![be("10.0.0.7", 8080)])
+    );
+
+    // Deleted: its endpoints go; the Service stays, rejecting.
+    c.delete_slice("default", "x");
+    assert_eq!(c.flush().touched, BTreeSet::from([tcp("10.96.0.3", 80)]));
+    assert_eq!(desired_of(&c, &tcp("10.96.0.3", 80)), Some(vec![]));
+    c.delete_slice("default", "a-1");
+    assert_eq!(c.flush().touched, BTreeSet::from([fa]));
+    assert_eq!(desired_of(&c, &fa), Some(vec![]));
+    // Deleting what is not there touches nothing.
+    c.delete_slice("default", "a-1");
+    c.delete_slice("other", "nope");
+    assert_eq!(c.flush(), Flush::default());
+}
+
+// ---------------------------------------------------------------- flush
+
+#[test]
+fn flush_with_nothing_dirty_touches_nothing() {
+    let mut c = Cache::default();
+    assert_eq!(c.flush(), Flush::default());
+    c.apply_service(&svc("default", "a", "10.96.0.1", HTTP));
+    c.apply_service(&svc("default", "b", "10.96.0.2", HTTP));
+    c.apply_slice(&slice("default", "a-1", "a", HTTP_EP, &eps(&["10.0.0.1"])));
+    assert_eq!(c.flush().touched.len(), 2);
+    let before = shown(&c);
+    assert_eq!(c.flush(), Flush::default());
+    assert_eq!(c.flush(), Flush::default());
+    assert_eq!(shown(&c), before);
+
+    // Only the Service an event concerns is recomputed.
+    c.apply_slice(&slice("default", "a-1", "a", HTTP_EP, &eps(&["10.0.0.2"])));
+    assert_eq!(c.flush().touched, BTreeSet::from([tcp("10.96.0.1", 80)]));
+    assert_eq!(c.flush(), Flush::default());
+}
