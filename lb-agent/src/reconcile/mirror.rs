@@ -108,13 +108,18 @@ impl Mirror {
     }
 }
 
+/// More ids than any map holds (the largest has 262,144 entries).
+const MAX_INDEXED_GAP: u32 = 1 << 20;
+
 /// The ids in use, for handing out the lowest free one (from 1) in O(log n).
 #[derive(Debug)]
 pub(super) struct IdPool {
     /// Free ids below `next`.
     free: BTreeSet<u32>,
-    /// Every id from here up is free.
+    /// Every id from here up is free, but for those in `far`.
     next: u32,
+    /// In-use ids far above `next`.
+    far: BTreeSet<u32>,
 }
 
 impl Default for IdPool {
@@ -122,6 +127,7 @@ impl Default for IdPool {
         Self {
             free: BTreeSet::new(),
             next: 1,
+            far: BTreeSet::new(),
         }
     }
 }
@@ -129,14 +135,24 @@ impl Default for IdPool {
 impl IdPool {
     fn take(&mut self, id: u32) {
         if id >= self.next {
+            // The agent hands out dense ids; a far larger one was written by
+            // something else. It is set aside instead of indexing the gap
+            // below it, so an adopted id near u32::MAX cannot exhaust memory.
+            if id - self.next > MAX_INDEXED_GAP {
+                self.far.insert(id);
+                return;
+            }
             self.free.extend(self.next..id);
-            self.next = id.saturating_add(1);
+            self.next = id + 1;
         } else {
             self.free.remove(&id);
         }
     }
 
     fn release(&mut self, id: u32) {
+        if self.far.remove(&id) {
+            return;
+        }
         if id < self.next {
             self.free.insert(id);
         }
@@ -146,11 +162,35 @@ impl IdPool {
     /// it. Ids handed out earlier in a pass all lie below `floor`, so a pass
     /// never hands out one id twice, in O(log n) per id.
     pub fn lowest_free(&self, floor: &mut u32) -> u32 {
-        let id = match self.free.range(*floor..).next() {
+        let mut id = match self.free.range(*floor..).next() {
             Some(id) => *id,
             None => self.next.max(*floor),
         };
+        while self.far.contains(&id) {
+            id += 1;
+        }
         *floor = id.checked_add(1).expect("fewer than 2^32 ids in use");
         id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_foreign_huge_id_neither_exhausts_memory_nor_is_handed_out_twice() {
+        let mut pool = IdPool::default();
+        pool.take(2);
+        pool.take(u32::MAX);
+        assert!(
+            pool.free.len() <= 1,
+            "gap below a huge id must not be indexed"
+        );
+        let mut floor = 1;
+        assert_eq!(pool.lowest_free(&mut floor), 1);
+        assert_eq!(pool.lowest_free(&mut floor), 3);
+        pool.release(u32::MAX);
+        assert!(pool.far.is_empty());
     }
 }
