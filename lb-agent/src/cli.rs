@@ -19,6 +19,10 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "parsed once at start; boxing would only complicate the callers"
+)]
 pub enum Command {
     /// Load and attach the programs, then keep the maps in sync with the
     /// apiserver (or with --from-file) until SIGTERM.

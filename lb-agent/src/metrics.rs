@@ -124,6 +124,8 @@ pub struct Metrics {
     pub excluded_endpoints: Counter,
     pub invalid_services: Counter,
     pub invalid_slices: Counter,
+    pub ignored_services: Counter,
+    pub ignored_slices: Counter,
     pub map_full_errors: Counter,
     pub map_write_errors: Counter,
 }
@@ -211,6 +213,22 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "lbagent_invalid_objects_total{{kind=\"{kind}\"}} {}",
+                c.get()
+            );
+        }
+        header(
+            &mut out,
+            "lbagent_ignored_objects_total",
+            "Objects deliberately not programmed (headless, ExternalName, FQDN, IPv6 slices).",
+            "counter",
+        );
+        for (kind, c) in [
+            ("Service", &self.ignored_services),
+            ("EndpointSlice", &self.ignored_slices),
+        ] {
+            let _ = writeln!(
+                out,
+                "lbagent_ignored_objects_total{{kind=\"{kind}\"}} {}",
                 c.get()
             );
         }

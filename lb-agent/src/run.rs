@@ -173,6 +173,7 @@ fn sync(syncer: &mut Syncer<BpfStore>) {
             changed = s.outcome.changed(),
             failed = s.outcome.failed.len(),
             took_us = s.took.as_micros() as u64,
+            latency_us = s.latency.as_micros() as u64,
             "sync complete"
         );
     }

@@ -50,6 +50,8 @@ pub struct SyncStats {
     pub frontends: usize,
     pub outcome: Outcome,
     pub took: Duration,
+    /// From the oldest change written to the end of its write.
+    pub latency: Duration,
 }
 
 /// Cache, reconciler and the bookkeeping between syncs.
@@ -156,7 +158,13 @@ impl<S: MapStore> Syncer<S> {
         for (object, admission) in admissions {
             match admission {
                 Admission::Accepted => {}
-                Admission::Ignored(why) => debug!(%object, "not programmed: {why}"),
+                Admission::Ignored(why) => {
+                    debug!(%object, "not programmed: {why}");
+                    match object.kind {
+                        "Service" => m.ignored_services.inc(),
+                        _ => m.ignored_slices.inc(),
+                    }
+                }
                 Admission::Invalid(inv) => {
                     warn!(object = %inv.object, "skipping malformed object: {}", inv.reason);
                     match inv.object.kind {
@@ -199,12 +207,14 @@ impl<S: MapStore> Syncer<S> {
         };
         self.failed = outcome.failed.iter().map(|(fe, _)| *fe).collect();
         let took = start.elapsed();
+        let latency = self.received.iter().min().map_or(took, Instant::elapsed);
         self.record(full, &outcome, took);
         Some(SyncStats {
             full,
             frontends,
             outcome,
             took,
+            latency,
         })
     }
 

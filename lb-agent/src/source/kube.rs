@@ -126,7 +126,7 @@ pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
     let services = kind_stream(
         Api::<Service>::all(client.clone()),
         watcher::Config::default(),
-        |s| Change::Service(s),
+        Change::Service,
         |s| Change::ServiceDeleted {
             namespace: s.namespace().unwrap_or_default(),
             name: s.name_any(),
@@ -136,7 +136,7 @@ pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
     let slices = kind_stream(
         Api::<EndpointSlice>::all(client.clone()),
         watcher::Config::default(),
-        |s| Change::Slice(s),
+        Change::Slice,
         |s| Change::SliceDeleted {
             namespace: s.namespace().unwrap_or_default(),
             name: s.name_any(),
