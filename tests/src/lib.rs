@@ -6,6 +6,7 @@
 //! Everything is torn down by `Drop`, also when a test panics.
 
 pub mod agent;
+pub mod apiserver;
 pub mod cgroup;
 pub mod http;
 pub mod netns;
