@@ -8,8 +8,11 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use serde::Deserialize as _;
+
 use crate::{
     agent::{Agent, PinDir},
+    apiserver::ApiServer,
     cgroup::TestCgroup,
     netns::Topology,
     probe::{self, Churn, Held, Report, Server},
@@ -90,6 +93,29 @@ impl Bed {
         self.agent.as_mut().expect("agent started")
     }
 
+    /// Starts the agent against a (stand-in) apiserver and waits for its
+    /// first sync.
+    pub fn start_agent_kube(
+        &mut self,
+        api: &ApiServer,
+        extra: &[&str],
+    ) -> anyhow::Result<&mut Agent> {
+        let kubeconfig = self.dir.join("kubeconfig");
+        api.write_kubeconfig(&kubeconfig)?;
+        let mut agent =
+            Agent::start_kube(&kubeconfig, self.cgroup.path(), self.pins.path(), extra)?;
+        agent.wait_syncs(1)?;
+        Ok(self.agent.insert(agent))
+    }
+
+    /// Applies every document of `yaml` to the apiserver, then waits until
+    /// the agent has synced at least once more.
+    pub fn kube_apply(&mut self, api: &ApiServer, yaml: &str) -> anyhow::Result<()> {
+        let before = self.agent().syncs();
+        apply_yaml(api, yaml)?;
+        self.agent().wait_syncs(before + 1)
+    }
+
     /// Rewrites the manifest and waits until the running agent synced it.
     pub fn update(&mut self, yaml: &str) -> anyhow::Result<()> {
         let before = self.agent().syncs();
@@ -131,6 +157,17 @@ impl Drop for Bed {
     fn drop(&mut self) {
         let _ = fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Applies every document of a multi-document YAML string to `api`.
+pub fn apply_yaml(api: &ApiServer, yaml: &str) -> anyhow::Result<()> {
+    for doc in serde_yaml::Deserializer::from_str(yaml) {
+        let value = serde_json::Value::deserialize(doc)?;
+        if !value.is_null() {
+            api.apply(value)?;
+        }
+    }
+    Ok(())
 }
 
 /// A v1 Service manifest. `ports`: (name, port, protocol); the port is a

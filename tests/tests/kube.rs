@@ -1,0 +1,564 @@
+//! The real `lb-agent` against the stand-in apiserver, with real traffic in
+//! network namespaces. Needs root; fails loudly without it.
+
+use std::{
+    collections::BTreeSet,
+    time::{Duration, Instant},
+};
+
+use lb_tests::{
+    apiserver::{ApiServer, Verb},
+    scenario::{Bed, apply_yaml, service, slice},
+};
+
+const VIP: &str = "10.96.100.1";
+const TO: &str = "10.96.100.1:80";
+
+/// A Bed with pods `pa`..`pd` (10.42.0.1-4, TCP 8080), the apiserver, and
+/// the agent watching it.
+fn kube_bed(initial: &str) -> anyhow::Result<(Bed, ApiServer)> {
+    let mut bed = Bed::new()?;
+    for (id, ip) in PODS {
+        bed.backend(id, ip.parse()?, &[8080, 9090], &[])?;
+    }
+    let api = ApiServer::start()?;
+    apply_yaml(&api, initial)?;
+    bed.start_agent_kube(&api, &[])?;
+    Ok((bed, api))
+}
+
+const PODS: [(&str, &str); 4] = [
+    ("pa", "10.42.0.1"),
+    ("pb", "10.42.0.2"),
+    ("pc", "10.42.0.3"),
+    ("pd", "10.42.0.4"),
+];
+
+fn web_service() -> String {
+    service("default", "web", VIP, &[("http", 80, "TCP")])
+}
+
+fn web_slice(name: &str, ips: &[&str]) -> String {
+    let eps: Vec<(&str, bool)> = ips.iter().map(|ip| (*ip, true)).collect();
+    slice("default", name, "web", &[("http", 8080, "TCP")], &eps)
+}
+
+/// The pods that answered, after `n` connections that must all succeed.
+fn answering(bed: &Bed, to: &str, n: u32) -> anyhow::Result<BTreeSet<String>> {
+    let r = bed.tcp(to, n)?;
+    anyhow::ensure!(r.failed() == 0, "connections to {to} failed: {r:?}");
+    Ok(r.replies.keys().cloned().collect())
+}
+
+fn set(ids: &[&str]) -> BTreeSet<String> {
+    ids.iter().map(|s| s.to_string()).collect()
+}
+
+/// Polls `check` until it holds (the agent syncs asynchronously).
+fn eventually(what: &str, mut check: impl FnMut() -> anyhow::Result<bool>) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if check()? {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn service_and_slices_spread_over_several_slices_scale_up_and_down() -> anyhow::Result<()> {
+    let (mut bed, api) = kube_bed(
+        &(web_service()
+            + &web_slice("web-a", &["10.42.0.1", "10.42.0.2"])
+            + &web_slice("web-b", &["10.42.0.3"])),
+    )?;
+    assert_eq!(answering(&bed, TO, 200)?, set(&["pa", "pb", "pc"]));
+
+    // Scale up: a new endpoint in slice b.
+    bed.kube_apply(&api, &web_slice("web-b", &["10.42.0.3", "10.42.0.4"]))?;
+    assert_eq!(answering(&bed, TO, 200)?, set(&["pa", "pb", "pc", "pd"]));
+
+    // Scale down: slice a goes away entirely.
+    let before = bed.agent().syncs();
+    api.delete("EndpointSlice", Some("default"), "web-a")?;
+    bed.agent().wait_syncs(before + 1)?;
+    assert_eq!(answering(&bed, TO, 100)?, set(&["pc", "pd"]));
+
+    // Not ready endpoints are dropped.
+    bed.kube_apply(
+        &api,
+        &slice(
+            "default",
+            "web-b",
+            "web",
+            &[("http", 8080, "TCP")],
+            &[("10.42.0.3", true), ("10.42.0.4", false)],
+        ),
+    )?;
+    assert_eq!(answering(&bed, TO, 50)?, set(&["pc"]));
+    Ok(())
+}
+
+#[test]
+fn ports_renamed_and_renumbered() -> anyhow::Result<()> {
+    let (mut bed, api) = kube_bed(&(web_service() + &web_slice("web-a", &["10.42.0.1"])))?;
+    assert_eq!(answering(&bed, TO, 20)?, set(&["pa"]));
+
+    // Service port renamed and renumbered (80 -> 8000), slice port renamed
+    // and moved to 9090 in the same step, as a rolling update would.
+    bed.kube_apply(
+        &api,
+        &service("default", "web", VIP, &[("web", 8000, "TCP")]),
+    )?;
+    bed.kube_apply(
+        &api,
+        &slice(
+            "default",
+            "web-a",
+            "web",
+            &[("web", 9090, "TCP")],
+            &[("10.42.0.1", true)],
+        ),
+    )?;
+    let r = bed.tcp("10.96.100.1:8000", 20)?;
+    assert_eq!(r.replies.get("pa"), Some(&20), "{r:?}");
+    assert_eq!(r.peers.keys().collect::<Vec<_>>(), ["10.96.100.1:8000"]);
+    // The old port is no longer ours: unreachable inside the test network.
+    let old = bed.tcp(TO, 1)?;
+    assert_eq!(old.ok(), 0, "old port must be gone: {old:?}");
+    let dump = bed.pins.dump()?;
+    assert!(
+        dump.contains("10.42.0.1:9090") && !dump.contains(":8080"),
+        "{dump}"
+    );
+    Ok(())
+}
+
+#[test]
+fn service_deleted_then_recreated() -> anyhow::Result<()> {
+    let (mut bed, api) = kube_bed(&(web_service() + &web_slice("web-a", &["10.42.0.1"])))?;
+    assert_eq!(answering(&bed, TO, 20)?, set(&["pa"]));
+
+    let before = bed.agent().syncs();
+    api.delete("Service", Some("default"), "web")?;
+    bed.agent().wait_syncs(before + 1)?;
+    let dump = bed.pins.dump()?;
+    assert!(
+        !dump.contains(VIP),
+        "deleted Service still programmed:\n{dump}"
+    );
+
+    // Recreated with another endpoint set: the slice that stayed is reused.
+    bed.kube_apply(&api, &web_service())?;
+    assert_eq!(answering(&bed, TO, 20)?, set(&["pa"]));
+    bed.kube_apply(&api, &web_slice("web-a", &["10.42.0.2"]))?;
+    assert_eq!(answering(&bed, TO, 20)?, set(&["pb"]));
+    Ok(())
+}
+
+#[test]
+fn apiserver_outage_keeps_traffic_and_changes_made_meanwhile_apply_after() -> anyhow::Result<()> {
+    let (mut bed, api) = kube_bed(
+        &(web_service()
+            + &web_slice("web-a", &["10.42.0.1"])
+            + &service("default", "old", "10.96.100.2", &[("http", 80, "TCP")])
+            + &slice(
+                "default",
+                "old-a",
+                "old",
+                &[("http", 8080, "TCP")],
+                &[("10.42.0.4", true)],
+            )),
+    )?;
+    api.stop();
+    // The last state keeps serving while the apiserver is away.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(answering(&bed, TO, 20)?, set(&["pa"]));
+    let (status, _) = bed.agent().http_get("healthz", "/healthz")?;
+    assert_eq!(status, 200, "an outage alone must not fail /healthz");
+
+    // Changed while down, including a delete no watch ever reports.
+    apply_yaml(&api, &web_slice("web-a", &["10.42.0.2", "10.42.0.3"]))?;
+    api.delete("Service", Some("default"), "old")?;
+    api.compact();
+    api.restart()?;
+
+    eventually("the changes made during the outage", || {
+        Ok(answering(&bed, TO, 60)? == set(&["pb", "pc"]))
+    })?;
+    eventually(
+        "the Service deleted during the outage to be removed",
+        || Ok(!bed.pins.dump()?.contains("10.96.100.2")),
+    )?;
+    Ok(())
+}
+
+#[test]
+fn expired_resource_version_forces_a_relist_that_catches_missed_deletes() -> anyhow::Result<()> {
+    let (mut bed, api) = kube_bed(
+        &(web_service()
+            + &web_slice("web-a", &["10.42.0.1"])
+            + &web_slice("web-b", &["10.42.0.2"])),
+    )?;
+    assert_eq!(answering(&bed, TO, 50)?, set(&["pa", "pb"]));
+    let lists = api.request_count("endpointslices", Verb::List);
+
+    // The agent stops hearing events, a slice is deleted and history is
+    // compacted; its next watch from the old resourceVersion gets 410.
+    api.pause_watches();
+    api.delete("EndpointSlice", Some("default"), "web-a")?;
+    api.compact();
+    api.close_watches();
+    api.resume_watches();
+
+    eventually("a relist after 410", || {
+        Ok(api.request_count("endpointslices", Verb::List) > lists)
+    })?;
+    eventually("the missed delete to take effect", || {
+        Ok(answering(&bed, TO, 40)? == set(&["pb"]))
+    })?;
+    let log = bed.agent().log_text();
+    assert!(
+        log.contains("full=true"),
+        "a relist must end in a full sync:\n{log}"
+    );
+    Ok(())
+}
+
+#[test]
+fn sigkill_under_traffic_fails_no_connection_and_the_restart_converges() -> anyhow::Result<()> {
+    let (mut bed, api) =
+        kube_bed(&(web_service() + &web_slice("web-a", &["10.42.0.1", "10.42.0.2"])))?;
+    let churn = bed.churn(TO)?;
+    std::thread::sleep(Duration::from_millis(500));
+    bed.agent().kill();
+    // While the agent is down the endpoints change.
+    apply_yaml(&api, &web_slice("web-a", &["10.42.0.2", "10.42.0.3"]))?;
+    std::thread::sleep(Duration::from_millis(1000));
+    bed.start_agent_kube(&api, &[])?;
+    std::thread::sleep(Duration::from_millis(500));
+    let r = churn.finish()?;
+    eprintln!(
+        "SIGKILL under traffic (kube source): {} connections, {} failed",
+        r.ok() + r.failed(),
+        r.failed()
+    );
+    assert_eq!(r.failed(), 0, "{r:?}");
+    assert!(r.ok() > 100, "{r:?}");
+    assert_eq!(answering(&bed, TO, 100)?, set(&["pb", "pc"]));
+    Ok(())
+}
+
+#[test]
+fn malformed_objects_are_skipped_counted_and_the_rest_keeps_working() -> anyhow::Result<()> {
+    let (mut bed, api) = kube_bed(&(web_service() + &web_slice("web-a", &["10.42.0.1"])))?;
+    let m = |bed: &mut Bed, s: &str| bed.agent().metric(s);
+    let inv_svc = r#"lbagent_invalid_objects_total{kind="Service"}"#;
+    let inv_slice = r#"lbagent_invalid_objects_total{kind="EndpointSlice"}"#;
+    let ign_slice = r#"lbagent_ignored_objects_total{kind="EndpointSlice"}"#;
+    let (svc0, slice0, ign0) = (
+        m(&mut bed, inv_svc)?,
+        m(&mut bed, inv_slice)?,
+        m(&mut bed, ign_slice)?,
+    );
+
+    // A bad clusterIP and an out-of-range port.
+    bed.kube_apply(
+        &api,
+        &service("default", "bad-ip", "10.96.300.1", &[("http", 80, "TCP")]),
+    )?;
+    bed.kube_apply(
+        &api,
+        &service(
+            "default",
+            "bad-port",
+            "10.96.100.9",
+            &[("http", 70000, "TCP")],
+        ),
+    )?;
+    // A slice without its service-name label.
+    bed.kube_apply(
+        &api,
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+         metadata: {name: orphan, namespace: default}\naddressType: IPv4\n\
+         ports: [{name: http, port: 8080, protocol: TCP}]\n\
+         endpoints: [{addresses: [\"10.42.0.4\"]}]\n",
+    )?;
+    // An FQDN slice: not ours to program.
+    bed.kube_apply(
+        &api,
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+         metadata: {name: web-fqdn, namespace: default, labels: {kubernetes.io/service-name: web}}\n\
+         addressType: FQDN\nports: [{name: http, port: 8080, protocol: TCP}]\n\
+         endpoints: [{addresses: [\"example.com\"]}]\n",
+    )?;
+    // 1001 endpoints: over the apiserver's own limit of 1000 per slice.
+    let many: Vec<String> = (0..1001)
+        .map(|i| format!("10.43.{}.{}", i / 250, i % 250 + 1))
+        .collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    bed.kube_apply(&api, &web_slice("web-huge", &many))?;
+    // A valid Service whose update turns bad keeps its last valid version.
+    bed.kube_apply(
+        &api,
+        &service("default", "web", "not-an-ip", &[("http", 80, "TCP")]),
+    )?;
+
+    assert_eq!(
+        m(&mut bed, inv_svc)? - svc0,
+        3.0,
+        "bad-ip, bad-port, web's bad update"
+    );
+    assert_eq!(m(&mut bed, inv_slice)? - slice0, 2.0, "orphan, web-huge");
+    assert_eq!(m(&mut bed, ign_slice)? - ign0, 1.0, "web-fqdn");
+    let log = bed.agent().log_text();
+    for name in ["bad-ip", "bad-port", "orphan", "web-huge"] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains("skipping malformed object") && l.contains(name)),
+            "no warning naming {name}:\n{log}"
+        );
+    }
+    // Everything valid still works, the agent still runs.
+    assert_eq!(answering(&bed, TO, 20)?, set(&["pa"]));
+    bed.kube_apply(&api, &web_slice("web-a", &["10.42.0.2"]))?;
+    assert_eq!(answering(&bed, TO, 20)?, set(&["pb"]));
+    Ok(())
+}
+
+#[test]
+fn metrics_and_health_endpoints_report_what_happened() -> anyhow::Result<()> {
+    let (mut bed, api) = kube_bed(&(web_service() + &web_slice("web-a", &["10.42.0.1"])))?;
+    let agent = bed.agent();
+    assert_eq!(
+        agent.http_get("metrics", "/proxyMode")?,
+        (200, "ebpf".to_owned())
+    );
+    let (status, body) = agent.http_get("healthz", "/healthz")?;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"nodeEligible\": true"), "{body}");
+    assert_eq!(agent.http_get("healthz", "/livez")?.0, 200);
+    assert_eq!(agent.metric("lbagent_services_programmed")?, 1.0);
+    assert_eq!(agent.metric("lbagent_backends_programmed")?, 1.0);
+    let syncs = agent.metric("kubeproxy_sync_proxy_rules_duration_seconds_count")?;
+    let changes = agent.metric("kubeproxy_sync_proxy_rules_endpoint_changes_total")?;
+    let programmed = agent.metric("kubeproxy_network_programming_duration_seconds_count")?;
+    assert!(agent.metric("kubeproxy_sync_proxy_rules_last_timestamp_seconds")? > 1.7e9);
+
+    // An update carrying the trigger time the EndpointSlice controller sets.
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+    let mut doc: serde_json::Value = serde_yaml::from_str(
+        web_slice("web-a", &["10.42.0.1", "10.42.0.2"]).trim_start_matches("---\n"),
+    )?;
+    doc["metadata"]["annotations"] = serde_json::json!({
+        "endpoints.kubernetes.io/last-change-trigger-time":
+            format!("{}", jiff_like_rfc3339(now)),
+    });
+    let before = bed.agent().syncs();
+    api.apply(doc)?;
+    bed.agent().wait_syncs(before + 1)?;
+
+    let agent = bed.agent();
+    assert_eq!(
+        agent.metric("kubeproxy_sync_proxy_rules_duration_seconds_count")?,
+        syncs + 1.0
+    );
+    assert_eq!(
+        agent.metric("kubeproxy_sync_proxy_rules_endpoint_changes_total")?,
+        changes + 1.0
+    );
+    assert_eq!(
+        agent.metric("kubeproxy_network_programming_duration_seconds_count")?,
+        programmed + 1.0
+    );
+    assert_eq!(agent.metric("lbagent_backends_programmed")?, 2.0);
+
+    // Excluded endpoints are counted once each.
+    let excluded = agent.metric("lbagent_excluded_endpoints_total")?;
+    assert_eq!(excluded, 0.0);
+
+    // The node going away fails /healthz but not /livez.
+    let before = bed.agent().syncs();
+    apply_yaml(
+        &api,
+        "apiVersion: v1\nkind: Node\nmetadata: {name: node-1}\n\
+         spec: {taints: [{key: ToBeDeletedByClusterAutoscaler, effect: NoSchedule}]}\n",
+    )?;
+    eventually("/healthz to turn 503", || {
+        Ok(bed.agent().http_get("healthz", "/healthz")?.0 == 503)
+    })?;
+    assert_eq!(bed.agent().http_get("healthz", "/livez")?.0, 200);
+    assert_eq!(bed.agent().syncs(), before, "a Node change writes no maps");
+    Ok(())
+}
+
+/// RFC 3339 UTC with microseconds, as `metav1.MicroTime` prints it.
+fn jiff_like_rfc3339(since_epoch: Duration) -> String {
+    let secs = since_epoch.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        since_epoch.subsec_micros()
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day), Howard Hinnant's algorithm.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+#[test]
+fn the_agent_only_makes_requests_the_cluster_role_grants() -> anyhow::Result<()> {
+    let (mut bed, api) = kube_bed(&(web_service() + &web_slice("web-a", &["10.42.0.1"])))?;
+    bed.kube_apply(&api, &web_slice("web-a", &["10.42.0.2"]))?;
+    let rbac = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../manifests/rbac.yaml"
+    ))?;
+    let mut granted = BTreeSet::new();
+    for doc in serde_yaml::Deserializer::from_str(&rbac) {
+        let v = <serde_yaml::Value as serde::Deserialize>::deserialize(doc)?;
+        if v["kind"] != "ClusterRole" {
+            continue;
+        }
+        for rule in v["rules"].as_sequence().into_iter().flatten() {
+            for r in rule["resources"].as_sequence().into_iter().flatten() {
+                for verb in rule["verbs"].as_sequence().into_iter().flatten() {
+                    granted.insert((
+                        r.as_str().unwrap_or("").to_owned(),
+                        verb.as_str().unwrap_or("").to_owned(),
+                    ));
+                }
+            }
+        }
+    }
+    let mut made = Vec::new();
+    for plural in [
+        "services",
+        "endpointslices",
+        "nodes",
+        "endpoints",
+        "pods",
+        "namespaces",
+    ] {
+        for (verb, name) in [
+            (Verb::List, "list"),
+            (Verb::Watch, "watch"),
+            (Verb::Get, "get"),
+        ] {
+            if api.request_count(plural, verb) > 0 {
+                made.push((plural.to_owned(), name.to_owned()));
+            }
+        }
+    }
+    for want in [
+        ("services", "list"),
+        ("endpointslices", "watch"),
+        ("nodes", "watch"),
+    ] {
+        assert!(
+            made.contains(&(want.0.to_owned(), want.1.to_owned())),
+            "the agent never made {want:?}: {made:?}"
+        );
+    }
+    for req in &made {
+        assert!(
+            granted.contains(req),
+            "request {req:?} is not granted by manifests/rbac.yaml: {granted:?}"
+        );
+    }
+    Ok(())
+}
+
+/// 1,000 Services with 4 endpoints each; then 200 single-endpoint updates,
+/// one at a time. Prints the agent's watch-event-to-map-write latency.
+#[test]
+fn a_thousand_services_program_and_each_update_is_written_alone() -> anyhow::Result<()> {
+    const N: u32 = 1000;
+    const UPDATES: u32 = 200;
+    let svc = |i: u32| format!("10.97.{}.{}", i / 250, i % 250 + 1);
+    let mut yaml = String::new();
+    for i in 0..N {
+        yaml += &service("bulk", &format!("s{i}"), &svc(i), &[("http", 80, "TCP")]);
+        let eps: Vec<(&str, bool)> = PODS.iter().map(|(_, ip)| (*ip, true)).collect();
+        yaml += &slice(
+            "bulk",
+            &format!("s{i}-1"),
+            &format!("s{i}"),
+            &[("http", 8080, "TCP")],
+            &eps,
+        );
+    }
+    let (mut bed, api) = kube_bed(&yaml)?;
+    assert_eq!(
+        bed.agent().metric("lbagent_services_programmed")?,
+        f64::from(N)
+    );
+    let first_sync_lines = bed.agent().syncs();
+
+    for u in 0..UPDATES {
+        let i = (u * 7) % N;
+        // Drop one endpoint, rotating which.
+        let eps: Vec<(&str, bool)> = PODS
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| *k as u32 != u % 4)
+            .map(|(_, (_, ip))| (*ip, true))
+            .collect();
+        bed.kube_apply(
+            &api,
+            &slice(
+                "bulk",
+                &format!("s{i}-1"),
+                &format!("s{i}"),
+                &[("http", 8080, "TCP")],
+                &eps,
+            ),
+        )?;
+    }
+    let log = bed.agent().log_text();
+    let mut lat: Vec<u64> = log
+        .lines()
+        .filter(|l| l.contains("sync complete"))
+        .skip(first_sync_lines)
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("latency_us=")?.parse().ok())
+        })
+        .collect();
+    assert_eq!(
+        lat.len(),
+        UPDATES as usize,
+        "one sync per lone event:\n{log}"
+    );
+    lat.sort_unstable();
+    let pct = |p: usize| lat[(lat.len() * p / 100).min(lat.len() - 1)];
+    eprintln!(
+        "{N} Services x 4 endpoints, {UPDATES} lone EndpointSlice updates: \
+         watch event -> map write p50 {} us, p99 {} us, max {} us",
+        pct(50),
+        pct(99),
+        lat[lat.len() - 1]
+    );
+    // The last updated Service really moved: (199*7)%1000 = 393 dropped pod index 199%4 = 3.
+    let r = bed.tcp(&format!("{}:80", svc(393)), 60)?;
+    assert_eq!(r.failed(), 0, "{r:?}");
+    assert_eq!(
+        r.replies.keys().cloned().collect::<BTreeSet<_>>(),
+        set(&["pa", "pb", "pc"])
+    );
+    Ok(())
+}
