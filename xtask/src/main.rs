@@ -1,7 +1,8 @@
-//! `cargo xtask`: setup, demo and test orchestration. eBPF itself is built by
-//! `lb-agent/build.rs`.
+//! `cargo xtask`: setup, demo, test and kind deployment orchestration. eBPF
+//! itself is built by `lb-agent/build.rs`.
 
 mod demo;
+mod run;
 mod setup;
 
 use std::process::Command;
@@ -24,6 +25,8 @@ enum Cmd {
     Demo,
     /// fmt --check, clippy -D warnings, and every test (privileged ones included).
     Test,
+    /// Build the image and deploy manifests/ to a kind cluster.
+    Run(run::RunArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -63,6 +66,7 @@ fn main() -> anyhow::Result<()> {
             // (lb-agent's build.rs compiles it, so its errors surface here too).
             cargo(&["test"])
         }
+        Cmd::Run(args) => run::run(&args),
     }
 }
 
