@@ -9,6 +9,7 @@ pub mod agent;
 pub mod apiserver;
 pub mod cgroup;
 pub mod http;
+pub mod kubeproxy;
 pub mod netns;
 pub mod probe;
 pub mod scenario;

@@ -1,0 +1,291 @@
+//! kube-proxy **v1.31** iptables mode (`pkg/proxy/iptables/proxier.go`,
+//! `syncProxyRules` on a full sync) for ClusterIP services.
+//!
+//! Reproduced: the `filter` and `nat` tables kube-proxy restores
+//! (`KUBE-SERVICES`, `KUBE-NODEPORTS`, `KUBE-POSTROUTING`, `KUBE-MARK-MASQ`,
+//! `KUBE-EXTERNAL-SERVICES`, `KUBE-FORWARD`, `KUBE-PROXY-FIREWALL`,
+//! `KUBE-FIREWALL`, one `KUBE-SVC-<hash>` per service port and one
+//! `KUBE-SEP-<hash>` per endpoint), rule for rule and in kube-proxy's order;
+//! comments as kube-proxy writes them, including "large cluster mode" (more
+//! than 1000 endpoints: no comments on the endpoint rules); probabilities
+//! with `%0.10f`; `REJECT` rules for services without endpoints; the jump
+//! rules from the built-in chains and the `KUBE-PROXY-CANARY` chains.
+//!
+//! Simplified: kube-proxy installs the jumps from built-in chains with
+//! `iptables -I` and restores with `--noflush`; here they are `-A` lines in
+//! the order the prepends leave them, in one input for a plain
+//! `iptables-restore` (which flushes the tables it names, so load it into a
+//! fresh namespace; it also names `mangle`, for the canary chain). The
+//! `nfacct` accounting matches v1.31 adds when the kernel offers nfacct
+//! (`ct_state_invalid_dropped_pkts`, `localhost_nps_accepted_pkts`) are left
+//! out, as kube-proxy does without nfacct. No NodePort/LoadBalancer/
+//! externalIPs, session affinity, traffic policies or terminating endpoints.
+
+use std::{collections::HashMap, fmt::Write as _};
+
+use super::{MASQ_MARK, SvcSpec, hash_b32};
+
+/// kube-proxy's `largeClusterEndpointsThreshold`.
+const LARGE_CLUSTER_ENDPOINTS: usize = 1000;
+
+/// `(table, srcChain, extraArgs, comment, dstChain)` from kube-proxy's
+/// `iptablesJumpChains` followed by `iptablesKubeletJumpChains`.
+const JUMPS: [(&str, &str, &str, &str, &str); 14] = [
+    (
+        "filter",
+        "INPUT",
+        NEW,
+        "kubernetes externally-visible service portals",
+        "KUBE-EXTERNAL-SERVICES",
+    ),
+    (
+        "filter",
+        "FORWARD",
+        NEW,
+        "kubernetes externally-visible service portals",
+        "KUBE-EXTERNAL-SERVICES",
+    ),
+    (
+        "filter",
+        "INPUT",
+        "",
+        "kubernetes health check service ports",
+        "KUBE-NODEPORTS",
+    ),
+    (
+        "filter",
+        "FORWARD",
+        NEW,
+        "kubernetes service portals",
+        "KUBE-SERVICES",
+    ),
+    (
+        "filter",
+        "OUTPUT",
+        NEW,
+        "kubernetes service portals",
+        "KUBE-SERVICES",
+    ),
+    (
+        "filter",
+        "FORWARD",
+        "",
+        "kubernetes forwarding rules",
+        "KUBE-FORWARD",
+    ),
+    (
+        "filter",
+        "INPUT",
+        NEW,
+        "kubernetes load balancer firewall",
+        "KUBE-PROXY-FIREWALL",
+    ),
+    (
+        "filter",
+        "OUTPUT",
+        NEW,
+        "kubernetes load balancer firewall",
+        "KUBE-PROXY-FIREWALL",
+    ),
+    (
+        "filter",
+        "FORWARD",
+        NEW,
+        "kubernetes load balancer firewall",
+        "KUBE-PROXY-FIREWALL",
+    ),
+    (
+        "nat",
+        "OUTPUT",
+        "",
+        "kubernetes service portals",
+        "KUBE-SERVICES",
+    ),
+    (
+        "nat",
+        "PREROUTING",
+        "",
+        "kubernetes service portals",
+        "KUBE-SERVICES",
+    ),
+    (
+        "nat",
+        "POSTROUTING",
+        "",
+        "kubernetes postrouting rules",
+        "KUBE-POSTROUTING",
+    ),
+    ("filter", "INPUT", "", "", "KUBE-FIREWALL"),
+    ("filter", "OUTPUT", "", "", "KUBE-FIREWALL"),
+];
+const NEW: &str = "-m conntrack --ctstate NEW";
+
+/// `iptables-restore` input equivalent to kube-proxy v1.31's full sync of
+/// `services` (ClusterIP only), with `cluster_cidr` as `--cluster-cidr`.
+/// See the module documentation for what is simplified.
+pub fn iptables_restore(services: &[SvcSpec], cluster_cidr: &str) -> String {
+    let total_endpoints: usize = services.iter().map(|s| s.endpoints.len()).sum();
+    let large_cluster = total_endpoints > LARGE_CLUSTER_ENDPOINTS;
+    let mut probabilities = Probabilities::default();
+
+    // Chain lines and rules are gathered separately, as kube-proxy does.
+    let mut nat_chains = String::with_capacity(40 * (services.len() + total_endpoints) + 256);
+    let mut nat_rules = String::with_capacity(300 * services.len() + 260 * total_endpoints + 1024);
+    let mut filter_rules = String::new();
+
+    let mut o = String::new();
+    o.push_str("*mangle\n:KUBE-PROXY-CANARY - [0:0]\nCOMMIT\n*filter\n");
+    for chain in [
+        "KUBE-SERVICES",
+        "KUBE-EXTERNAL-SERVICES",
+        "KUBE-FORWARD",
+        "KUBE-NODEPORTS",
+        "KUBE-PROXY-FIREWALL",
+        // Written when iptables.localhostNodePorts is on (the default).
+        "KUBE-FIREWALL",
+        "KUBE-PROXY-CANARY",
+    ] {
+        chain_line(&mut o, chain);
+    }
+    jumps(&mut o, "filter");
+    filter_rules.push_str(
+        "-A KUBE-FIREWALL -m comment --comment \"block incoming localnet connections\" \
+         -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT \
+         -j DROP\n",
+    );
+
+    for chain in [
+        "KUBE-SERVICES",
+        "KUBE-NODEPORTS",
+        "KUBE-POSTROUTING",
+        "KUBE-MARK-MASQ",
+    ] {
+        chain_line(&mut nat_chains, chain);
+    }
+    let _ = write!(
+        nat_rules,
+        "-A KUBE-POSTROUTING -m mark ! --mark {MASQ_MARK}/{MASQ_MARK} -j RETURN\n\
+         -A KUBE-POSTROUTING -j MARK --xor-mark {MASQ_MARK}\n\
+         -A KUBE-POSTROUTING -m comment --comment \"kubernetes service traffic requiring SNAT\" \
+         -j MASQUERADE --random-fully\n\
+         -A KUBE-MARK-MASQ -j MARK --or-mark {MASQ_MARK}\n"
+    );
+
+    for svc in services {
+        let proto = svc.proto.as_str();
+        let name = svc.port_name_string();
+        let (vip, port) = (svc.vip, svc.port);
+        if svc.endpoints.is_empty() {
+            let _ = writeln!(
+                filter_rules,
+                "-A KUBE-SERVICES -m comment --comment \"{name} has no endpoints\" \
+                 -m {proto} -p {proto} -d {vip} --dport {port} -j REJECT"
+            );
+            continue;
+        }
+        let svc_chain = format!("KUBE-SVC-{}", hash_b32(&format!("{name}{proto}"), 16));
+        let match_vip = format!(
+            "-m comment --comment \"{name} cluster IP\" -m {proto} -p {proto} -d {vip} --dport {port}"
+        );
+        let _ = writeln!(nat_rules, "-A KUBE-SERVICES {match_vip} -j {svc_chain}");
+
+        chain_line(&mut nat_chains, &svc_chain);
+        let _ = writeln!(
+            nat_rules,
+            "-A {svc_chain} {match_vip} ! -s {cluster_cidr} -j KUBE-MARK-MASQ"
+        );
+        let eps: Vec<(String, String)> = svc
+            .endpoints
+            .iter()
+            .map(|(ip, port)| {
+                let ep = format!("{ip}:{port}");
+                let chain = format!("KUBE-SEP-{}", hash_b32(&format!("{name}{proto}{ep}"), 16));
+                (ep, chain)
+            })
+            .collect();
+        let n = eps.len();
+        for (i, (ep, sep)) in eps.iter().enumerate() {
+            let _ = write!(nat_rules, "-A {svc_chain} ");
+            if !large_cluster {
+                let _ = write!(nat_rules, "-m comment --comment \"{name} -> {ep}\" ");
+            }
+            if i < n - 1 {
+                let _ = write!(
+                    nat_rules,
+                    "-m statistic --mode random --probability {} ",
+                    probabilities.get(n - i)
+                );
+            }
+            let _ = writeln!(nat_rules, "-j {sep}");
+        }
+        for ((ip, _), (ep, sep)) in svc.endpoints.iter().zip(&eps) {
+            chain_line(&mut nat_chains, sep);
+            let comment = if large_cluster {
+                String::new()
+            } else {
+                format!("-m comment --comment {name} ")
+            };
+            let _ = write!(
+                nat_rules,
+                "-A {sep} {comment}-s {ip} -j KUBE-MARK-MASQ\n\
+                 -A {sep} {comment}-m {proto} -p {proto} -j DNAT --to-destination {ep}\n"
+            );
+        }
+    }
+
+    // "Finally, tail-call to the nodePorts chain."
+    nat_rules.push_str(
+        "-A KUBE-SERVICES -m comment --comment \"kubernetes service nodeports; NOTE: this must \
+         be the last rule in this chain\" -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS\n",
+    );
+    // nf_conntrack_tcp_be_liberal is off by default.
+    let _ = write!(
+        filter_rules,
+        "-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP\n\
+         -A KUBE-FORWARD -m comment --comment \"kubernetes forwarding rules\" \
+         -m mark --mark {MASQ_MARK}/{MASQ_MARK} -j ACCEPT\n\
+         -A KUBE-FORWARD -m comment --comment \"kubernetes forwarding conntrack rule\" \
+         -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n"
+    );
+
+    o.push_str(&filter_rules);
+    o.push_str("COMMIT\n*nat\n");
+    o.push_str(&nat_chains);
+    chain_line(&mut o, "KUBE-PROXY-CANARY");
+    jumps(&mut o, "nat");
+    o.push_str(&nat_rules);
+    o.push_str("COMMIT\n");
+    o
+}
+
+fn chain_line(o: &mut String, chain: &str) {
+    let _ = writeln!(o, ":{chain} - [0:0]");
+}
+
+/// The jumps from built-in chains of `table`, in the order that prepending
+/// them one by one (`EnsureRule(Prepend, ...)`) leaves them.
+fn jumps(o: &mut String, table: &str) {
+    for (_, src, extra, comment, dst) in JUMPS.iter().rev().filter(|j| j.0 == table) {
+        let _ = write!(o, "-A {src} ");
+        if !extra.is_empty() {
+            let _ = write!(o, "{extra} ");
+        }
+        if !comment.is_empty() {
+            let _ = write!(o, "-m comment --comment \"{comment}\" ");
+        }
+        let _ = writeln!(o, "-j {dst}");
+    }
+}
+
+/// kube-proxy's `computeProbability`, `fmt.Sprintf("%0.10f", 1.0/float64(n))`,
+/// cached like its `precomputedProbabilities`.
+#[derive(Default)]
+struct Probabilities(HashMap<usize, String>);
+
+impl Probabilities {
+    fn get(&mut self, n: usize) -> &str {
+        self.0
+            .entry(n)
+            .or_insert_with(|| format!("{:.10}", 1.0 / n as f64))
+    }
+}

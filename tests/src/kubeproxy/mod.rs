@@ -1,0 +1,461 @@
+//! kube-proxy's rule layouts, regenerated offline, so that benchmarks can
+//! compare our LB against the datapath kube-proxy would program.
+//!
+//! * [`iptables_restore`]: the `iptables` mode of kube-proxy **v1.31**
+//!   (`pkg/proxy/iptables/proxier.go`), as `iptables-restore` input.
+//! * [`nft_ruleset`]: the `nftables` mode of kube-proxy **v1.31**
+//!   (`pkg/proxy/nftables/proxier.go`), as `nft -f` input.
+//!
+//! Both reproduce a *full* sync of a node that has only ClusterIP services,
+//! with kube-proxy's defaults: masquerade bit 14 (mark `0x00004000`, which is
+//! how kube-proxy's `%#08x` prints it), `--cluster-cidr` local-traffic
+//! detection, no `--masquerade-all`, empty `--nodeport-addresses` (so all
+//! local addresses accept NodePorts), IPv4 only. Chain names are kube-proxy's
+//! exact sha256/base32 names. Services are written in input order (kube-proxy
+//! iterates a Go map, i.e. in random order), so a benchmark can put the
+//! service it measures last: the worst case for the linear `KUBE-SERVICES`
+//! chain. What each layout simplifies is listed in its module.
+//!
+//! Load the output only into a network namespace the test created
+//! ([`load_iptables`], [`load_nft`]); never into the root namespace.
+
+mod iptables;
+mod nftables;
+
+use std::{
+    io::Write as _,
+    net::Ipv4Addr,
+    process::{Command, Stdio},
+};
+
+use anyhow::{Context as _, bail, ensure};
+
+pub use iptables::iptables_restore;
+pub use nftables::nft_ruleset;
+
+/// kube-proxy's masquerade mark: `fmt.Sprintf("%#08x", 1<<14)`.
+pub const MASQ_MARK: &str = "0x00004000";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proto {
+    Tcp,
+    Udp,
+}
+
+impl Proto {
+    /// Lower case, as kube-proxy uses it in rules and chain-name hashes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+        }
+    }
+}
+
+/// One service port (kube-proxy's `ServicePortName` + ClusterIP) and its
+/// ready endpoints, in the order kube-proxy would list them.
+#[derive(Clone, Debug)]
+pub struct SvcSpec {
+    pub namespace: String,
+    pub name: String,
+    /// The service port's name; may be empty (single-port services).
+    pub port_name: String,
+    pub vip: Ipv4Addr,
+    pub port: u16,
+    pub proto: Proto,
+    pub endpoints: Vec<(Ipv4Addr, u16)>,
+}
+
+impl SvcSpec {
+    /// `ServicePortName.String()`: `ns/name:port`, or `ns/name` without a
+    /// port name.
+    pub fn port_name_string(&self) -> String {
+        if self.port_name.is_empty() {
+            format!("{}/{}", self.namespace, self.name)
+        } else {
+            format!("{}/{}:{}", self.namespace, self.name, self.port_name)
+        }
+    }
+}
+
+/// `n` filler services `bench/svc-<i>:http` (TCP port 80) with `e` endpoints
+/// each (port 8080). VIPs count up from 10.96.0.1 and endpoints from
+/// 10.128.0.1 (0.0 and .255 host bytes included: they are only matched, never
+/// sent to). Append the service under test after these to make it last.
+pub fn filler_services(n: usize, e: usize) -> Vec<SvcSpec> {
+    let vip_base = u32::from(Ipv4Addr::new(10, 96, 0, 1));
+    let ep_base = u32::from(Ipv4Addr::new(10, 128, 0, 1));
+    assert!(n < (1 << 20) && n * e < (1 << 22), "filler range exhausted");
+    (0..n)
+        .map(|i| SvcSpec {
+            namespace: "bench".into(),
+            name: format!("svc-{i}"),
+            port_name: "http".into(),
+            vip: Ipv4Addr::from(vip_base + i as u32),
+            port: 80,
+            proto: Proto::Tcp,
+            endpoints: (0..e)
+                .map(|j| (Ipv4Addr::from(ep_base + (i * e + j) as u32), 8080))
+                .collect(),
+        })
+        .collect()
+}
+
+/// Loads `rules` with `iptables-restore` (which flushes the tables it names)
+/// inside `netns`.
+pub fn load_iptables(netns: &str, rules: &str) -> anyhow::Result<()> {
+    in_netns(netns, &["iptables-restore"], rules)
+}
+
+/// Loads `ruleset` with `nft -f -` inside `netns`.
+pub fn load_nft(netns: &str, ruleset: &str) -> anyhow::Result<()> {
+    in_netns(netns, &["nft", "-f", "-"], ruleset)
+}
+
+fn in_netns(netns: &str, cmd: &[&str], stdin: &str) -> anyhow::Result<()> {
+    // An empty name would make `ip netns exec` fail, but be explicit: rules
+    // must never reach the root namespace.
+    ensure!(!netns.is_empty(), "refusing to load rules without a netns");
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", netns])
+        .args(cmd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("running ip netns exec")?;
+    let mut input = child.stdin.take().expect("piped");
+    let written = input.write_all(stdin.as_bytes());
+    drop(input);
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "{} in {netns}: {}",
+            cmd.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    written.context("writing rules")?;
+    Ok(())
+}
+
+/// SHA-256 (FIPS 180-4); kube-proxy names chains after it.
+fn sha256(data: &[u8]) -> [u8; 32] {
+    const K: [u32; 64] = [
+        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
+        0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
+        0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
+        0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
+        0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
+        0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+        0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
+        0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+        0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+        0xc67178f2,
+    ];
+    let mut h: [u32; 8] = [
+        0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab,
+        0x5be0cd19,
+    ];
+    let mut msg = Vec::with_capacity(data.len() + 72);
+    msg.extend_from_slice(data);
+    msg.push(0x80);
+    while msg.len() % 64 != 56 {
+        msg.push(0);
+    }
+    msg.extend_from_slice(&((data.len() as u64) * 8).to_be_bytes());
+    for block in msg.chunks_exact(64) {
+        let mut w = [0u32; 64];
+        for (wi, word) in w.iter_mut().zip(block.chunks_exact(4)) {
+            *wi = u32::from_be_bytes([word[0], word[1], word[2], word[3]]);
+        }
+        for i in 16..64 {
+            let s0 = w[i - 15].rotate_right(7) ^ w[i - 15].rotate_right(18) ^ (w[i - 15] >> 3);
+            let s1 = w[i - 2].rotate_right(17) ^ w[i - 2].rotate_right(19) ^ (w[i - 2] >> 10);
+            w[i] = w[i - 16]
+                .wrapping_add(s0)
+                .wrapping_add(w[i - 7])
+                .wrapping_add(s1);
+        }
+        let [mut a, mut b, mut c, mut d, mut e, mut f, mut g, mut hh] = h;
+        for (k, wi) in K.iter().zip(w) {
+            let s1 = e.rotate_right(6) ^ e.rotate_right(11) ^ e.rotate_right(25);
+            let ch = (e & f) ^ (!e & g);
+            let t1 = hh
+                .wrapping_add(s1)
+                .wrapping_add(ch)
+                .wrapping_add(*k)
+                .wrapping_add(wi);
+            let s0 = a.rotate_right(2) ^ a.rotate_right(13) ^ a.rotate_right(22);
+            let maj = (a & b) ^ (a & c) ^ (b & c);
+            let t2 = s0.wrapping_add(maj);
+            hh = g;
+            g = f;
+            f = e;
+            e = d.wrapping_add(t1);
+            d = c;
+            c = b;
+            b = a;
+            a = t1.wrapping_add(t2);
+        }
+        for (hv, v) in h.iter_mut().zip([a, b, c, d, e, f, g, hh]) {
+            *hv = hv.wrapping_add(v);
+        }
+    }
+    let mut out = [0u8; 32];
+    for (o, hv) in out.chunks_exact_mut(4).zip(h) {
+        o.copy_from_slice(&hv.to_be_bytes());
+    }
+    out
+}
+
+/// The first `n` characters of `base32.StdEncoding.EncodeToString(sha256(s))`.
+fn hash_b32(s: &str, n: usize) -> String {
+    const ALPHABET: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+    debug_assert!(n <= 51);
+    let hash = sha256(s.as_bytes());
+    (0..n)
+        .map(|i| {
+            let bit = i * 5;
+            let hi = u16::from(hash[bit / 8]) << 8;
+            let lo = hash.get(bit / 8 + 1).copied().map_or(0, u16::from);
+            let v = ((hi | lo) >> (11 - bit % 8)) & 0x1f;
+            ALPHABET[v as usize] as char
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    fn svc(ns: &str, name: &str, port: &str, vip: [u8; 4], eps: &[[u8; 4]]) -> SvcSpec {
+        SvcSpec {
+            namespace: ns.into(),
+            name: name.into(),
+            port_name: port.into(),
+            vip: vip.into(),
+            port: 80,
+            proto: Proto::Tcp,
+            endpoints: eps.iter().map(|ip| ((*ip).into(), 80)).collect(),
+        }
+    }
+
+    #[test]
+    fn sha256_matches_the_standard_vectors() {
+        let hex = |d: [u8; 32]| d.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        assert_eq!(
+            hex(sha256(b"")),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_eq!(
+            hex(sha256(b"abc")),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        // Two blocks (56 bytes of input force the length into a second one).
+        assert_eq!(
+            hex(sha256(
+                b"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"
+            )),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"
+        );
+    }
+
+    /// Chain names from kube-proxy's own test fixtures (proxier_test.go,
+    /// service ns1/svc1 port p80 with endpoint 10.180.0.1:80).
+    #[test]
+    fn chain_names_match_kube_proxy_fixtures() {
+        let s = svc("ns1", "svc1", "p80", [172, 30, 0, 41], &[[10, 180, 0, 1]]);
+        let ipt = iptables_restore(std::slice::from_ref(&s), "10.0.0.0/8");
+        assert!(
+            ipt.contains(":KUBE-SVC-XPGD46QRK7WJZT7O - [0:0]\n"),
+            "{ipt}"
+        );
+        assert!(
+            ipt.contains(":KUBE-SEP-SXIVWICOYRO3J4NJ - [0:0]\n"),
+            "{ipt}"
+        );
+        let nft = nft_ruleset(&[s], "10.0.0.0/8");
+        assert!(
+            nft.contains(
+                "add rule ip kube-proxy service-ULMVA6XW-ns1/svc1/tcp/p80 ip daddr 172.30.0.41 \
+                 tcp dport 80 ip saddr != 10.0.0.0/8 jump mark-for-masquerade\n"
+            ),
+            "{nft}"
+        );
+        assert!(
+            nft.contains(
+                "add rule ip kube-proxy endpoint-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80 \
+                 meta l4proto tcp dnat to 10.180.0.1:80\n"
+            ),
+            "{nft}"
+        );
+    }
+
+    /// The two-endpoint dispatch rule of kube-proxy's fixture service ns4/svc4.
+    #[test]
+    fn nft_dispatch_matches_kube_proxy_fixture() {
+        let s = svc(
+            "ns4",
+            "svc4",
+            "p80",
+            [172, 30, 0, 44],
+            &[[10, 180, 0, 4], [10, 180, 0, 5]],
+        );
+        let nft = nft_ruleset(&[s], "10.0.0.0/8");
+        assert!(
+            nft.contains(
+                "add rule ip kube-proxy service-LAUZTJTB-ns4/svc4/tcp/p80 numgen random mod 2 vmap \
+                 { 0 : goto endpoint-UNZV3OEC-ns4/svc4/tcp/p80__10.180.0.4/80 , \
+                 1 : goto endpoint-5RFCDDV7-ns4/svc4/tcp/p80__10.180.0.5/80 }\n"
+            ),
+            "{nft}"
+        );
+    }
+
+    #[test]
+    fn iptables_service_chain_is_kube_proxys() {
+        let s = svc(
+            "ns1",
+            "svc1",
+            "p80",
+            [172, 30, 0, 41],
+            &[[10, 180, 0, 1], [10, 180, 0, 2], [10, 180, 0, 3]],
+        );
+        let out = iptables_restore(&[s], "10.0.0.0/8");
+        let chain: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("-A KUBE-SVC-XPGD46QRK7WJZT7O "))
+            .collect();
+        let comment = "-m comment --comment";
+        assert_eq!(
+            chain,
+            [
+                format!(
+                    "-A KUBE-SVC-XPGD46QRK7WJZT7O {comment} \"ns1/svc1:p80 cluster IP\" \
+                     -m tcp -p tcp -d 172.30.0.41 --dport 80 ! -s 10.0.0.0/8 -j KUBE-MARK-MASQ"
+                ),
+                format!(
+                    "-A KUBE-SVC-XPGD46QRK7WJZT7O {comment} \"ns1/svc1:p80 -> 10.180.0.1:80\" \
+                     -m statistic --mode random --probability 0.3333333333 -j KUBE-SEP-SXIVWICOYRO3J4NJ"
+                ),
+                format!(
+                    "-A KUBE-SVC-XPGD46QRK7WJZT7O {comment} \"ns1/svc1:p80 -> 10.180.0.2:80\" \
+                     -m statistic --mode random --probability 0.5000000000 -j {}",
+                    sep_chain(&out, "10.180.0.2")
+                ),
+                format!(
+                    "-A KUBE-SVC-XPGD46QRK7WJZT7O {comment} \"ns1/svc1:p80 -> 10.180.0.3:80\" -j {}",
+                    sep_chain(&out, "10.180.0.3")
+                ),
+            ]
+        );
+        assert!(out.contains(
+            "-A KUBE-SEP-SXIVWICOYRO3J4NJ -m comment --comment ns1/svc1:p80 -s 10.180.0.1 \
+             -j KUBE-MARK-MASQ\n-A KUBE-SEP-SXIVWICOYRO3J4NJ -m comment --comment ns1/svc1:p80 \
+             -m tcp -p tcp -j DNAT --to-destination 10.180.0.1:80\n"
+        ));
+    }
+
+    /// The KUBE-SEP chain whose DNAT goes to `ip`.
+    fn sep_chain(out: &str, ip: &str) -> String {
+        let dnat = format!("--to-destination {ip}:");
+        let line = out.lines().find(|l| l.contains(&dnat)).expect("dnat rule");
+        line.split_whitespace().nth(1).expect("chain").to_owned()
+    }
+
+    #[test]
+    fn input_order_is_kept_and_the_last_service_is_the_last_portal() {
+        let mut services = filler_services(3, 2);
+        services.push(svc("ns", "last", "p", [10, 96, 9, 9], &[[10, 1, 1, 1]]));
+        let out = iptables_restore(&services, "10.0.0.0/8");
+        let portals: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("-A KUBE-SERVICES "))
+            .collect();
+        assert_eq!(portals.len(), 5, "{out}");
+        for (i, p) in portals[..3].iter().enumerate() {
+            assert!(
+                p.contains(&format!("\"bench/svc-{i}:http cluster IP\"")),
+                "{p}"
+            );
+        }
+        assert!(
+            portals[3].contains("-d 10.96.9.9 --dport 80"),
+            "{}",
+            portals[3]
+        );
+        assert_eq!(
+            portals[4],
+            "-A KUBE-SERVICES -m comment --comment \"kubernetes service nodeports; NOTE: this \
+             must be the last rule in this chain\" -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS"
+        );
+        let nft = nft_ruleset(&services, "10.0.0.0/8");
+        let elems: Vec<&str> = nft
+            .lines()
+            .filter(|l| l.starts_with("add element ip kube-proxy service-ips "))
+            .collect();
+        assert_eq!(elems.len(), 4);
+        assert!(elems[3].contains("{ 10.96.9.9 . tcp . 80 : goto service-"));
+    }
+
+    #[test]
+    fn services_without_endpoints_are_rejected_like_kube_proxy() {
+        let s = svc("ns1", "svc6", "p80", [172, 30, 0, 46], &[]);
+        let ipt = iptables_restore(std::slice::from_ref(&s), "10.0.0.0/8");
+        assert!(ipt.contains(
+            "-A KUBE-SERVICES -m comment --comment \"ns1/svc6:p80 has no endpoints\" -m tcp -p tcp \
+             -d 172.30.0.46 --dport 80 -j REJECT\n"
+        ));
+        assert!(!ipt.contains("KUBE-SVC-"));
+        let nft = nft_ruleset(&[s], "10.0.0.0/8");
+        assert!(nft.contains(
+            "add element ip kube-proxy no-endpoint-services { 172.30.0.46 . tcp . 80 comment \
+             \"ns1/svc6:p80\" : goto reject-chain }\n"
+        ));
+        assert!(nft.contains("add element ip kube-proxy cluster-ips { 172.30.0.46 }\n"));
+        assert!(!nft.contains("service-ips { 172.30.0.46"));
+    }
+
+    /// kube-proxy drops per-endpoint comments above 1000 endpoints.
+    #[test]
+    fn large_clusters_drop_endpoint_comments() {
+        let small = iptables_restore(&filler_services(250, 4), "10.0.0.0/8");
+        let large = iptables_restore(&filler_services(251, 4), "10.0.0.0/8");
+        let commented = |out: &str| {
+            out.lines()
+                .filter(|l| l.starts_with("-A KUBE-SEP-") && l.contains("--comment"))
+                .count()
+        };
+        assert_eq!(commented(&small), 250 * 4 * 2);
+        assert_eq!(commented(&large), 0);
+    }
+
+    /// Structure at benchmark scale; the time is printed, not asserted.
+    #[test]
+    fn ten_thousand_services_of_ten_endpoints() {
+        let services = filler_services(10_000, 10);
+        let t = Instant::now();
+        let ipt = iptables_restore(&services, "10.0.0.0/8");
+        let t_ipt = t.elapsed();
+        let t = Instant::now();
+        let nft = nft_ruleset(&services, "10.0.0.0/8");
+        let t_nft = t.elapsed();
+        eprintln!(
+            "10000x10: iptables {} lines in {t_ipt:?}, nft {} lines in {t_nft:?}",
+            ipt.lines().count(),
+            nft.lines().count()
+        );
+        let count = |out: &str, prefix: &str| out.lines().filter(|l| l.starts_with(prefix)).count();
+        assert_eq!(count(&ipt, ":KUBE-SEP-"), 100_000);
+        assert_eq!(count(&ipt, ":KUBE-SVC-"), 10_000);
+        assert_eq!(count(&ipt, "-A KUBE-SERVICES "), 10_001);
+        assert_eq!(count(&nft, "add chain ip kube-proxy endpoint-"), 100_000);
+        assert_eq!(
+            count(&nft, "add element ip kube-proxy service-ips "),
+            10_000
+        );
+    }
+}

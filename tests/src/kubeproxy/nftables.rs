@@ -1,0 +1,197 @@
+//! kube-proxy **v1.31** nftables mode (`pkg/proxy/nftables/proxier.go`,
+//! `setupNFTables` + `syncProxyRules` on the first full sync) for ClusterIP
+//! services, written the way knftables serializes a transaction.
+//!
+//! Reproduced: `table ip kube-proxy` with all eight base chains and their
+//! v1.31 priorities (`filter-*` at dstnat-10, `filter-output-post-dnat` at
+//! dstnat+10, `nat-*` at dstnat/srcnat), the jump chains
+//! (`services`, `masquerading`, `mark-for-masquerade`,
+//! `service-endpoints-check`, `nodeport-endpoints-check`, `firewall-check`,
+//! `cluster-ips-check`, `reject-chain`), the `cluster-ips` set, the
+//! `service-ips`, `service-nodeports`, `no-endpoint-services`,
+//! `no-endpoint-nodeports` and `firewall-ips` maps (filled as kube-proxy fills
+//! them), one `service-<hash>-ns/name/proto/port` chain per service port with
+//! the `numgen random mod N vmap` dispatch, and one
+//! `endpoint-<hash>-...__ip/port` chain per endpoint; the first sync's
+//! add+delete of the base chains and the flushes, in kube-proxy's order.
+//!
+//! Simplified: no NodePort/LoadBalancer/externalIPs, session affinity,
+//! traffic policies or terminating endpoints. `cluster-ips-check` has no
+//! "drop traffic to unallocated ClusterIPs" rule: v1.31 writes it only from
+//! ServiceCIDR objects (the MultiCIDRServiceAllocator gate, off by default).
+
+use std::fmt::Write as _;
+
+use super::{MASQ_MARK, SvcSpec, hash_b32};
+
+/// `nft -f` input equivalent to kube-proxy v1.31's first full sync of
+/// `services` (ClusterIP only), with `cluster_cidr` as `--cluster-cidr`.
+/// See the module documentation for what is simplified.
+pub fn nft_ruleset(services: &[SvcSpec], cluster_cidr: &str) -> String {
+    let total_endpoints: usize = services.iter().map(|s| s.endpoints.len()).sum();
+    let mut o = String::with_capacity(500 * services.len() + 500 * total_endpoints + 8192);
+    setup(&mut o);
+
+    const T: &str = "ip kube-proxy";
+    for svc in services {
+        let proto = svc.proto.as_str();
+        let base = format!("{}/{}/{proto}/{}", svc.namespace, svc.name, svc.port_name);
+        let (vip, port) = (svc.vip, svc.port);
+        let eps: Vec<String> = svc
+            .endpoints
+            .iter()
+            .map(|(ip, p)| {
+                format!(
+                    "endpoint-{}",
+                    hash_and_truncate(&format!("{base}__{ip}/{p}"))
+                )
+            })
+            .collect();
+        for ep in &eps {
+            let _ = write!(o, "add chain {T} {ep}\nflush chain {T} {ep}\n");
+        }
+        let chain = format!("service-{}", hash_and_truncate(&base));
+        if !eps.is_empty() {
+            let _ = write!(o, "add chain {T} {chain}\nflush chain {T} {chain}\n");
+        }
+        let _ = writeln!(o, "add element {T} cluster-ips {{ {vip} }}");
+        if eps.is_empty() {
+            let _ = writeln!(
+                o,
+                "add element {T} no-endpoint-services {{ {vip} . {proto} . {port} comment \"{}\" \
+                 : goto reject-chain }}",
+                svc.port_name_string()
+            );
+            continue;
+        }
+        let _ = write!(
+            o,
+            "add element {T} service-ips {{ {vip} . {proto} . {port} : goto {chain} }}\n\
+             add rule {T} {chain} ip daddr {vip} {proto} dport {port} ip saddr != {cluster_cidr} \
+             jump mark-for-masquerade\n\
+             add rule {T} {chain} numgen random mod {} vmap {{ ",
+            eps.len()
+        );
+        // knftables.Concat puts spaces around the commas too.
+        for (i, ep) in eps.iter().enumerate() {
+            let sep = if i + 1 < eps.len() { " ," } else { "" };
+            let _ = write!(o, "{i} : goto {ep}{sep} ");
+        }
+        o.push_str("}\n");
+        for ((ip, p), ep) in svc.endpoints.iter().zip(&eps) {
+            let _ = write!(
+                o,
+                "add rule {T} {ep} ip saddr {ip} jump mark-for-masquerade\n\
+                 add rule {T} {ep} meta l4proto {proto} dnat to {ip}:{p}\n"
+            );
+        }
+    }
+    o
+}
+
+/// kube-proxy's `hashAndTruncate`: 8 base32 characters of the name's sha256,
+/// `-`, the name; cut to 240 characters with `...`.
+fn hash_and_truncate(name: &str) -> String {
+    const MAX: usize = 256 - 16; // knftables.NameLengthMax - chainNamePrefixLengthMax
+    let mut s = format!("{}-{name}", hash_b32(name, 8));
+    if s.len() > MAX {
+        s.truncate(MAX - 3);
+        s.push_str("...");
+    }
+    s
+}
+
+/// `setupNFTables` on the first sync (`!proxier.flushed`), with empty
+/// `--nodeport-addresses` and no ServiceCIDRs.
+fn setup(o: &mut String) {
+    const T: &str = "ip kube-proxy";
+    const BASE: [(&str, &str, &str, i32); 8] = [
+        ("filter-prerouting", "filter", "prerouting", -110),
+        ("filter-input", "filter", "input", -110),
+        ("filter-forward", "filter", "forward", -110),
+        ("filter-output", "filter", "output", -110),
+        ("filter-output-post-dnat", "filter", "output", -90),
+        ("nat-prerouting", "nat", "prerouting", -100),
+        ("nat-output", "nat", "output", -100),
+        ("nat-postrouting", "nat", "postrouting", 100),
+    ];
+    // (dstChain, srcChain, extraArgs)
+    const JUMPS: [(&str, &str, &str); 12] = [
+        ("nodeport-endpoints-check", "filter-input", "ct state new "),
+        ("service-endpoints-check", "filter-input", "ct state new "),
+        ("service-endpoints-check", "filter-forward", "ct state new "),
+        ("service-endpoints-check", "filter-output", "ct state new "),
+        ("firewall-check", "filter-prerouting", "ct state new "),
+        ("firewall-check", "filter-output", "ct state new "),
+        ("services", "nat-output", ""),
+        ("services", "nat-prerouting", ""),
+        ("masquerading", "nat-postrouting", ""),
+        ("cluster-ips-check", "filter-forward", "ct state new "),
+        (
+            "cluster-ips-check",
+            "filter-output-post-dnat",
+            "ct state new ",
+        ),
+        // Not a jump chain; ensured right after them.
+        ("mark-for-masquerade", "", ""),
+    ];
+    let _ = writeln!(o, "add table {T} {{ comment \"rules for kube-proxy\" ; }}");
+    for (name, ..) in BASE {
+        let _ = write!(o, "add chain {T} {name}\ndelete chain {T} {name}\n");
+    }
+    for (name, ty, hook, prio) in BASE {
+        let _ = write!(
+            o,
+            "add chain {T} {name} {{ type {ty} hook {hook} priority {prio} ; }}\n\
+             flush chain {T} {name}\n"
+        );
+    }
+    let mut created: Vec<&str> = Vec::new();
+    for (dst, src, extra) in JUMPS {
+        if !created.contains(&dst) {
+            created.push(dst);
+            let _ = write!(o, "add chain {T} {dst}\nflush chain {T} {dst}\n");
+        }
+        if !src.is_empty() {
+            let _ = writeln!(o, "add rule {T} {src} {extra}jump {dst}");
+        }
+    }
+    let _ = write!(
+        o,
+        "add rule {T} mark-for-masquerade mark set mark or {MASQ_MARK}\n\
+         add rule {T} masquerading mark and {MASQ_MARK} == 0 return\n\
+         add rule {T} masquerading mark set mark xor {MASQ_MARK}\n\
+         add rule {T} masquerading masquerade fully-random\n\
+         add set {T} cluster-ips {{ type ipv4_addr ; comment \"Active ClusterIPs\" ; }}\n\
+         add rule {T} cluster-ips-check ip daddr @cluster-ips reject \
+         comment \"Reject traffic to invalid ports of ClusterIPs\"\n\
+         add set {T} nodeport-ips {{ type ipv4_addr ; comment \"IPs that accept NodePort traffic\" ; }}\n\
+         delete set {T} nodeport-ips\n\
+         add map {T} no-endpoint-services {{ type ipv4_addr . inet_proto . inet_service : verdict ; \
+         comment \"vmap to drop or reject packets to services with no endpoints\" ; }}\n\
+         add map {T} no-endpoint-nodeports {{ type inet_proto . inet_service : verdict ; \
+         comment \"vmap to drop or reject packets to service nodeports with no endpoints\" ; }}\n\
+         add chain {T} reject-chain {{ comment \"helper for @no-endpoint-services / @no-endpoint-nodeports\" ; }}\n\
+         flush chain {T} reject-chain\n\
+         add rule {T} reject-chain reject\n\
+         add rule {T} service-endpoints-check ip daddr . meta l4proto . th dport vmap @no-endpoint-services\n\
+         add rule {T} nodeport-endpoints-check ip daddr != 127.0.0.0/8 meta l4proto . th dport \
+         vmap @no-endpoint-nodeports\n\
+         add map {T} firewall-ips {{ type ipv4_addr . inet_proto . inet_service : verdict ; \
+         comment \"destinations that are subject to LoadBalancerSourceRanges\" ; }}\n\
+         add rule {T} firewall-check ip daddr . meta l4proto . th dport vmap @firewall-ips\n\
+         add map {T} service-ips {{ type ipv4_addr . inet_proto . inet_service : verdict ; \
+         comment \"ClusterIP, ExternalIP and LoadBalancer IP traffic\" ; }}\n\
+         add map {T} service-nodeports {{ type inet_proto . inet_service : verdict ; \
+         comment \"NodePort traffic\" ; }}\n\
+         add rule {T} services ip daddr . meta l4proto . th dport vmap @service-ips\n\
+         add rule {T} services fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport \
+         vmap @service-nodeports\n\
+         flush set {T} cluster-ips\n\
+         flush map {T} service-ips\n\
+         flush map {T} firewall-ips\n\
+         flush map {T} no-endpoint-services\n\
+         flush map {T} no-endpoint-nodeports\n\
+         flush map {T} service-nodeports\n"
+    );
+}
