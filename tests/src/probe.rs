@@ -55,6 +55,59 @@ pub fn client(netns: &str, cgroup: &Path, args: &[&str]) -> anyhow::Result<Repor
     serde_json::from_slice(&out.stdout).context("parsing lbt report")
 }
 
+/// A benchmark's JSON report (`lbt bench-tcp` / `lbt bench-udp`).
+/// Latencies are in µs; `None` when nothing succeeded.
+#[derive(Debug, Default, Deserialize)]
+pub struct BenchReport {
+    pub ok: u64,
+    pub failed: u64,
+    /// Error kind -> count.
+    #[serde(default)]
+    pub errors: BTreeMap<String, u64>,
+    /// Wall time actually spent (the last request may overrun `--seconds`).
+    pub seconds: f64,
+    /// `ok / seconds`.
+    pub rate: f64,
+    /// TCP: connect() latency.
+    #[serde(default)]
+    pub connect_p50_us: Option<f64>,
+    #[serde(default)]
+    pub connect_p99_us: Option<f64>,
+    /// UDP: request/reply round trip.
+    #[serde(default)]
+    pub rtt_p50_us: Option<f64>,
+    #[serde(default)]
+    pub rtt_p99_us: Option<f64>,
+    /// Backend id -> replies.
+    pub replies: BTreeMap<String, u64>,
+}
+
+impl BenchReport {
+    /// The median latency: connect() for TCP, round trip for UDP.
+    pub fn p50_us(&self) -> Option<f64> {
+        self.connect_p50_us.or(self.rtt_p50_us)
+    }
+
+    /// The 99th percentile latency: connect() for TCP, round trip for UDP.
+    pub fn p99_us(&self) -> Option<f64> {
+        self.connect_p99_us.or(self.rtt_p99_us)
+    }
+}
+
+/// Runs `lbt bench-tcp` / `lbt bench-udp` (args include the subcommand) in
+/// `netns` and `cgroup`, and parses its report.
+pub fn bench(netns: &str, cgroup: &Path, args: &[&str]) -> anyhow::Result<BenchReport> {
+    let out = lbt(netns, Some(cgroup)).args(args).output()?;
+    if !out.status.success() {
+        bail!(
+            "lbt {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    serde_json::from_slice(&out.stdout).context("parsing lbt bench report")
+}
+
 /// A backend that answers with its id; killed on drop.
 pub struct Server(Child);
 

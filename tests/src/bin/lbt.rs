@@ -3,14 +3,26 @@
 //! `--cgroup` joins a cgroup and `--netns` enters a namespace with setns(2)
 //! before anything else runs (`ip netns exec` would remount /sys and hide the
 //! cgroup2 mount). Clients print one JSON report on stdout.
+//!
+//! `bench-tcp` / `bench-udp` generate load: `--concurrency` worker threads,
+//! each doing back-to-back requests for `--seconds`, round-robin over the
+//! `--to` addresses. `bench-tcp` closes every connection with SO_LINGER
+//! {on, 0}, i.e. with an RST, so neither side keeps a TIME_WAIT socket and the
+//! client never runs out of ephemeral ports; it changes no sysctl at all (so it
+//! cannot touch the root namespace's). Benchmarks refuse to run outside a
+//! `--netns` unless every target is in 127.0.0.0/8.
 
 use std::{
     collections::BTreeMap,
     fs,
     io::{self, BufRead, BufReader, Write},
-    net::{SocketAddr, TcpListener, TcpStream, UdpSocket},
-    os::fd::AsRawFd,
+    net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket},
+    os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
     path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -67,6 +79,23 @@ enum Cmd {
         #[arg(long)]
         to: SocketAddr,
     },
+    /// Load: C workers doing back-to-back short TCP connections for T s.
+    BenchTcp(BenchArgs),
+    /// Load: C workers doing back-to-back UDP request/reply for T s.
+    BenchUdp(BenchArgs),
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// Targets, used round-robin (e.g. every pod IP, or one VIP).
+    #[arg(long, value_delimiter = ',', required = true)]
+    to: Vec<SocketAddr>,
+    /// Worker threads, each with one request in flight.
+    #[arg(long, short = 'c', default_value_t = 1)]
+    concurrency: usize,
+    /// How long to generate load.
+    #[arg(long, default_value_t = 1.0)]
+    seconds: f64,
 }
 
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -108,11 +137,17 @@ fn main() -> anyhow::Result<()> {
         Cmd::Udp { to, n, connected } => print(udp(to, n, connected)?),
         Cmd::Hold { to } => hold(to),
         Cmd::Churn { to } => print(churn(to)?),
+        Cmd::BenchTcp(a) => print_json(&bench(&a, cli.netns.is_some(), Proto::Tcp)?),
+        Cmd::BenchUdp(a) => print_json(&bench(&a, cli.netns.is_some(), Proto::Udp)?),
     }
 }
 
 fn print(r: Report) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string(&r)?);
+    print_json(&r)
+}
+
+fn print_json(r: &impl Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string(r)?);
     Ok(())
 }
 
@@ -121,13 +156,16 @@ fn serve(id: &str, tcp: &[u16], udp: &[u16]) -> anyhow::Result<()> {
     let mut threads = Vec::new();
     for &port in tcp {
         let l = TcpListener::bind(("0.0.0.0", port)).with_context(|| format!("tcp {port}"))?;
-        let reply = reply.clone();
-        threads.push(std::thread::spawn(move || {
-            for conn in l.incoming().flatten() {
-                let reply = reply.clone();
-                std::thread::spawn(move || answer_lines(conn, reply.as_bytes()));
-            }
-        }));
+        let pool = Arc::new(AcceptPool {
+            listener: l,
+            reply: reply.clone(),
+            idle: AtomicUsize::new(0),
+        });
+        for _ in 0..ACCEPTORS {
+            pool.idle.fetch_add(1, Ordering::SeqCst);
+            let pool = pool.clone();
+            threads.push(std::thread::spawn(move || pool.run()));
+        }
     }
     for &port in udp {
         let s = UdpSocket::bind(("0.0.0.0", port)).with_context(|| format!("udp {port}"))?;
@@ -145,6 +183,41 @@ fn serve(id: &str, tcp: &[u16], udp: &[u16]) -> anyhow::Result<()> {
         let _ = t.join();
     }
     Ok(())
+}
+
+/// Idle acceptors kept per TCP port; more start on demand, extras exit.
+const ACCEPTORS: usize = 4;
+
+/// A self-sizing pool of threads that each accept() and then serve that
+/// connection inline (no thread spawn per short connection). Whoever accepts
+/// while being the last idle acceptor starts another, so long-lived
+/// connections (`hold`) never starve new ones.
+struct AcceptPool {
+    listener: TcpListener,
+    reply: String,
+    /// Threads blocked in (or about to enter) accept().
+    idle: AtomicUsize,
+}
+
+impl AcceptPool {
+    /// Runs with `idle` already counting this thread.
+    fn run(self: Arc<Self>) {
+        loop {
+            let conn = self.listener.accept();
+            if self.idle.fetch_sub(1, Ordering::SeqCst) == 1 {
+                self.idle.fetch_add(1, Ordering::SeqCst);
+                let pool = self.clone();
+                std::thread::spawn(move || pool.run());
+            }
+            if let Ok((conn, _)) = conn {
+                answer_lines(conn, self.reply.as_bytes());
+            }
+            if self.idle.fetch_add(1, Ordering::SeqCst) >= ACCEPTORS {
+                self.idle.fetch_sub(1, Ordering::SeqCst);
+                return;
+            }
+        }
+    }
 }
 
 fn answer_lines(conn: TcpStream, reply: &[u8]) {
@@ -262,4 +335,293 @@ fn churn(to: SocketAddr) -> anyhow::Result<Report> {
     }
     r.elapsed_ms = start.elapsed().as_millis();
     Ok(r)
+}
+
+// ---- Benchmarks -------------------------------------------------------------
+
+#[derive(Clone, Copy, PartialEq)]
+enum Proto {
+    Tcp,
+    Udp,
+}
+
+/// A UDP reply slower than this counts as failed.
+const UDP_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// One worker's tally.
+#[derive(Default)]
+struct Tally {
+    ok: u64,
+    errors: BTreeMap<String, u64>,
+    /// Backend id (raw reply, newline trimmed) -> replies.
+    replies: Vec<(Vec<u8>, u64)>,
+    /// connect() (TCP) or round-trip (UDP) latency of each success, in ns.
+    lat_ns: Vec<u64>,
+}
+
+impl Tally {
+    fn error(&mut self, e: &io::Error) {
+        let kind = match e.kind() {
+            // A timed-out blocking call on a socket with SO_{SND,RCV}TIMEO.
+            io::ErrorKind::WouldBlock => "TimedOut".to_owned(),
+            k => format!("{k:?}"),
+        };
+        *self.errors.entry(kind).or_default() += 1;
+    }
+
+    fn reply(&mut self, id: &[u8], lat: Duration) {
+        self.ok += 1;
+        self.lat_ns.push(lat.as_nanos() as u64);
+        let id = id.trim_ascii();
+        match self.replies.iter_mut().find(|(k, _)| k == id) {
+            Some((_, n)) => *n += 1,
+            None => self.replies.push((id.to_vec(), 1)),
+        }
+    }
+}
+
+/// The JSON a benchmark prints (`connect_*` for TCP, `rtt_*` for UDP).
+#[derive(Serialize)]
+struct BenchReport {
+    ok: u64,
+    failed: u64,
+    errors: BTreeMap<String, u64>,
+    seconds: f64,
+    rate: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    connect_p50_us: Option<Option<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    connect_p99_us: Option<Option<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rtt_p50_us: Option<Option<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rtt_p99_us: Option<Option<f64>>,
+    replies: BTreeMap<String, u64>,
+}
+
+fn bench(a: &BenchArgs, in_netns: bool, proto: Proto) -> anyhow::Result<BenchReport> {
+    let loopback = |s: &SocketAddr| match s.ip() {
+        IpAddr::V4(ip) => ip.is_loopback(),
+        IpAddr::V6(ip) => ip.is_loopback(),
+    };
+    if !in_netns && !a.to.iter().all(loopback) {
+        bail!("refusing to generate load from the root netns: pass --netns");
+    }
+    let run = Duration::try_from_secs_f64(a.seconds).context("--seconds")?;
+    if a.concurrency == 0 || run.is_zero() {
+        bail!("--concurrency and --seconds must be positive");
+    }
+    let start = Instant::now();
+    let deadline = start + run;
+    let workers: Vec<_> = (0..a.concurrency)
+        .map(|w| {
+            let to = a.to.clone();
+            std::thread::spawn(move || match proto {
+                Proto::Tcp => bench_tcp_worker(&to, w, deadline),
+                Proto::Udp => bench_udp_worker(&to, w, deadline),
+            })
+        })
+        .collect();
+    let mut all = Tally::default();
+    for w in workers {
+        let t = w.join().map_err(|_| anyhow::anyhow!("worker panicked"))??;
+        all.ok += t.ok;
+        for (k, n) in t.errors {
+            *all.errors.entry(k).or_default() += n;
+        }
+        for (id, n) in t.replies {
+            match all.replies.iter_mut().find(|(k, _)| *k == id) {
+                Some((_, m)) => *m += n,
+                None => all.replies.push((id, n)),
+            }
+        }
+        all.lat_ns.extend(t.lat_ns);
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    all.lat_ns.sort_unstable();
+    let p50 = percentile_us(&all.lat_ns, 0.50);
+    let p99 = percentile_us(&all.lat_ns, 0.99);
+    let (tcp, udp) = match proto {
+        Proto::Tcp => ((Some(p50), Some(p99)), (None, None)),
+        Proto::Udp => ((None, None), (Some(p50), Some(p99))),
+    };
+    Ok(BenchReport {
+        ok: all.ok,
+        failed: all.errors.values().sum(),
+        errors: all.errors,
+        seconds,
+        rate: all.ok as f64 / seconds,
+        connect_p50_us: tcp.0,
+        connect_p99_us: tcp.1,
+        rtt_p50_us: udp.0,
+        rtt_p99_us: udp.1,
+        replies: all
+            .replies
+            .into_iter()
+            .map(|(k, n)| (String::from_utf8_lossy(&k).into_owned(), n))
+            .collect(),
+    })
+}
+
+/// Nearest-rank percentile of sorted nanoseconds, in µs (0.1 µs steps).
+fn percentile_us(sorted_ns: &[u64], p: f64) -> Option<f64> {
+    let n = sorted_ns.len();
+    if n == 0 {
+        return None;
+    }
+    let rank = ((p * n as f64).ceil() as usize).clamp(1, n);
+    Some((sorted_ns[rank - 1] as f64 / 100.0).round() / 10.0)
+}
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, v: &T) -> io::Result<()> {
+    // SAFETY: `v` points to a live T of the given size.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (v as *const T).cast(),
+            size_of::<T>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
+fn timeval(d: Duration) -> libc::timeval {
+    libc::timeval {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_usec: d.subsec_micros() as libc::suseconds_t,
+    }
+}
+
+/// `to` as a sockaddr for connect(2).
+fn sockaddr(to: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match to {
+        SocketAddr::V4(a) => {
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+            size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            let sin6 = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in6) };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_addr.s6_addr = a.ip().octets();
+            sin6.sin6_flowinfo = a.flowinfo();
+            sin6.sin6_scope_id = a.scope_id();
+            size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+/// Connects with a plain blocking connect(2) (SO_SNDTIMEO bounds it) and
+/// returns the stream and how long connect() took. The socket closes with
+/// an RST (SO_LINGER {1, 0}): no TIME_WAIT, no port exhaustion.
+fn bench_connect(to: &SocketAddr) -> io::Result<(TcpStream, Duration)> {
+    let family = if to.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: plain socket(2); the fd is owned right away.
+    let fd = cvt(unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: fd is a fresh socket nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let raw = fd.as_raw_fd();
+    let tv = timeval(TIMEOUT);
+    setsockopt(raw, libc::SOL_SOCKET, libc::SO_SNDTIMEO, &tv)?;
+    setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv)?;
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    setsockopt(raw, libc::SOL_SOCKET, libc::SO_LINGER, &linger)?;
+    let (ss, len) = sockaddr(to);
+    let t0 = Instant::now();
+    // SAFETY: ss/len describe a valid sockaddr for this family.
+    let r = unsafe { libc::connect(raw, (&ss as *const libc::sockaddr_storage).cast(), len) };
+    let took = t0.elapsed();
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        // A blocking connect that hit SO_SNDTIMEO reports EINPROGRESS.
+        if e.raw_os_error() == Some(libc::EINPROGRESS) {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        return Err(e);
+    }
+    Ok((TcpStream::from(fd), took))
+}
+
+/// One connection: connect, "?\n", read the id line, close (RST).
+fn bench_tcp_once(to: &SocketAddr, buf: &mut [u8]) -> io::Result<(usize, Duration)> {
+    let (mut s, took) = bench_connect(to)?;
+    s.write_all(b"?\n")?;
+    let mut len = 0;
+    loop {
+        let n = io::Read::read(&mut s, &mut buf[len..])?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        len += n;
+        if buf[..len].contains(&b'\n') || len == buf.len() {
+            return Ok((len, took));
+        }
+    }
+}
+
+fn bench_tcp_worker(to: &[SocketAddr], w: usize, deadline: Instant) -> anyhow::Result<Tally> {
+    let mut t = Tally::default();
+    let mut buf = [0u8; 256];
+    let mut k = w;
+    while Instant::now() < deadline {
+        let addr = &to[k % to.len()];
+        k += 1;
+        match bench_tcp_once(addr, &mut buf) {
+            Ok((len, took)) => t.reply(&buf[..len], took),
+            Err(e) => t.error(&e),
+        }
+    }
+    Ok(t)
+}
+
+fn bench_udp_worker(to: &[SocketAddr], w: usize, deadline: Instant) -> anyhow::Result<Tally> {
+    let mut t = Tally::default();
+    let bind: SocketAddr = if to[0].is_ipv4() {
+        "0.0.0.0:0".parse()?
+    } else {
+        "[::]:0".parse()?
+    };
+    let s = UdpSocket::bind(bind)?;
+    s.set_read_timeout(Some(UDP_TIMEOUT))?;
+    let mut buf = [0u8; 512];
+    let mut k = w;
+    while Instant::now() < deadline {
+        let addr = &to[k % to.len()];
+        k += 1;
+        let t0 = Instant::now();
+        if let Err(e) = s.send_to(b"?", addr) {
+            t.error(&e);
+            continue;
+        }
+        match s.recv_from(&mut buf) {
+            Ok((len, _)) => t.reply(&buf[..len], t0.elapsed()),
+            Err(e) => t.error(&e),
+        }
+    }
+    Ok(t)
 }
