@@ -212,6 +212,10 @@ impl Agent {
         self.log.lock().expect("log lock").join("\n")
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

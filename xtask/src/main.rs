@@ -1,6 +1,7 @@
 //! `cargo xtask`: setup, demo, test and kind deployment orchestration. eBPF
 //! itself is built by `lb-agent/build.rs`.
 
+mod bench;
 mod demo;
 mod run;
 mod setup;
@@ -27,6 +28,9 @@ enum Cmd {
     Test,
     /// Build the image and deploy manifests/ to a kind cluster.
     Run(run::RunArgs),
+    /// Our LB against kube-proxy's iptables and nftables layouts and the
+    /// direct path; writes target/bench/bench.md and bench.svg.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -64,10 +68,42 @@ fn main() -> anyhow::Result<()> {
             ])?;
             // Default members: everything but lb-ebpf, which only builds for BPF
             // (lb-agent's build.rs compiles it, so its errors surface here too).
-            cargo(&["test"])
+            cargo(&["test"])?;
+            // The bench's smoke run, so the bench keeps working.
+            bench_cmd(&bench::BenchArgs::quick())
         }
         Cmd::Run(args) => run::run(&args),
+        Cmd::Bench(args) => {
+            setup::run()?;
+            bench_cmd(&args)
+        }
     }
+}
+
+/// Builds what the bench runs, points the harness at it, and runs it.
+fn bench_cmd(args: &bench::BenchArgs) -> anyhow::Result<()> {
+    // The full run measures release builds; the smoke run reuses the debug
+    // ones `cargo xtask test` built.
+    let profile = if args.quick { "debug" } else { "release" };
+    let mut build = vec![
+        "build",
+        "--package",
+        "lb-agent",
+        "--package",
+        "lb-tests",
+        "--bins",
+    ];
+    if !args.quick {
+        build.push("--release");
+    }
+    cargo(&build)?;
+    let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../target")).join(profile);
+    // SAFETY: no other thread runs yet; the harness reads these when it spawns.
+    unsafe {
+        std::env::set_var("LB_AGENT_BIN", dir.join("lb-agent"));
+        std::env::set_var("LBT_BIN", dir.join("lbt"));
+    }
+    bench::run(args)
 }
 
 /// Runs cargo from the workspace root; fails if it fails.

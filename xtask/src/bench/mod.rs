@@ -1,0 +1,104 @@
+//! `cargo xtask bench`: our socket LB against kube-proxy's iptables and
+//! nftables layouts and against the direct path, on the same machine, in one
+//! run, with the same Services and backends.
+
+mod control;
+mod datapath;
+mod report;
+
+use std::{path::PathBuf, time::Duration};
+
+use clap::Args;
+
+#[derive(Args, Clone, Debug)]
+pub struct BenchArgs {
+    /// A one-minute smoke run at small N (what CI runs).
+    #[arg(long)]
+    pub quick: bool,
+    /// Endpoints per Service in the datapath runs.
+    #[arg(long, default_value_t = 4)]
+    pub endpoints: usize,
+    /// Concurrent client workers.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: u32,
+    /// Seconds per datapath measurement.
+    #[arg(long)]
+    pub seconds: Option<f64>,
+}
+
+impl BenchArgs {
+    /// The smoke run `cargo xtask test` ends with.
+    pub fn quick() -> Self {
+        Self {
+            quick: true,
+            endpoints: 4,
+            concurrency: 4,
+            seconds: None,
+        }
+    }
+}
+
+/// What one run measures, derived from the flags.
+pub struct Plan {
+    pub quick: bool,
+    pub scales: Vec<usize>,
+    pub endpoints: usize,
+    pub concurrency: u32,
+    pub seconds: f64,
+    /// Control plane: Services and endpoints each.
+    pub cold: (usize, usize),
+    /// Control plane: one-endpoint changes for ours, restores for the others.
+    pub updates: usize,
+    pub restores: usize,
+    pub out_dir: PathBuf,
+}
+
+impl Plan {
+    fn new(a: &BenchArgs) -> Self {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("xtask sits in the workspace")
+            .to_path_buf();
+        let (scales, seconds, cold, updates, restores) = if a.quick {
+            (vec![1, 100], 1.0, (500, 10), 20, 2)
+        } else {
+            (vec![1, 1000, 10_000], 5.0, (10_000, 10), 200, 5)
+        };
+        Self {
+            quick: a.quick,
+            scales,
+            endpoints: a.endpoints,
+            concurrency: a.concurrency,
+            seconds: a.seconds.unwrap_or(seconds),
+            cold,
+            updates,
+            restores,
+            out_dir: root.join("target/bench"),
+        }
+    }
+}
+
+pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+    lb_tests::require_root();
+    let plan = Plan::new(args);
+    let started = std::time::Instant::now();
+    let mut rows = Vec::new();
+    for &n in &plan.scales {
+        eprintln!("== datapath, N = {n}");
+        rows.extend(datapath::measure(&plan, n)?);
+    }
+    eprintln!("== control plane, {} x {}", plan.cold.0, plan.cold.1);
+    let control = control::measure(&plan)?;
+    let took = started.elapsed();
+    report::write(&plan, &rows, &control, took)?;
+    Ok(())
+}
+
+/// Percentile (nearest rank) of sorted samples.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
