@@ -62,7 +62,7 @@ impl Plan {
         let (scales, seconds, cold, updates, restores) = if a.quick {
             (vec![1, 100], 1.0, (500, 10), 20, 2)
         } else {
-            (vec![1, 1000, 10_000], 5.0, (10_000, 10), 200, 5)
+            (vec![1, 1000, 10_000], 5.0, (10_000, 10), 200, 1)
         };
         Self {
             quick: a.quick,
