@@ -35,8 +35,14 @@ pub async fn serve(
     let local = listener.local_addr()?;
     tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of descriptors, say: back off instead of spinning.
+                    tracing::warn!(%local, "accepting a connection: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
             };
             let endpoints = endpoints.clone();
             tokio::spawn(async move {

@@ -53,10 +53,6 @@ impl Histogram {
         h.count += 1;
     }
 
-    pub fn count(&self) -> u64 {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).count
-    }
-
     fn render(&self, out: &mut String, name: &str, help: &str) {
         let h = self.inner.lock().unwrap_or_else(|p| p.into_inner()).clone();
         header(out, name, help, "histogram");
@@ -200,38 +196,18 @@ impl Metrics {
             "Endpoints newly found in an --exclude-cluster-cidr range and not programmed.",
             self.excluded_endpoints.get(),
         );
-        header(
+        by_kind(
             &mut out,
             "lbagent_invalid_objects_total",
             "Malformed objects skipped.",
-            "counter",
+            [&self.invalid_services, &self.invalid_slices],
         );
-        for (kind, c) in [
-            ("Service", &self.invalid_services),
-            ("EndpointSlice", &self.invalid_slices),
-        ] {
-            let _ = writeln!(
-                out,
-                "lbagent_invalid_objects_total{{kind=\"{kind}\"}} {}",
-                c.get()
-            );
-        }
-        header(
+        by_kind(
             &mut out,
             "lbagent_ignored_objects_total",
             "Objects deliberately not programmed (headless, ExternalName, FQDN, IPv6 slices).",
-            "counter",
+            [&self.ignored_services, &self.ignored_slices],
         );
-        for (kind, c) in [
-            ("Service", &self.ignored_services),
-            ("EndpointSlice", &self.ignored_slices),
-        ] {
-            let _ = writeln!(
-                out,
-                "lbagent_ignored_objects_total{{kind=\"{kind}\"}} {}",
-                c.get()
-            );
-        }
         counter(
             &mut out,
             "lbagent_map_full_errors_total",
@@ -255,6 +231,14 @@ fn header(out: &mut String, name: &str, help: &str, kind: &str) {
 fn counter(out: &mut String, name: &str, help: &str, v: u64) {
     header(out, name, help, "counter");
     let _ = writeln!(out, "{name} {v}");
+}
+
+/// A counter family labelled `kind="Service"` / `kind="EndpointSlice"`.
+fn by_kind(out: &mut String, name: &str, help: &str, [services, slices]: [&Counter; 2]) {
+    header(out, name, help, "counter");
+    for (kind, c) in [("Service", services), ("EndpointSlice", slices)] {
+        let _ = writeln!(out, "{name}{{kind=\"{kind}\"}} {}", c.get());
+    }
 }
 
 fn gauge(out: &mut String, name: &str, help: &str, v: f64) {

@@ -16,7 +16,9 @@ use tracing::{debug, error, info, warn};
 
 use crate::{
     http::Endpoints,
-    model::{Admission, Backend, Cache, ExcludedCidrs, Frontend, ObjectRef},
+    model::{
+        Admission, Backend, Cache, ExcludedCidrs, Frontend, ObjectRef, service_ref, slice_ref,
+    },
     reconcile::{MapStore, Outcome, Reconciler, StoreError},
 };
 
@@ -107,21 +109,13 @@ impl<S: MapStore> Syncer<S> {
         !self.received.is_empty() || self.full_pending || !self.failed.is_empty()
     }
 
-    pub fn reconciler(&self) -> &Reconciler<S> {
-        &self.reconciler
-    }
-
     /// Takes a change into the model; nothing is written until [`Self::sync`].
     pub fn apply(&mut self, change: Change, received: Instant) {
         let m = &self.endpoints.metrics;
         let admissions = match change {
             Change::Service(svc) => {
                 m.service_changes.inc();
-                let object = ObjectRef::service(
-                    svc.metadata.namespace.as_deref().unwrap_or("default"),
-                    svc.metadata.name.as_deref().unwrap_or_default(),
-                );
-                vec![(object, self.cache.apply_service(&svc))]
+                vec![(service_ref(&svc), self.cache.apply_service(&svc))]
             }
             Change::ServiceDeleted { namespace, name } => {
                 m.service_changes.inc();
@@ -133,11 +127,7 @@ impl<S: MapStore> Syncer<S> {
                 if let Some(t) = trigger_time(&slice) {
                     self.triggers.push(t);
                 }
-                let object = ObjectRef::slice(
-                    slice.metadata.namespace.as_deref().unwrap_or("default"),
-                    slice.metadata.name.as_deref().unwrap_or_default(),
-                );
-                vec![(object, self.cache.apply_slice(&slice))]
+                vec![(slice_ref(&slice), self.cache.apply_slice(&slice))]
             }
             Change::SliceDeleted { namespace, name } => {
                 m.endpoint_changes.inc();

@@ -44,6 +44,14 @@ fn lbt(netns: &str, cgroup: Option<&Path>) -> Command {
 
 /// Runs a client command to completion and parses its report.
 pub fn client(netns: &str, cgroup: &Path, args: &[&str]) -> anyhow::Result<Report> {
+    run_report(netns, cgroup, args)
+}
+
+fn run_report<T: serde::de::DeserializeOwned>(
+    netns: &str,
+    cgroup: &Path,
+    args: &[&str],
+) -> anyhow::Result<T> {
     let out = lbt(netns, Some(cgroup)).args(args).output()?;
     if !out.status.success() {
         bail!(
@@ -52,7 +60,8 @@ pub fn client(netns: &str, cgroup: &Path, args: &[&str]) -> anyhow::Result<Repor
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    serde_json::from_slice(&out.stdout).context("parsing lbt report")
+    serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("parsing the report of lbt {}", args.join(" ")))
 }
 
 /// A benchmark's JSON report (`lbt bench-tcp` / `lbt bench-udp`).
@@ -97,15 +106,7 @@ impl BenchReport {
 /// Runs `lbt bench-tcp` / `lbt bench-udp` (args include the subcommand) in
 /// `netns` and `cgroup`, and parses its report.
 pub fn bench(netns: &str, cgroup: &Path, args: &[&str]) -> anyhow::Result<BenchReport> {
-    let out = lbt(netns, Some(cgroup)).args(args).output()?;
-    if !out.status.success() {
-        bail!(
-            "lbt {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    serde_json::from_slice(&out.stdout).context("parsing lbt bench report")
+    run_report(netns, cgroup, args)
 }
 
 /// A backend that answers with its id; killed on drop.

@@ -38,14 +38,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Setup => setup::run(),
         Cmd::Demo => {
             setup::run()?;
-            cargo(&[
-                "build",
-                "--package",
-                "lb-agent",
-                "--package",
-                "lb-tests",
-                "--bins",
-            ])?;
+            build_bins(false)?;
             demo::run()
         }
         Cmd::Test => {
@@ -85,18 +78,7 @@ fn bench_cmd(args: &bench::BenchArgs) -> anyhow::Result<()> {
     // The full run measures release builds; the smoke run reuses the debug
     // ones `cargo xtask test` built.
     let profile = if args.quick { "debug" } else { "release" };
-    let mut build = vec![
-        "build",
-        "--package",
-        "lb-agent",
-        "--package",
-        "lb-tests",
-        "--bins",
-    ];
-    if !args.quick {
-        build.push("--release");
-    }
-    cargo(&build)?;
+    build_bins(!args.quick)?;
     let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../target")).join(profile);
     // SAFETY: no other thread runs yet; the harness reads these when it spawns.
     unsafe {
@@ -104,6 +86,22 @@ fn bench_cmd(args: &bench::BenchArgs) -> anyhow::Result<()> {
         std::env::set_var("LBT_BIN", dir.join("lbt"));
     }
     bench::run(args)
+}
+
+/// Builds the agent and the test binaries (`lbt`) the demo and bench run.
+fn build_bins(release: bool) -> anyhow::Result<()> {
+    let mut args = vec![
+        "build",
+        "--package",
+        "lb-agent",
+        "--package",
+        "lb-tests",
+        "--bins",
+    ];
+    if release {
+        args.push("--release");
+    }
+    cargo(&args)
 }
 
 /// Runs cargo from the workspace root; fails if it fails.

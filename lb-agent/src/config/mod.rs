@@ -3,10 +3,7 @@
 
 mod kube_proxy;
 
-use std::{
-    net::SocketAddr,
-    path::{Path, PathBuf},
-};
+use std::{net::SocketAddr, path::PathBuf};
 
 pub use kube_proxy::{FileConfig, FileError};
 
@@ -123,13 +120,6 @@ impl RunConfig {
             healthz_addr,
             ignored: file.ignored,
         })
-    }
-
-    pub fn kubeconfig(&self) -> Option<&Path> {
-        match &self.source {
-            Source::Kube { kubeconfig, .. } => kubeconfig.as_deref(),
-            Source::File(_) => None,
-        }
     }
 }
 

@@ -14,6 +14,8 @@ use std::{fmt, net::Ipv4Addr};
 pub use cache::{Admission, Cache, Claim, Flush};
 pub use desired::{Desired, ModelReport, compute};
 pub use exclusion::{ExcludedCidrs, ParseCidrError};
+pub use service::object_ref as service_ref;
+pub use slice::object_ref as slice_ref;
 
 #[cfg(test)]
 mod cache_tests;

@@ -37,7 +37,7 @@ pub(super) enum Verdict {
     Invalid(String),
 }
 
-pub(super) fn object_ref(svc: &Service) -> ObjectRef {
+pub fn object_ref(svc: &Service) -> ObjectRef {
     ObjectRef {
         kind: "Service",
         namespace: svc

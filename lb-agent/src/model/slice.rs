@@ -42,7 +42,7 @@ pub(super) enum Verdict {
     Invalid(String),
 }
 
-pub(super) fn object_ref(slice: &EndpointSlice) -> ObjectRef {
+pub fn object_ref(slice: &EndpointSlice) -> ObjectRef {
     ObjectRef {
         kind: "EndpointSlice",
         namespace: slice

@@ -1,6 +1,27 @@
 //! The Kubernetes source: watchers with reflectors on Services,
 //! EndpointSlices and this node's Node.
 
+use std::{fmt::Debug, path::Path, sync::Arc};
+
+use futures::{Stream, StreamExt as _, stream::BoxStream};
+use k8s_openapi::api::{
+    core::v1::{Node, Service},
+    discovery::v1::EndpointSlice,
+};
+use kube::{
+    Api, Client, Config, Resource, ResourceExt as _,
+    config::{KubeConfigOptions, Kubeconfig},
+    runtime::{
+        WatchStreamExt as _,
+        reflector::{self, Store},
+        watcher,
+    },
+};
+use serde::de::DeserializeOwned;
+use tracing::warn;
+
+use crate::syncer::Change;
+
 /// One kind of apiserver request the agent makes: API group, resource, verbs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ApiAccess {
@@ -29,27 +50,6 @@ pub const API_ACCESS: &[ApiAccess] = &[
         verbs: &["list", "watch"],
     },
 ];
-
-use std::{fmt::Debug, path::Path, sync::Arc};
-
-use futures::{Stream, StreamExt as _, stream::BoxStream};
-use k8s_openapi::api::{
-    core::v1::{Node, Service},
-    discovery::v1::EndpointSlice,
-};
-use kube::{
-    Api, Client, Config, Resource, ResourceExt as _,
-    config::{KubeConfigOptions, Kubeconfig},
-    runtime::{
-        WatchStreamExt as _,
-        reflector::{self, Store},
-        watcher,
-    },
-};
-use serde::de::DeserializeOwned;
-use tracing::warn;
-
-use crate::syncer::Change;
 
 /// The taint the cluster autoscaler puts on a node it is about to remove.
 const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
