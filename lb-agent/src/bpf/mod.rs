@@ -1,5 +1,6 @@
 //! Everything that touches the kernel's BPF objects.
 
+mod batch;
 pub mod cgroup;
 pub mod loader;
 pub mod pins;

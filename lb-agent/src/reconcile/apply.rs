@@ -10,9 +10,9 @@
 
 use std::{collections::HashSet, ops::RangeInclusive};
 
-use lb_common::Service4Key;
+use lb_common::{Backend4, Service4Key};
 
-use super::{MapState, MapStore, StoreError, mirror::Mirror, state::key_frontend};
+use super::{BatchError, MapState, MapStore, StoreError, mirror::Mirror, state::key_frontend};
 use crate::model::Frontend;
 
 /// What one reconcile changed, and what it could not.
@@ -139,30 +139,30 @@ fn update_frontend<S: MapStore>(
 ) -> Result<(), StoreError> {
     let range = frontend_range(key0);
     // Backends this frontend needs.
-    for (_, slot) in target
+    let backends: Vec<(u32, Backend4)> = target
         .services
         .range(range.clone())
         .filter(|(k, _)| k.slot != 0)
-    {
-        let id = slot.backend_id;
-        let want = &target.backends[&id];
-        if mirror.state().backends.get(&id) != Some(want) {
-            store.put_backend(id, want)?;
-            mirror.put_backend(id, *want);
-            out.backends_written += 1;
-        }
-    }
-    // Slots 1..=n, then slot 0 last: the count only grows once the slots exist.
-    let mut writes: Vec<_> = target
+        .map(|(_, slot)| (slot.backend_id, target.backends[&slot.backend_id]))
+        .filter(|(id, want)| mirror.state().backends.get(id) != Some(want))
+        .collect();
+    let result = store.put_backends(&backends);
+    record(result, &backends, &mut out.backends_written, |(id, b)| {
+        mirror.put_backend(id, b);
+    })?;
+    // Slots 1..=n, then slot 0 in a write of its own: the count only grows
+    // once the slots exist.
+    let (slots, slot0): (Vec<_>, Vec<_>) = target
         .services
         .range(range.clone())
         .filter(|(k, v)| mirror.state().services.get(k) != Some(v))
-        .collect();
-    writes.sort_by_key(|(k, _)| k.slot == 0);
-    for (key, value) in writes {
-        store.put_service(key, value)?;
-        mirror.put_service(*key, *value);
-        out.services_written += 1;
+        .map(|(k, v)| (*k, *v))
+        .partition(|(k, _)| k.slot != 0);
+    for batch in [slots, slot0] {
+        let result = store.put_services(&batch);
+        record(result, &batch, &mut out.services_written, |(k, v)| {
+            mirror.put_service(k, v);
+        })?;
     }
     // Slots past the new count, now that the count excludes them.
     let stale: Vec<Service4Key> = mirror
@@ -176,6 +176,23 @@ fn update_frontend<S: MapStore>(
         delete_service(store, mirror, &key, out);
     }
     Ok(())
+}
+
+/// Mirrors what a batch wrote (all of it, or the part before a failure)
+/// and passes the failure on.
+fn record<T: Copy>(
+    result: Result<(), BatchError>,
+    entries: &[T],
+    written: &mut usize,
+    mut mirror: impl FnMut(T),
+) -> Result<(), StoreError> {
+    let (done, failure) = match result {
+        Ok(()) => (entries.len(), None),
+        Err(BatchError { written, error }) => (written, Some(error)),
+    };
+    entries[..done].iter().for_each(|e| mirror(*e));
+    *written += done;
+    failure.map_or(Ok(()), Err)
 }
 
 /// Frees what a failed frontend update wrote but no reader can reach: slots

@@ -16,7 +16,7 @@ use mirror::Mirror;
 
 pub use apply::Outcome;
 pub use state::{MapState, backend_key, frontend_key};
-pub use store::{MapStore, MemStore, StoreError};
+pub use store::{BatchError, MapStore, MemStore, StoreError};
 
 use crate::model::{Backend, Frontend};
 

@@ -19,13 +19,23 @@ pub enum StoreError {
     },
 }
 
+/// A batch write that stopped early: the entries before `written` are in
+/// the map, the rest are not.
+#[derive(Debug)]
+pub struct BatchError {
+    pub written: usize,
+    pub error: StoreError,
+}
+
 /// Entry-level access to the two LB maps.
 pub trait MapStore {
     /// Reads both maps in full.
     fn read(&self) -> Result<MapState, StoreError>;
-    fn put_backend(&mut self, id: u32, value: &Backend4) -> Result<(), StoreError>;
+    /// Writes the entries in order; a reader may see any prefix of them.
+    fn put_backends(&mut self, entries: &[(u32, Backend4)]) -> Result<(), BatchError>;
     fn delete_backend(&mut self, id: u32) -> Result<(), StoreError>;
-    fn put_service(&mut self, key: &Service4Key, value: &ServiceValue) -> Result<(), StoreError>;
+    /// Writes the entries in order; a reader may see any prefix of them.
+    fn put_services(&mut self, entries: &[(Service4Key, ServiceValue)]) -> Result<(), BatchError>;
     fn delete_service(&mut self, key: &Service4Key) -> Result<(), StoreError>;
 }
 
@@ -78,15 +88,18 @@ impl MapStore for MemStore {
         Ok(self.state.clone())
     }
 
-    fn put_backend(&mut self, id: u32, value: &Backend4) -> Result<(), StoreError> {
-        put(
-            &mut self.state.backends,
-            self.max_backends,
-            "backends",
-            id,
-            *value,
-        )?;
-        self.log.push(Op::PutBackend(id, *value));
+    fn put_backends(&mut self, entries: &[(u32, Backend4)]) -> Result<(), BatchError> {
+        for (written, (id, value)) in entries.iter().enumerate() {
+            put(
+                &mut self.state.backends,
+                self.max_backends,
+                "backends",
+                *id,
+                *value,
+            )
+            .map_err(|error| BatchError { written, error })?;
+            self.log.push(Op::PutBackend(*id, *value));
+        }
         Ok(())
     }
 
@@ -96,15 +109,18 @@ impl MapStore for MemStore {
         Ok(())
     }
 
-    fn put_service(&mut self, key: &Service4Key, value: &ServiceValue) -> Result<(), StoreError> {
-        put(
-            &mut self.state.services,
-            self.max_services,
-            "services",
-            *key,
-            *value,
-        )?;
-        self.log.push(Op::PutService(*key, *value));
+    fn put_services(&mut self, entries: &[(Service4Key, ServiceValue)]) -> Result<(), BatchError> {
+        for (written, (key, value)) in entries.iter().enumerate() {
+            put(
+                &mut self.state.services,
+                self.max_services,
+                "services",
+                *key,
+                *value,
+            )
+            .map_err(|error| BatchError { written, error })?;
+            self.log.push(Op::PutService(*key, *value));
+        }
         Ok(())
     }
 
