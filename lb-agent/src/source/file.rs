@@ -88,10 +88,65 @@ pub fn fingerprint(path: &Path) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
         .collect()
 }
 
+/// Documents below this many are parsed on the calling thread.
+const PARALLEL_FROM: usize = 512;
+
 /// Parses a multi-document text; `origin` names it in reports.
 pub fn parse_into(origin: &str, text: &str, out: &mut Objects) {
-    for (index, doc) in split_documents(text).into_iter().enumerate() {
-        let location = format!("{origin}#{index}");
+    let docs = split_documents(text);
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    if threads == 1 || docs.len() < PARALLEL_FROM {
+        parse_documents(origin, &docs, 0, out);
+        return;
+    }
+    // YAML parsing is most of a cold start from a large file: use every core.
+    let per_thread = docs.len().div_ceil(threads);
+    let parts: Vec<Objects> = std::thread::scope(|scope| {
+        let workers: Vec<_> = docs
+            .chunks(per_thread)
+            .enumerate()
+            .map(|(i, chunk)| {
+                scope.spawn(move || {
+                    let mut part = Objects::default();
+                    parse_documents(origin, chunk, i * per_thread, &mut part);
+                    part
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    for part in parts {
+        out.services.extend(part.services);
+        out.slices.extend(part.slices);
+        out.skipped.extend(part.skipped);
+    }
+}
+
+/// Parses `docs`, the first of which is document number `first`.
+fn parse_documents(origin: &str, docs: &[&str], first: usize, out: &mut Objects) {
+    for (i, doc) in docs.iter().enumerate() {
+        let location = format!("{origin}#{}", first + i);
+        // Fast path: a Service or slice goes straight to its type. Anything
+        // else, or anything it cannot read, takes the general path, which
+        // also says what is wrong.
+        match top_level_kind(doc) {
+            Some("Service") => {
+                if let Ok(svc) = serde_yaml::from_str(doc) {
+                    out.services.push(svc);
+                    continue;
+                }
+            }
+            Some("EndpointSlice") => {
+                if let Ok(slice) = serde_yaml::from_str(doc) {
+                    out.slices.push(slice);
+                    continue;
+                }
+            }
+            _ => {}
+        }
         match serde_yaml::from_str::<Value>(doc) {
             Ok(Value::Null) => {}
             Ok(value) => add_value(&location, value, out),
@@ -101,6 +156,14 @@ pub fn parse_into(origin: &str, text: &str, out: &mut Objects) {
             }),
         }
     }
+}
+
+/// The `kind` of a block-style document: its one `kind:` line at column 0
+/// (nested `kind:` keys, as in ownerReferences, are indented).
+fn top_level_kind(doc: &str) -> Option<&str> {
+    let mut kinds = doc.lines().filter_map(|l| l.strip_prefix("kind:"));
+    let kind = kinds.next()?.trim();
+    kinds.next().is_none().then_some(kind)
 }
 
 /// Splits on `---` lines ourselves, so one broken document cannot take the
@@ -203,5 +266,66 @@ mod tests {
             "{:?}",
             out.skipped
         );
+    }
+
+    #[test]
+    fn fast_path_reads_block_documents_and_leaves_errors_to_the_general_path() {
+        let text = "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: s\n  \
+                    ownerReferences:\n  - {apiVersion: v1, kind: Service, name: a, uid: u}\n\
+                    addressType: IPv4\nendpoints: []\n---\n\
+                    apiVersion: v1\nkind: Service\nmetadata:\n  name: bad\nspec:\n  ports: nope\n";
+        assert_eq!(
+            top_level_kind(text.split("---").next().unwrap()),
+            Some("EndpointSlice")
+        );
+        let mut out = Objects::default();
+        parse_into("f.yaml", text, &mut out);
+        assert_eq!(out.slices.len(), 1);
+        assert_eq!(out.services.len(), 0);
+        assert_eq!(out.skipped.len(), 1, "{:?}", out.skipped);
+        assert!(
+            out.skipped[0]
+                .location
+                .starts_with("f.yaml#1 (Service default/bad)"),
+            "{:?}",
+            out.skipped
+        );
+        assert!(
+            out.skipped[0].reason.starts_with("not a valid Service"),
+            "{:?}",
+            out.skipped
+        );
+    }
+
+    #[test]
+    fn large_files_keep_document_order_and_numbers() {
+        let n = PARALLEL_FROM * 3 + 7;
+        let broken = n - 2;
+        let docs: Vec<String> = (0..n)
+            .map(|i| {
+                if i == broken {
+                    ": : [unclosed\n".to_owned()
+                } else {
+                    format!(
+                        "apiVersion: v1\nkind: Service\nmetadata: {{name: s{i}}}\n\
+                         spec: {{clusterIP: 10.0.0.1, ports: [{{port: 80}}]}}\n"
+                    )
+                }
+            })
+            .collect();
+        let mut out = Objects::default();
+        parse_into("big.yaml", &docs.join("---\n"), &mut out);
+        let names: Vec<String> = out
+            .services
+            .iter()
+            .map(|s| s.metadata.name.clone().unwrap())
+            .collect();
+        let want: Vec<String> = (0..n)
+            .filter(|i| *i != broken)
+            .map(|i| format!("s{i}"))
+            .collect();
+        assert_eq!(names, want);
+        assert_eq!(out.skipped.len(), 1);
+        assert_eq!(out.skipped[0].location, format!("big.yaml#{broken}"));
     }
 }
