@@ -6,6 +6,7 @@ pub mod config;
 pub mod dump;
 pub mod health;
 pub mod http;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod reconcile;

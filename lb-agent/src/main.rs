@@ -8,11 +8,12 @@ use lb_agent::{
     bpf::{loader, pins::Pins, store::BpfStore},
     cli::{Cli, Command},
     config::RunConfig,
-    dump,
+    dump, memory,
     reconcile::MapStore as _,
 };
 
 fn main() -> anyhow::Result<()> {
+    memory::keep_trimming();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -50,8 +51,12 @@ fn main() -> anyhow::Result<()> {
                     pins.dir().display()
                 )
             })?;
-            print!("{}", dump::render(&store.read()?));
-            Ok(())
+            let text = dump::render(&store.read()?);
+            match std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes()) {
+                // `lb-agent dump | head` is not an error.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                other => Ok(other?),
+            }
         }
     }
 }

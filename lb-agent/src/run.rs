@@ -13,6 +13,7 @@ use lb_agent::{
     bpf::{cgroup, loader, pins::Pins, store::BpfStore},
     config::{RunConfig, Source},
     http::{self, Endpoints, Role},
+    memory,
     reconcile::Reconciler,
     source::{file, kube},
     syncer::{Change, Syncer},
@@ -154,10 +155,8 @@ async fn run_file(
                     warn!(document = %s.location, "skipping malformed document: {}", s.reason);
                 }
                 let received = Instant::now();
-                let services = objects.services.into_iter().map(Arc::new).collect();
-                let slices = objects.slices.into_iter().map(Arc::new).collect();
-                syncer.apply(Change::AllServices(services), received);
-                syncer.apply(Change::AllSlices(slices), received);
+                syncer.apply(Change::AllServices(objects.services), received);
+                syncer.apply(Change::AllSlices(objects.slices), received);
                 sync(syncer);
             }
             _ = retry.tick() => sync(syncer),
@@ -167,6 +166,10 @@ async fn run_file(
 
 fn sync(syncer: &mut Syncer<BpfStore>) {
     if let Some(s) = syncer.sync() {
+        if s.full {
+            // The (re)list it followed freed far more than the model keeps.
+            memory::release_freed();
+        }
         info!(
             full = s.full,
             frontends = s.frontends,

@@ -28,20 +28,20 @@ pub const TRIGGER_TIME_ANNOTATION: &str = "endpoints.kubernetes.io/last-change-t
 /// One change from a source.
 #[derive(Clone, Debug)]
 pub enum Change {
-    Service(Arc<Service>),
+    Service(Box<Service>),
     ServiceDeleted {
         namespace: String,
         name: String,
     },
-    Slice(Arc<EndpointSlice>),
+    Slice(Box<EndpointSlice>),
     SliceDeleted {
         namespace: String,
         name: String,
     },
     /// The complete set of Services: a first list, a relist, a file re-read.
-    AllServices(Vec<Arc<Service>>),
+    AllServices(Vec<Service>),
     /// The complete set of EndpointSlices.
-    AllSlices(Vec<Arc<EndpointSlice>>),
+    AllSlices(Vec<EndpointSlice>),
 }
 
 /// What one sync did.
@@ -137,12 +137,12 @@ impl<S: MapStore> Syncer<S> {
             Change::AllServices(all) => {
                 self.listed_services = true;
                 self.full_pending = true;
-                self.cache.replace_services(all.iter().map(|s| &**s))
+                self.cache.replace_services(all.iter())
             }
             Change::AllSlices(all) => {
                 self.listed_slices = true;
                 self.full_pending = true;
-                self.cache.replace_slices(all.iter().map(|s| &**s))
+                self.cache.replace_slices(all.iter())
             }
         };
         for (object, admission) in admissions {

@@ -1,7 +1,7 @@
 //! The Kubernetes source: watchers with reflectors on Services,
 //! EndpointSlices and this node's Node.
 
-use std::{fmt::Debug, path::Path, sync::Arc};
+use std::{fmt::Debug, path::Path};
 
 use futures::{Stream, StreamExt as _, stream::BoxStream};
 use k8s_openapi::api::{
@@ -11,11 +11,7 @@ use k8s_openapi::api::{
 use kube::{
     Api, Client, Config, Resource, ResourceExt as _,
     config::{KubeConfigOptions, Kubeconfig},
-    runtime::{
-        WatchStreamExt as _,
-        reflector::{self, Store},
-        watcher,
-    },
+    runtime::{WatchStreamExt as _, watcher},
 };
 use serde::de::DeserializeOwned;
 use tracing::warn;
@@ -119,14 +115,14 @@ fn parse_url(url: &str) -> Result<http::Uri, KubeError> {
 }
 
 /// Watches Services and EndpointSlices cluster-wide and this node's Node,
-/// each through a reflector, with the default backoff. After every complete
-/// (re)list a kind's whole store is reported, so objects deleted while the
-/// watch was down disappear too.
+/// with the default backoff. After every complete (re)list a kind's whole
+/// list is reported, so objects deleted while the watch was down disappear
+/// too.
 pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
     let services = kind_stream(
         Api::<Service>::all(client.clone()),
         watcher::Config::default(),
-        Change::Service,
+        |s| Change::Service(Box::new(s)),
         |s| Change::ServiceDeleted {
             namespace: s.namespace().unwrap_or_default(),
             name: s.name_any(),
@@ -136,7 +132,7 @@ pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
     let slices = kind_stream(
         Api::<EndpointSlice>::all(client.clone()),
         watcher::Config::default(),
-        Change::Slice,
+        |s| Change::Slice(Box::new(s)),
         |s| Change::SliceDeleted {
             namespace: s.namespace().unwrap_or_default(),
             name: s.name_any(),
@@ -164,30 +160,41 @@ pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
     futures::stream::select_all([services.boxed(), slices.boxed(), node.boxed()]).boxed()
 }
 
-/// One kind's watcher, with managedFields stripped and a reflector store.
+/// One kind's watcher, with managedFields stripped.
+///
+/// No reflector: the model keeps the few fields it uses of every object, so
+/// a store of full objects would only double the memory (about 60 MB at
+/// 10,000 Services). A (re)list is collected here and handed over whole
+/// once complete, as a reflector would swap its store.
 fn kind_stream<K>(
     api: Api<K>,
     config: watcher::Config,
-    applied: impl Fn(Arc<K>) -> Change + Send + 'static,
+    applied: impl Fn(K) -> Change + Send + 'static,
     deleted: impl Fn(&K) -> Change + Send + 'static,
-    all: impl Fn(Vec<Arc<K>>) -> Change + Send + 'static,
+    all: impl Fn(Vec<K>) -> Change + Send + 'static,
 ) -> impl Stream<Item = Event> + Send
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let (store, writer): (Store<K>, _) = reflector::store();
     let kind = K::kind(&());
+    let mut listing = Vec::new();
     watcher(api, config)
         .default_backoff()
         .modify(|o| o.managed_fields_mut().clear())
-        .reflect(writer)
         .filter_map(move |ev| {
             let change = match ev {
-                Ok(watcher::Event::Apply(o)) => Some(applied(Arc::new(o))),
+                Ok(watcher::Event::Apply(o)) => Some(applied(o)),
                 Ok(watcher::Event::Delete(o)) => Some(deleted(&o)),
-                // The reflector has swapped in the complete list by now.
-                Ok(watcher::Event::InitDone) => Some(all(store.state())),
-                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => None,
+                // A (re)list starts over, also after one that broke off.
+                Ok(watcher::Event::Init) => {
+                    listing.clear();
+                    None
+                }
+                Ok(watcher::Event::InitApply(o)) => {
+                    listing.push(o);
+                    None
+                }
+                Ok(watcher::Event::InitDone) => Some(all(std::mem::take(&mut listing))),
                 Err(e) => {
                     warn!("watching {kind}: {e}; keeping the last state, retrying with backoff");
                     None
