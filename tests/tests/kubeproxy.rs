@@ -173,6 +173,74 @@ fn nftables_layout_dnats_tcp_and_udp_vip_to_both_backends() -> anyhow::Result<()
     Ok(())
 }
 
+/// `web` with its second endpoint moved from pb to pc (10.42.7.3): index 2
+/// in [`services`]. Returns the services and the endpoint replaced.
+fn move_web_endpoint(bed: &mut Bed) -> anyhow::Result<(Vec<SvcSpec>, (Ipv4Addr, u16))> {
+    bed.backend("pc", "10.42.7.3".parse()?, &[8080], &[5353])?;
+    let mut changed = services();
+    let old = changed[2].endpoints[1];
+    changed[2].endpoints[1].0 = "10.42.7.3".parse()?;
+    Ok((changed, old))
+}
+
+/// After the partial sync, web reaches pa and pc only, and dns (untouched
+/// by the partial sync) still answers through both its backends.
+fn assert_web_moved_to_pc(bed: &Bed) -> anyhow::Result<()> {
+    let r = bed.tcp(TCP_TO, 100)?;
+    assert_eq!((r.ok(), r.failed()), (100, 0), "{r:?}");
+    assert_eq!(
+        r.replies.keys().collect::<Vec<_>>(),
+        ["pa", "pc"],
+        "web did not move from pb to pc: {r:?}"
+    );
+    for _ in 0..20 {
+        let r = bed.udp(UDP_TO, 1, false)?;
+        assert_eq!((r.ok(), r.failed()), (1, 0), "{r:?}");
+    }
+    Ok(())
+}
+
+#[test]
+fn iptables_partial_sync_moves_traffic_to_the_new_endpoint() -> anyhow::Result<()> {
+    let mut bed = bed()?;
+    kubeproxy::load_iptables(
+        &bed.client_ns,
+        &kubeproxy::iptables_restore(&services(), CLUSTER_CIDR),
+    )?;
+    assert_vip_reaches_both_backends(&bed)?;
+    let (changed, _) = move_web_endpoint(&mut bed)?;
+    let partial = kubeproxy::iptables_partial_restore(&changed, &[2], CLUSTER_CIDR);
+    // Only web's chains are rewritten: one KUBE-SVC and its two KUBE-SEPs.
+    assert_eq!(count(&partial, |l| l.starts_with(":KUBE-SVC-")), 1);
+    assert_eq!(count(&partial, |l| l.starts_with(":KUBE-SEP-")), 2);
+    kubeproxy::load_iptables_partial(&bed.client_ns, &partial)?;
+    assert_web_moved_to_pc(&bed)
+}
+
+#[test]
+fn nftables_partial_sync_moves_traffic_to_the_new_endpoint() -> anyhow::Result<()> {
+    let mut bed = bed()?;
+    let ns = bed.client_ns.clone();
+    kubeproxy::load_nft(&ns, &kubeproxy::nft_ruleset(&services(), CLUSTER_CIDR))?;
+    assert_vip_reaches_both_backends(&bed)?;
+    let (changed, old) = move_web_endpoint(&mut bed)?;
+    let stale = kubeproxy::nft_endpoint_chain(&changed[2], old.0, old.1);
+    let tx =
+        kubeproxy::nft_partial_sync(&changed, &[2], std::slice::from_ref(&stale), CLUSTER_CIDR);
+    assert!(!tx.contains("add element"), "{tx}");
+    kubeproxy::load_nft(&ns, &tx)?;
+    assert_web_moved_to_pc(&bed)?;
+    // The stale chain was only flushed; the later transaction deletes it.
+    let chains = || netns::exec(&ns, &["nft", "list", "chains", "ip"]);
+    assert!(chains()?.contains(&stale));
+    kubeproxy::load_nft(
+        &ns,
+        &kubeproxy::nft_delete_chains(std::slice::from_ref(&stale)),
+    )?;
+    assert!(!chains()?.contains(&stale));
+    assert_web_moved_to_pc(&bed)
+}
+
 fn count(text: &str, pred: impl Fn(&str) -> bool) -> usize {
     text.lines().filter(|l| pred(l)).count()
 }

@@ -11,6 +11,9 @@
 //! with `%0.10f`; `REJECT` rules for services without endpoints; the jump
 //! rules from the built-in chains and the `KUBE-PROXY-CANARY` chains.
 //!
+//! Also the *partial* sync kube-proxy writes after an endpoint change
+//! ([`iptables_partial_restore`]).
+//!
 //! Simplified: kube-proxy installs the jumps from built-in chains with
 //! `iptables -I` and restores with `--noflush`; here they are `-A` lines in
 //! the order the prepends leave them, in one input for a plain
@@ -124,6 +127,28 @@ const NEW: &str = "-m conntrack --ctstate NEW";
 /// `services` (ClusterIP only), with `cluster_cidr` as `--cluster-cidr`.
 /// See the module documentation for what is simplified.
 pub fn iptables_restore(services: &[SvcSpec], cluster_cidr: &str) -> String {
+    render(services, cluster_cidr, None)
+}
+
+/// The `iptables-restore --noflush` input of a v1.31 *partial* sync
+/// (`MinimizeIPTablesRestore`) after the endpoints of `changed` (indices into
+/// `services`) changed: the top-level filter and nat chains are rewritten
+/// whole, `KUBE-SERVICES` with every service's rule, but only the changed
+/// services' `KUBE-SVC-*` / `KUBE-SEP-*` chains are declared and written. In
+/// large-cluster mode (more than 1000 endpoints) kube-proxy skips the
+/// `iptables-save` that finds stale chains, so the replaced endpoint's chain
+/// stays behind, unreferenced, as here. Load with [`super::load_iptables_partial`].
+pub fn iptables_partial_restore(
+    services: &[SvcSpec],
+    changed: &[usize],
+    cluster_cidr: &str,
+) -> String {
+    render(services, cluster_cidr, Some(changed))
+}
+
+/// A full sync (`partial: None`), or a partial one rewriting only the
+/// per-service chains of the given services.
+fn render(services: &[SvcSpec], cluster_cidr: &str, partial: Option<&[usize]>) -> String {
     let total_endpoints: usize = services.iter().map(|s| s.endpoints.len()).sum();
     let large_cluster = total_endpoints > LARGE_CLUSTER_ENDPOINTS;
     let mut probabilities = Probabilities::default();
@@ -134,7 +159,10 @@ pub fn iptables_restore(services: &[SvcSpec], cluster_cidr: &str) -> String {
     let mut filter_rules = String::new();
 
     let mut o = String::new();
-    o.push_str("*mangle\n:KUBE-PROXY-CANARY - [0:0]\nCOMMIT\n*filter\n");
+    if partial.is_none() {
+        o.push_str("*mangle\n:KUBE-PROXY-CANARY - [0:0]\nCOMMIT\n");
+    }
+    o.push_str("*filter\n");
     for chain in [
         "KUBE-SERVICES",
         "KUBE-EXTERNAL-SERVICES",
@@ -143,11 +171,13 @@ pub fn iptables_restore(services: &[SvcSpec], cluster_cidr: &str) -> String {
         "KUBE-PROXY-FIREWALL",
         // Written when iptables.localhostNodePorts is on (the default).
         "KUBE-FIREWALL",
-        "KUBE-PROXY-CANARY",
     ] {
         chain_line(&mut o, chain);
     }
-    jumps(&mut o, "filter");
+    if partial.is_none() {
+        chain_line(&mut o, "KUBE-PROXY-CANARY");
+        jumps(&mut o, "filter");
+    }
     filter_rules.push_str(
         "-A KUBE-FIREWALL -m comment --comment \"block incoming localnet connections\" \
          -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT \
@@ -171,7 +201,7 @@ pub fn iptables_restore(services: &[SvcSpec], cluster_cidr: &str) -> String {
          -A KUBE-MARK-MASQ -j MARK --or-mark {MASQ_MARK}\n"
     );
 
-    for svc in services {
+    for (index, svc) in services.iter().enumerate() {
         let proto = svc.proto.as_str();
         let name = svc.port_name_string();
         let (vip, port) = (svc.vip, svc.port);
@@ -188,6 +218,10 @@ pub fn iptables_restore(services: &[SvcSpec], cluster_cidr: &str) -> String {
             "-m comment --comment \"{name} cluster IP\" -m {proto} -p {proto} -d {vip} --dport {port}"
         );
         let _ = writeln!(nat_rules, "-A KUBE-SERVICES {match_vip} -j {svc_chain}");
+        // A partial sync leaves unchanged services' chains as they are.
+        if partial.is_some_and(|changed| !changed.contains(&index)) {
+            continue;
+        }
 
         chain_line(&mut nat_chains, &svc_chain);
         let _ = writeln!(
@@ -251,8 +285,10 @@ pub fn iptables_restore(services: &[SvcSpec], cluster_cidr: &str) -> String {
     o.push_str(&filter_rules);
     o.push_str("COMMIT\n*nat\n");
     o.push_str(&nat_chains);
-    chain_line(&mut o, "KUBE-PROXY-CANARY");
-    jumps(&mut o, "nat");
+    if partial.is_none() {
+        chain_line(&mut o, "KUBE-PROXY-CANARY");
+        jumps(&mut o, "nat");
+    }
     o.push_str(&nat_rules);
     o.push_str("COMMIT\n");
     o

@@ -5,8 +5,10 @@
 //!   (`pkg/proxy/iptables/proxier.go`), as `iptables-restore` input.
 //! * [`nft_ruleset`]: the `nftables` mode of kube-proxy **v1.31**
 //!   (`pkg/proxy/nftables/proxier.go`), as `nft -f` input.
+//! * [`iptables_partial_restore`], [`nft_partial_sync`]: what each mode
+//!   writes on the partial sync that follows an endpoint change.
 //!
-//! Both reproduce a *full* sync of a node that has only ClusterIP services,
+//! Both reproduce a sync of a node that has only ClusterIP services,
 //! with kube-proxy's defaults: masquerade bit 14 (mark `0x00004000`, which is
 //! how kube-proxy's `%#08x` prints it), `--cluster-cidr` local-traffic
 //! detection, no `--masquerade-all`, empty `--nodeport-addresses` (so all
@@ -30,8 +32,8 @@ use std::{
 
 use anyhow::{Context as _, bail, ensure};
 
-pub use iptables::iptables_restore;
-pub use nftables::nft_ruleset;
+pub use iptables::{iptables_partial_restore, iptables_restore};
+pub use nftables::{nft_delete_chains, nft_endpoint_chain, nft_partial_sync, nft_ruleset};
 
 /// kube-proxy's masquerade mark: `fmt.Sprintf("%#08x", 1<<14)`.
 pub const MASQ_MARK: &str = "0x00004000";
@@ -107,9 +109,36 @@ pub fn load_iptables(netns: &str, rules: &str) -> anyhow::Result<()> {
     in_netns(netns, &["iptables-restore"], rules)
 }
 
-/// Loads `ruleset` with `nft -f -` inside `netns`.
+/// Applies a partial sync's `rules` inside `netns` as kube-proxy v1.31 does:
+/// `iptables-restore -w 5 -W 100000 --noflush --counters`.
+pub fn load_iptables_partial(netns: &str, rules: &str) -> anyhow::Result<()> {
+    in_netns(
+        netns,
+        &[
+            "iptables-restore",
+            "-w",
+            "5",
+            "-W",
+            "100000",
+            "--noflush",
+            "--counters",
+        ],
+        rules,
+    )
+}
+
+/// Loads `ruleset` with `nft -f -` inside `netns` (knftables runs every
+/// transaction this way: one `nft` process, one netlink batch).
 pub fn load_nft(netns: &str, ruleset: &str) -> anyhow::Result<()> {
     in_netns(netns, &["nft", "-f", "-"], ruleset)
+}
+
+/// `nft --json list <what> ip` inside `netns`, as knftables' `List` runs it
+/// (kube-proxy v1.31 lists `chains` and `sets` on every sync to find stale
+/// ones); returns the output's size in bytes.
+pub fn nft_list(netns: &str, what: &str) -> anyhow::Result<usize> {
+    ensure!(!netns.is_empty(), "refusing to list rules without a netns");
+    Ok(crate::netns::exec(netns, &["nft", "--json", "list", what, "ip"])?.len())
 }
 
 fn in_netns(netns: &str, cmd: &[&str], stdin: &str) -> anyhow::Result<()> {

@@ -14,13 +14,15 @@
 //! the `numgen random mod N vmap` dispatch, and one
 //! `endpoint-<hash>-...__ip/port` chain per endpoint; the first sync's
 //! add+delete of the base chains and the flushes, in kube-proxy's order.
+//! Also the *partial* sync that follows an endpoint change
+//! ([`nft_partial_sync`]), with the stale-chain handling of v1.31.
 //!
 //! Simplified: no NodePort/LoadBalancer/externalIPs, session affinity,
 //! traffic policies or terminating endpoints. `cluster-ips-check` has no
 //! "drop traffic to unallocated ClusterIPs" rule: v1.31 writes it only from
 //! ServiceCIDR objects (the MultiCIDRServiceAllocator gate, off by default).
 
-use std::fmt::Write as _;
+use std::{fmt::Write as _, net::Ipv4Addr};
 
 use super::{MASQ_MARK, SvcSpec, hash_b32};
 
@@ -31,62 +33,126 @@ pub fn nft_ruleset(services: &[SvcSpec], cluster_cidr: &str) -> String {
     let total_endpoints: usize = services.iter().map(|s| s.endpoints.len()).sum();
     let mut o = String::with_capacity(500 * services.len() + 500 * total_endpoints + 8192);
     setup(&mut o);
-
-    const T: &str = "ip kube-proxy";
     for svc in services {
-        let proto = svc.proto.as_str();
-        let base = format!("{}/{}/{proto}/{}", svc.namespace, svc.name, svc.port_name);
-        let (vip, port) = (svc.vip, svc.port);
-        let eps: Vec<String> = svc
-            .endpoints
-            .iter()
-            .map(|(ip, p)| {
-                format!(
-                    "endpoint-{}",
-                    hash_and_truncate(&format!("{base}__{ip}/{p}"))
-                )
-            })
-            .collect();
-        for ep in &eps {
-            let _ = write!(o, "add chain {T} {ep}\nflush chain {T} {ep}\n");
-        }
-        let chain = format!("service-{}", hash_and_truncate(&base));
-        if !eps.is_empty() {
-            let _ = write!(o, "add chain {T} {chain}\nflush chain {T} {chain}\n");
-        }
+        service(&mut o, svc, cluster_cidr, true);
+    }
+    o
+}
+
+/// The transactions of a v1.31 *partial* sync after the endpoints of
+/// `changed` (indices into `services`) changed: `setupNFTables` is skipped,
+/// set and map elements are diffed in Go (an endpoint change alters none),
+/// unchanged services are not mentioned, and each changed service's chains
+/// are rewritten whole. Chains that fell out of use (`stale`) are flushed
+/// now; kube-proxy deletes them in a separate transaction at the start of a
+/// sync at least a second later, which is [`nft_delete_chains`].
+pub fn nft_partial_sync(
+    services: &[SvcSpec],
+    changed: &[usize],
+    stale: &[String],
+    cluster_cidr: &str,
+) -> String {
+    let mut o = String::new();
+    for &i in changed {
+        // Losing or gaining all endpoints would change map elements too.
+        assert!(
+            !services[i].endpoints.is_empty(),
+            "a partial sync here keeps endpoints"
+        );
+        service(&mut o, &services[i], cluster_cidr, false);
+    }
+    for chain in stale {
+        let _ = writeln!(o, "flush chain {T} {chain}");
+    }
+    o
+}
+
+/// The transaction that deletes stale chains.
+pub fn nft_delete_chains(chains: &[String]) -> String {
+    chains
+        .iter()
+        .map(|c| format!("delete chain {T} {c}\n"))
+        .collect()
+}
+
+/// The name of the chain kube-proxy v1.31 makes for one endpoint of `svc`.
+pub fn nft_endpoint_chain(svc: &SvcSpec, ip: Ipv4Addr, port: u16) -> String {
+    format!(
+        "endpoint-{}",
+        hash_and_truncate(&format!("{}__{ip}/{port}", base_name(svc)))
+    )
+}
+
+const T: &str = "ip kube-proxy";
+
+/// `ns/name/proto/portname`, what service and endpoint chains are named after.
+fn base_name(svc: &SvcSpec) -> String {
+    format!(
+        "{}/{}/{}/{}",
+        svc.namespace,
+        svc.name,
+        svc.proto.as_str(),
+        svc.port_name
+    )
+}
+
+/// One service port as `syncProxyRules` writes it: its chains, the map
+/// elements (on a full sync) and the rules.
+fn service(o: &mut String, svc: &SvcSpec, cluster_cidr: &str, elements: bool) {
+    let proto = svc.proto.as_str();
+    let (vip, port) = (svc.vip, svc.port);
+    let eps: Vec<String> = svc
+        .endpoints
+        .iter()
+        .map(|(ip, p)| nft_endpoint_chain(svc, *ip, *p))
+        .collect();
+    for ep in &eps {
+        let _ = write!(o, "add chain {T} {ep}\nflush chain {T} {ep}\n");
+    }
+    let chain = format!("service-{}", hash_and_truncate(&base_name(svc)));
+    if !eps.is_empty() {
+        let _ = write!(o, "add chain {T} {chain}\nflush chain {T} {chain}\n");
+    }
+    if elements {
         let _ = writeln!(o, "add element {T} cluster-ips {{ {vip} }}");
-        if eps.is_empty() {
+    }
+    if eps.is_empty() {
+        if elements {
             let _ = writeln!(
                 o,
                 "add element {T} no-endpoint-services {{ {vip} . {proto} . {port} comment \"{}\" \
                  : goto reject-chain }}",
                 svc.port_name_string()
             );
-            continue;
         }
+        return;
+    }
+    if elements {
+        let _ = writeln!(
+            o,
+            "add element {T} service-ips {{ {vip} . {proto} . {port} : goto {chain} }}"
+        );
+    }
+    let _ = write!(
+        o,
+        "add rule {T} {chain} ip daddr {vip} {proto} dport {port} ip saddr != {cluster_cidr} \
+         jump mark-for-masquerade\n\
+         add rule {T} {chain} numgen random mod {} vmap {{ ",
+        eps.len()
+    );
+    // knftables.Concat puts spaces around the commas too.
+    for (i, ep) in eps.iter().enumerate() {
+        let sep = if i + 1 < eps.len() { " ," } else { "" };
+        let _ = write!(o, "{i} : goto {ep}{sep} ");
+    }
+    o.push_str("}\n");
+    for ((ip, p), ep) in svc.endpoints.iter().zip(&eps) {
         let _ = write!(
             o,
-            "add element {T} service-ips {{ {vip} . {proto} . {port} : goto {chain} }}\n\
-             add rule {T} {chain} ip daddr {vip} {proto} dport {port} ip saddr != {cluster_cidr} \
-             jump mark-for-masquerade\n\
-             add rule {T} {chain} numgen random mod {} vmap {{ ",
-            eps.len()
+            "add rule {T} {ep} ip saddr {ip} jump mark-for-masquerade\n\
+             add rule {T} {ep} meta l4proto {proto} dnat to {ip}:{p}\n"
         );
-        // knftables.Concat puts spaces around the commas too.
-        for (i, ep) in eps.iter().enumerate() {
-            let sep = if i + 1 < eps.len() { " ," } else { "" };
-            let _ = write!(o, "{i} : goto {ep}{sep} ");
-        }
-        o.push_str("}\n");
-        for ((ip, p), ep) in svc.endpoints.iter().zip(&eps) {
-            let _ = write!(
-                o,
-                "add rule {T} {ep} ip saddr {ip} jump mark-for-masquerade\n\
-                 add rule {T} {ep} meta l4proto {proto} dnat to {ip}:{p}\n"
-            );
-        }
     }
-    o
 }
 
 /// kube-proxy's `hashAndTruncate`: 8 base32 characters of the name's sha256,
@@ -104,7 +170,6 @@ fn hash_and_truncate(name: &str) -> String {
 /// `setupNFTables` on the first sync (`!proxier.flushed`), with empty
 /// `--nodeport-addresses` and no ServiceCIDRs.
 fn setup(o: &mut String) {
-    const T: &str = "ip kube-proxy";
     const BASE: [(&str, &str, &str, i32); 8] = [
         ("filter-prerouting", "filter", "prerouting", -110),
         ("filter-input", "filter", "input", -110),
