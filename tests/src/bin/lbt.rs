@@ -6,7 +6,9 @@
 //!
 //! `bench-tcp` / `bench-udp` generate load: `--concurrency` worker threads,
 //! each doing back-to-back requests for `--seconds`, round-robin over the
-//! `--to` addresses. `bench-tcp` closes every connection with SO_LINGER
+//! `--to` addresses; `bench-udp` uses one socket per worker, or with
+//! `--socket-per-request` a new connected one per request (a new flow each,
+//! as from a DNS resolver). `bench-tcp` closes every connection with SO_LINGER
 //! {on, 0}, i.e. with an RST, so neither side keeps a TIME_WAIT socket and the
 //! client never runs out of ephemeral ports; it changes no sysctl at all (so it
 //! cannot touch the root namespace's). Benchmarks refuse to run outside a
@@ -96,6 +98,11 @@ struct BenchArgs {
     /// How long to generate load.
     #[arg(long, default_value_t = 1.0)]
     seconds: f64,
+    /// UDP: a new connected socket per request, as a DNS resolver uses (so
+    /// every request is a new flow); otherwise one unconnected socket per
+    /// worker.
+    #[arg(long)]
+    socket_per_request: bool,
 }
 
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -413,12 +420,13 @@ fn bench(a: &BenchArgs, in_netns: bool, proto: Proto) -> anyhow::Result<BenchRep
     }
     let start = Instant::now();
     let deadline = start + run;
+    let fresh = a.socket_per_request;
     let workers: Vec<_> = (0..a.concurrency)
         .map(|w| {
             let to = a.to.clone();
             std::thread::spawn(move || match proto {
                 Proto::Tcp => bench_tcp_worker(&to, w, deadline),
-                Proto::Udp => bench_udp_worker(&to, w, deadline),
+                Proto::Udp => bench_udp_worker(&to, w, deadline, fresh),
             })
         })
         .collect();
@@ -599,27 +607,44 @@ fn bench_tcp_worker(to: &[SocketAddr], w: usize, deadline: Instant) -> anyhow::R
     Ok(t)
 }
 
-fn bench_udp_worker(to: &[SocketAddr], w: usize, deadline: Instant) -> anyhow::Result<Tally> {
+fn bench_udp_worker(
+    to: &[SocketAddr],
+    w: usize,
+    deadline: Instant,
+    fresh: bool,
+) -> anyhow::Result<Tally> {
     let mut t = Tally::default();
     let bind: SocketAddr = if to[0].is_ipv4() {
         "0.0.0.0:0".parse()?
     } else {
         "[::]:0".parse()?
     };
-    let s = UdpSocket::bind(bind)?;
-    s.set_read_timeout(Some(UDP_TIMEOUT))?;
+    let udp_socket = || -> io::Result<UdpSocket> {
+        let s = UdpSocket::bind(bind)?;
+        s.set_read_timeout(Some(UDP_TIMEOUT))?;
+        Ok(s)
+    };
+    let shared = udp_socket()?;
     let mut buf = [0u8; 512];
     let mut k = w;
     while Instant::now() < deadline {
         let addr = &to[k % to.len()];
         k += 1;
         let t0 = Instant::now();
-        if let Err(e) = s.send_to(b"?", addr) {
-            t.error(&e);
-            continue;
-        }
-        match s.recv_from(&mut buf) {
-            Ok((len, _)) => t.reply(&buf[..len], t0.elapsed()),
+        let once = |buf: &mut [u8]| -> io::Result<usize> {
+            if fresh {
+                // socket, connect, send, receive, close: one flow per request.
+                let s = udp_socket()?;
+                s.connect(addr)?;
+                s.send(b"?")?;
+                s.recv(buf)
+            } else {
+                shared.send_to(b"?", addr)?;
+                Ok(shared.recv_from(buf)?.0)
+            }
+        };
+        match once(&mut buf) {
+            Ok(len) => t.reply(&buf[..len], t0.elapsed()),
             Err(e) => t.error(&e),
         }
     }
