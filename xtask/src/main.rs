@@ -20,7 +20,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Install what is missing (nightly rust-src, bpf-linker, iproute2,
-    /// bpftool, iptables, nftables), mount bpffs, find the cgroup2 mount.
+    /// bpftool, iptables, nftables, conntrack), mount bpffs, find the cgroup2 mount.
     Setup,
     /// Show pods reaching ClusterIPs through the eBPF programs, in netns.
     Demo,

@@ -8,11 +8,13 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-const APT_PACKAGES: [(&str, &str); 4] = [
+const APT_PACKAGES: [(&str, &str); 5] = [
     ("ip", "iproute2"),
     ("bpftool", "bpftool"),
     ("iptables", "iptables"),
     ("nft", "nftables"),
+    // The bench empties the kube-proxy modes' conntrack tables between runs.
+    ("conntrack", "conntrack"),
 ];
 
 pub fn run() -> anyhow::Result<()> {

@@ -7,13 +7,18 @@ use std::{
 };
 
 use lb_tests::{
+    agent::Agent,
     apiserver::ApiServer,
     kubeproxy::{self, SvcSpec},
-    netns,
+    netns::{self, Topology},
     scenario::{Bed, apply_yaml, slice},
+    unique,
 };
 
-use super::{Plan, datapath};
+use super::{
+    Plan,
+    datapath::{self, CLUSTER_CIDR},
+};
 
 /// One way of programming, with its timings.
 pub struct Cold {
@@ -22,6 +27,8 @@ pub struct Cold {
     pub wall: Duration,
     /// The part spent computing and writing (ours: the first full sync).
     pub write: Option<Duration>,
+    /// Ours: the agent's memory once programmed.
+    pub rss: Option<Rss>,
 }
 
 /// Per-change latencies until the dataplane reflects one endpoint change.
@@ -35,8 +42,12 @@ pub struct Control {
     pub endpoints: usize,
     pub cold: Vec<Cold>,
     pub updates: Vec<Update>,
-    /// Agent RSS after programming everything from the apiserver, in bytes.
-    pub rss: u64,
+}
+
+/// Resident set size in bytes: now, and the peak so far.
+pub struct Rss {
+    pub current: u64,
+    pub peak: u64,
 }
 
 pub fn measure(plan: &Plan) -> anyhow::Result<Control> {
@@ -52,35 +63,28 @@ pub fn measure(plan: &Plan) -> anyhow::Result<Control> {
         bed.write_manifest(&yaml)?;
         let start = Instant::now();
         bed.start_agent(&[])?;
-        let wall = start.elapsed();
-        cold.push(Cold {
-            what: "ours, --from-file",
-            wall,
-            write: first_sync(&bed.agent().log_text()),
-        });
-        eprintln!("   ours (file): {wall:?}");
+        cold.push(ours_cold(
+            "ours, --from-file",
+            start.elapsed(),
+            bed.agent(),
+        )?);
     }
 
     // Ours, from the stand-in apiserver; then lone endpoint changes.
-    let rss;
     {
         let mut bed = Bed::new()?;
         let api = ApiServer::start()?;
         apply_yaml(&api, &yaml)?;
         let start = Instant::now();
         bed.start_agent_kube(&api, &[])?;
-        let wall = start.elapsed();
-        cold.push(Cold {
-            what: "ours, apiserver watch",
-            wall,
-            write: first_sync(&bed.agent().log_text()),
-        });
-        rss = rss_bytes(bed.agent().pid())?;
-        eprintln!("   ours (apiserver): {wall:?}, RSS {} MiB", rss >> 20);
+        cold.push(ours_cold(
+            "ours, apiserver watch",
+            start.elapsed(),
+            bed.agent(),
+        )?);
         let before = bed.agent().syncs();
         for u in 0..plan.updates {
-            let s = &specs[(u * 37) % n];
-            bed.kube_apply(&api, &changed_slice(s, u))?;
+            bed.kube_apply(&api, &changed_slice(&specs, u))?;
         }
         let log = bed.agent().log_text();
         let samples: Vec<Duration> = log
@@ -100,46 +104,74 @@ pub fn measure(plan: &Plan) -> anyhow::Result<Control> {
         });
     }
 
-    // kube-proxy's layouts: a full restore, cold and after one change.
-    for (what, change_what, load) in [
-        (
-            "iptables-restore",
-            "iptables-restore of the changed ruleset",
-            load_iptables as Loader,
-        ),
-        (
-            "nft -f",
-            "nft -f of the changed ruleset",
-            load_nft as Loader,
-        ),
-    ] {
-        let bed = Bed::new()?;
-        let ns = &bed.client_ns;
+    // kube-proxy's layouts: the first full sync, then the partial syncs
+    // that one-endpoint changes cause, in a namespace of their own.
+    let topo = Topology::new(&unique("kp"))?;
+    let ns = topo.hub();
+    let start = Instant::now();
+    kubeproxy::load_iptables(ns, &kubeproxy::iptables_restore(&specs, CLUSTER_CIDR))?;
+    cold.push(Cold {
+        what: "iptables-restore (kube-proxy full sync)",
+        wall: start.elapsed(),
+        write: None,
+        rss: None,
+    });
+    eprintln!("   iptables-restore: {:?}", start.elapsed());
+    let mut changed = specs.clone();
+    let mut samples = Vec::new();
+    for u in 0..plan.partial_syncs {
+        let i = move_endpoint(&mut changed, u).0;
+        let rules = kubeproxy::iptables_partial_restore(&changed, &[i], CLUSTER_CIDR);
         let start = Instant::now();
-        load(ns, &specs)?;
-        let wall = start.elapsed();
-        cold.push(Cold {
-            what,
-            wall,
-            write: None,
-        });
-        eprintln!("   {what}: {wall:?}");
-        let mut samples = Vec::new();
-        let mut changed = specs.clone();
-        for u in 0..plan.restores {
-            let i = (u * 37) % n;
-            changed[i].endpoints[0].0 =
-                Ipv4Addr::new(10, 200, (u / 250) as u8, (u % 250) as u8 + 1);
-            let start = Instant::now();
-            load(ns, &changed)?;
-            samples.push(start.elapsed());
-        }
-        netns::exec(ns, &["nft", "flush", "ruleset"])?;
-        updates.push(Update {
-            what: change_what,
-            samples,
-        });
+        kubeproxy::load_iptables_partial(ns, &rules)?;
+        samples.push(start.elapsed());
     }
+    updates.push(Update {
+        what: "iptables: partial sync (iptables-restore --noflush)",
+        samples,
+    });
+    netns::exec(ns, &["nft", "flush", "ruleset"])?;
+
+    let start = Instant::now();
+    kubeproxy::load_nft(ns, &kubeproxy::nft_ruleset(&specs, CLUSTER_CIDR))?;
+    cold.push(Cold {
+        what: "nft -f (kube-proxy full sync)",
+        wall: start.elapsed(),
+        write: None,
+        rss: None,
+    });
+    eprintln!("   nft -f: {:?}", start.elapsed());
+    let mut changed = specs.clone();
+    let mut samples = Vec::new();
+    let mut stale: Vec<String> = Vec::new();
+    for u in 0..plan.partial_syncs {
+        let (i, old) = move_endpoint(&mut changed, u);
+        let old_chain = kubeproxy::nft_endpoint_chain(&changed[i], old.0, old.1);
+        let tx = kubeproxy::nft_partial_sync(
+            &changed,
+            &[i],
+            std::slice::from_ref(&old_chain),
+            CLUSTER_CIDR,
+        );
+        let delete = kubeproxy::nft_delete_chains(&stale);
+        // What v1.31's syncProxyRules runs, in order: delete the chains the
+        // previous sync left stale (its own transaction), list chains and
+        // sets, then the sync's transaction.
+        let start = Instant::now();
+        if !stale.is_empty() {
+            kubeproxy::load_nft(ns, &delete)?;
+        }
+        kubeproxy::nft_list(ns, "chains")?;
+        kubeproxy::nft_list(ns, "sets")?;
+        kubeproxy::load_nft(ns, &tx)?;
+        samples.push(start.elapsed());
+        stale = vec![old_chain];
+    }
+    updates.push(Update {
+        what: "nftables: partial sync (nft -f, with its lists and stale-chain delete)",
+        samples,
+    });
+    netns::exec(ns, &["nft", "flush", "ruleset"])?;
 
     for u in &mut updates {
         u.samples.sort_unstable();
@@ -149,27 +181,33 @@ pub fn measure(plan: &Plan) -> anyhow::Result<Control> {
         endpoints: e,
         cold,
         updates,
-        rss,
     })
 }
 
-type Loader = fn(&str, &[SvcSpec]) -> anyhow::Result<()>;
-
-fn load_iptables(ns: &str, specs: &[SvcSpec]) -> anyhow::Result<()> {
-    kubeproxy::load_iptables(
-        ns,
-        &kubeproxy::iptables_restore(specs, datapath::CLUSTER_CIDR),
+/// The `u`-th change: which Service, and the address its first endpoint
+/// moves to.
+fn change(n: usize, u: usize) -> (usize, Ipv4Addr) {
+    (
+        (u * 37) % n,
+        Ipv4Addr::new(10, 200, (u / 250) as u8, (u % 250) as u8 + 1),
     )
 }
 
-fn load_nft(ns: &str, specs: &[SvcSpec]) -> anyhow::Result<()> {
-    kubeproxy::load_nft(ns, &kubeproxy::nft_ruleset(specs, datapath::CLUSTER_CIDR))
+/// Applies the `u`-th change to `specs`; returns the Service's index and
+/// the endpoint it replaced.
+fn move_endpoint(specs: &mut [SvcSpec], u: usize) -> (usize, (Ipv4Addr, u16)) {
+    let (i, ip) = change(specs.len(), u);
+    let old = specs[i].endpoints[0];
+    specs[i].endpoints[0].0 = ip;
+    (i, old)
 }
 
-/// The Service's slice with its first endpoint moved to a new address.
-fn changed_slice(s: &SvcSpec, u: usize) -> String {
+/// The `u`-th change as the Service's new EndpointSlice.
+fn changed_slice(specs: &[SvcSpec], u: usize) -> String {
+    let (i, ip) = change(specs.len(), u);
+    let s = &specs[i];
     let mut ips: Vec<String> = s.endpoints.iter().map(|(ip, _)| ip.to_string()).collect();
-    ips[0] = Ipv4Addr::new(10, 200, (u / 250) as u8, (u % 250) as u8 + 1).to_string();
+    ips[0] = ip.to_string();
     let eps: Vec<(&str, bool)> = ips.iter().map(|ip| (ip.as_str(), true)).collect();
     let name = format!("{}-{}", s.name, s.port_name);
     let port = s.endpoints[0].1;
@@ -180,6 +218,25 @@ fn changed_slice(s: &SvcSpec, u: usize) -> String {
         &[(&s.port_name, port, "TCP")],
         &eps,
     )
+}
+
+/// A cold start of ours that took `wall`, with the agent's own figures.
+fn ours_cold(what: &'static str, wall: Duration, agent: &Agent) -> anyhow::Result<Cold> {
+    // The agent returns what the initial list freed right after its sync;
+    // let that land before reading the resident size.
+    std::thread::sleep(Duration::from_millis(200));
+    let rss = rss(agent.pid())?;
+    eprintln!(
+        "   {what}: {wall:?}, RSS {} MiB (peak {} MiB)",
+        rss.current >> 20,
+        rss.peak >> 20
+    );
+    Ok(Cold {
+        what,
+        wall,
+        write: first_sync(&agent.log_text()),
+        rss: Some(rss),
+    })
 }
 
 /// `took_us` of the first (full) sync in an agent log.
@@ -193,12 +250,18 @@ fn field(line: &str, key: &str) -> Option<u64> {
         .find_map(|w| w.strip_prefix(key)?.parse().ok())
 }
 
-fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
+fn rss(pid: u32) -> anyhow::Result<Rss> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("no VmRSS for pid {pid}"))?;
-    Ok(kb * 1024)
+    let kib = |key: &str| -> anyhow::Result<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .map(|kb: u64| kb * 1024)
+            .ok_or_else(|| anyhow::anyhow!("no {key} for pid {pid}"))
+    };
+    Ok(Rss {
+        current: kib("VmRSS:")?,
+        peak: kib("VmHWM:")?,
+    })
 }

@@ -1,20 +1,21 @@
 //! Datapath figures: the same client load against the same backends through
 //! each mode, at one scale N.
 
-use std::{net::Ipv4Addr, process::Command};
+use std::{fmt::Write as _, net::Ipv4Addr, time::Instant};
 
 use anyhow::Context as _;
 use lb_tests::{
-    agent::agent_bin,
+    cgroup::TestCgroup,
     kubeproxy::{self, Proto, SvcSpec},
     netns,
     probe::{self, BenchReport},
     scenario::{Bed, service, slice},
+    unique,
 };
 
 use super::Plan;
 
-/// The pod network of the layouts: the client (10.0.0.2) is a pod, so
+/// The pod network of the layouts: the clients (10.0.0.x) are pods, so
 /// neither layout masquerades, as for pod-to-Service traffic in a cluster.
 pub const CLUSTER_CIDR: &str = "10.0.0.0/16";
 /// The measured Service's VIP: TCP 80 and UDP 53, after all filler Services.
@@ -41,35 +42,79 @@ impl Mode {
     }
 }
 
-/// One mode at one N.
+/// One kind of client load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Load {
+    /// Connect, one request/response, close (RST): one new flow each.
+    Tcp,
+    /// A new connected UDP socket per request/response, as a DNS resolver
+    /// uses: one new flow each.
+    UdpFresh,
+    /// One unconnected UDP socket per worker, `sendto` per request: after
+    /// the first datagram, only per-packet costs remain.
+    UdpLong,
+}
+
+impl Load {
+    pub const ALL: [Load; 3] = [Load::Tcp, Load::UdpFresh, Load::UdpLong];
+
+    fn args(self) -> &'static [&'static str] {
+        match self {
+            Load::Tcp => &["bench-tcp"],
+            Load::UdpFresh => &["bench-udp", "--socket-per-request"],
+            Load::UdpLong => &["bench-udp"],
+        }
+    }
+}
+
+/// One mode at one N: every round's report, per load.
 pub struct Row {
     pub mode: Mode,
     pub n: usize,
-    pub tcp: Vec<BenchReport>,
-    pub udp: Vec<BenchReport>,
+    pub runs: Vec<(Load, BenchReport)>,
 }
 
 impl Row {
-    pub fn tcp_rate(&self) -> f64 {
-        mean(self.tcp.iter().map(|r| r.rate))
+    fn reports(&self, load: Load) -> impl Iterator<Item = &BenchReport> {
+        self.runs
+            .iter()
+            .filter(move |(l, _)| *l == load)
+            .map(|(_, r)| r)
     }
-    pub fn udp_rate(&self) -> f64 {
-        mean(self.udp.iter().map(|r| r.rate))
+    /// The median over rounds of requests (or connections) per second.
+    pub fn rate(&self, load: Load) -> f64 {
+        median(self.reports(load).map(|r| r.rate))
     }
-    pub fn connect_p50(&self) -> f64 {
-        mean(self.tcp.iter().filter_map(BenchReport::p50_us))
+    /// The median over rounds of each round's latency percentile.
+    pub fn p50(&self, load: Load) -> f64 {
+        median(self.reports(load).filter_map(BenchReport::p50_us))
     }
-    pub fn connect_p99(&self) -> f64 {
-        mean(self.tcp.iter().filter_map(BenchReport::p99_us))
+    pub fn p99(&self, load: Load) -> f64 {
+        median(self.reports(load).filter_map(BenchReport::p99_us))
+    }
+    /// (smallest, largest) round rate: the spread between rounds.
+    pub fn spread(&self, load: Load) -> (f64, f64) {
+        self.reports(load)
+            .map(|r| r.rate)
+            .fold((f64::INFINITY, 0.0), |(lo, hi), x| (lo.min(x), hi.max(x)))
     }
     pub fn failed(&self) -> u64 {
-        self.tcp.iter().chain(&self.udp).map(|r| r.failed).sum()
+        self.runs.iter().map(|(_, r)| r.failed).sum()
     }
 }
 
-fn mean(v: impl Iterator<Item = f64>) -> f64 {
-    let (sum, n) = v.fold((0.0, 0), |(s, n), x| (s + x, n + 1));
-    if n == 0 { f64::NAN } else { sum / f64::from(n) }
+fn median(v: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = v.collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len().is_multiple_of(2) {
+        (v[m - 1] + v[m]) / 2.0
+    } else {
+        v[m]
+    }
 }
 
 /// N Services: N-1 fillers, then the measured UDP and TCP ports (TCP last,
@@ -132,98 +177,84 @@ pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
     }
     let specs = services(n, &pods, plan.endpoints);
     bed.write_manifest(&manifests(&specs))?;
-    let iptables = kubeproxy::iptables_restore(&specs, CLUSTER_CIDR);
-    let nft = kubeproxy::nft_ruleset(&specs, CLUSTER_CIDR);
 
+    // Each mode keeps its own client namespace (pods 10.0.0.2-4) and its
+    // rules or programs for the whole run, so rounds alternate without
+    // reloading. direct shares ours' namespace but not its cgroup: only
+    // clients in `bed.cgroup` go through our programs.
+    let ipt_ns = bed.topo.add_host("ipt", Ipv4Addr::new(10, 0, 0, 3))?;
+    let nft_ns = bed.topo.add_host("nft", Ipv4Addr::new(10, 0, 0, 4))?;
+    let plain = TestCgroup::new(&unique("plain"))?;
+    bed.start_agent(&[])?;
+    kubeproxy::load_iptables(&ipt_ns, &kubeproxy::iptables_restore(&specs, CLUSTER_CIDR))?;
+    let t = Instant::now();
+    kubeproxy::load_nft(&nft_ns, &kubeproxy::nft_ruleset(&specs, CLUSTER_CIDR))?;
+    eprintln!("   (nft -f of the N={n} layout took {:.2?})", t.elapsed());
+
+    let targets = |mode: Mode, port: u16, pod_port: u16| match mode {
+        Mode::Direct => pods
+            .iter()
+            .map(|p| format!("{p}:{pod_port}"))
+            .collect::<Vec<_>>()
+            .join(","),
+        _ => format!("{VIP}:{port}"),
+    };
     let mut rows: Vec<Row> = Mode::ALL
         .iter()
         .map(|&mode| Row {
             mode,
             n,
-            tcp: Vec::new(),
-            udp: Vec::new(),
+            runs: Vec::new(),
         })
         .collect();
-    // Two rounds in ABBA order, so drift over the run favours no mode.
-    let order: Vec<Mode> = Mode::ALL
-        .iter()
-        .chain(Mode::ALL.iter().rev())
-        .copied()
-        .collect();
-    for mode in order {
-        let (tcp_to, udp_to) = match mode {
-            Mode::Direct => (
-                pods.iter()
-                    .map(|p| format!("{p}:8080"))
-                    .collect::<Vec<_>>()
-                    .join(","),
-                pods.iter()
-                    .map(|p| format!("{p}:5353"))
-                    .collect::<Vec<_>>()
-                    .join(","),
-            ),
-            _ => (format!("{VIP}:80"), format!("{VIP}:53")),
-        };
-        match mode {
-            Mode::Direct => {}
-            Mode::Ours => {
-                bed.start_agent(&[])?;
-            }
-            Mode::Iptables => kubeproxy::load_iptables(&bed.client_ns, &iptables)?,
-            Mode::Nftables => kubeproxy::load_nft(&bed.client_ns, &nft)?,
+    let (c, t) = (plan.concurrency.to_string(), plan.seconds.to_string());
+    for round in 0..plan.rounds {
+        // ABBA order, so drift over the run favours no mode.
+        let mut order = Mode::ALL;
+        if round % 2 == 1 {
+            order.reverse();
         }
-        let c = plan.concurrency.to_string();
-        let t = plan.seconds.to_string();
-        let tcp = probe::bench(
-            &bed.client_ns,
-            bed.cgroup.path(),
-            &["bench-tcp", "--to", &tcp_to, "-c", &c, "--seconds", &t],
-        )?;
-        let udp = probe::bench(
-            &bed.client_ns,
-            bed.cgroup.path(),
-            &["bench-udp", "--to", &udp_to, "-c", &c, "--seconds", &t],
-        )?;
-        eprintln!(
-            "   {:<9} N={n:<6} TCP {:>8.0} conn/s (p50 {:>6.1} us, p99 {:>7.1} us, {} failed)   UDP {:>8.0} req/s ({} failed)",
-            mode.name(),
-            tcp.rate,
-            tcp.p50_us().unwrap_or(f64::NAN),
-            tcp.p99_us().unwrap_or(f64::NAN),
-            tcp.failed,
-            udp.rate,
-            udp.failed,
-        );
-        anyhow::ensure!(
-            tcp.ok > 0 && udp.ok > 0,
-            "{} at N={n} answered nothing",
-            mode.name()
-        );
-        match mode {
-            Mode::Direct => {}
-            Mode::Ours => {
-                // Detach: the next mode must not go through our programs.
-                bed.agent = None;
-                let ok = Command::new(agent_bin())
-                    .args(["cleanup", "--bpffs-dir"])
-                    .arg(bed.pins_path())
-                    .output()?
-                    .status
-                    .success();
-                anyhow::ensure!(ok, "lb-agent cleanup failed");
+        for mode in order {
+            let (ns, cgroup) = match mode {
+                Mode::Direct => (&bed.client_ns, plain.path()),
+                Mode::Ours => (&bed.client_ns, bed.cgroup.path()),
+                Mode::Iptables => (&ipt_ns, plain.path()),
+                Mode::Nftables => (&nft_ns, plain.path()),
+            };
+            let mut line = format!("   {:<9} N={n:<6}", mode.name());
+            for load in Load::ALL {
+                if matches!(mode, Mode::Iptables | Mode::Nftables) {
+                    // Each measurement starts from an empty conntrack table:
+                    // new flows by the 100,000 would otherwise fill it.
+                    netns::exec(ns, &["conntrack", "-F"]).context("flushing conntrack")?;
+                }
+                let to = match load {
+                    Load::Tcp => targets(mode, 80, 8080),
+                    Load::UdpFresh | Load::UdpLong => targets(mode, 53, 5353),
+                };
+                let mut args = load.args().to_vec();
+                args.extend(["--to", &to, "-c", &c, "--seconds", &t]);
+                let r = probe::bench(ns, cgroup, &args)?;
+                anyhow::ensure!(
+                    r.ok > 0,
+                    "{} {load:?} at N={n} answered nothing",
+                    mode.name()
+                );
+                let _ = write!(
+                    line,
+                    "  {load:?} {:>6.0}/s (p50 {:>5.1} us, {} failed)",
+                    r.rate,
+                    r.p50_us().unwrap_or(f64::NAN),
+                    r.failed
+                );
+                rows.iter_mut()
+                    .find(|r| r.mode == mode)
+                    .expect("every mode has a row")
+                    .runs
+                    .push((load, r));
             }
-            Mode::Iptables | Mode::Nftables => {
-                // iptables-nft keeps its tables in nftables too.
-                netns::exec(&bed.client_ns, &["nft", "flush", "ruleset"])
-                    .context("flushing rules")?;
-            }
+            eprintln!("{line}");
         }
-        let row = rows
-            .iter_mut()
-            .find(|r| r.mode == mode)
-            .expect("every mode has a row");
-        row.tcp.push(tcp);
-        row.udp.push(udp);
     }
     Ok(rows)
 }

@@ -45,11 +45,14 @@ pub struct Plan {
     pub endpoints: usize,
     pub concurrency: u32,
     pub seconds: f64,
+    /// Datapath rounds per mode, alternating in ABBA order.
+    pub rounds: usize,
     /// Control plane: Services and endpoints each.
     pub cold: (usize, usize),
-    /// Control plane: one-endpoint changes for ours, restores for the others.
+    /// Control plane: one-endpoint changes for ours, and kube-proxy partial
+    /// syncs for the others.
     pub updates: usize,
-    pub restores: usize,
+    pub partial_syncs: usize,
     pub out_dir: PathBuf,
 }
 
@@ -59,10 +62,10 @@ impl Plan {
             .parent()
             .expect("xtask sits in the workspace")
             .to_path_buf();
-        let (scales, seconds, cold, updates, restores) = if a.quick {
-            (vec![1, 100], 1.0, (500, 10), 20, 2)
+        let (scales, seconds, rounds, cold, updates, partial_syncs) = if a.quick {
+            (vec![1, 100], 1.0, 2, (500, 10), 20, 5)
         } else {
-            (vec![1, 1000, 10_000], 5.0, (10_000, 10), 200, 1)
+            (vec![1, 1000, 10_000], 3.0, 4, (10_000, 10), 200, 20)
         };
         Self {
             quick: a.quick,
@@ -70,9 +73,10 @@ impl Plan {
             endpoints: a.endpoints,
             concurrency: a.concurrency,
             seconds: a.seconds.unwrap_or(seconds),
+            rounds,
             cold,
             updates,
-            restores,
+            partial_syncs,
             out_dir: root.join("target/bench"),
         }
     }
