@@ -65,7 +65,7 @@ impl Plan {
         let (scales, seconds, rounds, cold, updates, partial_syncs) = if a.quick {
             (vec![1, 100], 1.0, 2, (500, 10), 20, 5)
         } else {
-            (vec![1, 1000, 10_000], 3.0, 4, (10_000, 10), 200, 20)
+            (vec![1, 1000, 10_000], 3.0, 4, (10_000, 10), 200, 10)
         };
         Self {
             quick: a.quick,
