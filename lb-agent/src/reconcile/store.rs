@@ -69,17 +69,24 @@ impl MemStore {
     }
 }
 
-fn put<K: Ord, V>(
+/// Writes `entries` in order as a BPF hash map of `max` entries would,
+/// logging each write; stops at the first that does not fit.
+fn put_all<K: Ord + Copy, V: Copy>(
     map: &mut BTreeMap<K, V>,
     max: usize,
     name: &'static str,
-    k: K,
-    v: V,
-) -> Result<(), StoreError> {
-    if !map.contains_key(&k) && map.len() >= max {
-        return Err(StoreError::Full { map: name });
+    entries: &[(K, V)],
+    log: &mut Vec<Op>,
+    op: fn(K, V) -> Op,
+) -> Result<(), BatchError> {
+    for (written, &(k, v)) in entries.iter().enumerate() {
+        if !map.contains_key(&k) && map.len() >= max {
+            let error = StoreError::Full { map: name };
+            return Err(BatchError { written, error });
+        }
+        map.insert(k, v);
+        log.push(op(k, v));
     }
-    map.insert(k, v);
     Ok(())
 }
 
@@ -89,18 +96,8 @@ impl MapStore for MemStore {
     }
 
     fn put_backends(&mut self, entries: &[(u32, Backend4)]) -> Result<(), BatchError> {
-        for (written, (id, value)) in entries.iter().enumerate() {
-            put(
-                &mut self.state.backends,
-                self.max_backends,
-                "backends",
-                *id,
-                *value,
-            )
-            .map_err(|error| BatchError { written, error })?;
-            self.log.push(Op::PutBackend(*id, *value));
-        }
-        Ok(())
+        let (map, max) = (&mut self.state.backends, self.max_backends);
+        put_all(map, max, "backends", entries, &mut self.log, Op::PutBackend)
     }
 
     fn delete_backend(&mut self, id: u32) -> Result<(), StoreError> {
@@ -110,18 +107,8 @@ impl MapStore for MemStore {
     }
 
     fn put_services(&mut self, entries: &[(Service4Key, ServiceValue)]) -> Result<(), BatchError> {
-        for (written, (key, value)) in entries.iter().enumerate() {
-            put(
-                &mut self.state.services,
-                self.max_services,
-                "services",
-                *key,
-                *value,
-            )
-            .map_err(|error| BatchError { written, error })?;
-            self.log.push(Op::PutService(*key, *value));
-        }
-        Ok(())
+        let (map, max) = (&mut self.state.services, self.max_services);
+        put_all(map, max, "services", entries, &mut self.log, Op::PutService)
     }
 
     fn delete_service(&mut self, key: &Service4Key) -> Result<(), StoreError> {
