@@ -166,10 +166,6 @@ async fn run_file(
 
 fn sync(syncer: &mut Syncer<BpfStore>) {
     if let Some(s) = syncer.sync() {
-        if s.full {
-            // The (re)list it followed freed far more than the model keeps.
-            memory::release_freed();
-        }
         info!(
             full = s.full,
             frontends = s.frontends,
@@ -179,5 +175,9 @@ fn sync(syncer: &mut Syncer<BpfStore>) {
             latency_us = s.latency.as_micros() as u64,
             "sync complete"
         );
+        if s.full {
+            // The (re)list it followed freed far more than the model keeps.
+            memory::release_freed();
+        }
     }
 }
