@@ -135,10 +135,10 @@ pub fn load_nft(netns: &str, ruleset: &str) -> anyhow::Result<()> {
 
 /// `nft --json list <what> ip` inside `netns`, as knftables' `List` runs it
 /// (kube-proxy v1.31 lists `chains` and `sets` on every sync to find stale
-/// ones); returns the output's size in bytes.
-pub fn nft_list(netns: &str, what: &str) -> anyhow::Result<usize> {
+/// ones).
+pub fn nft_list(netns: &str, what: &str) -> anyhow::Result<()> {
     ensure!(!netns.is_empty(), "refusing to list rules without a netns");
-    Ok(crate::netns::exec(netns, &["nft", "--json", "list", what, "ip"])?.len())
+    crate::netns::exec(netns, &["nft", "--json", "list", what, "ip"]).map(drop)
 }
 
 fn in_netns(netns: &str, cmd: &[&str], stdin: &str) -> anyhow::Result<()> {

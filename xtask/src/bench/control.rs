@@ -153,13 +153,13 @@ pub fn measure(plan: &Plan) -> anyhow::Result<Control> {
             std::slice::from_ref(&old_chain),
             CLUSTER_CIDR,
         );
-        let delete = kubeproxy::nft_delete_chains(&stale);
+        let delete = (!stale.is_empty()).then(|| kubeproxy::nft_delete_chains(&stale));
         // What v1.31's syncProxyRules runs, in order: delete the chains the
         // previous sync left stale (its own transaction), list chains and
         // sets, then the sync's transaction.
         let start = Instant::now();
-        if !stale.is_empty() {
-            kubeproxy::load_nft(ns, &delete)?;
+        if let Some(delete) = &delete {
+            kubeproxy::load_nft(ns, delete)?;
         }
         kubeproxy::nft_list(ns, "chains")?;
         kubeproxy::nft_list(ns, "sets")?;
