@@ -9,7 +9,7 @@
 /// Fixes glibc's trim threshold, which it otherwise raises after large
 /// frees (such as a whole manifest's text), after which freed memory stays
 /// mapped. The file parser's per-thread heaps still keep part of theirs: a
-/// cold start from a 10,000-Service file ends at about 130 MiB resident
+/// cold start from a 10,000-Service file ends at 125-146 MiB resident
 /// (about 90 MiB when parsed on one thread, which takes 0.3 s longer).
 /// Call before starting threads.
 pub fn keep_trimming() {

@@ -128,7 +128,6 @@ pub fn parse_into(origin: &str, text: &str, out: &mut Objects) {
 /// Parses `docs`, the first of which is document number `first`.
 fn parse_documents(origin: &str, docs: &[&str], first: usize, out: &mut Objects) {
     for (i, doc) in docs.iter().enumerate() {
-        let location = format!("{origin}#{}", first + i);
         // Fast path: a Service or slice goes straight to its type. Anything
         // else, or anything it cannot read, takes the general path, which
         // also says what is wrong.
@@ -147,6 +146,7 @@ fn parse_documents(origin: &str, docs: &[&str], first: usize, out: &mut Objects)
             }
             _ => {}
         }
+        let location = format!("{origin}#{}", first + i);
         match serde_yaml::from_str::<Value>(doc) {
             Ok(Value::Null) => {}
             Ok(value) => add_value(&location, value, out),
