@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::bpf::pins::DEFAULT_BPFFS_DIR;
+use crate::datapath::pins::DEFAULT_BPFFS_DIR;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -75,6 +75,32 @@ pub struct RunArgs {
     /// The bpffs directory holding the pinned maps and links.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_BPFFS_DIR)]
     pub bpffs_dir: PathBuf,
+    #[command(flatten)]
+    pub maps: MapSizeArgs,
+}
+
+/// Map capacities, set when the maps are created (Cilium's flags where the
+/// meaning is the same). Pinned maps of another capacity are replaced by a
+/// live migration at start.
+#[derive(Args, Debug, Default, Clone, Copy)]
+pub struct MapSizeArgs {
+    /// Capacity of each load-balancing map (frontends, backend slots,
+    /// backends) not set by its own flag below.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub bpf_lb_map_max: Option<u32>,
+    /// Frontends (ClusterIP:port/protocol) [default: 65536].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..(u32::MAX as i64)))]
+    pub bpf_lb_service_map_max: Option<u32>,
+    /// Backend slots: every frontend's backends, plus the previous
+    /// revision of each frontend changing at the moment [default: 262144].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub bpf_lb_slot_map_max: Option<u32>,
+    /// Distinct backend addresses [default: 131072].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub bpf_lb_service_backend_map_max: Option<u32>,
+    /// Socket reverse-NAT entries (LRU) [default: 262144].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub bpf_sock_rev_map_max: Option<u32>,
 }
 
 #[derive(Args, Debug)]
@@ -87,4 +113,8 @@ pub struct CleanupArgs {
 pub struct DumpArgs {
     #[arg(long, value_name = "DIR", default_value = DEFAULT_BPFFS_DIR)]
     pub bpffs_dir: PathBuf,
+    /// Print the datapath counters (translations, refusals by reason)
+    /// instead of the frontends.
+    #[arg(long)]
+    pub stats: bool,
 }

@@ -1,76 +1,95 @@
-//! `lb-agent dump`: the maps as an `ipvsadm -ln`-style listing.
+//! `lb-agent dump`: the maps as an `ipvsadm -ln`-style listing, and the
+//! datapath counters.
 
-use std::{fmt::Write as _, net::Ipv4Addr};
+use std::{fmt::Write as _, net::SocketAddr};
 
-use crate::reconcile::MapState;
+use crate::reconcile::{LbView, SlotView};
 
-/// Renders every frontend with its backends, sorted by VIP, port, protocol.
-/// Reads nothing but `state`, so it shows exactly what the datapath sees.
-pub fn render(state: &MapState) -> String {
+/// Renders every frontend with the backends of its live revision, sorted by
+/// address, port, protocol. Reads nothing but `view`, so it shows exactly
+/// what the datapath sees.
+pub fn render(view: &LbView) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "Prot LocalAddress:Port        Scheduler  Backends");
     let _ = writeln!(out, "  -> RemoteAddress:Port       BackendId");
-    for (key, value) in state.frontends() {
-        let proto = match key.proto {
+    for fe in &view.frontends {
+        let proto = match fe.proto {
             lb_common::PROTO_TCP => "TCP",
             lb_common::PROTO_UDP => "UDP",
             _ => "?",
         };
-        let vip = format!(
-            "{}:{}",
-            Ipv4Addr::from(key.vip_be),
-            u16::from_be(key.port_be)
-        );
-        let mode = if value.count == 0 { "reject" } else { "random" };
+        let addr = SocketAddr::new(fe.addr, fe.port).to_string();
+        let mode = match (fe.live, fe.count) {
+            (false, _) => "removing",
+            (true, 0) => "reject",
+            (true, _) => "random",
+        };
         let _ = writeln!(
             out,
-            "{proto:<4} {vip:<24} {mode:<10} {} (svc {})",
-            value.count, value.svc_id
+            "{proto:<4} {addr:<24} {mode:<10} {} (id {}, rev {})",
+            fe.count, fe.id, fe.rev
         );
-        for slot in 1..=value.count {
-            let key = lb_common::Service4Key { slot, ..*key };
-            let Some(slot_value) = state.services.get(&key) else {
-                let _ = writeln!(out, "  -> <slot {slot} missing>");
-                continue;
+        for (n, slot) in fe.slots.iter().enumerate() {
+            let _ = match slot {
+                SlotView::Backend {
+                    backend_id,
+                    addr,
+                    port,
+                } => {
+                    let addr = SocketAddr::new(*addr, *port).to_string();
+                    writeln!(out, "  -> {addr:<24} {backend_id}")
+                }
+                SlotView::MissingSlot => writeln!(out, "  -> <slot {n} missing>"),
+                SlotView::MissingBackend(id) => writeln!(out, "  -> <backend {id} missing>"),
             };
-            let id = slot_value.backend_id;
-            match state.backends.get(&id) {
-                Some(b) => {
-                    let addr = format!("{}:{}", Ipv4Addr::from(b.ip_be), u16::from_be(b.port_be));
-                    let _ = writeln!(out, "  -> {addr:<24} {id}");
-                }
-                None => {
-                    let _ = writeln!(out, "  -> <backend {id} missing>");
-                }
-            }
         }
+    }
+    let [frontends, states, slots, backends] = view.entries;
+    let _ = writeln!(
+        out,
+        "# entries: {frontends} frontends, {states} states, {slots} slots, {backends} backends; \
+         {} revisions retired",
+        view.retired_revisions
+    );
+    out
+}
+
+/// Renders the datapath counters, one per line.
+pub fn render_stats(counters: impl Iterator<Item = (&'static str, u64)>) -> String {
+    let mut out = String::new();
+    for (name, n) in counters {
+        let _ = writeln!(out, "{name:<28} {n}");
     }
     out
 }
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
     use super::*;
-    use crate::reconcile::frontend_key;
+    use crate::reconcile::FrontendView;
 
     #[test]
-    fn missing_slot_is_shown_not_hidden() {
-        let mut state = MapState::default();
-        let fe = crate::model::Frontend {
-            vip: Ipv4Addr::new(10, 0, 0, 1),
-            port: 80,
-            proto: crate::model::Proto::Tcp,
+    fn missing_slots_and_backends_are_shown_not_hidden() {
+        let view = LbView {
+            frontends: vec![FrontendView {
+                addr: Ipv4Addr::new(10, 0, 0, 1).into(),
+                port: 80,
+                proto: lb_common::PROTO_TCP,
+                id: 7,
+                live: true,
+                rev: 2,
+                count: 2,
+                slots: vec![SlotView::MissingSlot, SlotView::MissingBackend(9)],
+            }],
+            retired_revisions: 1,
+            entries: [1, 1, 1, 0],
         };
-        state.services.insert(
-            frontend_key(&fe, 0),
-            lb_common::ServiceValue {
-                count: 1,
-                svc_id: 7,
-                ..Default::default()
-            },
-        );
-        let text = render(&state);
+        let text = render(&view);
         assert!(text.contains("TCP  10.0.0.1:80"), "{text}");
-        assert!(text.contains("<slot 1 missing>"), "{text}");
+        assert!(text.contains("<slot 0 missing>"), "{text}");
+        assert!(text.contains("<backend 9 missing>"), "{text}");
+        assert!(text.contains("1 revisions retired"), "{text}");
     }
 }

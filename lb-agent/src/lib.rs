@@ -1,8 +1,8 @@
 //! The node agent: sources -> pure model -> reconciler -> pinned BPF maps.
 
-pub mod bpf;
 pub mod cli;
 pub mod config;
+pub mod datapath;
 pub mod dump;
 pub mod health;
 pub mod http;

@@ -5,11 +5,11 @@ mod run;
 use anyhow::Context as _;
 use clap::Parser as _;
 use lb_agent::{
-    bpf::{loader, pins::Pins, store::BpfStore},
     cli::{Cli, Command},
     config::RunConfig,
+    datapath::{pins::Pins, stats},
     dump, memory,
-    reconcile::MapStore as _,
+    reconcile::{LbView, Table as _, V4},
 };
 
 fn main() -> anyhow::Result<()> {
@@ -34,7 +34,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Cleanup(args) => {
             let pins = Pins::new(&args.bpffs_dir);
-            let removed = loader::uninstall(&pins)?;
+            let removed = lb_agent::datapath::loader::uninstall(&pins)?;
             println!(
                 "removed {} link(s) and {} map(s) under {}",
                 removed.links.len(),
@@ -45,13 +45,14 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Dump(args) => {
             let pins = Pins::new(&args.bpffs_dir);
-            let store = BpfStore::open(&pins).with_context(|| {
-                format!(
-                    "no maps pinned under {}; is lb-agent running?",
-                    pins.dir().display()
-                )
-            })?;
-            let text = dump::render(&store.read()?);
+            let text = if args.stats {
+                let totals = stats::read(&pins.maps_dir()).with_context(|| {
+                    format!("reading the counters under {}", pins.maps_dir().display())
+                })?;
+                dump::render_stats(stats::named(&totals))
+            } else {
+                dump::render(&read_view(&pins)?)
+            };
             match std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes()) {
                 // `lb-agent dump | head` is not an error.
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
@@ -59,4 +60,26 @@ fn main() -> anyhow::Result<()> {
             }
         }
     }
+}
+
+/// The pinned maps of this layout, read whole.
+fn read_view(pins: &Pins) -> anyhow::Result<LbView> {
+    let tables = lb_agent::datapath::read_only_tables(pins).with_context(|| {
+        format!(
+            "no maps of layout {} pinned under {}; is lb-agent running?",
+            lb_common::LAYOUT_VERSION,
+            pins.maps_dir().display()
+        )
+    })?;
+    let read = |e| anyhow::Error::new(e).context("reading the pinned maps");
+    let frontends = tables.frontends.read().map_err(read)?;
+    let states = tables.states.read().map_err(read)?;
+    let slots = tables.slots.read().map_err(read)?;
+    let backends = tables.backends.read().map_err(read)?;
+    Ok(LbView::of::<V4>(
+        &frontends.into_iter().collect(),
+        &states.into_iter().collect(),
+        &slots.into_iter().collect(),
+        &backends.into_iter().collect(),
+    ))
 }

@@ -10,8 +10,8 @@ use std::{
 use anyhow::Context as _;
 use futures::{FutureExt as _, StreamExt as _};
 use lb_agent::{
-    bpf::{cgroup, loader, pins::Pins, store::BpfStore},
     config::{RunConfig, Source},
+    datapath::{Datapath, Start, cgroup, grace::MembarrierGrace, pins::Pins, table::Bpf},
     http::{self, Endpoints, Role},
     memory,
     reconcile::Reconciler,
@@ -19,12 +19,14 @@ use lb_agent::{
     syncer::{Change, Syncer},
 };
 use tokio::signal::unix::{SignalKind, signal};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 /// How often the source files are checked for edits.
 const FILE_POLL: Duration = Duration::from_millis(200);
 /// How often frontends whose write failed (a full map, say) are retried.
 const RETRY: Duration = Duration::from_secs(2);
+/// How often retired revisions are checked for a passed grace period.
+const REAP: Duration = Duration::from_millis(50);
 
 pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     for field in &config.ignored {
@@ -46,33 +48,130 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         }
     };
     let pins = Pins::new(&config.bpffs_dir);
-    loader::install(&pins, &cgroup)
-        .with_context(|| format!("attaching to cgroup {}", cgroup.display()))?;
+    let datapath = Datapath::open(&pins, &config.capacities).with_context(|| {
+        format!(
+            "loading the programs and maps under {}",
+            pins.dir().display()
+        )
+    })?;
+    match datapath.start() {
+        Start::Fresh => {
+            info!(bpffs = %pins.dir().display(), capacities = ?config.capacities, "no pinned maps; created them")
+        }
+        Start::Adopted => info!(bpffs = %pins.dir().display(), "adopted the pinned maps"),
+        Start::Resuming => {
+            warn!("finishing a migration that was interrupted after the programs switched")
+        }
+        Start::Migrating(why) => warn!(
+            differences = ?why,
+            "the pinned maps differ from this build's; building new maps beside them, \
+             the programs switch once they are filled"
+        ),
+    }
+    let grace = MembarrierGrace::start().context("starting the grace-period thread")?;
+    if !MembarrierGrace::exact() {
+        warn!(
+            "membarrier(MEMBARRIER_CMD_GLOBAL) cannot wait for RCU readers here; deletions wait a fixed time instead"
+        );
+    }
+    let reconciler = Reconciler::adopt(datapath.tables()?, grace)?;
     info!(
-        cgroup = %cgroup.display(),
-        bpffs = %pins.dir().display(),
-        "programs attached (links pinned; they stay when the agent exits)"
+        frontends = reconciler.maps().frontends().len(),
+        backends = reconciler.maps().backends().len(),
+        "read the maps; only differences will be written"
     );
-    let reconciler = Reconciler::adopt(BpfStore::open(&pins)?)?;
-    info!(
-        frontends = reconciler.state().frontends().count(),
-        backends = reconciler.state().backends.len(),
-        "adopted the pinned maps; only differences will be written"
-    );
-    let mut syncer = Syncer::new(reconciler, config.excluded.clone(), endpoints.clone());
+    let mut agent = Agent {
+        syncer: Syncer::new(reconciler, config.excluded.clone(), endpoints.clone()),
+        datapath,
+        cgroup,
+        attached: false,
+    };
+    if agent.datapath.attach_early() {
+        agent.attach()?;
+    }
 
     let stop = shutdown()?;
     match &config.source {
-        Source::File(path) => run_file(&mut syncer, path, stop).await,
+        Source::File(path) => run_file(&mut agent, path, stop).await,
         Source::Kube { kubeconfig, master } => {
             let client = kube::client(kubeconfig.as_deref(), master.as_deref()).await?;
             info!(node = %config.node_name, "watching Services, EndpointSlices and this Node");
             let events = kube::watch(client, &config.node_name);
-            run_kube(&mut syncer, events, &endpoints, stop).await;
+            run_kube(&mut agent, events, &endpoints, stop).await;
         }
     }
-    info!("signal received; leaving programs and maps in place");
+    info!("stopping; leaving programs and maps in place");
     Ok(())
+}
+
+/// The sync loop's state: the syncer, and the programs it may still have
+/// to switch to its maps.
+struct Agent {
+    syncer: Syncer<Bpf, MembarrierGrace>,
+    datapath: Datapath,
+    cgroup: std::path::PathBuf,
+    attached: bool,
+}
+
+impl Agent {
+    /// Attaches this build's programs (switching from a migration's old maps).
+    fn attach(&mut self) -> anyhow::Result<()> {
+        let done = self
+            .datapath
+            .attach(&self.cgroup)
+            .with_context(|| format!("attaching to cgroup {}", self.cgroup.display()))?;
+        self.attached = true;
+        info!(
+            cgroup = %self.cgroup.display(),
+            revnat_carried = done.revnat_carried,
+            old_pins_removed = done.removed.len(),
+            "programs attached (links pinned; they stay when the agent exits)"
+        );
+        Ok(())
+    }
+
+    /// Writes what is pending; during a migration, switches the programs
+    /// once a full sync has filled the new maps without a failure.
+    fn sync(&mut self) {
+        let Some(s) = self.syncer.sync() else {
+            return;
+        };
+        info!(
+            full = s.full,
+            frontends = s.frontends,
+            changed = s.outcome.changed(),
+            failed = s.outcome.failed.len(),
+            took_us = s.took.as_micros() as u64,
+            latency_us = s.latency.as_micros() as u64,
+            "sync complete"
+        );
+        if s.full {
+            // The (re)list it followed freed far more than the model keeps.
+            memory::release_freed();
+        }
+        if !self.attached {
+            if !s.full || !s.outcome.failed.is_empty() {
+                error!(
+                    failed = s.outcome.failed.len(),
+                    "the new maps cannot hold the whole state; the old programs and maps stay in use"
+                );
+                return;
+            }
+            if let Err(e) = self.attach() {
+                error!(
+                    error = e.as_ref() as &dyn std::error::Error,
+                    "switching the programs to the new maps failed; retrying"
+                );
+            }
+        }
+    }
+
+    /// Deletes retired revisions whose grace period has passed.
+    fn reap(&mut self) {
+        if self.syncer.retiring() {
+            self.syncer.reap();
+        }
+    }
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -88,19 +187,23 @@ fn shutdown() -> anyhow::Result<impl Future<Output = ()>> {
 }
 
 async fn run_kube(
-    syncer: &mut Syncer<BpfStore>,
+    agent: &mut Agent,
     mut events: futures::stream::BoxStream<'static, kube::Event>,
     endpoints: &Endpoints,
     stop: impl Future<Output = ()>,
 ) {
     let mut stop = std::pin::pin!(stop);
     let mut retry = tokio::time::interval(RETRY);
+    let mut reap = tokio::time::interval(REAP);
     let mut waiting_logged = false;
     loop {
         tokio::select! {
             () = &mut stop => return,
             ev = events.next() => {
-                let Some(ev) = ev else { return };
+                let Some(ev) = ev else {
+                    error!("the watch streams ended");
+                    return;
+                };
                 // Take whatever else is already queued: a burst becomes one
                 // sync, while a lone event is written at once.
                 let mut batch = vec![ev];
@@ -110,29 +213,27 @@ async fn run_kube(
                 let now = Instant::now();
                 for ev in batch {
                     match ev {
-                        kube::Event::Change(c) => syncer.apply(c, now),
+                        kube::Event::Change(c) => agent.syncer.apply(c, now),
                         kube::Event::NodeEligible(e) => endpoints.health.set_node_eligible(e),
                     }
                 }
-                if !syncer.ready() && !waiting_logged {
+                if !agent.syncer.ready() && !waiting_logged {
                     waiting_logged = true;
                     info!("waiting for both initial lists before the first sync");
                 }
-                sync(syncer);
+                agent.sync();
             }
-            _ = retry.tick() => sync(syncer),
+            _ = retry.tick() => agent.sync(),
+            _ = reap.tick() => agent.reap(),
         }
     }
 }
 
-async fn run_file(
-    syncer: &mut Syncer<BpfStore>,
-    path: &std::path::Path,
-    stop: impl Future<Output = ()>,
-) {
+async fn run_file(agent: &mut Agent, path: &std::path::Path, stop: impl Future<Output = ()>) {
     let mut stop = std::pin::pin!(stop);
     let mut poll = tokio::time::interval(FILE_POLL);
     let mut retry = tokio::time::interval(RETRY);
+    let mut reap = tokio::time::interval(REAP);
     let mut seen = None;
     loop {
         tokio::select! {
@@ -147,7 +248,7 @@ async fn run_file(
                     Ok(o) => o,
                     // Keep the last programmed state; a half-written file is retried on the next edit.
                     Err(e) => {
-                        tracing::error!("{e}; keeping the current state");
+                        error!(error = &e as &dyn std::error::Error, "keeping the current state");
                         continue;
                     }
                 };
@@ -155,29 +256,12 @@ async fn run_file(
                     warn!(document = %s.location, "skipping malformed document: {}", s.reason);
                 }
                 let received = Instant::now();
-                syncer.apply(Change::AllServices(objects.services), received);
-                syncer.apply(Change::AllSlices(objects.slices), received);
-                sync(syncer);
+                agent.syncer.apply(Change::AllServices(objects.services), received);
+                agent.syncer.apply(Change::AllSlices(objects.slices), received);
+                agent.sync();
             }
-            _ = retry.tick() => sync(syncer),
-        }
-    }
-}
-
-fn sync(syncer: &mut Syncer<BpfStore>) {
-    if let Some(s) = syncer.sync() {
-        info!(
-            full = s.full,
-            frontends = s.frontends,
-            changed = s.outcome.changed(),
-            failed = s.outcome.failed.len(),
-            took_us = s.took.as_micros() as u64,
-            latency_us = s.latency.as_micros() as u64,
-            "sync complete"
-        );
-        if s.full {
-            // The (re)list it followed freed far more than the model keeps.
-            memory::release_freed();
+            _ = retry.tick() => agent.sync(),
+            _ = reap.tick() => agent.reap(),
         }
     }
 }

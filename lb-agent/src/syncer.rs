@@ -19,7 +19,7 @@ use crate::{
     model::{
         Admission, Backend, Cache, ExcludedCidrs, Frontend, ObjectRef, service_ref, slice_ref,
     },
-    reconcile::{MapStore, Outcome, Reconciler, StoreError},
+    reconcile::{GracePeriods, Outcome, Reconciler, StoreError, Tables, V4},
 };
 
 /// The EndpointSlice annotation kube-proxy measures programming latency from.
@@ -57,9 +57,9 @@ pub struct SyncStats {
 }
 
 /// Cache, reconciler and the bookkeeping between syncs.
-pub struct Syncer<S> {
+pub struct Syncer<T: Tables, G: GracePeriods> {
     cache: Cache,
-    reconciler: Reconciler<S>,
+    reconciler: Reconciler<V4, T, G>,
     endpoints: Arc<Endpoints>,
     listed_services: bool,
     listed_slices: bool,
@@ -77,9 +77,9 @@ pub struct Syncer<S> {
     logged_conflicts: HashSet<(Frontend, ObjectRef)>,
 }
 
-impl<S: MapStore> Syncer<S> {
+impl<T: Tables, G: GracePeriods> Syncer<T, G> {
     pub fn new(
-        reconciler: Reconciler<S>,
+        reconciler: Reconciler<V4, T, G>,
         excluded: ExcludedCidrs,
         endpoints: Arc<Endpoints>,
     ) -> Self {
@@ -208,6 +208,33 @@ impl<S: MapStore> Syncer<S> {
         })
     }
 
+    /// Deletes what waited for a grace period that has now passed.
+    pub fn reap(&mut self) {
+        let outcome = self.reconciler.reap();
+        self.record_delete_errors(&outcome);
+        if outcome.deleted > 0 {
+            let m = &self.endpoints.metrics;
+            m.backends_programmed
+                .set(self.reconciler.maps().backends().len() as f64);
+        }
+    }
+
+    /// Whether old revisions wait for a grace period (then [`Self::reap`]
+    /// is worth calling soon).
+    pub fn retiring(&self) -> bool {
+        self.reconciler.retiring() > 0
+    }
+
+    fn record_delete_errors(&self, outcome: &Outcome) {
+        for e in &outcome.delete_errors {
+            self.endpoints.metrics.map_write_errors.inc();
+            warn!(
+                error = e as &dyn std::error::Error,
+                "stale entry left for the next sync"
+            );
+        }
+    }
+
     fn log_model(&mut self, flush: &crate::model::Flush) {
         for (svc, be) in &flush.excluded {
             if self.logged_exclusions.insert((svc.clone(), *be)) {
@@ -235,16 +262,13 @@ impl<S: MapStore> Syncer<S> {
     fn record(&mut self, full: bool, outcome: &Outcome, took: Duration) {
         let m = &self.endpoints.metrics;
         for (fe, e) in &outcome.failed {
-            match e {
+            match e.as_ref() {
                 StoreError::Full { .. } => m.map_full_errors.inc(),
-                StoreError::Io { .. } => m.map_write_errors.inc(),
+                _ => m.map_write_errors.inc(),
             }
-            error!(frontend = %fe, "not updated, keeps its previous state: {e}");
+            error!(frontend = %fe, error = e.as_ref() as &dyn std::error::Error, "not updated, keeps its previous state");
         }
-        for e in &outcome.delete_errors {
-            m.map_write_errors.inc();
-            warn!("stale entry left for the next sync: {e}");
-        }
+        self.record_delete_errors(outcome);
         let now = Instant::now();
         for r in self.received.drain(..) {
             m.event_to_write.observe(now - r);
@@ -265,9 +289,9 @@ impl<S: MapStore> Syncer<S> {
                 .unwrap_or_default()
                 .as_secs_f64(),
         );
-        let state = self.reconciler.state();
-        m.frontends_programmed.set(state.frontends().count() as f64);
-        m.backends_programmed.set(state.backends.len() as f64);
+        let maps = self.reconciler.maps();
+        m.frontends_programmed.set(maps.frontends().len() as f64);
+        m.backends_programmed.set(maps.backends().len() as f64);
         m.services_programmed.set(self.cache.service_count() as f64);
         self.endpoints.health.updated();
     }

@@ -6,13 +6,21 @@
 //! network byte order; fields say so with a `_be` suffix. Addresses are byte
 //! arrays so that `bpftool map dump` prints them readably.
 //!
-//! IPv4 maps come first. IPv6 maps will be parallel `*6` maps whose keys hold
-//! `[u8; 16]` addresses; the value types ([`ServiceValue`], and backends with
-//! a wider address) keep their shape.
+//! One file per map family: [`lb`] (frontends, their state, backend slots,
+//! backends), [`revnat`] (socket reverse NAT), [`stats`] (datapath
+//! counters); [`maps`] names them, with the layout version in every pin name.
+//! IPv6 maps will be parallel `*6` maps whose keys hold `[u8; 16]`
+//! addresses; slots and the state's shape stay the same.
 #![no_std]
 
-mod maps;
-mod types;
+pub mod lb;
+pub mod lock;
+pub mod maps;
+pub mod revnat;
+pub mod stats;
 
+pub use lb::*;
+pub use lock::SpinLock;
 pub use maps::*;
-pub use types::*;
+pub use revnat::*;
+pub use stats::*;

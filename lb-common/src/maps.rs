@@ -1,24 +1,107 @@
-//! Map names and capacities. The names are the pin file names under the
-//! bpffs directory, and the symbol names of the `#[btf_map]` statics.
+//! The maps of this layout: symbol names, pin names, kernel properties and
+//! default capacities.
+//!
+//! A map's symbol name (the `#[btf_map]` static in `lb-ebpf`) stays the same
+//! across layouts; its pin name carries [`LAYOUT_VERSION`]. The agent adopts
+//! pinned maps only when every property in [`MapSpec`] matches and the
+//! capacity is the configured one; anything else is a migration.
 
-/// Frontend and backend slots, keyed by [`crate::Service4Key`].
-pub const SERVICES4_MAP: &str = "LB4_SERVICES";
-/// Backends, keyed by backend id (`u32`, host byte order).
-pub const BACKENDS4_MAP: &str = "LB4_BACKENDS";
-/// Reverse NAT for socket LB, keyed by [`crate::RevNat4Key`].
-pub const REVNAT4_MAP: &str = "LB4_REVNAT";
+use crate::{
+    Backend4, Frontend4Key, Frontend4State, FrontendId, RevNat4Key, RevNat4Value, Slot, SlotKey,
+};
 
-/// Capacity of the services map: frontends plus all their backend slots.
-pub const SERVICES4_MAX: u32 = 262_144;
-/// Capacity of the backends map.
-pub const BACKENDS4_MAX: u32 = 131_072;
-/// Capacity of the reverse NAT LRU map (one entry per socket and backend).
-pub const REVNAT4_MAX: u32 = 262_144;
+/// Version of the map layout; part of every pin name. Layout 1 (pins without
+/// a version: `LB4_SERVICES`, `LB4_BACKENDS`, `LB4_REVNAT`) kept frontends
+/// and backend slots in one hash map updated in place.
+pub const LAYOUT_VERSION: u32 = 2;
+
+/// `BPF_MAP_TYPE_HASH`.
+pub const MAP_TYPE_HASH: u32 = 1;
+/// `BPF_MAP_TYPE_ARRAY`.
+pub const MAP_TYPE_ARRAY: u32 = 2;
+/// `BPF_MAP_TYPE_PERCPU_ARRAY`.
+pub const MAP_TYPE_PERCPU_ARRAY: u32 = 6;
+/// `BPF_MAP_TYPE_LRU_HASH`.
+pub const MAP_TYPE_LRU_HASH: u32 = 9;
+/// `BPF_F_NO_PREALLOC`: elements are allocated on insert, so a large
+/// capacity costs no memory until it is used.
+pub const BPF_F_NO_PREALLOC: u32 = 1;
+
+/// What the agent checks of a pinned map before adopting it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapSpec {
+    /// Symbol name in the eBPF object (at most 15 bytes: the kernel's name).
+    pub name: &'static str,
+    /// File name under the pin directory's `maps/`.
+    pub pin: &'static str,
+    pub map_type: u32,
+    pub key_size: u32,
+    pub value_size: u32,
+    pub flags: u32,
+}
+
+const fn spec<K, V>(name: &'static str, pin: &'static str, map_type: u32, flags: u32) -> MapSpec {
+    MapSpec {
+        name,
+        pin,
+        map_type,
+        key_size: size_of::<K>() as u32,
+        value_size: size_of::<V>() as u32,
+        flags,
+    }
+}
+
+/// Frontends: [`Frontend4Key`] -> [`FrontendId`]. Written by the agent.
+pub const FRONTENDS4: MapSpec = spec::<Frontend4Key, FrontendId>(
+    "LB4_FRONTENDS",
+    "LB4_FRONTENDS_V2",
+    MAP_TYPE_HASH,
+    BPF_F_NO_PREALLOC,
+);
+/// Frontend state, an array indexed by frontend id: [`Frontend4State`].
+/// Written by the agent with `BPF_F_LOCK`.
+pub const FE_STATE4: MapSpec =
+    spec::<u32, Frontend4State>("LB4_FE_STATE", "LB4_FE_STATE_V2", MAP_TYPE_ARRAY, 0);
+/// Backend slots of every revision: [`SlotKey`] -> [`Slot`]. Written by the agent.
+pub const SLOTS4: MapSpec = spec::<SlotKey, Slot>(
+    "LB4_SLOTS",
+    "LB4_SLOTS_V2",
+    MAP_TYPE_HASH,
+    BPF_F_NO_PREALLOC,
+);
+/// Backends: id (`u32`) -> [`Backend4`]. Written by the agent.
+pub const BACKENDS4: MapSpec = spec::<u32, Backend4>(
+    "LB4_BACKENDS",
+    "LB4_BACKENDS_V2",
+    MAP_TYPE_HASH,
+    BPF_F_NO_PREALLOC,
+);
+/// Socket reverse NAT: [`RevNat4Key`] -> [`RevNat4Value`]. Written by the
+/// programs; LRU, so entries of closed sockets age out on their own.
+pub const REVNAT4: MapSpec =
+    spec::<RevNat4Key, RevNat4Value>("LB4_REVNAT", "LB4_REVNAT_V2", MAP_TYPE_LRU_HASH, 0);
+/// Datapath counters, per CPU: index (`u32`, see [`crate::stats`]) -> `u64`.
+pub const STATS: MapSpec = spec::<u32, u64>("LB_STATS", "LB_STATS_V2", MAP_TYPE_PERCPU_ARRAY, 0);
+
+/// Every map of this layout.
+pub const ALL_MAPS: [MapSpec; 6] = [FRONTENDS4, FE_STATE4, SLOTS4, BACKENDS4, REVNAT4, STATS];
+
+/// Layout 1's reverse-NAT map: its entries are byte-identical to
+/// [`REVNAT4`]'s, so a migration from layout 1 carries them over.
+pub const LAYOUT1_REVNAT4_PIN: &str = "LB4_REVNAT";
+
+/// Default capacity of `LB4_FRONTENDS` (`LB4_FE_STATE` has one entry more:
+/// id 0 is never used).
+pub const DEFAULT_FRONTENDS_MAX: u32 = 65_536;
+/// Default capacity of `LB4_SLOTS`: the backends of every frontend, plus
+/// the old revision of those changing at the moment.
+pub const DEFAULT_SLOTS_MAX: u32 = 262_144;
+/// Default capacity of `LB4_BACKENDS`.
+pub const DEFAULT_BACKENDS_MAX: u32 = 131_072;
+/// Default capacity of `LB4_REVNAT` (Cilium's `--bpf-sock-rev-map-max`).
+pub const DEFAULT_REVNAT_MAX: u32 = 262_144;
 
 /// IP protocol numbers as stored in `proto` fields.
 pub const PROTO_TCP: u8 = 6;
 /// See [`PROTO_TCP`].
 pub const PROTO_UDP: u8 = 17;
-
-/// Highest number of backends one frontend may hold (slots `1..=MAX`).
-pub const MAX_BACKENDS_PER_SERVICE: u16 = u16::MAX - 1;

@@ -1,26 +1,49 @@
-//! The pinned BTF maps. Types and byte order are documented in `lb-common`;
-//! the agent pins each map under its bpffs directory by symbol name.
+//! The pinned BTF maps. Types, byte order and writers are documented in
+//! `lb-common`; capacities here are defaults that the agent overrides at
+//! load time (`--bpf-lb-*-map-max`).
 
 use aya_ebpf::{
-    btf_maps::{HashMap, LruHashMap},
+    btf_maps::{Array, HashMap, LruHashMap, PerCpuArray},
     macros::btf_map,
 };
 use lb_common::{
-    BACKENDS4_MAX, Backend4, REVNAT4_MAX, RevNat4Key, RevNat4Value, SERVICES4_MAX, Service4Key,
-    ServiceValue,
+    BPF_F_NO_PREALLOC, Backend4, DEFAULT_BACKENDS_MAX, DEFAULT_FRONTENDS_MAX, DEFAULT_REVNAT_MAX,
+    DEFAULT_SLOTS_MAX, Frontend4Key, Frontend4State, FrontendId, RevNat4Key, RevNat4Value,
+    STATS_COUNT, Slot, SlotKey,
 };
 
-/// Frontends (slot 0) and their backend slots (1..=count). Written by the agent.
+const NO_PREALLOC: usize = BPF_F_NO_PREALLOC as usize;
+
+/// Frontend -> its id. Entries are written once and never updated.
 #[btf_map]
-pub static LB4_SERVICES: HashMap<Service4Key, ServiceValue, { SERVICES4_MAX as usize }> =
+pub static LB4_FRONTENDS: HashMap<
+    Frontend4Key,
+    FrontendId,
+    { DEFAULT_FRONTENDS_MAX as usize },
+    NO_PREALLOC,
+> = HashMap::new();
+
+/// Frontend id -> current revision and count, changed only under its lock.
+#[btf_map]
+pub static LB4_FE_STATE: Array<Frontend4State, { DEFAULT_FRONTENDS_MAX as usize + 1 }> =
+    Array::new();
+
+/// (frontend id, revision, slot) -> backend id. Written once per revision.
+#[btf_map]
+pub static LB4_SLOTS: HashMap<SlotKey, Slot, { DEFAULT_SLOTS_MAX as usize }, NO_PREALLOC> =
     HashMap::new();
 
-/// Backend id (host order) -> backend address. Written by the agent.
+/// Backend id -> address. An id keeps its address while it exists.
 #[btf_map]
-pub static LB4_BACKENDS: HashMap<u32, Backend4, { BACKENDS4_MAX as usize }> = HashMap::new();
+pub static LB4_BACKENDS: HashMap<u32, Backend4, { DEFAULT_BACKENDS_MAX as usize }, NO_PREALLOC> =
+    HashMap::new();
 
-/// (socket cookie, backend) -> VIP. Written by connect4/sendmsg4, read by
-/// recvmsg4/getpeername4; LRU so that closed sockets age out on their own.
+/// (socket cookie, backend) -> frontend. Written by connect4/sendmsg4, read
+/// by recvmsg4/getpeername4; LRU, so closed sockets age out on their own.
 #[btf_map]
-pub static LB4_REVNAT: LruHashMap<RevNat4Key, RevNat4Value, { REVNAT4_MAX as usize }> =
+pub static LB4_REVNAT: LruHashMap<RevNat4Key, RevNat4Value, { DEFAULT_REVNAT_MAX as usize }> =
     LruHashMap::new();
+
+/// Per-CPU counters indexed by `lb_common::stats`.
+#[btf_map]
+pub static LB_STATS: PerCpuArray<u64, { STATS_COUNT as usize }> = PerCpuArray::new();

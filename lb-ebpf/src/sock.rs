@@ -1,123 +1,167 @@
-//! Translation logic shared by the four sock_addr programs.
+//! Socket-level load balancing at the cgroup sock_addr hooks.
+//!
+//! `connect4` and `sendmsg4` translate `frontend:port` into a backend once
+//! per connect (or per unconnected datagram); `recvmsg4` and `getpeername4`
+//! show the application the frontend again. There is no per-packet work.
 
 use aya_ebpf::{
     EbpfContext as _,
     helpers::{bpf_get_prandom_u32, bpf_get_socket_cookie, bpf_set_retval},
+    macros::cgroup_sock_addr,
     programs::SockAddrContext,
 };
-use lb_common::{PROTO_TCP, PROTO_UDP, RevNat4Key, RevNat4Value, Service4Key};
-
-use crate::{
-    ALLOW, DENY,
-    maps::{LB4_BACKENDS, LB4_REVNAT, LB4_SERVICES},
+use lb_common::{
+    Backend4, Frontend4Key, PROTO_TCP, PROTO_UDP, RevNat4Key, RevNat4Value, SCOPE_INTERNAL,
+    STAT_CONNECT_TRANSLATED, STAT_PASSED_REMOVED, STAT_REFUSED_INCONSISTENT,
+    STAT_REFUSED_NO_ENDPOINTS, STAT_REVERSED, STAT_REVNAT_FAILED, STAT_SENDMSG_TRANSLATED,
+};
+use lb_ebpf::{
+    lb::{Selection, select4},
+    maps::LB4_REVNAT,
+    stats::count,
 };
 
+/// Verdicts of a cgroup sock_addr program.
+const ALLOW: i32 = 1;
+const DENY: i32 = 0;
 const ECONNREFUSED: i32 = 111;
 
-/// Why a VIP connect is refused instead of passed on.
+#[cgroup_sock_addr(connect4)]
+pub fn lb_connect4(ctx: SockAddrContext) -> i32 {
+    translate(&ctx, STAT_CONNECT_TRANSLATED)
+}
+
+#[cgroup_sock_addr(sendmsg4)]
+pub fn lb_sendmsg4(ctx: SockAddrContext) -> i32 {
+    translate(&ctx, STAT_SENDMSG_TRANSLATED)
+}
+
+#[cgroup_sock_addr(recvmsg4)]
+pub fn lb_recvmsg4(ctx: SockAddrContext) -> i32 {
+    reverse(&ctx)
+}
+
+#[cgroup_sock_addr(getpeername4)]
+pub fn lb_getpeername4(ctx: SockAddrContext) -> i32 {
+    reverse(&ctx)
+}
+
+/// Why a frontend connect is refused instead of passed on.
 enum Refuse {
-    /// The frontend exists but has no usable endpoints (kube-proxy REJECTs).
     NoEndpoints,
-    /// A slot or backend vanished between lookups; a concurrent update is
-    /// half-applied. Refusing beats leaking the VIP to the network.
     Inconsistent,
 }
 
-/// connect4 / sendmsg4: rewrite `VIP:port` to a random backend of that frontend.
-pub fn translate(ctx: &SockAddrContext) -> i32 {
+/// connect4 / sendmsg4: rewrite `frontend:port` to a random backend of it.
+#[inline(always)]
+fn translate(ctx: &SockAddrContext, translated: u32) -> i32 {
     match try_translate(ctx) {
-        Ok(()) => ALLOW,
-        Err(Refuse::NoEndpoints | Refuse::Inconsistent) => {
-            // Return ECONNREFUSED rather than the default EPERM, as kube-proxy's REJECT does.
-            // SAFETY: helper is valid in cgroup sock_addr programs (kernel >= 5.18).
+        Ok(true) => {
+            count(translated);
+            ALLOW
+        }
+        Ok(false) => ALLOW,
+        Err(refuse) => {
+            count(match refuse {
+                Refuse::NoEndpoints => STAT_REFUSED_NO_ENDPOINTS,
+                Refuse::Inconsistent => STAT_REFUSED_INCONSISTENT,
+            });
+            // ECONNREFUSED rather than the default EPERM, as kube-proxy's REJECT.
+            // SAFETY: the helper exists for cgroup sock_addr programs (kernel >= 5.18).
             unsafe { bpf_set_retval(-ECONNREFUSED) };
             DENY
         }
     }
 }
 
-fn try_translate(ctx: &SockAddrContext) -> Result<(), Refuse> {
+/// Whether the address was translated; an error refuses the call.
+#[inline(always)]
+fn try_translate(ctx: &SockAddrContext) -> Result<bool, Refuse> {
     let sa = ctx.sock_addr;
-    // SAFETY: the kernel hands us a valid bpf_sock_addr for the program's lifetime.
+    // SAFETY: the kernel hands us a valid bpf_sock_addr for the program's run.
     let (proto, ip, port) = unsafe { ((*sa).protocol, (*sa).user_ip4, (*sa).user_port) };
     let proto = match proto {
         p if p == u32::from(PROTO_TCP) => PROTO_TCP,
         p if p == u32::from(PROTO_UDP) => PROTO_UDP,
-        _ => return Ok(()),
+        _ => return Ok(false),
     };
     // user_ip4/user_port hold network-order bytes in memory; keep those bytes.
-    let mut key = Service4Key {
-        vip_be: ip.to_ne_bytes(),
+    let key = Frontend4Key {
+        addr_be: ip.to_ne_bytes(),
         port_be: port as u16,
         proto,
-        ..Service4Key::default()
+        scope: SCOPE_INTERNAL,
     };
-    // Non-VIP traffic costs exactly this one lookup.
-    let Some(frontend) = LB4_SERVICES.get_ptr(key) else {
-        return Ok(());
-    };
-    // SAFETY: hash values stay valid for the duration of the program (RCU).
-    let count = unsafe { (*frontend).count };
-    if count == 0 {
-        return Err(Refuse::NoEndpoints);
-    }
-    // SAFETY: helper has no preconditions.
+    // SAFETY: the helper has no preconditions.
     let rand = unsafe { bpf_get_prandom_u32() };
-    key.slot = (rand % u32::from(count)) as u16 + 1;
-    let slot = LB4_SERVICES.get_ptr(key).ok_or(Refuse::Inconsistent)?;
-    // SAFETY: as above.
-    let backend_id = unsafe { (*slot).backend_id };
-    let backend = LB4_BACKENDS
-        .get_ptr(backend_id)
-        .ok_or(Refuse::Inconsistent)?;
-    // SAFETY: as above.
-    let backend = unsafe { *backend };
+    let backend = match select4(&key, rand) {
+        // Non-frontend traffic costs exactly one lookup.
+        Selection::NotFrontend => return Ok(false),
+        Selection::Removed => {
+            count(STAT_PASSED_REMOVED);
+            return Ok(false);
+        }
+        Selection::NoEndpoints => return Err(Refuse::NoEndpoints),
+        Selection::Inconsistent => return Err(Refuse::Inconsistent),
+        Selection::Backend(b) => b,
+    };
+    remember(ctx, &key, &backend);
+    // SAFETY: user_ip4/user_port are writable in connect4/sendmsg4 (32-bit stores).
+    unsafe {
+        (*sa).user_ip4 = u32::from_ne_bytes(backend.addr_be);
+        (*sa).user_port = u32::from(backend.port_be);
+    }
+    Ok(true)
+}
 
-    // SAFETY: helper is valid for sock_addr contexts.
+/// Records which frontend this socket addressed, for recvmsg/getpeername.
+#[inline(always)]
+fn remember(ctx: &SockAddrContext, key: &Frontend4Key, backend: &Backend4) {
+    // SAFETY: the helper is valid for sock_addr contexts.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
     let rev_key = RevNat4Key {
         cookie,
-        ip_be: backend.ip_be,
+        addr_be: backend.addr_be,
         port_be: backend.port_be,
         _pad0: [0; 2],
     };
     let rev_val = RevNat4Value {
-        vip_be: key.vip_be,
+        addr_be: key.addr_be,
         port_be: key.port_be,
         _pad0: [0; 2],
     };
-    // A failed insert only costs the VIP in recvmsg/getpeername; the
-    // connection itself still works, so it is not a reason to refuse.
-    let _ = LB4_REVNAT.insert(rev_key, rev_val, 0);
-
-    // SAFETY: user_ip4/user_port are writable in connect4/sendmsg4 (32-bit stores).
-    unsafe {
-        (*sa).user_ip4 = u32::from_ne_bytes(backend.ip_be);
-        (*sa).user_port = u32::from(backend.port_be);
+    // A failed insert costs only the frontend address in recvmsg and
+    // getpeername; the connection itself works, so it is counted, not refused.
+    if LB4_REVNAT.insert(rev_key, rev_val, 0).is_err() {
+        count(STAT_REVNAT_FAILED);
     }
-    Ok(())
 }
 
-/// recvmsg4 / getpeername4: show the VIP the application addressed.
-pub fn reverse(ctx: &SockAddrContext) -> i32 {
+/// recvmsg4 / getpeername4: show the frontend the application addressed.
+#[inline(always)]
+fn reverse(ctx: &SockAddrContext) -> i32 {
     let sa = ctx.sock_addr;
-    // SAFETY: helper is valid for sock_addr contexts.
+    // SAFETY: the helper is valid for sock_addr contexts.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
-    // SAFETY: valid bpf_sock_addr, see translate.
+    // SAFETY: valid bpf_sock_addr, see try_translate.
     let (ip, port) = unsafe { ((*sa).user_ip4, (*sa).user_port) };
     let key = RevNat4Key {
         cookie,
-        ip_be: ip.to_ne_bytes(),
+        addr_be: ip.to_ne_bytes(),
         port_be: port as u16,
         _pad0: [0; 2],
     };
-    if let Some(vip) = LB4_REVNAT.get_ptr(key) {
-        // SAFETY: the value is valid while the program runs; fields are writable here.
+    if let Some(frontend) = LB4_REVNAT.get_ptr(key) {
+        // SAFETY: the value stays mapped while the program runs (RCU). An LRU
+        // map may recycle the element if it evicts this very entry meanwhile;
+        // the address shown would then be wrong, the connection unaffected.
+        let frontend = unsafe { *frontend };
+        // SAFETY: user_ip4/user_port are writable in recvmsg4/getpeername4.
         unsafe {
-            let vip = *vip;
-            (*sa).user_ip4 = u32::from_ne_bytes(vip.vip_be);
-            (*sa).user_port = u32::from(vip.port_be);
+            (*sa).user_ip4 = u32::from_ne_bytes(frontend.addr_be);
+            (*sa).user_port = u32::from(frontend.port_be);
         }
+        count(STAT_REVERSED);
     }
     // These hooks cannot refuse; they only rewrite what the application sees.
     ALLOW

@@ -8,7 +8,8 @@ use std::{net::SocketAddr, path::PathBuf};
 pub use kube_proxy::{FileConfig, FileError};
 
 use crate::{
-    cli::RunArgs,
+    cli::{MapSizeArgs, RunArgs},
+    datapath::layout::Capacities,
     model::{ExcludedCidrs, ParseCidrError},
 };
 
@@ -37,6 +38,7 @@ pub struct RunConfig {
     /// `None`: the cgroup2 mount root, found at start.
     pub cgroup: Option<PathBuf>,
     pub bpffs_dir: PathBuf,
+    pub capacities: Capacities,
     pub metrics_addr: SocketAddr,
     pub healthz_addr: SocketAddr,
     /// Settings from the file that this agent does not apply, for a warning.
@@ -116,10 +118,24 @@ impl RunConfig {
             excluded,
             cgroup: args.cgroup_path,
             bpffs_dir: args.bpffs_dir,
+            capacities: capacities(&args.maps),
             metrics_addr,
             healthz_addr,
             ignored: file.ignored,
         })
+    }
+}
+
+/// The capacity flags over the defaults: a map's own flag, else
+/// `--bpf-lb-map-max` for the load-balancing maps, else the default.
+fn capacities(args: &MapSizeArgs) -> Capacities {
+    let default = Capacities::default();
+    let lb = |own: Option<u32>, fallback: u32| own.or(args.bpf_lb_map_max).unwrap_or(fallback);
+    Capacities {
+        frontends: lb(args.bpf_lb_service_map_max, default.frontends),
+        slots: lb(args.bpf_lb_slot_map_max, default.slots),
+        backends: lb(args.bpf_lb_service_backend_map_max, default.backends),
+        revnat: args.bpf_sock_rev_map_max.unwrap_or(default.revnat),
     }
 }
 

@@ -1,47 +1,84 @@
-//! Diffs desired frontends against the maps and writes the difference in
-//! make-before-break order. Knows nothing of Kubernetes.
+//! Diffs desired frontends against the maps and writes the difference so
+//! that a program reading the maps concurrently never fails. Knows nothing
+//! of Kubernetes; generic over the address family and the kind of table.
 
-mod apply;
+mod family;
+mod grace;
+mod ids;
+mod lb;
+pub mod mem;
 mod mirror;
-mod state;
-mod store;
-mod target;
+mod pass;
+mod table;
 #[cfg(test)]
 mod tests;
+mod view;
 
 use std::collections::BTreeMap;
 
-use apply::Scope;
-use mirror::Mirror;
+pub use family::{Family, StateView, V4};
+pub use grace::GracePeriods;
+pub use lb::{LbMaps, LbTables, MapKey, MapValue, Tables, set_range};
+pub use pass::Outcome;
+pub use table::{BatchError, StoreError, Table, WriteMode};
+pub use view::{FrontendView, LbView, SlotView};
 
-pub use apply::Outcome;
-pub use state::{MapState, backend_key, frontend_key};
-pub use store::{BatchError, MapStore, MemStore, StoreError};
+use grace::Retired;
+use pass::{Change, Set};
 
 use crate::model::{Backend, Frontend};
 
-/// Owns the store and a mirror of what the maps hold.
-pub struct Reconciler<S> {
-    store: S,
-    mirror: Mirror,
+/// Owns one family's tables, a mirror of what they hold, and the revisions
+/// waiting for their grace period.
+pub struct Reconciler<F: Family, T: Tables, G: GracePeriods> {
+    maps: LbMaps<F, T>,
+    grace: G,
+    retired: Retired<Set>,
 }
 
-impl<S: MapStore> Reconciler<S> {
-    /// Adopts whatever the maps already hold (after a restart) without
-    /// flushing it; the next reconcile fixes only the difference.
-    pub fn adopt(store: S) -> Result<Self, StoreError> {
-        let mirror = Mirror::new(store.read()?);
-        Ok(Self { store, mirror })
+impl<F: Family, T: Tables, G: GracePeriods> Reconciler<F, T, G> {
+    /// Adopts whatever the tables already hold (after a restart) without
+    /// flushing it; the next full reconcile fixes only the difference.
+    pub fn adopt(tables: LbTables<F, T>, grace: G) -> Result<Self, StoreError> {
+        Ok(Self {
+            maps: LbMaps::adopt(tables)?,
+            grace,
+            retired: Retired::default(),
+        })
     }
 
-    /// Brings the maps to `desired`. Idempotent; after a failure (a full map,
-    /// say) the maps are still consistent and the next call retries.
+    /// Brings the maps to `desired`, and cleans up whatever no desired
+    /// frontend accounts for. Idempotent; after a failure (a full map, say)
+    /// the maps are still consistent and the next call retries.
     pub fn reconcile(&mut self, desired: &BTreeMap<Frontend, Vec<Backend>>) -> Outcome {
-        let target = target::build(
-            desired.iter().map(|(fe, b)| (fe, b.as_slice())),
-            &self.mirror,
+        let mut changes: Vec<Change<'_, F::FrontendKey>> = desired
+            .iter()
+            .map(|(fe, b)| Change {
+                key: F::frontend_key(fe),
+                frontend: Some(*fe),
+                backends: Some(b.as_slice()),
+            })
+            .collect();
+        let wanted: std::collections::HashSet<F::FrontendKey> =
+            changes.iter().map(|c| c.key).collect();
+        changes.extend(
+            self.maps
+                .frontends()
+                .keys()
+                .filter(|k| !wanted.contains(*k))
+                .map(|k| Change {
+                    key: *k,
+                    frontend: F::frontend(k),
+                    backends: None,
+                }),
         );
-        apply::apply(&mut self.store, &mut self.mirror, &target, Scope::All)
+        pass::apply(
+            &mut self.maps,
+            &mut self.grace,
+            &mut self.retired,
+            changes,
+            true,
+        )
     }
 
     /// Brings only the given frontends to their desired state (`None`:
@@ -50,28 +87,46 @@ impl<S: MapStore> Reconciler<S> {
         &mut self,
         changes: impl IntoIterator<Item = (&'a Frontend, Option<&'a [Backend]>)>,
     ) -> Outcome {
-        let mut removed = Vec::new();
-        let present = changes.into_iter().filter_map(|(fe, b)| {
-            if b.is_none() {
-                removed.push(frontend_key(fe, 0));
-            }
-            Some((fe, b?))
-        });
-        let target = target::build(present.collect::<Vec<_>>(), &self.mirror);
-        apply::apply(
-            &mut self.store,
-            &mut self.mirror,
-            &target,
-            Scope::Some { removed: &removed },
+        let changes = changes
+            .into_iter()
+            .map(|(fe, backends)| Change {
+                key: F::frontend_key(fe),
+                frontend: Some(*fe),
+                backends,
+            })
+            .collect();
+        pass::apply(
+            &mut self.maps,
+            &mut self.grace,
+            &mut self.retired,
+            changes,
+            false,
         )
     }
 
-    /// What the maps hold, as far as this reconciler wrote or read them.
-    pub fn state(&self) -> &MapState {
-        self.mirror.state()
+    /// Deletes retired revisions whose grace period has passed, and the
+    /// backends only they named.
+    pub fn reap(&mut self) -> Outcome {
+        pass::reap(&mut self.maps, &self.grace, &mut self.retired)
     }
 
-    pub fn store(&self) -> &S {
-        &self.store
+    /// Revisions waiting for their grace period.
+    pub fn retiring(&self) -> usize {
+        self.retired.len()
+    }
+
+    /// What the maps hold, as far as this reconciler wrote or read them.
+    pub fn maps(&self) -> &LbMaps<F, T> {
+        &self.maps
+    }
+
+    /// The maps as the datapath sees them.
+    pub fn view(&self) -> LbView {
+        LbView::of::<F>(
+            self.maps.frontends(),
+            self.maps.states(),
+            self.maps.slots(),
+            self.maps.backends(),
+        )
     }
 }

@@ -1,0 +1,248 @@
+//! `BPF_MAP_{UPDATE,DELETE,LOOKUP}_BATCH`: many map operations in one
+//! syscall (kernel >= 5.6). aya 0.14 has no batch API, and one `bpf()` call
+//! per entry was most of a cold sync's time.
+
+use std::{
+    io,
+    os::fd::{AsRawFd as _, BorrowedFd},
+};
+
+const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
+const BPF_MAP_DELETE_BATCH: libc::c_long = 27;
+
+/// Element flag: write the value in place under its `bpf_spin_lock`. The
+/// only element flag the batch commands take (`BPF_NOEXIST` is EINVAL).
+pub const BPF_F_LOCK: u64 = 4;
+
+/// The `batch` member of `union bpf_attr`.
+#[repr(C)]
+#[derive(Default)]
+struct BatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
+}
+const _: () = assert!(size_of::<BatchAttr>() == 56);
+
+/// Runs one batch command; returns the kernel's count with the result.
+fn call(cmd: libc::c_long, attr: &mut BatchAttr) -> (usize, io::Result<()>) {
+    // SAFETY: attr is a valid `bpf_attr.batch` whose pointers reference
+    // buffers the caller keeps alive and sized for `count` entries; the
+    // kernel reads or fills them and writes the processed count into attr.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr as *mut BatchAttr,
+            size_of::<BatchAttr>() as libc::c_uint,
+        )
+    };
+    if r == 0 {
+        (attr.count as usize, Ok(()))
+    } else {
+        (attr.count as usize, Err(io::Error::last_os_error()))
+    }
+}
+
+/// How many entries a failed update or delete of `requested` took effect
+/// for. An entry that fails stops the batch at its index, below
+/// `requested`; a command refused up front leaves the count as it was.
+fn processed(count: usize, requested: usize) -> usize {
+    if count >= requested { 0 } else { count }
+}
+
+/// Writes `keys[i] -> values[i]` in order with `elem_flags`. `K` and `V`
+/// must be the map's key and value layouts exactly: the kernel steps through
+/// the arrays by the map's sizes. On failure, returns how many were written.
+pub fn update<K: aya::Pod, V: aya::Pod>(
+    map: BorrowedFd<'_>,
+    keys: &[K],
+    values: &[V],
+    elem_flags: u64,
+) -> Result<(), (usize, io::Error)> {
+    assert_eq!(keys.len(), values.len(), "one value per key");
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let count = u32::try_from(keys.len()).map_err(|_| (0, io::Error::other("batch too large")))?;
+    let mut attr = BatchAttr {
+        keys: keys.as_ptr() as u64,
+        values: values.as_ptr() as u64,
+        count,
+        map_fd: map.as_raw_fd() as u32,
+        elem_flags,
+        ..BatchAttr::default()
+    };
+    match call(BPF_MAP_UPDATE_BATCH, &mut attr) {
+        (_, Ok(())) => Ok(()),
+        (count, Err(e)) => Err((processed(count, keys.len()), e)),
+    }
+}
+
+/// Deletes `keys` in order (hash maps). A key that is absent is skipped,
+/// not an error. On failure, returns how many keys were processed.
+pub fn delete<K: aya::Pod>(map: BorrowedFd<'_>, keys: &[K]) -> Result<(), (usize, io::Error)> {
+    let mut start = 0;
+    while start < keys.len() {
+        let rest = &keys[start..];
+        let count =
+            u32::try_from(rest.len()).map_err(|_| (start, io::Error::other("batch too large")))?;
+        let mut attr = BatchAttr {
+            keys: rest.as_ptr() as u64,
+            count,
+            map_fd: map.as_raw_fd() as u32,
+            ..BatchAttr::default()
+        };
+        let (count, result) = call(BPF_MAP_DELETE_BATCH, &mut attr);
+        match result {
+            Ok(()) => return Ok(()),
+            // The batch stops at a missing key: step over it and go on.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => start += count + 1,
+            Err(e) => return Err((start + processed(count, rest.len()), e)),
+        }
+    }
+    Ok(())
+}
+
+/// Reads every entry of a hash or array map.
+pub fn lookup_all<K: aya::Pod + Default, V: aya::Pod + Default>(
+    map: BorrowedFd<'_>,
+) -> io::Result<Vec<(K, V)>> {
+    let mut out = Vec::new();
+    let mut chunk = 4096usize;
+    // The resume token: a bucket index (hash) or the last key (array);
+    // 8-byte aligned and at least as large as either.
+    let mut token = vec![0u64; size_of::<K>().div_ceil(8).max(1)];
+    let mut next = token.clone();
+    let mut first = true;
+    loop {
+        let mut keys = vec![K::default(); chunk];
+        let mut values = vec![V::default(); chunk];
+        let mut attr = BatchAttr {
+            in_batch: if first { 0 } else { token.as_ptr() as u64 },
+            out_batch: next.as_mut_ptr() as u64,
+            keys: keys.as_mut_ptr() as u64,
+            values: values.as_mut_ptr() as u64,
+            count: chunk as u32,
+            map_fd: map.as_raw_fd() as u32,
+            ..BatchAttr::default()
+        };
+        let (n, result) = call(BPF_MAP_LOOKUP_BATCH, &mut attr);
+        match result {
+            Ok(()) => {}
+            // ENOENT: this was the last batch (possibly empty).
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                out.extend(keys.into_iter().zip(values).take(n));
+                return Ok(out);
+            }
+            // One hash bucket holds more entries than the chunk.
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                chunk *= 2;
+                continue;
+            }
+            Err(e) => return Err(e),
+        }
+        out.extend(keys.into_iter().zip(values).take(n));
+        token.copy_from_slice(&next);
+        first = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::{AsFd as _, FromRawFd as _, OwnedFd};
+
+    use super::*;
+
+    /// A fresh BPF map of `u32 -> u64` holding at most `max` entries.
+    fn map(map_type: u32, max: u32) -> OwnedFd {
+        // SAFETY: geteuid has no preconditions.
+        assert_eq!(unsafe { libc::geteuid() }, 0, "this test needs root (BPF)");
+        // The leading fields of `union bpf_attr` for BPF_MAP_CREATE.
+        #[repr(C)]
+        struct CreateAttr {
+            map_type: u32,
+            key_size: u32,
+            value_size: u32,
+            max_entries: u32,
+            map_flags: u32,
+        }
+        let attr = CreateAttr {
+            map_type,
+            key_size: 4,
+            value_size: 8,
+            max_entries: max,
+            map_flags: 0,
+        };
+        // SAFETY: BPF_MAP_CREATE (0) reads attr and returns a new fd.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                0,
+                &attr as *const CreateAttr,
+                size_of::<CreateAttr>() as libc::c_uint,
+            )
+        };
+        assert!(fd >= 0, "BPF_MAP_CREATE: {}", io::Error::last_os_error());
+        // SAFETY: the kernel just gave us this fd.
+        unsafe { OwnedFd::from_raw_fd(fd as i32) }
+    }
+
+    const HASH: u32 = 1;
+    const ARRAY: u32 = 2;
+
+    #[test]
+    fn a_full_map_reports_how_many_entries_were_written() {
+        let m = map(HASH, 4);
+        assert!(update(m.as_fd(), &[1u32, 2], &[10u64, 20], 0).is_ok());
+        // Replacing keys that exist needs no room; the fifth key does not fit.
+        let (written, e) = update(m.as_fd(), &[1u32, 2, 3, 4, 5, 6], &[1u64; 6], 0)
+            .expect_err("the map holds four");
+        assert_eq!(written, 4);
+        assert_eq!(e.raw_os_error(), Some(libc::E2BIG), "{e}");
+        assert!(update(m.as_fd(), &[] as &[u32], &[] as &[u64], 0).is_ok());
+    }
+
+    #[test]
+    fn an_element_flag_other_than_lock_is_refused_before_any_write() {
+        let m = map(HASH, 8);
+        // BPF_NOEXIST: insert-only writes must be the caller's own guarantee.
+        let (written, e) = update(m.as_fd(), &[1u32, 2], &[10u64, 20], 1)
+            .expect_err("the batch commands take no BPF_NOEXIST");
+        assert_eq!(written, 0);
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
+        assert!(lookup_all::<u32, u64>(m.as_fd()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn delete_skips_absent_keys_and_lookup_reads_everything_in_chunks() {
+        let m = map(HASH, 10_000);
+        let keys: Vec<u32> = (1..=9_000).collect();
+        let values: Vec<u64> = keys.iter().map(|k| u64::from(*k) * 10).collect();
+        update(m.as_fd(), &keys, &values, 0).unwrap();
+        let all: Vec<(u32, u64)> = lookup_all(m.as_fd()).unwrap();
+        assert_eq!(all.len(), 9_000, "more than one 4096-entry chunk");
+        assert!(all.iter().all(|(k, v)| *v == u64::from(*k) * 10));
+        // 5 and 7 twice: the second time they are absent.
+        delete(m.as_fd(), &[5u32, 7, 5, 7, 8]).unwrap();
+        let left: Vec<(u32, u64)> = lookup_all(m.as_fd()).unwrap();
+        assert_eq!(left.len(), 8_997);
+        assert!(!left.iter().any(|(k, _)| [5, 7, 8].contains(k)));
+    }
+
+    #[test]
+    fn lookup_reads_arrays_and_an_empty_hash() {
+        let a = map(ARRAY, 3);
+        update(a.as_fd(), &[1u32], &[7u64], 0).unwrap();
+        let all: Vec<(u32, u64)> = lookup_all(a.as_fd()).unwrap();
+        assert_eq!(all, [(0, 0), (1, 7), (2, 0)]);
+        let h = map(HASH, 3);
+        assert!(lookup_all::<u32, u64>(h.as_fd()).unwrap().is_empty());
+    }
+}

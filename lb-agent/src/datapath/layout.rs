@@ -1,0 +1,178 @@
+//! The maps this build wants (properties and capacities), and how the
+//! pinned maps compare with them.
+
+use std::{
+    fs, io,
+    path::{Path, PathBuf},
+};
+
+use aya::maps::MapInfo;
+use lb_common::{
+    ALL_MAPS, BACKENDS4, DEFAULT_BACKENDS_MAX, DEFAULT_FRONTENDS_MAX, DEFAULT_REVNAT_MAX,
+    DEFAULT_SLOTS_MAX, FE_STATE4, FRONTENDS4, MapSpec, REVNAT4, SLOTS4, STATS, STATS_COUNT,
+};
+
+/// Map capacities, set at load time (`--bpf-lb-*-map-max`). A pinned map
+/// with another capacity is replaced by a migration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capacities {
+    /// `LB4_FRONTENDS`; `LB4_FE_STATE` holds one more (id 0 is unused).
+    pub frontends: u32,
+    pub slots: u32,
+    pub backends: u32,
+    pub revnat: u32,
+}
+
+impl Default for Capacities {
+    fn default() -> Self {
+        Self {
+            frontends: DEFAULT_FRONTENDS_MAX,
+            slots: DEFAULT_SLOTS_MAX,
+            backends: DEFAULT_BACKENDS_MAX,
+            revnat: DEFAULT_REVNAT_MAX,
+        }
+    }
+}
+
+impl Capacities {
+    /// The `max_entries` this build creates `spec` with.
+    pub fn max_entries(&self, spec: &MapSpec) -> u32 {
+        match spec.name {
+            n if n == FRONTENDS4.name => self.frontends,
+            n if n == FE_STATE4.name => self.frontends.saturating_add(1),
+            n if n == SLOTS4.name => self.slots,
+            n if n == BACKENDS4.name => self.backends,
+            n if n == REVNAT4.name => self.revnat,
+            n if n == STATS.name => STATS_COUNT,
+            other => unreachable!("map {other} has no capacity"),
+        }
+    }
+}
+
+/// How a pinned map compares with what this build wants.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Found {
+    Missing,
+    Matches,
+    /// What differs, for the log: "max_entries 1024, want 65536".
+    Differs(String),
+}
+
+/// The pinned maps of one directory against this build's.
+#[derive(Debug)]
+pub struct Inspection {
+    pub maps: Vec<(MapSpec, Found)>,
+    /// Pins this layout does not use: maps of an older layout.
+    pub foreign: Vec<PathBuf>,
+}
+
+impl Inspection {
+    /// Every map is there as wanted.
+    pub fn adoptable(&self) -> bool {
+        self.maps.iter().all(|(_, f)| *f == Found::Matches)
+    }
+
+    /// Nothing is pinned at all: a first install.
+    pub fn empty(&self) -> bool {
+        self.foreign.is_empty() && self.maps.iter().all(|(_, f)| *f == Found::Missing)
+    }
+
+    /// What is not as wanted, for the log.
+    pub fn differences(&self) -> Vec<String> {
+        let maps = self.maps.iter().filter_map(|(spec, found)| match found {
+            Found::Matches => None,
+            Found::Missing => Some(format!("{}: missing", spec.pin)),
+            Found::Differs(why) => Some(format!("{}: {why}", spec.pin)),
+        });
+        let foreign = self
+            .foreign
+            .iter()
+            .map(|p| format!("{}: older layout", p.display()));
+        maps.chain(foreign).collect()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LayoutError {
+    #[error("reading {path}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("reading pinned map {path}")]
+    Map {
+        path: PathBuf,
+        #[source]
+        source: aya::maps::MapError,
+    },
+}
+
+/// Compares the maps pinned in `dir` with what `caps` asks for.
+pub fn inspect(dir: &Path, caps: &Capacities) -> Result<Inspection, LayoutError> {
+    let mut maps = Vec::new();
+    for spec in ALL_MAPS {
+        let path = dir.join(spec.pin);
+        let found = match MapInfo::from_pin(&path) {
+            Ok(info) => compare(&info, &spec, caps.max_entries(&spec)),
+            Err(_) if !path.exists() => Found::Missing,
+            Err(source) => return Err(LayoutError::Map { path, source }),
+        };
+        maps.push((spec, found));
+    }
+    let mut foreign = Vec::new();
+    for name in pinned(dir)? {
+        if !ALL_MAPS.iter().any(|s| s.pin == name) {
+            foreign.push(dir.join(name));
+        }
+    }
+    Ok(Inspection { maps, foreign })
+}
+
+/// The file names in `dir` (none if it does not exist).
+pub fn pinned(dir: &Path) -> Result<Vec<String>, LayoutError> {
+    let io_err = |source| LayoutError::Io {
+        path: dir.to_owned(),
+        source,
+    };
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err(e)),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        names.push(
+            entry
+                .map_err(io_err)?
+                .file_name()
+                .to_string_lossy()
+                .into_owned(),
+        );
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// Every property a program relies on: type, key and value size, flags and
+/// capacity.
+fn compare(info: &MapInfo, spec: &MapSpec, max_entries: u32) -> Found {
+    let map_type = info.map_type().map_or(u32::MAX, |t| t as u32);
+    let found = [
+        ("type", map_type, spec.map_type),
+        ("key_size", info.key_size(), spec.key_size),
+        ("value_size", info.value_size(), spec.value_size),
+        ("flags", info.map_flags(), spec.flags),
+        ("max_entries", info.max_entries(), max_entries),
+    ];
+    let diffs: Vec<String> = found
+        .iter()
+        .filter(|(_, have, want)| have != want)
+        .map(|(what, have, want)| format!("{what} {have}, want {want}"))
+        .collect();
+    if diffs.is_empty() {
+        Found::Matches
+    } else {
+        Found::Differs(diffs.join(", "))
+    }
+}

@@ -1,0 +1,192 @@
+//! Loading the eBPF object against pinned maps, and attaching its programs
+//! with pinned links so that they outlive the agent.
+
+use std::{
+    fs, io,
+    path::{Path, PathBuf},
+};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    programs::{CgroupAttachMode, CgroupSockAddr, links::FdLink},
+};
+use lb_common::ALL_MAPS;
+
+use super::{layout::Capacities, pins::Pins};
+
+/// The eBPF object built from `lb-ebpf` by build.rs.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lb-ebpf"));
+
+/// A program: its function in the object, its link's pin name.
+#[derive(Clone, Copy, Debug)]
+pub struct Program {
+    pub function: &'static str,
+    pub link: &'static str,
+}
+
+/// The programs that translate (they write reverse-NAT entries).
+pub const TRANSLATING: [Program; 2] = [
+    Program {
+        function: "lb_connect4",
+        link: "connect4",
+    },
+    Program {
+        function: "lb_sendmsg4",
+        link: "sendmsg4",
+    },
+];
+
+/// The programs that read reverse-NAT entries.
+pub const REVERSING: [Program; 2] = [
+    Program {
+        function: "lb_recvmsg4",
+        link: "recvmsg4",
+    },
+    Program {
+        function: "lb_getpeername4",
+        link: "getpeername4",
+    },
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoaderError {
+    #[error("{what} {path}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("loading the eBPF object")]
+    Load(#[from] aya::EbpfError),
+    #[error("program {name}")]
+    Program {
+        name: &'static str,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("program {name}")]
+    Link {
+        name: &'static str,
+        #[source]
+        source: aya::programs::links::LinkError,
+    },
+    #[error("pinning link {path}")]
+    Pin {
+        path: PathBuf,
+        #[source]
+        source: aya::pin::PinError,
+    },
+    #[error("program {0} missing from the eBPF object")]
+    MissingProgram(&'static str),
+}
+
+pub fn io_err(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> LoaderError {
+    let path = path.to_owned();
+    move |source| LoaderError::Io { what, path, source }
+}
+
+/// Loads the object with every map pinned in `maps_dir`: maps pinned there
+/// already are used as they are, the others are created at `caps` and pinned.
+pub fn load(maps_dir: &Path, caps: &Capacities) -> Result<Ebpf, LoaderError> {
+    fs::create_dir_all(maps_dir).map_err(io_err("creating", maps_dir))?;
+    let mut loader = EbpfLoader::new();
+    for spec in ALL_MAPS {
+        loader.map_pin_path(spec.name, maps_dir.join(spec.pin));
+        loader.map_max_entries(spec.name, caps.max_entries(&spec));
+    }
+    Ok(loader.load(OBJECT)?)
+}
+
+/// Attaches `programs` to `cgroup`, each replacing the one attached before
+/// it make-before-break: the new link is attached and pinned first, then
+/// renamed over the old pin, which detaches the old program. BPF links take
+/// no attach flags (the kernel attaches them as multi), so for a moment both
+/// run; either gives the same answer.
+pub fn attach(
+    ebpf: &mut Ebpf,
+    pins: &Pins,
+    cgroup: &Path,
+    programs: &[Program],
+) -> Result<(), LoaderError> {
+    let links = pins.links_dir();
+    fs::create_dir_all(&links).map_err(io_err("creating", &links))?;
+    let cgroup_dir = fs::File::open(cgroup).map_err(io_err("opening cgroup", cgroup))?;
+    for p in programs {
+        let name = p.function;
+        let prog_err = |source| LoaderError::Program { name, source };
+        let program: &mut CgroupSockAddr = ebpf
+            .program_mut(name)
+            .ok_or(LoaderError::MissingProgram(name))?
+            .try_into()
+            .map_err(prog_err)?;
+        if program.fd().is_err() {
+            program.load().map_err(prog_err)?;
+        }
+        let id = program
+            .attach(&cgroup_dir, CgroupAttachMode::Single)
+            .map_err(prog_err)?;
+        let link: FdLink = program
+            .take_link(id)
+            .map_err(prog_err)?
+            .try_into()
+            .map_err(|source| LoaderError::Link { name, source })?;
+        let final_path = pins.link(p.link);
+        // bpffs rejects names containing a dot.
+        let tmp_path = pins.link(&format!("{}_new", p.link));
+        remove_if_present(&tmp_path)?;
+        link.pin(&tmp_path).map_err(|source| LoaderError::Pin {
+            path: tmp_path.clone(),
+            source,
+        })?;
+        fs::rename(&tmp_path, &final_path).map_err(io_err("replacing link pin", &final_path))?;
+    }
+    Ok(())
+}
+
+pub fn remove_if_present(path: &Path) -> Result<(), LoaderError> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_err("removing", path)(e)),
+        _ => Ok(()),
+    }
+}
+
+/// What [`uninstall`] removed.
+#[derive(Debug, Default)]
+pub struct Removed {
+    pub links: Vec<PathBuf>,
+    pub maps: Vec<PathBuf>,
+}
+
+/// Detaches the programs (by unpinning their links) and removes the maps,
+/// of this layout and any other.
+pub fn uninstall(pins: &Pins) -> Result<Removed, LoaderError> {
+    let mut removed = Removed::default();
+    // Links first: once they are gone nothing reads the maps.
+    for (dir, is_link) in [
+        (pins.links_dir(), true),
+        (pins.maps_dir(), false),
+        (pins.next_dir(), false),
+    ] {
+        let list = if is_link {
+            &mut removed.links
+        } else {
+            &mut removed.maps
+        };
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_err("reading", &dir)(e)),
+        };
+        for entry in entries {
+            let path = entry.map_err(io_err("reading", &dir))?.path();
+            remove_if_present(&path)?;
+            list.push(path);
+        }
+        fs::remove_dir(&dir).map_err(io_err("removing", &dir))?;
+    }
+    match fs::remove_dir(pins.dir()) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_err("removing", pins.dir())(e)),
+        _ => Ok(removed),
+    }
+}

@@ -1,0 +1,153 @@
+//! Everything that touches the kernel's BPF objects: loading and attaching
+//! the programs, adopting or migrating the pinned maps, the tables the
+//! reconciler writes, grace periods, and the datapath counters.
+
+mod batch;
+pub mod cgroup;
+pub mod grace;
+pub mod layout;
+pub mod loader;
+pub mod migrate;
+pub mod pins;
+pub mod stats;
+pub mod table;
+
+use std::path::{Path, PathBuf};
+
+use aya::Ebpf;
+use layout::{Capacities, LayoutError};
+use lb_common::{BACKENDS4, FE_STATE4, FRONTENDS4, MapSpec, SLOTS4};
+use loader::{LoaderError, REVERSING, TRANSLATING};
+use migrate::{Leftover, MigrateError};
+use pins::Pins;
+use table::{Bpf, BpfTable};
+
+use crate::reconcile::{LbTables, MapKey, MapValue, StoreError, V4, WriteMode};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DatapathError {
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    #[error(transparent)]
+    Loader(#[from] LoaderError),
+    #[error(transparent)]
+    Migrate(#[from] MigrateError),
+}
+
+/// How this build's maps relate to what was pinned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// Nothing was pinned.
+    Fresh,
+    /// The pinned maps are this layout's, at the configured capacities.
+    Adopted,
+    /// The pinned maps differ (listed): new ones are built beside them and
+    /// the programs switch once they are filled.
+    Migrating(Vec<String>),
+    /// An interrupted migration had already switched the programs.
+    Resuming,
+}
+
+/// This build's programs and maps, loaded.
+pub struct Datapath {
+    pins: Pins,
+    ebpf: Ebpf,
+    maps_dir: PathBuf,
+    start: Start,
+}
+
+/// What [`Datapath::attach`] did besides attaching.
+#[derive(Debug, Default)]
+pub struct Attached {
+    /// Reverse-NAT entries carried over from older maps.
+    pub revnat_carried: usize,
+    /// Pins of older maps removed.
+    pub removed: Vec<PathBuf>,
+}
+
+/// This layout's load-balancing tables in `maps/`, for reading (`dump`).
+pub fn read_only_tables(pins: &Pins) -> Result<LbTables<V4, Bpf>, StoreError> {
+    let dir = pins.maps_dir();
+    let open = |spec: &MapSpec| dir.join(spec.pin);
+    Ok(LbTables {
+        frontends: BpfTable::open(&open(&FRONTENDS4), &FRONTENDS4, WriteMode::Insert)?,
+        states: BpfTable::open(&open(&FE_STATE4), &FE_STATE4, WriteMode::Locked)?,
+        slots: BpfTable::open(&open(&SLOTS4), &SLOTS4, WriteMode::Insert)?,
+        backends: BpfTable::open(&open(&BACKENDS4), &BACKENDS4, WriteMode::Insert)?,
+    })
+}
+
+impl Datapath {
+    /// Recovers from an interrupted migration, compares the pinned maps with
+    /// what `caps` asks for, and loads the object: against the pinned maps
+    /// when they match, else against new maps pinned beside them.
+    pub fn open(pins: &Pins, caps: &Capacities) -> Result<Self, DatapathError> {
+        let (maps_dir, start) = match migrate::recover(pins)? {
+            Leftover::Switched => (pins.next_dir(), Start::Resuming),
+            Leftover::None => {
+                let found = layout::inspect(&pins.maps_dir(), caps)?;
+                if found.empty() {
+                    (pins.maps_dir(), Start::Fresh)
+                } else if found.adoptable() {
+                    (pins.maps_dir(), Start::Adopted)
+                } else {
+                    (pins.next_dir(), Start::Migrating(found.differences()))
+                }
+            }
+        };
+        let ebpf = loader::load(&maps_dir, caps)?;
+        Ok(Self {
+            pins: pins.clone(),
+            ebpf,
+            maps_dir,
+            start,
+        })
+    }
+
+    pub fn start(&self) -> &Start {
+        &self.start
+    }
+
+    /// Whether the programs may be attached before the maps are filled:
+    /// not during a migration, where the old programs keep serving from the
+    /// old maps until the new ones hold the whole state.
+    pub fn attach_early(&self) -> bool {
+        !matches!(self.start, Start::Migrating(_))
+    }
+
+    /// The load-balancing tables this build's programs read.
+    pub fn tables(&self) -> Result<LbTables<V4, Bpf>, StoreError> {
+        Ok(LbTables {
+            frontends: self.table(&FRONTENDS4, WriteMode::Insert)?,
+            states: self.table(&FE_STATE4, WriteMode::Locked)?,
+            slots: self.table(&SLOTS4, WriteMode::Insert)?,
+            backends: self.table(&BACKENDS4, WriteMode::Insert)?,
+        })
+    }
+
+    fn table<K: MapKey, V: MapValue>(
+        &self,
+        spec: &MapSpec,
+        mode: WriteMode,
+    ) -> Result<BpfTable<K, V>, StoreError> {
+        BpfTable::open(&self.maps_dir.join(spec.pin), spec, mode)
+    }
+
+    /// Attaches the programs to `cgroup`, replacing whatever is attached
+    /// through our links, make-before-break: the translating programs
+    /// first, so that no new reverse-NAT entry goes to an older map; then
+    /// those entries are carried over; then the reversing programs. Older
+    /// pins go last.
+    pub fn attach(&mut self, cgroup: &Path) -> Result<Attached, DatapathError> {
+        loader::attach(&mut self.ebpf, &self.pins, cgroup, &TRANSLATING)?;
+        let revnat_carried = migrate::carry_revnat(&self.pins)?;
+        loader::attach(&mut self.ebpf, &self.pins, cgroup, &REVERSING)?;
+        let removed = migrate::finish(&self.pins)?;
+        self.maps_dir = self.pins.maps_dir();
+        self.start = Start::Adopted;
+        Ok(Attached {
+            revnat_carried,
+            removed,
+        })
+    }
+}

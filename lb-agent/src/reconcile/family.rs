@@ -1,0 +1,135 @@
+//! What differs between address families: the map types of frontends,
+//! states and backends, and their conversion from the model's types.
+//! Slots are the same for every family.
+
+use std::{
+    hash::Hash,
+    net::{IpAddr, Ipv4Addr},
+};
+
+use lb_common::{BACKEND_STATE_ACTIVE, Backend4, Frontend4Key, Frontend4State, SCOPE_INTERNAL};
+
+use super::lb::{MapKey, MapValue};
+use crate::model::{Backend, Frontend, Proto};
+
+/// The fields of a frontend state, whatever the family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateView<K> {
+    /// The frontend the state belongs to; the default key when free.
+    pub owner: K,
+    pub rev: u16,
+    pub count: u16,
+    pub flags: u16,
+}
+
+/// An address family's map types.
+pub trait Family {
+    /// Key of the frontends map, and the owner field of a state.
+    type FrontendKey: MapKey + Hash;
+    /// Value of the state array.
+    type State: MapValue;
+    /// Value of the backends map.
+    type Backend: MapKey + Hash;
+
+    fn frontend_key(fe: &Frontend) -> Self::FrontendKey;
+    /// The model frontend of a key; `None` for a protocol we do not balance.
+    fn frontend(key: &Self::FrontendKey) -> Option<Frontend>;
+    fn key_proto(key: &Self::FrontendKey) -> u8;
+    /// Address, port and protocol number of a key, for listings.
+    fn key_parts(key: &Self::FrontendKey) -> (IpAddr, u16, u8);
+
+    fn backend(be: &Backend, proto: Proto) -> Self::Backend;
+    fn backend_model(b: &Self::Backend) -> Backend;
+    fn backend_proto(b: &Self::Backend) -> u8;
+    /// Address, port and protocol number of a backend, for listings.
+    fn backend_parts(b: &Self::Backend) -> (IpAddr, u16, u8);
+
+    fn state(view: StateView<Self::FrontendKey>) -> Self::State;
+    fn view(state: &Self::State) -> StateView<Self::FrontendKey>;
+}
+
+/// IPv4: the `LB4_*` maps.
+#[derive(Debug)]
+pub enum V4 {}
+
+impl Family for V4 {
+    type FrontendKey = Frontend4Key;
+    type State = Frontend4State;
+    type Backend = Backend4;
+
+    fn frontend_key(fe: &Frontend) -> Frontend4Key {
+        Frontend4Key {
+            addr_be: fe.vip.octets(),
+            port_be: fe.port.to_be(),
+            proto: fe.proto.number(),
+            scope: SCOPE_INTERNAL,
+        }
+    }
+
+    fn frontend(key: &Frontend4Key) -> Option<Frontend> {
+        Some(Frontend {
+            vip: Ipv4Addr::from(key.addr_be),
+            port: u16::from_be(key.port_be),
+            proto: Proto::from_number(key.proto)?,
+        })
+    }
+
+    fn key_proto(key: &Frontend4Key) -> u8 {
+        key.proto
+    }
+
+    fn key_parts(key: &Frontend4Key) -> (IpAddr, u16, u8) {
+        (
+            Ipv4Addr::from(key.addr_be).into(),
+            u16::from_be(key.port_be),
+            key.proto,
+        )
+    }
+
+    fn backend(be: &Backend, proto: Proto) -> Backend4 {
+        Backend4 {
+            addr_be: be.ip.octets(),
+            port_be: be.port.to_be(),
+            proto: proto.number(),
+            state: BACKEND_STATE_ACTIVE,
+        }
+    }
+
+    fn backend_model(b: &Backend4) -> Backend {
+        Backend {
+            ip: Ipv4Addr::from(b.addr_be),
+            port: u16::from_be(b.port_be),
+        }
+    }
+
+    fn backend_proto(b: &Backend4) -> u8 {
+        b.proto
+    }
+
+    fn backend_parts(b: &Backend4) -> (IpAddr, u16, u8) {
+        (
+            Ipv4Addr::from(b.addr_be).into(),
+            u16::from_be(b.port_be),
+            b.proto,
+        )
+    }
+
+    fn state(v: StateView<Frontend4Key>) -> Frontend4State {
+        Frontend4State {
+            owner: v.owner,
+            rev: v.rev,
+            count: v.count,
+            flags: v.flags,
+            ..Frontend4State::default()
+        }
+    }
+
+    fn view(s: &Frontend4State) -> StateView<Frontend4Key> {
+        StateView {
+            owner: s.owner,
+            rev: s.rev,
+            count: s.count,
+            flags: s.flags,
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! Tables in memory with the BPF maps' rules (capacity, insert-only or
+//! locked writes), recording every write and grace period in a shared
+//! [`Journal`] so that tests can replay the exact order the datapath saw.
+
+use std::{
+    any::Any,
+    cell::{Cell, RefCell},
+    collections::BTreeMap,
+    fmt::Debug,
+    rc::Rc,
+};
+
+use super::{
+    grace::GracePeriods,
+    table::{BatchError, StoreError, Table, WriteMode},
+};
+
+/// One recorded step.
+#[derive(Debug)]
+pub enum Step {
+    /// `table` now holds `(key, value)`: a `(K, V)` tuple.
+    Put(&'static str, Box<dyn Any>),
+    /// `table` no longer holds `key`: a `K`.
+    Delete(&'static str, Box<dyn Any>),
+    /// [`GracePeriods::mark`] returned this token.
+    Mark(u64),
+    /// A grace period ran: every token up to this one has passed.
+    Elapsed(u64),
+}
+
+/// The steps of every table sharing it, in order.
+#[derive(Clone, Debug, Default)]
+pub struct Journal(Rc<RefCell<Vec<Step>>>);
+
+impl Journal {
+    fn push(&self, step: Step) {
+        self.0.borrow_mut().push(step);
+    }
+
+    /// Steps recorded so far.
+    pub fn len(&self) -> usize {
+        self.0.borrow().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.borrow().is_empty()
+    }
+
+    /// Runs `f` over the steps from `from` on.
+    pub fn with_steps<R>(&self, from: usize, f: impl FnOnce(&[Step]) -> R) -> R {
+        f(&self.0.borrow()[from..])
+    }
+}
+
+/// A map in memory.
+pub struct MemTable<K, V> {
+    name: &'static str,
+    mode: WriteMode,
+    capacity: u32,
+    /// Whether `key` can be written, given the content and capacity.
+    fits: fn(&BTreeMap<K, V>, &K, u32) -> bool,
+    pub content: BTreeMap<K, V>,
+    journal: Journal,
+}
+
+impl<K: Ord, V> MemTable<K, V> {
+    /// A hash map of `capacity` entries, insert-only.
+    pub fn hash(name: &'static str, capacity: u32, journal: &Journal) -> Self {
+        Self {
+            name,
+            mode: WriteMode::Insert,
+            capacity,
+            fits: |content, key, cap| content.contains_key(key) || content.len() < cap as usize,
+            content: BTreeMap::new(),
+            journal: journal.clone(),
+        }
+    }
+}
+
+impl<V> MemTable<u32, V> {
+    /// An array of `capacity` entries, written in place under its lock.
+    pub fn array(name: &'static str, capacity: u32, journal: &Journal) -> Self {
+        Self {
+            name,
+            mode: WriteMode::Locked,
+            capacity,
+            fits: |_, index, cap| *index < cap,
+            content: BTreeMap::new(),
+            journal: journal.clone(),
+        }
+    }
+}
+
+impl<K, V> Table for MemTable<K, V>
+where
+    K: Copy + Ord + Debug + 'static,
+    V: Copy + PartialEq + Default + Debug + 'static,
+{
+    type Key = K;
+    type Value = V;
+
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn mode(&self) -> WriteMode {
+        self.mode
+    }
+
+    fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    fn read(&self) -> Result<Vec<(K, V)>, StoreError> {
+        let free = V::default();
+        Ok(self
+            .content
+            .iter()
+            .filter(|(_, v)| self.mode == WriteMode::Insert || **v != free)
+            .map(|(k, v)| (*k, *v))
+            .collect())
+    }
+
+    fn put(&mut self, entries: &[(K, V)]) -> Result<(), BatchError> {
+        for (written, &(k, v)) in entries.iter().enumerate() {
+            let error = if self.mode == WriteMode::Insert && self.content.contains_key(&k) {
+                Some(StoreError::Exists { map: self.name })
+            } else if !(self.fits)(&self.content, &k, self.capacity) {
+                Some(StoreError::Full { map: self.name })
+            } else {
+                None
+            };
+            if let Some(error) = error {
+                return Err(BatchError { written, error });
+            }
+            self.content.insert(k, v);
+            self.journal.push(Step::Put(self.name, Box::new((k, v))));
+        }
+        Ok(())
+    }
+
+    fn delete(&mut self, keys: &[K]) -> Result<(), BatchError> {
+        for k in keys {
+            if self.content.remove(k).is_some() {
+                self.journal.push(Step::Delete(self.name, Box::new(*k)));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Grace periods that pass only when a test says so. Clones share the
+/// clock, so a test keeps one while the reconciler owns another.
+#[derive(Clone, Debug)]
+pub struct ManualGrace {
+    next: Rc<Cell<u64>>,
+    passed: Rc<Cell<u64>>,
+    journal: Journal,
+}
+
+impl ManualGrace {
+    pub fn new(journal: &Journal) -> Self {
+        Self {
+            next: Rc::new(Cell::new(1)),
+            passed: Rc::new(Cell::new(0)),
+            journal: journal.clone(),
+        }
+    }
+
+    /// A grace period starts and ends now: every mark so far has passed.
+    pub fn elapse(&self) {
+        self.passed.set(self.next.get() - 1);
+        self.journal.push(Step::Elapsed(self.passed.get()));
+    }
+}
+
+impl GracePeriods for ManualGrace {
+    fn mark(&mut self) -> u64 {
+        let token = self.next.get();
+        self.next.set(token + 1);
+        self.journal.push(Step::Mark(token));
+        token
+    }
+
+    fn passed(&self, token: u64) -> bool {
+        token <= self.passed.get()
+    }
+}
+
+/// Tables in memory, as [`super::Tables`].
+#[derive(Debug)]
+pub enum Mem {}
+
+impl super::Tables for Mem {
+    type Table<K: super::MapKey, V: super::MapValue> = MemTable<K, V>;
+}
+
+/// One family's four tables in memory, sharing `journal`: frontend entries,
+/// state ids and slots and backends up to the given capacities.
+pub fn lb_tables<F: super::Family>(
+    frontends: u32,
+    slots: u32,
+    backends: u32,
+    journal: &Journal,
+) -> super::LbTables<F, Mem> {
+    super::LbTables {
+        frontends: MemTable::hash(lb_common::FRONTENDS4.name, frontends, journal),
+        states: MemTable::array(lb_common::FE_STATE4.name, frontends + 1, journal),
+        slots: MemTable::hash(lb_common::SLOTS4.name, slots, journal),
+        backends: MemTable::hash(lb_common::BACKENDS4.name, backends, journal),
+    }
+}

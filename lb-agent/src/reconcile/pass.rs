@@ -1,0 +1,559 @@
+//! The write protocol.
+//!
+//! A frontend whose backends change gets a new revision: its backends and
+//! slots are inserted beside the live revision, then one locked write of
+//! its state publishes the new revision. A new frontend gets its state
+//! before its frontend entry. What no state names any more (old revisions,
+//! the revisions of removed frontends) is retired, and deleted only once a
+//! grace period has passed; a backend goes when its last slot does. So a
+//! program never finds a slot or backend missing, and never reads a hash
+//! element the kernel recycled (ARCHITECTURE.md, "Readers see whole states").
+//!
+//! Each phase (backends, slots, states, frontend entries) is one batch over
+//! all frontends of the pass. A failed write fails its frontend only: what
+//! it wrote that no state published is deleted at once, so it does not hold
+//! room that other frontends need, and the frontend keeps its live revision.
+
+use std::{
+    collections::{BTreeSet, HashMap, HashSet},
+    sync::Arc,
+};
+
+use lb_common::{FrontendId, MAX_BACKENDS_PER_FRONTEND, Slot, SlotKey};
+
+use super::{
+    family::{Family, StateView},
+    grace::{GracePeriods, Retired},
+    lb::{LbMaps, Tables, set_range},
+    table::{BatchError, StoreError},
+};
+use crate::model::{Backend, Frontend};
+
+/// What one pass (or reap) changed, and what it could not.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Entries written, in all tables.
+    pub written: usize,
+    /// Entries deleted (states freed included).
+    pub deleted: usize,
+    /// Frontends left at their previous state because a write failed.
+    pub failed: Vec<(Frontend, Arc<StoreError>)>,
+    /// Failed deletes: the entries stay until a later pass.
+    pub delete_errors: Vec<StoreError>,
+}
+
+impl Outcome {
+    pub fn changed(&self) -> usize {
+        self.written + self.deleted
+    }
+}
+
+/// One frontend's desired state; `backends: None` removes it.
+pub(super) struct Change<'a, K> {
+    pub key: K,
+    /// The model's frontend, for reports; `None` for a key the model cannot
+    /// express (a protocol it does not balance), which is only ever removed.
+    pub frontend: Option<Frontend>,
+    pub backends: Option<&'a [Backend]>,
+}
+
+/// A retired revision: `(frontend id, revision)`.
+pub(super) type Set = (u32, u16);
+
+/// How one frontend gets its new revision.
+struct Plan<K> {
+    frontend: Frontend,
+    key: K,
+    id: u32,
+    rev: u16,
+    backend_ids: Vec<u32>,
+    /// The live revision this one replaces.
+    old_rev: Option<u16>,
+    /// The frontend entry must be inserted (a new frontend, or one whose
+    /// entry named another frontend's state and is replaced).
+    insert_entry: bool,
+    /// The frontend's entry names another frontend's state: delete it first.
+    replace_entry: bool,
+    failed: Option<Arc<StoreError>>,
+    slots_written: u16,
+    state_written: bool,
+}
+
+/// Brings the frontends of `changes` to their desired state. With `full`,
+/// also cleans up what no desired frontend accounts for.
+pub(super) fn apply<F: Family, T: Tables>(
+    maps: &mut LbMaps<F, T>,
+    grace: &mut impl GracePeriods,
+    retired: &mut Retired<Set>,
+    changes: Vec<Change<'_, F::FrontendKey>>,
+    full: bool,
+) -> Outcome {
+    let mut out = Outcome::default();
+    let mut reserved_fe = Vec::new();
+    let mut new_backends: Vec<(u32, F::Backend)> = Vec::new();
+    let mut plans = Vec::new();
+    let mut removals = Vec::new();
+    {
+        let mut new_ids: HashMap<F::Backend, u32> = HashMap::new();
+        for change in changes {
+            match (change.backends, change.frontend) {
+                (Some(list), Some(frontend)) => {
+                    let plan = plan::<F, T>(
+                        maps,
+                        frontend,
+                        change.key,
+                        list,
+                        &mut new_ids,
+                        &mut new_backends,
+                        &mut reserved_fe,
+                    );
+                    match plan {
+                        Ok(Some(p)) => plans.push(p),
+                        Ok(None) => {}
+                        Err(e) => out.failed.push((frontend, Arc::new(e))),
+                    }
+                }
+                _ => removals.push(change.key),
+            }
+        }
+    }
+    let reserved_be: Vec<u32> = new_backends.iter().map(|(id, _)| *id).collect();
+
+    write_backends(maps, &new_backends, &mut plans, &mut out);
+    write_slots(maps, &mut plans, &mut out);
+    write_states(maps, &mut plans, &mut out);
+    write_entries(maps, &mut plans, &mut out);
+
+    let mut retire: Vec<Set> = Vec::new();
+    let mut stale_states = Vec::new();
+    for p in &mut plans {
+        match (p.failed.take(), p.old_rev) {
+            (Some(e), _) => {
+                // Published but unreachable (its entry could not be written):
+                // a reader with a recycled entry could still find it.
+                if p.state_written {
+                    stale_states.push(p.id);
+                    retire.push((p.id, p.rev));
+                } else {
+                    roll_back_slots(maps, p, &mut out);
+                }
+                out.failed.push((p.frontend, e));
+            }
+            (None, Some(old)) => retire.push((p.id, old)),
+            (None, None) => {}
+        }
+    }
+    remove(
+        maps,
+        retired,
+        &removals,
+        &mut stale_states,
+        &mut retire,
+        &mut out,
+    );
+    if full {
+        clean_up(maps, retired, &mut stale_states, &mut retire);
+    }
+    free_states(maps, &stale_states, &mut out);
+    if !retire.is_empty() {
+        // After every write that made these unreachable.
+        retired.push(grace.mark(), retire);
+    }
+    // Backends that no slot names: written for failed frontends, or found
+    // unreferenced by a full pass. No program can reach them.
+    let unreferenced: Vec<u32> = if full {
+        maps.backends().keys().copied().collect()
+    } else {
+        reserved_be.clone()
+    };
+    delete_unreferenced(maps, unreferenced, &mut out);
+    maps.release_if_unused(&reserved_fe, &reserved_be);
+    out
+}
+
+/// Deletes the revisions whose grace period has passed, then the backends
+/// no slot names any more.
+pub(super) fn reap<F: Family, T: Tables>(
+    maps: &mut LbMaps<F, T>,
+    grace: &impl GracePeriods,
+    retired: &mut Retired<Set>,
+) -> Outcome {
+    let mut out = Outcome::default();
+    let sets = retired.take_passed(grace);
+    if sets.is_empty() {
+        return out;
+    }
+    let keys: Vec<SlotKey> = sets
+        .iter()
+        .flat_map(|(id, rev)| maps.slots().range(set_range(*id, *rev)))
+        .map(|(k, _)| *k)
+        .collect();
+    let named: Vec<u32> = keys
+        .iter()
+        .filter_map(|k| maps.slots().get(k))
+        .map(|s| s.backend_id)
+        .collect();
+    // A revision a failed delete leaves behind is retired again by the
+    // next full pass.
+    delete(&mut out, maps.delete_slots(&keys), keys.len());
+    delete_unreferenced(maps, named, &mut out);
+    out
+}
+
+/// The plan for one frontend, `None` when it already has what it needs.
+fn plan<F: Family, T: Tables>(
+    maps: &mut LbMaps<F, T>,
+    frontend: Frontend,
+    key: F::FrontendKey,
+    list: &[Backend],
+    new_ids: &mut HashMap<F::Backend, u32>,
+    new_backends: &mut Vec<(u32, F::Backend)>,
+    reserved_fe: &mut Vec<u32>,
+) -> Result<Option<Plan<F::FrontendKey>>, StoreError> {
+    let list = &list[..list.len().min(usize::from(MAX_BACKENDS_PER_FRONTEND))];
+    let mut backend_ids = Vec::with_capacity(list.len());
+    for be in list {
+        let value = F::backend(be, frontend.proto);
+        let id = match maps.id_of(&value).or_else(|| new_ids.get(&value).copied()) {
+            Some(id) => id,
+            None => {
+                let id = maps.allocate_backend_id().ok_or(StoreError::Full {
+                    map: lb_common::BACKENDS4.name,
+                })?;
+                new_ids.insert(value, id);
+                new_backends.push((id, value));
+                id
+            }
+        };
+        backend_ids.push(id);
+    }
+    let proto = F::key_proto(&key);
+    let live = maps.live(&key);
+    if let Some((id, st)) = live
+        && st.flags == 0
+        && maps.complete_set(id, st.rev, st.count, proto).as_ref() == Some(&backend_ids)
+    {
+        return Ok(None);
+    }
+    let entry = maps.frontends().get(&key).map(|v| v.id);
+    let (id, old_rev, insert_entry, replace_entry) = match (live, entry) {
+        (Some((id, st)), _) => (id, Some(st.rev), false, false),
+        // The entry names a free state (a crash between writes): claim it.
+        (None, Some(id)) if maps.state(id).is_none() => (id, None, false, false),
+        (None, entry) => {
+            let id = maps.allocate_fe_id().ok_or(StoreError::Full {
+                map: lb_common::FE_STATE4.name,
+            })?;
+            reserved_fe.push(id);
+            (id, None, true, entry.is_some())
+        }
+    };
+    let rev = maps.next_rev(id, old_rev.unwrap_or(0));
+    Ok(Some(Plan {
+        frontend,
+        key,
+        id,
+        rev,
+        backend_ids,
+        old_rev,
+        insert_entry,
+        replace_entry,
+        failed: None,
+        slots_written: 0,
+        state_written: false,
+    }))
+}
+
+/// Phase 1: the new backends of every plan, in one batch. A full map fails
+/// the rest; another error fails one entry.
+fn write_backends<F: Family, T: Tables>(
+    maps: &mut LbMaps<F, T>,
+    new_backends: &[(u32, F::Backend)],
+    plans: &mut [Plan<F::FrontendKey>],
+    out: &mut Outcome,
+) {
+    let mut failed: HashMap<u32, Arc<StoreError>> = HashMap::new();
+    let mut rest = new_backends;
+    while !rest.is_empty() {
+        match maps.put_backends(rest) {
+            Ok(()) => {
+                out.written += rest.len();
+                break;
+            }
+            Err(BatchError { written, error }) => {
+                out.written += written;
+                let full = matches!(error, StoreError::Full { .. });
+                let error = Arc::new(error);
+                let written = failed_at(written, rest.len());
+                let end = if full { rest.len() } else { written + 1 };
+                for (id, _) in &rest[written..end] {
+                    failed.insert(*id, error.clone());
+                }
+                rest = &rest[end..];
+            }
+        }
+    }
+    if failed.is_empty() {
+        return;
+    }
+    for p in plans.iter_mut() {
+        if let Some(e) = p.backend_ids.iter().find_map(|id| failed.get(id)) {
+            p.failed = Some(e.clone());
+        }
+    }
+}
+
+/// Phase 2: the slots of every new revision, in one batch. A failure fails
+/// the plan it hit, whose partial slots are deleted at once (no state names
+/// them), and the batch goes on with the next plan.
+fn write_slots<F: Family, T: Tables>(
+    maps: &mut LbMaps<F, T>,
+    plans: &mut [Plan<F::FrontendKey>],
+    out: &mut Outcome,
+) {
+    let mut start = 0;
+    while start < plans.len() {
+        let mut owners = Vec::new();
+        let mut batch = Vec::new();
+        for (i, p) in plans.iter().enumerate().skip(start) {
+            if p.failed.is_some() {
+                continue;
+            }
+            for (slot, backend_id) in (0u16..).zip(&p.backend_ids) {
+                let key = SlotKey {
+                    fe_id: p.id,
+                    rev: p.rev,
+                    slot,
+                };
+                batch.push((
+                    key,
+                    Slot {
+                        backend_id: *backend_id,
+                    },
+                ));
+                owners.push(i);
+            }
+        }
+        let result = maps.put_slots(&batch);
+        let written = result.as_ref().map_or_else(|e| e.written, |()| batch.len());
+        out.written += written;
+        for &i in &owners[..written] {
+            plans[i].slots_written += 1;
+        }
+        match result {
+            Ok(()) => break,
+            Err(BatchError { written, error }) => {
+                let hit = owners[failed_at(written, owners.len())];
+                plans[hit].failed = Some(Arc::new(error));
+                roll_back_slots(maps, &mut plans[hit], out);
+                start = hit + 1;
+            }
+        }
+    }
+}
+
+/// Phase 3: publish every new revision with one locked state write each.
+fn write_states<F: Family, T: Tables>(
+    maps: &mut LbMaps<F, T>,
+    plans: &mut [Plan<F::FrontendKey>],
+    out: &mut Outcome,
+) {
+    let mut start = 0;
+    while start < plans.len() {
+        let idx: Vec<usize> = (start..plans.len())
+            .filter(|i| plans[*i].failed.is_none())
+            .collect();
+        let batch: Vec<(u32, F::State)> = idx
+            .iter()
+            .map(|&i| {
+                let p = &plans[i];
+                let view = StateView {
+                    owner: p.key,
+                    rev: p.rev,
+                    count: p.backend_ids.len() as u16,
+                    flags: 0,
+                };
+                (p.id, F::state(view))
+            })
+            .collect();
+        let result = maps.put_states(&batch);
+        let written = result.as_ref().map_or_else(|e| e.written, |()| batch.len());
+        out.written += written;
+        for &i in &idx[..written] {
+            plans[i].state_written = true;
+        }
+        match result {
+            Ok(()) => break,
+            Err(BatchError { written, error }) => {
+                let hit = idx[failed_at(written, idx.len())];
+                plans[hit].failed = Some(Arc::new(error));
+                roll_back_slots(maps, &mut plans[hit], out);
+                start = hit + 1;
+            }
+        }
+    }
+}
+
+/// Phase 4: frontend entries of new frontends, now that their state is in
+/// place. An entry that named another frontend's state is replaced.
+fn write_entries<F: Family, T: Tables>(
+    maps: &mut LbMaps<F, T>,
+    plans: &mut [Plan<F::FrontendKey>],
+    out: &mut Outcome,
+) {
+    let replace: Vec<F::FrontendKey> = plans
+        .iter()
+        .filter(|p| p.failed.is_none() && p.replace_entry)
+        .map(|p| p.key)
+        .collect();
+    match maps.delete_frontends(&replace) {
+        Ok(()) => out.deleted += replace.len(),
+        Err(BatchError { written, error }) => {
+            out.deleted += written;
+            // The entry stays, so inserting over it would fail: the plan
+            // fails now. The entries after it are retried by the next pass.
+            let error = Arc::new(error);
+            let rest = &replace[failed_at(written, replace.len())..];
+            for p in plans.iter_mut().filter(|p| rest.contains(&p.key)) {
+                p.failed = Some(error.clone());
+            }
+        }
+    }
+
+    let mut start = 0;
+    while start < plans.len() {
+        let idx: Vec<usize> = (start..plans.len())
+            .filter(|i| plans[*i].failed.is_none() && plans[*i].insert_entry)
+            .collect();
+        let batch: Vec<(F::FrontendKey, FrontendId)> = idx
+            .iter()
+            .map(|&i| (plans[i].key, FrontendId { id: plans[i].id }))
+            .collect();
+        let result = maps.put_frontends(&batch);
+        let written = result.as_ref().map_or_else(|e| e.written, |()| batch.len());
+        out.written += written;
+        match result {
+            Ok(()) => break,
+            Err(BatchError { written, error }) => {
+                let hit = idx[failed_at(written, idx.len())];
+                plans[hit].failed = Some(Arc::new(error));
+                start = hit + 1;
+            }
+        }
+    }
+}
+
+/// Deletes a failed plan's slots, which no state ever named.
+fn roll_back_slots<F: Family, T: Tables>(
+    maps: &mut LbMaps<F, T>,
+    p: &mut Plan<F::FrontendKey>,
+    out: &mut Outcome,
+) {
+    let keys: Vec<SlotKey> = (0..p.slots_written)
+        .map(|slot| SlotKey {
+            fe_id: p.id,
+            rev: p.rev,
+            slot,
+        })
+        .collect();
+    delete(out, maps.delete_slots(&keys), keys.len());
+    p.slots_written = 0;
+}
+
+/// Removes frontends: their state is freed (so a program that still finds
+/// the entry passes the address on), the entry deleted, every revision
+/// retired.
+fn remove<F: Family, T: Tables>(
+    maps: &mut LbMaps<F, T>,
+    retired: &Retired<Set>,
+    keys: &[F::FrontendKey],
+    stale_states: &mut Vec<u32>,
+    retire: &mut Vec<Set>,
+    out: &mut Outcome,
+) {
+    let queued: HashSet<Set> = retired.iter().copied().collect();
+    let mut entries = Vec::new();
+    for key in keys {
+        let Some(id) = maps.frontends().get(key).map(|v| v.id) else {
+            continue;
+        };
+        entries.push(*key);
+        if maps.state(id).is_some_and(|s| s.owner == *key) {
+            stale_states.push(id);
+            let revs: Vec<Set> = maps
+                .revs(id)
+                .map(|rev| (id, rev))
+                .filter(|set| !queued.contains(set))
+                .collect();
+            retire.extend(revs);
+        }
+    }
+    // A state is freed before its entry goes (both are in `out` below), so
+    // that no lookup between the two sees the frontend half removed.
+    free_states(maps, stale_states, out);
+    stale_states.clear();
+    delete(out, maps.delete_frontends(&entries), entries.len());
+}
+
+/// Full passes only: states, revisions and entries no live frontend
+/// accounts for (a crash between writes, an agent of another version, a
+/// hand edit).
+fn clean_up<F: Family, T: Tables>(
+    maps: &mut LbMaps<F, T>,
+    retired: &Retired<Set>,
+    stale_states: &mut Vec<u32>,
+    retire: &mut Vec<Set>,
+) {
+    let live: HashMap<u32, u16> = maps
+        .frontends()
+        .keys()
+        .filter_map(|k| maps.live(k))
+        .map(|(id, st)| (id, st.rev))
+        .collect();
+    for id in maps.states().keys() {
+        if !live.contains_key(id) && !stale_states.contains(id) {
+            stale_states.push(*id);
+        }
+    }
+    let queued: HashSet<Set> = retired.iter().chain(retire.iter()).copied().collect();
+    let orphans: BTreeSet<Set> = maps
+        .sets()
+        .filter(|(id, rev)| live.get(id) != Some(rev) && !queued.contains(&(*id, *rev)))
+        .collect();
+    retire.extend(orphans);
+}
+
+fn free_states<F: Family, T: Tables>(maps: &mut LbMaps<F, T>, ids: &[u32], out: &mut Outcome) {
+    delete(out, maps.free_states(ids), ids.len());
+}
+
+/// Deletes those of `candidates` that exist and that no slot names.
+fn delete_unreferenced<F: Family, T: Tables>(
+    maps: &mut LbMaps<F, T>,
+    candidates: Vec<u32>,
+    out: &mut Outcome,
+) {
+    let ids: BTreeSet<u32> = candidates
+        .into_iter()
+        .filter(|id| !maps.is_referenced(*id) && maps.backends().contains_key(id))
+        .collect();
+    let ids: Vec<u32> = ids.into_iter().collect();
+    delete(out, maps.delete_backends(&ids), ids.len());
+}
+
+/// Counts a batch delete and keeps its error.
+fn delete(out: &mut Outcome, result: Result<(), BatchError>, all: usize) {
+    match result {
+        Ok(()) => out.deleted += all,
+        Err(BatchError { written, error }) => {
+            out.deleted += written;
+            out.delete_errors.push(error);
+        }
+    }
+}
+
+/// The index of the entry a failed batch of `len` stopped at. A table
+/// reports fewer than `len` written; clamped so a misreport cannot panic.
+fn failed_at(written: usize, len: usize) -> usize {
+    written.min(len.saturating_sub(1))
+}

@@ -1,0 +1,140 @@
+//! The load-balancing maps: frontends, their state, backend slots, backends.
+//!
+//! A lookup goes `LB4_FRONTENDS[vip:port/proto]` -> frontend id ->
+//! `LB4_FE_STATE[id]` (read under its spin lock: owner, revision, count) ->
+//! `LB4_SLOTS[id, rev, rand % count]` -> backend id -> `LB4_BACKENDS[id]`.
+//!
+//! Only the state array is ever changed in place, and only under its lock.
+//! Entries of the three hash maps are written once and never updated; the
+//! agent deletes them only when no program can still reach them, so a
+//! program never finds a slot or backend missing and never reads an element
+//! the kernel has recycled for another key. ARCHITECTURE.md gives the
+//! argument in full.
+
+use crate::SpinLock;
+
+/// Key of `LB4_FRONTENDS`: one frontend, `addr:port/proto` in a scope.
+///
+/// Written by the agent. Also stored in [`Frontend4State::owner`], which is
+/// how a program checks that the state it read belongs to its frontend.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Frontend4Key {
+    /// The frontend address (ClusterIP), network byte order.
+    pub addr_be: [u8; 4],
+    /// The frontend port, network byte order.
+    pub port_be: u16,
+    /// IP protocol number ([`crate::PROTO_TCP`] or [`crate::PROTO_UDP`]).
+    pub proto: u8,
+    /// [`SCOPE_INTERNAL`] today; [`SCOPE_EXTERNAL`] is reserved for the
+    /// external-traffic-policy view of NodePort and load-balancer frontends.
+    pub scope: u8,
+}
+const _: () = assert!(size_of::<Frontend4Key>() == 8);
+
+/// The frontend as seen by traffic from inside the cluster (socket hooks).
+pub const SCOPE_INTERNAL: u8 = 0;
+/// Reserved: the frontend as seen by traffic from outside the node.
+pub const SCOPE_EXTERNAL: u8 = 1;
+
+/// Value of `LB4_FRONTENDS`: the frontend's id, its index in `LB4_FE_STATE`.
+///
+/// Host byte order. Written by the agent once, when the frontend is added;
+/// never updated while the key exists.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FrontendId {
+    /// Index into `LB4_FE_STATE` and first field of every slot key; never 0.
+    pub id: u32,
+}
+const _: () = assert!(size_of::<FrontendId>() == 4);
+
+/// Value of `LB4_FE_STATE` (an array indexed by frontend id): which
+/// revision of the frontend's backend list is current.
+///
+/// All fields but the lock are host byte order except `owner`, a
+/// [`Frontend4Key`]. Written by the agent only with `BPF_F_LOCK` (in place,
+/// under `lock`); read by programs only while holding `lock`, so a reader
+/// always sees one whole value. An entry whose `owner` is not the frontend a
+/// program looked up is free, being reused, or being removed: the program
+/// treats the address as no frontend of ours.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Frontend4State {
+    pub lock: SpinLock,
+    /// The frontend this entry belongs to; all zero when free.
+    pub owner: Frontend4Key,
+    /// The current revision: slots `(id, rev, 0..count)` hold its backends.
+    pub rev: u16,
+    /// Number of backends. 0 means the frontend has no usable endpoint and
+    /// connections are refused with ECONNREFUSED.
+    pub count: u16,
+    /// Reserved for affinity and traffic-policy bits; 0 today.
+    pub flags: u16,
+    pub _pad0: [u8; 2],
+}
+const _: () = assert!(size_of::<Frontend4State>() == 20);
+
+/// Key of `LB4_SLOTS`: slot `slot` (0-based, below the revision's count) of
+/// revision `rev` of frontend `fe_id`. Host byte order. Written by the agent.
+///
+/// Every revision is a complete, immutable backend list: a change of a
+/// frontend's backends writes a new revision, then points the state at it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SlotKey {
+    pub fe_id: u32,
+    pub rev: u16,
+    pub slot: u16,
+}
+const _: () = assert!(size_of::<SlotKey>() == 8);
+
+/// Value of `LB4_SLOTS`: which backend the slot holds. Host byte order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Slot {
+    /// Key of `LB4_BACKENDS`; never 0.
+    pub backend_id: u32,
+}
+const _: () = assert!(size_of::<Slot>() == 4);
+
+/// Value of `LB4_BACKENDS` (key: backend id, `u32`, host byte order): one
+/// backend address. Written by the agent before any slot names it; an id
+/// keeps its address until the id is deleted.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Backend4 {
+    /// Backend IP, network byte order.
+    pub addr_be: [u8; 4],
+    /// Backend (target) port, network byte order.
+    pub port_be: u16,
+    /// IP protocol number.
+    pub proto: u8,
+    /// `BACKEND_STATE_*`; only [`BACKEND_STATE_ACTIVE`] is used today.
+    pub state: u8,
+}
+const _: () = assert!(size_of::<Backend4>() == 8);
+
+/// Backend state: eligible for new connections.
+pub const BACKEND_STATE_ACTIVE: u8 = 0;
+
+/// Highest number of backends one frontend may hold (`count` is a `u16`).
+pub const MAX_BACKENDS_PER_FRONTEND: u16 = u16::MAX;
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: each type is repr(C), padded explicitly (no implicit padding:
+    // the size asserts above equal the sum of the fields), and every bit
+    // pattern is a valid value of every field.
+    unsafe impl aya::Pod for super::Frontend4Key {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::FrontendId {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Frontend4State {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::SlotKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Slot {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Backend4 {}
+}

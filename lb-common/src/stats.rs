@@ -1,0 +1,35 @@
+//! Datapath counters: `LB_STATS`, a per-CPU array of `u64` indexed by
+//! these constants. Incremented by the programs; summed over CPUs by the
+//! agent (`lb-agent dump --stats`, `/metrics`).
+
+/// `connect4` rewrote a frontend to a backend.
+pub const STAT_CONNECT_TRANSLATED: u32 = 0;
+/// `sendmsg4` rewrote a frontend to a backend (unconnected UDP).
+pub const STAT_SENDMSG_TRANSLATED: u32 = 1;
+/// `recvmsg4`/`getpeername4` showed the application its frontend again.
+pub const STAT_REVERSED: u32 = 2;
+/// Refused with ECONNREFUSED: the frontend has no usable endpoint.
+pub const STAT_REFUSED_NO_ENDPOINTS: u32 = 3;
+/// Refused with ECONNREFUSED: a slot or backend the frontend's state names
+/// was missing. The write protocol rules this out; the counter proves it.
+pub const STAT_REFUSED_INCONSISTENT: u32 = 4;
+/// Passed on untranslated: the address was a frontend that is being removed.
+pub const STAT_PASSED_REMOVED: u32 = 5;
+/// Translated, but the reverse-NAT entry could not be stored, so
+/// `recvmsg`/`getpeername` will show the backend.
+pub const STAT_REVNAT_FAILED: u32 = 6;
+
+/// Number of counters (entries of `LB_STATS`).
+pub const STATS_COUNT: u32 = 7;
+
+/// Each counter's name, indexed by its constant: the `reason` label on
+/// `/metrics` and the row name in `lb-agent dump --stats`.
+pub const STAT_NAMES: [&str; STATS_COUNT as usize] = [
+    "connect_translated",
+    "sendmsg_translated",
+    "reversed",
+    "refused_no_endpoints",
+    "refused_inconsistent",
+    "passed_frontend_removed",
+    "revnat_update_failed",
+];
