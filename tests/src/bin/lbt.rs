@@ -160,7 +160,6 @@ fn print_json(r: &impl Serialize) -> anyhow::Result<()> {
 
 fn serve(id: &str, tcp: &[u16], udp: &[u16]) -> anyhow::Result<()> {
     let reply = format!("{id}\n");
-    let mut threads = Vec::new();
     for &port in tcp {
         let l = TcpListener::bind(("0.0.0.0", port)).with_context(|| format!("tcp {port}"))?;
         let pool = Arc::new(AcceptPool {
@@ -171,25 +170,26 @@ fn serve(id: &str, tcp: &[u16], udp: &[u16]) -> anyhow::Result<()> {
         for _ in 0..ACCEPTORS {
             pool.idle.fetch_add(1, Ordering::SeqCst);
             let pool = pool.clone();
-            threads.push(std::thread::spawn(move || pool.run()));
+            std::thread::spawn(move || pool.run());
         }
     }
     for &port in udp {
         let s = UdpSocket::bind(("0.0.0.0", port)).with_context(|| format!("udp {port}"))?;
         let reply = reply.clone();
-        threads.push(std::thread::spawn(move || {
+        std::thread::spawn(move || {
             let mut buf = [0u8; 512];
             while let Ok((_, from)) = s.recv_from(&mut buf) {
                 let _ = s.send_to(reply.as_bytes(), from);
             }
-        }));
+        });
     }
     println!("ready");
     io::stdout().flush()?;
-    for t in threads {
-        let _ = t.join();
+    // Serve until killed. Waiting for the first acceptors instead would end
+    // the process (and close the listener) once a burst had replaced them.
+    loop {
+        std::thread::park();
     }
-    Ok(())
 }
 
 /// Idle acceptors kept per TCP port; more start on demand, extras exit.
