@@ -4,8 +4,9 @@
 
 use std::{
     fmt::Write as _,
+    path::PathBuf,
     sync::{
-        Mutex,
+        Mutex, OnceLock,
         atomic::{AtomicU64, Ordering},
     },
     time::Duration,
@@ -124,6 +125,9 @@ pub struct Metrics {
     pub ignored_slices: Counter,
     pub map_full_errors: Counter,
     pub map_write_errors: Counter,
+    /// The pinned maps directory whose `LB_STATS` counters are read at
+    /// every scrape; set once the programs are loaded.
+    pub datapath_maps: OnceLock<PathBuf>,
 }
 
 impl Metrics {
@@ -220,6 +224,24 @@ impl Metrics {
             "Map writes or deletes that failed for another reason.",
             self.map_write_errors.get(),
         );
+        if let Some(dir) = self.datapath_maps.get() {
+            // Absent while an older layout's programs still run (a migration).
+            if let Ok(totals) = crate::datapath::stats::read(dir) {
+                header(
+                    &mut out,
+                    "lbagent_datapath_events_total",
+                    "What the eBPF programs did, by event: translations, reverse \
+                     translations, refusals by reason, pass-throughs.",
+                    "counter",
+                );
+                for (event, n) in crate::datapath::stats::named(&totals) {
+                    let _ = writeln!(
+                        out,
+                        "lbagent_datapath_events_total{{event=\"{event}\"}} {n}"
+                    );
+                }
+            }
+        }
         out
     }
 }

@@ -68,6 +68,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
              the programs switch once they are filled"
         ),
     }
+    let _ = endpoints.metrics.datapath_maps.set(pins.maps_dir());
     let grace = MembarrierGrace::start().context("starting the grace-period thread")?;
     if !MembarrierGrace::exact() {
         warn!(

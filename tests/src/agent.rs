@@ -43,6 +43,29 @@ impl PinDir {
     }
 }
 
+impl PinDir {
+    /// `lb-agent dump --stats`: each datapath counter by name.
+    pub fn stats(&self) -> anyhow::Result<std::collections::BTreeMap<String, u64>> {
+        let out = Command::new(agent_bin())
+            .args(["dump", "--stats", "--bpffs-dir"])
+            .arg(&self.path)
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "lb-agent dump --stats: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        String::from_utf8(out.stdout)?
+            .lines()
+            .map(|l| {
+                let (name, n) = l.split_once(' ').context("a counter line")?;
+                Ok((name.to_owned(), n.trim().parse()?))
+            })
+            .collect()
+    }
+}
+
 impl Drop for PinDir {
     fn drop(&mut self) {
         if !self.path.exists() {
