@@ -10,6 +10,7 @@ pub mod apiserver;
 pub mod cgroup;
 pub mod http;
 pub mod kubeproxy;
+pub mod layout1;
 pub mod netns;
 pub mod probe;
 pub mod scenario;

@@ -173,6 +173,16 @@ impl Held {
         })
     }
 
+    /// getpeername() on the open connection, now.
+    pub fn peer_now(&mut self) -> anyhow::Result<String> {
+        writeln!(self.stdin.as_mut().expect("open"), "peer")?;
+        let mut line = String::new();
+        self.stdout.read_line(&mut line)?;
+        line.strip_prefix("peer ")
+            .map(|s| s.trim().to_owned())
+            .with_context(|| format!("getpeername failed: {line:?}"))
+    }
+
     /// Sends one request on the open connection; returns the backend's id.
     pub fn request(&mut self) -> anyhow::Result<String> {
         writeln!(self.stdin.as_mut().expect("open"), "?")?;

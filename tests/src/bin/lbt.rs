@@ -71,7 +71,8 @@ enum Cmd {
         #[arg(long)]
         connected: bool,
     },
-    /// One TCP connection kept open; each stdin line is one request.
+    /// One TCP connection kept open; each stdin line is one request, or
+    /// `peer` for getpeername() now.
     Hold {
         #[arg(long)]
         to: SocketAddr,
@@ -316,10 +317,17 @@ fn hold(to: SocketAddr) -> anyhow::Result<()> {
     let mut reader = BufReader::new(s.try_clone()?);
     println!("connected {}", s.peer_addr()?);
     for line in io::stdin().lines() {
-        line?;
-        match request(&mut s, &mut reader) {
-            Ok(id) => println!("reply {id}"),
-            Err(e) => println!("error {:?}", e.kind()),
+        // "peer" asks getpeername() again; any other line is a request.
+        if line? == "peer" {
+            match s.peer_addr() {
+                Ok(peer) => println!("peer {peer}"),
+                Err(e) => println!("error {:?}", e.kind()),
+            }
+        } else {
+            match request(&mut s, &mut reader) {
+                Ok(id) => println!("reply {id}"),
+                Err(e) => println!("error {:?}", e.kind()),
+            }
         }
         io::stdout().flush()?;
     }

@@ -1,0 +1,290 @@
+//! Upgrades and migrations under continuous traffic, with the real agent:
+//! from map layout 1 (the previous release's), to other map capacities, and
+//! finishing a migration that an earlier agent left half done. Needs root;
+//! fails loudly without it.
+
+use std::{
+    collections::BTreeSet,
+    fs,
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use aya::maps::MapInfo;
+use lb_tests::{
+    layout1,
+    probe::{self, BenchReport, Report},
+    scenario::{Bed, service, slice},
+};
+
+const TO: &str = "10.96.100.1:80";
+const DNS: &str = "10.96.0.10:53";
+
+/// web (10.96.100.1:80/TCP) on `pods`, and kube-dns (10.96.0.10:53/UDP) on d1.
+fn manifest(pods: &[&str]) -> String {
+    let eps: Vec<(&str, bool)> = pods.iter().map(|ip| (*ip, true)).collect();
+    service("default", "web", "10.96.100.1", &[("http", 80, "TCP")])
+        + &slice("default", "web-1", "web", &[("http", 8080, "TCP")], &eps)
+        + &service(
+            "kube-system",
+            "kube-dns",
+            "10.96.0.10",
+            &[("dns", 53, "UDP")],
+        )
+        + &slice(
+            "kube-system",
+            "kube-dns-1",
+            "kube-dns",
+            &[("dns", 53, "UDP")],
+            &[("10.42.2.1", true)],
+        )
+}
+
+/// Pods pa, pb, pc (TCP 8080) and d1 (UDP 53).
+fn bed() -> anyhow::Result<Bed> {
+    let mut bed = Bed::new()?;
+    for (id, ip) in [
+        ("pa", "10.42.0.1"),
+        ("pb", "10.42.0.2"),
+        ("pc", "10.42.0.3"),
+    ] {
+        bed.backend(id, ip.parse()?, &[8080], &[])?;
+    }
+    bed.backend("d1", "10.42.2.1".parse()?, &[], &[53])?;
+    Ok(bed)
+}
+
+/// Traffic that runs across an upgrade: TCP short connections back to
+/// back, and resolver-style UDP (a new connected socket per request).
+struct Traffic {
+    tcp: probe::Churn,
+    udp: std::thread::JoinHandle<anyhow::Result<BenchReport>>,
+}
+
+impl Traffic {
+    fn start(bed: &Bed, seconds: f64) -> anyhow::Result<Self> {
+        let tcp = bed.churn(TO)?;
+        let (ns, cg) = (bed.client_ns.clone(), bed.cgroup.path().to_owned());
+        let udp = std::thread::spawn(move || {
+            let secs = seconds.to_string();
+            let args = [
+                "bench-udp",
+                "--to",
+                DNS,
+                "--seconds",
+                &secs,
+                "--socket-per-request",
+            ];
+            probe::bench(&ns, &cg, &args)
+        });
+        Ok(Self { tcp, udp })
+    }
+
+    /// Stops the TCP client and waits for the UDP one; both reports.
+    fn finish(self) -> anyhow::Result<(Report, BenchReport)> {
+        let tcp = self.tcp.finish()?;
+        let udp = self.udp.join().expect("udp client")?;
+        Ok((tcp, udp))
+    }
+}
+
+/// The file names pinned in `dir` (none if it does not exist).
+fn pinned(dir: &Path) -> BTreeSet<String> {
+    fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// This layout's pin names.
+fn layout2() -> BTreeSet<String> {
+    [
+        "LB4_FRONTENDS_V2",
+        "LB4_FE_STATE_V2",
+        "LB4_SLOTS_V2",
+        "LB4_BACKENDS_V2",
+        "LB4_REVNAT_V2",
+        "LB_STATS_V2",
+    ]
+    .map(String::from)
+    .into()
+}
+
+/// Waits until `maps/` holds exactly this layout's pins and `maps-next/` is
+/// gone: the migration is over.
+fn wait_migrated(pins: &Path) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while pinned(&pins.join("maps")) != layout2() || pins.join("maps-next").exists() {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "no migration: maps/ {:?}, maps-next/ {:?}",
+            pinned(&pins.join("maps")),
+            pinned(&pins.join("maps-next"))
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+fn answering(bed: &Bed, n: u32) -> anyhow::Result<BTreeSet<String>> {
+    let r = bed.tcp(TO, n)?;
+    anyhow::ensure!(r.failed() == 0, "{r:?}");
+    Ok(r.replies.keys().cloned().collect())
+}
+
+fn set(ids: &[&str]) -> BTreeSet<String> {
+    ids.iter().map(|s| s.to_string()).collect()
+}
+
+fn assert_no_failure(tcp: &Report, udp: &BenchReport, what: &str) {
+    eprintln!(
+        "{what}: TCP {} connections, {} failed; UDP {} requests, {} failed",
+        tcp.ok() + tcp.failed(),
+        tcp.failed(),
+        udp.ok + udp.failed,
+        udp.failed
+    );
+    assert_eq!(tcp.failed(), 0, "{what}: {tcp:?}");
+    assert_eq!(udp.failed, 0, "{what}: {:?}", udp.errors);
+    assert!(tcp.ok() > 500, "{what}: too little TCP traffic: {tcp:?}");
+    assert!(udp.ok > 500, "{what}: too little UDP traffic: {udp:?}");
+}
+
+#[test]
+fn upgrading_from_layout_1_under_traffic_fails_no_connection() -> anyhow::Result<()> {
+    let mut bed = bed()?;
+    let ip = |s: &str| s.parse().expect("address");
+    layout1::install(
+        bed.pins.path(),
+        bed.cgroup.path(),
+        &[
+            layout1::Frontend {
+                vip: ip("10.96.100.1"),
+                port: 80,
+                proto: 6,
+                backends: vec![(ip("10.42.0.1"), 8080), (ip("10.42.0.2"), 8080)],
+            },
+            layout1::Frontend {
+                vip: ip("10.96.0.10"),
+                port: 53,
+                proto: 17,
+                backends: vec![(ip("10.42.2.1"), 53)],
+            },
+        ],
+    )?;
+    // Layout 1 serves, with a connection held open across the upgrade.
+    assert_eq!(answering(&bed, 40)?, set(&["pa", "pb"]));
+    let mut held = bed.hold(TO)?;
+    assert_eq!(held.peer, TO);
+    let held_by = held.request()?;
+
+    // The new agent's source moves web to pb and pc.
+    bed.write_manifest(&manifest(&["10.42.0.2", "10.42.0.3"]))?;
+    let traffic = Traffic::start(&bed, 4.0)?;
+    std::thread::sleep(Duration::from_millis(500));
+    bed.start_agent(&[])?;
+    wait_migrated(bed.pins.path())?;
+    std::thread::sleep(Duration::from_millis(500));
+    let (tcp, udp) = traffic.finish()?;
+    assert_no_failure(&tcp, &udp, "upgrade from layout 1");
+    assert!(udp.replies.keys().all(|id| id == "d1"), "{:?}", udp.replies);
+
+    // The old connection still works and still shows the Service: its
+    // reverse-NAT entry moved to the new map, read by the new getpeername.
+    assert_eq!(held.peer_now()?, TO);
+    assert_eq!(held.request()?, held_by);
+    // The new agent's state is what answers, through the new programs.
+    let before = bed.pins.stats()?["connect_translated"];
+    assert_eq!(answering(&bed, 60)?, set(&["pb", "pc"]));
+    assert!(bed.pins.stats()?["connect_translated"] >= before + 60);
+    let r = bed.udp(DNS, 10, false)?;
+    assert_eq!(r.peers.keys().collect::<Vec<_>>(), [DNS], "{r:?}");
+    let dump = bed.pins.dump()?;
+    assert!(
+        dump.contains("10.42.0.3:8080") && !dump.contains("10.42.0.1:8080"),
+        "{dump}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_capacity_change_migrates_the_maps_under_traffic() -> anyhow::Result<()> {
+    let mut bed = bed()?;
+    bed.write_manifest(&manifest(&["10.42.0.1", "10.42.0.2"]))?;
+    bed.start_agent(&[])?;
+    let maps = bed.pins.path().join("maps");
+    let id_before = MapInfo::from_pin(maps.join("LB4_FRONTENDS_V2"))?.id();
+    let mut held = bed.hold(TO)?;
+
+    let traffic = Traffic::start(&bed, 4.0)?;
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(bed.agent().terminate()?, "SIGTERM must exit cleanly");
+    bed.start_agent(&["--bpf-lb-service-backend-map-max=4096"])?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while MapInfo::from_pin(maps.join("LB4_BACKENDS_V2")).map_or(true, |m| m.max_entries() != 4096)
+        || bed.pins.path().join("maps-next").exists()
+    {
+        anyhow::ensure!(Instant::now() < deadline, "the maps were not migrated");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let (tcp, udp) = traffic.finish()?;
+    assert_no_failure(&tcp, &udp, "capacity migration");
+
+    // Every map is new, not only the one whose capacity changed.
+    wait_migrated(bed.pins.path())?;
+    assert_ne!(
+        MapInfo::from_pin(maps.join("LB4_FRONTENDS_V2"))?.id(),
+        id_before
+    );
+    assert_eq!(held.peer_now()?, TO);
+    assert_eq!(answering(&bed, 40)?, set(&["pa", "pb"]));
+    // The same capacities again adopt the maps: no further migration.
+    let id = MapInfo::from_pin(maps.join("LB4_FRONTENDS_V2"))?.id();
+    bed.agent().terminate()?;
+    bed.start_agent(&["--bpf-lb-service-backend-map-max=4096"])?;
+    assert_eq!(MapInfo::from_pin(maps.join("LB4_FRONTENDS_V2"))?.id(), id);
+    Ok(())
+}
+
+#[test]
+fn a_migration_cut_short_is_finished_or_undone_by_the_next_agent() -> anyhow::Result<()> {
+    let mut bed = bed()?;
+    bed.write_manifest(&manifest(&["10.42.0.1", "10.42.0.2"]))?;
+    bed.start_agent(&[])?;
+    let mut held = bed.hold(TO)?;
+    bed.agent().terminate()?;
+    let (maps, next) = (
+        bed.pins.path().join("maps"),
+        bed.pins.path().join("maps-next"),
+    );
+
+    // As if an agent died right after switching the programs to new maps:
+    // they are all still in maps-next/.
+    fs::create_dir_all(&next)?;
+    for name in pinned(&maps) {
+        fs::rename(maps.join(&name), next.join(&name))?;
+    }
+    let traffic = Traffic::start(&bed, 2.5)?;
+    std::thread::sleep(Duration::from_millis(300));
+    bed.start_agent(&[])?;
+    wait_migrated(bed.pins.path())?;
+    std::thread::sleep(Duration::from_millis(300));
+    let (tcp, udp) = traffic.finish()?;
+    assert_no_failure(&tcp, &udp, "finishing a switched migration");
+    assert_eq!(held.peer_now()?, TO);
+
+    // As if an agent died while building new maps it never switched to:
+    // they go, and the maps in use stay.
+    bed.agent().terminate()?;
+    fs::create_dir_all(&next)?;
+    layout1::pin_unused_map(&next.join("LB4_REVNAT_V2"))?;
+    let id = MapInfo::from_pin(maps.join("LB4_FRONTENDS_V2"))?.id();
+    bed.start_agent(&[])?;
+    assert!(!next.exists(), "{:?}", pinned(&next));
+    assert_eq!(MapInfo::from_pin(maps.join("LB4_FRONTENDS_V2"))?.id(), id);
+    assert_eq!(answering(&bed, 40)?, set(&["pa", "pb"]));
+    Ok(())
+}
