@@ -112,7 +112,7 @@ fn endpoints_rolling_hundreds_of_times_a_second_fail_no_connection() -> anyhow::
         let mut next = start;
         while start.elapsed().as_secs_f64() < SECONDS {
             let n = applied as usize;
-            let yaml = if n % 2 == 0 {
+            let yaml = if n.is_multiple_of(2) {
                 slice_of("web", 8080, "TCP", &WEB, 1 + (n / 2) % 15)
             } else {
                 slice_of("dns", 5353, "UDP", &DNS, 1 + (n / 2) % 7)
