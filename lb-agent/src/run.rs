@@ -151,11 +151,16 @@ impl Agent {
             memory::release_freed();
         }
         if !self.attached {
-            if !s.full || !s.outcome.failed.is_empty() {
-                error!(
-                    failed = s.outcome.failed.len(),
-                    "the new maps cannot hold the whole state; the old programs and maps stay in use"
-                );
+            // Every sync after the first full one retries whatever failed,
+            // so a sync without failures means the new maps hold it all.
+            if !s.outcome.failed.is_empty() {
+                if s.full {
+                    error!(
+                        failed = s.outcome.failed.len(),
+                        "the new maps cannot hold the whole state; the old programs and maps \
+                         stay in use until they can"
+                    );
+                }
                 return;
             }
             if let Err(e) = self.attach() {
