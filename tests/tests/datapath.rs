@@ -143,6 +143,10 @@ fn zero_endpoints_is_refused_at_once_not_a_timeout() -> anyhow::Result<()> {
         dump.contains("10.96.100.1:80") && dump.contains("reject"),
         "{dump}"
     );
+    // Counted by reason, not refused silently.
+    let stats = bed.pins.stats()?;
+    assert_eq!(stats["refused_no_endpoints"], 7, "{stats:?}");
+    assert_eq!(stats["connect_translated"], 0, "{stats:?}");
     Ok(())
 }
 

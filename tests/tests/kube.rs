@@ -355,6 +355,15 @@ fn metrics_and_health_endpoints_report_what_happened() -> anyhow::Result<()> {
     let programmed = agent.metric("kubeproxy_network_programming_duration_seconds_count")?;
     assert!(agent.metric("kubeproxy_sync_proxy_rules_last_timestamp_seconds")? > 1.7e9);
     assert_eq!(agent.metric("lbagent_excluded_endpoints_total")?, 1.0);
+    // The programs' own counters: the 40 connections above.
+    assert_eq!(
+        agent.metric(r#"lbagent_datapath_events_total{event="connect_translated"}"#)?,
+        40.0
+    );
+    assert_eq!(
+        agent.metric(r#"lbagent_datapath_events_total{event="refused_inconsistent"}"#)?,
+        0.0
+    );
 
     // An update carrying the trigger time the EndpointSlice controller sets.
     let mut doc: serde_json::Value = serde_yaml::from_str(

@@ -67,13 +67,23 @@ pub struct Attached {
 
 /// This layout's load-balancing tables in `maps/`, for reading (`dump`).
 pub fn read_only_tables(pins: &Pins) -> Result<LbTables<V4, Bpf>, StoreError> {
-    let dir = pins.maps_dir();
-    let open = |spec: &MapSpec| dir.join(spec.pin);
+    open_tables(&pins.maps_dir())
+}
+
+/// The load-balancing tables pinned in `dir`.
+fn open_tables(dir: &Path) -> Result<LbTables<V4, Bpf>, StoreError> {
+    fn open<K: MapKey, V: MapValue>(
+        dir: &Path,
+        spec: &MapSpec,
+        mode: WriteMode,
+    ) -> Result<BpfTable<K, V>, StoreError> {
+        BpfTable::open(&dir.join(spec.pin), spec, mode)
+    }
     Ok(LbTables {
-        frontends: BpfTable::open(&open(&FRONTENDS4), &FRONTENDS4, WriteMode::Insert)?,
-        states: BpfTable::open(&open(&FE_STATE4), &FE_STATE4, WriteMode::Locked)?,
-        slots: BpfTable::open(&open(&SLOTS4), &SLOTS4, WriteMode::Insert)?,
-        backends: BpfTable::open(&open(&BACKENDS4), &BACKENDS4, WriteMode::Insert)?,
+        frontends: open(dir, &FRONTENDS4, WriteMode::Insert)?,
+        states: open(dir, &FE_STATE4, WriteMode::Locked)?,
+        slots: open(dir, &SLOTS4, WriteMode::Insert)?,
+        backends: open(dir, &BACKENDS4, WriteMode::Insert)?,
     })
 }
 
@@ -117,20 +127,7 @@ impl Datapath {
 
     /// The load-balancing tables this build's programs read.
     pub fn tables(&self) -> Result<LbTables<V4, Bpf>, StoreError> {
-        Ok(LbTables {
-            frontends: self.table(&FRONTENDS4, WriteMode::Insert)?,
-            states: self.table(&FE_STATE4, WriteMode::Locked)?,
-            slots: self.table(&SLOTS4, WriteMode::Insert)?,
-            backends: self.table(&BACKENDS4, WriteMode::Insert)?,
-        })
-    }
-
-    fn table<K: MapKey, V: MapValue>(
-        &self,
-        spec: &MapSpec,
-        mode: WriteMode,
-    ) -> Result<BpfTable<K, V>, StoreError> {
-        BpfTable::open(&self.maps_dir.join(spec.pin), spec, mode)
+        open_tables(&self.maps_dir)
     }
 
     /// Attaches the programs to `cgroup`, replacing whatever is attached

@@ -14,7 +14,7 @@ mod table;
 mod tests;
 mod view;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 pub use family::{Family, StateView, V4};
 pub use grace::GracePeriods;
@@ -59,8 +59,7 @@ impl<F: Family, T: Tables, G: GracePeriods> Reconciler<F, T, G> {
                 backends: Some(b.as_slice()),
             })
             .collect();
-        let wanted: std::collections::HashSet<F::FrontendKey> =
-            changes.iter().map(|c| c.key).collect();
+        let wanted: HashSet<F::FrontendKey> = changes.iter().map(|c| c.key).collect();
         changes.extend(
             self.maps
                 .frontends()

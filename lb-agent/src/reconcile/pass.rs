@@ -129,13 +129,13 @@ pub(super) fn apply<F: Family, T: Tables>(
     for p in &mut plans {
         match (p.failed.take(), p.old_rev) {
             (Some(e), _) => {
-                // Published but unreachable (its entry could not be written):
-                // a reader with a recycled entry could still find it.
+                // What the plan wrote and no state named is gone already. A
+                // state it did write, with no entry leading to it, is freed
+                // and its revision retired like any other: a program holding
+                // the element of an entry this pass replaced may read it.
                 if p.state_written {
                     stale_states.push(p.id);
                     retire.push((p.id, p.rev));
-                } else {
-                    roll_back_slots(maps, p, &mut out);
                 }
                 out.failed.push((p.frontend, e));
             }
@@ -143,14 +143,7 @@ pub(super) fn apply<F: Family, T: Tables>(
             (None, None) => {}
         }
     }
-    remove(
-        maps,
-        retired,
-        &removals,
-        &mut stale_states,
-        &mut retire,
-        &mut out,
-    );
+    remove(maps, retired, &removals, &mut retire, &mut out);
     if full {
         clean_up(maps, retired, &mut stale_states, &mut retire);
     }
@@ -461,25 +454,25 @@ fn roll_back_slots<F: Family, T: Tables>(
 }
 
 /// Removes frontends: their state is freed (so a program that still finds
-/// the entry passes the address on), the entry deleted, every revision
-/// retired.
+/// the entry leaves the address alone), then the entry deleted, and every
+/// revision retired.
 fn remove<F: Family, T: Tables>(
     maps: &mut LbMaps<F, T>,
     retired: &Retired<Set>,
     keys: &[F::FrontendKey],
-    stale_states: &mut Vec<u32>,
     retire: &mut Vec<Set>,
     out: &mut Outcome,
 ) {
     let queued: HashSet<Set> = retired.iter().copied().collect();
     let mut entries = Vec::new();
+    let mut states = Vec::new();
     for key in keys {
         let Some(id) = maps.frontends().get(key).map(|v| v.id) else {
             continue;
         };
         entries.push(*key);
         if maps.state(id).is_some_and(|s| s.owner == *key) {
-            stale_states.push(id);
+            states.push(id);
             let revs: Vec<Set> = maps
                 .revs(id)
                 .map(|rev| (id, rev))
@@ -488,10 +481,7 @@ fn remove<F: Family, T: Tables>(
             retire.extend(revs);
         }
     }
-    // A state is freed before its entry goes (both are in `out` below), so
-    // that no lookup between the two sees the frontend half removed.
-    free_states(maps, stale_states, out);
-    stale_states.clear();
+    free_states(maps, &states, out);
     delete(out, maps.delete_frontends(&entries), entries.len());
 }
 

@@ -1,7 +1,10 @@
 //! The maps as the datapath sees them: each frontend with the backends of
 //! its live revision, in slot order. What `lb-agent dump` prints.
 
-use std::{collections::BTreeMap, net::IpAddr};
+use std::{
+    collections::{BTreeMap, HashSet},
+    net::IpAddr,
+};
 
 use lb_common::{FrontendId, Slot, SlotKey};
 
@@ -55,7 +58,7 @@ impl LbView {
         slots: &BTreeMap<SlotKey, Slot>,
         backends: &BTreeMap<u32, F::Backend>,
     ) -> Self {
-        let mut live_sets = std::collections::HashSet::new();
+        let mut live_sets = HashSet::new();
         let mut list: Vec<FrontendView> = frontends
             .iter()
             .map(|(key, id)| {
@@ -104,8 +107,7 @@ impl LbView {
             })
             .collect();
         list.sort_by_key(|f| (f.addr, f.port, f.proto));
-        let sets: std::collections::HashSet<(u32, u16)> =
-            slots.keys().map(|k| (k.fe_id, k.rev)).collect();
+        let sets: HashSet<(u32, u16)> = slots.keys().map(|k| (k.fe_id, k.rev)).collect();
         Self {
             frontends: list,
             retired_revisions: sets.difference(&live_sets).count(),
