@@ -17,7 +17,7 @@ use tracing::{debug, error, info, warn};
 use crate::{
     http::Endpoints,
     model::{
-        Admission, Backend, Cache, ExcludedCidrs, Frontend, ObjectRef, service_ref, slice_ref,
+        Admission, Backend, Cache, ExcludedCidrs, Frontend, ObjectKind, ObjectRef, service_ref, slice_ref,
     },
     reconcile::{GracePeriods, Outcome, Reconciler, StoreError, Tables, V4},
 };
@@ -151,15 +151,15 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
                 Admission::Ignored(why) => {
                     debug!(%object, "not programmed: {why}");
                     match object.kind {
-                        "Service" => m.ignored_services.inc(),
-                        _ => m.ignored_slices.inc(),
+                        ObjectKind::Service => m.ignored_services.inc(),
+                        ObjectKind::EndpointSlice => m.ignored_slices.inc(),
                     }
                 }
                 Admission::Invalid(inv) => {
                     warn!(object = %inv.object, "skipping malformed object: {}", inv.reason);
                     match inv.object.kind {
-                        "Service" => m.invalid_services.inc(),
-                        _ => m.invalid_slices.inc(),
+                        ObjectKind::Service => m.invalid_services.inc(),
+                        ObjectKind::EndpointSlice => m.invalid_slices.inc(),
                     }
                 }
             }

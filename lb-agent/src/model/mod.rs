@@ -83,10 +83,88 @@ impl fmt::Display for Backend {
     }
 }
 
+/// The kinds of object the model reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ObjectKind {
+    Service,
+    EndpointSlice,
+}
+
+impl ObjectKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObjectKind::Service => "Service",
+            ObjectKind::EndpointSlice => "EndpointSlice",
+        }
+    }
+}
+
+impl fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A Service feature the model keeps but the datapath does not program
+/// yet. A Service using one is still programmed as plain ClusterIP, and the
+/// use is reported once (a warning and `lbagent_unsupported_features_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Feature {
+    /// `internalTrafficPolicy: Local`.
+    InternalTrafficPolicyLocal,
+    /// `externalTrafficPolicy: Local` (on a NodePort or LoadBalancer Service).
+    ExternalTrafficPolicyLocal,
+    /// `sessionAffinity: ClientIP`.
+    SessionAffinity,
+    /// An IPv6 ClusterIP.
+    Ipv6,
+    /// An SCTP port (this kernel has no SCTP).
+    Sctp,
+    /// A NodePort (type NodePort or LoadBalancer).
+    NodePort,
+    /// `spec.externalIPs`.
+    ExternalIps,
+    /// `status.loadBalancer.ingress` IPs.
+    LoadBalancerIngress,
+}
+
+impl Feature {
+    pub const ALL: [Feature; 8] = [
+        Feature::InternalTrafficPolicyLocal,
+        Feature::ExternalTrafficPolicyLocal,
+        Feature::SessionAffinity,
+        Feature::Ipv6,
+        Feature::Sctp,
+        Feature::NodePort,
+        Feature::ExternalIps,
+        Feature::LoadBalancerIngress,
+    ];
+
+    /// The label value in metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Feature::InternalTrafficPolicyLocal => "internal_traffic_policy_local",
+            Feature::ExternalTrafficPolicyLocal => "external_traffic_policy_local",
+            Feature::SessionAffinity => "session_affinity",
+            Feature::Ipv6 => "ipv6",
+            Feature::Sctp => "sctp",
+            Feature::NodePort => "node_port",
+            Feature::ExternalIps => "external_ips",
+            Feature::LoadBalancerIngress => "load_balancer_ingress",
+        }
+    }
+}
+
+impl fmt::Display for Feature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// `namespace/name` of a Kubernetes object, for logs and reports.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectRef {
-    pub kind: &'static str,
+    pub kind: ObjectKind,
     pub namespace: String,
     pub name: String,
 }
@@ -94,7 +172,7 @@ pub struct ObjectRef {
 impl ObjectRef {
     pub fn service(namespace: &str, name: &str) -> Self {
         Self {
-            kind: "Service",
+            kind: ObjectKind::Service,
             namespace: namespace.to_owned(),
             name: name.to_owned(),
         }
@@ -102,7 +180,7 @@ impl ObjectRef {
 
     pub fn slice(namespace: &str, name: &str) -> Self {
         Self {
-            kind: "EndpointSlice",
+            kind: ObjectKind::EndpointSlice,
             namespace: namespace.to_owned(),
             name: name.to_owned(),
         }

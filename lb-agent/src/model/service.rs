@@ -39,7 +39,7 @@ pub(super) enum Verdict {
 
 pub fn object_ref(svc: &Service) -> ObjectRef {
     ObjectRef {
-        kind: "Service",
+        kind: super::ObjectKind::Service,
         namespace: svc
             .metadata
             .namespace

@@ -44,7 +44,7 @@ pub(super) enum Verdict {
 
 pub fn object_ref(slice: &EndpointSlice) -> ObjectRef {
     ObjectRef {
-        kind: "EndpointSlice",
+        kind: super::ObjectKind::EndpointSlice,
         namespace: slice
             .metadata
             .namespace
