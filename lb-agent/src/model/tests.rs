@@ -72,7 +72,7 @@ fn be(addr: &str, port: u16) -> Backend {
     Backend { ip: ip(addr), port }
 }
 
-fn oref(kind: &'static str, ns: &str, name: &str) -> ObjectRef {
+fn oref(kind: ObjectKind, ns: &str, name: &str) -> ObjectRef {
     ObjectRef {
         kind,
         namespace: ns.into(),
@@ -119,8 +119,8 @@ fn slices_join_by_label_in_the_same_namespace_only() {
         [be("10.0.9.9", 8080)]
     );
     assert_eq!(d.frontends.len(), 2);
-    assert_eq!(d.owners[&tcp("10.96.0.1", 80)], oref("Service", "a", "web"));
-    assert_eq!(d.owners[&tcp("10.96.0.2", 80)], oref("Service", "b", "web"));
+    assert_eq!(d.owners[&tcp("10.96.0.1", 80)], oref(ObjectKind::Service, "a", "web"));
+    assert_eq!(d.owners[&tcp("10.96.0.2", 80)], oref(ObjectKind::Service, "b", "web"));
     assert!(r.invalid.is_empty(), "{:?}", r.invalid);
 }
 
@@ -451,8 +451,8 @@ fn two_services_claiming_one_frontend_first_by_name_wins() {
     ]);
     let fe = tcp("10.96.0.1", 80);
     assert_eq!(backends_of(&d, fe), [be("10.0.0.1", 8080)]);
-    assert_eq!(d.owners[&fe], oref("Service", "default", "alpha"));
-    assert_eq!(r.conflicts, [(fe, oref("Service", "default", "zeta"))]);
+    assert_eq!(d.owners[&fe], oref(ObjectKind::Service, "default", "alpha"));
+    assert_eq!(r.conflicts, [(fe, oref(ObjectKind::Service, "default", "zeta"))]);
 }
 
 // ---------------------------------------------------------------- exclusion
@@ -479,7 +479,7 @@ fn excluded_endpoint_is_never_programmed_and_is_reported() {
     );
     assert_eq!(
         r.excluded,
-        [(oref("Service", "default", "mixed"), be("10.244.3.4", 8080))].into()
+        [(oref(ObjectKind::Service, "default", "mixed"), be("10.244.3.4", 8080))].into()
     );
     assert!(r.passthrough.is_empty());
 }
@@ -512,7 +512,7 @@ fn frontend_with_only_excluded_endpoints_passes_through() {
     assert!(!d.owners.contains_key(&fe));
     assert_eq!(
         r.passthrough,
-        [(fe, oref("Service", "other", "flannel-app"))].into()
+        [(fe, oref(ObjectKind::Service, "other", "flannel-app"))].into()
     );
     let excluded: Vec<_> = r.excluded.iter().map(|(_, b)| *b).collect();
     assert_eq!(excluded, [be("10.244.1.5", 8080), be("10.244.2.7", 8080)]);
