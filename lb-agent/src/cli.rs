@@ -75,8 +75,19 @@ pub struct RunArgs {
     /// The bpffs directory holding the pinned maps and links.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_BPFFS_DIR)]
     pub bpffs_dir: PathBuf,
+    /// How often the maps are read back and any drift from the desired
+    /// state (an entry changed or deleted by hand, say) is repaired, like
+    /// Cilium's periodic prune. `0s` disables it.
+    #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = parse_interval)]
+    pub map_prune_interval: std::time::Duration,
     #[command(flatten)]
     pub maps: MapSizeArgs,
+}
+
+/// A duration such as `30m`, `1h30m`, `10s` or ISO 8601 `PT30M`.
+fn parse_interval(text: &str) -> Result<std::time::Duration, String> {
+    let d: jiff::SignedDuration = text.parse().map_err(|e| format!("{e}"))?;
+    std::time::Duration::try_from(d).map_err(|_| "must not be negative".to_owned())
 }
 
 /// Map capacities, set when the maps are created (Cilium's flags where the

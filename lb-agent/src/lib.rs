@@ -6,6 +6,7 @@ pub mod datapath;
 pub mod dump;
 pub mod health;
 pub mod http;
+pub mod log_budget;
 pub mod memory;
 pub mod metrics;
 pub mod model;

@@ -123,6 +123,8 @@ pub struct Metrics {
     pub invalid_slices: Counter,
     pub ignored_services: Counter,
     pub ignored_slices: Counter,
+    /// Per `Feature::ALL` index.
+    pub unsupported: [Counter; 8],
     pub map_full_errors: Counter,
     pub map_write_errors: Counter,
     /// The pinned maps directory whose `LB_STATS` counters are read at
@@ -131,6 +133,28 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    pub fn invalid(&self, kind: crate::model::ObjectKind) -> &Counter {
+        match kind {
+            crate::model::ObjectKind::Service => &self.invalid_services,
+            crate::model::ObjectKind::EndpointSlice => &self.invalid_slices,
+        }
+    }
+
+    pub fn ignored(&self, kind: crate::model::ObjectKind) -> &Counter {
+        match kind {
+            crate::model::ObjectKind::Service => &self.ignored_services,
+            crate::model::ObjectKind::EndpointSlice => &self.ignored_slices,
+        }
+    }
+
+    pub fn unsupported(&self, f: crate::model::Feature) -> &Counter {
+        let i = crate::model::Feature::ALL
+            .iter()
+            .position(|x| *x == f)
+            .unwrap_or(0);
+        &self.unsupported[i]
+    }
+
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(8 * 1024);
         self.sync_duration.render(
@@ -212,6 +236,19 @@ impl Metrics {
             "Objects deliberately not programmed (headless, ExternalName, FQDN, IPv6 slices).",
             [&self.ignored_services, &self.ignored_slices],
         );
+        header(
+            &mut out,
+            "lbagent_unsupported_features_total",
+            "Services found using a feature not programmed yet, by feature.",
+            "counter",
+        );
+        for (f, c) in crate::model::Feature::ALL.iter().zip(&self.unsupported) {
+            let _ = writeln!(
+                out,
+                "lbagent_unsupported_features_total{{feature=\"{f}\"}} {}",
+                c.get()
+            );
+        }
         counter(
             &mut out,
             "lbagent_map_full_errors_total",

@@ -1,32 +1,69 @@
-//! `lb-agent run`: attach, serve metrics and health, then keep the maps in
-//! sync with the source until SIGTERM or SIGINT.
+//! `lb-agent run`: serve metrics and health, start the sources and the sync
+//! thread, and stop on SIGTERM or SIGINT.
+//!
+//! Threads: the tokio runtime (current-thread) serves HTTP, watches the
+//! apiserver and forwards changes; it never runs anything that takes long.
+//! The sync thread loads and attaches the programs and owns the model and
+//! the maps: everything that costs time at 10,000 Services runs there. The
+//! file source polls and parses on a thread of its own.
 
 use std::{
     future::Future,
-    sync::Arc,
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
+    thread,
     time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
-use futures::{FutureExt as _, StreamExt as _};
+use futures::StreamExt as _;
 use lb_agent::{
     config::{RunConfig, Source},
     datapath::{Datapath, Start, cgroup, grace::MembarrierGrace, pins::Pins, table::Bpf},
     http::{self, Endpoints, Role},
     memory,
+    model::ExcludedCidrs,
     reconcile::Reconciler,
-    source::{file, kube},
-    syncer::{Change, Syncer},
+    source::{Change, file, kube},
+    syncer::{SyncStats, Syncer},
 };
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info, warn};
 
 /// How often the source files are checked for edits.
 const FILE_POLL: Duration = Duration::from_millis(200);
-/// How often frontends whose write failed (a full map, say) are retried.
-const RETRY: Duration = Duration::from_secs(2);
 /// How often retired revisions are checked for a passed grace period.
 const REAP: Duration = Duration::from_millis(50);
+/// How long a prune that had to wait (revisions in their grace period)
+/// waits before trying again.
+const PRUNE_RETRY: Duration = Duration::from_secs(1);
+
+/// What the sync thread receives.
+enum Input {
+    Change(Change, Instant),
+    Stop,
+}
+
+/// The sending side of the sync thread's queue.
+#[derive(Clone)]
+struct Feed {
+    tx: mpsc::Sender<Input>,
+    endpoints: Arc<Endpoints>,
+}
+
+impl Feed {
+    /// Queues a change; `false` once the sync thread has ended.
+    fn send(&self, change: Change) -> bool {
+        // Counted as pending from here: a sync thread that stops keeping up
+        // shows on /healthz.
+        self.endpoints.health.queued();
+        self.tx.send(Input::Change(change, Instant::now())).is_ok()
+    }
+}
 
 pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     for field in &config.ignored {
@@ -41,80 +78,254 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         .with_context(|| format!("binding the healthz address {}", config.healthz_addr))?;
     info!(%metrics, %healthz, node = %config.node_name, "serving /metrics, /proxyMode, /healthz, /livez");
 
-    let cgroup = match &config.cgroup {
-        Some(p) => p.clone(),
-        None => {
-            cgroup::cgroup2_mount().context("finding the cgroup2 mount (or pass --cgroup-path)")?
-        }
+    let (tx, rx) = mpsc::channel();
+    let feed = Feed {
+        tx,
+        endpoints: endpoints.clone(),
     };
-    let pins = Pins::new(&config.bpffs_dir);
-    let datapath = Datapath::open(&pins, &config.capacities).with_context(|| {
-        format!(
-            "loading the programs and maps under {}",
-            pins.dir().display()
-        )
-    })?;
-    match datapath.start() {
-        Start::Fresh => {
-            info!(bpffs = %pins.dir().display(), capacities = ?config.capacities, "no pinned maps; created them")
-        }
-        Start::Adopted => info!(bpffs = %pins.dir().display(), "adopted the pinned maps"),
-        Start::Resuming => {
-            warn!("finishing a migration that was interrupted after the programs switched")
-        }
-        Start::Migrating(why) => warn!(
-            differences = ?why,
-            "the pinned maps differ from this build's; building new maps beside them, \
-             the programs switch once they are filled"
-        ),
-    }
-    let _ = endpoints.metrics.datapath_maps.set(pins.maps_dir());
-    let grace = MembarrierGrace::start().context("starting the grace-period thread")?;
-    if !MembarrierGrace::exact() {
-        warn!(
-            "membarrier(MEMBARRIER_CMD_GLOBAL) cannot wait for RCU readers here; deletions wait a fixed time instead"
-        );
-    }
-    let reconciler = Reconciler::adopt(datapath.tables()?, grace)?;
-    info!(
-        frontends = reconciler.maps().frontends().len(),
-        backends = reconciler.maps().backends().len(),
-        "read the maps; only differences will be written"
-    );
-    let mut agent = Agent {
-        syncer: Syncer::new(reconciler, config.excluded.clone(), endpoints.clone()),
-        datapath,
-        cgroup,
-        attached: false,
+    let (ended_tx, ended) = tokio::sync::oneshot::channel();
+    let sync_thread = {
+        let config = config.clone();
+        let endpoints = endpoints.clone();
+        thread::Builder::new()
+            .name("sync".into())
+            .spawn(move || {
+                let result = sync_thread(&config, endpoints, &rx);
+                let _ = ended_tx.send(result);
+            })
+            .context("starting the sync thread")?
     };
-    if agent.datapath.attach_early() {
-        agent.attach()?;
-    }
 
-    let stop = shutdown()?;
-    match &config.source {
-        Source::File(path) => run_file(&mut agent, path, stop).await,
-        Source::Kube { kubeconfig, master } => {
-            let client = kube::client(kubeconfig.as_deref(), master.as_deref()).await?;
-            info!(node = %config.node_name, "watching Services, EndpointSlices and this Node");
-            let events = kube::watch(client, &config.node_name);
-            run_kube(&mut agent, events, &endpoints, stop).await;
+    let mut stop = std::pin::pin!(shutdown()?);
+    let stopping = Arc::new(AtomicBool::new(false));
+    let mut ended = std::pin::pin!(ended);
+    let file_thread = match &config.source {
+        Source::File(path) => Some(file_source(path.clone(), feed.clone(), stopping.clone())?),
+        Source::Kube { .. } => None,
+    };
+    let outcome = tokio::select! {
+        () = &mut stop => {
+            info!("signal received");
+            Ok(())
         }
+        r = &mut ended => r.unwrap_or_else(|_| Err(anyhow::anyhow!("the sync thread panicked"))),
+        r = forward_kube(&config, &feed), if file_thread.is_none() => r,
+    };
+    stopping.store(true, Ordering::Relaxed);
+    let _ = feed.tx.send(Input::Stop);
+    let _ = sync_thread.join();
+    if let Some(t) = file_thread {
+        let _ = t.join();
     }
     info!("stopping; leaving programs and maps in place");
-    Ok(())
+    outcome
 }
 
-/// The sync loop's state: the syncer, and the programs it may still have
+/// Watches the apiserver and forwards its changes; returns when the
+/// watch streams end (which they never should) or the sync thread is gone.
+async fn forward_kube(config: &RunConfig, feed: &Feed) -> anyhow::Result<()> {
+    let Source::Kube { kubeconfig, master } = &config.source else {
+        unreachable!("only called for the apiserver source");
+    };
+    let client = kube::client(kubeconfig.as_deref(), master.as_deref()).await?;
+    info!(node = %config.node_name, "watching Services, EndpointSlices and this Node");
+    let mut events = kube::watch(client, &config.node_name);
+    while let Some(ev) = events.next().await {
+        match ev {
+            kube::Event::Change(c) => {
+                if !feed.send(c) {
+                    return Ok(());
+                }
+            }
+            kube::Event::NodeEligible(e) => feed.endpoints.health.set_node_eligible(e),
+        }
+    }
+    anyhow::bail!("the watch streams ended")
+}
+
+/// Polls the source files and sends every edit, parsed, as two full lists.
+fn file_source(
+    path: PathBuf,
+    feed: Feed,
+    stopping: Arc<AtomicBool>,
+) -> anyhow::Result<thread::JoinHandle<()>> {
+    let body = move || {
+        let mut seen = None;
+        while !stopping.load(Ordering::Relaxed) {
+            let now = file::fingerprint(&path);
+            if seen.as_ref() != Some(&now) {
+                seen = Some(now);
+                match file::load(&path) {
+                    Ok(objects) => {
+                        for s in &objects.skipped {
+                            warn!(document = %s.location, "skipping malformed document: {}", s.reason);
+                        }
+                        if !feed.send(Change::AllServices(objects.services))
+                            || !feed.send(Change::AllSlices(objects.slices))
+                        {
+                            return;
+                        }
+                    }
+                    // Keep the last programmed state; a half-written file is
+                    // retried on the next edit.
+                    Err(e) => {
+                        error!(
+                            error = &e as &dyn std::error::Error,
+                            "keeping the current state"
+                        );
+                    }
+                }
+            }
+            thread::sleep(FILE_POLL);
+        }
+    };
+    thread::Builder::new()
+        .name("file-source".into())
+        .spawn(body)
+        .context("starting the file source thread")
+}
+
+/// Resolves on SIGTERM or SIGINT.
+fn shutdown() -> anyhow::Result<impl Future<Output = ()>> {
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
+}
+
+/// The sync thread: loads the programs, then applies changes and writes
+/// the maps until told to stop.
+fn sync_thread(
+    config: &RunConfig,
+    endpoints: Arc<Endpoints>,
+    rx: &mpsc::Receiver<Input>,
+) -> anyhow::Result<()> {
+    let mut agent = Agent::start(config, endpoints)?;
+    let mut next_prune = config.prune_interval.map(|d| Instant::now() + d);
+    loop {
+        let now = Instant::now();
+        let mut wake = [
+            agent.syncer.next_retry(),
+            next_prune,
+            agent.syncer.retiring().then(|| now + REAP),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        // Take what is queued: a burst becomes one sync, while a lone
+        // event is written at once.
+        let first = match wake.take() {
+            Some(at) => rx.recv_timeout(at.saturating_duration_since(now)),
+            None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+        };
+        let mut inputs = match first {
+            Ok(i) => vec![i],
+            Err(mpsc::RecvTimeoutError::Timeout) => Vec::new(),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
+        };
+        inputs.extend(rx.try_iter());
+        for input in inputs {
+            match input {
+                Input::Change(c, received) => agent.syncer.apply(c, received),
+                Input::Stop => return Ok(()),
+            }
+        }
+        if !agent.syncer.ready() && !agent.waiting_logged {
+            agent.waiting_logged = true;
+            info!("waiting for both initial lists before the first sync");
+        }
+        let now = Instant::now();
+        if let (Some(at), Some(every)) = (next_prune, config.prune_interval)
+            && at <= now
+        {
+            next_prune = Some(match agent.syncer.prune(now) {
+                Some(s) => {
+                    agent.after_sync(&s, true);
+                    now + every
+                }
+                None => now + PRUNE_RETRY.min(every),
+            });
+        }
+        if let Some(s) = agent.syncer.sync(now) {
+            agent.after_sync(&s, false);
+        }
+        if agent.syncer.retiring() {
+            agent.syncer.reap();
+        }
+    }
+}
+
+/// The sync thread's state: the syncer, and the programs it may still have
 /// to switch to its maps.
 struct Agent {
     syncer: Syncer<Bpf, MembarrierGrace>,
     datapath: Datapath,
-    cgroup: std::path::PathBuf,
+    cgroup: PathBuf,
     attached: bool,
+    waiting_logged: bool,
 }
 
 impl Agent {
+    /// Loads the programs and maps (migrating older ones), and attaches
+    /// the programs unless a migration must fill new maps first.
+    fn start(config: &RunConfig, endpoints: Arc<Endpoints>) -> anyhow::Result<Self> {
+        let cgroup = match &config.cgroup {
+            Some(p) => p.clone(),
+            None => cgroup::cgroup2_mount()
+                .context("finding the cgroup2 mount (or pass --cgroup-path)")?,
+        };
+        let pins = Pins::new(&config.bpffs_dir);
+        let datapath = Datapath::open(&pins, &config.capacities).with_context(|| {
+            format!(
+                "loading the programs and maps under {}",
+                pins.dir().display()
+            )
+        })?;
+        match datapath.start() {
+            Start::Fresh => {
+                info!(bpffs = %pins.dir().display(), capacities = ?config.capacities, "no pinned maps; created them")
+            }
+            Start::Adopted => info!(bpffs = %pins.dir().display(), "adopted the pinned maps"),
+            Start::Resuming => {
+                warn!("finishing a migration that was interrupted after the programs switched")
+            }
+            Start::Migrating(why) => warn!(
+                differences = ?why,
+                "the pinned maps differ from this build's; building new maps beside them, \
+                 the programs switch once they are filled"
+            ),
+        }
+        let _ = endpoints.metrics.datapath_maps.set(pins.maps_dir());
+        let grace = MembarrierGrace::start().context("starting the grace-period thread")?;
+        if !MembarrierGrace::exact() {
+            warn!(
+                "membarrier(MEMBARRIER_CMD_GLOBAL) cannot wait for RCU readers here; deletions wait a fixed time instead"
+            );
+        }
+        let reconciler = Reconciler::adopt(datapath.tables()?, grace)?;
+        info!(
+            frontends = reconciler.maps().frontends().len(),
+            backends = reconciler.maps().backends().len(),
+            "read the maps; only differences will be written"
+        );
+        let excluded: ExcludedCidrs = config.excluded.clone();
+        let mut agent = Agent {
+            syncer: Syncer::new(reconciler, excluded, endpoints),
+            datapath,
+            cgroup,
+            attached: false,
+            waiting_logged: false,
+        };
+        if agent.datapath.attach_early() {
+            agent.attach()?;
+        }
+        Ok(agent)
+    }
+
     /// Attaches this build's programs (switching from a migration's old maps).
     fn attach(&mut self) -> anyhow::Result<()> {
         let done = self
@@ -131,13 +342,11 @@ impl Agent {
         Ok(())
     }
 
-    /// Writes what is pending; during a migration, switches the programs
-    /// once a full sync has filled the new maps without a failure.
-    fn sync(&mut self) {
-        let Some(s) = self.syncer.sync() else {
-            return;
-        };
+    /// Logs a sync; during a migration, switches the programs once the new
+    /// maps hold the whole state.
+    fn after_sync(&mut self, s: &SyncStats, prune: bool) {
         info!(
+            prune,
             full = s.full,
             frontends = s.frontends,
             changed = s.outcome.changed(),
@@ -146,128 +355,34 @@ impl Agent {
             latency_us = s.latency.as_micros() as u64,
             "sync complete"
         );
+        if prune && s.outcome.changed() > 0 {
+            warn!(
+                changed = s.outcome.changed(),
+                "the maps had drifted from the desired state; repaired"
+            );
+        }
         if s.full {
             // The (re)list it followed freed far more than the model keeps.
             memory::release_freed();
         }
-        if !self.attached {
-            // Every sync after the first full one retries whatever failed,
-            // so a sync without failures means the new maps hold it all.
-            if !s.outcome.failed.is_empty() {
-                if s.full {
-                    error!(
-                        failed = s.outcome.failed.len(),
-                        "the new maps cannot hold the whole state; the old programs and maps \
-                         stay in use until they can"
-                    );
-                }
-                return;
-            }
-            if let Err(e) = self.attach() {
+        if self.attached {
+            return;
+        }
+        if self.syncer.failing() > 0 {
+            if s.full {
                 error!(
-                    error = e.as_ref() as &dyn std::error::Error,
-                    "switching the programs to the new maps failed; retrying"
+                    failed = self.syncer.failing(),
+                    "the new maps cannot hold the whole state; the old programs and maps \
+                     stay in use until they can"
                 );
             }
+            return;
         }
-    }
-
-    /// Deletes retired revisions whose grace period has passed.
-    fn reap(&mut self) {
-        if self.syncer.retiring() {
-            self.syncer.reap();
-        }
-    }
-}
-
-/// Resolves on SIGTERM or SIGINT.
-fn shutdown() -> anyhow::Result<impl Future<Output = ()>> {
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    Ok(async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-    })
-}
-
-async fn run_kube(
-    agent: &mut Agent,
-    mut events: futures::stream::BoxStream<'static, kube::Event>,
-    endpoints: &Endpoints,
-    stop: impl Future<Output = ()>,
-) {
-    let mut stop = std::pin::pin!(stop);
-    let mut retry = tokio::time::interval(RETRY);
-    let mut reap = tokio::time::interval(REAP);
-    let mut waiting_logged = false;
-    loop {
-        tokio::select! {
-            () = &mut stop => return,
-            ev = events.next() => {
-                let Some(ev) = ev else {
-                    error!("the watch streams ended");
-                    return;
-                };
-                // Take whatever else is already queued: a burst becomes one
-                // sync, while a lone event is written at once.
-                let mut batch = vec![ev];
-                while let Some(Some(ev)) = events.next().now_or_never() {
-                    batch.push(ev);
-                }
-                let now = Instant::now();
-                for ev in batch {
-                    match ev {
-                        kube::Event::Change(c) => agent.syncer.apply(c, now),
-                        kube::Event::NodeEligible(e) => endpoints.health.set_node_eligible(e),
-                    }
-                }
-                if !agent.syncer.ready() && !waiting_logged {
-                    waiting_logged = true;
-                    info!("waiting for both initial lists before the first sync");
-                }
-                agent.sync();
-            }
-            _ = retry.tick() => agent.sync(),
-            _ = reap.tick() => agent.reap(),
-        }
-    }
-}
-
-async fn run_file(agent: &mut Agent, path: &std::path::Path, stop: impl Future<Output = ()>) {
-    let mut stop = std::pin::pin!(stop);
-    let mut poll = tokio::time::interval(FILE_POLL);
-    let mut retry = tokio::time::interval(RETRY);
-    let mut reap = tokio::time::interval(REAP);
-    let mut seen = None;
-    loop {
-        tokio::select! {
-            () = &mut stop => return,
-            _ = poll.tick() => {
-                let now = file::fingerprint(path);
-                if seen.as_ref() == Some(&now) {
-                    continue;
-                }
-                seen = Some(now);
-                let objects = match file::load(path) {
-                    Ok(o) => o,
-                    // Keep the last programmed state; a half-written file is retried on the next edit.
-                    Err(e) => {
-                        error!(error = &e as &dyn std::error::Error, "keeping the current state");
-                        continue;
-                    }
-                };
-                for s in &objects.skipped {
-                    warn!(document = %s.location, "skipping malformed document: {}", s.reason);
-                }
-                let received = Instant::now();
-                agent.syncer.apply(Change::AllServices(objects.services), received);
-                agent.syncer.apply(Change::AllSlices(objects.slices), received);
-                agent.sync();
-            }
-            _ = retry.tick() => agent.sync(),
-            _ = reap.tick() => agent.reap(),
+        if let Err(e) = self.attach() {
+            error!(
+                error = e.as_ref() as &dyn std::error::Error,
+                "switching the programs to the new maps failed; retrying"
+            );
         }
     }
 }

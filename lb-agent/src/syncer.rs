@@ -3,46 +3,39 @@
 //! Changes only mark Services dirty. [`Syncer::sync`] then recomputes those
 //! Services and writes the frontends they touch. The first sync waits until
 //! both initial lists are complete and is a full reconcile against what the
-//! pinned maps hold; so is the sync after any relist.
+//! pinned maps hold; so is the sync after any relist, and after a prune.
 
 use std::{
-    collections::{BTreeSet, HashSet},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::Arc,
     time::{Duration, Instant, SystemTime},
 };
 
-use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tracing::{debug, error, info, warn};
 
 use crate::{
     http::Endpoints,
+    log_budget::LogBudget,
     model::{
-        Admission, Backend, Cache, ExcludedCidrs, Frontend, ObjectKind, ObjectRef, service_ref, slice_ref,
+        Admission, Cache, ExcludedCidrs, Flush, Frontend, ObjectRef, ServiceReport, service_ref,
+        slice_ref,
     },
-    reconcile::{GracePeriods, Outcome, Reconciler, StoreError, Tables, V4},
+    reconcile::{Family as _, GracePeriods, Outcome, Reconciler, StoreError, Tables, V4},
 };
+
+pub use crate::source::Change;
 
 /// The EndpointSlice annotation kube-proxy measures programming latency from.
 pub const TRIGGER_TIME_ANNOTATION: &str = "endpoints.kubernetes.io/last-change-trigger-time";
 
-/// One change from a source.
-#[derive(Clone, Debug)]
-pub enum Change {
-    Service(Box<Service>),
-    ServiceDeleted {
-        namespace: String,
-        name: String,
-    },
-    Slice(Box<EndpointSlice>),
-    SliceDeleted {
-        namespace: String,
-        name: String,
-    },
-    /// The complete set of Services: a first list, a relist, a file re-read.
-    AllServices(Vec<Service>),
-    /// The complete set of EndpointSlices.
-    AllSlices(Vec<EndpointSlice>),
-}
+/// First retry of a frontend whose write failed; doubles up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(60);
+/// At most this many write failures are logged per [`FAILURE_LOG_WINDOW`];
+/// the metrics count every one.
+const FAILURE_LOG_LINES: u32 = 10;
+const FAILURE_LOG_WINDOW: Duration = Duration::from_secs(30);
 
 /// What one sync did.
 #[derive(Debug)]
@@ -54,6 +47,13 @@ pub struct SyncStats {
     pub took: Duration,
     /// From the oldest change written to the end of its write.
     pub latency: Duration,
+}
+
+/// A frontend whose last write failed, and when to try it again.
+#[derive(Clone, Copy, Debug)]
+struct Retry {
+    attempts: u32,
+    next: Instant,
 }
 
 /// Cache, reconciler and the bookkeeping between syncs.
@@ -69,12 +69,18 @@ pub struct Syncer<T: Tables, G: GracePeriods> {
     received: Vec<Instant>,
     /// Trigger times of not-yet-written slice changes.
     triggers: Vec<SystemTime>,
-    /// Frontends whose last write failed; retried on every sync.
-    failed: BTreeSet<Frontend>,
-    /// Exclusions and pass-throughs are logged (and counted) once each.
-    logged_exclusions: HashSet<(ObjectRef, Backend)>,
-    logged_passthrough: HashSet<Frontend>,
-    logged_conflicts: HashSet<(Frontend, ObjectRef)>,
+    /// Frontends whose last write failed, retried with exponential backoff.
+    failed: BTreeMap<Frontend, Retry>,
+    failure_log: LogBudget,
+    /// What was logged about each Service, so each thing is logged (and
+    /// counted) once; only Services with something to report have an entry.
+    reported: HashMap<ObjectRef, ServiceReport>,
+    /// Losers logged for each contested frontend.
+    reported_conflicts: HashMap<Frontend, BTreeSet<ObjectRef>>,
+    /// Each frontend in the maps -> the Service that owns it, and how many
+    /// each Service has: `lbagent_services_programmed` counts the latter.
+    owner_of: HashMap<Frontend, ObjectRef>,
+    owned: HashMap<ObjectRef, usize>,
 }
 
 impl<T: Tables, G: GracePeriods> Syncer<T, G> {
@@ -92,10 +98,12 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             full_pending: true,
             received: Vec::new(),
             triggers: Vec::new(),
-            failed: BTreeSet::new(),
-            logged_exclusions: HashSet::new(),
-            logged_passthrough: HashSet::new(),
-            logged_conflicts: HashSet::new(),
+            failed: BTreeMap::new(),
+            failure_log: LogBudget::new(FAILURE_LOG_LINES, FAILURE_LOG_WINDOW),
+            reported: HashMap::new(),
+            reported_conflicts: HashMap::new(),
+            owner_of: HashMap::new(),
+            owned: HashMap::new(),
         }
     }
 
@@ -104,9 +112,21 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         self.listed_services && self.listed_slices
     }
 
-    /// Something is waiting to be written (or retried).
-    pub fn pending(&self) -> bool {
-        !self.received.is_empty() || self.full_pending || !self.failed.is_empty()
+    /// Something is waiting to be written, or a retry is due at `now`.
+    pub fn pending(&self, now: Instant) -> bool {
+        !self.received.is_empty()
+            || self.full_pending
+            || self.failed.values().any(|r| r.next <= now)
+    }
+
+    /// When the earliest failed frontend is due for a retry.
+    pub fn next_retry(&self) -> Option<Instant> {
+        self.failed.values().map(|r| r.next).min()
+    }
+
+    /// Frontends whose last write failed.
+    pub fn failing(&self) -> usize {
+        self.failed.len()
     }
 
     /// Takes a change into the model; nothing is written until [`Self::sync`].
@@ -150,52 +170,54 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
                 Admission::Accepted => {}
                 Admission::Ignored(why) => {
                     debug!(%object, "not programmed: {why}");
-                    match object.kind {
-                        ObjectKind::Service => m.ignored_services.inc(),
-                        ObjectKind::EndpointSlice => m.ignored_slices.inc(),
-                    }
+                    m.ignored(object.kind).inc();
                 }
                 Admission::Invalid(inv) => {
                     warn!(object = %inv.object, "skipping malformed object: {}", inv.reason);
-                    match inv.object.kind {
-                        ObjectKind::Service => m.invalid_services.inc(),
-                        ObjectKind::EndpointSlice => m.invalid_slices.inc(),
-                    }
+                    m.invalid(inv.object.kind).inc();
                 }
             }
         }
         self.received.push(received);
-        self.endpoints.health.queued();
     }
 
-    /// Writes what changed since the last sync. `None` until both initial
-    /// lists are in, or when nothing is pending.
-    pub fn sync(&mut self) -> Option<SyncStats> {
-        if !self.ready() || !self.pending() {
+    /// Writes what changed since the last sync, and retries the failed
+    /// frontends that are due. `None` until both initial lists are in, or
+    /// when nothing is pending.
+    pub fn sync(&mut self, now: Instant) -> Option<SyncStats> {
+        if !self.ready() || !self.pending(now) {
             return None;
         }
         let start = Instant::now();
         let flush = self.cache.flush();
-        self.log_model(&flush);
+        self.report(&flush);
 
         let full = std::mem::take(&mut self.full_pending);
-        let frontends;
-        let outcome = if full {
+        let (touched, outcome) = if full {
             let desired = self
                 .cache
                 .programmed()
                 .map(|(fe, b, _)| (*fe, b.to_vec()))
-                .collect::<std::collections::BTreeMap<_, _>>();
-            frontends = desired.len();
-            self.reconciler.reconcile(&desired)
+                .collect::<BTreeMap<_, _>>();
+            let outcome = self.reconciler.reconcile(&desired);
+            (None, outcome)
         } else {
             let mut touched = flush.touched;
-            touched.extend(std::mem::take(&mut self.failed));
-            frontends = touched.len();
+            touched.extend(
+                self.failed
+                    .iter()
+                    .filter(|(_, r)| r.next <= now)
+                    .map(|(fe, _)| *fe),
+            );
             let changes = touched.iter().map(|fe| (fe, self.cache.desired(fe)));
-            self.reconciler.reconcile_some(changes.collect::<Vec<_>>())
+            let outcome = self.reconciler.reconcile_some(changes.collect::<Vec<_>>());
+            (Some(touched), outcome)
         };
-        self.failed = outcome.failed.iter().map(|(fe, _)| *fe).collect();
+        let frontends = touched
+            .as_ref()
+            .map_or(self.reconciler.maps().frontends().len(), BTreeSet::len);
+        self.track_failures(touched.as_ref(), &outcome, now);
+        self.track_owners(touched.as_ref());
         let took = start.elapsed();
         let latency = self.received.iter().min().map_or(took, Instant::elapsed);
         self.record(full, &outcome, took);
@@ -206,6 +228,30 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             took,
             latency,
         })
+    }
+
+    /// Re-reads the maps and reconciles everything, repairing whatever
+    /// changed behind the agent's back. `None` when it cannot run now
+    /// (before the first sync, or while revisions wait for their grace
+    /// period: the caller tries again shortly).
+    pub fn prune(&mut self, now: Instant) -> Option<SyncStats> {
+        if !self.ready() {
+            return None;
+        }
+        match self.reconciler.reload() {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => {
+                self.endpoints.metrics.map_write_errors.inc();
+                error!(
+                    error = &e as &dyn std::error::Error,
+                    "re-reading the maps for the prune failed; trying again later"
+                );
+                return None;
+            }
+        }
+        self.full_pending = true;
+        self.sync(now)
     }
 
     /// Deletes what waited for a grace period that has now passed.
@@ -235,40 +281,149 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         }
     }
 
-    fn log_model(&mut self, flush: &crate::model::Flush) {
-        for (svc, be) in &flush.excluded {
-            if self.logged_exclusions.insert((svc.clone(), *be)) {
-                self.endpoints.metrics.excluded_endpoints.inc();
+    /// Logs (and counts) what is new in the model's reports since they were
+    /// last logged, and forgets what no longer applies.
+    fn report(&mut self, flush: &Flush) {
+        let m = &self.endpoints.metrics;
+        for (svc, now) in &flush.services {
+            let before = self.reported.remove(svc).unwrap_or_default();
+            for be in now.excluded.difference(&before.excluded) {
+                m.excluded_endpoints.inc();
                 info!(service = %svc, endpoint = %be, "endpoint in excluded CIDR; not programmed");
             }
-        }
-        for (fe, svc) in &flush.passthrough {
-            if self.logged_passthrough.insert(*fe) {
+            for fe in now.passthrough.difference(&before.passthrough) {
                 info!(service = %svc, frontend = %fe, "all endpoints excluded; frontend left to its own CNI");
+            }
+            for f in now.unsupported.difference(&before.unsupported) {
+                m.unsupported(*f).inc();
+                warn!(
+                    service = %svc,
+                    feature = %f,
+                    "uses a feature this version does not program yet: {}",
+                    f.effect()
+                );
+            }
+            if !now.is_empty() {
+                self.reported.insert(svc.clone(), now.clone());
             }
         }
         for fe in &flush.touched {
-            let Some((winner, _)) = self.cache.winner(fe) else {
-                continue;
-            };
-            for loser in self.cache.losers(fe) {
-                if self.logged_conflicts.insert((*fe, loser.clone())) {
+            let losers: BTreeSet<ObjectRef> = self.cache.losers(fe).cloned().collect();
+            let before = self.reported_conflicts.remove(fe).unwrap_or_default();
+            if let Some((winner, _)) = self.cache.winner(fe) {
+                for loser in losers.difference(&before) {
                     warn!(frontend = %fe, owner = %winner, object = %loser, "frontend claimed by two Services; the first by name wins");
                 }
+            }
+            if !losers.is_empty() {
+                self.reported_conflicts.insert(*fe, losers);
             }
         }
     }
 
-    fn record(&mut self, full: bool, outcome: &Outcome, took: Duration) {
+    /// Schedules retries of what failed (with backoff), forgets what was
+    /// written, and logs failures within the log budget.
+    fn track_failures(
+        &mut self,
+        touched: Option<&BTreeSet<Frontend>>,
+        outcome: &Outcome,
+        now: Instant,
+    ) {
+        match touched {
+            // A full sync tried everything.
+            None => self
+                .failed
+                .retain(|fe, _| outcome.failed.iter().any(|(f, _)| f == fe)),
+            Some(touched) => {
+                let failed: BTreeSet<&Frontend> = outcome.failed.iter().map(|(fe, _)| fe).collect();
+                for fe in touched.iter().filter(|fe| !failed.contains(fe)) {
+                    self.failed.remove(fe);
+                }
+            }
+        }
         let m = &self.endpoints.metrics;
         for (fe, e) in &outcome.failed {
             match e.as_ref() {
                 StoreError::Full { .. } => m.map_full_errors.inc(),
                 _ => m.map_write_errors.inc(),
             }
-            error!(frontend = %fe, error = e.as_ref() as &dyn std::error::Error, "not updated, keeps its previous state");
+            let attempts = self
+                .failed
+                .get(fe)
+                .map_or(1, |r| r.attempts.saturating_add(1));
+            let backoff = RETRY_FIRST
+                .saturating_mul(1 << attempts.saturating_sub(1).min(16))
+                .min(RETRY_MAX);
+            self.failed.insert(
+                *fe,
+                Retry {
+                    attempts,
+                    next: now + backoff,
+                },
+            );
+            if let Some(suppressed) = self.failure_log.allow(now) {
+                error!(
+                    frontend = %fe,
+                    attempts,
+                    retry_in_s = backoff.as_secs(),
+                    suppressed,
+                    error = e.as_ref() as &dyn std::error::Error,
+                    "not updated, keeps its previous state"
+                );
+            }
         }
+    }
+
+    /// Keeps the owner of every frontend in the maps, for the
+    /// programmed-Services gauge.
+    fn track_owners(&mut self, touched: Option<&BTreeSet<Frontend>>) {
+        match touched {
+            None => {
+                self.owner_of.clear();
+                self.owned.clear();
+                let frontends: Vec<Frontend> = self
+                    .reconciler
+                    .maps()
+                    .frontends()
+                    .keys()
+                    .filter_map(V4::frontend)
+                    .collect();
+                for fe in frontends {
+                    let owner = self.cache.winner(&fe).map(|(o, _)| o.clone());
+                    self.set_owner(&fe, owner);
+                }
+            }
+            Some(touched) => {
+                for fe in touched {
+                    let owner = self
+                        .reconciler
+                        .has(fe)
+                        .then(|| self.cache.winner(fe).map(|(o, _)| o.clone()))
+                        .flatten();
+                    self.set_owner(fe, owner);
+                }
+            }
+        }
+    }
+
+    fn set_owner(&mut self, fe: &Frontend, owner: Option<ObjectRef>) {
+        if let Some(old) = self.owner_of.remove(fe)
+            && let Some(n) = self.owned.get_mut(&old)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.owned.remove(&old);
+            }
+        }
+        if let Some(owner) = owner {
+            *self.owned.entry(owner.clone()).or_default() += 1;
+            self.owner_of.insert(*fe, owner);
+        }
+    }
+
+    fn record(&mut self, full: bool, outcome: &Outcome, took: Duration) {
         self.record_delete_errors(outcome);
+        let m = &self.endpoints.metrics;
         let now = Instant::now();
         for r in self.received.drain(..) {
             m.event_to_write.observe(now - r);
@@ -292,7 +447,7 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         let maps = self.reconciler.maps();
         m.frontends_programmed.set(maps.frontends().len() as f64);
         m.backends_programmed.set(maps.backends().len() as f64);
-        m.services_programmed.set(self.cache.service_count() as f64);
+        m.services_programmed.set(self.owned.len() as f64);
         self.endpoints.health.updated();
     }
 }
@@ -307,3 +462,6 @@ fn trigger_time(slice: &EndpointSlice) -> Option<SystemTime> {
     let ts: jiff::Timestamp = text.parse().ok()?;
     Some(SystemTime::from(ts))
 }
+
+#[cfg(test)]
+mod tests;

@@ -41,6 +41,8 @@ pub struct RunConfig {
     pub capacities: Capacities,
     pub metrics_addr: SocketAddr,
     pub healthz_addr: SocketAddr,
+    /// `None`: never prune.
+    pub prune_interval: Option<std::time::Duration>,
     /// Settings from the file that this agent does not apply, for a warning.
     pub ignored: Vec<String>,
 }
@@ -121,6 +123,7 @@ impl RunConfig {
             capacities: capacities(&args.maps),
             metrics_addr,
             healthz_addr,
+            prune_interval: Some(args.map_prune_interval).filter(|d| !d.is_zero()),
             ignored: file.ignored,
         })
     }

@@ -10,20 +10,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 
 use super::{
-    Backend, ExcludedCidrs, Frontend, Invalid, ObjectRef,
-    desired::service_claims,
+    Backend, ExcludedCidrs, Feature, Frontend, Invalid, ObjectRef,
+    claims::{Claim, service_claims},
     service::{self, ServiceSpec},
     slice::{self, SliceSpec},
 };
-
-/// What a Service asks for at one frontend.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Claim {
-    /// Balance over these backends; empty means reject.
-    Program(Vec<Backend>),
-    /// Every endpoint is excluded: leave the VIP to the CNI that owns it.
-    PassThrough,
-}
 
 /// How an arriving object was taken.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,10 +32,26 @@ pub enum Admission {
 pub struct Flush {
     /// Frontends whose desired state may have changed.
     pub touched: BTreeSet<Frontend>,
-    /// Endpoints dropped as excluded, for the recomputed Services.
-    pub excluded: BTreeSet<(ObjectRef, Backend)>,
-    /// Frontends (of recomputed Services) left to their own CNI.
-    pub passthrough: BTreeMap<Frontend, ObjectRef>,
+    /// Every recomputed Service, with what the model noticed about it now
+    /// (empty for one that was deleted or is no longer programmed).
+    pub services: BTreeMap<ObjectRef, ServiceReport>,
+}
+
+/// What the model noticed about one Service, besides its claims.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServiceReport {
+    /// Endpoints dropped because they sit in an excluded CIDR.
+    pub excluded: BTreeSet<Backend>,
+    /// Frontends it owns that are left to their own CNI (every endpoint excluded).
+    pub passthrough: BTreeSet<Frontend>,
+    /// Features it uses that are not programmed yet.
+    pub unsupported: BTreeSet<Feature>,
+}
+
+impl ServiceReport {
+    pub fn is_empty(&self) -> bool {
+        self.excluded.is_empty() && self.passthrough.is_empty() && self.unsupported.is_empty()
+    }
 }
 
 /// All Services and slices, validated, and the claims they make.
@@ -200,9 +207,11 @@ impl Cache {
                 }
                 out.touched.insert(fe);
             }
+            let report = out.services.entry(object.clone()).or_default();
             let Some(spec) = self.services.get(&object) else {
                 continue;
             };
+            report.unsupported = spec.unsupported();
             let slices: Vec<&SliceSpec> = self
                 .slices_of
                 .get(&object)
@@ -210,11 +219,11 @@ impl Cache {
                 .flatten()
                 .filter_map(|s| self.slices.get(s))
                 .collect();
-            let claims = service_claims(spec, &slices, &self.excluded, &mut out.excluded);
+            let claims = service_claims(spec, &slices, &self.excluded, &mut report.excluded);
             let mut frontends = Vec::with_capacity(claims.len());
             for (fe, claim) in claims {
                 if claim == Claim::PassThrough {
-                    out.passthrough.insert(fe, object.clone());
+                    report.passthrough.insert(fe);
                 }
                 self.claims
                     .entry(fe)
@@ -226,8 +235,11 @@ impl Cache {
             self.claimed_by.insert(object, frontends);
         }
         // A pass-through reported above may have lost to another Service.
-        out.passthrough
-            .retain(|fe, svc| self.winner(fe).is_some_and(|(w, _)| w == svc));
+        for (svc, report) in &mut out.services {
+            report
+                .passthrough
+                .retain(|fe| self.winner(fe).is_some_and(|(w, _)| w == svc));
+        }
         out
     }
 
@@ -268,10 +280,5 @@ impl Cache {
         self.claims
             .iter()
             .flat_map(|(fe, c)| c.keys().skip(1).map(move |o| (fe, o)))
-    }
-
-    /// Number of Services that claim at least one frontend.
-    pub fn service_count(&self) -> usize {
-        self.claimed_by.values().filter(|f| !f.is_empty()).count()
     }
 }

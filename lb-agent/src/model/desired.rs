@@ -1,20 +1,14 @@
-//! Merging Services and EndpointSlices into desired frontends.
-//!
-//! kube-proxy's rules: slices join their Service through the
-//! `kubernetes.io/service-name` label in the same namespace; Service ports
-//! match slice ports by name and protocol, and the slice gives the target
-//! port; duplicate `IP:port` pairs are merged; `ready` nil counts as true;
-//! when nothing is ready, serving-and-terminating endpoints are used.
+//! The whole desired state from a full set of objects, for the golden test
+//! and for callers that have no incremental state: the incremental
+//! [`Cache`] fed everything at once. The rules are in `claims.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 
 use super::{
-    Backend, ExcludedCidrs, Frontend, Invalid, ObjectRef,
-    cache::{Admission, Cache, Claim},
-    service::{ServicePort, ServiceSpec},
-    slice::SliceSpec,
+    Backend, ExcludedCidrs, Feature, Frontend, Invalid, ObjectRef,
+    cache::{Admission, Cache},
 };
 
 /// The desired frontend table.
@@ -39,6 +33,8 @@ pub struct ModelReport {
     pub ignored: Vec<(ObjectRef, &'static str)>,
     /// Frontends claimed by more than one Service; the first by name wins.
     pub conflicts: Vec<(Frontend, ObjectRef)>,
+    /// Features Services use that are not programmed yet.
+    pub unsupported: BTreeSet<(ObjectRef, Feature)>,
 }
 
 /// Computes the desired frontends from a full set of objects: the
@@ -60,8 +56,17 @@ pub fn compute(
         }
     }
     let flush = cache.flush();
-    report.excluded = flush.excluded;
-    report.passthrough = flush.passthrough;
+    for (svc, r) in flush.services {
+        report
+            .excluded
+            .extend(r.excluded.into_iter().map(|be| (svc.clone(), be)));
+        report
+            .passthrough
+            .extend(r.passthrough.into_iter().map(|fe| (fe, svc.clone())));
+        report
+            .unsupported
+            .extend(r.unsupported.into_iter().map(|f| (svc.clone(), f)));
+    }
     report.conflicts = cache.conflicts().map(|(fe, o)| (*fe, o.clone())).collect();
 
     let mut desired = Desired::default();
@@ -70,71 +75,4 @@ pub fn compute(
         desired.owners.insert(*fe, owner.clone());
     }
     (desired, report)
-}
-
-/// What one Service claims: each of its ports at each of its VIPs.
-pub(super) fn service_claims(
-    spec: &ServiceSpec,
-    slices: &[&SliceSpec],
-    excluded: &ExcludedCidrs,
-    dropped: &mut BTreeSet<(ObjectRef, Backend)>,
-) -> Vec<(Frontend, Claim)> {
-    let mut claims = Vec::with_capacity(spec.ports.len() * spec.vips.len());
-    for port in &spec.ports {
-        let claim = match port_backends(spec, port, slices, excluded, dropped) {
-            Some(list) => Claim::Program(list),
-            None => Claim::PassThrough,
-        };
-        for &vip in &spec.vips {
-            let fe = Frontend {
-                vip,
-                port: port.port,
-                proto: port.proto,
-            };
-            claims.push((fe, claim.clone()));
-        }
-    }
-    claims
-}
-
-/// Backends of one Service port; `None` when every endpoint is excluded
-/// (the frontend belongs to another CNI and must pass through untouched).
-fn port_backends(
-    spec: &ServiceSpec,
-    port: &ServicePort,
-    slices: &[&SliceSpec],
-    excluded: &ExcludedCidrs,
-    dropped: &mut BTreeSet<(ObjectRef, Backend)>,
-) -> Option<Vec<Backend>> {
-    let (mut seen, mut dropped_here) = (0usize, 0usize);
-    let mut ready = BTreeSet::new();
-    let mut fallback = BTreeSet::new();
-    for s in slices {
-        let Some(sp) = s
-            .ports
-            .iter()
-            .find(|p| p.name == port.name && p.proto == port.proto)
-        else {
-            continue;
-        };
-        for ep in &s.endpoints {
-            for &ip in &ep.ips {
-                seen += 1;
-                let be = Backend { ip, port: sp.port };
-                if excluded.contains(ip) {
-                    dropped_here += 1;
-                    dropped.insert((spec.object.clone(), be));
-                } else if ep.ready {
-                    ready.insert(be);
-                } else if ep.serving && ep.terminating {
-                    fallback.insert(be);
-                }
-            }
-        }
-    }
-    if seen > 0 && dropped_here == seen {
-        return None;
-    }
-    let chosen = if ready.is_empty() { fallback } else { ready };
-    Some(chosen.into_iter().collect())
 }

@@ -1,21 +1,30 @@
 //! The pure model: Services and EndpointSlices in, desired frontends out.
 //!
-//! No I/O happens here. The rules are kube-proxy's (see `desired.rs`), plus
-//! the multi-CNI exclusion of DESIGN §1.
+//! No I/O happens here. The rules are kube-proxy's (see `claims.rs`), plus
+//! the multi-CNI exclusion (ARCHITECTURE.md, "Excluded CIDRs").
+//!
+//! Modules depend one way: `service`/`slice` validate objects into specs,
+//! `claims` turns one Service's specs into per-frontend claims, `cache` keeps
+//! every spec and claim incrementally, and `desired` is the whole-state
+//! entry point built on the cache.
 
 mod cache;
+mod claims;
 mod desired;
 mod exclusion;
 mod service;
 mod slice;
 
-use std::{fmt, net::Ipv4Addr};
+use std::{fmt, net::IpAddr};
 
-pub use cache::{Admission, Cache, Claim, Flush};
+pub use cache::{Admission, Cache, Flush, ServiceReport};
+pub use claims::Claim;
 pub use desired::{Desired, ModelReport, compute};
 pub use exclusion::{ExcludedCidrs, ParseCidrError};
-pub use service::object_ref as service_ref;
-pub use slice::object_ref as slice_ref;
+pub use service::{
+    Affinity, ServicePort, ServiceSpec, ServiceType, TrafficPolicy, object_ref as service_ref,
+};
+pub use slice::{SliceEndpoint, SlicePort, SliceSpec, object_ref as slice_ref};
 
 #[cfg(test)]
 mod cache_tests;
@@ -27,7 +36,12 @@ mod tests;
 pub enum Proto {
     Tcp,
     Udp,
+    /// Kept in the model; never balanced (this kernel has no SCTP).
+    Sctp,
 }
+
+/// IANA protocol number of SCTP.
+const PROTO_SCTP: u8 = 132;
 
 impl Proto {
     /// The IP protocol number stored in the maps.
@@ -35,9 +49,11 @@ impl Proto {
         match self {
             Proto::Tcp => lb_common::PROTO_TCP,
             Proto::Udp => lb_common::PROTO_UDP,
+            Proto::Sctp => PROTO_SCTP,
         }
     }
 
+    /// A protocol the datapath balances, from the number in a map key.
     pub fn from_number(n: u8) -> Option<Self> {
         match n {
             lb_common::PROTO_TCP => Some(Proto::Tcp),
@@ -52,34 +68,56 @@ impl fmt::Display for Proto {
         f.write_str(match self {
             Proto::Tcp => "TCP",
             Proto::Udp => "UDP",
+            Proto::Sctp => "SCTP",
         })
+    }
+}
+
+/// An IP address family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum IpFamily {
+    V4,
+    V6,
+}
+
+impl IpFamily {
+    pub fn of(ip: IpAddr) -> Self {
+        match ip {
+            IpAddr::V4(_) => IpFamily::V4,
+            IpAddr::V6(_) => IpFamily::V6,
+        }
     }
 }
 
 /// One `VIP:port/proto` the load balancer answers for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Frontend {
-    pub vip: Ipv4Addr,
+    pub vip: IpAddr,
     pub port: u16,
     pub proto: Proto,
 }
 
 impl fmt::Display for Frontend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}/{}", self.vip, self.port, self.proto)
+        write!(
+            f,
+            "{}/{}",
+            std::net::SocketAddr::new(self.vip, self.port),
+            self.proto
+        )
     }
 }
 
 /// One endpoint address a frontend forwards to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Backend {
-    pub ip: Ipv4Addr,
+    pub ip: IpAddr,
     pub port: u16,
 }
 
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.ip, self.port)
+        write!(f, "{}", std::net::SocketAddr::new(self.ip, self.port))
     }
 }
 
@@ -151,6 +189,24 @@ impl Feature {
             Feature::NodePort => "node_port",
             Feature::ExternalIps => "external_ips",
             Feature::LoadBalancerIngress => "load_balancer_ingress",
+        }
+    }
+}
+
+impl Feature {
+    /// What a Service using the feature gets meanwhile.
+    pub fn effect(self) -> &'static str {
+        match self {
+            Feature::InternalTrafficPolicyLocal => {
+                "traffic to its cluster IPs goes to endpoints on every node"
+            }
+            Feature::ExternalTrafficPolicyLocal => "external traffic is not served by this proxy",
+            Feature::SessionAffinity => "every connection picks a backend at random",
+            Feature::Ipv6 => "its IPv6 cluster IPs are not programmed",
+            Feature::Sctp => "its SCTP ports are not programmed",
+            Feature::NodePort => "its node ports are not served",
+            Feature::ExternalIps => "its external IPs are not served",
+            Feature::LoadBalancerIngress => "its load-balancer IPs are not served",
         }
     }
 }

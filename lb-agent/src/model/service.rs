@@ -1,31 +1,111 @@
-//! Validation of a v1 Service into the parts the load balancer uses.
+//! Validation of a v1 Service into the parts the load balancer uses now or
+//! will use (traffic policies, affinity, external addresses).
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::{collections::BTreeSet, net::IpAddr};
 
 use k8s_openapi::api::core::v1::Service;
 
-use super::{ObjectRef, Proto};
+use super::{Feature, IpFamily, ObjectKind, ObjectRef, Proto};
 
 /// Labels that hand a Service to another proxy, or mark it headless; kube-proxy
-/// ignores such Services and so do we.
-const SERVICE_PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";
-const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
+/// ignores such Services and so do we. The apiserver source filters them on
+/// the server already; this check covers the file source.
+pub const SERVICE_PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";
+pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
+
+/// kube-proxy's default and maximum `sessionAffinityConfig.clientIP.timeoutSeconds`.
+const DEFAULT_AFFINITY_TIMEOUT: u32 = 10_800;
+const MAX_AFFINITY_TIMEOUT: u32 = 86_400;
 
 /// The validated, load-balancer-relevant part of a Service.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct ServiceSpec {
+pub struct ServiceSpec {
     pub object: ObjectRef,
-    /// IPv4 cluster IPs (IPv6 ones wait for the IPv6 datapath).
-    pub vips: Vec<Ipv4Addr>,
+    pub type_: ServiceType,
+    /// `clusterIPs` (primary first), both families.
+    pub cluster_ips: Vec<IpAddr>,
     pub ports: Vec<ServicePort>,
+    pub external_ips: Vec<IpAddr>,
+    /// `status.loadBalancer.ingress[].ip`.
+    pub lb_ingress: Vec<IpAddr>,
+    pub affinity: Affinity,
+    pub internal_policy: TrafficPolicy,
+    pub external_policy: TrafficPolicy,
+    pub health_check_node_port: Option<u16>,
+    /// `spec.trafficDistribution`, as written.
+    pub traffic_distribution: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServiceType {
+    ClusterIp,
+    NodePort,
+    LoadBalancer,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrafficPolicy {
+    Cluster,
+    Local,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Affinity {
+    None,
+    /// `ClientIP`, with its timeout in seconds.
+    ClientIp {
+        timeout_secs: u32,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct ServicePort {
+pub struct ServicePort {
     /// The port name; "" when unnamed. Matched against slice port names.
     pub name: String,
     pub port: u16,
     pub proto: Proto,
+    pub node_port: Option<u16>,
+}
+
+impl ServiceSpec {
+    /// The features this Service uses that are kept but not programmed yet.
+    pub fn unsupported(&self) -> BTreeSet<Feature> {
+        let mut out = BTreeSet::new();
+        let mut add = |cond: bool, f: Feature| {
+            if cond {
+                out.insert(f);
+            }
+        };
+        add(
+            self.internal_policy == TrafficPolicy::Local,
+            Feature::InternalTrafficPolicyLocal,
+        );
+        add(
+            self.external_policy == TrafficPolicy::Local,
+            Feature::ExternalTrafficPolicyLocal,
+        );
+        add(
+            matches!(self.affinity, Affinity::ClientIp { .. }),
+            Feature::SessionAffinity,
+        );
+        add(
+            self.cluster_ips
+                .iter()
+                .any(|ip| IpFamily::of(*ip) == IpFamily::V6),
+            Feature::Ipv6,
+        );
+        add(
+            self.ports.iter().any(|p| p.proto == Proto::Sctp),
+            Feature::Sctp,
+        );
+        add(
+            self.ports.iter().any(|p| p.node_port.is_some()),
+            Feature::NodePort,
+        );
+        add(!self.external_ips.is_empty(), Feature::ExternalIps);
+        add(!self.lb_ingress.is_empty(), Feature::LoadBalancerIngress);
+        out
+    }
 }
 
 /// What to do with a Service.
@@ -39,7 +119,7 @@ pub(super) enum Verdict {
 
 pub fn object_ref(svc: &Service) -> ObjectRef {
     ObjectRef {
-        kind: super::ObjectKind::Service,
+        kind: ObjectKind::Service,
         namespace: svc
             .metadata
             .namespace
@@ -64,9 +144,13 @@ pub(super) fn validate(svc: &Service) -> Verdict {
     let Some(spec) = &svc.spec else {
         return Verdict::Invalid("spec is missing".into());
     };
-    if spec.type_.as_deref() == Some("ExternalName") {
-        return Verdict::Ignore("ExternalName");
-    }
+    let type_ = match spec.type_.as_deref() {
+        None | Some("ClusterIP") => ServiceType::ClusterIp,
+        Some("NodePort") => ServiceType::NodePort,
+        Some("LoadBalancer") => ServiceType::LoadBalancer,
+        Some("ExternalName") => return Verdict::Ignore("ExternalName"),
+        Some(other) => return Verdict::Invalid(format!("unknown type {other:?}")),
+    };
     // clusterIPs, when set, lists clusterIP first; fall back to clusterIP alone.
     let ips: Vec<&str> = match (&spec.cluster_ips, &spec.cluster_ip) {
         (Some(ips), _) if !ips.is_empty() => ips.iter().map(String::as_str).collect(),
@@ -79,14 +163,13 @@ pub(super) fn validate(svc: &Service) -> Verdict {
     if ips.is_empty() || ips.iter().all(|ip| ip.is_empty()) {
         return Verdict::Invalid("spec.clusterIP is missing".into());
     }
-    let mut vips = Vec::new();
+    let mut cluster_ips = Vec::with_capacity(ips.len());
     for ip in ips {
         match ip.parse::<IpAddr>() {
-            Ok(IpAddr::V4(v4)) if v4.is_unspecified() => {
+            Ok(a) if a.is_unspecified() => {
                 return Verdict::Invalid(format!("clusterIP {ip:?} is unspecified"));
             }
-            Ok(IpAddr::V4(v4)) => vips.push(v4),
-            Ok(IpAddr::V6(_)) => {}
+            Ok(a) => cluster_ips.push(a),
             Err(_) => return Verdict::Invalid(format!("clusterIP {ip:?} is not an IP address")),
         }
     }
@@ -101,9 +184,15 @@ pub(super) fn validate(svc: &Service) -> Verdict {
         let proto = match p.protocol.as_deref() {
             None | Some("TCP") => Proto::Tcp,
             Some("UDP") => Proto::Udp,
-            // SCTP is valid Kubernetes but not balanced by the socket hooks.
-            Some("SCTP") => continue,
+            Some("SCTP") => Proto::Sctp,
             Some(other) => return Verdict::Invalid(format!("unknown protocol {other:?}")),
+        };
+        let node_port = match p.node_port {
+            None | Some(0) => None,
+            Some(n) => match u16::try_from(n) {
+                Ok(n) => Some(n),
+                Err(_) => return Verdict::Invalid(format!("nodePort {n} is out of range")),
+            },
         };
         let name = p.name.clone().unwrap_or_default();
         if ports
@@ -112,11 +201,93 @@ pub(super) fn validate(svc: &Service) -> Verdict {
         {
             return Verdict::Invalid(format!("duplicate port {name:?} {port}/{proto}"));
         }
-        ports.push(ServicePort { name, port, proto });
+        ports.push(ServicePort {
+            name,
+            port,
+            proto,
+            node_port,
+        });
     }
+    let external_ips = match parse_ips(spec.external_ips.iter().flatten(), "externalIP") {
+        Ok(v) => v,
+        Err(e) => return Verdict::Invalid(e),
+    };
+    let ingress = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i.ip.as_ref());
+    let lb_ingress = match parse_ips(ingress, "load-balancer ingress IP") {
+        Ok(v) => v,
+        Err(e) => return Verdict::Invalid(e),
+    };
+    let affinity = match spec.session_affinity.as_deref() {
+        None | Some("None") => Affinity::None,
+        Some("ClientIP") => {
+            let timeout = spec
+                .session_affinity_config
+                .as_ref()
+                .and_then(|c| c.client_ip.as_ref())
+                .and_then(|c| c.timeout_seconds);
+            let timeout_secs = match timeout {
+                None => DEFAULT_AFFINITY_TIMEOUT,
+                Some(t) => match u32::try_from(t) {
+                    Ok(t) if (1..=MAX_AFFINITY_TIMEOUT).contains(&t) => t,
+                    _ => {
+                        return Verdict::Invalid(format!(
+                            "sessionAffinity timeoutSeconds {t} is outside 1..={MAX_AFFINITY_TIMEOUT}"
+                        ));
+                    }
+                },
+            };
+            Affinity::ClientIp { timeout_secs }
+        }
+        Some(other) => return Verdict::Invalid(format!("unknown sessionAffinity {other:?}")),
+    };
+    let policy = |v: Option<&str>, field: &str| match v {
+        None | Some("Cluster") => Ok(TrafficPolicy::Cluster),
+        Some("Local") => Ok(TrafficPolicy::Local),
+        Some(other) => Err(format!("unknown {field} {other:?}")),
+    };
+    let internal_policy = match policy(
+        spec.internal_traffic_policy.as_deref(),
+        "internalTrafficPolicy",
+    ) {
+        Ok(p) => p,
+        Err(e) => return Verdict::Invalid(e),
+    };
+    let external_policy = match policy(
+        spec.external_traffic_policy.as_deref(),
+        "externalTrafficPolicy",
+    ) {
+        Ok(p) => p,
+        Err(e) => return Verdict::Invalid(e),
+    };
     Verdict::Program(ServiceSpec {
         object,
-        vips,
+        type_,
+        cluster_ips,
         ports,
+        external_ips,
+        lb_ingress,
+        affinity,
+        internal_policy,
+        external_policy,
+        health_check_node_port: spec
+            .health_check_node_port
+            .and_then(|p| u16::try_from(p).ok())
+            .filter(|p| *p != 0),
+        traffic_distribution: spec.traffic_distribution.clone(),
     })
+}
+
+fn parse_ips<'a>(ips: impl Iterator<Item = &'a String>, what: &str) -> Result<Vec<IpAddr>, String> {
+    ips.map(|ip| {
+        ip.parse::<IpAddr>()
+            .map_err(|_| format!("{what} {ip:?} is not an IP address"))
+    })
+    .collect()
 }

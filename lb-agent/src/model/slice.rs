@@ -1,10 +1,10 @@
 //! Validation of a discovery.k8s.io/v1 EndpointSlice.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use super::{ObjectRef, Proto};
+use super::{IpFamily, ObjectKind, ObjectRef, Proto};
 
 /// Links a slice to its Service (same namespace).
 pub(super) const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -12,27 +12,54 @@ pub(super) const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 const MAX_ENDPOINTS_PER_SLICE: usize = 1000;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct SliceSpec {
+pub struct SliceSpec {
     pub object: ObjectRef,
     pub service: String,
+    /// `addressType`; every address has this family.
+    pub family: IpFamily,
     pub ports: Vec<SlicePort>,
     pub endpoints: Vec<SliceEndpoint>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct SlicePort {
+pub struct SlicePort {
     /// "" when unnamed; matches the Service port of the same name.
     pub name: String,
     pub port: u16,
     pub proto: Proto,
 }
 
+/// One endpoint. Conditions are kept as written (`None`: unset); the
+/// methods read them the way the API documents.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct SliceEndpoint {
-    pub ips: Vec<Ipv4Addr>,
-    pub ready: bool,
-    pub serving: bool,
-    pub terminating: bool,
+pub struct SliceEndpoint {
+    pub ips: Vec<IpAddr>,
+    pub ready: Option<bool>,
+    pub serving: Option<bool>,
+    pub terminating: Option<bool>,
+    pub node_name: Option<String>,
+    pub zone: Option<String>,
+    /// `hints.forZones[].name`.
+    pub for_zones: Vec<String>,
+    /// `hints.forNodes[].name`.
+    pub for_nodes: Vec<String>,
+}
+
+impl SliceEndpoint {
+    /// `ready` unset counts as true.
+    pub fn is_ready(&self) -> bool {
+        self.ready.unwrap_or(true)
+    }
+
+    /// `serving` unset counts as true.
+    pub fn is_serving(&self) -> bool {
+        self.serving.unwrap_or(true)
+    }
+
+    /// `terminating` unset counts as false.
+    pub fn is_terminating(&self) -> bool {
+        self.terminating.unwrap_or(false)
+    }
 }
 
 #[derive(Debug)]
@@ -44,7 +71,7 @@ pub(super) enum Verdict {
 
 pub fn object_ref(slice: &EndpointSlice) -> ObjectRef {
     ObjectRef {
-        kind: super::ObjectKind::EndpointSlice,
+        kind: ObjectKind::EndpointSlice,
         namespace: slice
             .metadata
             .namespace
@@ -56,12 +83,12 @@ pub fn object_ref(slice: &EndpointSlice) -> ObjectRef {
 
 pub(super) fn validate(slice: &EndpointSlice) -> Verdict {
     let object = object_ref(slice);
-    match slice.address_type.as_str() {
-        "IPv4" => {}
-        "IPv6" => return Verdict::Ignore("IPv6 (not yet programmed)"),
+    let family = match slice.address_type.as_str() {
+        "IPv4" => IpFamily::V4,
+        "IPv6" => IpFamily::V6,
         "FQDN" => return Verdict::Ignore("FQDN"),
         other => return Verdict::Invalid(format!("unknown addressType {other:?}")),
-    }
+    };
     let Some(service) = slice
         .metadata
         .labels
@@ -89,7 +116,7 @@ pub(super) fn validate(slice: &EndpointSlice) -> Verdict {
         let proto = match p.protocol.as_deref() {
             None | Some("TCP") => Proto::Tcp,
             Some("UDP") => Proto::Udp,
-            Some("SCTP") => continue,
+            Some("SCTP") => Proto::Sctp,
             Some(other) => return Verdict::Invalid(format!("unknown protocol {other:?}")),
         };
         ports.push(SlicePort {
@@ -102,24 +129,43 @@ pub(super) fn validate(slice: &EndpointSlice) -> Verdict {
     for ep in all_endpoints {
         let mut ips = Vec::with_capacity(ep.addresses.len());
         for addr in &ep.addresses {
-            match addr.parse::<Ipv4Addr>() {
-                Ok(ip) => ips.push(ip),
-                Err(_) => return Verdict::Invalid(format!("address {addr:?} is not IPv4")),
+            match addr.parse::<IpAddr>() {
+                Ok(ip) if IpFamily::of(ip) == family => ips.push(ip),
+                _ => {
+                    return Verdict::Invalid(format!(
+                        "address {addr:?} is not of addressType {}",
+                        slice.address_type
+                    ));
+                }
             }
         }
         let cond = ep.conditions.as_ref();
-        // Absent conditions are read the way the API documents them.
-        let ready = cond.and_then(|c| c.ready).unwrap_or(true);
+        let hints = ep.hints.as_ref();
         endpoints.push(SliceEndpoint {
             ips,
-            ready,
-            serving: cond.and_then(|c| c.serving).unwrap_or(ready),
-            terminating: cond.and_then(|c| c.terminating).unwrap_or(false),
+            ready: cond.and_then(|c| c.ready),
+            serving: cond.and_then(|c| c.serving),
+            terminating: cond.and_then(|c| c.terminating),
+            node_name: ep.node_name.clone(),
+            zone: ep.zone.clone(),
+            for_zones: hints
+                .and_then(|h| h.for_zones.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|z| z.name.clone())
+                .collect(),
+            for_nodes: hints
+                .and_then(|h| h.for_nodes.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|n| n.name.clone())
+                .collect(),
         });
     }
     Verdict::Use(SliceSpec {
         object,
         service: service.clone(),
+        family,
         ports,
         endpoints,
     })

@@ -1,6 +1,6 @@
 //! kube-proxy's rules, checked on small YAML object sets.
 
-use std::{collections::BTreeSet, fmt::Write as _, net::Ipv4Addr};
+use std::{collections::BTreeSet, fmt::Write as _};
 
 use super::*;
 use crate::source::file::{Objects, parse_into};
@@ -48,7 +48,7 @@ fn seed_exclusion() -> ExcludedCidrs {
     ExcludedCidrs::parse(["10.244.0.0/16,"]).unwrap()
 }
 
-fn ip(s: &str) -> Ipv4Addr {
+fn ip(s: &str) -> std::net::IpAddr {
     s.parse().unwrap()
 }
 
@@ -119,8 +119,14 @@ fn slices_join_by_label_in_the_same_namespace_only() {
         [be("10.0.9.9", 8080)]
     );
     assert_eq!(d.frontends.len(), 2);
-    assert_eq!(d.owners[&tcp("10.96.0.1", 80)], oref(ObjectKind::Service, "a", "web"));
-    assert_eq!(d.owners[&tcp("10.96.0.2", 80)], oref(ObjectKind::Service, "b", "web"));
+    assert_eq!(
+        d.owners[&tcp("10.96.0.1", 80)],
+        oref(ObjectKind::Service, "a", "web")
+    );
+    assert_eq!(
+        d.owners[&tcp("10.96.0.2", 80)],
+        oref(ObjectKind::Service, "b", "web")
+    );
     assert!(r.invalid.is_empty(), "{:?}", r.invalid);
 }
 
@@ -414,19 +420,65 @@ fn cluster_ip_nodeport_and_loadbalancer_all_program_their_cluster_ip() {
 }
 
 #[test]
-fn ipv6_cluster_ips_are_skipped_and_ipv4_ones_kept() {
+fn dual_stack_service_keeps_both_families_and_reports_ipv6() {
     let docs = [
         "apiVersion: v1\nkind: Service\nmetadata: {name: dual}\n\
          spec: {clusterIP: 10.96.0.7, clusterIPs: [10.96.0.7, 'fd00::7'], ports: [{name: http, port: 80}]}\n"
             .to_owned(),
         slice("default", "dual-1", "dual", HTTP_EP, "[{addresses: [10.0.0.7]}]"),
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+         metadata: {name: dual-2, labels: {kubernetes.io/service-name: dual}}\n\
+         addressType: IPv6\nports: [{name: http, port: 8080}]\nendpoints: [{addresses: ['fd00::a']}]\n"
+            .to_owned(),
+    ];
+    let (d, r) = run(&docs);
+    // Each cluster IP takes the endpoints of its own family only.
+    let v6 = Frontend {
+        vip: "fd00::7".parse().unwrap(),
+        port: 80,
+        proto: Proto::Tcp,
+    };
+    assert_eq!(d.frontends[&tcp("10.96.0.7", 80)], [be("10.0.0.7", 8080)]);
+    assert_eq!(d.frontends[&v6], [be("fd00::a", 8080)]);
+    assert_eq!(d.frontends.len(), 2);
+    assert!(r.invalid.is_empty(), "{:?}", r.invalid);
+    assert_eq!(
+        r.unsupported,
+        BTreeSet::from([(oref(ObjectKind::Service, "default", "dual"), Feature::Ipv6)])
+    );
+}
+
+#[test]
+fn features_not_programmed_yet_are_reported_and_the_cluster_ip_still_served() {
+    let docs = [
+        "apiVersion: v1\nkind: Service\nmetadata: {name: rich}\n\
+         spec:\n  type: LoadBalancer\n  clusterIP: 10.96.0.8\n  externalIPs: [192.0.2.10]\n\
+         \x20 sessionAffinity: ClientIP\n  internalTrafficPolicy: Local\n  externalTrafficPolicy: Local\n\
+         \x20 ports: [{name: http, port: 80, nodePort: 30080}, {name: assoc, port: 9, protocol: SCTP}]\n\
+         status: {loadBalancer: {ingress: [{ip: 198.51.100.7}]}}\n"
+            .to_owned(),
+        slice("default", "rich-1", "rich", HTTP_EP, "[{addresses: [10.0.0.8]}]"),
     ];
     let (d, r) = run(&docs);
     assert_eq!(
         d.frontends.keys().copied().collect::<Vec<_>>(),
-        [tcp("10.96.0.7", 80)]
+        [tcp("10.96.0.8", 80)],
+        "only the ClusterIP's TCP port is programmed"
     );
-    assert!(r.invalid.is_empty(), "{:?}", r.invalid);
+    let rich = oref(ObjectKind::Service, "default", "rich");
+    let want: BTreeSet<_> = [
+        Feature::InternalTrafficPolicyLocal,
+        Feature::ExternalTrafficPolicyLocal,
+        Feature::SessionAffinity,
+        Feature::Sctp,
+        Feature::NodePort,
+        Feature::ExternalIps,
+        Feature::LoadBalancerIngress,
+    ]
+    .into_iter()
+    .map(|f| (rich.clone(), f))
+    .collect();
+    assert_eq!(r.unsupported, want);
 }
 
 #[test]
@@ -452,7 +504,10 @@ fn two_services_claiming_one_frontend_first_by_name_wins() {
     let fe = tcp("10.96.0.1", 80);
     assert_eq!(backends_of(&d, fe), [be("10.0.0.1", 8080)]);
     assert_eq!(d.owners[&fe], oref(ObjectKind::Service, "default", "alpha"));
-    assert_eq!(r.conflicts, [(fe, oref(ObjectKind::Service, "default", "zeta"))]);
+    assert_eq!(
+        r.conflicts,
+        [(fe, oref(ObjectKind::Service, "default", "zeta"))]
+    );
 }
 
 // ---------------------------------------------------------------- exclusion
@@ -479,7 +534,11 @@ fn excluded_endpoint_is_never_programmed_and_is_reported() {
     );
     assert_eq!(
         r.excluded,
-        [(oref(ObjectKind::Service, "default", "mixed"), be("10.244.3.4", 8080))].into()
+        [(
+            oref(ObjectKind::Service, "default", "mixed"),
+            be("10.244.3.4", 8080)
+        )]
+        .into()
     );
     assert!(r.passthrough.is_empty());
 }
@@ -734,4 +793,64 @@ fn proto_numbers_round_trip() {
     }
     assert_eq!(Proto::from_number(132), None);
     assert_ne!(Proto::Tcp.number(), Proto::Udp.number());
+}
+
+#[test]
+fn endpoint_topology_and_raw_conditions_are_kept() {
+    let o = objects(&[
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+         metadata: {name: web-1, labels: {kubernetes.io/service-name: web}}\n\
+         addressType: IPv4\nports: [{name: http, port: 8080}]\n\
+         endpoints:\n\
+         - {addresses: [10.0.0.1], nodeName: n1, zone: z1, hints: {forZones: [{name: z1}], forNodes: [{name: n1}]}}\n\
+         - {addresses: [10.0.0.2], conditions: {ready: false, terminating: true}}\n"
+            .to_owned(),
+    ]);
+    let super::slice::Verdict::Use(spec) = super::slice::validate(&o.slices[0]) else {
+        panic!("valid slice refused");
+    };
+    let [a, b] = &spec.endpoints[..] else {
+        panic!("{spec:?}");
+    };
+    assert_eq!(
+        (a.node_name.as_deref(), a.zone.as_deref()),
+        (Some("n1"), Some("z1"))
+    );
+    assert_eq!(
+        (&a.for_zones[..], &a.for_nodes[..]),
+        (&["z1".to_owned()][..], &["n1".to_owned()][..])
+    );
+    assert_eq!((a.ready, a.serving, a.terminating), (None, None, None));
+    assert!(a.is_ready() && a.is_serving() && !a.is_terminating());
+    // Unset `serving` counts as true even when not ready, as in kube-proxy.
+    assert_eq!(
+        (b.ready, b.serving, b.terminating),
+        (Some(false), None, Some(true))
+    );
+    assert!(!b.is_ready() && b.is_serving() && b.is_terminating());
+}
+
+#[test]
+fn service_policies_affinity_and_external_addresses_are_kept() {
+    let o = objects(&[
+        "apiVersion: v1\nkind: Service\nmetadata: {name: rich}\n\
+         spec:\n  type: NodePort\n  clusterIP: 10.96.0.8\n  externalIPs: [192.0.2.10]\n\
+         \x20 sessionAffinity: ClientIP\n  sessionAffinityConfig: {clientIP: {timeoutSeconds: 60}}\n\
+         \x20 internalTrafficPolicy: Local\n  trafficDistribution: PreferClose\n\
+         \x20 ports: [{name: http, port: 80, nodePort: 30080}]\n"
+            .to_owned(),
+    ]);
+    let super::service::Verdict::Program(spec) = super::service::validate(&o.services[0]) else {
+        panic!("valid Service refused");
+    };
+    assert_eq!(spec.type_, ServiceType::NodePort);
+    assert_eq!(spec.affinity, Affinity::ClientIp { timeout_secs: 60 });
+    assert_eq!(spec.internal_policy, TrafficPolicy::Local);
+    assert_eq!(spec.external_policy, TrafficPolicy::Cluster);
+    assert_eq!(
+        spec.external_ips,
+        ["192.0.2.10".parse::<std::net::IpAddr>().unwrap()]
+    );
+    assert_eq!(spec.ports[0].node_port, Some(30080));
+    assert_eq!(spec.traffic_distribution.as_deref(), Some("PreferClose"));
 }

@@ -31,14 +31,16 @@ pub trait Family {
     /// Value of the backends map.
     type Backend: MapKey + Hash;
 
-    fn frontend_key(fe: &Frontend) -> Self::FrontendKey;
+    /// The map key of `fe`; `None` when `fe` is of another family.
+    fn frontend_key(fe: &Frontend) -> Option<Self::FrontendKey>;
     /// The model frontend of a key; `None` for a protocol we do not balance.
     fn frontend(key: &Self::FrontendKey) -> Option<Frontend>;
     fn key_proto(key: &Self::FrontendKey) -> u8;
     /// Address, port and protocol number of a key, for listings.
     fn key_parts(key: &Self::FrontendKey) -> (IpAddr, u16, u8);
 
-    fn backend(be: &Backend, proto: Proto) -> Self::Backend;
+    /// The map value of `be`; `None` when `be` is of another family.
+    fn backend(be: &Backend, proto: Proto) -> Option<Self::Backend>;
     fn backend_model(b: &Self::Backend) -> Backend;
     fn backend_proto(b: &Self::Backend) -> u8;
     /// Address, port and protocol number of a backend, for listings.
@@ -57,18 +59,21 @@ impl Family for V4 {
     type State = Frontend4State;
     type Backend = Backend4;
 
-    fn frontend_key(fe: &Frontend) -> Frontend4Key {
-        Frontend4Key {
-            addr_be: fe.vip.octets(),
+    fn frontend_key(fe: &Frontend) -> Option<Frontend4Key> {
+        let IpAddr::V4(vip) = fe.vip else {
+            return None;
+        };
+        Some(Frontend4Key {
+            addr_be: vip.octets(),
             port_be: fe.port.to_be(),
             proto: fe.proto.number(),
             scope: SCOPE_INTERNAL,
-        }
+        })
     }
 
     fn frontend(key: &Frontend4Key) -> Option<Frontend> {
         Some(Frontend {
-            vip: Ipv4Addr::from(key.addr_be),
+            vip: Ipv4Addr::from(key.addr_be).into(),
             port: u16::from_be(key.port_be),
             proto: Proto::from_number(key.proto)?,
         })
@@ -86,18 +91,21 @@ impl Family for V4 {
         )
     }
 
-    fn backend(be: &Backend, proto: Proto) -> Backend4 {
-        Backend4 {
-            addr_be: be.ip.octets(),
+    fn backend(be: &Backend, proto: Proto) -> Option<Backend4> {
+        let IpAddr::V4(ip) = be.ip else {
+            return None;
+        };
+        Some(Backend4 {
+            addr_be: ip.octets(),
             port_be: be.port.to_be(),
             proto: proto.number(),
             state: BACKEND_STATE_ACTIVE,
-        }
+        })
     }
 
     fn backend_model(b: &Backend4) -> Backend {
         Backend {
-            ip: Ipv4Addr::from(b.addr_be),
+            ip: Ipv4Addr::from(b.addr_be).into(),
             port: u16::from_be(b.port_be),
         }
     }

@@ -88,6 +88,13 @@ impl<F: Family, T: Tables> LbMaps<F, T> {
             fe_ids: IdPool::default(),
             backend_ids: IdPool::default(),
         };
+        maps.index_all();
+        Ok(maps)
+    }
+
+    /// Indexes what the mirrors hold, into empty indexes.
+    fn index_all(&mut self) {
+        let maps = self;
         let backends: Vec<_> = maps
             .backends
             .content()
@@ -106,7 +113,33 @@ impl<F: Family, T: Tables> LbMaps<F, T> {
         for id in ids.into_iter().chain(fe) {
             maps.fe_use(id, 1);
         }
-        Ok(maps)
+    }
+
+    /// Reads all four tables again and rebuilds the indexes; on error
+    /// nothing changes.
+    pub fn reload(&mut self) -> Result<(), StoreError> {
+        let frontends = self.frontends.reread()?;
+        let states = self.states.reread()?;
+        let slots = self.slots.reread()?;
+        let backends = self.backends.reread()?;
+        self.frontends.set_content(frontends);
+        self.states.set_content(states);
+        self.slots.set_content(slots);
+        self.backends.set_content(backends);
+        self.id_of.clear();
+        self.backend_refs.clear();
+        self.set_sizes.clear();
+        self.fe_uses.clear();
+        self.fe_ids = IdPool::default();
+        self.backend_ids = IdPool::default();
+        self.index_all();
+        Ok(())
+    }
+
+    /// The frontends table itself; see [`Mirror::table_mut`].
+    #[cfg(test)]
+    pub fn frontends_table_mut(&mut self) -> &mut T::Table<F::FrontendKey, FrontendId> {
+        self.frontends.table_mut()
     }
 
     // ------------------------------------------------------------ queries

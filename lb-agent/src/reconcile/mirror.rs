@@ -18,6 +18,23 @@ impl<T: Table> Mirror<T> {
         Ok(Self { table, content })
     }
 
+    /// Reads the table again, as it is now. On error the copy is unchanged.
+    pub fn reread(&self) -> Result<BTreeMap<T::Key, T::Value>, StoreError> {
+        Ok(self.table.read()?.into_iter().collect())
+    }
+
+    /// Replaces the copy with what [`Self::reread`] returned.
+    pub fn set_content(&mut self, content: BTreeMap<T::Key, T::Value>) {
+        self.content = content;
+    }
+
+    /// The table itself, bypassing the copy: lets tests change the map
+    /// behind the reconciler's back, as `bpftool` could.
+    #[cfg(test)]
+    pub fn table_mut(&mut self) -> &mut T {
+        &mut self.table
+    }
+
     pub fn table(&self) -> &T {
         &self.table
     }

@@ -47,16 +47,32 @@ impl<F: Family, T: Tables, G: GracePeriods> Reconciler<F, T, G> {
         })
     }
 
+    /// Forgets what it knows of the tables and reads them again, so that
+    /// the next [`Self::reconcile`] repairs whatever changed behind its back
+    /// (an entry deleted by hand, say). Refused (`Ok(false)`) while retired
+    /// revisions wait for their grace period: re-read, they would look
+    /// unreferenced and be deleted before it passed.
+    pub fn reload(&mut self) -> Result<bool, StoreError> {
+        if self.retired.len() > 0 {
+            return Ok(false);
+        }
+        self.maps.reload()?;
+        Ok(true)
+    }
+
     /// Brings the maps to `desired`, and cleans up whatever no desired
     /// frontend accounts for. Idempotent; after a failure (a full map, say)
-    /// the maps are still consistent and the next call retries.
+    /// the maps are still consistent and the next call retries. Frontends
+    /// of another family are not this reconciler's and are skipped.
     pub fn reconcile(&mut self, desired: &BTreeMap<Frontend, Vec<Backend>>) -> Outcome {
         let mut changes: Vec<Change<'_, F::FrontendKey>> = desired
             .iter()
-            .map(|(fe, b)| Change {
-                key: F::frontend_key(fe),
-                frontend: Some(*fe),
-                backends: Some(b.as_slice()),
+            .filter_map(|(fe, b)| {
+                Some(Change {
+                    key: F::frontend_key(fe)?,
+                    frontend: Some(*fe),
+                    backends: Some(b.as_slice()),
+                })
             })
             .collect();
         let wanted: HashSet<F::FrontendKey> = changes.iter().map(|c| c.key).collect();
@@ -82,16 +98,19 @@ impl<F: Family, T: Tables, G: GracePeriods> Reconciler<F, T, G> {
 
     /// Brings only the given frontends to their desired state (`None`:
     /// remove). Costs O(what they touch), whatever the size of the maps.
+    /// Frontends of another family are skipped.
     pub fn reconcile_some<'a>(
         &mut self,
         changes: impl IntoIterator<Item = (&'a Frontend, Option<&'a [Backend]>)>,
     ) -> Outcome {
         let changes = changes
             .into_iter()
-            .map(|(fe, backends)| Change {
-                key: F::frontend_key(fe),
-                frontend: Some(*fe),
-                backends,
+            .filter_map(|(fe, backends)| {
+                Some(Change {
+                    key: F::frontend_key(fe)?,
+                    frontend: Some(*fe),
+                    backends,
+                })
             })
             .collect();
         pass::apply(
@@ -114,9 +133,19 @@ impl<F: Family, T: Tables, G: GracePeriods> Reconciler<F, T, G> {
         self.retired.len()
     }
 
+    /// Whether `fe` has an entry in the frontends map.
+    pub fn has(&self, fe: &Frontend) -> bool {
+        F::frontend_key(fe).is_some_and(|k| self.maps.frontends().contains_key(&k))
+    }
+
     /// What the maps hold, as far as this reconciler wrote or read them.
     pub fn maps(&self) -> &LbMaps<F, T> {
         &self.maps
+    }
+
+    #[cfg(test)]
+    pub fn maps_mut(&mut self) -> &mut LbMaps<F, T> {
+        &mut self.maps
     }
 
     /// The maps as the datapath sees them.

@@ -205,8 +205,8 @@ fn plan<F: Family, T: Tables>(
 ) -> Result<Option<Plan<F::FrontendKey>>, StoreError> {
     let list = &list[..list.len().min(usize::from(MAX_BACKENDS_PER_FRONTEND))];
     let mut backend_ids = Vec::with_capacity(list.len());
-    for be in list {
-        let value = F::backend(be, frontend.proto);
+    // The model never mixes families; a backend of another one is skipped.
+    for value in list.iter().filter_map(|be| F::backend(be, frontend.proto)) {
         let id = match maps.id_of(&value).or_else(|| new_ids.get(&value).copied()) {
             Some(id) => id,
             None => {

@@ -25,7 +25,7 @@ type Table = BTreeMap<Frontend, Vec<Backend>>;
 
 fn fe(last: u8, port: u16, proto: Proto) -> Frontend {
     Frontend {
-        vip: Ipv4Addr::new(10, 96, 0, last),
+        vip: Ipv4Addr::new(10, 96, 0, last).into(),
         port,
         proto,
     }
@@ -33,13 +33,13 @@ fn fe(last: u8, port: u16, proto: Proto) -> Frontend {
 
 fn be(last: u8, port: u16) -> Backend {
     Backend {
-        ip: Ipv4Addr::new(10, 0, 0, last),
+        ip: Ipv4Addr::new(10, 0, 0, last).into(),
         port,
     }
 }
 
 fn key(f: &Frontend) -> Frontend4Key {
-    V4::frontend_key(f)
+    V4::frontend_key(f).unwrap()
 }
 
 /// Capacities of the four tables: frontends, state ids, slots, backends.
@@ -247,7 +247,7 @@ impl Fixture {
     }
 
     fn backend_id(&self, b: &Backend, proto: Proto) -> u32 {
-        let want = V4::backend(b, proto);
+        let want = V4::backend(b, proto).unwrap();
         let ids: Vec<u32> = self
             .r
             .maps()
@@ -683,7 +683,7 @@ fn removing_a_frontend_frees_its_state_before_its_entry_and_waits_to_delete() {
 
 /// The id of a TCP backend in `snap`.
 fn t_backend(snap: &Snapshot, b: Backend) -> u32 {
-    let want = V4::backend(&b, Proto::Tcp);
+    let want = V4::backend(&b, Proto::Tcp).unwrap();
     *snap.backends.iter().find(|(_, v)| **v == want).unwrap().0
 }
 
@@ -1006,7 +1006,7 @@ fn a_full_pass_after_adopting_cleans_up_what_nothing_accounts_for() {
     let mut dirty = clean.clone();
     let id1 = t.frontend_id(&f1);
     let id2 = t.frontend_id(&f2);
-    let backend = |i| V4::backend(&be(i, 80), Proto::Tcp);
+    let backend = |i| V4::backend(&be(i, 80), Proto::Tcp).unwrap();
     // An old revision of f1, a revision of an id nothing names, a state
     // nothing names, a backend nobody uses; f2's entry points at a freed
     // state (a crash while it was being added).
@@ -1271,10 +1271,10 @@ fn partial_pass_leaves_other_frontends_and_their_leftovers_alone() {
     );
     dirty
         .backends
-        .insert(50, V4::backend(&be(50, 80), Proto::Tcp));
+        .insert(50, V4::backend(&be(50, 80), Proto::Tcp).unwrap());
     dirty
         .backends
-        .insert(51, V4::backend(&be(51, 80), Proto::Tcp));
+        .insert(51, V4::backend(&be(51, 80), Proto::Tcp).unwrap());
     let mut t = Fixture::adopt(&dirty, BIG);
     let start = t.snapshot();
 
@@ -1290,7 +1290,7 @@ fn partial_pass_leaves_other_frontends_and_their_leftovers_alone() {
     assert_eq!(snap.visible(), new);
     // 10.0.0.1 and .2 went with their last users; .3 stays for f3.
     for (b, there) in [(1, false), (2, false), (3, true)] {
-        let want = V4::backend(&be(b, 80), Proto::Tcp);
+        let want = V4::backend(&be(b, 80), Proto::Tcp).unwrap();
         assert_eq!(
             snap.backends.values().any(|v| *v == want),
             there,
@@ -1359,7 +1359,7 @@ fn large_pass_hands_out_dense_ids_in_linear_time() {
     let n: u32 = 20_000;
     let list: Vec<Backend> = (0..n)
         .map(|i| Backend {
-            ip: Ipv4Addr::from(0x0a01_0000 + i),
+            ip: Ipv4Addr::from(0x0a01_0000 + i).into(),
             port: 80,
         })
         .collect();

@@ -1,4 +1,26 @@
-//! Where Services and EndpointSlices come from.
+//! Where Services and EndpointSlices come from, and the changes the
+//! sources hand to the sync loop.
 
 pub mod file;
 pub mod kube;
+
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+
+/// One change from a source.
+#[derive(Clone, Debug)]
+pub enum Change {
+    Service(Box<Service>),
+    ServiceDeleted {
+        namespace: String,
+        name: String,
+    },
+    Slice(Box<EndpointSlice>),
+    SliceDeleted {
+        namespace: String,
+        name: String,
+    },
+    /// The complete set of Services: a first list, a relist, a file re-read.
+    AllServices(Vec<Service>),
+    /// The complete set of EndpointSlices.
+    AllSlices(Vec<EndpointSlice>),
+}

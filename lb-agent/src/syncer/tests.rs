@@ -1,0 +1,235 @@
+//! The syncer over in-memory tables: what it counts, retries, repairs and
+//! remembers.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::{
+    model::{Feature, ObjectKind},
+    reconcile::{
+        Table as _,
+        mem::{Journal, ManualGrace, Mem, lb_tables},
+    },
+    source::file::{Objects, parse_into},
+};
+
+fn objects(yaml: &str) -> Objects {
+    let mut out = Objects::default();
+    parse_into("test.yaml", yaml, &mut out);
+    assert!(out.skipped.is_empty(), "{:?}", out.skipped);
+    out
+}
+
+fn service(name: &str, spec: &str) -> String {
+    format!(
+        "---\napiVersion: v1\nkind: Service\nmetadata: {{namespace: default, name: {name}}}\nspec: {{{spec}}}\n"
+    )
+}
+
+fn slice(name: &str, service: &str, ips: &[&str]) -> String {
+    let eps: Vec<String> = ips
+        .iter()
+        .map(|ip| format!("{{addresses: [{ip}]}}"))
+        .collect();
+    format!(
+        "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+         metadata: {{namespace: default, name: {name}, labels: {{kubernetes.io/service-name: {service}}}}}\n\
+         addressType: IPv4\nports: [{{name: http, port: 8080}}]\nendpoints: [{}]\n",
+        eps.join(", ")
+    )
+}
+
+const HTTP: &str = "ports: [{name: http, port: 80}]";
+
+/// A syncer over in-memory maps holding at most `frontends` frontends.
+fn syncer(frontends: u32) -> (Syncer<Mem, ManualGrace>, Arc<Endpoints>, ManualGrace) {
+    let journal = Journal::default();
+    let grace = ManualGrace::new(&journal);
+    let reconciler = Reconciler::adopt(
+        lb_tables::<V4>(frontends, 1024, 1024, &journal),
+        grace.clone(),
+    )
+    .unwrap();
+    let endpoints = Arc::new(Endpoints::default());
+    let excluded = ExcludedCidrs::parse(["10.244.0.0/16"]).unwrap();
+    (
+        Syncer::new(reconciler, excluded, endpoints.clone()),
+        endpoints,
+        grace,
+    )
+}
+
+/// Feeds the whole of `yaml` as both lists, as the file source does.
+fn list(s: &mut Syncer<Mem, ManualGrace>, yaml: &str, now: Instant) {
+    let o = objects(yaml);
+    s.apply(Change::AllServices(o.services), now);
+    s.apply(Change::AllSlices(o.slices), now);
+}
+
+#[test]
+fn services_programmed_counts_only_services_with_entries_in_the_maps() {
+    let (mut s, e, _) = syncer(64);
+    let now = Instant::now();
+    let yaml = [
+        service("a", &format!("clusterIP: 10.96.0.1, {HTTP}")),
+        slice("a-1", "a", &["10.0.0.1"]),
+        // Every endpoint excluded: left to its own CNI, nothing in the maps.
+        service("b", &format!("clusterIP: 10.96.0.2, {HTTP}")),
+        slice("b-1", "b", &["10.244.0.1"]),
+        // Claims a's frontend and loses it (a sorts first).
+        service("c", &format!("clusterIP: 10.96.0.1, {HTTP}")),
+        slice("c-1", "c", &["10.0.0.3"]),
+        // No endpoints: programmed to refuse, so it is in the maps.
+        service("d", &format!("clusterIP: 10.96.0.4, {HTTP}")),
+    ]
+    .concat();
+    list(&mut s, &yaml, now);
+    s.sync(now).unwrap();
+    assert_eq!(e.metrics.services_programmed.get(), 2.0, "a and d");
+
+    // a gone: c takes its frontend over.
+    s.apply(
+        Change::ServiceDeleted {
+            namespace: "default".into(),
+            name: "a".into(),
+        },
+        now,
+    );
+    s.sync(now).unwrap();
+    assert_eq!(e.metrics.services_programmed.get(), 2.0, "c and d");
+    assert_eq!(
+        s.owned
+            .keys()
+            .map(|o| o.name.as_str())
+            .collect::<BTreeSet<_>>(),
+        BTreeSet::from(["c", "d"])
+    );
+}
+
+#[test]
+fn failed_frontends_are_retried_with_exponential_backoff() {
+    // Room for one frontend: the second Service's write fails.
+    let (mut s, e, grace) = syncer(1);
+    let t0 = Instant::now();
+    let yaml = [
+        service("a", &format!("clusterIP: 10.96.0.1, {HTTP}")),
+        service("b", &format!("clusterIP: 10.96.0.2, {HTTP}")),
+    ]
+    .concat();
+    list(&mut s, &yaml, t0);
+    let first = s.sync(t0).unwrap();
+    assert_eq!(first.outcome.failed.len(), 1);
+    assert_eq!(s.failing(), 1);
+    assert_eq!(s.next_retry(), Some(t0 + RETRY_FIRST));
+    // Nothing due before the backoff has passed.
+    assert!(s.sync(t0 + RETRY_FIRST / 2).is_none());
+    let mut at = t0;
+    for backoff in [1, 2, 4, 8] {
+        at += Duration::from_secs(backoff);
+        let retried = s.sync(at).expect("a retry is due");
+        assert_eq!(retried.frontends, 1);
+        assert_eq!(s.next_retry(), Some(at + Duration::from_secs(backoff * 2)));
+    }
+    assert_eq!(e.metrics.map_full_errors.get(), 5);
+    // Capped.
+    for _ in 0..10 {
+        at = s.next_retry().unwrap();
+        s.sync(at).unwrap();
+    }
+    assert_eq!(s.next_retry(), Some(at + RETRY_MAX));
+    // The winner of the room leaving lets the retry succeed.
+    s.apply(
+        Change::ServiceDeleted {
+            namespace: "default".into(),
+            name: "a".into(),
+        },
+        at,
+    );
+    s.sync(at).unwrap();
+    grace.elapse();
+    s.reap();
+    let at = s.next_retry().unwrap_or(at);
+    s.sync(at);
+    assert_eq!(s.failing(), 0);
+    assert_eq!(e.metrics.services_programmed.get(), 1.0);
+}
+
+#[test]
+fn prune_repairs_an_entry_deleted_behind_the_agents_back() {
+    let (mut s, _, grace) = syncer(64);
+    let now = Instant::now();
+    let yaml = [
+        service("a", &format!("clusterIP: 10.96.0.1, {HTTP}")),
+        slice("a-1", "a", &["10.0.0.1", "10.0.0.2"]),
+    ]
+    .concat();
+    list(&mut s, &yaml, now);
+    s.sync(now).unwrap();
+    let before = s.reconciler.view();
+    let key = *s.reconciler.maps().frontends().keys().next().unwrap();
+    s.reconciler
+        .maps_mut()
+        .frontends_table_mut()
+        .delete(&[key])
+        .unwrap();
+    // Nothing pending: a plain sync does not see the drift.
+    assert!(s.sync(now).is_none());
+    let pruned = s.prune(now).expect("prune runs when nothing is retiring");
+    assert!(pruned.full && pruned.outcome.changed() > 0, "{pruned:?}");
+    assert!(pruned.outcome.failed.is_empty());
+    let after = s.reconciler.view();
+    assert_eq!(
+        crate::dump::render(&after).lines().count(),
+        crate::dump::render(&before).lines().count()
+    );
+    assert!(s.reconciler.has(&Frontend {
+        vip: "10.96.0.1".parse().unwrap(),
+        port: 80,
+        proto: crate::model::Proto::Tcp,
+    }));
+    // Not while revisions wait for their grace period; then, with nothing
+    // drifted, a prune changes nothing.
+    if s.retiring() {
+        assert!(s.prune(now).is_none());
+        grace.elapse();
+        s.reap();
+    }
+    assert_eq!(s.prune(now).unwrap().outcome.changed(), 0);
+}
+
+#[test]
+fn what_was_logged_is_forgotten_with_its_service_and_counted_once() {
+    let (mut s, e, _) = syncer(64);
+    let now = Instant::now();
+    let affinity = service(
+        "a",
+        &format!("clusterIP: 10.96.0.1, sessionAffinity: ClientIP, {HTTP}"),
+    );
+    let yaml = [
+        affinity.clone(),
+        slice("a-1", "a", &["10.0.0.1", "10.244.0.9"]),
+    ]
+    .concat();
+    list(&mut s, &yaml, now);
+    s.sync(now).unwrap();
+    // The same Service again: nothing new to report.
+    s.apply(
+        Change::Service(Box::new(objects(&affinity).services.remove(0))),
+        now,
+    );
+    s.sync(now).unwrap();
+    assert_eq!(e.metrics.unsupported(Feature::SessionAffinity).get(), 1);
+    assert_eq!(e.metrics.excluded_endpoints.get(), 1);
+    assert_eq!(s.reported.len(), 1);
+    s.apply(
+        Change::ServiceDeleted {
+            namespace: "default".into(),
+            name: "a".into(),
+        },
+        now,
+    );
+    s.sync(now).unwrap();
+    assert!(s.reported.is_empty() && s.reported_conflicts.is_empty());
+    assert!(s.owner_of.is_empty() && s.owned.is_empty());
+    assert_eq!(e.metrics.invalid(ObjectKind::Service).get(), 0);
+}
