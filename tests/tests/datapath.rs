@@ -338,3 +338,42 @@ fn malformed_documents_are_skipped_and_the_valid_ones_work() -> anyhow::Result<(
     assert_eq!(r.ok(), 20, "{r:?}");
     Ok(())
 }
+
+#[test]
+fn a_frontend_deleted_by_hand_is_restored_by_the_periodic_prune() -> anyhow::Result<()> {
+    let mut bed = Bed::new()?;
+    bed.backend("pa", "10.42.0.148".parse()?, &[8080], &[])?;
+    bed.write_manifest(&web(&["10.42.0.148"]))?;
+    bed.start_agent(&["--map-prune-interval", "1s"])?;
+    let before = bed.pins.dump()?;
+    assert!(before.contains(TO), "{before}");
+    // What an operator's `bpftool map delete` does: 10.96.100.1:80/TCP,
+    // internal scope, as the key's bytes.
+    let map = bed.pins.path().join("maps/LB4_FRONTENDS_V2");
+    let status = std::process::Command::new("bpftool")
+        .args(["map", "delete", "pinned"])
+        .arg(&map)
+        .args(["key", "hex", "0a", "60", "64", "01", "00", "50", "06", "00"])
+        .status()?;
+    assert!(status.success(), "bpftool map delete: {status}");
+    assert!(!bed.pins.dump()?.contains(TO), "the entry must be gone");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let mut after = bed.pins.dump()?;
+    while !after.contains(TO) {
+        assert!(std::time::Instant::now() < deadline, "not repaired:\n{after}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        after = bed.pins.dump()?;
+    }
+    // Rewritten under a fresh id, the same backends; the orphaned state and
+    // slots freed (the entry counts match).
+    let backends = |d: &str| -> Vec<String> {
+        d.lines()
+            .filter(|l| l.trim_start().starts_with("->") || l.starts_with("# entries"))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(backends(&after), backends(&before), "{before}\n{after}");
+    let r = bed.tcp(TO, 20)?;
+    assert_eq!(r.ok(), 20, "{r:?}");
+    Ok(())
+}
