@@ -360,7 +360,10 @@ fn a_frontend_deleted_by_hand_is_restored_by_the_periodic_prune() -> anyhow::Res
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
     let mut after = bed.pins.dump()?;
     while !after.contains(TO) {
-        assert!(std::time::Instant::now() < deadline, "not repaired:\n{after}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not repaired:\n{after}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(100));
         after = bed.pins.dump()?;
     }

@@ -207,6 +207,8 @@ fn expired_resource_version_forces_a_relist_that_catches_missed_deletes() -> any
     )?;
     assert_eq!(answering(&bed, TO, 50)?, set(&["pa", "pb"]));
     let lists = api.request_count("endpointslices", Verb::List);
+    let full = "kubeproxy_sync_full_proxy_rules_duration_seconds_count";
+    let full_before = bed.agent().metric(full)?;
 
     // The agent stops hearing events, a slice is deleted and history is
     // compacted; its next watch from the old resourceVersion gets 410.
@@ -222,11 +224,73 @@ fn expired_resource_version_forces_a_relist_that_catches_missed_deletes() -> any
     eventually("the missed delete to take effect", || {
         Ok(answering(&bed, TO, 40)? == set(&["pb"]))
     })?;
-    let log = bed.agent().log_text();
+    // The relist ended in a full sync: the only kind that drops what the
+    // relist no longer lists.
     assert!(
-        log.contains("full=true"),
-        "a relist must end in a full sync:\n{log}"
+        bed.agent().metric(full)? > full_before,
+        "a relist must end in a full sync"
     );
+    Ok(())
+}
+
+#[test]
+fn objects_for_another_proxy_or_headless_are_filtered_by_the_apiserver() -> anyhow::Result<()> {
+    let (mut bed, api) = kube_bed(&(web_service() + &web_slice("web-a", &["10.42.0.1"])))?;
+    let ignored = |bed: &mut Bed| -> anyhow::Result<f64> {
+        Ok(bed
+            .agent()
+            .metric(r#"lbagent_ignored_objects_total{kind="Service"}"#)?
+            + bed
+                .agent()
+                .metric(r#"lbagent_ignored_objects_total{kind="EndpointSlice"}"#)?)
+    };
+    let before = ignored(&mut bed)?;
+    let labelled = |name: &str, vip: &str, label: &str| {
+        service("default", name, vip, &[("http", 80, "TCP")]).replace(
+            &format!("name: {name}, namespace: default}}"),
+            &format!("name: {name}, namespace: default, labels: {{{label}: x}}}}"),
+        )
+    };
+    let other = labelled(
+        "other",
+        "10.96.100.7",
+        "service.kubernetes.io/service-proxy-name",
+    );
+    let headless = labelled("hl", "10.96.100.8", "service.kubernetes.io/headless");
+    assert!(other.contains("service-proxy-name") && headless.contains("headless"));
+    // Applied to the apiserver only: no sync follows what is filtered.
+    apply_yaml(&api, &other)?;
+    apply_yaml(&api, &headless)?;
+    apply_yaml(
+        &api,
+        &(slice(
+            "default",
+            "other-1",
+            "other",
+            &[("http", 8080, "TCP")],
+            &[("10.42.0.2", true)],
+        )
+        .replace(
+            "labels: {kubernetes.io/service-name: other}",
+            "labels: {kubernetes.io/service-name: other, service.kubernetes.io/service-proxy-name: x}",
+        )),
+    )?;
+    // A later, plain Service: once it is programmed, the watch has
+    // delivered everything before it.
+    bed.kube_apply(
+        &api,
+        &service("default", "plain", "10.96.100.9", &[("http", 80, "TCP")]),
+    )?;
+    eventually("the plain Service", || {
+        Ok(bed.pins.dump()?.contains("10.96.100.9:80"))
+    })?;
+    let dump = bed.pins.dump()?;
+    assert!(
+        !dump.contains("10.96.100.7") && !dump.contains("10.96.100.8"),
+        "{dump}"
+    );
+    // Filtered on the server: the agent never even saw them to ignore.
+    assert_eq!(ignored(&mut bed)?, before);
     Ok(())
 }
 
