@@ -1,11 +1,25 @@
 //! The metrics and healthz HTTP endpoints, as kube-proxy serves them.
+//!
+//! The healthz listener is on every address by default, so neither a slow
+//! client nor a flood of idle connections may keep it from answering:
+//! headers must arrive within [`HEADER_TIMEOUT`], a connection lives at
+//! most [`MAX_AGE`], and at most [`MAX_CONNECTIONS`] are served at once
+//! (more wait in the listen backlog until one of those times out).
 
-use std::{convert::Infallible, net::SocketAddr, sync::Arc};
+use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
 
 use http_body_util::Full;
 use hyper::{Method, Request, Response, body::Bytes, server::conn::http1, service::service_fn};
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::{net::TcpListener, sync::Semaphore};
+
+/// Connections served at once, per listener.
+pub const MAX_CONNECTIONS: usize = 4096;
+/// Time a client has to send a request's headers.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time after which a connection is closed, however busy (a scraper simply
+/// opens a new one).
+pub const MAX_AGE: Duration = Duration::from_secs(60);
 
 use crate::{health::Health, metrics::Metrics};
 
@@ -33,8 +47,12 @@ pub async fn serve(
 ) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     tokio::spawn(async move {
         loop {
+            let Ok(slot) = slots.clone().acquire_owned().await else {
+                return;
+            };
             let stream = match listener.accept().await {
                 Ok((stream, _)) => stream,
                 Err(e) => {
@@ -50,10 +68,14 @@ pub async fn serve(
                     let endpoints = endpoints.clone();
                     async move { Ok::<_, Infallible>(answer(role, &endpoints, &req)) }
                 });
-                // A client that hangs up mid-request is its own problem.
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
+                let conn = http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HEADER_TIMEOUT)
+                    .serve_connection(TokioIo::new(stream), svc);
+                // A client that hangs up mid-request, or is too slow, is its
+                // own problem.
+                let _ = tokio::time::timeout(MAX_AGE, conn).await;
+                drop(slot);
             });
         }
     });
