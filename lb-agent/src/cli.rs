@@ -1,5 +1,5 @@
 //! Command-line interface. Flags mirror kube-proxy's where the meaning is the
-//! same (DESIGN §4); a flag given on the command line overrides `--config`.
+//! same (README, "Running the agent"); a flag given on the command line overrides `--config`.
 
 use std::path::PathBuf;
 
@@ -48,7 +48,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "URL")]
     pub master: Option<String>,
     /// This node's name [default: $NODE_NAME, then the host name]. Used to
-    /// watch this Node and for `internalTrafficPolicy: Local`.
+    /// watch this Node (its deletion or draining fails /healthz).
     #[arg(long, value_name = "NAME")]
     pub hostname_override: Option<String>,
     /// Endpoints in these CIDRs belong to another CNI and are never programmed.
@@ -118,6 +118,11 @@ pub struct MapSizeArgs {
 pub struct CleanupArgs {
     #[arg(long, value_name = "DIR", default_value = DEFAULT_BPFFS_DIR)]
     pub bpffs_dir: PathBuf,
+    /// The cgroup `run` attached to. Accepted as `run` accepts it; cleanup
+    /// needs no cgroup, since removing the pinned links under --bpffs-dir
+    /// detaches the programs from whichever cgroup holds them.
+    #[arg(long, value_name = "DIR")]
+    pub cgroup_path: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

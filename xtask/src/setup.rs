@@ -81,7 +81,7 @@ fn on_path(bin: &str) -> bool {
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
 }
 
-/// DESIGN §5: no prebuilt bpf-linker can be fetched, so build it against the
+/// No prebuilt bpf-linker can be fetched from the package registries, so build it against the
 /// nightly toolchain's own libLLVM.
 fn bpf_linker() -> anyhow::Result<()> {
     if on_path("bpf-linker") {
