@@ -25,7 +25,7 @@ pub use service::{
     Affinity, HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL, ServicePort, ServiceSpec, ServiceType,
     TrafficPolicy, object_ref as service_ref,
 };
-pub use slice::{SliceEndpoint, SlicePort, SliceSpec, object_ref as slice_ref};
+pub use slice::{EndpointTopology, SliceEndpoint, SlicePort, SliceSpec, object_ref as slice_ref};
 
 #[cfg(test)]
 mod cache_tests;

@@ -37,6 +37,14 @@ pub struct SliceEndpoint {
     pub ready: Option<bool>,
     pub serving: Option<bool>,
     pub terminating: Option<bool>,
+    /// `None` when the endpoint names no node, zone or hint (boxed: at
+    /// 100,000 endpoints the empty fields alone would cost 10 MB).
+    pub topology: Option<Box<EndpointTopology>>,
+}
+
+/// Where an endpoint runs, and the topology hints for it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EndpointTopology {
     pub node_name: Option<String>,
     pub zone: Option<String>,
     /// `hints.forZones[].name`.
@@ -141,11 +149,7 @@ pub(super) fn validate(slice: &EndpointSlice) -> Verdict {
         }
         let cond = ep.conditions.as_ref();
         let hints = ep.hints.as_ref();
-        endpoints.push(SliceEndpoint {
-            ips,
-            ready: cond.and_then(|c| c.ready),
-            serving: cond.and_then(|c| c.serving),
-            terminating: cond.and_then(|c| c.terminating),
+        let topology = EndpointTopology {
             node_name: ep.node_name.clone(),
             zone: ep.zone.clone(),
             for_zones: hints
@@ -160,6 +164,13 @@ pub(super) fn validate(slice: &EndpointSlice) -> Verdict {
                 .flatten()
                 .map(|n| n.name.clone())
                 .collect(),
+        };
+        endpoints.push(SliceEndpoint {
+            ips,
+            ready: cond.and_then(|c| c.ready),
+            serving: cond.and_then(|c| c.serving),
+            terminating: cond.and_then(|c| c.terminating),
+            topology: (topology != EndpointTopology::default()).then(|| Box::new(topology)),
         });
     }
     Verdict::Use(SliceSpec {

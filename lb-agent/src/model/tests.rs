@@ -812,12 +812,14 @@ fn endpoint_topology_and_raw_conditions_are_kept() {
     let [a, b] = &spec.endpoints[..] else {
         panic!("{spec:?}");
     };
+    let t = a.topology.as_deref().expect("topology kept");
+    assert!(b.topology.is_none());
     assert_eq!(
-        (a.node_name.as_deref(), a.zone.as_deref()),
+        (t.node_name.as_deref(), t.zone.as_deref()),
         (Some("n1"), Some("z1"))
     );
     assert_eq!(
-        (&a.for_zones[..], &a.for_nodes[..]),
+        (&t.for_zones[..], &t.for_nodes[..]),
         (&["z1".to_owned()][..], &["n1".to_owned()][..])
     );
     assert_eq!((a.ready, a.serving, a.terminating), (None, None, None));
