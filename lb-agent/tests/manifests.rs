@@ -611,7 +611,7 @@ fn examples_produce_frontends() {
         let frontends: Vec<_> = desired
             .owners
             .iter()
-            .filter(|(_, o)| o.namespace == ns && o.name == name)
+            .filter(|(_, o)| &*o.namespace == ns && &*o.name == name)
             .map(|(fe, _)| fe)
             .collect();
         assert!(!frontends.is_empty(), "{ns}/{name} produces no frontend");

@@ -15,7 +15,7 @@ mod exclusion;
 mod service;
 mod slice;
 
-use std::{fmt, net::IpAddr};
+use std::{fmt, net::IpAddr, sync::Arc};
 
 pub use cache::{Admission, Cache, Flush, ServiceReport};
 pub use claims::Claim;
@@ -218,28 +218,29 @@ impl fmt::Display for Feature {
     }
 }
 
-/// `namespace/name` of a Kubernetes object, for logs and reports.
+/// `namespace/name` of a Kubernetes object, for logs and reports. Cloned
+/// into many indexes, so the names are shared, not copied.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectRef {
     pub kind: ObjectKind,
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
 }
 
 impl ObjectRef {
     pub fn service(namespace: &str, name: &str) -> Self {
         Self {
             kind: ObjectKind::Service,
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
+            namespace: namespace.into(),
+            name: name.into(),
         }
     }
 
     pub fn slice(namespace: &str, name: &str) -> Self {
         Self {
             kind: ObjectKind::EndpointSlice,
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
+            namespace: namespace.into(),
+            name: name.into(),
         }
     }
 }

@@ -123,9 +123,10 @@ pub fn object_ref(svc: &Service) -> ObjectRef {
         namespace: svc
             .metadata
             .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into()),
-        name: svc.metadata.name.clone().unwrap_or_default(),
+            .as_deref()
+            .unwrap_or("default")
+            .into(),
+        name: svc.metadata.name.as_deref().unwrap_or_default().into(),
     }
 }
 

@@ -83,9 +83,10 @@ pub fn object_ref(slice: &EndpointSlice) -> ObjectRef {
         namespace: slice
             .metadata
             .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into()),
-        name: slice.metadata.name.clone().unwrap_or_default(),
+            .as_deref()
+            .unwrap_or("default")
+            .into(),
+        name: slice.metadata.name.as_deref().unwrap_or_default().into(),
     }
 }
 

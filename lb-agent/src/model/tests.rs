@@ -713,7 +713,7 @@ fn malformed_objects_are_reported_and_the_rest_is_programmed() {
     let reason = |name: &str| {
         r.invalid
             .iter()
-            .find(|i| i.object.name == name)
+            .find(|i| &*i.object.name == name)
             .map(|i| i.reason.clone())
             .unwrap()
     };

@@ -98,10 +98,7 @@ fn services_programmed_counts_only_services_with_entries_in_the_maps() {
     s.sync(now).unwrap();
     assert_eq!(e.metrics.services_programmed.get(), 2.0, "c and d");
     assert_eq!(
-        s.owned
-            .keys()
-            .map(|o| o.name.as_str())
-            .collect::<BTreeSet<_>>(),
+        s.owned.keys().map(|o| &*o.name).collect::<BTreeSet<_>>(),
         BTreeSet::from(["c", "d"])
     );
 }
