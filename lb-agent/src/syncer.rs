@@ -22,9 +22,8 @@ use crate::{
         slice_ref,
     },
     reconcile::{Family as _, GracePeriods, Outcome, Reconciler, StoreError, Tables, V4},
+    source::Change,
 };
-
-pub use crate::source::Change;
 
 /// The EndpointSlice annotation kube-proxy measures programming latency from.
 pub const TRIGGER_TIME_ANNOTATION: &str = "endpoints.kubernetes.io/last-change-trigger-time";
