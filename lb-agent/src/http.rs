@@ -7,7 +7,10 @@ use hyper::{Method, Request, Response, body::Bytes, server::conn::http1, service
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use crate::{health::Health, metrics::Metrics};
+use crate::{
+    health::Health,
+    metrics::{self, Metrics},
+};
 
 /// What the two listeners answer from.
 #[derive(Debug, Default)]
@@ -65,11 +68,7 @@ fn answer<B>(role: Role, e: &Endpoints, req: &Request<B>) -> Response<Full<Bytes
         return reply(405, "text/plain", "method not allowed\n".into());
     }
     match (role, req.uri().path()) {
-        (Role::Metrics, "/metrics") => reply(
-            200,
-            "text/plain; version=0.0.4; charset=utf-8",
-            e.metrics.render(),
-        ),
+        (Role::Metrics, "/metrics") => reply(200, metrics::CONTENT_TYPE, e.metrics.render()),
         (Role::Metrics, "/proxyMode") => reply(200, "text/plain", "ebpf".into()),
         (Role::Healthz, "/healthz") => {
             let a = e.health.healthz();

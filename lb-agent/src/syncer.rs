@@ -17,7 +17,7 @@ use tracing::{debug, error, info, warn};
 use crate::{
     http::Endpoints,
     model::{
-        Admission, Backend, Cache, ExcludedCidrs, Frontend, ObjectKind, ObjectRef, service_ref, slice_ref,
+        Admission, Backend, Cache, ExcludedCidrs, Frontend, ObjectRef, service_ref, slice_ref,
     },
     reconcile::{GracePeriods, Outcome, Reconciler, StoreError, Tables, V4},
 };
@@ -150,17 +150,11 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
                 Admission::Accepted => {}
                 Admission::Ignored(why) => {
                     debug!(%object, "not programmed: {why}");
-                    match object.kind {
-                        ObjectKind::Service => m.ignored_services.inc(),
-                        ObjectKind::EndpointSlice => m.ignored_slices.inc(),
-                    }
+                    m.ignored(object.kind).inc();
                 }
                 Admission::Invalid(inv) => {
                     warn!(object = %inv.object, "skipping malformed object: {}", inv.reason);
-                    match inv.object.kind {
-                        ObjectKind::Service => m.invalid_services.inc(),
-                        ObjectKind::EndpointSlice => m.invalid_slices.inc(),
-                    }
+                    m.invalid(inv.object.kind).inc();
                 }
             }
         }
@@ -263,9 +257,10 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         let m = &self.endpoints.metrics;
         for (fe, e) in &outcome.failed {
             match e.as_ref() {
-                StoreError::Full { .. } => m.map_full_errors.inc(),
-                _ => m.map_write_errors.inc(),
+                StoreError::Full { .. } => &m.map_full_errors,
+                _ => &m.map_write_errors,
             }
+            .inc();
             error!(frontend = %fe, error = e.as_ref() as &dyn std::error::Error, "not updated, keeps its previous state");
         }
         self.record_delete_errors(outcome);
