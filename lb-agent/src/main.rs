@@ -25,6 +25,7 @@ fn main() -> anyhow::Result<()> {
         .init();
     match cli.command {
         Command::Run(args) => {
+            lb_agent::fd_limit::raise_or_warn();
             let host_name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok();
             let config = RunConfig::resolve(args, std::env::var("NODE_NAME").ok(), host_name)?;
             tokio::runtime::Builder::new_current_thread()
