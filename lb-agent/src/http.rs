@@ -117,12 +117,13 @@ async fn accept(
             }
             Err(e) => {
                 tracing::warn!(?local, "accepting a connection: {e}");
-                // Out of descriptors: free one of ours if we can. Either
-                // way back off instead of spinning.
-                if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
-                    conns.evict_one();
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
+                // Out of descriptors: free one of ours if we can, and give
+                // its task a moment to close it; else back off longer.
+                // Either way, do not spin.
+                let freed = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+                    && conns.evict_one();
+                let pause = if freed { 10 } else { 100 };
+                tokio::time::sleep(Duration::from_millis(pause)).await;
             }
         }
     }
