@@ -1,27 +1,28 @@
 //! The metrics and healthz HTTP endpoints, as kube-proxy serves them.
 //!
-//! The healthz listener is on every address by default, so neither a slow
-//! client nor a flood of idle connections may keep it from answering:
-//! headers must arrive within [`HEADER_TIMEOUT`], a connection lives at
-//! most [`MAX_AGE`], and at most [`MAX_CONNECTIONS`] are served at once
-//! (more wait in the listen backlog until one of those times out).
+//! The healthz listener usually binds 0.0.0.0, so every listener is built
+//! to keep answering under a flood of connections: a connection must send a
+//! complete request head within [`Limits::header_timeout`] of connecting or
+//! of its previous answer, and at [`Limits::max_connections`] the least
+//! useful open connection is closed to admit the new one (see
+//! [`conns::Conns`]) rather than the listener refusing everyone.
 
-use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
+mod conns;
+#[cfg(test)]
+mod tests;
+
+use std::{convert::Infallible, io, net::SocketAddr, sync::Arc, time::Duration};
 
 use http_body_util::Full;
 use hyper::{Method, Request, Response, body::Bytes, server::conn::http1, service::service_fn};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::{net::TcpListener, sync::Semaphore};
+use tokio::net::{TcpListener, TcpStream};
 
-/// Connections served at once, per listener.
-pub const MAX_CONNECTIONS: usize = 4096;
-/// Time a client has to send a request's headers.
-pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
-/// Time after which a connection is closed, however busy (a scraper simply
-/// opens a new one).
-pub const MAX_AGE: Duration = Duration::from_secs(60);
-
-use crate::{health::Health, metrics::Metrics};
+use self::conns::Conns;
+use crate::{
+    health::Health,
+    metrics::{self, Metrics},
+};
 
 /// What the two listeners answer from.
 #[derive(Debug, Default)]
@@ -39,47 +40,116 @@ pub enum Role {
     Healthz,
 }
 
+/// How much one listener lets its clients hold.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Open connections at most; at the cap, a new one closes the least
+    /// useful one (see [`conns::Conns`]).
+    pub max_connections: usize,
+    /// Time to send a whole request head, counted from the connection's
+    /// start or from the previous answer (so it is also the keep-alive idle
+    /// timeout).
+    pub header_timeout: Duration,
+}
+
+impl Default for Limits {
+    /// Far more connections than probes and scrapers need; a head timeout
+    /// that a probe or scraper on a loaded node still meets.
+    fn default() -> Self {
+        Self {
+            max_connections: 4096,
+            header_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A request head this large is refused with 431: it bounds the memory a
+/// slow client can pin per connection (hyper's default is 400 KiB).
+const MAX_HEAD: usize = 16 * 1024;
+
 /// Binds now (so a bad address fails the start), then serves in the background.
 pub async fn serve(
     addr: SocketAddr,
     role: Role,
     endpoints: Arc<Endpoints>,
-) -> std::io::Result<SocketAddr> {
+) -> io::Result<SocketAddr> {
+    Ok(serve_with(addr, role, endpoints, Limits::default())
+        .await?
+        .0)
+}
+
+/// [`serve`] with chosen limits; also returns the connection table.
+async fn serve_with(
+    addr: SocketAddr,
+    role: Role,
+    endpoints: Arc<Endpoints>,
+    limits: Limits,
+) -> io::Result<(SocketAddr, Arc<Conns>)> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    tokio::spawn(async move {
-        loop {
-            let Ok(slot) = slots.clone().acquire_owned().await else {
-                return;
-            };
-            let stream = match listener.accept().await {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    // Out of descriptors, say: back off instead of spinning.
-                    tracing::warn!(%local, "accepting a connection: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            let endpoints = endpoints.clone();
-            tokio::spawn(async move {
-                let svc = service_fn(move |req| {
-                    let endpoints = endpoints.clone();
-                    async move { Ok::<_, Infallible>(answer(role, &endpoints, &req)) }
-                });
-                let conn = http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(HEADER_TIMEOUT)
-                    .serve_connection(TokioIo::new(stream), svc);
-                // A client that hangs up mid-request, or is too slow, is its
-                // own problem.
-                let _ = tokio::time::timeout(MAX_AGE, conn).await;
-                drop(slot);
-            });
+    let conns = Arc::new(Conns::new(limits.max_connections));
+    tokio::spawn(accept(listener, role, endpoints, limits, conns.clone()));
+    Ok((local, conns))
+}
+
+async fn accept(
+    listener: TcpListener,
+    role: Role,
+    endpoints: Arc<Endpoints>,
+    limits: Limits,
+    conns: Arc<Conns>,
+) {
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_header_size(MAX_HEAD);
+    let local = listener.local_addr().ok();
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(connection(
+                    stream,
+                    role,
+                    endpoints.clone(),
+                    http.clone(),
+                    &conns,
+                ));
+            }
+            Err(e) => {
+                tracing::warn!(?local, "accepting a connection: {e}");
+                // Out of descriptors: free one of ours if we can, and give
+                // its task a moment to close it; else back off longer.
+                // Either way, do not spin.
+                let freed = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+                    && conns.evict_one();
+                let pause = if freed { 10 } else { 100 };
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+            }
         }
+    }
+}
+
+/// Serves one connection until it ends, times out or is evicted.
+fn connection(
+    stream: TcpStream,
+    role: Role,
+    endpoints: Arc<Endpoints>,
+    http: http1::Builder,
+    conns: &Arc<Conns>,
+) -> impl Future<Output = ()> + use<> {
+    let (ticket, evicted) = Conns::admit(conns);
+    let svc = service_fn(move |req| {
+        ticket.requested();
+        let answer = answer(role, &endpoints, &req);
+        async move { Ok::<_, Infallible>(answer) }
     });
-    Ok(local)
+    async move {
+        tokio::select! {
+            // A client that hangs up mid-request is its own problem.
+            _ = http.serve_connection(TokioIo::new(stream), svc) => {}
+            _ = evicted => {}
+        }
+    }
 }
 
 fn answer<B>(role: Role, e: &Endpoints, req: &Request<B>) -> Response<Full<Bytes>> {
@@ -87,11 +157,7 @@ fn answer<B>(role: Role, e: &Endpoints, req: &Request<B>) -> Response<Full<Bytes
         return reply(405, "text/plain", "method not allowed\n".into());
     }
     match (role, req.uri().path()) {
-        (Role::Metrics, "/metrics") => reply(
-            200,
-            "text/plain; version=0.0.4; charset=utf-8",
-            e.metrics.render(),
-        ),
+        (Role::Metrics, "/metrics") => reply(200, metrics::CONTENT_TYPE, e.metrics.render()),
         (Role::Metrics, "/proxyMode") => reply(200, "text/plain", "ebpf".into()),
         (Role::Healthz, "/healthz") => {
             let a = e.health.healthz();

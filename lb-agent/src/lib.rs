@@ -4,6 +4,7 @@ pub mod cli;
 pub mod config;
 pub mod datapath;
 pub mod dump;
+pub mod fd_limit;
 pub mod health;
 pub mod http;
 pub mod log_budget;

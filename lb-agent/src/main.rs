@@ -25,11 +25,7 @@ fn main() -> anyhow::Result<()> {
         .init();
     match cli.command {
         Command::Run(args) => {
-            // As Go raises it for kube-proxy: the soft limit up to the hard one,
-            // so that a flood of connections cannot starve the listeners.
-            if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
-                tracing::warn!("raising the open-files limit: {e}");
-            }
+            lb_agent::fd_limit::raise_or_warn();
             let host_name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok();
             let config = RunConfig::resolve(args, std::env::var("NODE_NAME").ok(), host_name)?;
             tokio::runtime::Builder::new_current_thread()

@@ -343,9 +343,10 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         let m = &self.endpoints.metrics;
         for (fe, e) in &outcome.failed {
             match e.as_ref() {
-                StoreError::Full { .. } => m.map_full_errors.inc(),
-                _ => m.map_write_errors.inc(),
+                StoreError::Full { .. } => &m.map_full_errors,
+                _ => &m.map_write_errors,
             }
+            .inc();
             let attempts = self
                 .failed
                 .get(fe)

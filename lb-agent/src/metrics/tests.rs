@@ -1,0 +1,180 @@
+use std::{collections::BTreeSet, time::SystemTime};
+
+use super::*;
+
+/// The value of the sample whose name and labels are exactly `sample`, read
+/// as the integration tests read `/metrics`.
+fn sample(text: &str, sample: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        l.strip_prefix(sample)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+fn families(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| l.split(' ').next().expect("a name"))
+        .collect()
+}
+
+#[test]
+fn histogram_keeps_the_buckets_is_cumulative_and_counts_everything() {
+    let m = Metrics::default();
+    m.sync_duration.observe(Duration::from_micros(40));
+    m.sync_duration.observe(Duration::from_millis(4));
+    m.sync_duration.observe(Duration::from_secs(100));
+    let text = m.render();
+    let name = "kubeproxy_sync_proxy_rules_duration_seconds";
+    let buckets: Vec<(f64, f64)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(&format!("{name}_bucket{{le=\"")))
+        .map(|l| {
+            let (le, n) = l.split_once("\"} ").expect("le=\"..\"} n");
+            (le.parse().expect("a bound"), n.parse().expect("a count"))
+        })
+        .collect();
+    let bounds: Vec<f64> = buckets.iter().map(|(le, _)| *le).collect();
+    let expected: Vec<f64> = BUCKETS.iter().copied().chain([f64::INFINITY]).collect();
+    assert_eq!(bounds, expected, "{text}");
+    let count = |bound: f64| buckets.iter().find(|(le, _)| *le == bound).map(|(_, n)| *n);
+    assert_eq!(count(0.000_05), Some(1.0), "{text}");
+    assert_eq!(count(0.005), Some(2.0), "{text}");
+    assert_eq!(count(30.0), Some(2.0), "{text}");
+    assert_eq!(count(f64::INFINITY), Some(3.0), "{text}");
+    assert_eq!(sample(&text, &format!("{name}_count")), Some(3.0));
+    let sum = sample(&text, &format!("{name}_sum")).expect("a sum");
+    assert!((sum - 100.004_04).abs() < 1e-9, "{sum}");
+}
+
+#[test]
+fn render_names_every_family_once_with_every_label() {
+    let m = Metrics::default();
+    m.invalid(ObjectKind::EndpointSlice).inc();
+    m.unsupported(Feature::SessionAffinity).inc();
+    m.unsupported(Feature::SessionAffinity).inc();
+    m.service_changes.inc();
+    m.backends_programmed.set(3.0);
+    let text = m.render();
+
+    let names = families(&text);
+    let unique: BTreeSet<&str> = names.iter().copied().collect();
+    assert_eq!(unique.len(), names.len(), "a family twice:\n{text}");
+    let expected = BTreeSet::from([
+        "kubeproxy_sync_proxy_rules_duration_seconds",
+        "kubeproxy_sync_full_proxy_rules_duration_seconds",
+        "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+        "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+        "kubeproxy_network_programming_duration_seconds",
+        "lbagent_watch_event_to_map_write_seconds",
+        "kubeproxy_sync_proxy_rules_service_changes",
+        "kubeproxy_sync_proxy_rules_endpoint_changes",
+        "lbagent_services_programmed",
+        "lbagent_frontends_programmed",
+        "lbagent_backends_programmed",
+        "lbagent_excluded_endpoints",
+        "lbagent_invalid_objects",
+        "lbagent_ignored_objects",
+        "lbagent_unsupported_features",
+        "lbagent_map_full_errors",
+        "lbagent_map_write_errors",
+        "process_cpu_seconds",
+        "process_virtual_memory_bytes",
+        "process_resident_memory_bytes",
+        "process_start_time_seconds",
+        "process_open_fds",
+        "process_max_fds",
+    ]);
+    assert_eq!(unique, expected, "{text}");
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    assert!(
+        text.contains(
+            "# HELP lbagent_map_full_errors Map writes refused because a map is full.\n\
+             # TYPE lbagent_map_full_errors counter\n\
+             lbagent_map_full_errors_total 0\n"
+        ),
+        "{text}"
+    );
+
+    let value = |s: &str| sample(&text, s).unwrap_or_else(|| panic!("no {s} in\n{text}"));
+    assert_eq!(
+        value("kubeproxy_sync_proxy_rules_service_changes_total"),
+        1.0
+    );
+    assert_eq!(
+        value("kubeproxy_sync_proxy_rules_endpoint_changes_total"),
+        0.0
+    );
+    assert_eq!(value("lbagent_backends_programmed"), 3.0);
+    assert_eq!(
+        value(r#"lbagent_invalid_objects_total{kind="EndpointSlice"}"#),
+        1.0
+    );
+    assert_eq!(
+        value(r#"lbagent_invalid_objects_total{kind="Service"}"#),
+        0.0
+    );
+    assert_eq!(
+        value(r#"lbagent_ignored_objects_total{kind="Service"}"#),
+        0.0
+    );
+    assert_eq!(
+        value(r#"lbagent_ignored_objects_total{kind="EndpointSlice"}"#),
+        0.0
+    );
+    for feature in Feature::ALL {
+        let n = value(&format!(
+            "lbagent_unsupported_features_total{{feature=\"{}\"}}",
+            feature.as_str()
+        ));
+        let want = if feature == Feature::SessionAffinity {
+            2.0
+        } else {
+            0.0
+        };
+        assert_eq!(n, want, "{feature}");
+    }
+    assert_eq!(
+        text.matches("lbagent_unsupported_features_total{").count(),
+        Feature::ALL.len()
+    );
+}
+
+#[test]
+fn process_metrics_describe_this_process() {
+    let text = Metrics::default().render();
+    let value = |s: &str| sample(&text, s).unwrap_or_else(|| panic!("no {s} in\n{text}"));
+    let open = value("process_open_fds");
+    assert!(open >= 3.0 && open <= value("process_max_fds"), "{text}");
+    let rss = value("process_resident_memory_bytes");
+    assert!(
+        rss > 0.0 && rss <= value("process_virtual_memory_bytes"),
+        "{text}"
+    );
+    assert!(value("process_cpu_seconds_total") >= 0.0, "{text}");
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64();
+    let start = value("process_start_time_seconds");
+    // This test process started before now, and not days ago.
+    assert!(
+        start <= now + 1.0 && start > now - 86_400.0,
+        "{start} vs {now}"
+    );
+}
+
+#[test]
+fn datapath_events_are_left_out_while_their_map_cannot_be_read() {
+    let m = Metrics::default();
+    assert!(!m.render().contains("lbagent_datapath_events"));
+    m.datapath_maps
+        .set(PathBuf::from("/nonexistent/lb-agent/maps"))
+        .expect("set once");
+    let text = m.render();
+    assert!(!text.contains("lbagent_datapath_events"), "{text}");
+    assert!(text.ends_with("# EOF\n"), "{text}");
+}
