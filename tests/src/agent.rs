@@ -2,6 +2,7 @@
 
 use std::{
     io::{BufRead, BufReader},
+    net::SocketAddr,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{Arc, Mutex},
@@ -9,6 +10,8 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
+
+use crate::metrics::Metrics;
 
 pub fn agent_bin() -> PathBuf {
     crate::sibling_binary("lb-agent", "LB_AGENT_BIN")
@@ -86,11 +89,30 @@ impl Drop for PinDir {
     }
 }
 
-/// A running `lb-agent run`. Its stderr is collected for assertions.
+/// A running `lb-agent run`. Its stderr is kept for failure messages only:
+/// the tests learn what the agent did from `/metrics`, `/healthz` and
+/// `lb-agent dump`, never from its log.
 pub struct Agent {
     child: Child,
     log: Arc<Mutex<Vec<String>>>,
+    listeners: Option<Listeners>,
 }
+
+/// Where the agent's two HTTP listeners are.
+#[derive(Clone, Copy, Debug)]
+struct Listeners {
+    metrics: SocketAddr,
+    healthz: SocketAddr,
+}
+
+/// How long the agent gets to start, or to catch up with a change.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// Histogram count: every change the agent received and wrote (one per
+/// watch event, two per re-read of the source file).
+const WRITTEN: &str = "lbagent_watch_event_to_map_write_seconds_count";
+/// Histogram count: every sync, full or partial.
+const SYNCS: &str = "kubeproxy_sync_proxy_rules_duration_seconds_count";
 
 impl Agent {
     /// `lb-agent run --from-file manifest`.
@@ -147,75 +169,84 @@ impl Agent {
                 sink.lock().expect("log lock").push(line);
             }
         });
-        Ok(Self { child, log })
+        Ok(Self {
+            child,
+            log,
+            listeners: None,
+        })
     }
 
-    /// Number of completed syncs so far.
-    pub fn syncs(&self) -> usize {
-        self.log
-            .lock()
-            .expect("log lock")
-            .iter()
-            .filter(|l| l.contains("sync complete"))
-            .count()
-    }
-
-    /// Waits until at least `n` syncs completed.
-    pub fn wait_syncs(&mut self, n: usize) -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while self.syncs() < n {
-            if let Some(status) = self.child.try_wait()? {
-                bail!(
-                    "lb-agent exited ({status}) before sync {n}:\n{}",
-                    self.log_text()
-                );
-            }
-            if Instant::now() > deadline {
-                bail!("lb-agent did not reach sync {n}:\n{}", self.log_text());
-            }
-            std::thread::sleep(Duration::from_millis(20));
+    /// Fails, with the agent's log, if the agent has exited.
+    fn alive(&mut self, doing: &str) -> anyhow::Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!(
+                "lb-agent exited ({status}) while {doing}:\n{}",
+                self.log_text()
+            );
         }
         Ok(())
     }
 
-    /// Waits until a log line contains `needle`.
-    pub fn wait_log(&mut self, needle: &str, timeout: Duration) -> anyhow::Result<()> {
-        let deadline = Instant::now() + timeout;
-        while !self
-            .log
-            .lock()
-            .expect("log lock")
-            .iter()
-            .any(|l| l.contains(needle))
-        {
-            if let Some(status) = self.child.try_wait()? {
-                bail!(
-                    "lb-agent exited ({status}) before logging {needle:?}:\n{}",
-                    self.log_text()
-                );
+    /// Polls `check` until it holds, the agent exits, or [`PATIENCE`] runs out.
+    fn wait_until(
+        &mut self,
+        what: &str,
+        mut check: impl FnMut(&mut Self) -> anyhow::Result<bool>,
+    ) -> anyhow::Result<()> {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            self.alive(&format!("waiting for {what}"))?;
+            if check(self)? {
+                return Ok(());
             }
             if Instant::now() > deadline {
-                bail!("lb-agent did not log {needle:?}:\n{}", self.log_text());
+                bail!("timed out waiting for {what}:\n{}", self.log_text());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Ok(())
     }
 
-    /// The address `field` (`metrics` or `healthz`) was bound to, from the log.
-    pub fn bound(&mut self, field: &str) -> anyhow::Result<std::net::SocketAddr> {
-        self.wait_log("serving /metrics", Duration::from_secs(20))?;
-        let log = self.log_text();
-        let key = format!("{field}=");
-        let line = log
-            .lines()
-            .find(|l| l.contains("serving /metrics"))
-            .unwrap_or_default();
-        let value = line
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix(&key))
-            .with_context(|| format!("no {key} in {line:?}"))?;
-        Ok(value.parse()?)
+    /// Finds the two listeners among the agent's own listening sockets
+    /// (they are on ephemeral ports): the one that serves `/metrics` is
+    /// the metrics listener, the other the healthz one.
+    fn listeners(&mut self) -> anyhow::Result<Listeners> {
+        if let Some(l) = self.listeners {
+            return Ok(l);
+        }
+        let pid = self.child.id();
+        let mut found = None;
+        self.wait_until("its HTTP listeners", |_| {
+            let addrs = crate::procnet::listening_tcp(pid)?;
+            if addrs.len() < 2 {
+                return Ok(false);
+            }
+            anyhow::ensure!(addrs.len() == 2, "lb-agent listens on {addrs:?}");
+            let (a, b) = (addrs[0], addrs[1]);
+            found = Some(match crate::http::get(a, "/metrics")?.0 {
+                200 => Listeners {
+                    metrics: a,
+                    healthz: b,
+                },
+                _ => Listeners {
+                    metrics: b,
+                    healthz: a,
+                },
+            });
+            Ok(true)
+        })?;
+        let l = found.expect("set when the wait succeeds");
+        self.listeners = Some(l);
+        Ok(l)
+    }
+
+    /// The address `field` (`metrics` or `healthz`) is bound to.
+    pub fn bound(&mut self, field: &str) -> anyhow::Result<SocketAddr> {
+        let l = self.listeners()?;
+        match field {
+            "metrics" => Ok(l.metrics),
+            "healthz" => Ok(l.healthz),
+            _ => bail!("no listener {field:?}; metrics or healthz"),
+        }
     }
 
     /// GET `path` from the agent's `field` listener: (status, body).
@@ -223,14 +254,44 @@ impl Agent {
         crate::http::get(self.bound(field)?, path)
     }
 
-    /// The value of one sample (`name` with its labels, as printed) on /metrics.
-    pub fn metric(&mut self, sample: &str) -> anyhow::Result<f64> {
+    /// One scrape of `/metrics`.
+    pub fn metrics(&mut self) -> anyhow::Result<Metrics> {
         let (status, body) = self.http_get("metrics", "/metrics")?;
-        anyhow::ensure!(status == 200, "/metrics answered {status}");
-        crate::http::sample(&body, sample)
-            .with_context(|| format!("no sample {sample:?} in /metrics:\n{body}"))
+        anyhow::ensure!(status == 200, "/metrics answered {status}: {body}");
+        Metrics::parse(&body)
     }
 
+    /// The value of one sample (`name` or `name{label="value"}`) on /metrics.
+    pub fn metric(&mut self, sample: &str) -> anyhow::Result<f64> {
+        self.metrics()?.value(sample)
+    }
+
+    /// Number of completed syncs so far (full and partial).
+    pub fn syncs(&mut self) -> usize {
+        match self.metric(SYNCS) {
+            Ok(n) => n as usize,
+            Err(e) => panic!("reading the sync count: {e:#}\n{}", self.log_text()),
+        }
+    }
+
+    /// Waits until at least `n` syncs completed.
+    pub fn wait_syncs(&mut self, n: usize) -> anyhow::Result<()> {
+        self.wait_until(&format!("sync {n}"), |a| Ok(a.metric(SYNCS)? >= n as f64))
+    }
+
+    /// Changes received and written so far: one per watch event, two per
+    /// re-read of the source file (its Services, its slices).
+    pub fn written(&mut self) -> anyhow::Result<u64> {
+        Ok(self.metric(WRITTEN)? as u64)
+    }
+
+    /// Waits until at least `n` changes are written: every change sent
+    /// before is then in the maps.
+    pub fn wait_written(&mut self, n: u64) -> anyhow::Result<()> {
+        self.wait_until(&format!("{n} changes written"), |a| Ok(a.written()? >= n))
+    }
+
+    /// The agent's log so far, for failure messages.
     pub fn log_text(&self) -> String {
         self.log.lock().expect("log lock").join("\n")
     }

@@ -1,5 +1,4 @@
-//! A tiny HTTP/1.1 GET client for the agent's loopback endpoints, and a
-//! Prometheus text-format reader.
+//! A tiny HTTP/1.1 GET client for the agent's loopback endpoints.
 
 use std::{
     io::{Read as _, Write as _},
@@ -30,15 +29,4 @@ pub fn get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
         .and_then(|c| c.parse().ok())
         .context("no status code")?;
     Ok((status, body.to_owned()))
-}
-
-/// The value of the sample whose name and labels are exactly `sample`.
-pub fn sample(body: &str, sample: &str) -> Option<f64> {
-    body.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
-        l.strip_prefix(sample)?
-            .strip_prefix(' ')?
-            .trim()
-            .parse()
-            .ok()
-    })
 }

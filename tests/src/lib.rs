@@ -11,8 +11,10 @@ pub mod cgroup;
 pub mod http;
 pub mod kubeproxy;
 pub mod layout1;
+pub mod metrics;
 pub mod netns;
 pub mod probe;
+pub mod procnet;
 pub mod scenario;
 
 use std::path::PathBuf;

@@ -109,18 +109,36 @@ impl Bed {
     }
 
     /// Applies every document of `yaml` to the apiserver, then waits until
-    /// the agent has synced at least once more.
+    /// the agent has written the change each Service and EndpointSlice
+    /// among them causes. Each must pass the agent's watch filter, or no
+    /// change ever comes: apply filtered objects with [`apply_yaml`].
     pub fn kube_apply(&mut self, api: &ApiServer, yaml: &str) -> anyhow::Result<()> {
-        let before = self.agent().syncs();
-        apply_yaml(api, yaml)?;
-        self.agent().wait_syncs(before + 1)
+        let before = self.agent().written()?;
+        let watched = apply_yaml(api, yaml)?;
+        self.agent().wait_written(before + watched)
     }
 
-    /// Rewrites the manifest and waits until the running agent synced it.
+    /// Deletes an object from the apiserver and waits until the agent has
+    /// written the change.
+    pub fn kube_delete(
+        &mut self,
+        api: &ApiServer,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> anyhow::Result<()> {
+        let before = self.agent().written()?;
+        api.delete(kind, Some(namespace), name)?;
+        self.agent().wait_written(before + 1)
+    }
+
+    /// Rewrites the manifest and waits until the running agent has
+    /// written what it read (the file source sends two changes per read:
+    /// all Services, all slices).
     pub fn update(&mut self, yaml: &str) -> anyhow::Result<()> {
-        let before = self.agent().syncs();
+        let before = self.agent().written()?;
         self.write_manifest(yaml)?;
-        self.agent().wait_syncs(before + 1)
+        self.agent().wait_written(before + 2)
     }
 
     pub fn tcp(&self, to: &str, n: u32) -> anyhow::Result<Report> {
@@ -159,53 +177,21 @@ impl Drop for Bed {
     }
 }
 
-/// Applies every document of a multi-document YAML string to `api`.
-pub fn apply_yaml(api: &ApiServer, yaml: &str) -> anyhow::Result<()> {
+/// Applies every document of a multi-document YAML string to `api`;
+/// returns how many were Services or EndpointSlices (what the agent
+/// watches).
+pub fn apply_yaml(api: &ApiServer, yaml: &str) -> anyhow::Result<u64> {
+    let mut watched = 0;
     for doc in serde_yaml::Deserializer::from_str(yaml) {
         let value = serde_json::Value::deserialize(doc)?;
-        if !value.is_null() {
-            api.apply(value)?;
+        if value.is_null() {
+            continue;
         }
+        watched += u64::from(matches!(
+            value["kind"].as_str(),
+            Some("Service" | "EndpointSlice")
+        ));
+        api.apply(value)?;
     }
-    Ok(())
-}
-
-/// A v1 Service manifest. `ports`: (name, port, protocol); the port is a
-/// `u32` so that tests can write out-of-range ports.
-pub fn service(ns: &str, name: &str, cluster_ip: &str, ports: &[(&str, u32, &str)]) -> String {
-    let ports: Vec<String> = ports
-        .iter()
-        .map(|(n, p, proto)| format!("{{name: \"{n}\", port: {p}, protocol: {proto}}}"))
-        .collect();
-    format!(
-        "---\napiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {ns}}}\n\
-         spec:\n  type: ClusterIP\n  clusterIP: \"{cluster_ip}\"\n  ports: [{}]\n",
-        ports.join(", ")
-    )
-}
-
-/// An EndpointSlice manifest. `ports`: (name, port, protocol);
-/// `endpoints`: (ip, ready).
-pub fn slice(
-    ns: &str,
-    name: &str,
-    service: &str,
-    ports: &[(&str, u16, &str)],
-    endpoints: &[(&str, bool)],
-) -> String {
-    let ports: Vec<String> = ports
-        .iter()
-        .map(|(n, p, proto)| format!("{{name: \"{n}\", port: {p}, protocol: {proto}}}"))
-        .collect();
-    let eps: Vec<String> = endpoints
-        .iter()
-        .map(|(ip, ready)| format!("{{addresses: [\"{ip}\"], conditions: {{ready: {ready}}}}}"))
-        .collect();
-    format!(
-        "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
-         metadata: {{name: {name}, namespace: {ns}, labels: {{kubernetes.io/service-name: {service}}}}}\n\
-         addressType: IPv4\nports: [{}]\nendpoints: [{}]\n",
-        ports.join(", "),
-        eps.join(", ")
-    )
+    Ok(watched)
 }

@@ -24,37 +24,32 @@ use kube::{
         watcher,
     },
 };
+use lb_fixtures::{Slice, Svc, SvcPort, json};
 use lb_tests::apiserver::{ApiServer, Verb};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::time::{Instant, sleep, timeout};
 
-fn service(ns: &str, name: &str, port: u16, labels: Value) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"namespace": ns, "name": name, "labels": labels},
-        "spec": {
-            "type": "ClusterIP",
-            "clusterIP": "10.96.0.10",
-            "ports": [{"name": "http", "protocol": "TCP", "port": port, "targetPort": 8080}],
-        },
+/// A Service on 10.96.0.10, with an `app` label if `app` is not empty.
+fn service(ns: &str, name: &str, port: i32, app: &str) -> Value {
+    let svc = Svc::new(ns, name)
+        .type_("ClusterIP")
+        .cluster_ip("10.96.0.10")
+        .with_port(SvcPort::new("http", port, "TCP").target_port(8080));
+    json(if app.is_empty() {
+        svc
+    } else {
+        svc.label("app", app)
     })
 }
 
 fn slice(ns: &str, name: &str, svc: &str, ip: &str) -> Value {
-    json!({
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "namespace": ns,
-            "name": name,
-            "labels": {"kubernetes.io/service-name": svc},
-        },
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}],
-        "ports": [{"name": "http", "protocol": "TCP", "port": 8080}],
-    })
+    json(
+        Slice::new(ns, name)
+            .service(svc)
+            .port("http", 8080, "TCP")
+            .ready(&[ip]),
+    )
 }
 
 fn node(name: &str, zone: &str) -> Value {
@@ -86,7 +81,21 @@ enum Seen {
     InitDone,
     Apply(String),
     Delete(String),
-    Error(String),
+    /// The `code` and `reason` of the Status the apiserver answered with,
+    /// if the error carried one.
+    Error(Option<(u16, String)>),
+}
+
+/// What a watcher error says, as data: the apiserver's Status, if any.
+fn status_of(e: &watcher::Error) -> Option<(u16, String)> {
+    let status = match e {
+        watcher::Error::WatchError(s) => s.as_ref(),
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.as_ref(),
+        _ => return None,
+    };
+    Some((status.code, status.reason.clone()))
 }
 
 /// A running `reflector(watcher(..)).default_backoff()`, as the agent runs
@@ -129,7 +138,7 @@ where
                     Ok(watcher::Event::InitDone) => Seen::InitDone,
                     Ok(watcher::Event::Apply(o)) => Seen::Apply(o.name_any()),
                     Ok(watcher::Event::Delete(o)) => Seen::Delete(o.name_any()),
-                    Err(e) => Seen::Error(format!("{e:?}")),
+                    Err(e) => Seen::Error(status_of(&e)),
                 };
                 log.lock().expect("log").push(entry);
             }
@@ -170,7 +179,7 @@ fn rv_of(obj: &Value) -> Option<&str> {
 async fn watcher_sees_creates_updates_and_deletes() {
     let server = ApiServer::start().expect("start");
     server
-        .apply(service("default", "a", 80, json!({})))
+        .apply(service("default", "a", 80, ""))
         .expect("apply a");
     let client = client(&server).await;
 
@@ -185,13 +194,13 @@ async fn watcher_sees_creates_updates_and_deletes() {
     eventually("initial list of a", WAIT, || services.names() == ["a"]).await;
 
     server
-        .apply(service("default", "b", 80, json!({})))
+        .apply(service("default", "b", 80, ""))
         .expect("apply b");
     server
-        .apply(service("other", "a", 81, json!({})))
+        .apply(service("other", "a", 81, ""))
         .expect("apply other/a");
     server
-        .apply(service("default", "a", 90, json!({})))
+        .apply(service("default", "a", 90, ""))
         .expect("update a");
     server
         .apply(slice("default", "a-1", "a", "10.0.1.1"))
@@ -255,10 +264,10 @@ async fn watcher_sees_creates_updates_and_deletes() {
 async fn compaction_forces_a_relist_that_drops_unseen_deletes() {
     let server = ApiServer::start().expect("start");
     server
-        .apply(service("default", "a", 80, json!({})))
+        .apply(service("default", "a", 80, ""))
         .expect("apply a");
     server
-        .apply(service("default", "b", 80, json!({})))
+        .apply(service("default", "b", 80, ""))
         .expect("apply b");
     let old_rv = server.resource_version();
     let client = client(&server).await;
@@ -275,7 +284,7 @@ async fn compaction_forces_a_relist_that_drops_unseen_deletes() {
         .delete("Service", Some("default"), "a")
         .expect("delete a");
     server
-        .apply(service("default", "c", 80, json!({})))
+        .apply(service("default", "c", 80, ""))
         .expect("apply c");
     server.compact();
     server.close_watches();
@@ -287,7 +296,7 @@ async fn compaction_forces_a_relist_that_drops_unseen_deletes() {
     assert_eq!(inits, 2, "one relist expected: {seen:?}");
     assert!(
         seen.iter()
-            .any(|s| matches!(s, Seen::Error(e) if e.contains("410") && e.contains("Expired"))),
+            .any(|s| *s == Seen::Error(Some((410, "Expired".to_owned())))),
         "no 410 Expired seen: {seen:?}"
     );
     assert!(
@@ -324,7 +333,7 @@ async fn watcher_recovers_from_an_outage_on_the_same_port() {
     let server = ApiServer::start().expect("start");
     let url = server.url();
     server
-        .apply(service("default", "a", 80, json!({})))
+        .apply(service("default", "a", 80, ""))
         .expect("apply a");
     let client = client(&server).await;
     let services = Watch::start(Api::<Service>::all(client), watcher::Config::default());
@@ -350,7 +359,7 @@ async fn watcher_recovers_from_an_outage_on_the_same_port() {
         .delete("Service", Some("default"), "a")
         .expect("delete while down");
     server
-        .apply(service("default", "b", 80, json!({})))
+        .apply(service("default", "b", 80, ""))
         .expect("apply while down");
     // Long enough for the watcher to fail at least once against the closed port.
     sleep(Duration::from_millis(1000)).await;
@@ -428,9 +437,7 @@ async fn lists_paginate_filter_and_report_errors() {
         ("x", "s3", "web"),
         ("y", "s4", "web"),
     ] {
-        server
-            .apply(service(ns, name, 80, json!({"app": app})))
-            .expect("apply");
+        server.apply(service(ns, name, 80, app)).expect("apply");
     }
     let client = client(&server).await;
     let in_x = Api::<Service>::namespaced(client.clone(), "x");
@@ -479,9 +486,7 @@ async fn lists_paginate_filter_and_report_errors() {
     assert_eq!(got.labels().get("app").map(String::as_str), Some("db"));
 
     // An expired continue token is HTTP 410 on the list.
-    server
-        .apply(service("x", "s5", 80, json!({})))
-        .expect("apply s5");
+    server.apply(service("x", "s5", 80, "")).expect("apply s5");
     server.compact();
     let token = first_token.expect("paginated");
     match in_x

@@ -8,12 +8,12 @@ use std::{
     time::{Duration, Instant},
 };
 
+use lb_fixtures::{Object, Slice, Svc, json, yaml};
 use lb_tests::{
     apiserver::ApiServer,
     probe::{self, BenchReport},
-    scenario::{Bed, apply_yaml, service, slice},
+    scenario::{Bed, apply_yaml},
 };
-use serde::Deserialize as _;
 
 const WEB: [(&str, &str); 4] = [
     ("pa", "10.42.0.1"),
@@ -32,25 +32,25 @@ const SECONDS: f64 = 8.0;
 const UPDATES_PER_SECOND: f64 = 400.0;
 
 /// The EndpointSlice of `svc` holding the pods in `mask` (bit i: pod i).
-fn slice_of(svc: &str, port: u16, proto: &str, pods: &[(&str, &str)], mask: usize) -> String {
-    let eps: Vec<(&str, bool)> = pods
+fn slice_of(svc: &str, port: i32, proto: &str, pods: &[(&str, &str)], mask: usize) -> Object {
+    let ips: Vec<&str> = pods
         .iter()
         .enumerate()
         .filter(|(i, _)| mask & (1 << i) != 0)
-        .map(|(_, (_, ip))| (*ip, true))
+        .map(|(_, (_, ip))| *ip)
         .collect();
-    slice(
-        "default",
-        &format!("{svc}-1"),
-        svc,
-        &[("p", port, proto)],
-        &eps,
-    )
+    Slice::new("default", &format!("{svc}-1"))
+        .service(svc)
+        .port("p", port, proto)
+        .ready(&ips)
+        .into()
 }
 
-fn doc(yaml: &str) -> anyhow::Result<serde_json::Value> {
-    let de = serde_yaml::Deserializer::from_str(yaml.trim_start_matches("---\n"));
-    Ok(serde_json::Value::deserialize(de)?)
+fn service(name: &str, vip: &str, port: i32, proto: &str) -> Object {
+    Svc::new("default", name)
+        .cluster_ip(vip)
+        .port("p", port, proto)
+        .into()
 }
 
 fn ids(pods: &[(&str, &str)]) -> BTreeSet<String> {
@@ -69,10 +69,12 @@ fn endpoints_rolling_hundreds_of_times_a_second_fail_no_connection() -> anyhow::
     let api = ApiServer::start()?;
     apply_yaml(
         &api,
-        &(service("default", "web", "10.96.100.1", &[("p", 80, "TCP")])
-            + &slice_of("web", 8080, "TCP", &WEB, 0b1111)
-            + &service("default", "dns", "10.96.100.2", &[("p", 53, "UDP")])
-            + &slice_of("dns", 5353, "UDP", &DNS, 0b111)),
+        &yaml([
+            service("web", "10.96.100.1", 80, "TCP"),
+            slice_of("web", 8080, "TCP", &WEB, 0b1111),
+            service("dns", "10.96.100.2", 53, "UDP"),
+            slice_of("dns", 5353, "UDP", &DNS, 0b111),
+        ]),
     )?;
     bed.start_agent_kube(&api, &[])?;
 
@@ -112,12 +114,12 @@ fn endpoints_rolling_hundreds_of_times_a_second_fail_no_connection() -> anyhow::
         let mut next = start;
         while start.elapsed().as_secs_f64() < SECONDS {
             let n = applied as usize;
-            let yaml = if n.is_multiple_of(2) {
+            let slice = if n.is_multiple_of(2) {
                 slice_of("web", 8080, "TCP", &WEB, 1 + (n / 2) % 15)
             } else {
                 slice_of("dns", 5353, "UDP", &DNS, 1 + (n / 2) % 7)
             };
-            api.apply(doc(&yaml)?)?;
+            api.apply(json(slice))?;
             applied += 1;
             next += gap;
             std::thread::sleep(next.saturating_duration_since(Instant::now()));

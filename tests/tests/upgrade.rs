@@ -11,10 +11,11 @@ use std::{
 };
 
 use aya::maps::MapInfo;
+use lb_fixtures::{Object, Slice, Svc, yaml};
 use lb_tests::{
     layout1,
     probe::{self, BenchReport, Report},
-    scenario::{Bed, service, slice},
+    scenario::Bed,
 };
 
 const TO: &str = "10.96.100.1:80";
@@ -22,22 +23,27 @@ const DNS: &str = "10.96.0.10:53";
 
 /// web (10.96.100.1:80/TCP) on `pods`, and kube-dns (10.96.0.10:53/UDP) on d1.
 fn manifest(pods: &[&str]) -> String {
-    let eps: Vec<(&str, bool)> = pods.iter().map(|ip| (*ip, true)).collect();
-    service("default", "web", "10.96.100.1", &[("http", 80, "TCP")])
-        + &slice("default", "web-1", "web", &[("http", 8080, "TCP")], &eps)
-        + &service(
-            "kube-system",
-            "kube-dns",
-            "10.96.0.10",
-            &[("dns", 53, "UDP")],
-        )
-        + &slice(
-            "kube-system",
-            "kube-dns-1",
-            "kube-dns",
-            &[("dns", 53, "UDP")],
-            &[("10.42.2.1", true)],
-        )
+    yaml([
+        Object::from(
+            Svc::new("default", "web")
+                .cluster_ip("10.96.100.1")
+                .port("http", 80, "TCP"),
+        ),
+        Slice::new("default", "web-1")
+            .service("web")
+            .port("http", 8080, "TCP")
+            .ready(pods)
+            .into(),
+        Svc::new("kube-system", "kube-dns")
+            .cluster_ip("10.96.0.10")
+            .port("dns", 53, "UDP")
+            .into(),
+        Slice::new("kube-system", "kube-dns-1")
+            .service("kube-dns")
+            .port("dns", 53, "UDP")
+            .ready(&["10.42.2.1"])
+            .into(),
+    ])
 }
 
 /// Pods pa, pb, pc (TCP 8080) and d1 (UDP 53).

@@ -15,11 +15,8 @@ use std::{
 };
 
 use anyhow::{Context as _, bail, ensure};
-use lb_tests::{
-    netns,
-    probe::Report,
-    scenario::{Bed, service, slice},
-};
+use lb_fixtures::{Object, Slice, Svc, yaml};
+use lb_tests::{netns, probe::Report, scenario::Bed};
 
 const REQUESTS: u32 = 300;
 
@@ -70,61 +67,55 @@ const PODS: [Pod; 6] = [
 ];
 
 fn manifest() -> String {
-    [
-        service(
-            "ovn-poc",
-            "service-a",
-            "10.96.164.53",
-            &[("", 10001, "TCP")],
-        ),
+    let svc = |ns: &str, name: &str, vip: &str, port: (&str, i32, &str)| {
+        Object::from(
+            Svc::new(ns, name)
+                .cluster_ip(vip)
+                .port(port.0, port.1, port.2),
+        )
+    };
+    let slice = |ns: &str, name: &str, svc: &str, port: (&str, i32, &str), ips: &[&str]| {
+        Object::from(
+            Slice::new(ns, name)
+                .service(svc)
+                .port(port.0, port.1, port.2)
+                .ready(ips),
+        )
+    };
+    yaml([
+        svc("ovn-poc", "service-a", "10.96.164.53", ("", 10001, "TCP")),
         slice(
             "ovn-poc",
             "service-a-x1",
             "service-a",
-            &[("", 80, "TCP")],
-            &[("10.244.0.11", true)],
+            ("", 80, "TCP"),
+            &["10.244.0.11"],
         ),
-        service(
-            "ovn-poc",
-            "service-b",
-            "10.96.67.152",
-            &[("", 10001, "TCP")],
-        ),
+        svc("ovn-poc", "service-b", "10.96.67.152", ("", 10001, "TCP")),
         slice(
             "ovn-poc",
             "service-b-x1",
             "service-b",
-            &[("", 80, "TCP")],
-            &[("10.144.219.69", true)],
+            ("", 80, "TCP"),
+            &["10.144.219.69"],
         ),
-        service(
-            "default",
-            "ngx-svc",
-            "10.43.120.124",
-            &[("http", 80, "TCP")],
-        ),
+        svc("default", "ngx-svc", "10.43.120.124", ("http", 80, "TCP")),
         slice(
             "default",
             "ngx-svc-x1",
             "ngx-svc",
-            &[("http", 80, "TCP")],
-            &[("10.42.0.148", true), ("10.42.0.149", true)],
+            ("http", 80, "TCP"),
+            &["10.42.0.148", "10.42.0.149"],
         ),
-        service(
-            "kube-system",
-            "kube-dns",
-            "10.96.0.10",
-            &[("dns", 53, "UDP")],
-        ),
+        svc("kube-system", "kube-dns", "10.96.0.10", ("dns", 53, "UDP")),
         slice(
             "kube-system",
             "kube-dns-x1",
             "kube-dns",
-            &[("dns", 53, "UDP")],
-            &[("10.42.0.20", true), ("10.42.0.21", true)],
+            ("dns", 53, "UDP"),
+            &["10.42.0.20", "10.42.0.21"],
         ),
-    ]
-    .concat()
+    ])
 }
 
 pub fn run() -> anyhow::Result<()> {

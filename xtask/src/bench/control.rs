@@ -11,7 +11,7 @@ use lb_tests::{
     apiserver::ApiServer,
     kubeproxy::{self, SvcSpec},
     netns::{self, Topology},
-    scenario::{Bed, apply_yaml, slice},
+    scenario::{Bed, apply_yaml},
     unique,
 };
 
@@ -211,7 +211,7 @@ fn changed_slice(specs: &[SvcSpec], u: usize) -> String {
     let eps: Vec<(&str, bool)> = ips.iter().map(|ip| (ip.as_str(), true)).collect();
     let name = format!("{}-{}", s.name, s.port_name);
     let port = s.endpoints[0].1;
-    slice(
+    super::manifest::slice(
         &s.namespace,
         &format!("{name}-1"),
         &name,

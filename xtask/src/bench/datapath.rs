@@ -9,11 +9,14 @@ use lb_tests::{
     kubeproxy::{self, Proto, SvcSpec},
     netns,
     probe::{self, BenchReport},
-    scenario::{Bed, service, slice},
+    scenario::Bed,
     unique,
 };
 
-use super::Plan;
+use super::{
+    Plan,
+    manifest::{service, slice},
+};
 
 /// The pod network of the layouts: the clients (10.0.0.x) are pods, so
 /// neither layout masquerades, as for pod-to-Service traffic in a cluster.

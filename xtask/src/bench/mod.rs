@@ -4,6 +4,7 @@
 
 mod control;
 mod datapath;
+mod manifest;
 mod report;
 
 use std::{path::PathBuf, time::Duration};
