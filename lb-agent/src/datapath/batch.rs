@@ -154,8 +154,11 @@ pub fn lookup_all<K: aya::Pod + Default, V: aya::Pod + Default>(
     }
 }
 
+/// On real BPF maps: needs root (CAP_BPF), and fails without it. Skipped
+/// by `cargo test -p lb-agent --lib -- --skip privileged` (ARCHITECTURE.md,
+/// "Testing tiers").
 #[cfg(test)]
-mod tests {
+mod privileged {
     use std::os::fd::{AsFd as _, FromRawFd as _, OwnedFd};
 
     use super::*;
@@ -163,7 +166,12 @@ mod tests {
     /// A fresh BPF map of `u32 -> u64` holding at most `max` entries.
     fn map(map_type: u32, max: u32) -> OwnedFd {
         // SAFETY: geteuid has no preconditions.
-        assert_eq!(unsafe { libc::geteuid() }, 0, "this test needs root (BPF)");
+        let euid = unsafe { libc::geteuid() };
+        assert_eq!(
+            euid, 0,
+            "privileged test: needs root to create BPF maps; \
+             run the unprivileged set with `-- --skip privileged`"
+        );
         // The leading fields of `union bpf_attr` for BPF_MAP_CREATE.
         #[repr(C)]
         struct CreateAttr {
