@@ -8,6 +8,7 @@
 pub mod agent;
 pub mod apiserver;
 pub mod cgroup;
+pub mod golden;
 pub mod http;
 pub mod kubeproxy;
 pub mod layout1;
@@ -16,6 +17,7 @@ pub mod netns;
 pub mod probe;
 pub mod procnet;
 pub mod scenario;
+pub mod txtar;
 
 use std::path::PathBuf;
 
