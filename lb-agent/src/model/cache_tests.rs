@@ -9,54 +9,37 @@ use std::{
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 
+use lb_fixtures::{Ep, Slice, Svc};
+
 use super::*;
-use crate::source::file::{Objects, parse_into};
 
 // ---------------------------------------------------------------- helpers
 
-fn parse(doc: &str) -> Objects {
-    let mut out = Objects::default();
-    parse_into("test.yaml", doc, &mut out);
-    assert!(out.skipped.is_empty(), "{doc}\n{:?}", out.skipped);
-    out
+/// Ports: (name, port, protocol), empty for unset.
+type Ports<'a> = &'a [(&'a str, i32, &'a str)];
+
+fn svc(ns: &str, name: &str, cluster_ip: &str, ports: Ports) -> Service {
+    let svc = Svc::new(ns, name).cluster_ip(cluster_ip);
+    with_ports(svc, ports).build()
 }
 
-/// A Service from its namespace, name and the body of its `spec`.
-fn service(ns: &str, name: &str, spec: &str) -> Service {
-    let mut o = parse(&format!(
-        "apiVersion: v1\nkind: Service\nmetadata: {{namespace: {ns}, name: {name}}}\n\
-         spec: {{{spec}}}\n"
-    ));
-    assert_eq!(o.services.len(), 1);
-    o.services.pop().unwrap()
+fn with_ports(svc: Svc, ports: Ports) -> Svc {
+    ports
+        .iter()
+        .fold(svc, |s, (n, p, proto)| s.port(n, *p, proto))
 }
 
-fn svc(ns: &str, name: &str, cluster_ip: &str, ports: &str) -> Service {
-    service(
-        ns,
-        name,
-        &format!("clusterIP: \"{cluster_ip}\", ports: {ports}"),
-    )
-}
-
-/// An EndpointSlice; `labels` and the rest are YAML flow fragments.
-fn raw_slice(ns: &str, name: &str, labels: &str, rest: &str) -> EndpointSlice {
-    let mut o = parse(&format!(
-        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
-         metadata: {{namespace: {ns}, name: {name}, labels: {{{labels}}}}}\n{rest}\n"
-    ));
-    assert_eq!(o.slices.len(), 1);
-    o.slices.pop().unwrap()
+fn slice_ports(slice: Slice, ports: Ports) -> Slice {
+    ports
+        .iter()
+        .fold(slice, |s, (n, p, proto)| s.port(n, *p, proto))
 }
 
 /// An IPv4 EndpointSlice labelled for `service`.
-fn slice(ns: &str, name: &str, service: &str, ports: &str, endpoints: &str) -> EndpointSlice {
-    raw_slice(
-        ns,
-        name,
-        &format!("kubernetes.io/service-name: {service}"),
-        &format!("addressType: IPv4\nports: {ports}\nendpoints: {endpoints}"),
-    )
+fn slice(ns: &str, name: &str, service: &str, ports: Ports, endpoints: &[Ep]) -> EndpointSlice {
+    slice_ports(Slice::new(ns, name).service(service), ports)
+        .endpoints(endpoints.iter().cloned())
+        .build()
 }
 
 /// `s` with `n` more ready endpoints appended.
@@ -86,15 +69,11 @@ fn be(addr: &str, port: u16) -> Backend {
     }
 }
 
-const HTTP: &str = "[{name: http, port: 80}]";
-const HTTP_EP: &str = "[{name: http, port: 8080}]";
+const HTTP: Ports = &[("http", 80, "")];
+const HTTP_EP: Ports = &[("http", 8080, "")];
 
-fn eps(ips: &[&str]) -> String {
-    let list: Vec<String> = ips
-        .iter()
-        .map(|ip| format!("{{addresses: [{ip}]}}"))
-        .collect();
-    format!("[{}]", list.join(", "))
+fn eps(ips: &[&str]) -> Vec<Ep> {
+    ips.iter().map(|ip| Ep::new(ip)).collect()
 }
 
 fn desired_of(c: &Cache, fe: &Frontend) -> Option<Vec<Backend>> {
@@ -136,7 +115,7 @@ impl Rng {
     }
 
     /// Up to `max` distinct items, in their original order.
-    fn subset<'a>(&mut self, items: &[&'a str], max: usize) -> Vec<&'a str> {
+    fn subset<T: Copy>(&mut self, items: &[T], max: usize) -> Vec<T> {
         let n = self.below(max + 1);
         let chosen: BTreeSet<usize> = (0..n).map(|_| self.below(items.len())).collect();
         chosen.into_iter().map(|i| items[i]).collect()
@@ -167,22 +146,22 @@ const LABELS: [&str; 6] = ["s0", "s1", "s2", "s3", "s4", "s5"];
 
 /// Service ports: `http` renumbered (81) or renamed (`web`), both clashing
 /// with the first one when chosen together (an invalid Service).
-const SERVICE_PORTS: [&str; 7] = [
-    "{name: http, port: 80}",
-    "{name: dns, port: 53, protocol: UDP}",
-    "{name: http, port: 81}",
-    "{name: web, port: 80}",
-    "{port: 8443}",
-    "{name: dns-tcp, port: 53, protocol: TCP}",
-    "{name: assoc, port: 9, protocol: SCTP}",
+const SERVICE_PORTS: [(&str, i32, &str); 7] = [
+    ("http", 80, ""),
+    ("dns", 53, "UDP"),
+    ("http", 81, ""),
+    ("web", 80, ""),
+    ("", 8443, ""),
+    ("dns-tcp", 53, "TCP"),
+    ("assoc", 9, "SCTP"),
 ];
-const SLICE_PORTS: [&str; 6] = [
-    "{name: http, port: 8080}",
-    "{name: dns, port: 5353, protocol: UDP}",
-    "{name: web, port: 9090}",
-    "{port: 8443}",
-    "{name: dns-tcp, port: 5354, protocol: TCP}",
-    "{name: http, port: 8081, protocol: TCP}",
+const SLICE_PORTS: [(&str, i32, &str); 6] = [
+    ("http", 8080, ""),
+    ("dns", 5353, "UDP"),
+    ("web", 9090, ""),
+    ("", 8443, ""),
+    ("dns-tcp", 5354, "TCP"),
+    ("http", 8081, "TCP"),
 ];
 /// Endpoint addresses; 10.244/16 is excluded.
 const ADDRESSES: [&str; 8] = [
@@ -195,69 +174,63 @@ const ADDRESSES: [&str; 8] = [
     "10.244.0.1",
     "10.244.0.2",
 ];
-const CONDITIONS: [&str; 5] = [
-    "",
-    ", conditions: {ready: true}",
-    ", conditions: {ready: false}",
-    ", conditions: {ready: false, serving: true, terminating: true}",
-    ", conditions: {ready: false, serving: false, terminating: true}",
+/// Endpoint conditions: none, ready, not ready, serving and terminating,
+/// terminating only.
+const CONDITIONS: [fn(Ep) -> Ep; 5] = [
+    |e| e,
+    |e| e.ready(true),
+    |e| e.ready(false),
+    |e| e.ready(false).serving(true).terminating(true),
+    |e| e.ready(false).serving(false).terminating(true),
 ];
 
 fn random_service(rng: &mut Rng, ns: &str, name: &str) -> Service {
-    let ports = format!("[{}]", rng.subset(&SERVICE_PORTS, 3).join(", "));
-    let spec = match rng.below(20) {
-        0 => format!("clusterIP: bogus, ports: {ports}"),
-        1 => format!("clusterIP: \"None\", ports: {ports}"),
-        2 => "type: ExternalName, externalName: example.com".to_owned(),
-        3 => format!("clusterIP: 10.96.0.4, clusterIPs: [10.96.0.4, 'fd00::4'], ports: {ports}"),
-        4 => format!("ports: {ports}"),
+    let ports = rng.subset(&SERVICE_PORTS, 3);
+    let svc = Svc::new(ns, name);
+    let svc = match rng.below(20) {
+        0 => svc.cluster_ip("bogus"),
+        1 => svc.cluster_ip("None"),
+        2 => return svc.external_name("example.com").build(),
+        3 => svc
+            .cluster_ip("10.96.0.4")
+            .cluster_ips(&["10.96.0.4", "fd00::4"]),
+        4 => svc,
         // Few VIPs, so Services often collide on one.
-        _ => {
-            let vip = rng.pick(&["10.96.0.1", "10.96.0.2", "10.96.0.3"]);
-            format!("clusterIP: {vip}, ports: {ports}")
-        }
+        _ => svc.cluster_ip(rng.pick::<&str>(&["10.96.0.1", "10.96.0.2", "10.96.0.3"])),
     };
-    service(ns, name, &spec)
+    with_ports(svc, &ports).build()
 }
 
 fn random_slice(rng: &mut Rng, ns: &str, name: &str) -> EndpointSlice {
-    let ports = format!("[{}]", rng.subset(&SLICE_PORTS, 3).join(", "));
+    let ports = rng.subset(&SLICE_PORTS, 3);
     let n = rng.below(5);
-    let endpoints: Vec<String> = (0..n)
+    let endpoints: Vec<Ep> = (0..n)
         .map(|_| {
-            format!(
-                "{{addresses: [{}]{}}}",
-                rng.pick(&ADDRESSES),
-                rng.pick(&CONDITIONS)
-            )
+            let ep = Ep::new(rng.pick::<&str>(&ADDRESSES));
+            rng.pick(&CONDITIONS)(ep)
         })
         .collect();
-    let body = |kind: &str| {
-        format!(
-            "addressType: {kind}\nports: {ports}\nendpoints: [{}]",
-            endpoints.join(", ")
-        )
+    let body = |s: Slice, kind: &str| {
+        slice_ports(s.address_type(kind), &ports).endpoints(endpoints.iter().cloned())
     };
-    let label = format!("kubernetes.io/service-name: {}", rng.pick(&LABELS));
+    let label = *rng.pick(&LABELS);
+    let labelled = Slice::new(ns, name).service(label);
     match rng.below(25) {
-        0 => raw_slice(ns, name, "", &body("IPv4")),
-        1 => raw_slice(ns, name, &label, &body("FQDN")),
-        2 => raw_slice(
-            ns,
-            name,
-            &label,
-            "addressType: IPv6\nports: [{name: http, port: 8080}, {port: 8443}]\n\
-             endpoints: [{addresses: ['fd00::9']}, {addresses: ['fd00::8'], conditions: {ready: false}}]",
-        ),
-        3 => padded(raw_slice(ns, name, &label, &body("IPv4")), 1001),
-        4 => raw_slice(
-            ns,
-            name,
-            &label,
-            "addressType: IPv4\nports: [{name: http, port: 8080}]\n\
-             endpoints: [{addresses: ['fd00::9']}]",
-        ),
-        _ => raw_slice(ns, name, &label, &body("IPv4")),
+        0 => body(Slice::new(ns, name), "IPv4").build(),
+        1 => body(labelled, "FQDN").build(),
+        2 => labelled
+            .address_type("IPv6")
+            .port("http", 8080, "")
+            .port("", 8443, "")
+            .endpoint(Ep::new("fd00::9"))
+            .endpoint(Ep::new("fd00::8").ready(false))
+            .build(),
+        3 => padded(body(labelled, "IPv4").build(), 1001),
+        4 => labelled
+            .port("http", 8080, "")
+            .endpoint(Ep::new("fd00::9"))
+            .build(),
+        _ => body(labelled, "IPv4").build(),
     }
 }
 
@@ -616,12 +589,7 @@ fn loser_takes_over_when_the_winner_goes_away() {
     assert_eq!(desired_of(&c, &fe), Some(vec![be("10.0.0.1", 8080)]));
 
     // The winner moving to another port (or becoming headless) hands over too.
-    c.apply_service(&svc(
-        "default",
-        "alpha",
-        "10.96.0.1",
-        "[{name: http, port: 8000}]",
-    ));
+    c.apply_service(&svc("default", "alpha", "10.96.0.1", &[("http", 8000, "")]));
     let flush = c.flush();
     assert!(flush.touched.contains(&fe) && flush.touched.contains(&tcp("10.96.0.1", 8000)));
     assert_eq!(c.winner(&fe).map(|(o, _)| o), Some(&beta));
@@ -673,12 +641,12 @@ fn invalid_service_update_keeps_the_last_valid_version() {
 
     for bad in [
         svc("default", "web", "banana", HTTP),
-        svc("default", "web", "10.96.0.9", "[{name: http, port: 0}]"),
+        svc("default", "web", "10.96.0.9", &[("http", 0, "")]),
         svc(
             "default",
             "web",
             "10.96.0.9",
-            "[{name: http, port: 80}, {name: http, port: 81}]",
+            &[("http", 80, ""), ("http", 81, "")],
         ),
     ] {
         let a = c.apply_service(&bad);
@@ -718,30 +686,16 @@ fn invalid_slice_update_keeps_the_last_valid_version() {
         slice("default", "web-1", "web", HTTP_EP, &eps(&["10.0.0.2"])),
         1000,
     );
-    let no_label = raw_slice(
-        "default",
-        "web-1",
-        "",
-        &format!(
-            "addressType: IPv4\nports: {HTTP_EP}\nendpoints: {}",
-            eps(&["10.0.0.3"])
-        ),
-    );
-    let empty_label = raw_slice(
-        "default",
-        "web-1",
-        "kubernetes.io/service-name: \"\"",
-        &format!(
-            "addressType: IPv4\nports: {HTTP_EP}\nendpoints: {}",
-            eps(&["10.0.0.3"])
-        ),
-    );
-    let bad_address = slice("default", "web-1", "api", HTTP_EP, &eps(&["'fd00::1'"]));
+    let no_label = slice_ports(Slice::new("default", "web-1"), HTTP_EP)
+        .endpoints(eps(&["10.0.0.3"]))
+        .build();
+    let empty_label = slice("default", "web-1", "", HTTP_EP, &eps(&["10.0.0.3"]));
+    let bad_address = slice("default", "web-1", "api", HTTP_EP, &eps(&["fd00::1"]));
     let bad_port = slice(
         "default",
         "web-1",
         "api",
-        "[{name: http, port: 0}]",
+        &[("http", 0, "")],
         &eps(&["10.0.0.4"]),
     );
     for bad in [too_many, no_label, empty_label, bad_address, bad_port] {
@@ -789,22 +743,19 @@ fn ignored_update_drops_the_old_version() {
     c.flush();
     assert_eq!(desired_of(&c, &fe).map(|b| b.len()), Some(2));
 
-    let fqdn = raw_slice(
-        "default",
-        "web-2",
-        "kubernetes.io/service-name: web",
-        "addressType: FQDN\nports: [{name: http, port: 8080}]\n\
-         endpoints: [{addresses: [example.com]}]",
-    );
+    let fqdn = Slice::new("default", "web-2")
+        .service("web")
+        .address_type("FQDN")
+        .port("http", 8080, "")
+        .endpoint(Ep::new("example.com"))
+        .build();
     assert!(matches!(c.apply_slice(&fqdn), Admission::Ignored(_)));
     assert_eq!(c.flush().touched, BTreeSet::from([fe]));
     assert_eq!(desired_of(&c, &fe), Some(vec![be("10.0.0.1", 8080)]));
 
-    let external = service(
-        "default",
-        "web",
-        "type: ExternalName, externalName: example.com",
-    );
+    let external = Svc::new("default", "web")
+        .external_name("example.com")
+        .build();
     assert!(matches!(c.apply_service(&external), Admission::Ignored(_)));
     assert_eq!(c.flush().touched, BTreeSet::from([fe]));
     assert_eq!(c.desired(&fe), None);

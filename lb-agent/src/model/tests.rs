@@ -1,46 +1,57 @@
-//! kube-proxy's rules, checked on small YAML object sets.
+//! kube-proxy's rules, checked on small object sets.
 
-use std::{collections::BTreeSet, fmt::Write as _};
+use std::collections::BTreeSet;
 
 use super::*;
-use crate::source::file::{Objects, parse_into};
+use lb_fixtures::{Ep, Object, Slice, Svc, SvcPort};
+
+use crate::source::file::Objects;
 
 // ---------------------------------------------------------------- helpers
 
-/// A Service document. `ports` is a YAML flow sequence.
-fn svc(ns: &str, name: &str, cluster_ip: &str, ports: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Service\nmetadata: {{namespace: {ns}, name: {name}}}\n\
-         spec: {{clusterIP: \"{cluster_ip}\", ports: {ports}}}\n"
-    )
+/// A Service with these ports: (name, port, protocol), empty for unset.
+fn svc(ns: &str, name: &str, cluster_ip: &str, ports: &[(&str, i32, &str)]) -> Object {
+    let svc = Svc::new(ns, name).cluster_ip(cluster_ip);
+    ports
+        .iter()
+        .fold(svc, |s, (n, p, proto)| s.port(n, *p, proto))
+        .into()
 }
 
-/// An IPv4 EndpointSlice document labelled for `service`.
-fn slice(ns: &str, name: &str, service: &str, ports: &str, endpoints: &str) -> String {
-    format!(
-        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
-         metadata: {{namespace: {ns}, name: {name}, labels: {{kubernetes.io/service-name: {service}}}}}\n\
-         addressType: IPv4\nports: {ports}\nendpoints: {endpoints}\n"
-    )
+/// An IPv4 EndpointSlice labelled for `service`.
+fn slice(
+    ns: &str,
+    name: &str,
+    service: &str,
+    ports: &[(&str, i32, &str)],
+    endpoints: &[Ep],
+) -> Object {
+    let slice = Slice::new(ns, name).service(service);
+    ports
+        .iter()
+        .fold(slice, |s, (n, p, proto)| s.port(n, *p, proto))
+        .endpoints(endpoints.iter().cloned())
+        .into()
 }
 
-fn objects(docs: &[String]) -> Objects {
+fn objects(docs: &[Object]) -> Objects {
     let mut out = Objects::default();
-    parse_into("test.yaml", &docs.join("---\n"), &mut out);
-    assert!(
-        out.skipped.is_empty(),
-        "test input must parse: {:?}",
-        out.skipped
-    );
+    for doc in docs {
+        match doc {
+            Object::Service(s) => out.services.push((**s).clone()),
+            Object::Slice(s) => out.slices.push((**s).clone()),
+            Object::Raw(v) => panic!("not a Service or EndpointSlice: {v}"),
+        }
+    }
     out
 }
 
-fn compute_docs(docs: &[String], excluded: &ExcludedCidrs) -> (Desired, ModelReport) {
+fn compute_docs(docs: &[Object], excluded: &ExcludedCidrs) -> (Desired, ModelReport) {
     let o = objects(docs);
     compute(&o.services, &o.slices, excluded)
 }
 
-fn run(docs: &[String]) -> (Desired, ModelReport) {
+fn run(docs: &[Object]) -> (Desired, ModelReport) {
     compute_docs(docs, &ExcludedCidrs::default())
 }
 
@@ -94,8 +105,8 @@ fn invalid_names(r: &ModelReport) -> BTreeSet<String> {
     r.invalid.iter().map(|i| i.object.to_string()).collect()
 }
 
-const HTTP: &str = "[{name: http, port: 80, targetPort: 8080}]";
-const HTTP_EP: &str = "[{name: http, port: 8080, protocol: TCP}]";
+const HTTP: &[(&str, i32, &str)] = &[("http", 80, "")];
+const HTTP_EP: &[(&str, i32, &str)] = &[("http", 8080, "TCP")];
 
 // ---------------------------------------------------------------- slices -> Service
 
@@ -104,11 +115,11 @@ fn slices_join_by_label_in_the_same_namespace_only() {
     let (d, r) = run(&[
         svc("a", "web", "10.96.0.1", HTTP),
         svc("b", "web", "10.96.0.2", HTTP),
-        slice("a", "web-1", "web", HTTP_EP, "[{addresses: [10.0.1.1]}]"),
+        slice("a", "web-1", "web", HTTP_EP, &[Ep::new("10.0.1.1")]),
         // Same label value, other namespace: belongs to b/web only.
-        slice("b", "web-1", "web", HTTP_EP, "[{addresses: [10.0.9.9]}]"),
+        slice("b", "web-1", "web", HTTP_EP, &[Ep::new("10.0.9.9")]),
         // Same namespace, other service.
-        slice("a", "api-1", "api", HTTP_EP, "[{addresses: [10.0.8.8]}]"),
+        slice("a", "api-1", "api", HTTP_EP, &[Ep::new("10.0.8.8")]),
     ]);
     assert_eq!(
         backends_of(&d, tcp("10.96.0.1", 80)),
@@ -139,7 +150,11 @@ fn several_slices_are_merged_and_duplicates_removed() {
             "web-1",
             "web",
             HTTP_EP,
-            "[{addresses: [10.0.1.3]}, {addresses: [10.0.1.1]}, {addresses: [10.0.1.2]}]",
+            &[
+                Ep::new("10.0.1.3"),
+                Ep::new("10.0.1.1"),
+                Ep::new("10.0.1.2"),
+            ],
         ),
         // 10.0.1.2 again (an endpoint moving between slices), and twice within one slice.
         slice(
@@ -147,7 +162,11 @@ fn several_slices_are_merged_and_duplicates_removed() {
             "web-2",
             "web",
             HTTP_EP,
-            "[{addresses: [10.0.1.2]}, {addresses: [10.0.2.1]}, {addresses: [10.0.2.1]}]",
+            &[
+                Ep::new("10.0.1.2"),
+                Ep::new("10.0.2.1"),
+                Ep::new("10.0.2.1"),
+            ],
         ),
     ]);
     assert_eq!(
@@ -168,30 +187,30 @@ fn service_port_matches_slice_port_by_name_and_protocol() {
             "kube-system",
             "dns",
             "10.96.0.10",
-            "[{name: dns, port: 53, protocol: UDP}, {name: dns-tcp, port: 53, protocol: TCP}]",
+            &[("dns", 53, "UDP"), ("dns-tcp", 53, "TCP")],
         ),
         slice(
             "kube-system",
             "dns-1",
             "dns",
-            "[{name: dns, port: 5353, protocol: UDP}, {name: dns-tcp, port: 5354, protocol: TCP}]",
-            "[{addresses: [10.0.3.1]}]",
+            &[("dns", 5353, "UDP"), ("dns-tcp", 5354, "TCP")],
+            &[Ep::new("10.0.3.1")],
         ),
         // Right name, wrong protocol: must match neither port.
         slice(
             "kube-system",
             "dns-2",
             "dns",
-            "[{name: dns, port: 9999, protocol: TCP}]",
-            "[{addresses: [10.0.3.2]}]",
+            &[("dns", 9999, "TCP")],
+            &[Ep::new("10.0.3.2")],
         ),
         // Right protocol, wrong name.
         slice(
             "kube-system",
             "dns-3",
             "dns",
-            "[{name: other, port: 7777, protocol: UDP}]",
-            "[{addresses: [10.0.3.3]}]",
+            &[("other", 7777, "UDP")],
+            &[Ep::new("10.0.3.3")],
         ),
     ]);
     assert_eq!(
@@ -208,13 +227,13 @@ fn service_port_matches_slice_port_by_name_and_protocol() {
 #[test]
 fn unnamed_port_matches_unnamed_slice_port() {
     let (d, _) = run(&[
-        svc("default", "one", "10.96.0.1", "[{port: 80}]"),
+        svc("default", "one", "10.96.0.1", &[("", 80, "")]),
         slice(
             "default",
             "one-1",
             "one",
-            "[{port: 8000}]",
-            "[{addresses: [10.0.0.5]}]",
+            &[("", 8000, "")],
+            &[Ep::new("10.0.0.5")],
         ),
     ]);
     assert_eq!(
@@ -228,19 +247,13 @@ fn target_port_comes_from_each_slice() {
     // A rolling update that changed the container port: old pods on 8080, new on 9090.
     let (d, _) = run(&[
         svc("default", "web", "10.96.0.1", HTTP),
-        slice(
-            "default",
-            "web-old",
-            "web",
-            HTTP_EP,
-            "[{addresses: [10.0.1.1]}]",
-        ),
+        slice("default", "web-old", "web", HTTP_EP, &[Ep::new("10.0.1.1")]),
         slice(
             "default",
             "web-new",
             "web",
-            "[{name: http, port: 9090, protocol: TCP}]",
-            "[{addresses: [10.0.2.1]}, {addresses: [10.0.1.1]}]",
+            &[("http", 9090, "TCP")],
+            &[Ep::new("10.0.2.1"), Ep::new("10.0.1.1")],
         ),
     ]);
     assert_eq!(
@@ -264,11 +277,16 @@ fn ready_nil_counts_as_ready_and_not_ready_is_unused() {
             "web-1",
             "web",
             HTTP_EP,
-            "[{addresses: [10.0.0.1]},
-              {addresses: [10.0.0.2], conditions: {}},
-              {addresses: [10.0.0.3], conditions: {ready: true}},
-              {addresses: [10.0.0.4], conditions: {ready: false}},
-              {addresses: [10.0.0.5], conditions: {ready: false, serving: true, terminating: true}}]",
+            &[
+                Ep::new("10.0.0.1"),
+                Ep::new("10.0.0.2").empty_conditions(),
+                Ep::new("10.0.0.3").ready(true),
+                Ep::new("10.0.0.4").ready(false),
+                Ep::new("10.0.0.5")
+                    .ready(false)
+                    .serving(true)
+                    .terminating(true),
+            ],
         ),
     ]);
     // .5 is a fallback only; a ready endpoint exists, so it is not used.
@@ -291,10 +309,21 @@ fn serving_terminating_endpoints_are_the_fallback_when_none_is_ready() {
             "web-1",
             "web",
             HTTP_EP,
-            "[{addresses: [10.0.0.1], conditions: {ready: false, serving: true, terminating: true}},
-              {addresses: [10.0.0.2], conditions: {ready: false, serving: false, terminating: true}},
-              {addresses: [10.0.0.3], conditions: {ready: false, serving: true, terminating: false}},
-              {addresses: [10.0.0.4], conditions: {ready: false}}]",
+            &[
+                Ep::new("10.0.0.1")
+                    .ready(false)
+                    .serving(true)
+                    .terminating(true),
+                Ep::new("10.0.0.2")
+                    .ready(false)
+                    .serving(false)
+                    .terminating(true),
+                Ep::new("10.0.0.3")
+                    .ready(false)
+                    .serving(true)
+                    .terminating(false),
+                Ep::new("10.0.0.4").ready(false),
+            ],
         ),
         // The fallback also merges across slices.
         slice(
@@ -302,7 +331,10 @@ fn serving_terminating_endpoints_are_the_fallback_when_none_is_ready() {
             "web-2",
             "web",
             HTTP_EP,
-            "[{addresses: [10.0.0.9], conditions: {ready: false, serving: true, terminating: true}}]",
+            &[Ep::new("10.0.0.9")
+                .ready(false)
+                .serving(true)
+                .terminating(true)],
         ),
     ]);
     assert_eq!(
@@ -320,8 +352,13 @@ fn nothing_ready_nor_serving_means_reject() {
             "web-1",
             "web",
             HTTP_EP,
-            "[{addresses: [10.0.0.1], conditions: {ready: false}},
-              {addresses: [10.0.0.2], conditions: {ready: false, serving: false, terminating: true}}]",
+            &[
+                Ep::new("10.0.0.1").ready(false),
+                Ep::new("10.0.0.2")
+                    .ready(false)
+                    .serving(false)
+                    .terminating(true),
+            ],
         ),
     ]);
     assert_eq!(backends_of(&d, tcp("10.96.0.1", 80)), []);
@@ -333,31 +370,47 @@ fn nothing_ready_nor_serving_means_reject() {
 #[test]
 fn objects_for_someone_else_are_ignored_not_invalid() {
     let labelled = |name: &str, label: &str| {
-        format!(
-            "apiVersion: v1\nkind: Service\n\
-             metadata: {{namespace: default, name: {name}, labels: {{{label}: x}}}}\n\
-             spec: {{clusterIP: 10.96.0.{n}, ports: [{{name: http, port: 80}}]}}\n",
-            n = name.len()
+        Object::from(
+            Svc::new("default", name)
+                .label(label, "x")
+                .cluster_ip(&format!("10.96.0.{}", name.len()))
+                .port("http", 80, ""),
         )
     };
     let docs = [
         svc("default", "web", "10.96.0.1", HTTP),
-        slice("default", "web-1", "web", HTTP_EP, "[{addresses: [10.0.0.1]}]"),
+        slice("default", "web-1", "web", HTTP_EP, &[Ep::new("10.0.0.1")]),
         svc("default", "headless", "None", HTTP),
-        slice("default", "headless-1", "headless", HTTP_EP, "[{addresses: [10.0.0.2]}]"),
-        "apiVersion: v1\nkind: Service\nmetadata: {namespace: default, name: headless-ips}\n\
-         spec: {clusterIP: None, clusterIPs: [None], ports: [{port: 80}]}\n"
-            .to_owned(),
-        "apiVersion: v1\nkind: Service\nmetadata: {namespace: default, name: extname}\n\
-         spec: {type: ExternalName, externalName: example.com}\n"
-            .to_owned(),
+        slice(
+            "default",
+            "headless-1",
+            "headless",
+            HTTP_EP,
+            &[Ep::new("10.0.0.2")],
+        ),
+        Svc::new("default", "headless-ips")
+            .cluster_ip("None")
+            .cluster_ips(&["None"])
+            .port("", 80, "")
+            .into(),
+        Svc::new("default", "extname")
+            .external_name("example.com")
+            .into(),
         labelled("other-proxy", "service.kubernetes.io/service-proxy-name"),
-        slice("default", "other-proxy-1", "other-proxy", HTTP_EP, "[{addresses: [10.0.0.3]}]"),
+        slice(
+            "default",
+            "other-proxy-1",
+            "other-proxy",
+            HTTP_EP,
+            &[Ep::new("10.0.0.3")],
+        ),
         labelled("headless-label", "service.kubernetes.io/headless"),
-        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
-         metadata: {namespace: default, name: web-fqdn, labels: {kubernetes.io/service-name: web}}\n\
-         addressType: FQDN\nports: [{name: http, port: 8080}]\nendpoints: [{addresses: [web.example.com]}]\n"
-            .to_owned(),
+        Slice::new("default", "web-fqdn")
+            .service("web")
+            .address_type("FQDN")
+            .port("http", 8080, "")
+            .endpoint(Ep::new("web.example.com"))
+            .into(),
     ];
     let (d, r) = run(&docs);
     // Only the ordinary Service is programmed, and the FQDN slice added nothing to it.
@@ -388,19 +441,25 @@ fn objects_for_someone_else_are_ignored_not_invalid() {
 #[test]
 fn cluster_ip_nodeport_and_loadbalancer_all_program_their_cluster_ip() {
     let docs = [
-        "apiVersion: v1\nkind: Service\nmetadata: {name: c}\n\
-         spec: {type: ClusterIP, clusterIP: 10.96.0.1, ports: [{name: http, port: 80}]}\n"
-            .to_owned(),
-        "apiVersion: v1\nkind: Service\nmetadata: {name: n}\n\
-         spec: {type: NodePort, clusterIP: 10.96.0.2, ports: [{name: http, port: 80, nodePort: 30080}]}\n"
-            .to_owned(),
-        "apiVersion: v1\nkind: Service\nmetadata: {name: l}\n\
-         spec: {type: LoadBalancer, clusterIP: 10.96.0.3, ports: [{name: http, port: 80, nodePort: 30081}]}\n\
-         status: {loadBalancer: {ingress: [{ip: 192.0.2.10}]}}\n"
-            .to_owned(),
-        slice("default", "c-1", "c", HTTP_EP, "[{addresses: [10.0.0.1]}]"),
-        slice("default", "n-1", "n", HTTP_EP, "[{addresses: [10.0.0.2]}]"),
-        slice("default", "l-1", "l", HTTP_EP, "[{addresses: [10.0.0.3]}]"),
+        Svc::new("", "c")
+            .type_("ClusterIP")
+            .cluster_ip("10.96.0.1")
+            .port("http", 80, "")
+            .into(),
+        Svc::new("", "n")
+            .type_("NodePort")
+            .cluster_ip("10.96.0.2")
+            .with_port(SvcPort::new("http", 80, "").node_port(30080))
+            .into(),
+        Svc::new("", "l")
+            .type_("LoadBalancer")
+            .cluster_ip("10.96.0.3")
+            .with_port(SvcPort::new("http", 80, "").node_port(30081))
+            .lb_ingress_ip("192.0.2.10")
+            .into(),
+        slice("default", "c-1", "c", HTTP_EP, &[Ep::new("10.0.0.1")]),
+        slice("default", "n-1", "n", HTTP_EP, &[Ep::new("10.0.0.2")]),
+        slice("default", "l-1", "l", HTTP_EP, &[Ep::new("10.0.0.3")]),
     ];
     let (d, r) = run(&docs);
     let got: Vec<_> = d
@@ -422,14 +481,18 @@ fn cluster_ip_nodeport_and_loadbalancer_all_program_their_cluster_ip() {
 #[test]
 fn dual_stack_service_keeps_both_families_and_reports_ipv6() {
     let docs = [
-        "apiVersion: v1\nkind: Service\nmetadata: {name: dual}\n\
-         spec: {clusterIP: 10.96.0.7, clusterIPs: [10.96.0.7, 'fd00::7'], ports: [{name: http, port: 80}]}\n"
-            .to_owned(),
-        slice("default", "dual-1", "dual", HTTP_EP, "[{addresses: [10.0.0.7]}]"),
-        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
-         metadata: {name: dual-2, labels: {kubernetes.io/service-name: dual}}\n\
-         addressType: IPv6\nports: [{name: http, port: 8080}]\nendpoints: [{addresses: ['fd00::a']}]\n"
-            .to_owned(),
+        Svc::new("", "dual")
+            .cluster_ip("10.96.0.7")
+            .cluster_ips(&["10.96.0.7", "fd00::7"])
+            .port("http", 80, "")
+            .into(),
+        slice("default", "dual-1", "dual", HTTP_EP, &[Ep::new("10.0.0.7")]),
+        Slice::new("", "dual-2")
+            .service("dual")
+            .address_type("IPv6")
+            .port("http", 8080, "")
+            .endpoint(Ep::new("fd00::a"))
+            .into(),
     ];
     let (d, r) = run(&docs);
     // Each cluster IP takes the endpoints of its own family only.
@@ -451,13 +514,18 @@ fn dual_stack_service_keeps_both_families_and_reports_ipv6() {
 #[test]
 fn features_not_programmed_yet_are_reported_and_the_cluster_ip_still_served() {
     let docs = [
-        "apiVersion: v1\nkind: Service\nmetadata: {name: rich}\n\
-         spec:\n  type: LoadBalancer\n  clusterIP: 10.96.0.8\n  externalIPs: [192.0.2.10]\n\
-         \x20 sessionAffinity: ClientIP\n  internalTrafficPolicy: Local\n  externalTrafficPolicy: Local\n\
-         \x20 ports: [{name: http, port: 80, nodePort: 30080}, {name: assoc, port: 9, protocol: SCTP}]\n\
-         status: {loadBalancer: {ingress: [{ip: 198.51.100.7}]}}\n"
-            .to_owned(),
-        slice("default", "rich-1", "rich", HTTP_EP, "[{addresses: [10.0.0.8]}]"),
+        Svc::new("", "rich")
+            .type_("LoadBalancer")
+            .cluster_ip("10.96.0.8")
+            .external_ips(&["192.0.2.10"])
+            .session_affinity("ClientIP")
+            .internal_traffic_policy("Local")
+            .external_traffic_policy("Local")
+            .with_port(SvcPort::new("http", 80, "").node_port(30080))
+            .port("assoc", 9, "SCTP")
+            .lb_ingress_ip("198.51.100.7")
+            .into(),
+        slice("default", "rich-1", "rich", HTTP_EP, &[Ep::new("10.0.0.8")]),
     ];
     let (d, r) = run(&docs);
     assert_eq!(
@@ -491,14 +559,14 @@ fn two_services_claiming_one_frontend_first_by_name_wins() {
             "zeta-1",
             "zeta",
             HTTP_EP,
-            "[{addresses: [10.0.0.26]}]",
+            &[Ep::new("10.0.0.26")],
         ),
         slice(
             "default",
             "alpha-1",
             "alpha",
             HTTP_EP,
-            "[{addresses: [10.0.0.1]}]",
+            &[Ep::new("10.0.0.1")],
         ),
     ]);
     let fe = tcp("10.96.0.1", 80);
@@ -522,7 +590,11 @@ fn excluded_endpoint_is_never_programmed_and_is_reported() {
                 "mixed-1",
                 "mixed",
                 HTTP_EP,
-                "[{addresses: [10.244.3.4]}, {addresses: [10.0.0.1]}, {addresses: [10.245.0.1]}]",
+                &[
+                    Ep::new("10.244.3.4"),
+                    Ep::new("10.0.0.1"),
+                    Ep::new("10.245.0.1"),
+                ],
             ),
         ],
         &seed_exclusion(),
@@ -553,16 +625,10 @@ fn frontend_with_only_excluded_endpoints_passes_through() {
                 "flannel-app-1",
                 "flannel-app",
                 HTTP_EP,
-                "[{addresses: [10.244.1.5]}, {addresses: [10.244.2.7], conditions: {ready: false}}]",
+                &[Ep::new("10.244.1.5"), Ep::new("10.244.2.7").ready(false)],
             ),
             svc("default", "web", "10.96.0.1", HTTP),
-            slice(
-                "default",
-                "web-1",
-                "web",
-                HTTP_EP,
-                "[{addresses: [10.0.0.1]}]",
-            ),
+            slice("default", "web-1", "web", HTTP_EP, &[Ep::new("10.0.0.1")]),
         ],
         &seed_exclusion(),
     );
@@ -588,7 +654,7 @@ fn frontend_with_only_excluded_endpoints_passes_through() {
             "flannel-app-1",
             "flannel-app",
             HTTP_EP,
-            "[{addresses: [10.244.1.5]}]",
+            &[Ep::new("10.244.1.5")],
         ),
     ]);
     assert_eq!(backends_of(&d, fe), [be("10.244.1.5", 8080)]);
@@ -604,21 +670,21 @@ fn passthrough_is_decided_per_service_port() {
                 "default",
                 "split",
                 "10.96.0.1",
-                "[{name: http, port: 80}, {name: metrics, port: 9100}]",
+                &[("http", 80, ""), ("metrics", 9100, "")],
             ),
             slice(
                 "default",
                 "split-1",
                 "split",
                 HTTP_EP,
-                "[{addresses: [10.244.0.3]}]",
+                &[Ep::new("10.244.0.3")],
             ),
             slice(
                 "default",
                 "split-2",
                 "split",
-                "[{name: metrics, port: 9100}]",
-                "[{addresses: [10.0.0.3]}]",
+                &[("metrics", 9100, "")],
+                &[Ep::new("10.0.0.3")],
             ),
         ],
         &seed_exclusion(),
@@ -644,7 +710,7 @@ fn service_without_any_endpoint_is_rejected_not_passed_through() {
             svc("default", "empty", "10.96.0.30", HTTP),
             // A slice with ports but no endpoints is the same as none.
             svc("default", "empty2", "10.96.0.31", HTTP),
-            slice("default", "empty2-1", "empty2", HTTP_EP, "[]"),
+            slice("default", "empty2-1", "empty2", HTTP_EP, &[]),
         ],
         &seed_exclusion(),
     );
@@ -658,41 +724,29 @@ fn service_without_any_endpoint_is_rejected_not_passed_through() {
 
 #[test]
 fn malformed_objects_are_reported_and_the_rest_is_programmed() {
-    let mut too_many = String::from("[");
-    for i in 0..1001 {
-        let _ = write!(
-            too_many,
-            "{{addresses: [10.9.{}.{}]}},",
-            i / 250,
-            i % 250 + 1
-        );
-    }
-    too_many.push(']');
+    let too_many: Vec<Ep> = (0..1001)
+        .map(|i| Ep::new(&format!("10.9.{}.{}", i / 250, i % 250 + 1)))
+        .collect();
     let docs = [
         svc("default", "good", "10.96.0.1", HTTP),
-        slice("default", "good-1", "good", HTTP_EP, "[{addresses: [10.0.0.1]}]"),
+        slice("default", "good-1", "good", HTTP_EP, &[Ep::new("10.0.0.1")]),
         svc("default", "banana", "banana", HTTP),
-        svc("default", "port-zero", "10.96.0.2", "[{name: http, port: 0}]"),
-        svc("default", "port-big", "10.96.0.3", "[{name: http, port: 70000}]"),
-        svc(
-            "default",
-            "icmp",
-            "10.96.0.4",
-            "[{name: http, port: 80, protocol: ICMP}]",
-        ),
+        svc("default", "port-zero", "10.96.0.2", &[("http", 0, "")]),
+        svc("default", "port-big", "10.96.0.3", &[("http", 70000, "")]),
+        svc("default", "icmp", "10.96.0.4", &[("http", 80, "ICMP")]),
         // Slices claiming `good` that must not contribute endpoints.
         slice("default", "huge", "good", HTTP_EP, &too_many),
         slice(
             "default",
             "bad-proto",
             "good",
-            "[{name: http, port: 8080, protocol: ICMP}]",
-            "[{addresses: [10.0.0.66]}]",
+            &[("http", 8080, "ICMP")],
+            &[Ep::new("10.0.0.66")],
         ),
-        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
-         metadata: {namespace: default, name: no-label}\n\
-         addressType: IPv4\nports: [{name: http, port: 8080}]\nendpoints: [{addresses: [10.0.0.77]}]\n"
-            .to_owned(),
+        Slice::new("default", "no-label")
+            .port("http", 8080, "")
+            .endpoint(Ep::new("10.0.0.77"))
+            .into(),
     ];
     let (d, r) = run(&docs);
     assert_eq!(
@@ -741,11 +795,9 @@ fn malformed_objects_are_reported_and_the_rest_is_programmed() {
 
 #[test]
 fn slice_at_the_endpoint_limit_is_still_valid() {
-    let mut eps = String::from("[");
-    for i in 0..1000 {
-        let _ = write!(eps, "{{addresses: [10.9.{}.{}]}},", i / 250, i % 250 + 1);
-    }
-    eps.push(']');
+    let eps: Vec<Ep> = (0..1000)
+        .map(|i| Ep::new(&format!("10.9.{}.{}", i / 250, i % 250 + 1)))
+        .collect();
     let (d, r) = run(&[
         svc("default", "big", "10.96.0.1", HTTP),
         slice("default", "big-1", "big", HTTP_EP, &eps),
@@ -763,14 +815,14 @@ fn udp_port_gives_a_udp_frontend() {
             "kube-system",
             "kube-dns",
             "10.96.0.10",
-            "[{name: dns, port: 53, protocol: UDP}]",
+            &[("dns", 53, "UDP")],
         ),
         slice(
             "kube-system",
             "kube-dns-1",
             "kube-dns",
-            "[{name: dns, port: 53, protocol: UDP}]",
-            "[{addresses: [10.0.5.2]}, {addresses: [10.0.5.1]}]",
+            &[("dns", 53, "UDP")],
+            &[Ep::new("10.0.5.2"), Ep::new("10.0.5.1")],
         ),
     ]);
     assert_eq!(
@@ -797,15 +849,18 @@ fn proto_numbers_round_trip() {
 
 #[test]
 fn endpoint_topology_and_raw_conditions_are_kept() {
-    let o = objects(&[
-        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
-         metadata: {name: web-1, labels: {kubernetes.io/service-name: web}}\n\
-         addressType: IPv4\nports: [{name: http, port: 8080}]\n\
-         endpoints:\n\
-         - {addresses: [10.0.0.1], nodeName: n1, zone: z1, hints: {forZones: [{name: z1}], forNodes: [{name: n1}]}}\n\
-         - {addresses: [10.0.0.2], conditions: {ready: false, terminating: true}}\n"
-            .to_owned(),
-    ]);
+    let o = objects(&[Slice::new("", "web-1")
+        .service("web")
+        .port("http", 8080, "")
+        .endpoint(
+            Ep::new("10.0.0.1")
+                .node("n1")
+                .zone("z1")
+                .hint_zone("z1")
+                .hint_node("n1"),
+        )
+        .endpoint(Ep::new("10.0.0.2").ready(false).terminating(true))
+        .into()]);
     let super::slice::Verdict::Use(spec) = super::slice::validate(&o.slices[0]) else {
         panic!("valid slice refused");
     };
@@ -834,14 +889,15 @@ fn endpoint_topology_and_raw_conditions_are_kept() {
 
 #[test]
 fn service_policies_affinity_and_external_addresses_are_kept() {
-    let o = objects(&[
-        "apiVersion: v1\nkind: Service\nmetadata: {name: rich}\n\
-         spec:\n  type: NodePort\n  clusterIP: 10.96.0.8\n  externalIPs: [192.0.2.10]\n\
-         \x20 sessionAffinity: ClientIP\n  sessionAffinityConfig: {clientIP: {timeoutSeconds: 60}}\n\
-         \x20 internalTrafficPolicy: Local\n  trafficDistribution: PreferClose\n\
-         \x20 ports: [{name: http, port: 80, nodePort: 30080}]\n"
-            .to_owned(),
-    ]);
+    let o = objects(&[Svc::new("", "rich")
+        .type_("NodePort")
+        .cluster_ip("10.96.0.8")
+        .external_ips(&["192.0.2.10"])
+        .client_ip_affinity(Some(60))
+        .internal_traffic_policy("Local")
+        .traffic_distribution("PreferClose")
+        .with_port(SvcPort::new("http", 80, "").node_port(30080))
+        .into()]);
     let super::service::Verdict::Program(spec) = super::service::validate(&o.services[0]) else {
         panic!("valid Service refused");
     };
