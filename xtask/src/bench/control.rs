@@ -211,7 +211,7 @@ fn changed_slice(specs: &[SvcSpec], u: usize) -> String {
     let eps: Vec<(&str, bool)> = ips.iter().map(|ip| (ip.as_str(), true)).collect();
     let name = format!("{}-{}", s.name, s.port_name);
     let port = s.endpoints[0].1;
-    super::manifest::slice(
+    datapath::slice(
         &s.namespace,
         &format!("{name}-1"),
         &name,

@@ -13,10 +13,7 @@ use lb_tests::{
     unique,
 };
 
-use super::{
-    Plan,
-    manifest::{service, slice},
-};
+use super::Plan;
 
 /// The pod network of the layouts: the clients (10.0.0.x) are pods, so
 /// neither layout masquerades, as for pod-to-Service traffic in a cluster.
@@ -140,7 +137,10 @@ pub fn services(n: usize, pods: &[Ipv4Addr], filler_endpoints: usize) -> Vec<Svc
     all
 }
 
-/// The same Services as v1 Service + EndpointSlice manifests.
+/// The same Services as v1 Service + EndpointSlice manifests, written as block
+/// YAML by hand: at 10,000 Services the agent's file reader takes its fast
+/// path on them (one `kind:` line per document), as it would on `kubectl
+/// get -o yaml` output. The tests build theirs with `lb-fixtures`.
 pub fn manifests(specs: &[SvcSpec]) -> String {
     let mut out = String::with_capacity(specs.len() * 600);
     for s in specs {
@@ -260,4 +260,43 @@ pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
         }
     }
     Ok(rows)
+}
+
+/// A v1 Service manifest. `ports`: (name, port, protocol).
+pub fn service(ns: &str, name: &str, cluster_ip: &str, ports: &[(&str, u32, &str)]) -> String {
+    let ports: Vec<String> = ports
+        .iter()
+        .map(|(n, p, proto)| format!("{{name: \"{n}\", port: {p}, protocol: {proto}}}"))
+        .collect();
+    format!(
+        "---\napiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {ns}}}\n\
+         spec:\n  type: ClusterIP\n  clusterIP: \"{cluster_ip}\"\n  ports: [{}]\n",
+        ports.join(", ")
+    )
+}
+
+/// An EndpointSlice manifest. `ports`: (name, port, protocol);
+/// `endpoints`: (ip, ready).
+pub fn slice(
+    ns: &str,
+    name: &str,
+    service: &str,
+    ports: &[(&str, u16, &str)],
+    endpoints: &[(&str, bool)],
+) -> String {
+    let ports: Vec<String> = ports
+        .iter()
+        .map(|(n, p, proto)| format!("{{name: \"{n}\", port: {p}, protocol: {proto}}}"))
+        .collect();
+    let eps: Vec<String> = endpoints
+        .iter()
+        .map(|(ip, ready)| format!("{{addresses: [\"{ip}\"], conditions: {{ready: {ready}}}}}"))
+        .collect();
+    format!(
+        "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+         metadata: {{name: {name}, namespace: {ns}, labels: {{kubernetes.io/service-name: {service}}}}}\n\
+         addressType: IPv4\nports: [{}]\nendpoints: [{}]\n",
+        ports.join(", "),
+        eps.join(", ")
+    )
 }

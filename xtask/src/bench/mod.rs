@@ -4,7 +4,6 @@
 
 mod control;
 mod datapath;
-mod manifest;
 mod report;
 
 use std::{path::PathBuf, time::Duration};
