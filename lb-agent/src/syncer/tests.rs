@@ -4,42 +4,38 @@
 use std::time::{Duration, Instant};
 
 use super::*;
+use lb_fixtures::{Slice, Svc};
+
 use crate::{
     model::{Feature, ObjectKind},
     reconcile::{
         Table as _,
         mem::{Journal, ManualGrace, Mem, lb_tables},
     },
-    source::file::{Objects, parse_into},
 };
 
-fn objects(yaml: &str) -> Objects {
-    let mut out = Objects::default();
-    parse_into("test.yaml", yaml, &mut out);
-    assert!(out.skipped.is_empty(), "{:?}", out.skipped);
-    out
+/// Service `name` in `default` on `vip`, port `http` 80.
+fn service(name: &str, vip: &str) -> Svc {
+    Svc::new("default", name)
+        .cluster_ip(vip)
+        .port("http", 80, "TCP")
 }
 
-fn service(name: &str, spec: &str) -> String {
-    format!(
-        "---\napiVersion: v1\nkind: Service\nmetadata: {{namespace: default, name: {name}}}\nspec: {{{spec}}}\n"
-    )
+/// Slice `name` of Service `service`, port `http` 8080, `ips` ready.
+fn slice(name: &str, service: &str, ips: &[&str]) -> EndpointSlice {
+    Slice::new("default", name)
+        .service(service)
+        .port("http", 8080, "TCP")
+        .ready(ips)
+        .build()
 }
 
-fn slice(name: &str, service: &str, ips: &[&str]) -> String {
-    let eps: Vec<String> = ips
-        .iter()
-        .map(|ip| format!("{{addresses: [{ip}]}}"))
-        .collect();
-    format!(
-        "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
-         metadata: {{namespace: default, name: {name}, labels: {{kubernetes.io/service-name: {service}}}}}\n\
-         addressType: IPv4\nports: [{{name: http, port: 8080}}]\nendpoints: [{}]\n",
-        eps.join(", ")
-    )
+fn deleted(name: &str) -> Change {
+    Change::ServiceDeleted {
+        namespace: "default".into(),
+        name: name.into(),
+    }
 }
-
-const HTTP: &str = "ports: [{name: http, port: 80}]";
 
 /// A syncer over in-memory maps holding at most `frontends` frontends.
 fn syncer(frontends: u32) -> (Syncer<Mem, ManualGrace>, Arc<Endpoints>, ManualGrace) {
@@ -59,42 +55,44 @@ fn syncer(frontends: u32) -> (Syncer<Mem, ManualGrace>, Arc<Endpoints>, ManualGr
     )
 }
 
-/// Feeds the whole of `yaml` as both lists, as the file source does.
-fn list(s: &mut Syncer<Mem, ManualGrace>, yaml: &str, now: Instant) {
-    let o = objects(yaml);
-    s.apply(Change::AllServices(o.services), now);
-    s.apply(Change::AllSlices(o.slices), now);
+/// Feeds both complete lists, as the file source does.
+fn list(
+    s: &mut Syncer<Mem, ManualGrace>,
+    services: Vec<Svc>,
+    slices: Vec<EndpointSlice>,
+    now: Instant,
+) {
+    s.apply(
+        Change::AllServices(services.into_iter().map(Svc::build).collect()),
+        now,
+    );
+    s.apply(Change::AllSlices(slices), now);
 }
 
 #[test]
 fn services_programmed_counts_only_services_with_entries_in_the_maps() {
     let (mut s, e, _) = syncer(64);
     let now = Instant::now();
-    let yaml = [
-        service("a", &format!("clusterIP: 10.96.0.1, {HTTP}")),
-        slice("a-1", "a", &["10.0.0.1"]),
+    let services = vec![
+        service("a", "10.96.0.1"),
         // Every endpoint excluded: left to its own CNI, nothing in the maps.
-        service("b", &format!("clusterIP: 10.96.0.2, {HTTP}")),
-        slice("b-1", "b", &["10.244.0.1"]),
+        service("b", "10.96.0.2"),
         // Claims a's frontend and loses it (a sorts first).
-        service("c", &format!("clusterIP: 10.96.0.1, {HTTP}")),
-        slice("c-1", "c", &["10.0.0.3"]),
+        service("c", "10.96.0.1"),
         // No endpoints: programmed to refuse, so it is in the maps.
-        service("d", &format!("clusterIP: 10.96.0.4, {HTTP}")),
-    ]
-    .concat();
-    list(&mut s, &yaml, now);
+        service("d", "10.96.0.4"),
+    ];
+    let slices = vec![
+        slice("a-1", "a", &["10.0.0.1"]),
+        slice("b-1", "b", &["10.244.0.1"]),
+        slice("c-1", "c", &["10.0.0.3"]),
+    ];
+    list(&mut s, services, slices, now);
     s.sync(now).unwrap();
     assert_eq!(e.metrics.services_programmed.get(), 2.0, "a and d");
 
     // a gone: c takes its frontend over.
-    s.apply(
-        Change::ServiceDeleted {
-            namespace: "default".into(),
-            name: "a".into(),
-        },
-        now,
-    );
+    s.apply(deleted("a"), now);
     s.sync(now).unwrap();
     assert_eq!(e.metrics.services_programmed.get(), 2.0, "c and d");
     assert_eq!(
@@ -108,12 +106,8 @@ fn failed_frontends_are_retried_with_exponential_backoff() {
     // Room for one frontend: the second Service's write fails.
     let (mut s, e, grace) = syncer(1);
     let t0 = Instant::now();
-    let yaml = [
-        service("a", &format!("clusterIP: 10.96.0.1, {HTTP}")),
-        service("b", &format!("clusterIP: 10.96.0.2, {HTTP}")),
-    ]
-    .concat();
-    list(&mut s, &yaml, t0);
+    let services = vec![service("a", "10.96.0.1"), service("b", "10.96.0.2")];
+    list(&mut s, services, Vec::new(), t0);
     let first = s.sync(t0).unwrap();
     assert_eq!(first.outcome.failed.len(), 1);
     assert_eq!(s.failing(), 1);
@@ -134,14 +128,8 @@ fn failed_frontends_are_retried_with_exponential_backoff() {
         s.sync(at).unwrap();
     }
     assert_eq!(s.next_retry(), Some(at + RETRY_MAX));
-    // The winner of the room leaving lets the retry succeed.
-    s.apply(
-        Change::ServiceDeleted {
-            namespace: "default".into(),
-            name: "a".into(),
-        },
-        at,
-    );
+    // The holder of the room leaving lets the retry succeed.
+    s.apply(deleted("a"), at);
     s.sync(at).unwrap();
     grace.elapse();
     s.reap();
@@ -155,12 +143,13 @@ fn failed_frontends_are_retried_with_exponential_backoff() {
 fn prune_repairs_an_entry_deleted_behind_the_agents_back() {
     let (mut s, _, grace) = syncer(64);
     let now = Instant::now();
-    let yaml = [
-        service("a", &format!("clusterIP: 10.96.0.1, {HTTP}")),
-        slice("a-1", "a", &["10.0.0.1", "10.0.0.2"]),
-    ]
-    .concat();
-    list(&mut s, &yaml, now);
+    let services = vec![service("a", "10.96.0.1")];
+    list(
+        &mut s,
+        services,
+        vec![slice("a-1", "a", &["10.0.0.1", "10.0.0.2"])],
+        now,
+    );
     s.sync(now).unwrap();
     let before = s.reconciler.view();
     let key = *s.reconciler.maps().frontends().keys().next().unwrap();
@@ -198,33 +187,17 @@ fn prune_repairs_an_entry_deleted_behind_the_agents_back() {
 fn what_was_logged_is_forgotten_with_its_service_and_counted_once() {
     let (mut s, e, _) = syncer(64);
     let now = Instant::now();
-    let affinity = service(
-        "a",
-        &format!("clusterIP: 10.96.0.1, sessionAffinity: ClientIP, {HTTP}"),
-    );
-    let yaml = [
-        affinity.clone(),
-        slice("a-1", "a", &["10.0.0.1", "10.244.0.9"]),
-    ]
-    .concat();
-    list(&mut s, &yaml, now);
+    let affinity = || service("a", "10.96.0.1").client_ip_affinity(None);
+    let slices = vec![slice("a-1", "a", &["10.0.0.1", "10.244.0.9"])];
+    list(&mut s, vec![affinity()], slices, now);
     s.sync(now).unwrap();
     // The same Service again: nothing new to report.
-    s.apply(
-        Change::Service(Box::new(objects(&affinity).services.remove(0))),
-        now,
-    );
+    s.apply(Change::Service(Box::new(affinity().build())), now);
     s.sync(now).unwrap();
     assert_eq!(e.metrics.unsupported(Feature::SessionAffinity).get(), 1);
     assert_eq!(e.metrics.excluded_endpoints.get(), 1);
     assert_eq!(s.reported.len(), 1);
-    s.apply(
-        Change::ServiceDeleted {
-            namespace: "default".into(),
-            name: "a".into(),
-        },
-        now,
-    );
+    s.apply(deleted("a"), now);
     s.sync(now).unwrap();
     assert!(s.reported.is_empty() && s.reported_conflicts.is_empty());
     assert!(s.owner_of.is_empty() && s.owned.is_empty());
