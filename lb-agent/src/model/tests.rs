@@ -764,27 +764,6 @@ fn malformed_objects_are_reported_and_the_rest_is_programmed() {
         .into()
     );
     assert_eq!(r.invalid.len(), 7, "each object once: {:?}", r.invalid);
-    let reason = |name: &str| {
-        r.invalid
-            .iter()
-            .find(|i| &*i.object.name == name)
-            .map(|i| i.reason.clone())
-            .unwrap()
-    };
-    assert!(reason("banana").contains("banana"), "{}", reason("banana"));
-    assert!(
-        reason("port-big").contains("70000"),
-        "{}",
-        reason("port-big")
-    );
-    assert!(reason("port-zero").contains('0'), "{}", reason("port-zero"));
-    assert!(reason("icmp").contains("ICMP"), "{}", reason("icmp"));
-    assert!(reason("huge").contains("1001"), "{}", reason("huge"));
-    assert!(
-        reason("no-label").contains("kubernetes.io/service-name"),
-        "{}",
-        reason("no-label")
-    );
     assert_eq!(d.frontends.len(), 1, "{:?}", d.frontends);
     assert_eq!(
         backends_of(&d, tcp("10.96.0.1", 80)),
