@@ -61,7 +61,7 @@ fn render_golden() -> String {
     for (fe, loser) in &report.conflicts {
         let _ = writeln!(out, "{fe} {loser}");
     }
-    // The parser's message wording belongs to serde_yaml; only where matters.
+    // The parser's message wording belongs to yaml_serde; only where matters.
     let _ = writeln!(out, "# skipped documents");
     for skipped in &objects.skipped {
         let _ = writeln!(out, "{}", skipped.location.replace(&origin, "input.yaml"));

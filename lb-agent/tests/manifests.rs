@@ -32,7 +32,7 @@ use lb_agent::{
     source::{file, kube::API_ACCESS},
 };
 use serde::{Deserialize as _, Serialize, de::DeserializeOwned};
-use serde_yaml::Value;
+use yaml_serde::Value;
 
 /// Verbs a read-only watcher may hold; anything else is a grant too many.
 const READ_VERBS: [&str; 3] = ["get", "list", "watch"];
@@ -92,9 +92,9 @@ fn yaml_files(dir: &Path) -> Vec<PathBuf> {
 
 /// Parses `value` as `T`; it must serialize back to the same document.
 fn typed<T: DeserializeOwned + Serialize>(origin: &str, value: &Value) -> T {
-    let object: T = serde_yaml::from_value(value.clone())
+    let object: T = yaml_serde::from_value(value.clone())
         .unwrap_or_else(|e| panic!("{origin}: not a valid {}: {e}", std::any::type_name::<T>()));
-    let back = serde_yaml::to_value(&object).unwrap();
+    let back = yaml_serde::to_value(&object).unwrap();
     assert_eq!(
         &back, value,
         "{origin}: fields were lost or changed in parsing (unknown or misplaced field?)"
@@ -106,7 +106,7 @@ fn typed<T: DeserializeOwned + Serialize>(origin: &str, value: &Value) -> T {
 fn parse_file(path: &Path) -> Vec<Doc> {
     let text = fs::read_to_string(path).unwrap();
     let mut docs = Vec::new();
-    for (i, de) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+    for (i, de) in yaml_serde::Deserializer::from_str(&text).enumerate() {
         let origin = format!("{}#{i}", path.display());
         let value = Value::deserialize(de).unwrap_or_else(|e| panic!("{origin}: {e}"));
         if value.is_null() {
@@ -153,7 +153,7 @@ impl Deploy {
     fn load() -> Self {
         let dir = manifests_dir();
         let kustomization: Value =
-            serde_yaml::from_str(&fs::read_to_string(dir.join("kustomization.yaml")).unwrap())
+            yaml_serde::from_str(&fs::read_to_string(dir.join("kustomization.yaml")).unwrap())
                 .unwrap();
         let listed: BTreeSet<String> = kustomization["resources"]
             .as_sequence()

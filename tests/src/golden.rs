@@ -226,15 +226,15 @@ impl Rig {
             let text = archive
                 .file(file)
                 .with_context(|| format!("no file {file} in the archive"))?;
-            for doc in serde_yaml::Deserializer::from_str(text) {
-                let value = serde_yaml::Value::deserialize(doc)
+            for doc in yaml_serde::Deserializer::from_str(text) {
+                let value = yaml_serde::Value::deserialize(doc)
                     .with_context(|| format!("{file}: a document that is not YAML"))?;
                 if value.is_null() {
                     continue;
                 }
                 let key = key(&value)
                     .with_context(|| format!("{file}: an object without kind or name"))?;
-                let doc = serde_yaml::to_string(&value)?;
+                let doc = yaml_serde::to_string(&value)?;
                 match self.objects.iter_mut().find(|(k, _)| *k == key) {
                     Some(entry) => entry.1 = doc,
                     None => self.objects.push((key, doc)),
@@ -287,8 +287,8 @@ impl Rig {
     }
 }
 
-fn key(v: &serde_yaml::Value) -> Option<Key> {
-    let s = |v: &serde_yaml::Value| v.as_str().map(str::to_owned);
+fn key(v: &yaml_serde::Value) -> Option<Key> {
+    let s = |v: &yaml_serde::Value| v.as_str().map(str::to_owned);
     Some((
         s(&v["kind"])?,
         s(&v["metadata"]["namespace"]).unwrap_or_else(|| "default".into()),

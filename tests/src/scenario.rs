@@ -182,7 +182,7 @@ impl Drop for Bed {
 /// watches).
 pub fn apply_yaml(api: &ApiServer, yaml: &str) -> anyhow::Result<u64> {
     let mut watched = 0;
-    for doc in serde_yaml::Deserializer::from_str(yaml) {
+    for doc in yaml_serde::Deserializer::from_str(yaml) {
         let value = serde_json::Value::deserialize(doc)?;
         if value.is_null() {
             continue;

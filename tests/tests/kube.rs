@@ -520,8 +520,8 @@ fn the_agent_only_makes_requests_the_cluster_role_grants() -> anyhow::Result<()>
         "/../manifests/rbac.yaml"
     ))?;
     let mut granted = BTreeSet::new();
-    for doc in serde_yaml::Deserializer::from_str(&rbac) {
-        let v = <serde_yaml::Value as serde::Deserialize>::deserialize(doc)?;
+    for doc in yaml_serde::Deserializer::from_str(&rbac) {
+        let v = <yaml_serde::Value as serde::Deserialize>::deserialize(doc)?;
         if v["kind"] != "ClusterRole" {
             continue;
         }

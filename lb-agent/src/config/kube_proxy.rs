@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_yaml::Value;
+use yaml_serde::Value;
 
 /// The fields of a KubeProxyConfiguration that this agent applies.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -33,7 +33,7 @@ pub enum FileError {
     #[error("parsing {path}: {source}")]
     Parse {
         path: PathBuf,
-        source: serde_yaml::Error,
+        source: yaml_serde::Error,
     },
     #[error("{path}: kind is {kind:?}, expected KubeProxyConfiguration")]
     Kind { path: PathBuf, kind: String },
@@ -60,7 +60,7 @@ impl FileConfig {
     }
 
     pub fn parse(text: &str, path: &Path) -> Result<Self, FileError> {
-        let doc: Value = serde_yaml::from_str(text).map_err(|source| FileError::Parse {
+        let doc: Value = yaml_serde::from_str(text).map_err(|source| FileError::Parse {
             path: path.to_owned(),
             source,
         })?;
@@ -165,7 +165,7 @@ fn collect_set(v: &Value, path: &str, out: &mut Vec<String>, skip: &[&str]) {
             }
         }
         other => {
-            let text = serde_yaml::to_string(other).unwrap_or_default();
+            let text = yaml_serde::to_string(other).unwrap_or_default();
             out.push(format!("{path}={}", text.trim()));
         }
     }

@@ -12,7 +12,7 @@ use std::{
 };
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
-use serde_yaml::Value;
+use yaml_serde::Value;
 
 /// Everything read from the files.
 #[derive(Debug, Default)]
@@ -133,13 +133,13 @@ fn parse_documents(origin: &str, docs: &[&str], first: usize, out: &mut Objects)
         // also says what is wrong.
         match top_level_kind(doc) {
             Some("Service") => {
-                if let Ok(svc) = serde_yaml::from_str(doc) {
+                if let Ok(svc) = yaml_serde::from_str(doc) {
                     out.services.push(svc);
                     continue;
                 }
             }
             Some("EndpointSlice") => {
-                if let Ok(slice) = serde_yaml::from_str(doc) {
+                if let Ok(slice) = yaml_serde::from_str(doc) {
                     out.slices.push(slice);
                     continue;
                 }
@@ -147,7 +147,7 @@ fn parse_documents(origin: &str, docs: &[&str], first: usize, out: &mut Objects)
             _ => {}
         }
         let location = format!("{origin}#{}", first + i);
-        match serde_yaml::from_str::<Value>(doc) {
+        match yaml_serde::from_str::<Value>(doc) {
             Ok(Value::Null) => {}
             Ok(value) => add_value(&location, value, out),
             Err(e) => out.skipped.push(SkippedDocument {
@@ -199,11 +199,11 @@ fn add_value(location: &str, value: Value, out: &mut Objects) {
             }
             _ => out.skipped.push(skip("a List without items".into())),
         },
-        "Service" => match serde_yaml::from_value::<Service>(value) {
+        "Service" => match yaml_serde::from_value::<Service>(value) {
             Ok(svc) => out.services.push(svc),
             Err(e) => out.skipped.push(skip(format!("not a valid Service: {e}"))),
         },
-        "EndpointSlice" => match serde_yaml::from_value::<EndpointSlice>(value) {
+        "EndpointSlice" => match yaml_serde::from_value::<EndpointSlice>(value) {
             Ok(slice) => out.slices.push(slice),
             Err(e) => out
                 .skipped
