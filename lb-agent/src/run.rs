@@ -287,11 +287,11 @@ impl Agent {
         })?;
         match datapath.start() {
             Start::Fresh => {
-                info!(bpffs = %pins.dir().display(), capacities = ?config.capacities, "no pinned maps; created them")
+                info!(bpffs = %pins.dir().display(), capacities = ?config.capacities, "no pinned maps; created them");
             }
             Start::Adopted => info!(bpffs = %pins.dir().display(), "adopted the pinned maps"),
             Start::Resuming => {
-                warn!("finishing a migration that was interrupted after the programs switched")
+                warn!("finishing a migration that was interrupted after the programs switched");
             }
             Start::Migrating(why) => warn!(
                 differences = ?why,

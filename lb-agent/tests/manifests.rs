@@ -396,7 +396,7 @@ fn daemonset_runs_the_agent_as_configured() {
     let healthz: SocketAddr = args
         .healthz_bind_address
         .clone()
-        .or(file.healthz_bind_address.clone())
+        .or(file.healthz_bind_address)
         .unwrap_or(DEFAULT_HEALTHZ_BIND_ADDRESS.to_owned())
         .parse()
         .expect("healthz address is IP:PORT");

@@ -184,18 +184,18 @@ async fn at_the_cap_the_oldest_connection_that_never_asked_is_closed() {
 
 #[test]
 fn eviction_prefers_connections_that_never_asked_then_the_longest_unused() {
-    let conns = Arc::new(conns::Conns::new(3));
-    let (a, mut a_evicted) = conns::Conns::admit(&conns);
-    let (b, mut b_evicted) = conns::Conns::admit(&conns);
-    let (c, mut c_evicted) = conns::Conns::admit(&conns);
+    let conns = Arc::new(Conns::new(3));
+    let (a, mut a_evicted) = Conns::admit(&conns);
+    let (b, mut b_evicted) = Conns::admit(&conns);
+    let (c, mut c_evicted) = Conns::admit(&conns);
     a.requested();
     c.requested();
     // b never asked: it goes first, though a is older.
-    let (d, mut d_evicted) = conns::Conns::admit(&conns);
+    let (d, mut d_evicted) = Conns::admit(&conns);
     assert_eq!(b_evicted.try_recv(), Err(TryRecvError::Closed));
     // Then a, whose last request is older than c's.
     d.requested();
-    let (_e, _) = conns::Conns::admit(&conns);
+    let (_e, _) = Conns::admit(&conns);
     assert_eq!(a_evicted.try_recv(), Err(TryRecvError::Closed));
     assert_eq!(c_evicted.try_recv(), Err(TryRecvError::Empty));
     assert_eq!(d_evicted.try_recv(), Err(TryRecvError::Empty));

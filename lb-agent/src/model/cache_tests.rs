@@ -18,25 +18,25 @@ use super::*;
 /// Ports: (name, port, protocol), empty for unset.
 type Ports<'a> = &'a [(&'a str, i32, &'a str)];
 
-fn svc(ns: &str, name: &str, cluster_ip: &str, ports: Ports) -> Service {
+fn svc(ns: &str, name: &str, cluster_ip: &str, ports: Ports<'_>) -> Service {
     let svc = Svc::new(ns, name).cluster_ip(cluster_ip);
     with_ports(svc, ports).build()
 }
 
-fn with_ports(svc: Svc, ports: Ports) -> Svc {
+fn with_ports(svc: Svc, ports: Ports<'_>) -> Svc {
     ports
         .iter()
         .fold(svc, |s, (n, p, proto)| s.port(n, *p, proto))
 }
 
-fn slice_ports(slice: Slice, ports: Ports) -> Slice {
+fn slice_ports(slice: Slice, ports: Ports<'_>) -> Slice {
     ports
         .iter()
         .fold(slice, |s, (n, p, proto)| s.port(n, *p, proto))
 }
 
 /// An IPv4 EndpointSlice labelled for `service`.
-fn slice(ns: &str, name: &str, service: &str, ports: Ports, endpoints: &[Ep]) -> EndpointSlice {
+fn slice(ns: &str, name: &str, service: &str, ports: Ports<'_>, endpoints: &[Ep]) -> EndpointSlice {
     slice_ports(Slice::new(ns, name).service(service), ports)
         .endpoints(endpoints.iter().cloned())
         .build()
@@ -69,8 +69,8 @@ fn be(addr: &str, port: u16) -> Backend {
     }
 }
 
-const HTTP: Ports = &[("http", 80, "")];
-const HTTP_EP: Ports = &[("http", 8080, "")];
+const HTTP: Ports<'static> = &[("http", 80, "")];
+const HTTP_EP: Ports<'static> = &[("http", 8080, "")];
 
 fn eps(ips: &[&str]) -> Vec<Ep> {
     ips.iter().map(|ip| Ep::new(ip)).collect()

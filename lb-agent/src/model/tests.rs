@@ -59,7 +59,7 @@ fn seed_exclusion() -> ExcludedCidrs {
     ExcludedCidrs::parse(["10.244.0.0/16,"]).unwrap()
 }
 
-fn ip(s: &str) -> std::net::IpAddr {
+fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
@@ -840,7 +840,7 @@ fn endpoint_topology_and_raw_conditions_are_kept() {
         )
         .endpoint(Ep::new("10.0.0.2").ready(false).terminating(true))
         .into()]);
-    let super::slice::Verdict::Use(spec) = super::slice::validate(&o.slices[0]) else {
+    let slice::Verdict::Use(spec) = slice::validate(&o.slices[0]) else {
         panic!("valid slice refused");
     };
     let [a, b] = &spec.endpoints[..] else {
@@ -877,17 +877,14 @@ fn service_policies_affinity_and_external_addresses_are_kept() {
         .traffic_distribution("PreferClose")
         .with_port(SvcPort::new("http", 80, "").node_port(30080))
         .into()]);
-    let super::service::Verdict::Program(spec) = super::service::validate(&o.services[0]) else {
+    let service::Verdict::Program(spec) = service::validate(&o.services[0]) else {
         panic!("valid Service refused");
     };
     assert_eq!(spec.type_, ServiceType::NodePort);
     assert_eq!(spec.affinity, Affinity::ClientIp { timeout_secs: 60 });
     assert_eq!(spec.internal_policy, TrafficPolicy::Local);
     assert_eq!(spec.external_policy, TrafficPolicy::Cluster);
-    assert_eq!(
-        spec.external_ips,
-        ["192.0.2.10".parse::<std::net::IpAddr>().unwrap()]
-    );
+    assert_eq!(spec.external_ips, ["192.0.2.10".parse::<IpAddr>().unwrap()]);
     assert_eq!(spec.ports[0].node_port, Some(30080));
     assert_eq!(spec.traffic_distribution.as_deref(), Some("PreferClose"));
 }

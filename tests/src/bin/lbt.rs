@@ -514,7 +514,7 @@ fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, v: &T) -> io:
 fn timeval(d: Duration) -> libc::timeval {
     libc::timeval {
         tv_sec: d.as_secs() as libc::time_t,
-        tv_usec: d.subsec_micros() as libc::suseconds_t,
+        tv_usec: libc::suseconds_t::from(d.subsec_micros()),
     }
 }
 

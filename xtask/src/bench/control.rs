@@ -141,7 +141,7 @@ pub fn measure(plan: &Plan) -> anyhow::Result<Control> {
         rss: None,
     });
     eprintln!("   nft -f: {:?}", start.elapsed());
-    let mut changed = specs.clone();
+    let mut changed = specs;
     let mut samples = Vec::new();
     let mut stale: Vec<String> = Vec::new();
     for u in 0..plan.partial_syncs {
