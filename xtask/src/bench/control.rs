@@ -105,12 +105,33 @@ pub fn measure(plan: &Plan) -> anyhow::Result<Control> {
         });
     }
 
-    // kube-proxy's layouts: the first full sync, then the partial syncs
-    // that one-endpoint changes cause, in a namespace of their own.
+    if !plan.ours_only {
+        kube_proxy(plan, &specs, &mut cold, &mut updates)?;
+    }
+
+    for u in &mut updates {
+        u.samples.sort_unstable();
+    }
+    Ok(Control {
+        services: n,
+        endpoints: e,
+        cold,
+        updates,
+    })
+}
+
+/// kube-proxy's layouts: the first full sync, then the partial syncs that
+/// one-endpoint changes cause, in a namespace of their own.
+fn kube_proxy(
+    plan: &Plan,
+    specs: &[SvcSpec],
+    cold: &mut Vec<Cold>,
+    updates: &mut Vec<Update>,
+) -> anyhow::Result<()> {
     let topo = Topology::new(&unique("kp"))?;
     let ns = topo.hub();
     let start = Instant::now();
-    kubeproxy::load_iptables(ns, &kubeproxy::iptables_restore(&specs, CLUSTER_CIDR))?;
+    kubeproxy::load_iptables(ns, &kubeproxy::iptables_restore(specs, CLUSTER_CIDR))?;
     cold.push(Cold {
         what: "iptables-restore (kube-proxy full sync)",
         wall: start.elapsed(),
@@ -119,7 +140,7 @@ pub fn measure(plan: &Plan) -> anyhow::Result<Control> {
         health: Vec::new(),
     });
     eprintln!("   iptables-restore: {:?}", start.elapsed());
-    let mut changed = specs.clone();
+    let mut changed = specs.to_vec();
     let mut samples = Vec::new();
     for u in 0..plan.partial_syncs {
         let i = move_endpoint(&mut changed, u).0;
@@ -135,7 +156,7 @@ pub fn measure(plan: &Plan) -> anyhow::Result<Control> {
     netns::exec(ns, &["nft", "flush", "ruleset"])?;
 
     let start = Instant::now();
-    kubeproxy::load_nft(ns, &kubeproxy::nft_ruleset(&specs, CLUSTER_CIDR))?;
+    kubeproxy::load_nft(ns, &kubeproxy::nft_ruleset(specs, CLUSTER_CIDR))?;
     cold.push(Cold {
         what: "nft -f (kube-proxy full sync)",
         wall: start.elapsed(),
@@ -144,7 +165,7 @@ pub fn measure(plan: &Plan) -> anyhow::Result<Control> {
         health: Vec::new(),
     });
     eprintln!("   nft -f: {:?}", start.elapsed());
-    let mut changed = specs.clone();
+    let mut changed = specs.to_vec();
     let mut samples = Vec::new();
     let mut stale: Vec<String> = Vec::new();
     for u in 0..plan.partial_syncs {
@@ -175,16 +196,7 @@ pub fn measure(plan: &Plan) -> anyhow::Result<Control> {
         samples,
     });
     netns::exec(ns, &["nft", "flush", "ruleset"])?;
-
-    for u in &mut updates {
-        u.samples.sort_unstable();
-    }
-    Ok(Control {
-        services: n,
-        endpoints: e,
-        cold,
-        updates,
-    })
+    Ok(())
 }
 
 /// The `u`-th change: which Service, and the address its first endpoint

@@ -31,6 +31,10 @@ pub struct BenchArgs {
     /// Writes bench-control.md.
     #[arg(long)]
     pub control_only: bool,
+    /// Control plane: leave out kube-proxy's rule loads (minutes at 10,000
+    /// Services); only our agent's figures.
+    #[arg(long)]
+    pub ours_only: bool,
     /// Measure this lb-agent binary instead of the workspace's build.
     #[arg(long, value_name = "PATH")]
     pub agent_bin: Option<PathBuf>,
@@ -50,6 +54,7 @@ impl BenchArgs {
             concurrency: 4,
             seconds: None,
             control_only: false,
+            ours_only: false,
             agent_bin: None,
             realistic_objects: false,
         }
@@ -61,6 +66,8 @@ pub struct Plan {
     pub quick: bool,
     /// No datapath rounds.
     pub control_only: bool,
+    /// No kube-proxy rule loads in the control plane part.
+    pub ours_only: bool,
     /// Control plane objects carry what a real cluster adds to them.
     pub realistic: bool,
     /// The lb-agent binary measured.
@@ -94,6 +101,7 @@ impl Plan {
         Self {
             quick: a.quick,
             control_only: a.control_only,
+            ours_only: a.ours_only,
             realistic: a.realistic_objects,
             agent_bin: lb_tests::agent::agent_bin(),
             scales: if a.control_only { Vec::new() } else { scales },
