@@ -4,6 +4,7 @@
 //! (as `kubectl get -o yaml` writes) is unpacked. A directory means every
 //! `*.yaml`, `*.yml` and `*.json` file in it, in name order. A document that
 //! cannot be parsed is reported and skipped; the others are still used.
+//! Each object is stripped to what the model reads as soon as it is parsed.
 
 use std::{
     fs, io,
@@ -13,6 +14,8 @@ use std::{
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use serde_yaml::Value;
+
+use super::strip;
 
 /// Everything read from the files.
 #[derive(Debug, Default)]
@@ -133,13 +136,15 @@ fn parse_documents(origin: &str, docs: &[&str], first: usize, out: &mut Objects)
         // also says what is wrong.
         match top_level_kind(doc) {
             Some("Service") => {
-                if let Ok(svc) = serde_yaml::from_str(doc) {
+                if let Ok(mut svc) = serde_yaml::from_str(doc) {
+                    strip::service(&mut svc);
                     out.services.push(svc);
                     continue;
                 }
             }
             Some("EndpointSlice") => {
-                if let Ok(slice) = serde_yaml::from_str(doc) {
+                if let Ok(mut slice) = serde_yaml::from_str(doc) {
+                    strip::slice(&mut slice);
                     out.slices.push(slice);
                     continue;
                 }
@@ -200,11 +205,17 @@ fn add_value(location: &str, value: Value, out: &mut Objects) {
             _ => out.skipped.push(skip("a List without items".into())),
         },
         "Service" => match serde_yaml::from_value::<Service>(value) {
-            Ok(svc) => out.services.push(svc),
+            Ok(mut svc) => {
+                strip::service(&mut svc);
+                out.services.push(svc);
+            }
             Err(e) => out.skipped.push(skip(format!("not a valid Service: {e}"))),
         },
         "EndpointSlice" => match serde_yaml::from_value::<EndpointSlice>(value) {
-            Ok(slice) => out.slices.push(slice),
+            Ok(mut slice) => {
+                strip::slice(&mut slice);
+                out.slices.push(slice);
+            }
             Err(e) => out
                 .skipped
                 .push(skip(format!("not a valid EndpointSlice: {e}"))),

@@ -16,6 +16,7 @@ use kube::{
 use serde::de::DeserializeOwned;
 use tracing::warn;
 
+use super::strip;
 use crate::syncer::Change;
 
 /// One kind of apiserver request the agent makes: API group, resource, verbs.
@@ -46,6 +47,14 @@ pub const API_ACCESS: &[ApiAccess] = &[
         verbs: &["list", "watch"],
     },
 ];
+
+/// kube-proxy's server-side filter, on both its Service and EndpointSlice
+/// informers (`cmd/kube-proxy/app/server.go`): objects handed to another
+/// proxy (`service-proxy-name`, which the slice controller copies onto the
+/// slices) and slices of headless Services are never sent to us. The model
+/// checks the same labels again for the file source.
+pub const PROXY_LABEL_SELECTOR: &str =
+    "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless";
 
 /// The taint the cluster autoscaler puts on a node it is about to remove.
 const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
@@ -119,9 +128,11 @@ fn parse_url(url: &str) -> Result<http::Uri, KubeError> {
 /// list is reported, so objects deleted while the watch was down disappear
 /// too.
 pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
+    let filtered = || watcher::Config::default().labels(PROXY_LABEL_SELECTOR);
     let services = kind_stream(
         Api::<Service>::all(client.clone()),
-        watcher::Config::default(),
+        filtered(),
+        strip::service,
         |s| Change::Service(Box::new(s)),
         |s| Change::ServiceDeleted {
             namespace: s.namespace().unwrap_or_default(),
@@ -131,7 +142,8 @@ pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
     );
     let slices = kind_stream(
         Api::<EndpointSlice>::all(client.clone()),
-        watcher::Config::default(),
+        filtered(),
+        strip::slice,
         |s| Change::Slice(Box::new(s)),
         |s| Change::SliceDeleted {
             namespace: s.namespace().unwrap_or_default(),
@@ -160,15 +172,19 @@ pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
     futures::stream::select_all([services.boxed(), slices.boxed(), node.boxed()]).boxed()
 }
 
-/// One kind's watcher, with managedFields stripped.
+/// One kind's watcher, each object stripped to what the model reads as it
+/// arrives.
 ///
 /// No reflector: the model keeps the few fields it uses of every object, so
 /// a store of full objects would only double the memory (about 60 MB at
 /// 10,000 Services). A (re)list is collected here and handed over whole
-/// once complete, as a reflector would swap its store.
+/// once complete, as a reflector would swap its store; stripping first
+/// means it collects the kept fields only. (The page being read, 500
+/// objects, is still held whole while its objects are handed out.)
 fn kind_stream<K>(
     api: Api<K>,
     config: watcher::Config,
+    strip: fn(&mut K),
     applied: impl Fn(K) -> Change + Send + 'static,
     deleted: impl Fn(&K) -> Change + Send + 'static,
     all: impl Fn(Vec<K>) -> Change + Send + 'static,
@@ -180,7 +196,7 @@ where
     let mut listing = Vec::new();
     watcher(api, config)
         .default_backoff()
-        .modify(|o| o.managed_fields_mut().clear())
+        .modify(strip)
         .filter_map(move |ev| {
             let change = match ev {
                 Ok(watcher::Event::Apply(o)) => Some(applied(o)),
