@@ -132,11 +132,18 @@ fn objects_for_another_proxy_or_headless_never_reach_the_agent() -> anyhow::Resu
         ("Service", "external"),
         ("Service", "web-2"),
     ] {
-        assert!(api.sent(kind, Some("default"), name), "{kind} {name} not sent");
+        assert!(
+            api.sent(kind, Some("default"), name),
+            "{kind} {name} not sent"
+        );
     }
     // Without the filter the model would have ignored (and counted) the
     // two labelled Services too.
-    assert_eq!(bed.agent().metric(IGNORED_SERVICES)?, 1.0, "only `external`");
+    assert_eq!(
+        bed.agent().metric(IGNORED_SERVICES)?,
+        1.0,
+        "only `external`"
+    );
     assert_eq!(bed.agent().metric(IGNORED_SLICES)?, 0.0);
 
     // A programmed Service that gets the label leaves the agent's view:
