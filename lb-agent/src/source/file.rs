@@ -4,7 +4,7 @@
 //! (as `kubectl get -o yaml` writes) is unpacked. A directory means every
 //! `*.yaml`, `*.yml` and `*.json` file in it, in name order. A document that
 //! cannot be parsed is reported and skipped; the others are still used.
-//! Each object is stripped to what the model reads as soon as it is parsed.
+//! Objects are parsed with only the fields the model reads ([`Kept`]).
 
 use std::{
     fs, io,
@@ -15,7 +15,7 @@ use std::{
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use serde_yaml::Value;
 
-use super::strip;
+use super::strip::Kept;
 
 /// Everything read from the files.
 #[derive(Debug, Default)]
@@ -136,15 +136,13 @@ fn parse_documents(origin: &str, docs: &[&str], first: usize, out: &mut Objects)
         // also says what is wrong.
         match top_level_kind(doc) {
             Some("Service") => {
-                if let Ok(mut svc) = serde_yaml::from_str(doc) {
-                    strip::service(&mut svc);
+                if let Ok(Kept(svc)) = serde_yaml::from_str(doc) {
                     out.services.push(svc);
                     continue;
                 }
             }
             Some("EndpointSlice") => {
-                if let Ok(mut slice) = serde_yaml::from_str(doc) {
-                    strip::slice(&mut slice);
+                if let Ok(Kept(slice)) = serde_yaml::from_str(doc) {
                     out.slices.push(slice);
                     continue;
                 }
@@ -204,18 +202,12 @@ fn add_value(location: &str, value: Value, out: &mut Objects) {
             }
             _ => out.skipped.push(skip("a List without items".into())),
         },
-        "Service" => match serde_yaml::from_value::<Service>(value) {
-            Ok(mut svc) => {
-                strip::service(&mut svc);
-                out.services.push(svc);
-            }
+        "Service" => match serde_yaml::from_value::<Kept<Service>>(value) {
+            Ok(Kept(svc)) => out.services.push(svc),
             Err(e) => out.skipped.push(skip(format!("not a valid Service: {e}"))),
         },
-        "EndpointSlice" => match serde_yaml::from_value::<EndpointSlice>(value) {
-            Ok(mut slice) => {
-                strip::slice(&mut slice);
-                out.slices.push(slice);
-            }
+        "EndpointSlice" => match serde_yaml::from_value::<Kept<EndpointSlice>>(value) {
+            Ok(Kept(slice)) => out.slices.push(slice),
             Err(e) => out
                 .skipped
                 .push(skip(format!("not a valid EndpointSlice: {e}"))),

@@ -16,7 +16,7 @@ use kube::{
 use serde::de::DeserializeOwned;
 use tracing::warn;
 
-use super::strip;
+use super::strip::Kept;
 use crate::syncer::Change;
 
 /// One kind of apiserver request the agent makes: API group, resource, verbs.
@@ -130,9 +130,8 @@ fn parse_url(url: &str) -> Result<http::Uri, KubeError> {
 pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
     let filtered = || watcher::Config::default().labels(PROXY_LABEL_SELECTOR);
     let services = kind_stream(
-        Api::<Service>::all(client.clone()),
+        Api::<Kept<Service>>::all(client.clone()),
         filtered(),
-        strip::service,
         |s| Change::Service(Box::new(s)),
         |s| Change::ServiceDeleted {
             namespace: s.namespace().unwrap_or_default(),
@@ -141,9 +140,8 @@ pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
         Change::AllServices,
     );
     let slices = kind_stream(
-        Api::<EndpointSlice>::all(client.clone()),
+        Api::<Kept<EndpointSlice>>::all(client.clone()),
         filtered(),
-        strip::slice,
         |s| Change::Slice(Box::new(s)),
         |s| Change::SliceDeleted {
             namespace: s.namespace().unwrap_or_default(),
@@ -172,34 +170,31 @@ pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
     futures::stream::select_all([services.boxed(), slices.boxed(), node.boxed()]).boxed()
 }
 
-/// One kind's watcher, each object stripped to what the model reads as it
-/// arrives.
+/// One kind's watcher, of objects parsed with only the fields the model
+/// reads ([`Kept`]).
 ///
 /// No reflector: the model keeps the few fields it uses of every object, so
 /// a store of full objects would only double the memory (about 60 MB at
 /// 10,000 Services). A (re)list is collected here and handed over whole
-/// once complete, as a reflector would swap its store; stripping first
-/// means it collects the kept fields only. (The page being read, 500
-/// objects, is still held whole while its objects are handed out.)
+/// once complete, as a reflector would swap its store.
 fn kind_stream<K>(
-    api: Api<K>,
+    api: Api<Kept<K>>,
     config: watcher::Config,
-    strip: fn(&mut K),
     applied: impl Fn(K) -> Change + Send + 'static,
-    deleted: impl Fn(&K) -> Change + Send + 'static,
+    deleted: impl Fn(&Kept<K>) -> Change + Send + 'static,
     all: impl Fn(Vec<K>) -> Change + Send + 'static,
 ) -> impl Stream<Item = Event> + Send
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    Kept<K>: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Send + 'static,
 {
-    let kind = K::kind(&());
+    let kind = Kept::<K>::kind(&());
     let mut listing = Vec::new();
     watcher(api, config)
         .default_backoff()
-        .modify(strip)
         .filter_map(move |ev| {
             let change = match ev {
-                Ok(watcher::Event::Apply(o)) => Some(applied(o)),
+                Ok(watcher::Event::Apply(o)) => Some(applied(o.0)),
                 Ok(watcher::Event::Delete(o)) => Some(deleted(&o)),
                 // A (re)list starts over, also after one that broke off.
                 Ok(watcher::Event::Init) => {
@@ -207,7 +202,7 @@ where
                     None
                 }
                 Ok(watcher::Event::InitApply(o)) => {
-                    listing.push(o);
+                    listing.push(o.0);
                     None
                 }
                 Ok(watcher::Event::InitDone) => Some(all(std::mem::take(&mut listing))),
