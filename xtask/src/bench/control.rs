@@ -261,12 +261,13 @@ fn ours_cold(
     );
     for p in &run.probes {
         eprintln!(
-            "   {what}: {} x{} max {:?}, p99 {:?}, no answer {}",
+            "   {what}: {} x{} max {:?}, p99 {:?}, no answer {}, skipped {}",
             p.path,
             p.latencies.len(),
             p.latencies.last().copied().unwrap_or_default(),
             super::percentile(&p.latencies, 99.0),
-            p.failed
+            p.failed,
+            p.skipped
         );
     }
     Ok(Cold {

@@ -255,15 +255,17 @@ fn health_table(o: &mut String, c: &Control) {
     let _ = writeln!(
         o,
         "Health endpoints during the cold start: a GET on a fresh loopback connection every \
-         10 ms per path (open loop: probes do not wait for each other), from the moment the \
-         healthz listener is bound until 2 s after the first full sync. Any status is an \
-         answer (503 until the first sync); latency is connect to the end of the response.\n"
+         10 ms per path (open loop: probes do not wait for each other, but at most 50 per \
+         path are pending, so that the listen backlog of 128 never overflows; the others \
+         are skipped), from the moment the healthz listener is bound until 2 s after the \
+         first full sync. Any status is an answer (503 until the first sync); latency is \
+         connect to the end of the response; no answer within 60 s counts as none.\n"
     );
     let _ = writeln!(
         o,
-        "| source | path | answers | statuses | p50 | p99 | max | no answer |"
+        "| source | path | answers | statuses | p50 | p99 | max | no answer | skipped |"
     );
-    let _ = writeln!(o, "|---|---|---:|---|---:|---:|---:|---:|");
+    let _ = writeln!(o, "|---|---|---:|---|---:|---:|---:|---:|---:|");
     for x in &c.cold {
         for p in &x.health {
             let statuses: Vec<String> = p
@@ -273,7 +275,7 @@ fn health_table(o: &mut String, c: &Control) {
                 .collect();
             let _ = writeln!(
                 o,
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 x.what,
                 p.path,
                 p.latencies.len(),
@@ -281,7 +283,8 @@ fn health_table(o: &mut String, c: &Control) {
                 ms(percentile(&p.latencies, 50.0)),
                 ms(percentile(&p.latencies, 99.0)),
                 ms(p.latencies.last().copied().unwrap_or_default()),
-                p.failed
+                p.failed,
+                p.skipped
             );
         }
     }
