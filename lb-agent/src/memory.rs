@@ -8,15 +8,20 @@
 
 /// Fixes glibc's trim threshold, which it otherwise raises after large
 /// frees (such as a whole manifest's text), after which freed memory stays
-/// mapped. The file parser's per-thread heaps still keep part of theirs: a
-/// cold start from a 10,000-Service file ends at 125-146 MiB resident
-/// (about 90 MiB when parsed on one thread, which takes 0.3 s longer).
-/// Call before starting threads.
+/// mapped. Call before starting threads.
+///
+/// Also turns off glibc's fastbins: `malloc_trim` never shrinks the top of
+/// a thread's own heap (only the main heap's), and the file parser's
+/// threads end with heaps whose small (fastbin-sized) last frees merge into
+/// one untrimmed top chunk. After a cold start from a 10,000 x 10 file
+/// (debug build, same code otherwise) the agent was 136 MiB resident with
+/// fastbins and 73 MiB without; with real-world metadata, 120 and 73 MiB.
 pub fn keep_trimming() {
     #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt only sets a malloc parameter.
+    // SAFETY: mallopt only sets malloc parameters.
     unsafe {
         libc::mallopt(libc::M_TRIM_THRESHOLD, 128 * 1024);
+        libc::mallopt(libc::M_MXFAST, 0);
     }
 }
 

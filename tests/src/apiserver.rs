@@ -34,6 +34,8 @@
 //!   objects; `/version`, `/healthz`, `/readyz`, `/livez`.
 //! * Keep-alive: several requests per connection, `Content-Length` on plain
 //!   responses, the terminating chunk when a watch ends cleanly.
+//! * A record of every object any response carried ([`ApiServer::sent`]),
+//!   so tests can show what a client's selectors kept away from it.
 //!
 //! Not reproduced: TLS, authentication, authorization, admission,
 //! validation or defaulting of objects, writes over HTTP (objects change only
@@ -45,7 +47,7 @@
 //! and the "too large resource version" error.
 
 use std::{
-    collections::{BTreeMap, HashMap, VecDeque},
+    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
     fmt::Write as _,
     io::{self, BufRead, BufReader, Read, Write},
     net::{Shutdown, SocketAddr, TcpListener, TcpStream},
@@ -157,6 +159,9 @@ struct State {
     counts: HashMap<(TypeId, Verb), u64>,
     open_watches: HashMap<TypeId, usize>,
     uids: u64,
+    /// Every object any response carried (a GET, a list item, a watch
+    /// event), in any version.
+    sent: BTreeSet<Key>,
 }
 
 struct Shared {
@@ -204,6 +209,7 @@ impl ApiServer {
                 counts: HashMap::new(),
                 open_watches: HashMap::new(),
                 uids: 0,
+                sent: BTreeSet::new(),
             }),
             changed: Condvar::new(),
             conns: Mutex::new(HashMap::new()),
@@ -459,6 +465,24 @@ impl ApiServer {
             .get(&(ty, verb))
             .copied()
             .unwrap_or(0)
+    }
+
+    /// Whether any response so far (a GET, a list, a watch event) carried
+    /// this object, in any version. `namespace` is ignored for
+    /// cluster-scoped kinds.
+    pub fn sent(&self, kind: &str, namespace: Option<&str>, name: &str) -> bool {
+        let Some(ty) = type_by_kind(kind) else {
+            return false;
+        };
+        let ns = if TYPES[ty].namespaced {
+            namespace.unwrap_or("default")
+        } else {
+            ""
+        };
+        self.shared
+            .state()
+            .sent
+            .contains(&(ty, ns.to_owned(), name.to_owned()))
     }
 
     /// How many watch streams on a resource (`plural`) are open now.
@@ -747,6 +771,9 @@ fn handle(shared: &Shared, req: &Request, out: &mut TcpStream, epoch: u64) -> io
             *st.counts.entry((ty, Verb::Get)).or_default() += 1;
             let key = (ty, ns.unwrap_or_default(), name.clone());
             let found = st.objects.get(&key).cloned();
+            if found.is_some() {
+                st.sent.insert(key);
+            }
             drop(st);
             match found {
                 Some(obj) => write_json(out, 200, &obj, false)?,
@@ -817,7 +844,8 @@ fn list(
     let mut items = Vec::new();
     let mut last = None;
     let mut more = false;
-    for ((kty, kns, kname), obj) in st.objects.range((start, std::ops::Bound::Unbounded)) {
+    let state = &mut *st;
+    for ((kty, kns, kname), obj) in state.objects.range((start, std::ops::Bound::Unbounded)) {
         if *kty != ty {
             break;
         }
@@ -835,6 +863,7 @@ fn list(
             map.remove("kind");
         }
         items.push(item);
+        state.sent.insert((ty, kns.clone(), kname.clone()));
         last = Some((kns.clone(), kname.clone()));
     }
     drop(st);
@@ -919,9 +948,11 @@ fn watch(
     let mut cursor = match from {
         Some(rv) if !initial_events => rv,
         _ => {
-            for ((kty, _, _), obj) in &st.objects {
-                if *kty == ty && in_scope(obj) {
+            let st = &mut *st;
+            for (key, obj) in &st.objects {
+                if key.0 == ty && in_scope(obj) {
                     push_event(&mut batch, "ADDED", obj);
+                    st.sent.insert(key.clone());
                 }
             }
             if initial_events && bookmarks {
@@ -960,9 +991,10 @@ fn watch(
                     break Some(End::Clean);
                 }
                 let first = st.history.partition_point(|e| e.rv <= cursor);
+                let st = &mut *st;
                 for e in st.history.range(first..) {
-                    if e.ty == ty {
-                        filter_event(e, &in_scope, &mut batch);
+                    if e.ty == ty && filter_event(e, &in_scope, &mut batch) {
+                        st.sent.insert(key_of(ty, &e.obj));
                     }
                 }
                 cursor = cursor.max(st.rv);
@@ -1003,8 +1035,9 @@ fn watch(
 
 /// Appends the watch event (if any) that a stream with this scope sees for
 /// `e`: entering the scope is ADDED, leaving it DELETED (with the old
-/// object at the new resourceVersion), as the watch cache does.
-fn filter_event(e: &Event, in_scope: &impl Fn(&Value) -> bool, batch: &mut String) {
+/// object at the new resourceVersion), as the watch cache does. Returns
+/// whether it appended one.
+fn filter_event(e: &Event, in_scope: &impl Fn(&Value) -> bool, batch: &mut String) -> bool {
     let now_in = e.kind != EventType::Deleted && in_scope(&e.obj);
     let was_in = e.prev.as_ref().is_some_and(in_scope);
     match (was_in, now_in) {
@@ -1016,8 +1049,16 @@ fn filter_event(e: &Event, in_scope: &impl Fn(&Value) -> bool, batch: &mut Strin
             old["metadata"]["resourceVersion"] = json!(e.rv.to_string());
             push_event(batch, "DELETED", &old);
         }
-        (false, false) => {}
+        (false, false) => return false,
     }
+    true
+}
+
+/// An object's key, as stored (objects are stored with their namespace).
+fn key_of(ty: TypeId, obj: &Value) -> Key {
+    let meta = &obj["metadata"];
+    let s = |f: &str| meta[f].as_str().unwrap_or_default().to_owned();
+    (ty, s("namespace"), s("name"))
 }
 
 fn push_event(batch: &mut String, kind: &str, obj: &Value) {
@@ -1295,6 +1336,27 @@ mod tests {
         assert_eq!(matches("missing"), Ok(false));
         assert_eq!(matches("!app"), Ok(false));
         assert!(matches("app in (web").is_err());
+    }
+
+    #[test]
+    fn kube_proxys_selector_keeps_out_other_proxies_and_headless() {
+        let sel = Selector::parse(
+            Some("!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless"),
+            None,
+        )
+        .unwrap();
+        let labelled = |labels: Value| json!({"metadata": {"name": "a", "labels": labels}});
+        assert!(sel.matches(&json!({"metadata": {"name": "a"}})));
+        assert!(sel.matches(&labelled(json!({"kubernetes.io/service-name": "a"}))));
+        // The key's presence is what counts, whatever its value.
+        assert!(!sel.matches(&labelled(
+            json!({"service.kubernetes.io/service-proxy-name": "other"})
+        )));
+        assert!(!sel.matches(&labelled(json!({"service.kubernetes.io/headless": ""}))));
+        assert!(!sel.matches(&labelled(json!({
+            "kubernetes.io/service-name": "a",
+            "service.kubernetes.io/headless": "",
+        }))));
     }
 
     #[test]

@@ -79,13 +79,19 @@ impl Bed {
 
     /// Starts the agent on the current manifest and waits for its first sync.
     pub fn start_agent(&mut self, extra: &[&str]) -> anyhow::Result<&mut Agent> {
-        let mut agent = Agent::start(
+        let agent = self.spawn_agent(extra)?;
+        agent.wait_syncs(1)?;
+        Ok(agent)
+    }
+
+    /// Starts the agent on the current manifest without waiting for it.
+    pub fn spawn_agent(&mut self, extra: &[&str]) -> anyhow::Result<&mut Agent> {
+        let agent = Agent::start(
             &self.manifest(),
             self.cgroup.path(),
             self.pins.path(),
             extra,
         )?;
-        agent.wait_syncs(1)?;
         Ok(self.agent.insert(agent))
     }
 
@@ -100,11 +106,20 @@ impl Bed {
         api: &ApiServer,
         extra: &[&str],
     ) -> anyhow::Result<&mut Agent> {
+        let agent = self.spawn_agent_kube(api, extra)?;
+        agent.wait_syncs(1)?;
+        Ok(agent)
+    }
+
+    /// Starts the agent against a (stand-in) apiserver without waiting for it.
+    pub fn spawn_agent_kube(
+        &mut self,
+        api: &ApiServer,
+        extra: &[&str],
+    ) -> anyhow::Result<&mut Agent> {
         let kubeconfig = self.dir.join("kubeconfig");
         api.write_kubeconfig(&kubeconfig)?;
-        let mut agent =
-            Agent::start_kube(&kubeconfig, self.cgroup.path(), self.pins.path(), extra)?;
-        agent.wait_syncs(1)?;
+        let agent = Agent::start_kube(&kubeconfig, self.cgroup.path(), self.pins.path(), extra)?;
         Ok(self.agent.insert(agent))
     }
 

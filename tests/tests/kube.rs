@@ -271,63 +271,6 @@ fn expired_resource_version_forces_a_relist_that_catches_missed_deletes() -> any
 }
 
 #[test]
-fn objects_for_another_proxy_or_headless_are_filtered_by_the_apiserver() -> anyhow::Result<()> {
-    let (mut bed, api) = kube_bed(&yaml([web_service(), web_slice("web-a", &["10.42.0.1"])]))?;
-    let ignored = |bed: &mut Bed| -> anyhow::Result<f64> {
-        Ok(bed
-            .agent()
-            .metric(r#"lbagent_ignored_objects_total{kind="Service"}"#)?
-            + bed
-                .agent()
-                .metric(r#"lbagent_ignored_objects_total{kind="EndpointSlice"}"#)?)
-    };
-    let before = ignored(&mut bed)?;
-    let labelled = |name: &str, vip: &str, label: &str| {
-        Svc::new("default", name)
-            .cluster_ip(vip)
-            .port("http", 80, "TCP")
-            .label(label, "x")
-    };
-    // Applied to the apiserver only: no sync follows what is filtered.
-    apply_yaml(
-        &api,
-        &yaml([
-            Object::from(labelled(
-                "other",
-                "10.96.100.7",
-                "service.kubernetes.io/service-proxy-name",
-            )),
-            labelled("hl", "10.96.100.8", "service.kubernetes.io/headless").into(),
-            Slice::new("default", "other-1")
-                .service("other")
-                .label("service.kubernetes.io/service-proxy-name", "x")
-                .port("http", 8080, "TCP")
-                .ready(&["10.42.0.2"])
-                .into(),
-        ]),
-    )?;
-    // A later, plain Service: once it is programmed, the watch has
-    // delivered everything before it.
-    bed.kube_apply(
-        &api,
-        &yaml([Svc::new("default", "plain")
-            .cluster_ip("10.96.100.9")
-            .port("http", 80, "TCP")]),
-    )?;
-    eventually("the plain Service", || {
-        Ok(bed.pins.dump()?.contains("10.96.100.9:80"))
-    })?;
-    let dump = bed.pins.dump()?;
-    assert!(
-        !dump.contains("10.96.100.7") && !dump.contains("10.96.100.8"),
-        "{dump}"
-    );
-    // Filtered on the server: the agent never even saw them to ignore.
-    assert_eq!(ignored(&mut bed)?, before);
-    Ok(())
-}
-
-#[test]
 fn sigkill_under_traffic_fails_no_connection_and_the_restart_converges() -> anyhow::Result<()> {
     let (mut bed, api) = kube_bed(&yaml([
         web_service(),

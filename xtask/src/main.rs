@@ -38,7 +38,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Setup => setup::run(),
         Cmd::Demo => {
             setup::run()?;
-            build_bins(false)?;
+            build_bins(false, true)?;
             demo::run()
         }
         Cmd::Test => {
@@ -73,7 +73,9 @@ fn main() -> anyhow::Result<()> {
                 // the stand-in apiserver runs in this process, and in a dev
                 // build it served 20,000 objects slower than the agent it
                 // feeds could program them.
-                let rest: Vec<String> = std::env::args().skip(1).collect();
+                // It runs from the workspace root: make a relative
+                // --agent-bin absolute first.
+                let rest = absolute_agent_bin(std::env::args().skip(1))?;
                 let mut run = vec!["run", "--release", "--quiet", "--package", "xtask", "--"];
                 run.extend(rest.iter().map(String::as_str));
                 return cargo(&run);
@@ -83,31 +85,70 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
+/// The arguments, with `--agent-bin`'s path made absolute.
+fn absolute_agent_bin(args: impl Iterator<Item = String>) -> anyhow::Result<Vec<String>> {
+    let abs = |p: &str| -> anyhow::Result<String> {
+        let path = std::fs::canonicalize(p).with_context(|| format!("--agent-bin {p}"))?;
+        Ok(path.display().to_string())
+    };
+    let mut out = Vec::new();
+    let mut path_next = false;
+    for a in args {
+        if path_next {
+            out.push(abs(&a)?);
+            path_next = false;
+        } else if let Some(p) = a.strip_prefix("--agent-bin=") {
+            out.push(format!("--agent-bin={}", abs(p)?));
+        } else {
+            path_next = a == "--agent-bin";
+            out.push(a);
+        }
+    }
+    Ok(out)
+}
+
 /// Builds what the bench runs, points the harness at it, and runs it.
 fn bench_cmd(args: &bench::BenchArgs) -> anyhow::Result<()> {
     // The full run measures release builds; the smoke run reuses the debug
     // ones `cargo xtask test` built.
     let profile = if args.quick { "debug" } else { "release" };
-    build_bins(!args.quick)?;
-    let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../target")).join(profile);
+    let dir = target_dir().join(profile);
+    let agent = match &args.agent_bin {
+        Some(path) => {
+            build_bins(!args.quick, false)?;
+            std::fs::canonicalize(path)
+                .with_context(|| format!("--agent-bin {}", path.display()))?
+        }
+        None => {
+            build_bins(!args.quick, true)?;
+            dir.join("lb-agent")
+        }
+    };
     // SAFETY: no other thread runs yet; the harness reads these when it spawns.
     unsafe {
-        std::env::set_var("LB_AGENT_BIN", dir.join("lb-agent"));
+        std::env::set_var("LB_AGENT_BIN", agent);
         std::env::set_var("LBT_BIN", dir.join("lbt"));
     }
     bench::run(args)
 }
 
-/// Builds the agent and the test binaries (`lbt`) the demo and bench run.
-fn build_bins(release: bool) -> anyhow::Result<()> {
-    let mut args = vec![
-        "build",
-        "--package",
-        "lb-agent",
-        "--package",
-        "lb-tests",
-        "--bins",
-    ];
+/// Where cargo puts what it builds: `$CARGO_TARGET_DIR` (relative to the
+/// workspace) if set, else the workspace's `target/`.
+fn target_dir() -> std::path::PathBuf {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => root.join(dir),
+        None => root.join("target"),
+    }
+}
+
+/// Builds the test binaries (`lbt`) the demo and bench run, and the agent
+/// unless another one is measured.
+fn build_bins(release: bool, agent: bool) -> anyhow::Result<()> {
+    let mut args = vec!["build", "--package", "lb-tests", "--bins"];
+    if agent {
+        args.extend(["--package", "lb-agent"]);
+    }
     if release {
         args.push("--release");
     }

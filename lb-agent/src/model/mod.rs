@@ -22,8 +22,7 @@ pub use claims::Claim;
 pub use desired::{Desired, ModelReport, compute};
 pub use exclusion::{ExcludedCidrs, ParseCidrError};
 pub use service::{
-    Affinity, HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL, ServicePort, ServiceSpec, ServiceType,
-    TrafficPolicy, object_ref as service_ref,
+    Affinity, ServicePort, ServiceSpec, ServiceType, TrafficPolicy, object_ref as service_ref,
 };
 pub use slice::{EndpointTopology, SliceEndpoint, SlicePort, SliceSpec, object_ref as slice_ref};
 

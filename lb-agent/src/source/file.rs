@@ -4,6 +4,7 @@
 //! (as `kubectl get -o yaml` writes) is unpacked. A directory means every
 //! `*.yaml`, `*.yml` and `*.json` file in it, in name order. A document that
 //! cannot be parsed is reported and skipped; the others are still used.
+//! Objects are parsed with only the fields the model reads ([`Kept`]).
 
 use std::{
     fs, io,
@@ -13,6 +14,8 @@ use std::{
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use yaml_serde::Value;
+
+use super::strip::Kept;
 
 /// Everything read from the files.
 #[derive(Debug, Default)]
@@ -133,13 +136,13 @@ fn parse_documents(origin: &str, docs: &[&str], first: usize, out: &mut Objects)
         // also says what is wrong.
         match top_level_kind(doc) {
             Some("Service") => {
-                if let Ok(svc) = yaml_serde::from_str(doc) {
+                if let Ok(Kept(svc)) = yaml_serde::from_str(doc) {
                     out.services.push(svc);
                     continue;
                 }
             }
             Some("EndpointSlice") => {
-                if let Ok(slice) = yaml_serde::from_str(doc) {
+                if let Ok(Kept(slice)) = yaml_serde::from_str(doc) {
                     out.slices.push(slice);
                     continue;
                 }
@@ -199,12 +202,12 @@ fn add_value(location: &str, value: Value, out: &mut Objects) {
             }
             _ => out.skipped.push(skip("a List without items".into())),
         },
-        "Service" => match yaml_serde::from_value::<Service>(value) {
-            Ok(svc) => out.services.push(svc),
+        "Service" => match yaml_serde::from_value::<Kept<Service>>(value) {
+            Ok(Kept(svc)) => out.services.push(svc),
             Err(e) => out.skipped.push(skip(format!("not a valid Service: {e}"))),
         },
-        "EndpointSlice" => match yaml_serde::from_value::<EndpointSlice>(value) {
-            Ok(slice) => out.slices.push(slice),
+        "EndpointSlice" => match yaml_serde::from_value::<Kept<EndpointSlice>>(value) {
+            Ok(Kept(slice)) => out.slices.push(slice),
             Err(e) => out
                 .skipped
                 .push(skip(format!("not a valid EndpointSlice: {e}"))),

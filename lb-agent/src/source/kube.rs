@@ -16,11 +16,8 @@ use kube::{
 use serde::de::DeserializeOwned;
 use tracing::warn;
 
-use crate::{
-    model::{HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL},
-    source::Change,
-    syncer::TRIGGER_TIME_ANNOTATION,
-};
+use super::Change;
+use super::strip::Kept;
 
 /// One kind of apiserver request the agent makes: API group, resource, verbs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +47,14 @@ pub const API_ACCESS: &[ApiAccess] = &[
         verbs: &["list", "watch"],
     },
 ];
+
+/// kube-proxy's server-side filter, on both its Service and EndpointSlice
+/// informers (`cmd/kube-proxy/app/server.go`): objects handed to another
+/// proxy (`service-proxy-name`, which the slice controller copies onto the
+/// slices) and slices of headless Services are never sent to us. The model
+/// checks the same labels again for the file source.
+pub const PROXY_LABEL_SELECTOR: &str =
+    "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless";
 
 /// The taint the cluster autoscaler puts on a node it is about to remove.
 const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
@@ -123,13 +128,10 @@ fn parse_url(url: &str) -> Result<http::Uri, KubeError> {
 /// list is reported, so objects deleted while the watch was down disappear
 /// too.
 pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
-    // kube-proxy's filter, applied by the apiserver to both kinds: Services
-    // handed to another proxy, and headless ones, are never sent.
-    let selector = proxy_selector();
+    let filtered = || watcher::Config::default().labels(PROXY_LABEL_SELECTOR);
     let services = kind_stream(
-        Api::<Service>::all(client.clone()),
-        watcher::Config::default().labels(&selector),
-        strip_service,
+        Api::<Kept<Service>>::all(client.clone()),
+        filtered(),
         |s| Change::Service(Box::new(s)),
         |s| Change::ServiceDeleted {
             namespace: s.namespace().unwrap_or_default(),
@@ -138,9 +140,8 @@ pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
         Change::AllServices,
     );
     let slices = kind_stream(
-        Api::<EndpointSlice>::all(client.clone()),
-        watcher::Config::default().labels(&selector),
-        strip_slice,
+        Api::<Kept<EndpointSlice>>::all(client.clone()),
+        filtered(),
         |s| Change::Slice(Box::new(s)),
         |s| Change::SliceDeleted {
             namespace: s.namespace().unwrap_or_default(),
@@ -169,75 +170,31 @@ pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
     futures::stream::select_all([services.boxed(), slices.boxed(), node.boxed()]).boxed()
 }
 
-/// kube-proxy's label selector for Services and EndpointSlices.
-pub fn proxy_selector() -> String {
-    format!("!{SERVICE_PROXY_NAME_LABEL},!{HEADLESS_LABEL}")
-}
-
-/// Drops what the model never reads from every object's metadata, before
-/// a (re)list is collected: managed fields, owner references, and every
-/// annotation but the trigger time.
-fn strip_meta(m: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) {
-    m.managed_fields = None;
-    m.owner_references = None;
-    m.finalizers = None;
-    if let Some(a) = &mut m.annotations {
-        a.retain(|k, _| k == TRIGGER_TIME_ANNOTATION);
-        if a.is_empty() {
-            m.annotations = None;
-        }
-    }
-}
-
-/// Keeps what the model reads of a Service: metadata, the spec but its
-/// selector, and the load-balancer ingress.
-pub fn strip_service(s: &mut Service) {
-    strip_meta(&mut s.metadata);
-    if let Some(spec) = &mut s.spec {
-        spec.selector = None;
-    }
-    if let Some(status) = &mut s.status {
-        status.conditions = None;
-    }
-}
-
-/// Keeps what the model reads of an EndpointSlice: addresses, conditions,
-/// node, zone and hints of each endpoint.
-pub fn strip_slice(s: &mut EndpointSlice) {
-    strip_meta(&mut s.metadata);
-    for ep in s.endpoints.iter_mut().flatten() {
-        ep.target_ref = None;
-        ep.hostname = None;
-        ep.deprecated_topology = None;
-    }
-}
-
-/// One kind's watcher, with what the model never reads stripped from each
-/// object as it arrives.
+/// One kind's watcher, of objects parsed with only the fields the model
+/// reads ([`Kept`]).
 ///
 /// No reflector: the model keeps the few fields it uses of every object, so
 /// a store of full objects would only double the memory (about 60 MB at
 /// 10,000 Services). A (re)list is collected here and handed over whole
 /// once complete, as a reflector would swap its store.
 fn kind_stream<K>(
-    api: Api<K>,
+    api: Api<Kept<K>>,
     config: watcher::Config,
-    strip: fn(&mut K),
     applied: impl Fn(K) -> Change + Send + 'static,
-    deleted: impl Fn(&K) -> Change + Send + 'static,
+    deleted: impl Fn(&Kept<K>) -> Change + Send + 'static,
     all: impl Fn(Vec<K>) -> Change + Send + 'static,
 ) -> impl Stream<Item = Event> + Send
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    Kept<K>: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Send + 'static,
 {
-    let kind = K::kind(&());
+    let kind = Kept::<K>::kind(&());
     let mut listing = Vec::new();
     watcher(api, config)
         .default_backoff()
-        .modify(strip)
         .filter_map(move |ev| {
             let change = match ev {
-                Ok(watcher::Event::Apply(o)) => Some(applied(o)),
+                Ok(watcher::Event::Apply(o)) => Some(applied(o.0)),
                 Ok(watcher::Event::Delete(o)) => Some(deleted(&o)),
                 // A (re)list starts over, also after one that broke off.
                 Ok(watcher::Event::Init) => {
@@ -245,7 +202,7 @@ where
                     None
                 }
                 Ok(watcher::Event::InitApply(o)) => {
-                    listing.push(o);
+                    listing.push(o.0);
                     None
                 }
                 Ok(watcher::Event::InitDone) => Some(all(std::mem::take(&mut listing))),
@@ -266,89 +223,4 @@ fn node_eligible(node: &Node) -> bool {
         .and_then(|s| s.taints.as_ref())
         .is_some_and(|t| t.iter().any(|t| t.key == TO_BE_DELETED_TAINT));
     !deleting && !draining
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stripping_keeps_what_the_model_reads() {
-        let svc: Service = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"},
-                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{…}"},
-                "managedFields": [{"manager": "kubectl"}],
-                "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "x", "uid": "1"}]},
-            "spec": {"clusterIP": "10.96.0.1", "selector": {"app": "web"},
-                "sessionAffinity": "ClientIP", "externalIPs": ["192.0.2.1"],
-                "ports": [{"name": "http", "port": 80, "nodePort": 30080}]},
-            "status": {"loadBalancer": {"ingress": [{"ip": "198.51.100.1"}]}}
-        }))
-        .unwrap();
-        let mut stripped = svc.clone();
-        strip_service(&mut stripped);
-        let m = &stripped.metadata;
-        assert!(
-            m.managed_fields.is_none() && m.owner_references.is_none() && m.annotations.is_none()
-        );
-        assert_eq!(m.labels, svc.metadata.labels);
-        let (spec, orig) = (stripped.spec.as_ref().unwrap(), svc.spec.as_ref().unwrap());
-        assert!(spec.selector.is_none());
-        assert_eq!(
-            (
-                &spec.cluster_ip,
-                &spec.ports,
-                &spec.session_affinity,
-                &spec.external_ips
-            ),
-            (
-                &orig.cluster_ip,
-                &orig.ports,
-                &orig.session_affinity,
-                &orig.external_ips
-            )
-        );
-        assert_eq!(
-            stripped.status.unwrap().load_balancer,
-            svc.status.unwrap().load_balancer
-        );
-
-        let slice: EndpointSlice = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "web-1", "namespace": "default",
-                "labels": {"kubernetes.io/service-name": "web"},
-                "annotations": {TRIGGER_TIME_ANNOTATION: "2026-01-01T00:00:00Z", "other": "x"}},
-            "addressType": "IPv4",
-            "ports": [{"name": "http", "port": 8080}],
-            "endpoints": [{"addresses": ["10.0.0.1"], "hostname": "h", "nodeName": "n1", "zone": "z",
-                "targetRef": {"kind": "Pod", "name": "p"},
-                "conditions": {"ready": true}, "hints": {"forZones": [{"name": "z"}]}}]
-        }))
-        .unwrap();
-        let mut s = slice.clone();
-        strip_slice(&mut s);
-        let ep = &s.endpoints.as_ref().unwrap()[0];
-        let orig = &slice.endpoints.as_ref().unwrap()[0];
-        assert!(ep.target_ref.is_none() && ep.hostname.is_none());
-        assert_eq!(
-            (
-                &ep.addresses,
-                &ep.node_name,
-                &ep.zone,
-                &ep.conditions,
-                &ep.hints
-            ),
-            (
-                &orig.addresses,
-                &orig.node_name,
-                &orig.zone,
-                &orig.conditions,
-                &orig.hints
-            )
-        );
-        let annotations = s.metadata.annotations.unwrap();
-        assert_eq!(
-            annotations.keys().collect::<Vec<_>>(),
-            [TRIGGER_TIME_ANNOTATION]
-        );
-    }
 }

@@ -3,6 +3,7 @@
 
 pub mod file;
 pub mod kube;
+pub mod strip;
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 

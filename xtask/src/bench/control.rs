@@ -18,6 +18,8 @@ use lb_tests::{
 use super::{
     Plan,
     datapath::{self, CLUSTER_CIDR},
+    health::{self, Probes},
+    realistic,
 };
 
 /// One way of programming, with its timings.
@@ -29,6 +31,8 @@ pub struct Cold {
     pub write: Option<Duration>,
     /// Ours: the agent's memory once programmed.
     pub rss: Option<Rss>,
+    /// Ours: `/livez` and `/healthz` latencies during the cold start.
+    pub health: Vec<Probes>,
 }
 
 /// Per-change latencies until the dataplane reflects one endpoint change.
@@ -53,7 +57,11 @@ pub struct Rss {
 pub fn measure(plan: &Plan) -> anyhow::Result<Control> {
     let (n, e) = plan.cold;
     let specs = kubeproxy::filler_services(n, e);
-    let yaml = datapath::manifests(&specs);
+    let yaml = if plan.realistic {
+        realistic::manifests(&specs)
+    } else {
+        datapath::manifests(&specs)
+    };
     let mut cold = Vec::new();
     let mut updates = Vec::new();
 
@@ -62,12 +70,8 @@ pub fn measure(plan: &Plan) -> anyhow::Result<Control> {
         let mut bed = Bed::new()?;
         bed.write_manifest(&yaml)?;
         let start = Instant::now();
-        bed.start_agent(&[])?;
-        cold.push(ours_cold(
-            "ours, --from-file",
-            start.elapsed(),
-            bed.agent(),
-        )?);
+        let agent = bed.spawn_agent(&[])?;
+        cold.push(ours_cold("ours, --from-file", start, agent, n)?);
     }
 
     // Ours, from the stand-in apiserver; then lone endpoint changes.
@@ -75,13 +79,10 @@ pub fn measure(plan: &Plan) -> anyhow::Result<Control> {
         let mut bed = Bed::new()?;
         let api = ApiServer::start()?;
         apply_yaml(&api, &yaml)?;
+        drop(yaml);
         let start = Instant::now();
-        bed.start_agent_kube(&api, &[])?;
-        cold.push(ours_cold(
-            "ours, apiserver watch",
-            start.elapsed(),
-            bed.agent(),
-        )?);
+        let agent = bed.spawn_agent_kube(&api, &[])?;
+        cold.push(ours_cold("ours, apiserver watch", start, agent, n)?);
         let before = bed.agent().syncs();
         for u in 0..plan.updates {
             bed.kube_apply(&api, &changed_slice(&specs, u))?;
@@ -104,20 +105,42 @@ pub fn measure(plan: &Plan) -> anyhow::Result<Control> {
         });
     }
 
-    // kube-proxy's layouts: the first full sync, then the partial syncs
-    // that one-endpoint changes cause, in a namespace of their own.
+    if !plan.ours_only {
+        kube_proxy(plan, &specs, &mut cold, &mut updates)?;
+    }
+
+    for u in &mut updates {
+        u.samples.sort_unstable();
+    }
+    Ok(Control {
+        services: n,
+        endpoints: e,
+        cold,
+        updates,
+    })
+}
+
+/// kube-proxy's layouts: the first full sync, then the partial syncs that
+/// one-endpoint changes cause, in a namespace of their own.
+fn kube_proxy(
+    plan: &Plan,
+    specs: &[SvcSpec],
+    cold: &mut Vec<Cold>,
+    updates: &mut Vec<Update>,
+) -> anyhow::Result<()> {
     let topo = Topology::new(&unique("kp"))?;
     let ns = topo.hub();
     let start = Instant::now();
-    kubeproxy::load_iptables(ns, &kubeproxy::iptables_restore(&specs, CLUSTER_CIDR))?;
+    kubeproxy::load_iptables(ns, &kubeproxy::iptables_restore(specs, CLUSTER_CIDR))?;
     cold.push(Cold {
         what: "iptables-restore (kube-proxy full sync)",
         wall: start.elapsed(),
         write: None,
         rss: None,
+        health: Vec::new(),
     });
     eprintln!("   iptables-restore: {:?}", start.elapsed());
-    let mut changed = specs.clone();
+    let mut changed = specs.to_vec();
     let mut samples = Vec::new();
     for u in 0..plan.partial_syncs {
         let i = move_endpoint(&mut changed, u).0;
@@ -133,15 +156,16 @@ pub fn measure(plan: &Plan) -> anyhow::Result<Control> {
     netns::exec(ns, &["nft", "flush", "ruleset"])?;
 
     let start = Instant::now();
-    kubeproxy::load_nft(ns, &kubeproxy::nft_ruleset(&specs, CLUSTER_CIDR))?;
+    kubeproxy::load_nft(ns, &kubeproxy::nft_ruleset(specs, CLUSTER_CIDR))?;
     cold.push(Cold {
         what: "nft -f (kube-proxy full sync)",
         wall: start.elapsed(),
         write: None,
         rss: None,
+        health: Vec::new(),
     });
     eprintln!("   nft -f: {:?}", start.elapsed());
-    let mut changed = specs;
+    let mut changed = specs.to_vec();
     let mut samples = Vec::new();
     let mut stale: Vec<String> = Vec::new();
     for u in 0..plan.partial_syncs {
@@ -172,16 +196,7 @@ pub fn measure(plan: &Plan) -> anyhow::Result<Control> {
         samples,
     });
     netns::exec(ns, &["nft", "flush", "ruleset"])?;
-
-    for u in &mut updates {
-        u.samples.sort_unstable();
-    }
-    Ok(Control {
-        services: n,
-        endpoints: e,
-        cold,
-        updates,
-    })
+    Ok(())
 }
 
 /// The `u`-th change: which Service, and the address its first endpoint
@@ -220,22 +235,47 @@ fn changed_slice(specs: &[SvcSpec], u: usize) -> String {
     )
 }
 
-/// A cold start of ours that took `wall`, with the agent's own figures.
-fn ours_cold(what: &'static str, wall: Duration, agent: &Agent) -> anyhow::Result<Cold> {
-    // The agent returns what the initial list freed right after its sync;
-    // let that land before reading the resident size.
-    std::thread::sleep(Duration::from_millis(200));
+/// A cold start of ours begun at `start`: probes its health endpoints until
+/// a while after the first sync, then reads its memory. Fails unless all
+/// `services` (one port each) were programmed.
+fn ours_cold(
+    what: &'static str,
+    start: Instant,
+    agent: &mut Agent,
+    services: usize,
+) -> anyhow::Result<Cold> {
+    let run = health::probe_cold_start(agent, start)?;
+    let frontends = agent.metric("lbagent_frontends_programmed")?;
+    anyhow::ensure!(
+        frontends == services as f64,
+        "{what}: {frontends} frontends programmed, expected {services}"
+    );
+    // Probing goes on for a while after the first sync, which is also enough
+    // for what the agent returns after its initial list to land.
     let rss = rss(agent.pid())?;
+    let wall = run.programmed;
     eprintln!(
         "   {what}: {wall:?}, RSS {} MiB (peak {} MiB)",
         rss.current >> 20,
         rss.peak >> 20
     );
+    for p in &run.probes {
+        eprintln!(
+            "   {what}: {} x{} max {:?}, p99 {:?}, no answer {}, skipped {}",
+            p.path,
+            p.latencies.len(),
+            p.latencies.last().copied().unwrap_or_default(),
+            super::percentile(&p.latencies, 99.0),
+            p.failed,
+            p.skipped
+        );
+    }
     Ok(Cold {
         what,
         wall,
         write: first_sync(&agent.log_text()),
         rss: Some(rss),
+        health: run.probes,
     })
 }
 

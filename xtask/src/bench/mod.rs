@@ -4,6 +4,8 @@
 
 mod control;
 mod datapath;
+mod health;
+mod realistic;
 mod report;
 
 use std::{path::PathBuf, time::Duration};
@@ -24,6 +26,23 @@ pub struct BenchArgs {
     /// Seconds per datapath measurement.
     #[arg(long)]
     pub seconds: Option<f64>,
+    /// Only the control plane: cold programming (with the agent's health
+    /// endpoint latency and memory), endpoint updates; no datapath rounds.
+    /// Writes bench-control.md.
+    #[arg(long)]
+    pub control_only: bool,
+    /// Control plane: leave out kube-proxy's rule loads (minutes at 10,000
+    /// Services); only our agent's figures.
+    #[arg(long)]
+    pub ours_only: bool,
+    /// Measure this lb-agent binary instead of the workspace's build.
+    #[arg(long, value_name = "PATH")]
+    pub agent_bin: Option<PathBuf>,
+    /// Control plane: dress the Services and EndpointSlices as a real
+    /// cluster serves them (managedFields, annotations, owner references,
+    /// endpoint targetRefs), instead of the bare fields.
+    #[arg(long)]
+    pub realistic_objects: bool,
 }
 
 impl BenchArgs {
@@ -34,6 +53,10 @@ impl BenchArgs {
             endpoints: 4,
             concurrency: 4,
             seconds: None,
+            control_only: false,
+            ours_only: false,
+            agent_bin: None,
+            realistic_objects: false,
         }
     }
 }
@@ -41,6 +64,14 @@ impl BenchArgs {
 /// What one run measures, derived from the flags.
 pub struct Plan {
     pub quick: bool,
+    /// No datapath rounds.
+    pub control_only: bool,
+    /// No kube-proxy rule loads in the control plane part.
+    pub ours_only: bool,
+    /// Control plane objects carry what a real cluster adds to them.
+    pub realistic: bool,
+    /// The lb-agent binary measured.
+    pub agent_bin: PathBuf,
     pub scales: Vec<usize>,
     pub endpoints: usize,
     pub concurrency: u32,
@@ -69,7 +100,11 @@ impl Plan {
         };
         Self {
             quick: a.quick,
-            scales,
+            control_only: a.control_only,
+            ours_only: a.ours_only,
+            realistic: a.realistic_objects,
+            agent_bin: lb_tests::agent::agent_bin(),
+            scales: if a.control_only { Vec::new() } else { scales },
             endpoints: a.endpoints,
             concurrency: a.concurrency,
             seconds: a.seconds.unwrap_or(seconds),
@@ -85,6 +120,7 @@ impl Plan {
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     lb_tests::require_root();
     let plan = Plan::new(args);
+    let cond = report::Conditions::now();
     let started = std::time::Instant::now();
     let mut rows = Vec::new();
     for &n in &plan.scales {
@@ -94,7 +130,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     eprintln!("== control plane, {} x {}", plan.cold.0, plan.cold.1);
     let control = control::measure(&plan)?;
     let took = started.elapsed();
-    report::write(&plan, &rows, &control, took)?;
+    report::write(&plan, &rows, &control, took, &cond)?;
     Ok(())
 }
 

@@ -12,20 +12,53 @@ use super::{
     percentile,
 };
 
-pub fn write(plan: &Plan, rows: &[Row], control: &Control, took: Duration) -> anyhow::Result<()> {
+/// What the machine was doing when the run started.
+pub struct Conditions {
+    pub load_before: String,
+}
+
+impl Conditions {
+    pub fn now() -> Self {
+        Self {
+            load_before: loadavg(),
+        }
+    }
+}
+
+pub fn write(
+    plan: &Plan,
+    rows: &[Row],
+    control: &Control,
+    took: Duration,
+    cond: &Conditions,
+) -> anyhow::Result<()> {
     std::fs::create_dir_all(&plan.out_dir)?;
-    let name = if plan.quick { "bench-quick" } else { "bench" };
-    let chart = plan.out_dir.join(format!("{name}.svg"));
-    let md = render(plan, rows, control, took, &chart.display().to_string());
+    let mut name = String::from(if plan.quick { "bench-quick" } else { "bench" });
+    if plan.control_only {
+        name += "-control";
+    }
+    let md_path = plan.out_dir.join(format!("{name}.md"));
+    let chart = (!plan.control_only).then(|| plan.out_dir.join(format!("{name}.svg")));
+    let chart_name = chart.as_ref().map(|c| c.display().to_string());
+    let md = render(plan, rows, control, took, cond, chart_name.as_deref());
     print!("{md}");
-    std::fs::write(plan.out_dir.join(format!("{name}.md")), &md)?;
-    draw(plan, rows, &chart)?;
-    eprintln!(
-        "wrote {} and {}",
-        plan.out_dir.join(format!("{name}.md")).display(),
-        chart.display()
-    );
+    std::fs::write(&md_path, &md)?;
+    match &chart {
+        Some(chart) => {
+            draw(plan, rows, chart)?;
+            eprintln!("wrote {} and {}", md_path.display(), chart.display());
+        }
+        None => eprintln!("wrote {}", md_path.display()),
+    }
     Ok(())
+}
+
+/// `/proc/loadavg`'s three load averages.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "unknown".into())
 }
 
 fn find(rows: &[Row], mode: Mode, n: usize) -> &Row {
@@ -34,18 +67,54 @@ fn find(rows: &[Row], mode: Mode, n: usize) -> &Row {
         .expect("every mode at every N")
 }
 
-fn render(plan: &Plan, rows: &[Row], c: &Control, took: Duration, chart: &str) -> String {
+fn render(
+    plan: &Plan,
+    rows: &[Row],
+    c: &Control,
+    took: Duration,
+    cond: &Conditions,
+    chart: Option<&str>,
+) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "# lb-agent benchmark{}\n",
+        "# lb-agent benchmark{}{}\n",
         if plan.quick {
             " (--quick smoke run)"
+        } else {
+            ""
+        },
+        if plan.control_only {
+            " (--control-only)"
         } else {
             ""
         }
     );
     let _ = writeln!(o, "{}\n", machine());
+    let _ = writeln!(
+        o,
+        "Agent: `{}`. Load average (1, 5, 15 min) at the start: {}, at the end: {}; \
+         other work on the machine competes for the same cores.\n",
+        plan.agent_bin.display(),
+        cond.load_before,
+        loadavg()
+    );
+    if !plan.control_only {
+        datapath_tables(&mut o, plan, rows);
+    }
+    control_tables(&mut o, plan, c);
+    let _ = writeln!(o, "### Targets (measured, not asserted)\n");
+    for (ok, text) in targets(plan, rows, c) {
+        let _ = writeln!(o, "- [{}] {text}", if ok { "met" } else { "MISSED" });
+    }
+    if let Some(chart) = chart {
+        let _ = writeln!(o, "\nChart: {chart}.");
+    }
+    let _ = writeln!(o, "\nRun took {:.0} s.", took.as_secs_f64());
+    o
+}
+
+fn datapath_tables(o: &mut String, plan: &Plan, rows: &[Row]) {
     let _ = writeln!(
         o,
         "Datapath: {} endpoints per Service (identity servers, each in its own netns), {} \
@@ -105,11 +174,24 @@ fn render(plan: &Plan, rows: &[Row], c: &Control, took: Duration, chart: &str) -
     }
     let failed: u64 = rows.iter().map(Row::failed).sum();
     let _ = writeln!(o, "Failed requests over all datapath runs: {failed}.\n");
+}
 
+fn control_tables(o: &mut String, plan: &Plan, c: &Control) {
     let _ = writeln!(
         o,
         "### Control plane: {} Services x {} endpoints\n",
         c.services, c.endpoints
+    );
+    let _ = writeln!(
+        o,
+        "Objects: {}.\n",
+        if plan.realistic {
+            "as a real cluster serves them (`--realistic-objects`: managedFields, Helm labels \
+             and annotations, kubectl's last-applied-configuration, owner references, endpoint \
+             targetRef/nodeName/zone)"
+        } else {
+            "bare (only the fields the agent reads, no managedFields or annotations)"
+        }
     );
     let ours = c.cold.first().map_or(Duration::ZERO, |x| x.wall);
     let _ = writeln!(
@@ -158,20 +240,55 @@ fn render(plan: &Plan, rows: &[Row], c: &Control, took: Duration, chart: &str) -
         if let Some(rss) = &x.rss {
             let _ = writeln!(
                 o,
-                "Agent memory once programmed ({}): RSS {:.1} MiB, peak {:.1} MiB.\n",
+                "Agent memory once programmed ({}): RSS {:.1} MiB, peak {:.1} MiB (VmHWM: \
+                 the initial list and first sync).\n",
                 x.what,
                 mib(rss.current),
                 mib(rss.peak)
             );
         }
     }
+    health_table(o, c);
+}
 
-    let _ = writeln!(o, "### Targets (measured, not asserted)\n");
-    for (ok, text) in targets(plan, rows, c) {
-        let _ = writeln!(o, "- [{}] {text}", if ok { "met" } else { "MISSED" });
+fn health_table(o: &mut String, c: &Control) {
+    let _ = writeln!(
+        o,
+        "Health endpoints during the cold start: a GET on a fresh loopback connection every \
+         10 ms per path (open loop: probes do not wait for each other, but at most 50 per \
+         path are pending, so that the listen backlog of 128 never overflows; the others \
+         are skipped), from the moment the healthz listener is bound until 2 s after the \
+         first full sync. Any status is an answer (503 until the first sync); latency is \
+         connect to the end of the response; no answer within 60 s counts as none.\n"
+    );
+    let _ = writeln!(
+        o,
+        "| source | path | answers | statuses | p50 | p99 | max | no answer | skipped |"
+    );
+    let _ = writeln!(o, "|---|---|---:|---|---:|---:|---:|---:|---:|");
+    for x in &c.cold {
+        for p in &x.health {
+            let statuses: Vec<String> = p
+                .statuses
+                .iter()
+                .map(|(s, n)| format!("{s}: {n}"))
+                .collect();
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                x.what,
+                p.path,
+                p.latencies.len(),
+                statuses.join(", "),
+                ms(percentile(&p.latencies, 50.0)),
+                ms(percentile(&p.latencies, 99.0)),
+                ms(p.latencies.last().copied().unwrap_or_default()),
+                p.failed,
+                p.skipped
+            );
+        }
     }
-    let _ = writeln!(o, "\nChart: {chart}. Run took {:.0} s.", took.as_secs_f64());
-    o
+    o.push('\n');
 }
 
 fn targets(plan: &Plan, rows: &[Row], c: &Control) -> Vec<(bool, String)> {
@@ -212,6 +329,21 @@ fn targets(plan: &Plan, rows: &[Row], c: &Control) -> Vec<(bool, String)> {
                 ms(x.wall)
             ),
         ));
+    }
+    for x in &c.cold {
+        for p in x.health.iter().filter(|p| p.path == "/livez") {
+            let max = p.latencies.last().copied().unwrap_or_default();
+            t.push((
+                p.failed == 0 && max <= Duration::from_millis(100),
+                format!(
+                    "/livez answers within 100 ms at every moment after the listener binds ({}): \
+                     max {}, {} without an answer",
+                    x.what,
+                    ms(max),
+                    p.failed
+                ),
+            ));
+        }
     }
     if let Some(u) = c.updates.first() {
         let p99 = percentile(&u.samples, 99.0);
