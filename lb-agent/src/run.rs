@@ -1,26 +1,24 @@
-//! `lb-agent run`: serve metrics and health, start the sources and the sync
-//! thread, and stop on SIGTERM or SIGINT.
+//! `lb-agent run`: serve metrics and health, start the sync thread, and
+//! stop on SIGTERM or SIGINT.
 //!
-//! Threads: the tokio runtime (current-thread) serves HTTP, watches the
-//! apiserver and forwards changes; it never runs anything that takes long.
-//! The sync thread loads and attaches the programs and owns the model and
-//! the maps: everything that costs time at 10,000 Services runs there. The
-//! file source polls and parses on a thread of its own.
+//! Threads: the main thread's tokio runtime (current-thread) serves HTTP
+//! and waits for signals; it never runs anything that takes long. The sync
+//! thread has a runtime of its own: it watches the apiserver (or polls and
+//! parses the file), owns the model and the maps, and applies each change
+//! as it is read, so a lone change is written without a hand-off between
+//! threads and the objects are parsed where the model keeps them. The
+//! programs load on a blocking thread meanwhile.
 
 use std::{
     future::Future,
     path::PathBuf,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-        mpsc,
-    },
+    sync::Arc,
     thread,
     time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
-use futures::StreamExt as _;
+use futures::{FutureExt as _, StreamExt as _, stream::BoxStream};
 use lb_agent::{
     config::{RunConfig, Source},
     datapath::{Datapath, Start, cgroup, grace::MembarrierGrace, pins::Pins, table::Bpf},
@@ -31,7 +29,11 @@ use lb_agent::{
     source::{Change, file, kube},
     syncer::{SyncStats, Syncer},
 };
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::{
+    signal::unix::{SignalKind, signal},
+    sync::oneshot,
+    time::{Interval, MissedTickBehavior},
+};
 use tracing::{error, info, warn};
 
 /// How often the source files are checked for edits.
@@ -41,29 +43,9 @@ const REAP: Duration = Duration::from_millis(50);
 /// How long a prune that had to wait (revisions in their grace period)
 /// waits before trying again.
 const PRUNE_RETRY: Duration = Duration::from_secs(1);
-
-/// What the sync thread receives.
-enum Input {
-    Change(Change, Instant),
-    Stop,
-}
-
-/// The sending side of the sync thread's queue.
-#[derive(Clone)]
-struct Feed {
-    tx: mpsc::Sender<Input>,
-    endpoints: Arc<Endpoints>,
-}
-
-impl Feed {
-    /// Queues a change; `false` once the sync thread has ended.
-    fn send(&self, change: Change) -> bool {
-        // Counted as pending from here: a sync thread that stops keeping up
-        // shows on /healthz.
-        self.endpoints.health.queued();
-        self.tx.send(Input::Change(change, Instant::now())).is_ok()
-    }
-}
+/// The most changes taken in one go before a sync: a burst becomes one
+/// sync, but a source that never pauses cannot postpone syncs forever.
+const BATCH: usize = 1024;
 
 pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     for field in &config.ignored {
@@ -78,111 +60,28 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         .with_context(|| format!("binding the healthz address {}", config.healthz_addr))?;
     info!(%metrics, %healthz, node = %config.node_name, "serving /metrics, /proxyMode, /healthz, /livez");
 
-    let (tx, rx) = mpsc::channel();
-    let feed = Feed {
-        tx,
-        endpoints: endpoints.clone(),
-    };
-    let (ended_tx, ended) = tokio::sync::oneshot::channel();
-    let sync_thread = {
-        let config = config.clone();
-        let endpoints = endpoints.clone();
-        thread::Builder::new()
-            .name("sync".into())
-            .spawn(move || {
-                let result = sync_thread(&config, endpoints, &rx);
-                let _ = ended_tx.send(result);
-            })
-            .context("starting the sync thread")?
-    };
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let (ended_tx, ended) = oneshot::channel();
+    let sync_thread = thread::Builder::new()
+        .name("sync".into())
+        .spawn(move || {
+            let result = sync_thread(&config, endpoints, stop_rx);
+            let _ = ended_tx.send(result);
+        })
+        .context("starting the sync thread")?;
 
-    let mut stop = std::pin::pin!(shutdown()?);
-    let stopping = Arc::new(AtomicBool::new(false));
-    let mut ended = std::pin::pin!(ended);
-    let file_thread = match &config.source {
-        Source::File(path) => Some(file_source(path.clone(), feed.clone(), stopping.clone())?),
-        Source::Kube { .. } => None,
-    };
+    let stop = shutdown()?;
     let outcome = tokio::select! {
-        () = &mut stop => {
+        () = stop => {
             info!("signal received");
             Ok(())
         }
-        r = &mut ended => r.unwrap_or_else(|_| Err(anyhow::anyhow!("the sync thread panicked"))),
-        r = forward_kube(&config, &feed), if file_thread.is_none() => r,
+        r = ended => r.unwrap_or_else(|_| Err(anyhow::anyhow!("the sync thread panicked"))),
     };
-    stopping.store(true, Ordering::Relaxed);
-    let _ = feed.tx.send(Input::Stop);
+    let _ = stop_tx.send(());
     let _ = sync_thread.join();
-    if let Some(t) = file_thread {
-        let _ = t.join();
-    }
     info!("stopping; leaving programs and maps in place");
     outcome
-}
-
-/// Watches the apiserver and forwards its changes; returns when the
-/// watch streams end (which they never should) or the sync thread is gone.
-async fn forward_kube(config: &RunConfig, feed: &Feed) -> anyhow::Result<()> {
-    let Source::Kube { kubeconfig, master } = &config.source else {
-        unreachable!("only called for the apiserver source");
-    };
-    let client = kube::client(kubeconfig.as_deref(), master.as_deref()).await?;
-    info!(node = %config.node_name, "watching Services, EndpointSlices and this Node");
-    let mut events = kube::watch(client, &config.node_name);
-    while let Some(ev) = events.next().await {
-        match ev {
-            kube::Event::Change(c) => {
-                if !feed.send(c) {
-                    return Ok(());
-                }
-            }
-            kube::Event::NodeEligible(e) => feed.endpoints.health.set_node_eligible(e),
-        }
-    }
-    anyhow::bail!("the watch streams ended")
-}
-
-/// Polls the source files and sends every edit, parsed, as two full lists.
-fn file_source(
-    path: PathBuf,
-    feed: Feed,
-    stopping: Arc<AtomicBool>,
-) -> anyhow::Result<thread::JoinHandle<()>> {
-    let body = move || {
-        let mut seen = None;
-        while !stopping.load(Ordering::Relaxed) {
-            let now = file::fingerprint(&path);
-            if seen.as_ref() != Some(&now) {
-                seen = Some(now);
-                match file::load(&path) {
-                    Ok(objects) => {
-                        for s in &objects.skipped {
-                            warn!(document = %s.location, "skipping malformed document: {}", s.reason);
-                        }
-                        if !feed.send(Change::AllServices(objects.services))
-                            || !feed.send(Change::AllSlices(objects.slices))
-                        {
-                            return;
-                        }
-                    }
-                    // Keep the last programmed state; a half-written file is
-                    // retried on the next edit.
-                    Err(e) => {
-                        error!(
-                            error = &e as &dyn std::error::Error,
-                            "keeping the current state"
-                        );
-                    }
-                }
-            }
-            thread::sleep(FILE_POLL);
-        }
-    };
-    thread::Builder::new()
-        .name("file-source".into())
-        .spawn(body)
-        .context("starting the file source thread")
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -197,43 +96,46 @@ fn shutdown() -> anyhow::Result<impl Future<Output = ()>> {
     })
 }
 
-/// The sync thread: loads the programs, then applies changes and writes
-/// the maps until told to stop.
+/// The sync thread: runs [`sync_loop`] on a runtime of its own.
 fn sync_thread(
     config: &RunConfig,
     endpoints: Arc<Endpoints>,
-    rx: &mpsc::Receiver<Input>,
+    stop: oneshot::Receiver<()>,
 ) -> anyhow::Result<()> {
-    let mut agent = Agent::start(config, endpoints)?;
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("building the sync thread's runtime")?
+        .block_on(sync_loop(config, endpoints, stop))
+}
+
+/// Loads the programs while the source lists, then applies changes and
+/// writes the maps until told to stop.
+async fn sync_loop(
+    config: &RunConfig,
+    endpoints: Arc<Endpoints>,
+    mut stop: oneshot::Receiver<()>,
+) -> anyhow::Result<()> {
+    let mut loading = {
+        let config = config.clone();
+        let endpoints = endpoints.clone();
+        tokio::task::spawn_blocking(move || Agent::start(&config, endpoints))
+    };
+    let mut changes = Changes::open(config, endpoints.clone()).await?;
+    let mut early = Vec::new();
+    let mut agent = loop {
+        tokio::select! {
+            _ = &mut stop => return Ok(()),
+            r = &mut loading => break r.context("loading the programs panicked")??,
+            batch = changes.next() => early.extend(batch?),
+        }
+    };
+    for (change, received) in early {
+        agent.syncer.apply(change, received);
+    }
+
     let mut next_prune = config.prune_interval.map(|d| Instant::now() + d);
     loop {
-        let now = Instant::now();
-        let mut wake = [
-            agent.syncer.next_retry(),
-            next_prune,
-            agent.syncer.retiring().then(|| now + REAP),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
-        // Take what is queued: a burst becomes one sync, while a lone
-        // event is written at once.
-        let first = match wake.take() {
-            Some(at) => rx.recv_timeout(at.saturating_duration_since(now)),
-            None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
-        };
-        let mut inputs = match first {
-            Ok(i) => vec![i],
-            Err(mpsc::RecvTimeoutError::Timeout) => Vec::new(),
-            Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
-        };
-        inputs.extend(rx.try_iter());
-        for input in inputs {
-            match input {
-                Input::Change(c, received) => agent.syncer.apply(c, received),
-                Input::Stop => return Ok(()),
-            }
-        }
         if !agent.syncer.ready() && !agent.waiting_logged {
             agent.waiting_logged = true;
             info!("waiting for both initial lists before the first sync");
@@ -255,6 +157,131 @@ fn sync_thread(
         }
         if agent.syncer.retiring() {
             agent.syncer.reap();
+        }
+
+        let now = Instant::now();
+        let wake = [
+            agent.syncer.next_retry(),
+            next_prune,
+            agent.syncer.retiring().then(|| now + REAP),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let timer = async {
+            match wake {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = &mut stop => return Ok(()),
+            batch = changes.next() => {
+                // Take what is already read as well: a burst becomes one
+                // sync, while a lone change is written at once.
+                let mut batch = batch?;
+                while batch.len() < BATCH
+                    && let Some(more) = changes.next().now_or_never()
+                {
+                    batch.extend(more?);
+                }
+                for (change, received) in batch {
+                    agent.syncer.apply(change, received);
+                }
+            }
+            () = timer => {}
+        }
+    }
+}
+
+/// Where the changes come from: the apiserver's watch streams, or the
+/// files, polled.
+enum Changes {
+    Kube {
+        events: BoxStream<'static, kube::Event>,
+        endpoints: Arc<Endpoints>,
+    },
+    File {
+        path: PathBuf,
+        poll: Interval,
+        seen: Option<Vec<(PathBuf, u64, Option<std::time::SystemTime>)>>,
+        endpoints: Arc<Endpoints>,
+    },
+}
+
+impl Changes {
+    async fn open(config: &RunConfig, endpoints: Arc<Endpoints>) -> anyhow::Result<Self> {
+        Ok(match &config.source {
+            Source::Kube { kubeconfig, master } => {
+                let client = kube::client(kubeconfig.as_deref(), master.as_deref()).await?;
+                info!(node = %config.node_name, "watching Services, EndpointSlices and this Node");
+                Self::Kube {
+                    events: kube::watch(client, &config.node_name),
+                    endpoints,
+                }
+            }
+            Source::File(path) => {
+                let mut poll = tokio::time::interval(FILE_POLL);
+                poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
+                Self::File {
+                    path: path.clone(),
+                    poll,
+                    seen: None,
+                    endpoints,
+                }
+            }
+        })
+    }
+
+    /// The next changes, each with the moment it was read. Cancel-safe:
+    /// it only waits on the stream or the poll timer.
+    async fn next(&mut self) -> anyhow::Result<Vec<(Change, Instant)>> {
+        match self {
+            Self::Kube { events, endpoints } => loop {
+                match events.next().await {
+                    Some(kube::Event::Change(c)) => {
+                        // Pending from here: a sync thread that stops
+                        // keeping up shows on /healthz.
+                        endpoints.health.queued();
+                        return Ok(vec![(c, Instant::now())]);
+                    }
+                    Some(kube::Event::NodeEligible(e)) => endpoints.health.set_node_eligible(e),
+                    None => anyhow::bail!("the watch streams ended"),
+                }
+            },
+            Self::File {
+                path,
+                poll,
+                seen,
+                endpoints,
+            } => loop {
+                poll.tick().await;
+                let now = file::fingerprint(path);
+                if seen.as_ref() == Some(&now) {
+                    continue;
+                }
+                *seen = Some(now);
+                match file::load(path) {
+                    Ok(objects) => {
+                        for s in &objects.skipped {
+                            warn!(document = %s.location, "skipping malformed document: {}", s.reason);
+                        }
+                        endpoints.health.queued();
+                        let read = Instant::now();
+                        return Ok(vec![
+                            (Change::AllServices(objects.services), read),
+                            (Change::AllSlices(objects.slices), read),
+                        ]);
+                    }
+                    // Keep the last programmed state; a half-written file
+                    // is retried on the next edit.
+                    Err(e) => error!(
+                        error = &e as &dyn std::error::Error,
+                        "keeping the current state"
+                    ),
+                }
+            },
         }
     }
 }
