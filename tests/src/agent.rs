@@ -30,6 +30,11 @@ impl PinDir {
         }
     }
 
+    /// Takes over a pin directory left by another process, to clean it up.
+    pub(crate) fn adopt(path: PathBuf) -> Self {
+        Self { path }
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -32,6 +32,11 @@ impl TestCgroup {
         Ok(Self { path })
     }
 
+    /// Takes over a cgroup left by another process, to remove it.
+    pub(crate) fn adopt(path: PathBuf) -> Self {
+        Self { path }
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

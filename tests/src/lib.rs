@@ -14,6 +14,7 @@ pub mod kubeproxy;
 pub mod layout1;
 pub mod metrics;
 pub mod netns;
+mod orphans;
 pub mod probe;
 pub mod procnet;
 pub mod scenario;
@@ -21,10 +22,17 @@ pub mod txtar;
 
 use std::path::PathBuf;
 
-/// A unique prefix for names this process creates (netns, cgroups, pins).
+/// A unique prefix for names this process creates (netns, cgroups, pins,
+/// temp directories). The first call also removes what dead test processes
+/// left behind under such names.
 pub fn unique(tag: &str) -> String {
-    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::{
+        Once,
+        atomic::{AtomicU32, Ordering},
+    };
     static N: AtomicU32 = AtomicU32::new(0);
+    static SWEEP: Once = Once::new();
+    SWEEP.call_once(orphans::sweep);
     format!(
         "lbt{}{}{}",
         std::process::id(),
