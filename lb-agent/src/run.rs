@@ -205,7 +205,7 @@ enum Changes {
     File {
         path: PathBuf,
         poll: Interval,
-        seen: Option<Vec<(PathBuf, u64, Option<std::time::SystemTime>)>>,
+        seen: Option<file::Fingerprint>,
         endpoints: Arc<Endpoints>,
     },
 }
@@ -388,7 +388,7 @@ impl Agent {
                 "the maps had drifted from the desired state; repaired"
             );
         }
-        if s.full {
+        if s.full && !prune {
             // The (re)list it followed freed far more than the model keeps.
             memory::release_freed();
         }

@@ -22,11 +22,8 @@ use crate::{
         slice_ref,
     },
     reconcile::{Family as _, GracePeriods, Outcome, Reconciler, StoreError, Tables, V4},
-    source::Change,
+    source::{Change, TRIGGER_TIME_ANNOTATION},
 };
-
-/// The EndpointSlice annotation kube-proxy measures programming latency from.
-pub const TRIGGER_TIME_ANNOTATION: &str = "endpoints.kubernetes.io/last-change-trigger-time";
 
 /// First retry of a frontend whose write failed; doubles up to [`RETRY_MAX`].
 const RETRY_FIRST: Duration = Duration::from_secs(1);
@@ -192,14 +189,14 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         self.report(&flush);
 
         let full = std::mem::take(&mut self.full_pending);
-        let (touched, outcome) = if full {
+        let (touched, frontends, outcome) = if full {
             let desired = self
                 .cache
                 .programmed()
                 .map(|(fe, b, _)| (*fe, b.to_vec()))
                 .collect::<BTreeMap<_, _>>();
             let outcome = self.reconciler.reconcile(&desired);
-            (None, outcome)
+            (None, desired.len(), outcome)
         } else {
             let mut touched = flush.touched;
             touched.extend(
@@ -210,11 +207,9 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             );
             let changes = touched.iter().map(|fe| (fe, self.cache.desired(fe)));
             let outcome = self.reconciler.reconcile_some(changes.collect::<Vec<_>>());
-            (Some(touched), outcome)
+            let frontends = touched.len();
+            (Some(touched), frontends, outcome)
         };
-        let frontends = touched
-            .as_ref()
-            .map_or(self.reconciler.maps().frontends().len(), BTreeSet::len);
         self.track_failures(touched.as_ref(), &outcome, now);
         self.track_owners(touched.as_ref());
         let took = start.elapsed();
@@ -328,13 +323,11 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         outcome: &Outcome,
         now: Instant,
     ) {
+        let failed: BTreeSet<&Frontend> = outcome.failed.iter().map(|(fe, _)| fe).collect();
         match touched {
             // A full sync tried everything.
-            None => self
-                .failed
-                .retain(|fe, _| outcome.failed.iter().any(|(f, _)| f == fe)),
+            None => self.failed.retain(|fe, _| failed.contains(fe)),
             Some(touched) => {
-                let failed: BTreeSet<&Frontend> = outcome.failed.iter().map(|(fe, _)| fe).collect();
                 for fe in touched.iter().filter(|fe| !failed.contains(fe)) {
                     self.failed.remove(fe);
                 }

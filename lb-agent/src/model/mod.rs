@@ -22,7 +22,8 @@ pub use claims::Claim;
 pub use desired::{Desired, ModelReport, compute};
 pub use exclusion::{ExcludedCidrs, ParseCidrError};
 pub use service::{
-    Affinity, ServicePort, ServiceSpec, ServiceType, TrafficPolicy, object_ref as service_ref,
+    Affinity, HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL, ServicePort, ServiceSpec, ServiceType,
+    TrafficPolicy, object_ref as service_ref,
 };
 pub use slice::{EndpointTopology, SliceEndpoint, SlicePort, SliceSpec, object_ref as slice_ref};
 
@@ -191,9 +192,7 @@ impl Feature {
             Feature::LoadBalancerIngress => "load_balancer_ingress",
         }
     }
-}
 
-impl Feature {
     /// What a Service using the feature gets meanwhile.
     pub fn effect(self) -> &'static str {
         match self {

@@ -77,8 +77,11 @@ pub fn load(path: &Path) -> Result<Objects, FileSourceError> {
     Ok(objects)
 }
 
+/// What [`fingerprint`] returns.
+pub type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
+
 /// A cheap fingerprint of the files (name, size, mtime) to notice edits.
-pub fn fingerprint(path: &Path) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
+pub fn fingerprint(path: &Path) -> Fingerprint {
     files(path)
         .unwrap_or_default()
         .into_iter()

@@ -224,3 +224,17 @@ fn node_eligible(node: &Node) -> bool {
         .is_some_and(|t| t.iter().any(|t| t.key == TO_BE_DELETED_TAINT));
     !deleting && !draining
 }
+
+#[cfg(test)]
+mod tests {
+    use super::PROXY_LABEL_SELECTOR;
+    use crate::model::{HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL};
+
+    #[test]
+    fn the_selector_excludes_the_labels_the_model_refuses() {
+        assert_eq!(
+            PROXY_LABEL_SELECTOR,
+            format!("!{SERVICE_PROXY_NAME_LABEL},!{HEADLESS_LABEL}")
+        );
+    }
+}

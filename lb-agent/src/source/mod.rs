@@ -7,6 +7,11 @@ pub mod strip;
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 
+/// The one EndpointSlice annotation kept: when the change behind the slice
+/// was triggered, which kube-proxy measures network-programming latency
+/// from.
+pub const TRIGGER_TIME_ANNOTATION: &str = "endpoints.kubernetes.io/last-change-trigger-time";
+
 /// One change from a source.
 #[derive(Clone, Debug)]
 pub enum Change {

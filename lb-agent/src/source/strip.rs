@@ -23,9 +23,7 @@ use k8s_openapi::{
 };
 use serde::{Deserialize, Deserializer, de};
 
-/// The one annotation read: when the change behind a slice was triggered,
-/// for the network-programming latency.
-const TRIGGER_TIME_ANNOTATION: &str = "endpoints.kubernetes.io/last-change-trigger-time";
+use super::TRIGGER_TIME_ANNOTATION;
 
 /// A Kubernetes object of type `K` holding only the kept fields; the same
 /// resource as `K` for the API.
