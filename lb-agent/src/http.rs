@@ -11,7 +11,13 @@ mod conns;
 #[cfg(test)]
 mod tests;
 
-use std::{convert::Infallible, io, net::SocketAddr, sync::Arc, time::Duration};
+use std::{
+    convert::Infallible,
+    io,
+    net::SocketAddr,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use http_body_util::Full;
 use hyper::{Method, Request, Response, body::Bytes, server::conn::http1, service::service_fn};
@@ -21,6 +27,7 @@ use tokio::net::{TcpListener, TcpStream};
 use self::conns::Conns;
 use crate::{
     health::Health,
+    log_budget::LogBudget,
     metrics::{self, Metrics},
 };
 
@@ -42,14 +49,14 @@ pub enum Role {
 
 /// How much one listener lets its clients hold.
 #[derive(Clone, Copy, Debug)]
-pub struct Limits {
+struct Limits {
     /// Open connections at most; at the cap, a new one closes the least
     /// useful one (see [`conns::Conns`]).
-    pub max_connections: usize,
+    max_connections: usize,
     /// Time to send a whole request head, counted from the connection's
     /// start or from the previous answer (so it is also the keep-alive idle
     /// timeout).
-    pub header_timeout: Duration,
+    header_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -88,12 +95,20 @@ async fn serve_with(
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     let conns = Arc::new(Conns::new(limits.max_connections));
-    tokio::spawn(accept(listener, role, endpoints, limits, conns.clone()));
+    tokio::spawn(accept(
+        listener,
+        local,
+        role,
+        endpoints,
+        limits,
+        conns.clone(),
+    ));
     Ok((local, conns))
 }
 
 async fn accept(
     listener: TcpListener,
+    local: SocketAddr,
     role: Role,
     endpoints: Arc<Endpoints>,
     limits: Limits,
@@ -103,7 +118,8 @@ async fn accept(
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
         .max_header_size(MAX_HEAD);
-    let local = listener.local_addr().ok();
+    // Out of descriptors, every accept fails: a few lines say so.
+    let mut log = LogBudget::new(10, Duration::from_secs(30));
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
@@ -116,7 +132,9 @@ async fn accept(
                 ));
             }
             Err(e) => {
-                tracing::warn!(?local, "accepting a connection: {e}");
+                if let Some(suppressed) = log.allow(Instant::now()) {
+                    tracing::warn!(%local, suppressed, "accepting a connection: {e}");
+                }
                 // Out of descriptors: free one of ours if we can, and give
                 // its task a moment to close it; else back off longer.
                 // Either way, do not spin.
