@@ -1,12 +1,14 @@
 //! What test processes that died without running their `Drop`s left
 //! behind (killed, or the machine restarted mid-run): pins, cgroups,
 //! namespaces and temp directories named by [`crate::unique`] for a
-//! process that no longer exists. Removed on the first [`crate::unique`]
-//! of every process, in the order a test bed drops them.
+//! process that no longer exists, at least ten minutes old. Removed on the
+//! first [`crate::unique`] of every process, in the order a test bed drops
+//! them.
 
 use std::{
     fs,
     path::{Path, PathBuf},
+    time::Duration,
 };
 
 use crate::{agent::PinDir, cgroup, netns};
@@ -32,6 +34,11 @@ pub(crate) fn sweep() {
     }
 }
 
+/// Entries younger than this are left alone: a run in another PID
+/// namespace (a container sharing bpffs, netns and cgroups) would look
+/// dead here, and no test bed lives this long.
+const MIN_AGE: Duration = Duration::from_secs(10 * 60);
+
 /// Entries of `dir` named by [`crate::unique`] for a process that is gone.
 fn dead(dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = fs::read_dir(dir) else {
@@ -45,6 +52,9 @@ fn dead(dir: &Path) -> Vec<PathBuf> {
                 .and_then(|n| n.to_str())
                 .and_then(owner)
                 .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+                && fs::symlink_metadata(p)
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t.elapsed().is_ok_and(|age| age >= MIN_AGE))
         })
         .collect()
 }

@@ -43,18 +43,7 @@ fn tcp_through_vip_reaches_every_backend_evenly_and_getpeername_is_vip() -> anyh
     ] {
         bed.backend(id, ip.parse()?, &[8080], &[])?;
     }
-    bed.write_manifest(&yaml([
-        Object::from(
-            Svc::new("default", "web")
-                .cluster_ip(VIP)
-                .port("http", 80, "TCP"),
-        ),
-        Slice::new("default", "web-1")
-            .service("web")
-            .port("http", 8080, "TCP")
-            .ready(&["10.42.1.1", "10.42.1.2", "10.42.1.3"])
-            .into(),
-    ]))?;
+    bed.write_manifest(&web(&["10.42.1.1", "10.42.1.2", "10.42.1.3"]))?;
     bed.start_agent(&[])?;
     let r = bed.tcp(TO, 300)?;
     assert_eq!(r.failed(), 0, "{r:?}");

@@ -112,6 +112,13 @@ fn objects_for_another_proxy_or_headless_never_reach_the_agent() -> anyhow::Resu
     api.apply(service("web-2", "10.96.50.4", json!({})))?;
     api.apply(slice("web-2", "10.42.0.4", json!({})))?;
     wait_for_frontends(&bed, &set(&["10.96.50.1:80", "10.96.50.4:80"]))?;
+    // A frontend shows before its slice does: wait until the slice stream
+    // too is past the labelled slices (each stream is sent in order).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !api.sent("EndpointSlice", Some("default"), "web-2-1") {
+        anyhow::ensure!(Instant::now() < deadline, "slice web-2-1 never sent");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     for (kind, name) in [
         ("Service", "elsewhere"),
