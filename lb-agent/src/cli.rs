@@ -112,6 +112,10 @@ pub struct MapSizeArgs {
     /// Socket reverse-NAT entries (LRU) [default: 262144].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub bpf_sock_rev_map_max: Option<u32>,
+    /// Session-affinity clients (LRU; a full map forgets the oldest)
+    /// [default: 65536].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub bpf_lb_affinity_map_max: Option<u32>,
 }
 
 #[derive(Args, Debug)]

@@ -76,11 +76,13 @@ fn read_view(pins: &Pins) -> anyhow::Result<LbView> {
     let frontends = tables.frontends.read().map_err(read)?;
     let states = tables.states.read().map_err(read)?;
     let slots = tables.slots.read().map_err(read)?;
+    let members = tables.members.read().map_err(read)?;
     let backends = tables.backends.read().map_err(read)?;
     Ok(LbView::of::<V4>(
         &frontends.into_iter().collect(),
         &states.into_iter().collect(),
         &slots.into_iter().collect(),
+        &members.into_iter().collect(),
         &backends.into_iter().collect(),
     ))
 }

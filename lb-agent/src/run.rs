@@ -24,9 +24,9 @@ use lb_agent::{
     datapath::{Datapath, Start, cgroup, grace::MembarrierGrace, pins::Pins, table::Bpf},
     http::{self, Endpoints, Role},
     memory,
-    model::ExcludedCidrs,
+    model::{ExcludedCidrs, NodeContext},
     reconcile::Reconciler,
-    source::{Change, file, kube},
+    source::{Change, file, kube, node_zone},
     syncer::{SyncStats, Syncer},
 };
 use tokio::{
@@ -206,6 +206,8 @@ enum Changes {
         path: PathBuf,
         poll: Interval,
         seen: Option<file::Fingerprint>,
+        /// The file may hold this node's Node, for its zone label.
+        node_name: String,
         endpoints: Arc<Endpoints>,
     },
 }
@@ -228,6 +230,7 @@ impl Changes {
                     path: path.clone(),
                     poll,
                     seen: None,
+                    node_name: config.node_name.clone(),
                     endpoints,
                 }
             }
@@ -246,7 +249,12 @@ impl Changes {
                         endpoints.health.queued();
                         return Ok(vec![(c, Instant::now())]);
                     }
-                    Some(kube::Event::NodeEligible(e)) => endpoints.health.set_node_eligible(e),
+                    Some(kube::Event::Node { eligible, zone }) => {
+                        endpoints.health.set_node_eligible(eligible);
+                        endpoints.health.queued();
+                        return Ok(vec![(Change::NodeZone(zone), Instant::now())]);
+                    }
+                    Some(kube::Event::NodeDeleted) => endpoints.health.set_node_eligible(false),
                     None => anyhow::bail!("the watch streams ended"),
                 }
             },
@@ -254,6 +262,7 @@ impl Changes {
                 path,
                 poll,
                 seen,
+                node_name,
                 endpoints,
             } => loop {
                 poll.tick().await;
@@ -269,9 +278,15 @@ impl Changes {
                         }
                         endpoints.health.queued();
                         let read = Instant::now();
+                        let zone = objects
+                            .nodes
+                            .iter()
+                            .find(|n| n.metadata.name.as_deref() == Some(node_name.as_str()))
+                            .and_then(node_zone);
                         return Ok(vec![
                             (Change::AllServices(objects.services), read),
                             (Change::AllSlices(objects.slices), read),
+                            (Change::NodeZone(zone), read),
                         ]);
                     }
                     // Keep the last programmed state; a half-written file
@@ -341,7 +356,12 @@ impl Agent {
         );
         let excluded: ExcludedCidrs = config.excluded.clone();
         let mut agent = Agent {
-            syncer: Syncer::new(reconciler, excluded, endpoints),
+            syncer: Syncer::new(
+                reconciler,
+                excluded,
+                NodeContext::named(&config.node_name),
+                endpoints,
+            ),
             datapath,
             cgroup,
             attached: false,

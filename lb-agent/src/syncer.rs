@@ -7,6 +7,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
+    net::IpAddr,
     sync::Arc,
     time::{Duration, Instant, SystemTime},
 };
@@ -18,8 +19,8 @@ use crate::{
     http::Endpoints,
     log_budget::LogBudget,
     model::{
-        Admission, Cache, ExcludedCidrs, Flush, Frontend, ObjectRef, ServiceReport, service_ref,
-        slice_ref,
+        Admission, Cache, ExcludedCidrs, Flush, Frontend, NodeContext, ObjectRef, ServiceReport,
+        service_ref, slice_ref,
     },
     reconcile::{Family as _, GracePeriods, Outcome, Reconciler, StoreError, Tables, V4},
     source::{Change, TRIGGER_TIME_ANNOTATION},
@@ -77,16 +78,21 @@ pub struct Syncer<T: Tables, G: GracePeriods> {
     /// each Service has: `lbagent_services_programmed` counts the latter.
     owner_of: HashMap<Frontend, ObjectRef>,
     owned: HashMap<ObjectRef, usize>,
+    /// UDP frontends whose sockets to gone endpoints are to be destroyed,
+    /// with the endpoint IPs still serving; taken after each sync.
+    stale_udp: BTreeMap<Frontend, Vec<IpAddr>>,
 }
 
 impl<T: Tables, G: GracePeriods> Syncer<T, G> {
     pub fn new(
         reconciler: Reconciler<V4, T, G>,
         excluded: ExcludedCidrs,
+        node: NodeContext,
         endpoints: Arc<Endpoints>,
     ) -> Self {
         Self {
-            cache: Cache::new(excluded),
+            cache: Cache::new(excluded, node),
+            stale_udp: BTreeMap::new(),
             reconciler,
             endpoints,
             listed_services: false,
@@ -125,6 +131,13 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         self.failed.len()
     }
 
+    /// The UDP frontends whose connected sockets may point at endpoints that
+    /// stopped serving, with the IPs still serving, since the last call.
+    /// Call after [`Self::sync`], once the maps send new connects elsewhere.
+    pub fn take_stale_udp(&mut self) -> BTreeMap<Frontend, Vec<IpAddr>> {
+        std::mem::take(&mut self.stale_udp)
+    }
+
     /// Takes a change into the model; nothing is written until [`Self::sync`].
     pub fn apply(&mut self, change: Change, received: Instant) {
         let m = &self.endpoints.metrics;
@@ -160,6 +173,13 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
                 self.full_pending = true;
                 self.cache.replace_slices(all.iter())
             }
+            Change::NodeZone(zone) => {
+                if zone != self.cache.node().zone {
+                    info!(zone = zone.as_deref().unwrap_or("<none>"), "this node's zone");
+                }
+                self.cache.set_zone(zone);
+                Vec::new()
+            }
         };
         for (object, admission) in admissions {
             match admission {
@@ -185,15 +205,18 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             return None;
         }
         let start = Instant::now();
-        let flush = self.cache.flush();
+        let mut flush = self.cache.flush();
         self.report(&flush);
+        for (fe, serving) in std::mem::take(&mut flush.stale_udp) {
+            self.stale_udp.insert(fe, serving);
+        }
 
         let full = std::mem::take(&mut self.full_pending);
         let (touched, frontends, outcome) = if full {
             let desired = self
                 .cache
                 .programmed()
-                .map(|(fe, b, _)| (*fe, b.to_vec()))
+                .map(|(fe, t, _)| (*fe, t.clone()))
                 .collect::<BTreeMap<_, _>>();
             let outcome = self.reconciler.reconcile(&desired);
             (None, desired.len(), outcome)

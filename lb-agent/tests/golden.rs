@@ -20,6 +20,11 @@ use lb_agent::{
     source::file,
 };
 
+/// The node the golden objects are seen from.
+fn node() -> model::NodeContext {
+    model::NodeContext::named("node-a")
+}
+
 fn golden_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
 }
@@ -29,7 +34,7 @@ fn render_golden() -> String {
     let input = golden_dir().join("input.yaml");
     let objects = file::load(&input).expect("read golden input");
     let excluded = ExcludedCidrs::parse(["10.244.0.0/16"]).unwrap();
-    let (desired, report) = model::compute(&objects.services, &objects.slices, &excluded);
+    let (desired, report) = model::compute(&objects.services, &objects.slices, &excluded, &node());
 
     let mut r = reconciler();
     let outcome = r.reconcile(&desired.frontends);
@@ -93,7 +98,7 @@ fn golden_pipeline_is_stable_across_a_second_reconcile() {
     let input = golden_dir().join("input.yaml");
     let objects = file::load(&input).unwrap();
     let excluded = ExcludedCidrs::parse(["10.244.0.0/16"]).unwrap();
-    let (desired, _) = model::compute(&objects.services, &objects.slices, &excluded);
+    let (desired, _) = model::compute(&objects.services, &objects.slices, &excluded, &node());
     let mut r = reconciler();
     let first = r.reconcile(&desired.frontends);
     assert!(first.changed() > 0);

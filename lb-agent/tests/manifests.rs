@@ -599,6 +599,7 @@ fn examples_produce_frontends() {
         &objects.services,
         &objects.slices,
         &ExcludedCidrs::default(),
+        &model::NodeContext::named("node-a"),
     );
     assert!(report.invalid.is_empty(), "{:?}", report.invalid);
     assert!(report.conflicts.is_empty(), "{:?}", report.conflicts);
@@ -617,7 +618,7 @@ fn examples_produce_frontends() {
         assert!(!frontends.is_empty(), "{ns}/{name} produces no frontend");
         for fe in frontends {
             assert!(
-                !desired.frontends[fe].is_empty(),
+                !desired.frontends[fe].backends.is_empty(),
                 "{ns}/{name}: {fe} has no backends"
             );
         }
@@ -625,7 +626,12 @@ fn examples_produce_frontends() {
 
     // The seed's point: the other CNI's range takes its Services out.
     let seed = ExcludedCidrs::parse(["10.244.0.0/16"]).unwrap();
-    let (with_seed, report) = model::compute(&objects.services, &objects.slices, &seed);
+    let (with_seed, report) = model::compute(
+        &objects.services,
+        &objects.slices,
+        &seed,
+        &model::NodeContext::named("node-a"),
+    );
     assert!(
         !report.passthrough.is_empty(),
         "with the seed's exclusion some example Service is left to its CNI"

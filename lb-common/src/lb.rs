@@ -3,6 +3,8 @@
 //! A lookup goes `LB4_FRONTENDS[vip:port/proto]` -> frontend id ->
 //! `LB4_FE_STATE[id]` (read under its spin lock: owner, revision, count) ->
 //! `LB4_SLOTS[id, rev, rand % count]` -> backend id -> `LB4_BACKENDS[id]`.
+//! With session affinity, `LB4_AFFINITY` (see [`crate::affinity`]) and
+//! `LB4_MEMBERS` come first.
 //!
 //! Only the state array is ever changed in place, and only under its lock.
 //! Entries of the three hash maps are written once and never updated; the
@@ -69,11 +71,33 @@ pub struct Frontend4State {
     /// Number of backends. 0 means the frontend has no usable endpoint and
     /// connections are refused with ECONNREFUSED.
     pub count: u16,
-    /// Reserved for affinity and traffic-policy bits; 0 today.
+    /// `FE_F_*` bits: how the frontend picks a backend or refuses.
     pub flags: u16,
     pub _pad0: [u8; 2],
+    /// `sessionAffinity: ClientIP` timeout in seconds, when `flags` has
+    /// [`FE_F_AFFINITY`]; 0 otherwise.
+    pub affinity_timeout: u32,
 }
-const _: () = assert!(size_of::<Frontend4State>() == 20);
+const _: () = assert!(size_of::<Frontend4State>() == 24);
+
+/// `sessionAffinity: ClientIP`: a client (network namespace) keeps its
+/// backend while it stays in the revision (`LB4_MEMBERS`) and it used it
+/// within `affinity_timeout` seconds (`LB4_AFFINITY`).
+pub const FE_F_AFFINITY: u16 = 1;
+/// `internalTrafficPolicy: Local`: the revision holds only this node's
+/// endpoints. Informational (listings); the datapath needs no branch.
+pub const FE_F_LOCAL: u16 = 1 << 1;
+/// `count` is 0 because no endpoint is on this node while others exist:
+/// refuse with EHOSTUNREACH instead of ECONNREFUSED.
+pub const FE_F_NO_LOCAL_ENDPOINTS: u16 = 1 << 2;
+
+/// Port and protocol of a frontend key that stands for every other port and
+/// protocol of its address: a connect to a Service address on a port the
+/// Service does not define finds it (`count` 0) and is refused, as
+/// kube-proxy's catch-all reject for cluster IPs.
+pub const WILDCARD_PORT: u16 = 0;
+/// See [`WILDCARD_PORT`]; no real frontend has protocol 0.
+pub const WILDCARD_PROTO: u8 = 0;
 
 /// Key of `LB4_SLOTS`: slot `slot` (0-based, below the revision's count) of
 /// revision `rev` of frontend `fe_id`. Host byte order. Written by the agent.
@@ -115,6 +139,30 @@ pub struct Backend4 {
 }
 const _: () = assert!(size_of::<Backend4>() == 8);
 
+/// Key of `LB4_MEMBERS`: backend `backend_id` is in revision `rev` of
+/// frontend `fe_id`. Host byte order. Written by the agent with the
+/// revision's slots, only for frontends with [`FE_F_AFFINITY`]; deleted with
+/// them. Lets a program check in one lookup that a client's remembered
+/// backend is still a candidate.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MemberKey {
+    pub fe_id: u32,
+    pub rev: u16,
+    pub _pad0: [u8; 2],
+    pub backend_id: u32,
+}
+const _: () = assert!(size_of::<MemberKey>() == 12);
+
+/// Value of `LB4_MEMBERS`: the slot the backend holds in the revision (for
+/// listings; programs only test for presence). Host byte order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Member {
+    pub slot: u32,
+}
+const _: () = assert!(size_of::<Member>() == 4);
+
 /// Backend state: eligible for new connections.
 pub const BACKEND_STATE_ACTIVE: u8 = 0;
 
@@ -137,4 +185,8 @@ mod pod {
     unsafe impl aya::Pod for super::Slot {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Backend4 {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::MemberKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Member {}
 }

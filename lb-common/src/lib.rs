@@ -7,18 +7,21 @@
 //! arrays so that `bpftool map dump` prints them readably.
 //!
 //! One file per map family: [`lb`] (frontends, their state, backend slots,
-//! backends), [`revnat`] (socket reverse NAT), [`stats`] (datapath
-//! counters); [`maps`] names them, with the layout version in every pin name.
+//! backends, revision members), [`affinity`] (session affinity), [`revnat`]
+//! (socket reverse NAT), [`stats`] (datapath counters); [`maps`] names
+//! them, with the layout version in every pin name.
 //! IPv6 maps will be parallel `*6` maps whose keys hold `[u8; 16]`
 //! addresses; slots and the state's shape stay the same.
 #![no_std]
 
+pub mod affinity;
 pub mod lb;
 pub mod lock;
 pub mod maps;
 pub mod revnat;
 pub mod stats;
 
+pub use affinity::*;
 pub use lb::*;
 pub use lock::SpinLock;
 pub use maps::*;

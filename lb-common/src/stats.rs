@@ -19,8 +19,17 @@ pub const STAT_PASSED_REMOVED: u32 = 5;
 /// `recvmsg`/`getpeername` will show the backend.
 pub const STAT_REVNAT_FAILED: u32 = 6;
 
+/// Refused with ECONNREFUSED: a Service address, on a port or protocol
+/// the Service does not define.
+pub const STAT_REFUSED_UNKNOWN_PORT: u32 = 7;
+/// Refused with EHOSTUNREACH: `internalTrafficPolicy: Local` and no
+/// endpoint on this node.
+pub const STAT_REFUSED_NO_LOCAL: u32 = 8;
+/// Session affinity sent a client to its remembered backend.
+pub const STAT_AFFINITY_HIT: u32 = 9;
+
 /// Number of counters (entries of `LB_STATS`).
-pub const STATS_COUNT: u32 = 7;
+pub const STATS_COUNT: u32 = 10;
 
 /// Each counter's name, indexed by its constant: the `reason` label on
 /// `/metrics` and the row name in `lb-agent dump --stats`.
@@ -32,4 +41,7 @@ pub const STAT_NAMES: [&str; STATS_COUNT as usize] = [
     "refused_inconsistent",
     "passed_frontend_removed",
     "revnat_update_failed",
+    "refused_unknown_port",
+    "refused_no_local_endpoints",
+    "affinity_hit",
 ];

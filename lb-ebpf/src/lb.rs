@@ -6,8 +6,8 @@
 //! * Every program runs inside an RCU read-side critical section, and the
 //!   agent deletes a slot or backend only after an RCU grace period that
 //!   started once no frontend state named it any more.
-//! * `LB4_FRONTENDS`, `LB4_SLOTS` and `LB4_BACKENDS` entries are never
-//!   updated, so their elements are never swapped for new ones while the key
+//! * `LB4_FRONTENDS`, `LB4_SLOTS`, `LB4_MEMBERS` and `LB4_BACKENDS` entries
+//!   are never updated, so their elements are never swapped for new ones while the key
 //!   exists. Only a deleted `LB4_FRONTENDS` key frees an element that a
 //!   reader may still hold; the id read from it is then checked against the
 //!   state's owner.
@@ -16,11 +16,14 @@
 
 use aya_ebpf::{
     bindings::bpf_spin_lock,
-    helpers::{bpf_spin_lock as lock, bpf_spin_unlock as unlock},
+    helpers::{bpf_ktime_get_coarse_ns, bpf_spin_lock as lock, bpf_spin_unlock as unlock},
 };
-use lb_common::{Backend4, Frontend4Key, Frontend4State, SlotKey};
+use lb_common::{
+    Affinity4Key, AffinityValue, Backend4, FE_F_AFFINITY, FE_F_NO_LOCAL_ENDPOINTS, Frontend4Key,
+    Frontend4State, MemberKey, SlotKey, WILDCARD_PORT, WILDCARD_PROTO,
+};
 
-use crate::maps::{LB4_BACKENDS, LB4_FE_STATE, LB4_FRONTENDS, LB4_SLOTS};
+use crate::maps::{LB4_AFFINITY, LB4_BACKENDS, LB4_FE_STATE, LB4_FRONTENDS, LB4_MEMBERS, LB4_SLOTS};
 
 /// What a frontend lookup decided.
 pub enum Selection {
@@ -31,8 +34,12 @@ pub enum Selection {
     Removed,
     /// A frontend with no usable endpoint: refuse.
     NoEndpoints,
-    /// Send to this backend.
-    Backend(Backend4),
+    /// `internalTrafficPolicy: Local` with endpoints, none on this node.
+    NoLocalEndpoints,
+    /// A Service address, on a port or protocol its Service does not define.
+    UnknownPort,
+    /// Send to this backend; `sticky` when session affinity chose it.
+    Backend { backend: Backend4, sticky: bool },
     /// The state named a slot or backend that is missing. The agent's write
     /// order rules this out; it is counted so that tests can show it.
     Inconsistent,
@@ -43,13 +50,29 @@ struct Snapshot {
     owner: Frontend4Key,
     rev: u16,
     count: u16,
+    flags: u16,
+    affinity_timeout: u32,
 }
 
-/// Picks a backend of frontend `key`; `rand` chooses among its slots.
+/// Picks a backend of frontend `key`; `rand` chooses among its slots and
+/// `client` names the client for session affinity (called only then).
 #[inline(always)]
-pub fn select4(key: &Frontend4Key, rand: u32) -> Selection {
-    let Some(frontend) = LB4_FRONTENDS.get_ptr(key) else {
-        return Selection::NotFrontend;
+pub fn select4(key: &Frontend4Key, rand: u32, client: impl FnOnce() -> u64) -> Selection {
+    let (lookup, frontend) = match LB4_FRONTENDS.get_ptr(key) {
+        Some(f) => (*key, f),
+        None => {
+            // Only Service addresses pay this second lookup's hit; other
+            // traffic pays its miss.
+            let any = Frontend4Key {
+                port_be: WILDCARD_PORT,
+                proto: WILDCARD_PROTO,
+                ..*key
+            };
+            match LB4_FRONTENDS.get_ptr(any) {
+                Some(f) => (any, f),
+                None => return Selection::NotFrontend,
+            }
+        }
     };
     // SAFETY: a hash value stays mapped while the program runs (RCU). Its
     // content is this key's id, unless the agent deleted the key since the
@@ -60,31 +83,106 @@ pub fn select4(key: &Frontend4Key, rand: u32) -> Selection {
         return Selection::Removed;
     };
     let snap = read_locked(state);
-    if snap.owner != *key {
+    if snap.owner != lookup {
         return Selection::Removed;
     }
-    if snap.count == 0 {
-        return Selection::NoEndpoints;
+    if lookup.proto == WILDCARD_PROTO {
+        return Selection::UnknownPort;
     }
+    if snap.count == 0 {
+        return if snap.flags & FE_F_NO_LOCAL_ENDPOINTS != 0 {
+            Selection::NoLocalEndpoints
+        } else {
+            Selection::NoEndpoints
+        };
+    }
+    if snap.flags & FE_F_AFFINITY == 0 {
+        return match pick(fe_id, &snap, rand) {
+            Some((_, backend)) => Selection::Backend {
+                backend,
+                sticky: false,
+            },
+            None => Selection::Inconsistent,
+        };
+    }
+    let aff_key = Affinity4Key {
+        netns_cookie: client(),
+        fe_id,
+        _pad0: [0; 4],
+    };
+    // SAFETY: the helper has no preconditions.
+    let now = unsafe { bpf_ktime_get_coarse_ns() };
+    if let Some(backend) = remembered(&aff_key, &snap, now) {
+        return Selection::Backend {
+            backend,
+            sticky: true,
+        };
+    }
+    let Some((backend_id, backend)) = pick(fe_id, &snap, rand) else {
+        return Selection::Inconsistent;
+    };
+    let value = AffinityValue {
+        last_used_ns: now,
+        backend_id,
+        _pad0: [0; 4],
+    };
+    // A failed insert (no memory) only costs stickiness for this client.
+    let _ = LB4_AFFINITY.insert(aff_key, value, 0);
+    Selection::Backend {
+        backend,
+        sticky: false,
+    }
+}
+
+/// The client's remembered backend, if it used it within the timeout and it
+/// is still in the current revision; refreshes its last use.
+#[inline(always)]
+fn remembered(key: &Affinity4Key, snap: &Snapshot, now: u64) -> Option<Backend4> {
+    let entry = LB4_AFFINITY.get_ptr_mut(key)?;
+    // SAFETY: the value stays mapped while the program runs (RCU). If the LRU
+    // evicts and recycles it meanwhile, the fields read may be another
+    // client's: the member check below still only lets a current candidate
+    // through.
+    let (last, backend_id) = unsafe { ((*entry).last_used_ns, (*entry).backend_id) };
+    if now.wrapping_sub(last) > u64::from(snap.affinity_timeout) * 1_000_000_000 {
+        return None;
+    }
+    let member = MemberKey {
+        fe_id: key.fe_id,
+        rev: snap.rev,
+        _pad0: [0; 2],
+        backend_id,
+    };
+    LB4_MEMBERS.get_ptr(member)?;
+    // The member entry proves the revision this program read names the
+    // backend, so it cannot be deleted before this program ends.
+    let backend = LB4_BACKENDS.get_ptr(backend_id)?;
+    // SAFETY: as above; a plain store to a live element, and a lost race
+    // with another connect of the same client only keeps its time instead.
+    unsafe { (*entry).last_used_ns = now };
+    // SAFETY: backends are never updated, and deleted only a grace period
+    // after the last revision naming them became unreachable.
+    Some(unsafe { *backend })
+}
+
+/// A random backend of the snapshot's revision, with its id.
+#[inline(always)]
+fn pick(fe_id: u32, snap: &Snapshot, rand: u32) -> Option<(u32, Backend4)> {
     let slot_key = SlotKey {
         fe_id,
         rev: snap.rev,
         // Below count, which is a u16.
         slot: (rand % u32::from(snap.count)) as u16,
     };
-    let Some(slot) = LB4_SLOTS.get_ptr(slot_key) else {
-        return Selection::Inconsistent;
-    };
+    let slot = LB4_SLOTS.get_ptr(slot_key)?;
     // SAFETY: slots are never updated and are deleted only after a grace
     // period that began once no state named this revision; this program
     // read the state before that, so the element is live and unchanged.
     let backend_id = unsafe { (*slot).backend_id };
-    let Some(backend) = LB4_BACKENDS.get_ptr(backend_id) else {
-        return Selection::Inconsistent;
-    };
+    let backend = LB4_BACKENDS.get_ptr(backend_id)?;
     // SAFETY: as for the slot: backends are never updated, and deleted only
     // a grace period after the last revision naming them became unreachable.
-    Selection::Backend(unsafe { *backend })
+    Some((backend_id, unsafe { *backend }))
 }
 
 /// Copies the state's fields while holding its lock, so that a concurrent
@@ -102,6 +200,8 @@ fn read_locked(state: *mut Frontend4State) -> Snapshot {
             owner: (*state).owner,
             rev: (*state).rev,
             count: (*state).count,
+            flags: (*state).flags,
+            affinity_timeout: (*state).affinity_timeout,
         };
         unlock(l);
         snap

@@ -7,8 +7,9 @@ use aya_ebpf::{
     macros::btf_map,
 };
 use lb_common::{
-    BPF_F_NO_PREALLOC, Backend4, DEFAULT_BACKENDS_MAX, DEFAULT_FRONTENDS_MAX, DEFAULT_REVNAT_MAX,
-    DEFAULT_SLOTS_MAX, Frontend4Key, Frontend4State, FrontendId, RevNat4Key, RevNat4Value,
+    Affinity4Key, AffinityValue, BPF_F_NO_PREALLOC, Backend4, DEFAULT_AFFINITY_MAX,
+    DEFAULT_BACKENDS_MAX, DEFAULT_FRONTENDS_MAX, DEFAULT_REVNAT_MAX, DEFAULT_SLOTS_MAX,
+    Frontend4Key, Frontend4State, FrontendId, Member, MemberKey, RevNat4Key, RevNat4Value,
     STATS_COUNT, Slot, SlotKey,
 };
 
@@ -37,6 +38,18 @@ pub static LB4_SLOTS: HashMap<SlotKey, Slot, { DEFAULT_SLOTS_MAX as usize }, NO_
 #[btf_map]
 pub static LB4_BACKENDS: HashMap<u32, Backend4, { DEFAULT_BACKENDS_MAX as usize }, NO_PREALLOC> =
     HashMap::new();
+
+/// (frontend id, revision, backend id) -> slot, for affinity frontends.
+/// Written once per revision, like the slots.
+#[btf_map]
+pub static LB4_MEMBERS: HashMap<MemberKey, Member, { DEFAULT_SLOTS_MAX as usize }, NO_PREALLOC> =
+    HashMap::new();
+
+/// (client netns, frontend id) -> backend and last use. Written by
+/// connect4/sendmsg4; LRU, so a full map evicts the oldest clients.
+#[btf_map]
+pub static LB4_AFFINITY: LruHashMap<Affinity4Key, AffinityValue, { DEFAULT_AFFINITY_MAX as usize }> =
+    LruHashMap::new();
 
 /// (socket cookie, backend) -> frontend. Written by connect4/sendmsg4, read
 /// by recvmsg4/getpeername4; LRU, so closed sockets age out on their own.

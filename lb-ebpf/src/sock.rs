@@ -6,14 +6,15 @@
 
 use aya_ebpf::{
     EbpfContext as _,
-    helpers::{bpf_get_prandom_u32, bpf_get_socket_cookie, bpf_set_retval},
+    helpers::{bpf_get_netns_cookie, bpf_get_prandom_u32, bpf_get_socket_cookie, bpf_set_retval},
     macros::cgroup_sock_addr,
     programs::SockAddrContext,
 };
 use lb_common::{
     Backend4, Frontend4Key, PROTO_TCP, PROTO_UDP, RevNat4Key, RevNat4Value, SCOPE_INTERNAL,
-    STAT_CONNECT_TRANSLATED, STAT_PASSED_REMOVED, STAT_REFUSED_INCONSISTENT,
-    STAT_REFUSED_NO_ENDPOINTS, STAT_REVERSED, STAT_REVNAT_FAILED, STAT_SENDMSG_TRANSLATED,
+    STAT_AFFINITY_HIT, STAT_CONNECT_TRANSLATED, STAT_PASSED_REMOVED, STAT_REFUSED_INCONSISTENT,
+    STAT_REFUSED_NO_ENDPOINTS, STAT_REFUSED_NO_LOCAL, STAT_REFUSED_UNKNOWN_PORT, STAT_REVERSED,
+    STAT_REVNAT_FAILED, STAT_SENDMSG_TRANSLATED,
 };
 use lb_ebpf::{
     lb::{Selection, select4},
@@ -25,6 +26,7 @@ use lb_ebpf::{
 const ALLOW: i32 = 1;
 const DENY: i32 = 0;
 const ECONNREFUSED: i32 = 111;
+const EHOSTUNREACH: i32 = 113;
 
 #[cgroup_sock_addr(connect4)]
 pub fn lb_connect4(ctx: SockAddrContext) -> i32 {
@@ -49,6 +51,8 @@ pub fn lb_getpeername4(ctx: SockAddrContext) -> i32 {
 /// Why a frontend connect is refused instead of passed on.
 enum Refuse {
     NoEndpoints,
+    NoLocalEndpoints,
+    UnknownPort,
     Inconsistent,
 }
 
@@ -62,13 +66,18 @@ fn translate(ctx: &SockAddrContext, translated: u32) -> i32 {
         }
         Ok(false) => ALLOW,
         Err(refuse) => {
-            count(match refuse {
-                Refuse::NoEndpoints => STAT_REFUSED_NO_ENDPOINTS,
-                Refuse::Inconsistent => STAT_REFUSED_INCONSISTENT,
-            });
+            let (stat, errno) = match refuse {
+                Refuse::NoEndpoints => (STAT_REFUSED_NO_ENDPOINTS, ECONNREFUSED),
+                Refuse::UnknownPort => (STAT_REFUSED_UNKNOWN_PORT, ECONNREFUSED),
+                Refuse::Inconsistent => (STAT_REFUSED_INCONSISTENT, ECONNREFUSED),
+                // kube-proxy drops here and the client hangs until its
+                // timeout; failing at once, distinctly, is deliberate.
+                Refuse::NoLocalEndpoints => (STAT_REFUSED_NO_LOCAL, EHOSTUNREACH),
+            };
+            count(stat);
             // ECONNREFUSED rather than the default EPERM, as kube-proxy's REJECT.
             // SAFETY: the helper exists for cgroup sock_addr programs (kernel >= 5.18).
-            unsafe { bpf_set_retval(-ECONNREFUSED) };
+            unsafe { bpf_set_retval(-errno) };
             DENY
         }
     }
@@ -94,16 +103,24 @@ fn try_translate(ctx: &SockAddrContext) -> Result<bool, Refuse> {
     };
     // SAFETY: the helper has no preconditions.
     let rand = unsafe { bpf_get_prandom_u32() };
-    let backend = match select4(&key, rand) {
-        // Non-frontend traffic costs exactly one lookup.
+    // SAFETY: the helper is valid for sock_addr contexts (kernel >= 5.7).
+    let client = || unsafe { bpf_get_netns_cookie(ctx.as_ptr()) };
+    let backend = match select4(&key, rand, client) {
         Selection::NotFrontend => return Ok(false),
         Selection::Removed => {
             count(STAT_PASSED_REMOVED);
             return Ok(false);
         }
         Selection::NoEndpoints => return Err(Refuse::NoEndpoints),
+        Selection::NoLocalEndpoints => return Err(Refuse::NoLocalEndpoints),
+        Selection::UnknownPort => return Err(Refuse::UnknownPort),
         Selection::Inconsistent => return Err(Refuse::Inconsistent),
-        Selection::Backend(b) => b,
+        Selection::Backend { backend, sticky } => {
+            if sticky {
+                count(STAT_AFFINITY_HIT);
+            }
+            backend
+        }
     };
     remember(ctx, &key, &backend);
     // SAFETY: user_ip4/user_port are writable in connect4/sendmsg4 (32-bit stores).

@@ -3,14 +3,12 @@
 //! `maps/` by symbol name, the programs attached to the cgroup through links
 //! pinned under `links/`. The upgrade tests start from it.
 
-use std::{fs, net::Ipv4Addr, path::Path};
+use std::{fs, path::Path};
 
 use anyhow::Context as _;
-use aya::{
-    EbpfLoader,
-    maps::HashMap,
-    programs::{CgroupAttachMode, CgroupSockAddr, links::FdLink},
-};
+use aya::{EbpfLoader, maps::HashMap};
+
+pub use crate::install::Frontend;
 
 /// The object of layout 1, as built then.
 static OBJECT: &[u8] = aya::include_bytes_aligned!("../fixtures/lb-ebpf-layout1.o");
@@ -57,29 +55,11 @@ unsafe impl aya::Pod for ServiceValue {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Backend {}
 
-/// One frontend of layout 1 with its backends.
-pub struct Frontend {
-    pub vip: Ipv4Addr,
-    pub port: u16,
-    /// 6 (TCP) or 17 (UDP).
-    pub proto: u8,
-    pub backends: Vec<(Ipv4Addr, u16)>,
-}
-
-/// The programs of layout 1 and the names of their link pins.
-const PROGRAMS: [(&str, &str); 4] = [
-    ("lb_connect4", "connect4"),
-    ("lb_sendmsg4", "sendmsg4"),
-    ("lb_recvmsg4", "recvmsg4"),
-    ("lb_getpeername4", "getpeername4"),
-];
-
 /// Installs layout 1 under the pin directory `pins`, programs `frontends`,
 /// and attaches its programs to `cgroup`.
 pub fn install(pins: &Path, cgroup: &Path, frontends: &[Frontend]) -> anyhow::Result<()> {
-    let (maps, links) = (pins.join("maps"), pins.join("links"));
+    let maps = pins.join("maps");
     fs::create_dir_all(&maps)?;
-    fs::create_dir_all(&links)?;
     let mut loader = EbpfLoader::new();
     for name in ["LB4_SERVICES", "LB4_BACKENDS", "LB4_REVNAT"] {
         loader.map_pin_path(name, maps.join(name));
@@ -134,18 +114,7 @@ pub fn install(pins: &Path, cgroup: &Path, frontends: &[Frontend]) -> anyhow::Re
         };
         services.insert(key(0), v, 0)?;
     }
-    let cgroup_dir = fs::File::open(cgroup)?;
-    for (function, link) in PROGRAMS {
-        let program: &mut CgroupSockAddr = ebpf
-            .program_mut(function)
-            .with_context(|| format!("{function} in layout 1"))?
-            .try_into()?;
-        program.load()?;
-        let id = program.attach(&cgroup_dir, CgroupAttachMode::Single)?;
-        let fd_link: FdLink = program.take_link(id)?.try_into()?;
-        fd_link.pin(links.join(link))?;
-    }
-    Ok(())
+    crate::install::attach(&mut ebpf, pins, cgroup, "layout 1")
 }
 
 /// Creates a map that no program uses (layout 1's reverse-NAT map) and pins

@@ -272,9 +272,15 @@ fn cleanup_detaches_and_non_vip_traffic_is_untouched() -> anyhow::Result<()> {
     let r = bed.tcp("10.42.0.148:8080", 20)?;
     assert_eq!(r.replies.get("pa"), Some(&20), "{r:?}");
     assert_eq!(r.peers.keys().collect::<Vec<_>>(), ["10.42.0.148:8080"]);
-    // The VIP on a port no Service has: not ours, left alone (the hub says unreachable).
-    let r = bed.tcp("10.96.100.1:81", 1)?;
+    // An address no Service has: not ours, left alone (the hub says unreachable).
+    let r = bed.tcp("10.96.100.2:81", 1)?;
     assert_eq!(r.errors.get("NetworkUnreachable"), Some(&1), "{r:?}");
+    // The VIP on a port its Service does not define: refused, as
+    // kube-proxy's catch-all reject, instead of leaking past the node.
+    let refused = bed.pins.stats()?["refused_unknown_port"];
+    let r = bed.tcp("10.96.100.1:81", 3)?;
+    assert_eq!(r.errors.get("ConnectionRefused"), Some(&3), "{r:?}");
+    assert_eq!(bed.pins.stats()?["refused_unknown_port"], refused + 3);
 
     bed.agent().terminate()?;
     let out = std::process::Command::new(lb_tests::agent::agent_bin())
@@ -344,7 +350,7 @@ fn a_frontend_deleted_by_hand_is_restored_by_the_periodic_prune() -> anyhow::Res
     assert!(before.contains(TO), "{before}");
     // What an operator's `bpftool map delete` does: 10.96.100.1:80/TCP,
     // internal scope, as the key's bytes.
-    let map = bed.pins.path().join("maps/LB4_FRONTENDS_V2");
+    let map = bed.pins.path().join("maps").join(lb_common::FRONTENDS4.pin);
     let status = std::process::Command::new("bpftool")
         .args(["map", "delete", "pinned"])
         .arg(&map)

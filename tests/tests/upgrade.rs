@@ -1,19 +1,24 @@
 //! Upgrades and migrations under continuous traffic, with the real agent:
-//! from map layout 1 (the previous release's), to other map capacities, and
-//! finishing a migration that an earlier agent left half done. Needs root;
-//! fails loudly without it.
+//! from map layouts 1 and 2 (earlier releases'), to other map capacities,
+//! and finishing a migration that an earlier agent left half done. Needs
+//! root; fails loudly without it.
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     fs,
     path::Path,
     time::{Duration, Instant},
 };
 
-use aya::maps::MapInfo;
+use aya::{
+    maps::MapInfo,
+    programs::links::{FdLink, PinnedLink},
+};
+use lb_common::{ALL_MAPS, BACKENDS4, FRONTENDS4, REVNAT4};
 use lb_fixtures::{Object, Slice, Svc, yaml};
 use lb_tests::{
-    layout1,
+    install::Frontend,
+    layout1, layout2,
     probe::{self, BenchReport, Report},
     scenario::Bed,
 };
@@ -104,25 +109,16 @@ fn pinned(dir: &Path) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
-/// This layout's pin names.
-fn layout2() -> BTreeSet<String> {
-    [
-        "LB4_FRONTENDS_V2",
-        "LB4_FE_STATE_V2",
-        "LB4_SLOTS_V2",
-        "LB4_BACKENDS_V2",
-        "LB4_REVNAT_V2",
-        "LB_STATS_V2",
-    ]
-    .map(String::from)
-    .into()
+/// The pin names of the agent's map layout, whichever it is.
+fn current_layout() -> BTreeSet<String> {
+    ALL_MAPS.iter().map(|m| m.pin.to_owned()).collect()
 }
 
-/// Waits until `maps/` holds exactly this layout's pins and `maps-next/` is
-/// gone: the migration is over.
+/// Waits until `maps/` holds exactly the pins of the agent's layout and
+/// `maps-next/` is gone: the migration is over.
 fn wait_migrated(pins: &Path) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(20);
-    while pinned(&pins.join("maps")) != layout2() || pins.join("maps-next").exists() {
+    while pinned(&pins.join("maps")) != current_layout() || pins.join("maps-next").exists() {
         anyhow::ensure!(
             Instant::now() < deadline,
             "no migration: maps/ {:?}, maps-next/ {:?}",
@@ -158,33 +154,53 @@ fn assert_no_failure(tcp: &Report, udp: &BenchReport, what: &str) {
     assert!(udp.ok > 500, "{what}: too little UDP traffic: {udp:?}");
 }
 
-#[test]
-fn upgrading_from_layout_1_under_traffic_fails_no_connection() -> anyhow::Result<()> {
-    let mut bed = bed()?;
+/// The program id behind each of our link pins.
+fn linked_programs(pins: &Path) -> anyhow::Result<BTreeMap<String, u32>> {
+    let links = pins.join("links");
+    pinned(&links)
+        .into_iter()
+        .map(|name| {
+            let link = FdLink::from(PinnedLink::from_pin(links.join(&name))?);
+            Ok((name, link.info()?.program_id()))
+        })
+        .collect()
+}
+
+/// What an earlier release had programmed: web on pa and pb, kube-dns on d1.
+fn old_frontends() -> Vec<Frontend> {
     let ip = |s: &str| s.parse().expect("address");
-    layout1::install(
-        bed.pins.path(),
-        bed.cgroup.path(),
-        &[
-            layout1::Frontend {
-                vip: ip("10.96.100.1"),
-                port: 80,
-                proto: 6,
-                backends: vec![(ip("10.42.0.1"), 8080), (ip("10.42.0.2"), 8080)],
-            },
-            layout1::Frontend {
-                vip: ip("10.96.0.10"),
-                port: 53,
-                proto: 17,
-                backends: vec![(ip("10.42.2.1"), 53)],
-            },
-        ],
-    )?;
-    // Layout 1 serves, with a connection held open across the upgrade.
+    vec![
+        Frontend {
+            vip: ip("10.96.100.1"),
+            port: 80,
+            proto: 6,
+            backends: vec![(ip("10.42.0.1"), 8080), (ip("10.42.0.2"), 8080)],
+        },
+        Frontend {
+            vip: ip("10.96.0.10"),
+            port: 53,
+            proto: 17,
+            backends: vec![(ip("10.42.2.1"), 53)],
+        },
+    ]
+}
+
+/// An earlier release's installer: pin directory, cgroup, frontends.
+type Install = fn(&Path, &Path, &[Frontend]) -> anyhow::Result<()>;
+
+/// Installs an earlier layout with `install`, then starts the agent, whose
+/// source moves web, under TCP and UDP traffic and with a connection held
+/// open across the upgrade. No connection may fail.
+fn upgrade_under_traffic(install: Install, what: &str) -> anyhow::Result<()> {
+    let mut bed = bed()?;
+    install(bed.pins.path(), bed.cgroup.path(), &old_frontends())?;
+    // The old layout serves, with a connection held open across the upgrade.
     assert_eq!(answering(&bed, 40)?, set(&["pa", "pb"]));
     let mut held = bed.hold(TO)?;
     assert_eq!(held.peer, TO);
     let held_by = held.request()?;
+    let old_programs = linked_programs(bed.pins.path())?;
+    assert_eq!(old_programs.len(), 4, "{old_programs:?}");
 
     // The new agent's source moves web to pb and pc.
     bed.write_manifest(&manifest(&["10.42.0.2", "10.42.0.3"]))?;
@@ -194,14 +210,23 @@ fn upgrading_from_layout_1_under_traffic_fails_no_connection() -> anyhow::Result
     wait_migrated(bed.pins.path())?;
     std::thread::sleep(Duration::from_millis(500));
     let (tcp, udp) = traffic.finish()?;
-    assert_no_failure(&tcp, &udp, "upgrade from layout 1");
+    assert_no_failure(&tcp, &udp, what);
     assert!(udp.replies.keys().all(|id| id == "d1"), "{:?}", udp.replies);
 
     // The old connection still works and still shows the Service: its
-    // reverse-NAT entry moved to the new map, read by the new getpeername.
+    // reverse-NAT entry is in the agent's map (carried over, or adopted),
+    // read by the new getpeername.
     assert_eq!(held.peer_now()?, TO);
     assert_eq!(held.request()?, held_by);
     // The new agent's state is what answers, through the new programs.
+    let new_programs = linked_programs(bed.pins.path())?;
+    assert!(
+        new_programs.keys().eq(old_programs.keys()),
+        "{new_programs:?}"
+    );
+    for (link, old) in &old_programs {
+        assert_ne!(new_programs[link], *old, "{link}: not replaced");
+    }
     let before = bed.pins.stats()?["connect_translated"];
     assert_eq!(answering(&bed, 60)?, set(&["pb", "pc"]));
     assert!(bed.pins.stats()?["connect_translated"] >= before + 60);
@@ -216,12 +241,22 @@ fn upgrading_from_layout_1_under_traffic_fails_no_connection() -> anyhow::Result
 }
 
 #[test]
+fn upgrading_from_layout_1_under_traffic_fails_no_connection() -> anyhow::Result<()> {
+    upgrade_under_traffic(layout1::install, "upgrade from layout 1")
+}
+
+#[test]
+fn upgrading_from_layout_2_under_traffic_fails_no_connection() -> anyhow::Result<()> {
+    upgrade_under_traffic(layout2::install, "upgrade from layout 2")
+}
+
+#[test]
 fn a_capacity_change_migrates_the_maps_under_traffic() -> anyhow::Result<()> {
     let mut bed = bed()?;
     bed.write_manifest(&manifest(&["10.42.0.1", "10.42.0.2"]))?;
     bed.start_agent(&[])?;
     let maps = bed.pins.path().join("maps");
-    let id_before = MapInfo::from_pin(maps.join("LB4_FRONTENDS_V2"))?.id();
+    let id_before = MapInfo::from_pin(maps.join(FRONTENDS4.pin))?.id();
     let mut held = bed.hold(TO)?;
 
     let traffic = Traffic::start(&bed, 4.0)?;
@@ -229,7 +264,7 @@ fn a_capacity_change_migrates_the_maps_under_traffic() -> anyhow::Result<()> {
     assert!(bed.agent().terminate()?, "SIGTERM must exit cleanly");
     bed.start_agent(&["--bpf-lb-service-backend-map-max=4096"])?;
     let deadline = Instant::now() + Duration::from_secs(20);
-    while MapInfo::from_pin(maps.join("LB4_BACKENDS_V2")).map_or(true, |m| m.max_entries() != 4096)
+    while MapInfo::from_pin(maps.join(BACKENDS4.pin)).map_or(true, |m| m.max_entries() != 4096)
         || bed.pins.path().join("maps-next").exists()
     {
         anyhow::ensure!(Instant::now() < deadline, "the maps were not migrated");
@@ -242,16 +277,16 @@ fn a_capacity_change_migrates_the_maps_under_traffic() -> anyhow::Result<()> {
     // Every map is new, not only the one whose capacity changed.
     wait_migrated(bed.pins.path())?;
     assert_ne!(
-        MapInfo::from_pin(maps.join("LB4_FRONTENDS_V2"))?.id(),
+        MapInfo::from_pin(maps.join(FRONTENDS4.pin))?.id(),
         id_before
     );
     assert_eq!(held.peer_now()?, TO);
     assert_eq!(answering(&bed, 40)?, set(&["pa", "pb"]));
     // The same capacities again adopt the maps: no further migration.
-    let id = MapInfo::from_pin(maps.join("LB4_FRONTENDS_V2"))?.id();
+    let id = MapInfo::from_pin(maps.join(FRONTENDS4.pin))?.id();
     bed.agent().terminate()?;
     bed.start_agent(&["--bpf-lb-service-backend-map-max=4096"])?;
-    assert_eq!(MapInfo::from_pin(maps.join("LB4_FRONTENDS_V2"))?.id(), id);
+    assert_eq!(MapInfo::from_pin(maps.join(FRONTENDS4.pin))?.id(), id);
     Ok(())
 }
 
@@ -286,11 +321,11 @@ fn a_migration_cut_short_is_finished_or_undone_by_the_next_agent() -> anyhow::Re
     // they go, and the maps in use stay.
     bed.agent().terminate()?;
     fs::create_dir_all(&next)?;
-    layout1::pin_unused_map(&next.join("LB4_REVNAT_V2"))?;
-    let id = MapInfo::from_pin(maps.join("LB4_FRONTENDS_V2"))?.id();
+    layout1::pin_unused_map(&next.join(REVNAT4.pin))?;
+    let id = MapInfo::from_pin(maps.join(FRONTENDS4.pin))?.id();
     bed.start_agent(&[])?;
     assert!(!next.exists(), "{:?}", pinned(&next));
-    assert_eq!(MapInfo::from_pin(maps.join("LB4_FRONTENDS_V2"))?.id(), id);
+    assert_eq!(MapInfo::from_pin(maps.join(FRONTENDS4.pin))?.id(), id);
     assert_eq!(answering(&bed, 40)?, set(&["pa", "pb"]));
     Ok(())
 }

@@ -139,6 +139,7 @@ fn capacities(args: &MapSizeArgs) -> Capacities {
         slots: lb(args.bpf_lb_slot_map_max, default.slots),
         backends: lb(args.bpf_lb_service_backend_map_max, default.backends),
         revnat: args.bpf_sock_rev_map_max.unwrap_or(default.revnat),
+        affinity: args.bpf_lb_affinity_map_max.unwrap_or(default.affinity),
     }
 }
 

@@ -8,8 +8,9 @@ use std::{
 
 use aya::maps::MapInfo;
 use lb_common::{
-    ALL_MAPS, BACKENDS4, DEFAULT_BACKENDS_MAX, DEFAULT_FRONTENDS_MAX, DEFAULT_REVNAT_MAX,
-    DEFAULT_SLOTS_MAX, FE_STATE4, FRONTENDS4, MapSpec, REVNAT4, SLOTS4, STATS, STATS_COUNT,
+    AFFINITY4, ALL_MAPS, BACKENDS4, DEFAULT_AFFINITY_MAX, DEFAULT_BACKENDS_MAX,
+    DEFAULT_FRONTENDS_MAX, DEFAULT_REVNAT_MAX, DEFAULT_SLOTS_MAX, FE_STATE4, FRONTENDS4, MEMBERS4,
+    MapSpec, REVNAT4, SLOTS4, STATS, STATS_COUNT,
 };
 
 /// Map capacities, set at load time (`--bpf-lb-*-map-max`). A pinned map
@@ -18,9 +19,11 @@ use lb_common::{
 pub struct Capacities {
     /// `LB4_FRONTENDS`; `LB4_FE_STATE` holds one more (id 0 is unused).
     pub frontends: u32,
+    /// `LB4_SLOTS`, and `LB4_MEMBERS` (at most one member per slot).
     pub slots: u32,
     pub backends: u32,
     pub revnat: u32,
+    pub affinity: u32,
 }
 
 impl Default for Capacities {
@@ -30,6 +33,7 @@ impl Default for Capacities {
             slots: DEFAULT_SLOTS_MAX,
             backends: DEFAULT_BACKENDS_MAX,
             revnat: DEFAULT_REVNAT_MAX,
+            affinity: DEFAULT_AFFINITY_MAX,
         }
     }
 }
@@ -40,7 +44,8 @@ impl Capacities {
         match spec.name {
             n if n == FRONTENDS4.name => self.frontends,
             n if n == FE_STATE4.name => self.frontends.saturating_add(1),
-            n if n == SLOTS4.name => self.slots,
+            n if n == SLOTS4.name || n == MEMBERS4.name => self.slots,
+            n if n == AFFINITY4.name => self.affinity,
             n if n == BACKENDS4.name => self.backends,
             n if n == REVNAT4.name => self.revnat,
             n if n == STATS.name => STATS_COUNT,

@@ -24,7 +24,7 @@ use aya::{
         loaded_programs,
     },
 };
-use lb_common::{ALL_MAPS, LAYOUT1_REVNAT4_PIN, REVNAT4, RevNat4Key, RevNat4Value};
+use lb_common::{ALL_MAPS, OLD_REVNAT4_PINS, REVNAT4, RevNat4Key, RevNat4Value};
 
 use super::{
     batch,
@@ -147,8 +147,8 @@ pub fn finish(pins: &Pins) -> Result<Vec<PathBuf>, MigrateError> {
     Ok(old)
 }
 
-/// Copies the entries of every older reverse-NAT map (layout 1's, or this
-/// layout's in `maps/` when `maps-next/` replaces it) into this layout's,
+/// Copies the entries of every older reverse-NAT map (older layouts', or
+/// this layout's in `maps/` when `maps-next/` replaces it) into this layout's,
 /// keeping entries it already has: they are newer. Call once no program
 /// writes the older maps any more, before the reversing programs switch.
 pub fn carry_revnat(pins: &Pins) -> Result<usize, MigrateError> {
@@ -160,7 +160,10 @@ pub fn carry_revnat(pins: &Pins) -> Result<usize, MigrateError> {
         (maps.join(REVNAT4.pin), Vec::new())
     };
     let mut carried = 0;
-    for source in sources.into_iter().chain([maps.join(LAYOUT1_REVNAT4_PIN)]) {
+    for source in sources
+        .into_iter()
+        .chain(OLD_REVNAT4_PINS.iter().map(|pin| maps.join(pin)))
+    {
         if source.exists() {
             carried += copy_revnat(&source, &target)?;
         }
@@ -169,7 +172,7 @@ pub fn carry_revnat(pins: &Pins) -> Result<usize, MigrateError> {
 }
 
 /// Copies the entries of the reverse-NAT map at `from` that the one at `to`
-/// lacks. Both must have [`REVNAT4`]'s layout, as layout 1's has.
+/// lacks. Both must have [`REVNAT4`]'s layout, as the older layouts' have.
 fn copy_revnat(from: &Path, to: &Path) -> Result<usize, MigrateError> {
     let open = |path: &Path| {
         let map_err = |source| MigrateError::Map {

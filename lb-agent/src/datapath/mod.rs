@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use aya::Ebpf;
 use layout::{Capacities, LayoutError};
-use lb_common::{BACKENDS4, FE_STATE4, FRONTENDS4, MapSpec, SLOTS4};
+use lb_common::{BACKENDS4, FE_STATE4, FRONTENDS4, MEMBERS4, MapSpec, SLOTS4};
 use loader::{LoaderError, REVERSING, TRANSLATING};
 use migrate::{Leftover, MigrateError};
 use pins::Pins;
@@ -83,6 +83,7 @@ fn open_tables(dir: &Path) -> Result<LbTables<V4, Bpf>, StoreError> {
         frontends: open(dir, &FRONTENDS4, WriteMode::Insert)?,
         states: open(dir, &FE_STATE4, WriteMode::Locked)?,
         slots: open(dir, &SLOTS4, WriteMode::Insert)?,
+        members: open(dir, &MEMBERS4, WriteMode::Insert)?,
         backends: open(dir, &BACKENDS4, WriteMode::Insert)?,
     })
 }

@@ -54,8 +54,8 @@ fn histogram_keeps_the_buckets_is_cumulative_and_counts_everything() {
 fn render_names_every_family_once_with_every_label() {
     let m = Metrics::default();
     m.invalid(ObjectKind::EndpointSlice).inc();
-    m.unsupported(Feature::SessionAffinity).inc();
-    m.unsupported(Feature::SessionAffinity).inc();
+    m.unsupported(Feature::NodePort).inc();
+    m.unsupported(Feature::NodePort).inc();
     m.service_changes.inc();
     m.backends_programmed.set(3.0);
     let text = m.render();
@@ -130,7 +130,7 @@ fn render_names_every_family_once_with_every_label() {
             "lbagent_unsupported_features_total{{feature=\"{}\"}}",
             feature.as_str()
         ));
-        let want = if feature == Feature::SessionAffinity {
+        let want = if feature == Feature::NodePort {
             2.0
         } else {
             0.0

@@ -5,13 +5,16 @@
 //! frontends; when two claim one frontend, the first by namespace/name wins,
 //! and the loser takes over if the winner goes away.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
+    net::IpAddr,
+};
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 
 use super::{
-    Backend, ExcludedCidrs, Feature, Frontend, Invalid, ObjectRef,
-    claims::{Claim, service_claims},
+    Backend, ExcludedCidrs, Feature, Frontend, Invalid, NodeContext, ObjectRef, Proto,
+    claims::{Claim, Target, service_claims},
     service::{self, ServiceSpec},
     slice::{self, SliceSpec},
 };
@@ -35,6 +38,10 @@ pub struct Flush {
     /// Every recomputed Service, with what the model noticed about it now
     /// (empty for one that was deleted or is no longer programmed).
     pub services: BTreeMap<ObjectRef, ServiceReport>,
+    /// UDP frontends that stopped sending to some endpoint IP, with the IPs
+    /// still serving (none: the frontend is gone): connected sockets sent
+    /// to any other backend are stale (kube-proxy's `CleanStaleEntries`).
+    pub stale_udp: BTreeMap<Frontend, Vec<IpAddr>>,
 }
 
 /// What the model noticed about one Service, besides its claims.
@@ -58,6 +65,7 @@ impl ServiceReport {
 #[derive(Debug, Default)]
 pub struct Cache {
     excluded: ExcludedCidrs,
+    node: NodeContext,
     services: HashMap<ObjectRef, ServiceSpec>,
     slices: HashMap<ObjectRef, SliceSpec>,
     /// Service -> names of its valid slices.
@@ -71,11 +79,26 @@ pub struct Cache {
 }
 
 impl Cache {
-    pub fn new(excluded: ExcludedCidrs) -> Self {
+    pub fn new(excluded: ExcludedCidrs, node: NodeContext) -> Self {
         Self {
             excluded,
+            node,
             ..Self::default()
         }
+    }
+
+    /// Sets this node's zone label; a change recomputes every Service with
+    /// endpoints (their topology may now select other ones).
+    pub fn set_zone(&mut self, zone: Option<String>) {
+        if self.node.zone == zone {
+            return;
+        }
+        self.node.zone = zone;
+        self.dirty.extend(self.slices_of.keys().cloned());
+    }
+
+    pub fn node(&self) -> &NodeContext {
+        &self.node
     }
 
     /// Adds or replaces a Service.
@@ -197,10 +220,15 @@ impl Cache {
     /// Recomputes the Services touched since the last flush.
     pub fn flush(&mut self) -> Flush {
         let mut out = Flush::default();
+        let mut udp_before: BTreeMap<Frontend, Vec<IpAddr>> = BTreeMap::new();
         for object in std::mem::take(&mut self.dirty) {
             for fe in self.claimed_by.remove(&object).unwrap_or_default() {
                 if let Some(c) = self.claims.get_mut(&fe) {
-                    c.remove(&object);
+                    if let Some(Claim::Program { serving, .. }) = c.remove(&object)
+                        && fe.proto == Proto::Udp
+                    {
+                        udp_before.entry(fe).or_default().extend(serving);
+                    }
                     if c.is_empty() {
                         self.claims.remove(&fe);
                     }
@@ -219,7 +247,13 @@ impl Cache {
                 .flatten()
                 .filter_map(|s| self.slices.get(s))
                 .collect();
-            let claims = service_claims(spec, &slices, &self.excluded, &mut report.excluded);
+            let claims = service_claims(
+                spec,
+                &slices,
+                &self.node,
+                &self.excluded,
+                &mut report.excluded,
+            );
             let mut frontends = Vec::with_capacity(claims.len());
             for (fe, claim) in claims {
                 if claim == Claim::PassThrough {
@@ -233,6 +267,12 @@ impl Cache {
                 out.touched.insert(fe);
             }
             self.claimed_by.insert(object, frontends);
+        }
+        for (fe, before) in udp_before {
+            let now = self.serving(&fe);
+            if before.iter().any(|ip| !now.contains(ip)) {
+                out.stale_udp.insert(fe, now.to_vec());
+            }
         }
         // A pass-through reported above may have lost to another Service.
         for (svc, report) in &mut out.services {
@@ -248,20 +288,28 @@ impl Cache {
         self.claims.get(fe)?.iter().next()
     }
 
-    /// The backends `fe` should have; `None` when it must not be programmed.
-    pub fn desired(&self, fe: &Frontend) -> Option<&[Backend]> {
+    /// What `fe` should be programmed with; `None` when it must not be.
+    pub fn desired(&self, fe: &Frontend) -> Option<&Target> {
         match self.winner(fe)?.1 {
-            Claim::Program(b) => Some(b),
+            Claim::Program { target, .. } => Some(target),
             Claim::PassThrough => None,
         }
     }
 
-    /// Every frontend to program, with its backends and owner.
-    pub fn programmed(&self) -> impl Iterator<Item = (&Frontend, &[Backend], &ObjectRef)> {
+    /// The serving endpoint IPs of UDP frontend `fe` (see [`Claim`]).
+    fn serving(&self, fe: &Frontend) -> &[IpAddr] {
+        match self.winner(fe) {
+            Some((_, Claim::Program { serving, .. })) => serving,
+            _ => &[],
+        }
+    }
+
+    /// Every frontend to program, with its target and owner.
+    pub fn programmed(&self) -> impl Iterator<Item = (&Frontend, &Target, &ObjectRef)> {
         self.claims.keys().filter_map(|fe| {
             let (owner, claim) = self.winner(fe)?;
             match claim {
-                Claim::Program(b) => Some((fe, b.as_slice(), owner)),
+                Claim::Program { target, .. } => Some((fe, target, owner)),
                 Claim::PassThrough => None,
             }
         })

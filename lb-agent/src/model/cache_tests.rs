@@ -77,7 +77,12 @@ fn eps(ips: &[&str]) -> Vec<Ep> {
 }
 
 fn desired_of(c: &Cache, fe: &Frontend) -> Option<Vec<Backend>> {
-    c.desired(fe).map(<[Backend]>::to_vec)
+    c.desired(fe).map(|t| t.backends.clone())
+}
+
+/// `touched` without the wildcard frontends every cluster IP also has.
+fn ports(touched: &BTreeSet<Frontend>) -> BTreeSet<Frontend> {
+    touched.iter().filter(|fe| !fe.is_wildcard()).copied().collect()
 }
 
 fn is_invalid(a: &Admission, object: &ObjectRef) -> bool {
@@ -89,7 +94,7 @@ type Shown = BTreeMap<Frontend, (Vec<Backend>, ObjectRef)>;
 
 fn shown(c: &Cache) -> Shown {
     c.programmed()
-        .map(|(fe, b, o)| (*fe, (b.to_vec(), o.clone())))
+        .map(|(fe, t, o)| (*fe, (t.backends.clone(), o.clone())))
         .collect()
 }
 
@@ -295,6 +300,8 @@ fn naive<'a>(
         if ips.iter().any(|i| i == "None") {
             continue;
         }
+        // VIPs with a pass-through port get no wildcard frontend.
+        let mut passes: BTreeSet<IpAddr> = BTreeSet::new();
         for port in spec.ports.iter().flatten() {
             let pproto = proto(port.protocol.as_ref());
             if pproto == Proto::Sctp {
@@ -305,7 +312,8 @@ fn naive<'a>(
                 let vip: IpAddr = vip.parse().unwrap();
                 let family = if vip.is_ipv4() { "IPv4" } else { "IPv6" };
                 let (mut seen, mut dropped) = (0, 0);
-                let (mut ready, mut fallback) = (BTreeSet::new(), BTreeSet::new());
+                // Backend -> (ready, serving and terminating, terminating).
+                let mut endpoints: BTreeMap<Backend, (bool, bool, bool)> = BTreeMap::new();
                 for sl in slices.clone() {
                     if sl.metadata.namespace.as_deref().unwrap_or("default") != ns
                         || label_of(sl).as_deref() != Some(name)
@@ -322,36 +330,59 @@ fn naive<'a>(
                     let Some(tport) = target.port else { continue };
                     for ep in sl.endpoints.iter().flatten() {
                         let c = ep.conditions.clone().unwrap_or_default();
-                        for a in &ep.addresses {
-                            seen += 1;
-                            let be = Backend {
-                                ip: a.parse().unwrap(),
-                                port: tport as u16,
-                            };
-                            if excluded.contains(be.ip) {
-                                dropped += 1;
-                                out.excluded.insert((owner.clone(), be));
-                            } else if c.ready.unwrap_or(true) {
-                                ready.insert(be);
-                            } else if c.serving.unwrap_or(true) && c.terminating.unwrap_or(false) {
-                                fallback.insert(be);
-                            }
+                        let Some(a) = ep.addresses.first() else { continue };
+                        seen += 1;
+                        let be = Backend {
+                            ip: a.parse().unwrap(),
+                            port: tport as u16,
+                        };
+                        if excluded.contains(be.ip) {
+                            dropped += 1;
+                            out.excluded.insert((owner.clone(), be));
+                            continue;
+                        }
+                        let terminating = c.terminating.unwrap_or(false);
+                        let new = (
+                            c.ready.unwrap_or(true),
+                            c.serving.unwrap_or(true) && terminating,
+                            terminating,
+                        );
+                        // A non-terminating copy wins over a terminating one.
+                        let old = endpoints.entry(be).or_insert(new);
+                        if old.2 && !terminating {
+                            *old = new;
                         }
                     }
                 }
+                let pick = |f: fn(&(bool, bool, bool)) -> bool| -> Vec<Backend> {
+                    endpoints
+                        .iter()
+                        .filter(|(_, c)| f(c))
+                        .map(|(b, _)| *b)
+                        .collect()
+                };
+                let (ready, fallback) = (pick(|c| c.0), pick(|c| c.1));
                 let fe = Frontend {
                     vip,
                     port: port.port as u16,
                     proto: pproto,
                 };
                 let claim = if seen > 0 && dropped == seen {
+                    passes.insert(vip);
                     None
                 } else if ready.is_empty() {
-                    Some(fallback.into_iter().collect())
+                    Some(fallback)
                 } else {
-                    Some(ready.into_iter().collect())
+                    Some(ready)
                 };
                 claims.entry(fe).or_default().insert(owner.clone(), claim);
+            }
+        }
+        for vip in &ips {
+            let vip: IpAddr = vip.parse().unwrap();
+            if !passes.contains(&vip) {
+                let fe = Frontend::wildcard(vip);
+                claims.entry(fe).or_default().insert(owner.clone(), Some(Vec::new()));
             }
         }
     }
@@ -382,7 +413,7 @@ fn label_of(s: &EndpointSlice) -> Option<String> {
 fn run_incremental_against_batch(seed: u64, steps: usize, seen: &mut Seen) {
     let excluded = ExcludedCidrs::parse(["10.244.0.0/16"]).unwrap();
     let mut rng = Rng(seed);
-    let mut cache = Cache::new(excluded.clone());
+    let mut cache = Cache::new(excluded.clone(), NodeContext::named("node-a"));
     // The objects in force: an invalid update leaves the previous version.
     let mut services: BTreeMap<(String, String), Service> = BTreeMap::new();
     let mut slices: BTreeMap<(String, String), EndpointSlice> = BTreeMap::new();
@@ -553,7 +584,12 @@ fn loser_takes_over_when_the_winner_goes_away() {
     assert!(c.flush().touched.contains(&fe));
     assert_eq!(desired_of(&c, &fe), Some(vec![be("10.0.0.1", 8080)]));
     assert_eq!(c.winner(&fe).map(|(o, _)| o), Some(&alpha));
-    assert_eq!(c.conflicts().collect::<Vec<_>>(), [(&fe, &beta)]);
+    assert_eq!(
+        c.conflicts()
+            .filter(|(f, _)| !f.is_wildcard())
+            .collect::<Vec<_>>(),
+        [(&fe, &beta)]
+    );
 
     // The loser's own changes are tracked while it loses.
     c.apply_slice(&slice(
@@ -568,7 +604,7 @@ fn loser_takes_over_when_the_winner_goes_away() {
 
     c.delete_service("default", "alpha");
     let flush = c.flush();
-    assert_eq!(flush.touched, BTreeSet::from([fe]));
+    assert_eq!(ports(&flush.touched), BTreeSet::from([fe]));
     assert_eq!(
         desired_of(&c, &fe),
         Some(vec![be("10.0.0.2", 8080), be("10.0.0.3", 8080)])
@@ -608,7 +644,7 @@ fn loser_takes_over_when_the_winner_goes_away() {
 
     // The last claimant gone: nothing left to program.
     c.delete_service("default", "beta");
-    assert_eq!(c.flush().touched, BTreeSet::from([fe]));
+    assert_eq!(ports(&c.flush().touched), BTreeSet::from([fe]));
     assert_eq!(c.desired(&fe), None);
     assert_eq!(c.programmed().count(), 0);
     assert_eq!(
@@ -659,7 +695,7 @@ fn invalid_service_update_keeps_the_last_valid_version() {
     let a = c.apply_service(&svc("default", "web", "10.96.0.2", HTTP));
     assert_eq!(a, Admission::Accepted);
     let flush = c.flush();
-    assert_eq!(flush.touched, BTreeSet::from([fe, tcp("10.96.0.2", 80)]));
+    assert_eq!(ports(&flush.touched), BTreeSet::from([fe, tcp("10.96.0.2", 80)]));
     assert_eq!(c.desired(&fe), None);
     assert_eq!(
         desired_of(&c, &tcp("10.96.0.2", 80)),
@@ -714,7 +750,7 @@ fn invalid_slice_update_keeps_the_last_valid_version() {
         &eps(&["10.0.0.1", "10.0.0.5"]),
     );
     assert_eq!(c.apply_slice(&grown), Admission::Accepted);
-    assert_eq!(c.flush().touched, BTreeSet::from([fe]));
+    assert_eq!(ports(&c.flush().touched), BTreeSet::from([fe]));
     assert_eq!(
         desired_of(&c, &fe),
         Some(vec![be("10.0.0.1", 8080), be("10.0.0.5", 8080)])
@@ -750,14 +786,14 @@ fn ignored_update_drops_the_old_version() {
         .endpoint(Ep::new("example.com"))
         .build();
     assert!(matches!(c.apply_slice(&fqdn), Admission::Ignored(_)));
-    assert_eq!(c.flush().touched, BTreeSet::from([fe]));
+    assert_eq!(ports(&c.flush().touched), BTreeSet::from([fe]));
     assert_eq!(desired_of(&c, &fe), Some(vec![be("10.0.0.1", 8080)]));
 
     let external = Svc::new("default", "web")
         .external_name("example.com")
         .build();
     assert!(matches!(c.apply_service(&external), Admission::Ignored(_)));
-    assert_eq!(c.flush().touched, BTreeSet::from([fe]));
+    assert_eq!(ports(&c.flush().touched), BTreeSet::from([fe]));
     assert_eq!(c.desired(&fe), None);
     assert_eq!(c.programmed().count(), 0);
 }
@@ -782,13 +818,13 @@ fn relabelled_slice_moves_its_endpoints_and_deleted_slice_takes_them_away() {
     // Relabelled from a to b.
     c.apply_slice(&slice("default", "x", "b", HTTP_EP, &eps(&["10.0.0.7"])));
     let flush = c.flush();
-    assert_eq!(flush.touched, BTreeSet::from([fa, fb]));
+    assert_eq!(ports(&flush.touched), BTreeSet::from([fa, fb]));
     assert_eq!(desired_of(&c, &fa), Some(vec![be("10.0.0.1", 8080)]));
     assert_eq!(desired_of(&c, &fb), Some(vec![be("10.0.0.7", 8080)]));
 
     // To a Service that does not exist (yet): its endpoints wait there.
     c.apply_slice(&slice("default", "x", "c", HTTP_EP, &eps(&["10.0.0.7"])));
-    assert_eq!(c.flush().touched, BTreeSet::from([fb]));
+    assert_eq!(ports(&c.flush().touched), BTreeSet::from([fb]));
     assert_eq!(desired_of(&c, &fb), Some(vec![]));
     c.apply_service(&svc("default", "c", "10.96.0.3", HTTP));
     c.flush();
@@ -799,10 +835,10 @@ fn relabelled_slice_moves_its_endpoints_and_deleted_slice_takes_them_away() {
 
     // Deleted: its endpoints go; the Service stays, rejecting.
     c.delete_slice("default", "x");
-    assert_eq!(c.flush().touched, BTreeSet::from([tcp("10.96.0.3", 80)]));
+    assert_eq!(ports(&c.flush().touched), BTreeSet::from([tcp("10.96.0.3", 80)]));
     assert_eq!(desired_of(&c, &tcp("10.96.0.3", 80)), Some(vec![]));
     c.delete_slice("default", "a-1");
-    assert_eq!(c.flush().touched, BTreeSet::from([fa]));
+    assert_eq!(ports(&c.flush().touched), BTreeSet::from([fa]));
     assert_eq!(desired_of(&c, &fa), Some(vec![]));
     // Deleting what is not there touches nothing.
     c.delete_slice("default", "a-1");
@@ -819,7 +855,7 @@ fn flush_with_nothing_dirty_touches_nothing() {
     c.apply_service(&svc("default", "a", "10.96.0.1", HTTP));
     c.apply_service(&svc("default", "b", "10.96.0.2", HTTP));
     c.apply_slice(&slice("default", "a-1", "a", HTTP_EP, &eps(&["10.0.0.1"])));
-    assert_eq!(c.flush().touched.len(), 2);
+    assert_eq!(ports(&c.flush().touched).len(), 2);
     let before = shown(&c);
     assert_eq!(c.flush(), Flush::default());
     assert_eq!(c.flush(), Flush::default());
@@ -827,6 +863,6 @@ fn flush_with_nothing_dirty_touches_nothing() {
 
     // Only the Service an event concerns is recomputed.
     c.apply_slice(&slice("default", "a-1", "a", HTTP_EP, &eps(&["10.0.0.2"])));
-    assert_eq!(c.flush().touched, BTreeSet::from([tcp("10.96.0.1", 80)]));
+    assert_eq!(ports(&c.flush().touched), BTreeSet::from([tcp("10.96.0.1", 80)]));
     assert_eq!(c.flush(), Flush::default());
 }

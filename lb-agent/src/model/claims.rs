@@ -1,28 +1,73 @@
 //! What one Service claims: for each of its ports at each of its cluster
-//! IPs, the backends to balance over.
+//! IPs, the backends to balance over and how, following kube-proxy
+//! (`pkg/proxy/endpointslicecache.go`, `topology.go`, `nftables/proxier.go`):
 //!
-//! kube-proxy's rules: slices join their Service through the
-//! `kubernetes.io/service-name` label in the same namespace; a cluster IP
-//! takes endpoints from the slices of its own address family; Service ports
-//! match slice ports by name and protocol, and the slice gives the target
-//! port; duplicate `IP:port` pairs are merged; `ready` unset counts as true;
-//! when nothing is ready, serving-and-terminating endpoints are used.
+//! * slices join their Service through the `kubernetes.io/service-name`
+//!   label in the same namespace; a cluster IP takes endpoints from the
+//!   slices of its own address family; Service ports match slice ports by
+//!   name and protocol, and the slice gives the target port;
+//! * an endpoint is its first address only; the same `IP:port` in two slices
+//!   counts once, the non-terminating copy winning, then the local one;
+//! * the endpoints used are [`categorize`]d as kube-proxy's
+//!   `CategorizeEndpoints` does, with topology hints;
+//! * each cluster IP also claims a wildcard frontend (every other port and
+//!   protocol) that refuses, as kube-proxy's catch-all reject does, unless
+//!   one of the IP's ports passes through to another CNI: such an address
+//!   is shared with that CNI, so its other ports pass through too.
 
-use std::collections::BTreeSet;
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+};
 
 use super::{
-    Backend, ExcludedCidrs, Frontend, IpFamily, Proto,
-    service::{ServicePort, ServiceSpec},
-    slice::SliceSpec,
+    Backend, ExcludedCidrs, Frontend, IpFamily, NodeContext, Proto,
+    service::{Affinity, ServicePort, ServiceSpec, TrafficPolicy},
+    slice::{SliceEndpoint, SliceSpec},
 };
+
+/// How a programmed frontend treats a connect.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Target {
+    /// The backends to balance over, sorted; empty means refuse.
+    pub backends: Vec<Backend>,
+    /// `sessionAffinity: ClientIP` timeout in seconds.
+    pub affinity: Option<u32>,
+    /// `internalTrafficPolicy: Local`: `backends` are this node's only.
+    pub local: bool,
+    /// `backends` is empty because none of the endpoints is on this node:
+    /// refuse with EHOSTUNREACH rather than ECONNREFUSED.
+    pub no_local_endpoints: bool,
+}
+
+impl Target {
+    /// A frontend with these backends and nothing else.
+    pub fn plain(backends: Vec<Backend>) -> Self {
+        Self {
+            backends,
+            ..Self::default()
+        }
+    }
+}
 
 /// What a Service asks for at one frontend.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Claim {
-    /// Balance over these backends; empty means reject.
-    Program(Vec<Backend>),
+    /// Program the frontend. `serving` lists, for a UDP port, every endpoint
+    /// IP that is serving (kube-proxy's conntrack cleanup keeps flows to
+    /// these and flushes the rest); empty for other protocols.
+    Program { target: Target, serving: Vec<IpAddr> },
     /// Every endpoint is excluded: leave the VIP to the CNI that owns it.
     PassThrough,
+}
+
+impl Claim {
+    pub fn program(target: Target) -> Self {
+        Claim::Program {
+            target,
+            serving: Vec::new(),
+        }
+    }
 }
 
 /// Each frontend of `spec` with its claim. SCTP ports claim nothing (the
@@ -31,16 +76,29 @@ pub enum Claim {
 pub(super) fn service_claims(
     spec: &ServiceSpec,
     slices: &[&SliceSpec],
+    node: &NodeContext,
     excluded: &ExcludedCidrs,
     dropped: &mut BTreeSet<Backend>,
 ) -> Vec<(Frontend, Claim)> {
-    let mut claims = Vec::with_capacity(spec.ports.len() * spec.cluster_ips.len());
-    for port in spec.ports.iter().filter(|p| p.proto != Proto::Sctp) {
-        for &vip in &spec.cluster_ips {
-            let family = IpFamily::of(vip);
-            let claim = match port_backends(port, family, slices, excluded, dropped) {
-                Some(list) => Claim::Program(list),
-                None => Claim::PassThrough,
+    let mut claims = Vec::with_capacity((spec.ports.len() + 1) * spec.cluster_ips.len());
+    for &vip in &spec.cluster_ips {
+        let family = IpFamily::of(vip);
+        let mut passes = false;
+        for port in spec.ports.iter().filter(|p| p.proto != Proto::Sctp) {
+            let candidates = candidates(port, family, slices, node, excluded, dropped);
+            let claim = match candidates {
+                None => {
+                    passes = true;
+                    Claim::PassThrough
+                }
+                Some(c) => Claim::Program {
+                    target: target(spec, &c, node),
+                    serving: if port.proto == Proto::Udp {
+                        serving_ips(&c)
+                    } else {
+                        Vec::new()
+                    },
+                },
             };
             let fe = Frontend {
                 vip,
@@ -49,23 +107,45 @@ pub(super) fn service_claims(
             };
             claims.push((fe, claim));
         }
+        if !passes {
+            claims.push((Frontend::wildcard(vip), Claim::program(Target::default())));
+        }
     }
     claims
 }
 
-/// Backends of one Service port in one family; `None` when every endpoint
-/// is excluded (the frontend belongs to another CNI and must pass through
-/// untouched).
-fn port_backends(
+/// One endpoint of a Service port, after deduplication: kube-proxy's
+/// `Endpoint`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Candidate<'a> {
+    pub backend: Backend,
+    pub endpoint: &'a SliceEndpoint,
+    pub local: bool,
+}
+
+impl Candidate<'_> {
+    fn ready(&self) -> bool {
+        self.endpoint.is_ready()
+    }
+
+    fn serving_terminating(&self) -> bool {
+        self.endpoint.is_serving() && self.endpoint.is_terminating()
+    }
+}
+
+/// The endpoints of one Service port in one family, deduplicated, sorted by
+/// address; `None` when there are some and every one is excluded (the
+/// frontend belongs to another CNI and must pass through untouched).
+fn candidates<'a>(
     port: &ServicePort,
     family: IpFamily,
-    slices: &[&SliceSpec],
+    slices: &[&'a SliceSpec],
+    node: &NodeContext,
     excluded: &ExcludedCidrs,
     dropped: &mut BTreeSet<Backend>,
-) -> Option<Vec<Backend>> {
+) -> Option<Vec<Candidate<'a>>> {
     let (mut seen, mut dropped_here) = (0usize, 0usize);
-    let mut ready = BTreeSet::new();
-    let mut fallback = BTreeSet::new();
+    let mut by_backend: BTreeMap<Backend, Candidate<'a>> = BTreeMap::new();
     for s in slices.iter().filter(|s| s.family == family) {
         let Some(sp) = s
             .ports
@@ -75,23 +155,175 @@ fn port_backends(
             continue;
         };
         for ep in &s.endpoints {
-            for &ip in &ep.ips {
-                seen += 1;
-                let be = Backend { ip, port: sp.port };
-                if excluded.contains(ip) {
-                    dropped_here += 1;
-                    dropped.insert(be);
-                } else if ep.is_ready() {
-                    ready.insert(be);
-                } else if ep.is_serving() && ep.is_terminating() {
-                    fallback.insert(be);
-                }
+            // kube-proxy reads an endpoint's first address only.
+            let Some(&ip) = ep.ips.first() else { continue };
+            seen += 1;
+            let backend = Backend { ip, port: sp.port };
+            if excluded.contains(ip) {
+                dropped_here += 1;
+                dropped.insert(backend);
+                continue;
             }
+            let new = Candidate {
+                backend,
+                endpoint: ep,
+                local: node.is_local(ep),
+            };
+            by_backend
+                .entry(backend)
+                .and_modify(|old| {
+                    if preferred(&new, old) {
+                        *old = new;
+                    }
+                })
+                .or_insert(new);
         }
     }
     if seen > 0 && dropped_here == seen {
         return None;
     }
-    let chosen = if ready.is_empty() { fallback } else { ready };
-    Some(chosen.into_iter().collect())
+    Some(by_backend.into_values().collect())
+}
+
+/// Whether a duplicate `new` replaces `old`: a non-terminating copy beats a
+/// terminating one; otherwise a local copy wins (kube-proxy's `addEndpoints`).
+fn preferred(new: &Candidate<'_>, old: &Candidate<'_>) -> bool {
+    match (
+        new.endpoint.is_terminating(),
+        old.endpoint.is_terminating(),
+    ) {
+        (false, true) => true,
+        (true, false) => false,
+        _ => new.local,
+    }
+}
+
+/// The endpoint sets of one Service port: kube-proxy's `CategorizeEndpoints`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Categories {
+    /// Ready endpoints passing the topology filter; if none, every
+    /// serving-and-terminating endpoint (topology ignored).
+    pub cluster: Vec<Backend>,
+    /// This node's ready endpoints; if none, its serving-and-terminating ones.
+    pub local: Vec<Backend>,
+    /// Whether any endpoint anywhere is usable (ready, or serving and
+    /// terminating).
+    pub any: bool,
+}
+
+pub(super) fn categorize(candidates: &[Candidate<'_>], node: &NodeContext) -> Categories {
+    let mode = topology_mode(candidates, node);
+    let mut cluster: Vec<Backend> = candidates
+        .iter()
+        .filter(|c| c.ready() && mode.admits(c.endpoint, node))
+        .map(|c| c.backend)
+        .collect();
+    if cluster.is_empty() {
+        cluster = candidates
+            .iter()
+            .filter(|c| c.serving_terminating())
+            .map(|c| c.backend)
+            .collect();
+    }
+    let local_ready = candidates.iter().any(|c| c.local && c.ready());
+    let local = candidates
+        .iter()
+        .filter(|c| {
+            c.local
+                && if local_ready {
+                    c.ready()
+                } else {
+                    c.serving_terminating()
+                }
+        })
+        .map(|c| c.backend)
+        .collect();
+    Categories {
+        any: !cluster.is_empty(),
+        cluster,
+        local,
+    }
+}
+
+/// kube-proxy's topology modes (`topologyModeFromHints`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TopologyMode {
+    /// No filtering.
+    None,
+    /// Endpoints hinted for this node.
+    SameNode,
+    /// Endpoints hinted for this node's zone.
+    SameZone,
+}
+
+impl TopologyMode {
+    fn admits(self, ep: &SliceEndpoint, node: &NodeContext) -> bool {
+        let topo = ep.topology.as_deref();
+        match self {
+            TopologyMode::None => true,
+            TopologyMode::SameNode => topo.is_some_and(|t| t.for_nodes.contains(&node.name)),
+            TopologyMode::SameZone => node
+                .zone
+                .as_ref()
+                .is_some_and(|z| topo.is_some_and(|t| t.for_zones.contains(z))),
+        }
+    }
+}
+
+/// Ready endpoints only: same-node when every one has a node hint and one
+/// names this node; else same-zone when every one has a zone hint and one
+/// names this node's zone (a node without a zone label matches none); else
+/// no filtering. `trafficDistribution` and the topology-mode annotation act
+/// through the hints the EndpointSlice controller writes.
+fn topology_mode(candidates: &[Candidate<'_>], node: &NodeContext) -> TopologyMode {
+    let ready = || candidates.iter().filter(|c| c.ready());
+    if ready().next().is_none() {
+        return TopologyMode::None;
+    }
+    let all_node_hints = ready().all(|c| {
+        c.endpoint
+            .topology
+            .as_deref()
+            .is_some_and(|t| !t.for_nodes.is_empty())
+    });
+    if all_node_hints && ready().any(|c| TopologyMode::SameNode.admits(c.endpoint, node)) {
+        return TopologyMode::SameNode;
+    }
+    let all_zone_hints = ready().all(|c| {
+        c.endpoint
+            .topology
+            .as_deref()
+            .is_some_and(|t| !t.for_zones.is_empty())
+    });
+    if all_zone_hints && ready().any(|c| TopologyMode::SameZone.admits(c.endpoint, node)) {
+        return TopologyMode::SameZone;
+    }
+    TopologyMode::None
+}
+
+/// What the cluster IP frontend of a Service port gets.
+fn target(spec: &ServiceSpec, candidates: &[Candidate<'_>], node: &NodeContext) -> Target {
+    let sets = categorize(candidates, node);
+    let local = spec.internal_policy == TrafficPolicy::Local;
+    let backends = if local { sets.local } else { sets.cluster };
+    Target {
+        no_local_endpoints: local && backends.is_empty() && sets.any,
+        backends,
+        affinity: match spec.affinity {
+            Affinity::None => None,
+            Affinity::ClientIp { timeout_secs } => Some(timeout_secs),
+        },
+        local,
+    }
+}
+
+/// The IPs of every serving endpoint, sorted: a UDP socket sent to any
+/// other endpoint of the port is stale (kube-proxy's `CleanStaleEntries`).
+fn serving_ips(candidates: &[Candidate<'_>]) -> Vec<IpAddr> {
+    let set: BTreeSet<IpAddr> = candidates
+        .iter()
+        .filter(|c| c.endpoint.is_serving())
+        .map(|c| c.backend.ip)
+        .collect();
+    set.into_iter().collect()
 }

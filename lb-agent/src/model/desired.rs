@@ -7,15 +7,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 
 use super::{
-    Backend, ExcludedCidrs, Feature, Frontend, Invalid, ObjectRef,
+    Backend, ExcludedCidrs, Feature, Frontend, Invalid, NodeContext, ObjectRef, Target,
     cache::{Admission, Cache},
 };
 
 /// The desired frontend table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Desired {
-    /// Frontend -> its backends, sorted. An empty list means "reject".
-    pub frontends: BTreeMap<Frontend, Vec<Backend>>,
+    /// Frontend -> its backends (sorted; none means "refuse") and how it
+    /// picks among them.
+    pub frontends: BTreeMap<Frontend, Target>,
     /// Which Service owns each frontend, for logs.
     pub owners: BTreeMap<Frontend, ObjectRef>,
 }
@@ -43,9 +44,10 @@ pub fn compute(
     services: &[Service],
     slices: &[EndpointSlice],
     excluded: &ExcludedCidrs,
+    node: &NodeContext,
 ) -> (Desired, ModelReport) {
     let mut report = ModelReport::default();
-    let mut cache = Cache::new(excluded.clone());
+    let mut cache = Cache::new(excluded.clone(), node.clone());
     let mut admissions = cache.replace_slices(slices);
     admissions.extend(cache.replace_services(services));
     for (object, admission) in admissions {
@@ -70,8 +72,8 @@ pub fn compute(
     report.conflicts = cache.conflicts().map(|(fe, o)| (*fe, o.clone())).collect();
 
     let mut desired = Desired::default();
-    for (fe, backends, owner) in cache.programmed() {
-        desired.frontends.insert(*fe, backends.to_vec());
+    for (fe, target, owner) in cache.programmed() {
+        desired.frontends.insert(*fe, target.clone());
         desired.owners.insert(*fe, owner.clone());
     }
     (desired, report)

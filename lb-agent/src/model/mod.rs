@@ -18,7 +18,7 @@ mod slice;
 use std::{fmt, net::IpAddr, sync::Arc};
 
 pub use cache::{Admission, Cache, Flush, ServiceReport};
-pub use claims::Claim;
+pub use claims::{Claim, Target};
 pub use desired::{Desired, ModelReport, compute};
 pub use exclusion::{ExcludedCidrs, ParseCidrError};
 pub use service::{
@@ -39,6 +39,8 @@ pub enum Proto {
     Udp,
     /// Kept in the model; never balanced (this kernel has no SCTP).
     Sctp,
+    /// Every port and protocol of an address: its wildcard frontend.
+    Any,
 }
 
 /// IANA protocol number of SCTP.
@@ -51,6 +53,7 @@ impl Proto {
             Proto::Tcp => lb_common::PROTO_TCP,
             Proto::Udp => lb_common::PROTO_UDP,
             Proto::Sctp => PROTO_SCTP,
+            Proto::Any => lb_common::WILDCARD_PROTO,
         }
     }
 
@@ -59,6 +62,7 @@ impl Proto {
         match n {
             lb_common::PROTO_TCP => Some(Proto::Tcp),
             lb_common::PROTO_UDP => Some(Proto::Udp),
+            lb_common::WILDCARD_PROTO => Some(Proto::Any),
             _ => None,
         }
     }
@@ -70,6 +74,7 @@ impl fmt::Display for Proto {
             Proto::Tcp => "TCP",
             Proto::Udp => "UDP",
             Proto::Sctp => "SCTP",
+            Proto::Any => "ANY",
         })
     }
 }
@@ -98,8 +103,30 @@ pub struct Frontend {
     pub proto: Proto,
 }
 
+impl Frontend {
+    /// The frontend that stands for every port and protocol of `vip` that
+    /// no other frontend names: connects to it are refused.
+    pub fn wildcard(vip: IpAddr) -> Self {
+        Self {
+            vip,
+            port: lb_common::WILDCARD_PORT,
+            proto: Proto::Any,
+        }
+    }
+
+    pub fn is_wildcard(&self) -> bool {
+        self.proto == Proto::Any
+    }
+}
+
 impl fmt::Display for Frontend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_wildcard() {
+            return match self.vip {
+                IpAddr::V4(ip) => write!(f, "{ip}:*"),
+                IpAddr::V6(ip) => write!(f, "[{ip}]:*"),
+            };
+        }
         write!(
             f,
             "{}/{}",
@@ -149,12 +176,8 @@ impl fmt::Display for ObjectKind {
 /// use is reported once (a warning and `lbagent_unsupported_features_total`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Feature {
-    /// `internalTrafficPolicy: Local`.
-    InternalTrafficPolicyLocal,
     /// `externalTrafficPolicy: Local` (on a NodePort or LoadBalancer Service).
     ExternalTrafficPolicyLocal,
-    /// `sessionAffinity: ClientIP`.
-    SessionAffinity,
     /// An IPv6 ClusterIP.
     Ipv6,
     /// An SCTP port (this kernel has no SCTP).
@@ -168,10 +191,8 @@ pub enum Feature {
 }
 
 impl Feature {
-    pub const ALL: [Feature; 8] = [
-        Feature::InternalTrafficPolicyLocal,
+    pub const ALL: [Feature; 6] = [
         Feature::ExternalTrafficPolicyLocal,
-        Feature::SessionAffinity,
         Feature::Ipv6,
         Feature::Sctp,
         Feature::NodePort,
@@ -182,9 +203,7 @@ impl Feature {
     /// The label value in metrics and logs.
     pub fn as_str(self) -> &'static str {
         match self {
-            Feature::InternalTrafficPolicyLocal => "internal_traffic_policy_local",
             Feature::ExternalTrafficPolicyLocal => "external_traffic_policy_local",
-            Feature::SessionAffinity => "session_affinity",
             Feature::Ipv6 => "ipv6",
             Feature::Sctp => "sctp",
             Feature::NodePort => "node_port",
@@ -196,11 +215,7 @@ impl Feature {
     /// What a Service using the feature gets meanwhile.
     pub fn effect(self) -> &'static str {
         match self {
-            Feature::InternalTrafficPolicyLocal => {
-                "traffic to its cluster IPs goes to endpoints on every node"
-            }
             Feature::ExternalTrafficPolicyLocal => "external traffic is not served by this proxy",
-            Feature::SessionAffinity => "every connection picks a backend at random",
             Feature::Ipv6 => "its IPv6 cluster IPs are not programmed",
             Feature::Sctp => "its SCTP ports are not programmed",
             Feature::NodePort => "its node ports are not served",
@@ -213,6 +228,36 @@ impl Feature {
 impl fmt::Display for Feature {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// This node, as endpoint selection needs it (kube-proxy's `nodeName` and
+/// topology labels).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeContext {
+    /// This node's name: endpoints whose `nodeName` it is are local.
+    pub name: String,
+    /// Its `topology.kubernetes.io/zone` label; `None` when unlabelled,
+    /// which no zone hint matches.
+    pub zone: Option<String>,
+}
+
+impl NodeContext {
+    pub fn named(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            zone: None,
+        }
+    }
+
+    /// Whether `ep` runs on this node.
+    pub fn is_local(&self, ep: &SliceEndpoint) -> bool {
+        !self.name.is_empty()
+            && ep
+                .topology
+                .as_deref()
+                .and_then(|t| t.node_name.as_deref())
+                == Some(self.name.as_str())
     }
 }
 

@@ -77,16 +77,8 @@ impl ServiceSpec {
             }
         };
         add(
-            self.internal_policy == TrafficPolicy::Local,
-            Feature::InternalTrafficPolicyLocal,
-        );
-        add(
             self.external_policy == TrafficPolicy::Local,
             Feature::ExternalTrafficPolicyLocal,
-        );
-        add(
-            matches!(self.affinity, Affinity::ClientIp { .. }),
-            Feature::SessionAffinity,
         );
         add(
             self.cluster_ips

@@ -1,6 +1,6 @@
 //! kube-proxy's rules, checked on small object sets.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
 use lb_fixtures::{Ep, Object, Slice, Svc, SvcPort};
@@ -48,7 +48,7 @@ fn objects(docs: &[Object]) -> Objects {
 
 fn compute_docs(docs: &[Object], excluded: &ExcludedCidrs) -> (Desired, ModelReport) {
     let o = objects(docs);
-    compute(&o.services, &o.slices, excluded)
+    compute(&o.services, &o.slices, excluded, &NodeContext::named("node-a"))
 }
 
 fn run(docs: &[Object]) -> (Desired, ModelReport) {
@@ -92,9 +92,19 @@ fn oref(kind: ObjectKind, ns: &str, name: &str) -> ObjectRef {
 }
 
 fn backends_of(d: &Desired, fe: Frontend) -> &[Backend] {
-    d.frontends
+    &d.frontends
         .get(&fe)
         .unwrap_or_else(|| panic!("{fe} is not programmed; have {:?}", d.frontends.keys()))
+        .backends
+}
+
+/// The frontends of `d` that name a port (not the wildcards).
+fn ports_of(d: &Desired) -> BTreeMap<Frontend, Vec<Backend>> {
+    d.frontends
+        .iter()
+        .filter(|(fe, _)| !fe.is_wildcard())
+        .map(|(fe, t)| (*fe, t.backends.clone()))
+        .collect()
 }
 
 fn ignored_names(r: &ModelReport) -> BTreeSet<String> {
@@ -129,7 +139,7 @@ fn slices_join_by_label_in_the_same_namespace_only() {
         backends_of(&d, tcp("10.96.0.2", 80)),
         [be("10.0.9.9", 8080)]
     );
-    assert_eq!(d.frontends.len(), 2);
+    assert_eq!(ports_of(&d).len(), 2);
     assert_eq!(
         d.owners[&tcp("10.96.0.1", 80)],
         oref(ObjectKind::Service, "a", "web")
@@ -221,7 +231,7 @@ fn service_port_matches_slice_port_by_name_and_protocol() {
         backends_of(&d, tcp("10.96.0.10", 53)),
         [be("10.0.3.1", 5354)]
     );
-    assert_eq!(d.frontends.len(), 2);
+    assert_eq!(ports_of(&d).len(), 2);
 }
 
 #[test]
@@ -414,7 +424,7 @@ fn objects_for_someone_else_are_ignored_not_invalid() {
     ];
     let (d, r) = run(&docs);
     // Only the ordinary Service is programmed, and the FQDN slice added nothing to it.
-    assert_eq!(d.frontends.len(), 1, "{:?}", d.frontends);
+    assert_eq!(ports_of(&d).len(), 1, "{:?}", d.frontends);
     assert_eq!(
         backends_of(&d, tcp("10.96.0.1", 80)),
         [be("10.0.0.1", 8080)]
@@ -465,7 +475,8 @@ fn cluster_ip_nodeport_and_loadbalancer_all_program_their_cluster_ip() {
     let got: Vec<_> = d
         .frontends
         .iter()
-        .map(|(fe, b)| (fe.to_string(), b.clone()))
+        .filter(|(fe, _)| !fe.is_wildcard())
+        .map(|(fe, t)| (fe.to_string(), t.backends.clone()))
         .collect();
     assert_eq!(
         got,
@@ -501,9 +512,9 @@ fn dual_stack_service_keeps_both_families_and_reports_ipv6() {
         port: 80,
         proto: Proto::Tcp,
     };
-    assert_eq!(d.frontends[&tcp("10.96.0.7", 80)], [be("10.0.0.7", 8080)]);
-    assert_eq!(d.frontends[&v6], [be("fd00::a", 8080)]);
-    assert_eq!(d.frontends.len(), 2);
+    assert_eq!(d.frontends[&tcp("10.96.0.7", 80)].backends, [be("10.0.0.7", 8080)]);
+    assert_eq!(d.frontends[&v6].backends, [be("fd00::a", 8080)]);
+    assert_eq!(ports_of(&d).len(), 2);
     assert!(r.invalid.is_empty(), "{:?}", r.invalid);
     assert_eq!(
         r.unsupported,
@@ -529,15 +540,13 @@ fn features_not_programmed_yet_are_reported_and_the_cluster_ip_still_served() {
     ];
     let (d, r) = run(&docs);
     assert_eq!(
-        d.frontends.keys().copied().collect::<Vec<_>>(),
+        ports_of(&d).keys().copied().collect::<Vec<_>>(),
         [tcp("10.96.0.8", 80)],
         "only the ClusterIP's TCP port is programmed"
     );
     let rich = oref(ObjectKind::Service, "default", "rich");
     let want: BTreeSet<_> = [
-        Feature::InternalTrafficPolicyLocal,
         Feature::ExternalTrafficPolicyLocal,
-        Feature::SessionAffinity,
         Feature::Sctp,
         Feature::NodePort,
         Feature::ExternalIps,
@@ -572,9 +581,16 @@ fn two_services_claiming_one_frontend_first_by_name_wins() {
     let fe = tcp("10.96.0.1", 80);
     assert_eq!(backends_of(&d, fe), [be("10.0.0.1", 8080)]);
     assert_eq!(d.owners[&fe], oref(ObjectKind::Service, "default", "alpha"));
+    // Both also claim the address's wildcard frontend.
     assert_eq!(
         r.conflicts,
-        [(fe, oref(ObjectKind::Service, "default", "zeta"))]
+        [
+            (
+                Frontend::wildcard(ip("10.96.0.1")),
+                oref(ObjectKind::Service, "default", "zeta")
+            ),
+            (fe, oref(ObjectKind::Service, "default", "zeta"))
+        ]
     );
 }
 
@@ -690,7 +706,7 @@ fn passthrough_is_decided_per_service_port() {
         &seed_exclusion(),
     );
     assert_eq!(
-        d.frontends.keys().copied().collect::<Vec<_>>(),
+        ports_of(&d).keys().copied().collect::<Vec<_>>(),
         [tcp("10.96.0.1", 9100)]
     );
     assert_eq!(
@@ -764,7 +780,7 @@ fn malformed_objects_are_reported_and_the_rest_is_programmed() {
         .into()
     );
     assert_eq!(r.invalid.len(), 7, "each object once: {:?}", r.invalid);
-    assert_eq!(d.frontends.len(), 1, "{:?}", d.frontends);
+    assert_eq!(ports_of(&d).len(), 1, "{:?}", d.frontends);
     assert_eq!(
         backends_of(&d, tcp("10.96.0.1", 80)),
         [be("10.0.0.1", 8080)]
@@ -805,10 +821,11 @@ fn udp_port_gives_a_udp_frontend() {
         ),
     ]);
     assert_eq!(
-        d.frontends.keys().copied().collect::<Vec<_>>(),
+        ports_of(&d).keys().copied().collect::<Vec<_>>(),
         [udp("10.96.0.10", 53)]
     );
-    let fe = d.frontends.keys().next().unwrap();
+    let fe = *ports_of(&d).keys().next().unwrap();
+    let fe = &fe;
     assert_eq!(fe.proto, Proto::Udp);
     assert_eq!(fe.proto.number(), lb_common::PROTO_UDP);
     assert_eq!(

@@ -19,7 +19,10 @@ pub struct StateView<K> {
     pub owner: K,
     pub rev: u16,
     pub count: u16,
+    /// `FE_F_*` bits.
     pub flags: u16,
+    /// Session affinity timeout in seconds; 0 without affinity.
+    pub affinity_timeout: u32,
 }
 
 /// An address family's map types.
@@ -128,6 +131,7 @@ impl Family for V4 {
             rev: v.rev,
             count: v.count,
             flags: v.flags,
+            affinity_timeout: v.affinity_timeout,
             ..Frontend4State::default()
         }
     }
@@ -138,6 +142,7 @@ impl Family for V4 {
             rev: s.rev,
             count: s.count,
             flags: s.flags,
+            affinity_timeout: s.affinity_timeout,
         }
     }
 }

@@ -8,7 +8,7 @@ use std::{
     ops::RangeInclusive,
 };
 
-use lb_common::{FrontendId, Slot, SlotKey};
+use lb_common::{FrontendId, Member, MemberKey, Slot, SlotKey};
 
 use super::{
     family::{Family, StateView},
@@ -30,11 +30,12 @@ pub trait Tables {
     type Table<K: MapKey, V: MapValue>: Table<Key = K, Value = V>;
 }
 
-/// The four tables of one family, as opened.
+/// The load-balancing tables of one family, as opened.
 pub struct LbTables<F: Family, T: Tables> {
     pub frontends: T::Table<F::FrontendKey, FrontendId>,
     pub states: T::Table<u32, F::State>,
     pub slots: T::Table<SlotKey, Slot>,
+    pub members: T::Table<MemberKey, Member>,
     pub backends: T::Table<u32, F::Backend>,
 }
 
@@ -55,10 +56,27 @@ pub fn set_range(fe_id: u32, rev: u16) -> RangeInclusive<SlotKey> {
     }
 }
 
+/// Every member key of revision `rev` of frontend `fe_id` (derived order:
+/// `fe_id`, `rev`, padding, `backend_id`).
+pub fn member_range(fe_id: u32, rev: u16) -> RangeInclusive<MemberKey> {
+    MemberKey {
+        fe_id,
+        rev,
+        _pad0: [0; 2],
+        backend_id: 0,
+    }..=MemberKey {
+        fe_id,
+        rev,
+        _pad0: [u8::MAX; 2],
+        backend_id: u32::MAX,
+    }
+}
+
 pub struct LbMaps<F: Family, T: Tables> {
     frontends: Mirror<T::Table<F::FrontendKey, FrontendId>>,
     states: Mirror<T::Table<u32, F::State>>,
     slots: Mirror<T::Table<SlotKey, Slot>>,
+    members: Mirror<T::Table<MemberKey, Member>>,
     backends: Mirror<T::Table<u32, F::Backend>>,
     /// Backend address -> its id.
     id_of: HashMap<F::Backend, u32>,
@@ -74,12 +92,13 @@ pub struct LbMaps<F: Family, T: Tables> {
 }
 
 impl<F: Family, T: Tables> LbMaps<F, T> {
-    /// Reads all four tables and indexes them.
+    /// Reads all the tables and indexes them.
     pub fn adopt(tables: LbTables<F, T>) -> Result<Self, StoreError> {
         let mut maps = Self {
             frontends: Mirror::adopt(tables.frontends)?,
             states: Mirror::adopt(tables.states)?,
             slots: Mirror::adopt(tables.slots)?,
+            members: Mirror::adopt(tables.members)?,
             backends: Mirror::adopt(tables.backends)?,
             id_of: HashMap::new(),
             backend_refs: HashMap::new(),
@@ -115,16 +134,18 @@ impl<F: Family, T: Tables> LbMaps<F, T> {
         }
     }
 
-    /// Reads all four tables again and rebuilds the indexes; on error
+    /// Reads all the tables again and rebuilds the indexes; on error
     /// nothing changes.
     pub fn reload(&mut self) -> Result<(), StoreError> {
         let frontends = self.frontends.reread()?;
         let states = self.states.reread()?;
         let slots = self.slots.reread()?;
+        let members = self.members.reread()?;
         let backends = self.backends.reread()?;
         self.frontends.set_content(frontends);
         self.states.set_content(states);
         self.slots.set_content(slots);
+        self.members.set_content(members);
         self.backends.set_content(backends);
         self.id_of.clear();
         self.backend_refs.clear();
@@ -158,6 +179,10 @@ impl<F: Family, T: Tables> LbMaps<F, T> {
 
     pub fn backends(&self) -> &BTreeMap<u32, F::Backend> {
         self.backends.content()
+    }
+
+    pub fn members(&self) -> &BTreeMap<MemberKey, Member> {
+        self.members.content()
     }
 
     /// The state of `id`, if it is not free.
@@ -290,6 +315,16 @@ impl<F: Family, T: Tables> LbMaps<F, T> {
             }
         }
         result
+    }
+
+    /// Members are no index's concern: they exist only beside the slots of
+    /// their revision, which the indexes count.
+    pub fn put_members(&mut self, entries: &[(MemberKey, Member)]) -> Result<(), BatchError> {
+        self.members.put(entries)
+    }
+
+    pub fn delete_members(&mut self, keys: &[MemberKey]) -> Result<(), BatchError> {
+        self.members.delete(keys)
     }
 
     /// Writes states in place (under their locks).

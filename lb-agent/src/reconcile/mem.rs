@@ -195,8 +195,8 @@ impl super::Tables for Mem {
     type Table<K: super::MapKey, V: super::MapValue> = MemTable<K, V>;
 }
 
-/// One family's four tables in memory, sharing `journal`: frontend entries,
-/// state ids and slots and backends up to the given capacities.
+/// One family's tables in memory, sharing `journal`: frontend entries,
+/// state ids and slots (and members) and backends up to the given capacities.
 pub fn lb_tables<F: super::Family>(
     frontends: u32,
     slots: u32,
@@ -207,6 +207,7 @@ pub fn lb_tables<F: super::Family>(
         frontends: MemTable::hash(lb_common::FRONTENDS4.name, frontends, journal),
         states: MemTable::array(lb_common::FE_STATE4.name, frontends + 1, journal),
         slots: MemTable::hash(lb_common::SLOTS4.name, slots, journal),
+        members: MemTable::hash(lb_common::MEMBERS4.name, slots, journal),
         backends: MemTable::hash(lb_common::BACKENDS4.name, backends, journal),
     }
 }

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashSet};
 
 pub use family::{Family, StateView, V4};
 pub use grace::GracePeriods;
-pub use lb::{LbMaps, LbTables, MapKey, MapValue, Tables, set_range};
+pub use lb::{LbMaps, LbTables, MapKey, MapValue, Tables, member_range, set_range};
 pub use pass::Outcome;
 pub use table::{BatchError, StoreError, Table, WriteMode};
 pub use view::{FrontendView, LbView, SlotView};
@@ -26,7 +26,7 @@ pub use view::{FrontendView, LbView, SlotView};
 use grace::Retired;
 use pass::{Change, Set};
 
-use crate::model::{Backend, Frontend};
+use crate::model::{Frontend, Target};
 
 /// Owns one family's tables, a mirror of what they hold, and the revisions
 /// waiting for their grace period.
@@ -64,14 +64,14 @@ impl<F: Family, T: Tables, G: GracePeriods> Reconciler<F, T, G> {
     /// frontend accounts for. Idempotent; after a failure (a full map, say)
     /// the maps are still consistent and the next call retries. Frontends
     /// of another family are not this reconciler's and are skipped.
-    pub fn reconcile(&mut self, desired: &BTreeMap<Frontend, Vec<Backend>>) -> Outcome {
+    pub fn reconcile(&mut self, desired: &BTreeMap<Frontend, Target>) -> Outcome {
         let mut changes: Vec<Change<'_, F::FrontendKey>> = desired
             .iter()
-            .filter_map(|(fe, b)| {
+            .filter_map(|(fe, t)| {
                 Some(Change {
                     key: F::frontend_key(fe)?,
                     frontend: Some(*fe),
-                    backends: Some(b.as_slice()),
+                    target: Some(t),
                 })
             })
             .collect();
@@ -84,7 +84,7 @@ impl<F: Family, T: Tables, G: GracePeriods> Reconciler<F, T, G> {
                 .map(|k| Change {
                     key: *k,
                     frontend: F::frontend(k),
-                    backends: None,
+                    target: None,
                 }),
         );
         pass::apply(
@@ -101,15 +101,15 @@ impl<F: Family, T: Tables, G: GracePeriods> Reconciler<F, T, G> {
     /// Frontends of another family are skipped.
     pub fn reconcile_some<'a>(
         &mut self,
-        changes: impl IntoIterator<Item = (&'a Frontend, Option<&'a [Backend]>)>,
+        changes: impl IntoIterator<Item = (&'a Frontend, Option<&'a Target>)>,
     ) -> Outcome {
         let changes = changes
             .into_iter()
-            .filter_map(|(fe, backends)| {
+            .filter_map(|(fe, target)| {
                 Some(Change {
                     key: F::frontend_key(fe)?,
                     frontend: Some(*fe),
-                    backends,
+                    target,
                 })
             })
             .collect();
@@ -154,6 +154,7 @@ impl<F: Family, T: Tables, G: GracePeriods> Reconciler<F, T, G> {
             self.maps.frontends(),
             self.maps.states(),
             self.maps.slots(),
+            self.maps.members(),
             self.maps.backends(),
         )
     }

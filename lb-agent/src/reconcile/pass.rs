@@ -19,15 +19,18 @@ use std::{
     sync::Arc,
 };
 
-use lb_common::{FrontendId, MAX_BACKENDS_PER_FRONTEND, Slot, SlotKey};
+use lb_common::{
+    FE_F_AFFINITY, FE_F_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, FrontendId, MAX_BACKENDS_PER_FRONTEND,
+    Member, MemberKey, Slot, SlotKey,
+};
 
 use super::{
     family::{Family, StateView},
     grace::{GracePeriods, Retired},
-    lb::{LbMaps, Tables, set_range},
+    lb::{LbMaps, Tables, member_range, set_range},
     table::{BatchError, StoreError},
 };
-use crate::model::{Backend, Frontend};
+use crate::model::{Frontend, Target};
 
 /// What one pass (or reap) changed, and what it could not.
 #[derive(Debug, Default)]
@@ -48,13 +51,27 @@ impl Outcome {
     }
 }
 
-/// One frontend's desired state; `backends: None` removes it.
+/// One frontend's desired state; `target: None` removes it.
 pub(super) struct Change<'a, K> {
     pub key: K,
     /// The model's frontend, for reports; `None` for a key the model cannot
     /// express (a protocol it does not balance), which is only ever removed.
     pub frontend: Option<Frontend>,
-    pub backends: Option<&'a [Backend]>,
+    pub target: Option<&'a Target>,
+}
+
+/// The state bits and affinity timeout that express `t`.
+fn state_bits(t: &Target) -> (u16, u32) {
+    let mut flags = 0;
+    let mut set = |cond: bool, bit: u16| {
+        if cond {
+            flags |= bit;
+        }
+    };
+    set(t.affinity.is_some(), FE_F_AFFINITY);
+    set(t.local, FE_F_LOCAL);
+    set(t.no_local_endpoints, FE_F_NO_LOCAL_ENDPOINTS);
+    (flags, t.affinity.unwrap_or(0))
 }
 
 /// A retired revision: `(frontend id, revision)`.
@@ -67,6 +84,8 @@ struct Plan<K> {
     id: u32,
     rev: u16,
     backend_ids: Vec<u32>,
+    flags: u16,
+    affinity_timeout: u32,
     /// The live revision this one replaces.
     old_rev: Option<u16>,
     /// The frontend entry must be inserted (a new frontend, or one whose
@@ -76,7 +95,27 @@ struct Plan<K> {
     replace_entry: bool,
     failed: Option<Arc<StoreError>>,
     slots_written: u16,
+    members_written: u16,
     state_written: bool,
+}
+
+impl<K> Plan<K> {
+    /// Whether the revision gets members (session affinity).
+    fn has_members(&self) -> bool {
+        self.flags & FE_F_AFFINITY != 0
+    }
+
+    fn member_keys(&self) -> impl Iterator<Item = (MemberKey, Member)> + '_ {
+        (0u32..).zip(&self.backend_ids).map(|(slot, &backend_id)| {
+            let key = MemberKey {
+                fe_id: self.id,
+                rev: self.rev,
+                _pad0: [0; 2],
+                backend_id,
+            };
+            (key, Member { slot })
+        })
+    }
 }
 
 /// Brings the frontends of `changes` to their desired state. With `full`,
@@ -96,13 +135,13 @@ pub(super) fn apply<F: Family, T: Tables>(
     {
         let mut new_ids: HashMap<F::Backend, u32> = HashMap::new();
         for change in changes {
-            match (change.backends, change.frontend) {
-                (Some(list), Some(frontend)) => {
+            match (change.target, change.frontend) {
+                (Some(target), Some(frontend)) => {
                     let plan = plan::<F, T>(
                         maps,
                         frontend,
                         change.key,
-                        list,
+                        target,
                         &mut new_ids,
                         &mut new_backends,
                         &mut reserved_fe,
@@ -121,6 +160,7 @@ pub(super) fn apply<F: Family, T: Tables>(
 
     write_backends(maps, &new_backends, &mut plans, &mut out);
     write_slots(maps, &mut plans, &mut out);
+    write_members(maps, &mut plans, &mut out);
     write_states(maps, &mut plans, &mut out);
     write_entries(maps, &mut plans, &mut out);
 
@@ -146,6 +186,7 @@ pub(super) fn apply<F: Family, T: Tables>(
     remove(maps, retired, &removals, &mut retire, &mut out);
     if full {
         clean_up(maps, retired, &mut stale_states, &mut retire);
+        delete_stray_members(maps, &mut out);
     }
     free_states(maps, &stale_states, &mut out);
     if !retire.is_empty() {
@@ -186,8 +227,14 @@ pub(super) fn reap<F: Family, T: Tables>(
         .filter_map(|k| maps.slots().get(k))
         .map(|s| s.backend_id)
         .collect();
+    let members: Vec<MemberKey> = sets
+        .iter()
+        .flat_map(|(id, rev)| maps.members().range(member_range(*id, *rev)))
+        .map(|(k, _)| *k)
+        .collect();
     // A revision a failed delete leaves behind is retired again by the
-    // next full pass.
+    // next full pass (stray members: deleted by it).
+    delete(&mut out, maps.delete_members(&members), members.len());
     delete(&mut out, maps.delete_slots(&keys), keys.len());
     delete_unreferenced(maps, named, &mut out);
     out
@@ -198,12 +245,14 @@ fn plan<F: Family, T: Tables>(
     maps: &mut LbMaps<F, T>,
     frontend: Frontend,
     key: F::FrontendKey,
-    list: &[Backend],
+    target: &Target,
     new_ids: &mut HashMap<F::Backend, u32>,
     new_backends: &mut Vec<(u32, F::Backend)>,
     reserved_fe: &mut Vec<u32>,
 ) -> Result<Option<Plan<F::FrontendKey>>, StoreError> {
+    let list = &target.backends;
     let list = &list[..list.len().min(usize::from(MAX_BACKENDS_PER_FRONTEND))];
+    let (flags, affinity_timeout) = state_bits(target);
     let mut backend_ids = Vec::with_capacity(list.len());
     // The model never mixes families; a backend of another one is skipped.
     for value in list.iter().filter_map(|be| F::backend(be, frontend.proto)) {
@@ -223,7 +272,7 @@ fn plan<F: Family, T: Tables>(
     let proto = F::key_proto(&key);
     let live = maps.live(&key);
     if let Some((id, st)) = live
-        && st.flags == 0
+        && (st.flags, st.affinity_timeout) == (flags, affinity_timeout)
         && maps.complete_set(id, st.rev, st.count, proto).as_ref() == Some(&backend_ids)
     {
         return Ok(None);
@@ -248,11 +297,14 @@ fn plan<F: Family, T: Tables>(
         id,
         rev,
         backend_ids,
+        flags,
+        affinity_timeout,
         old_rev,
         insert_entry,
         replace_entry,
         failed: None,
         slots_written: 0,
+        members_written: 0,
         state_written: false,
     }))
 }
@@ -345,6 +397,44 @@ fn write_slots<F: Family, T: Tables>(
     }
 }
 
+/// Phase 2b: the members of every new revision with session affinity, in
+/// one batch; a failure fails its plan like a failed slot.
+fn write_members<F: Family, T: Tables>(
+    maps: &mut LbMaps<F, T>,
+    plans: &mut [Plan<F::FrontendKey>],
+    out: &mut Outcome,
+) {
+    let mut start = 0;
+    while start < plans.len() {
+        let mut owners = Vec::new();
+        let mut batch = Vec::new();
+        for (i, p) in plans.iter().enumerate().skip(start) {
+            if p.failed.is_some() || !p.has_members() {
+                continue;
+            }
+            for entry in p.member_keys() {
+                batch.push(entry);
+                owners.push(i);
+            }
+        }
+        let result = maps.put_members(&batch);
+        let written = result.as_ref().map_or_else(|e| e.written, |()| batch.len());
+        out.written += written;
+        for &i in &owners[..written] {
+            plans[i].members_written += 1;
+        }
+        match result {
+            Ok(()) => break,
+            Err(BatchError { written, error }) => {
+                let hit = owners[failed_at(written, owners.len())];
+                plans[hit].failed = Some(Arc::new(error));
+                roll_back_slots(maps, &mut plans[hit], out);
+                start = hit + 1;
+            }
+        }
+    }
+}
+
 /// Phase 3: publish every new revision with one locked state write each.
 fn write_states<F: Family, T: Tables>(
     maps: &mut LbMaps<F, T>,
@@ -364,7 +454,8 @@ fn write_states<F: Family, T: Tables>(
                     owner: p.key,
                     rev: p.rev,
                     count: p.backend_ids.len() as u16,
-                    flags: 0,
+                    flags: p.flags,
+                    affinity_timeout: p.affinity_timeout,
                 };
                 (p.id, F::state(view))
             })
@@ -436,12 +527,19 @@ fn write_entries<F: Family, T: Tables>(
     }
 }
 
-/// Deletes a failed plan's slots, which no state ever named.
+/// Deletes a failed plan's slots and members, which no state ever named.
 fn roll_back_slots<F: Family, T: Tables>(
     maps: &mut LbMaps<F, T>,
     p: &mut Plan<F::FrontendKey>,
     out: &mut Outcome,
 ) {
+    let members: Vec<MemberKey> = p
+        .member_keys()
+        .take(usize::from(p.members_written))
+        .map(|(k, _)| k)
+        .collect();
+    delete(out, maps.delete_members(&members), members.len());
+    p.members_written = 0;
     let keys: Vec<SlotKey> = (0..p.slots_written)
         .map(|slot| SlotKey {
             fe_id: p.id,
@@ -511,6 +609,20 @@ fn clean_up<F: Family, T: Tables>(
         .filter(|(id, rev)| live.get(id) != Some(rev) && !queued.contains(&(*id, *rev)))
         .collect();
     retire.extend(orphans);
+}
+
+/// Full passes only: members of revisions without slots (a crash between
+/// deletes). No state can name such a revision with a count above 0, so no
+/// program looks them up.
+fn delete_stray_members<F: Family, T: Tables>(maps: &mut LbMaps<F, T>, out: &mut Outcome) {
+    let sets: HashSet<Set> = maps.sets().collect();
+    let stray: Vec<MemberKey> = maps
+        .members()
+        .keys()
+        .filter(|k| !sets.contains(&(k.fe_id, k.rev)))
+        .copied()
+        .collect();
+    delete(out, maps.delete_members(&stray), stray.len());
 }
 
 fn free_states<F: Family, T: Tables>(maps: &mut LbMaps<F, T>, ids: &[u32], out: &mut Outcome) {

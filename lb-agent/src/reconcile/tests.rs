@@ -17,9 +17,16 @@ use super::{
     table::Table as _,
     *,
 };
-use crate::model::Proto;
+use crate::model::{Backend, Proto};
 
 type Table = BTreeMap<Frontend, Vec<Backend>>;
+
+/// Plain targets (no affinity, no policy) of a table of backend lists.
+fn targets(t: &Table) -> BTreeMap<Frontend, Target> {
+    t.iter()
+        .map(|(fe, b)| (*fe, Target::plain(b.clone())))
+        .collect()
+}
 
 // ---------------------------------------------------------------- helpers
 
@@ -199,6 +206,7 @@ impl Fixture {
             frontends: MemTable::hash(FRONTENDS4.name, f, &journal),
             states: MemTable::array(FE_STATE4.name, s, &journal),
             slots: MemTable::hash(SLOTS4.name, sl, &journal),
+            members: MemTable::hash(lb_common::MEMBERS4.name, sl, &journal),
             backends: MemTable::hash(lb_common::BACKENDS4.name, b, &journal),
         };
         tables.frontends.content = snap.frontends.clone();
@@ -233,7 +241,7 @@ impl Fixture {
 
     /// A full pass that must succeed, then a grace period and reap.
     fn settle(&mut self, desired: &Table) {
-        let out = self.r.reconcile(desired);
+        let out = self.r.reconcile(&targets(desired));
         assert!(
             out.failed.is_empty() && out.delete_errors.is_empty(),
             "{out:?}"
@@ -501,7 +509,7 @@ fn slot_keys_sort_by_frontend_then_revision() {
 fn fresh_reconcile_programs_the_expected_maps() {
     let desired = sample();
     let mut t = Fixture::new(BIG);
-    let out = t.r.reconcile(&desired);
+    let out = t.r.reconcile(&targets(&desired));
     assert!(
         out.failed.is_empty() && out.delete_errors.is_empty(),
         "{out:?}"
@@ -558,7 +566,7 @@ fn same_desired_state_again_writes_nothing() {
     t.settle(&desired);
     let (mark, before) = (t.at(), t.snapshot());
     for _ in 0..3 {
-        let out = t.r.reconcile(&desired);
+        let out = t.r.reconcile(&targets(&desired));
         assert_eq!(out.changed(), 0, "{out:?}");
         assert!(out.failed.is_empty() && out.delete_errors.is_empty());
         assert_eq!(t.r.reap().changed(), 0);
@@ -587,7 +595,7 @@ fn a_changed_list_is_a_new_revision_published_by_one_state_write() {
     let mut new = old.clone();
     new.get_mut(&f1).unwrap().retain(|b| *b != be(3, 80));
     let mark = t.at();
-    let out = t.r.reconcile(&new);
+    let out = t.r.reconcile(&targets(&new));
     assert_eq!(out.written, 4, "three slots and the state: {out:?}");
     assert_eq!(out.deleted, 0, "nothing goes before a grace period");
     let written = t.journal.with_steps(mark, |steps| {
@@ -649,7 +657,7 @@ fn removing_a_frontend_frees_its_state_before_its_entry_and_waits_to_delete() {
     let id1 = t.frontend_id(&f1);
     let new = Table::from([(f2, vec![be(2, 80)])]);
     let mark = t.at();
-    t.r.reconcile(&new);
+    t.r.reconcile(&targets(&new));
     let order = t.journal.with_steps(mark, |steps| {
         steps
             .iter()
@@ -707,7 +715,7 @@ fn every_intermediate_state_is_safe_for_a_concurrent_reader() {
                 .filter(|f| new.contains_key(f))
                 .map(|f| (*f, t.frontend_id(f)))
                 .collect();
-            let out = t.r.reconcile(new);
+            let out = t.r.reconcile(&targets(new));
             assert!(
                 out.failed.is_empty() && out.delete_errors.is_empty(),
                 "{out:?}"
@@ -728,7 +736,7 @@ fn every_intermediate_state_is_safe_for_a_concurrent_reader() {
             }
             writes += out.changed();
             // The new state is a fixed point.
-            assert_eq!(t.r.reconcile(new).changed(), 0);
+            assert_eq!(t.r.reconcile(&targets(new)).changed(), 0);
             checked_from = (start, mark, old.clone());
         }
         // Once grace periods pass, nothing is left over.
@@ -843,7 +851,7 @@ fn full_slots_map_fails_one_frontend_and_keeps_the_rest_intact() {
     // Room for a and c (3 slots), not for b (5) as well: the batch stops at
     // b's fifth slot, b's four are deleted, and c goes on.
     let mut t = Fixture::new(Caps(100, 100, 6, 100));
-    let out = t.r.reconcile(&desired);
+    let out = t.r.reconcile(&targets(&desired));
     let failed: Vec<Frontend> = out.failed.iter().map(|(f, _)| *f).collect();
     assert_eq!(failed, [b], "{out:?}");
     assert!(matches!(
@@ -861,7 +869,7 @@ fn full_slots_map_fails_one_frontend_and_keeps_the_rest_intact() {
 
     // Retrying in place does not disturb what is programmed.
     let ids = (t.frontend_id(&a), t.frontend_id(&c));
-    let out = t.r.reconcile(&desired);
+    let out = t.r.reconcile(&targets(&desired));
     assert_eq!(out.failed.len(), 1);
     assert_eq!(t.snapshot().visible(), fitted);
     assert_eq!((t.frontend_id(&a), t.frontend_id(&c)), ids);
@@ -890,7 +898,7 @@ fn a_frontend_that_cannot_grow_keeps_its_live_revision() {
         (c, vec![be(8, 80), be(9, 80)]),
     ]);
     let mark = t.at();
-    let out = t.r.reconcile(&new);
+    let out = t.r.reconcile(&targets(&new));
     let failed: Vec<Frontend> = out.failed.iter().map(|(f, _)| *f).collect();
     assert_eq!(failed, [a], "{out:?}");
     replay_checked(&before, &t.journal, mark, &old, &new);
@@ -920,7 +928,7 @@ fn full_backends_map_fails_the_frontends_that_need_a_new_backend() {
     ]);
     // 5 backends wanted, room for 3: the batch stops at the fourth.
     let mut t = Fixture::new(Caps(100, 100, 100, 3));
-    let out = t.r.reconcile(&desired);
+    let out = t.r.reconcile(&targets(&desired));
     let failed: BTreeSet<Frontend> = out.failed.iter().map(|(f, _)| *f).collect();
     assert_eq!(failed, BTreeSet::from([b, c]), "{out:?}");
     assert!(out.failed.iter().all(|(_, e)| matches!(
@@ -949,7 +957,7 @@ fn full_state_array_and_frontends_map_fail_only_new_frontends() {
         (b, vec![be(2, 80)]),
         (c, vec![be(3, 80)]),
     ]);
-    let out = t.r.reconcile(&desired);
+    let out = t.r.reconcile(&targets(&desired));
     assert_eq!(out.failed.len(), 1, "{out:?}");
     assert_eq!(t.snapshot().visible().len(), 2);
     replay_checked(&Snapshot::default(), &t.journal, 0, &Table::new(), &desired);
@@ -957,7 +965,7 @@ fn full_state_array_and_frontends_map_fail_only_new_frontends() {
     // Room for two frontend entries: the third's published state is freed
     // and its revision retired, as no entry leads to it.
     let mut t = Fixture::new(Caps(2, 100, 100, 100));
-    let out = t.r.reconcile(&desired);
+    let out = t.r.reconcile(&targets(&desired));
     let failed: Vec<Frontend> = out.failed.iter().map(|(f, _)| *f).collect();
     assert_eq!(failed, [c], "{out:?}");
     assert!(matches!(*out.failed[0].1, StoreError::Full { map } if map == FRONTENDS4.name));
@@ -977,7 +985,7 @@ fn adopting_maps_that_already_match_writes_nothing() {
     first.settle(&desired);
     let mut t = Fixture::adopt(&first.snapshot(), BIG);
     assert_eq!(t.snapshot(), first.snapshot());
-    let out = t.r.reconcile(&desired);
+    let out = t.r.reconcile(&targets(&desired));
     assert_eq!(out.changed(), 0, "{out:?}");
     assert!(t.journal.is_empty());
 
@@ -1030,12 +1038,13 @@ fn a_full_pass_after_adopting_cleans_up_what_nothing_accounts_for() {
             rev: 1,
             count: 0,
             flags: 0,
+            affinity_timeout: 0,
         }),
     );
     dirty.states.remove(&id2);
     let mut t = Fixture::adopt(&dirty, BIG);
     let before = t.snapshot();
-    let out = t.r.reconcile(&desired);
+    let out = t.r.reconcile(&targets(&desired));
     assert!(out.failed.is_empty(), "{out:?}");
     // f2 claims its entry's free state again.
     assert_eq!(t.frontend_id(&f2), id2);
@@ -1063,7 +1072,7 @@ fn crash_at_any_step_then_adopt_converges() {
         let new = &pair[1];
         let start = clean.snapshot();
         let mark = clean.at();
-        clean.r.reconcile(new);
+        clean.r.reconcile(&targets(new));
         clean.elapse_and_reap();
         let n = clean.at() - mark;
         for cut in 0..=n {
@@ -1076,7 +1085,7 @@ fn crash_at_any_step_then_adopt_converges() {
             });
             crashed.check_consistent().unwrap();
             let mut t = Fixture::adopt(&crashed, BIG);
-            let out = t.r.reconcile(new);
+            let out = t.r.reconcile(&targets(new));
             assert!(out.failed.is_empty(), "{out:?}");
             t.elapse_and_reap();
             assert_eq!(t.snapshot().visible(), *new, "crash after step {cut}");
@@ -1096,7 +1105,11 @@ fn crash_at_any_step_then_adopt_converges() {
 type Changes = BTreeMap<Frontend, Option<Vec<Backend>>>;
 
 fn reconcile_changes(t: &mut Fixture, changes: &Changes) -> Outcome {
-    t.r.reconcile_some(changes.iter().map(|(f, b)| (f, b.as_deref())))
+    let targets: BTreeMap<Frontend, Option<Target>> = changes
+        .iter()
+        .map(|(f, b)| (*f, b.clone().map(Target::plain)))
+        .collect();
+    t.r.reconcile_some(targets.iter().map(|(f, t)| (f, t.as_ref())))
 }
 
 /// `table` with `changes` applied.
@@ -1234,7 +1247,7 @@ fn partial_passes_are_safe_and_add_up_to_the_full_state() {
             // (but for old revisions it retires afresh, which a partial
             // pass leaves to the reap).
             assert_eq!(reconcile_changes(&mut t, &changes).written, 0);
-            assert_eq!(t.r.reconcile(&next).written, 0, "seed {seed}");
+            assert_eq!(t.r.reconcile(&targets(&next)).written, 0, "seed {seed}");
             writes += out.changed();
             applied = next;
         }

@@ -6,7 +6,7 @@ use std::{
     net::IpAddr,
 };
 
-use lb_common::{FrontendId, Slot, SlotKey};
+use lb_common::{FrontendId, Member, MemberKey, Slot, SlotKey};
 
 use super::family::Family;
 
@@ -18,8 +18,8 @@ pub struct LbView {
     /// Revisions in the slots map that no state names: waiting for their
     /// grace period, or left by a crash until the next full sync.
     pub retired_revisions: usize,
-    /// Entries in each map: frontends, states, slots, backends.
-    pub entries: [usize; 4],
+    /// Entries in each map: frontends, states, slots, members, backends.
+    pub entries: [usize; 5],
 }
 
 /// One frontend entry.
@@ -35,6 +35,10 @@ pub struct FrontendView {
     pub rev: u16,
     /// 0: connections are refused.
     pub count: u16,
+    /// `FE_F_*` bits of the state.
+    pub flags: u16,
+    /// Session affinity timeout in seconds (0: none).
+    pub affinity_timeout: u32,
     pub slots: Vec<SlotView>,
 }
 
@@ -56,6 +60,7 @@ impl LbView {
         frontends: &BTreeMap<F::FrontendKey, FrontendId>,
         states: &BTreeMap<u32, F::State>,
         slots: &BTreeMap<SlotKey, Slot>,
+        members: &BTreeMap<MemberKey, Member>,
         backends: &BTreeMap<u32, F::Backend>,
     ) -> Self {
         let mut live_sets = HashSet::new();
@@ -65,7 +70,9 @@ impl LbView {
                 let (addr, port, proto) = F::key_parts(key);
                 let state = states.get(&id.id).map(F::view);
                 let live = state.is_some_and(|s| s.owner == *key);
-                let (rev, count) = state.map_or((0, 0), |s| (s.rev, s.count));
+                let (rev, count, flags, affinity_timeout) = state.map_or((0, 0, 0, 0), |s| {
+                    (s.rev, s.count, s.flags, s.affinity_timeout)
+                });
                 let slots = if live {
                     live_sets.insert((id.id, rev));
                     (0..count)
@@ -102,6 +109,8 @@ impl LbView {
                     live,
                     rev,
                     count,
+                    flags: if live { flags } else { 0 },
+                    affinity_timeout: if live { affinity_timeout } else { 0 },
                     slots,
                 }
             })
@@ -111,7 +120,13 @@ impl LbView {
         Self {
             frontends: list,
             retired_revisions: sets.difference(&live_sets).count(),
-            entries: [frontends.len(), states.len(), slots.len(), backends.len()],
+            entries: [
+                frontends.len(),
+                states.len(),
+                slots.len(),
+                members.len(),
+                backends.len(),
+            ],
         }
     }
 }

@@ -12,7 +12,10 @@ use std::{
     time::SystemTime,
 };
 
-use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use k8s_openapi::api::{
+    core::v1::{Node, Service},
+    discovery::v1::EndpointSlice,
+};
 use yaml_serde::Value;
 
 use super::strip::Kept;
@@ -22,6 +25,8 @@ use super::strip::Kept;
 pub struct Objects {
     pub services: Vec<Service>,
     pub slices: Vec<EndpointSlice>,
+    /// Nodes: the agent reads its own one's zone label.
+    pub nodes: Vec<Node>,
     /// Documents that were skipped: where, and why.
     pub skipped: Vec<SkippedDocument>,
 }
@@ -127,6 +132,7 @@ pub fn parse_into(origin: &str, text: &str, out: &mut Objects) {
     for part in parts {
         out.services.extend(part.services);
         out.slices.extend(part.slices);
+        out.nodes.extend(part.nodes);
         out.skipped.extend(part.skipped);
     }
 }
@@ -197,7 +203,7 @@ fn add_value(location: &str, value: Value, out: &mut Objects) {
         reason,
     };
     match kind {
-        "List" | "ServiceList" | "EndpointSliceList" => match value.get("items") {
+        "List" | "ServiceList" | "EndpointSliceList" | "NodeList" => match value.get("items") {
             Some(Value::Sequence(items)) => {
                 for (i, item) in items.iter().enumerate() {
                     add_value(&format!("{location}.items[{i}]"), item.clone(), out);
@@ -214,6 +220,10 @@ fn add_value(location: &str, value: Value, out: &mut Objects) {
             Err(e) => out
                 .skipped
                 .push(skip(format!("not a valid EndpointSlice: {e}"))),
+        },
+        "Node" => match yaml_serde::from_value::<Node>(value) {
+            Ok(node) => out.nodes.push(node),
+            Err(e) => out.skipped.push(skip(format!("not a valid Node: {e}"))),
         },
         // Other kinds (Deployments, ConfigMaps, ...) may share the file; not ours.
         "" => out.skipped.push(skip("no kind".into())),

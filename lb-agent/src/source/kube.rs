@@ -81,9 +81,12 @@ pub enum KubeError {
 #[derive(Debug)]
 pub enum Event {
     Change(Change),
-    /// This node's eligibility for traffic changed (it is being deleted or
-    /// drained by the autoscaler); feeds `/healthz`.
-    NodeEligible(bool),
+    /// This node's Node was listed or changed: whether it is eligible for
+    /// traffic (not being deleted or drained by the autoscaler; feeds
+    /// `/healthz`) and its zone label (feeds topology).
+    Node { eligible: bool, zone: Option<String> },
+    /// This node's Node was deleted.
+    NodeDeleted,
 }
 
 /// A client as kube-proxy builds one: `--kubeconfig` if given, else the
@@ -156,10 +159,11 @@ pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
     .default_backoff()
     .filter_map(|ev| async move {
         match ev {
-            Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
-                Some(Event::NodeEligible(node_eligible(&n)))
-            }
-            Ok(watcher::Event::Delete(_)) => Some(Event::NodeEligible(false)),
+            Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => Some(Event::Node {
+                eligible: node_eligible(&n),
+                zone: super::node_zone(&n),
+            }),
+            Ok(watcher::Event::Delete(_)) => Some(Event::NodeDeleted),
             Ok(_) => None,
             Err(e) => {
                 warn!("watching Node: {e}; retrying with backoff");

@@ -49,7 +49,12 @@ fn syncer(frontends: u32) -> (Syncer<Mem, ManualGrace>, Arc<Endpoints>, ManualGr
     let endpoints = Arc::new(Endpoints::default());
     let excluded = ExcludedCidrs::parse(["10.244.0.0/16"]).unwrap();
     (
-        Syncer::new(reconciler, excluded, endpoints.clone()),
+        Syncer::new(
+            reconciler,
+            excluded,
+            NodeContext::named("node-a"),
+            endpoints.clone(),
+        ),
         endpoints,
         grace,
     )
@@ -103,14 +108,15 @@ fn services_programmed_counts_only_services_with_entries_in_the_maps() {
 
 #[test]
 fn failed_frontends_are_retried_with_exponential_backoff() {
-    // Room for one frontend: the second Service's write fails.
-    let (mut s, e, grace) = syncer(1);
+    // Room for one Service's two frontends (its port and its wildcard): the
+    // second Service's writes fail.
+    let (mut s, e, grace) = syncer(2);
     let t0 = Instant::now();
     let services = vec![service("a", "10.96.0.1"), service("b", "10.96.0.2")];
     list(&mut s, services, Vec::new(), t0);
     let first = s.sync(t0).unwrap();
-    assert_eq!(first.outcome.failed.len(), 1);
-    assert_eq!(s.failing(), 1);
+    assert_eq!(first.outcome.failed.len(), 2);
+    assert_eq!(s.failing(), 2);
     assert_eq!(s.next_retry(), Some(t0 + RETRY_FIRST));
     // Nothing due before the backoff has passed.
     assert!(s.sync(t0 + RETRY_FIRST / 2).is_none());
@@ -118,10 +124,10 @@ fn failed_frontends_are_retried_with_exponential_backoff() {
     for backoff in [1, 2, 4, 8] {
         at += Duration::from_secs(backoff);
         let retried = s.sync(at).expect("a retry is due");
-        assert_eq!(retried.frontends, 1);
+        assert_eq!(retried.frontends, 2);
         assert_eq!(s.next_retry(), Some(at + Duration::from_secs(backoff * 2)));
     }
-    assert_eq!(e.metrics.map_full_errors.get(), 5);
+    assert_eq!(e.metrics.map_full_errors.get(), 10);
     // Capped.
     for _ in 0..10 {
         at = s.next_retry().unwrap();
@@ -152,7 +158,14 @@ fn prune_repairs_an_entry_deleted_behind_the_agents_back() {
     );
     s.sync(now).unwrap();
     let before = s.reconciler.view();
-    let key = *s.reconciler.maps().frontends().keys().next().unwrap();
+    // The port's entry (the wildcard has no revision to orphan).
+    let key = *s
+        .reconciler
+        .maps()
+        .frontends()
+        .keys()
+        .find(|k| k.port_be != 0)
+        .unwrap();
     s.reconciler
         .maps_mut()
         .frontends_table_mut()
@@ -181,8 +194,9 @@ fn prune_repairs_an_entry_deleted_behind_the_agents_back() {
             })
             .collect::<Vec<_>>()
     };
-    assert_eq!(before.frontends.len(), 1);
-    assert_eq!(before.frontends[0].slots.len(), 2);
+    // The port and the address's wildcard (sorted first: port 0).
+    assert_eq!(before.frontends.len(), 2);
+    assert_eq!(before.frontends[1].slots.len(), 2);
     assert_eq!(seen(&s.reconciler.view()), seen(&before));
     assert!(s.reconciler.has(&Frontend {
         vip: "10.96.0.1".parse().unwrap(),
@@ -202,14 +216,14 @@ fn prune_repairs_an_entry_deleted_behind_the_agents_back() {
 fn what_was_logged_is_forgotten_with_its_service_and_counted_once() {
     let (mut s, e, _) = syncer(64);
     let now = Instant::now();
-    let affinity = || service("a", "10.96.0.1").client_ip_affinity(None);
+    let external = || service("a", "10.96.0.1").external_ips(&["192.0.2.1"]);
     let slices = vec![slice("a-1", "a", &["10.0.0.1", "10.244.0.9"])];
-    list(&mut s, vec![affinity()], slices, now);
+    list(&mut s, vec![external()], slices, now);
     s.sync(now).unwrap();
     // The same Service again: nothing new to report.
-    s.apply(Change::Service(Box::new(affinity().build())), now);
+    s.apply(Change::Service(Box::new(external().build())), now);
     s.sync(now).unwrap();
-    assert_eq!(e.metrics.unsupported(Feature::SessionAffinity).get(), 1);
+    assert_eq!(e.metrics.unsupported(Feature::ExternalIps).get(), 1);
     assert_eq!(e.metrics.excluded_endpoints.get(), 1);
     assert_eq!(s.reported.len(), 1);
     s.apply(deleted("a"), now);

@@ -77,6 +77,12 @@ enum Cmd {
         #[arg(long)]
         to: SocketAddr,
     },
+    /// One connected UDP socket kept open; each stdin line is one request
+    /// (`?`), or `reconnect` for a new socket connected to `--to`.
+    HoldUdp {
+        #[arg(long)]
+        to: SocketAddr,
+    },
     /// Short TCP connections back to back until stdin closes.
     Churn {
         #[arg(long)]
@@ -144,6 +150,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Tcp { to, n } => print(tcp(to, n)),
         Cmd::Udp { to, n, connected } => print(udp(to, n, connected)?),
         Cmd::Hold { to } => hold(to),
+        Cmd::HoldUdp { to } => hold_udp(to),
         Cmd::Churn { to } => print(churn(to)?),
         Cmd::BenchTcp(a) => print_json(&bench(&a, cli.netns.is_some(), Proto::Tcp)?),
         Cmd::BenchUdp(a) => print_json(&bench(&a, cli.netns.is_some(), Proto::Udp)?),
@@ -327,6 +334,56 @@ fn hold(to: SocketAddr) -> anyhow::Result<()> {
             match request(&mut s, &mut reader) {
                 Ok(id) => println!("reply {id}"),
                 Err(e) => println!("error {:?}", e.kind()),
+            }
+        }
+        io::stdout().flush()?;
+    }
+    Ok(())
+}
+
+/// A UDP socket connected to `to`; prints `connected <getpeername>`, or
+/// `error <errno>` if connect() fails.
+fn udp_connect(to: SocketAddr) -> anyhow::Result<Option<UdpSocket>> {
+    let s = UdpSocket::bind("0.0.0.0:0")?;
+    s.set_read_timeout(Some(TIMEOUT))?;
+    match s.connect(to).and_then(|()| s.peer_addr()) {
+        Ok(peer) => {
+            println!("connected {peer}");
+            Ok(Some(s))
+        }
+        Err(e) => {
+            println!("error {}", errno(&e));
+            Ok(None)
+        }
+    }
+}
+
+fn errno(e: &io::Error) -> i32 {
+    // A timed-out recv() on a socket with SO_RCVTIMEO is EAGAIN.
+    e.raw_os_error().unwrap_or(0)
+}
+
+/// `hold-udp`: a request is send() then recv(). It prints `reply <id>`, or
+/// `error <errno of the call that failed> <SO_ERROR pending after it>`, so
+/// that an error the kernel queued on the socket (e.g. ECONNABORTED from a
+/// socket destroy) shows even when send() fails first for another reason.
+fn hold_udp(to: SocketAddr) -> anyhow::Result<()> {
+    let mut s = udp_connect(to)?;
+    io::stdout().flush()?;
+    let mut buf = [0u8; 512];
+    for line in io::stdin().lines() {
+        if line? == "reconnect" {
+            s = udp_connect(to)?;
+        } else {
+            match &s {
+                None => println!("error {} 0", libc::ENOTCONN),
+                Some(sock) => match sock.send(b"?").and_then(|_| sock.recv(&mut buf)) {
+                    Ok(len) => println!("reply {}", String::from_utf8_lossy(&buf[..len]).trim()),
+                    Err(e) => {
+                        let pending = sock.take_error()?.map_or(0, |p| errno(&p));
+                        println!("error {} {pending}", errno(&e));
+                    }
+                },
             }
         }
         io::stdout().flush()?;
