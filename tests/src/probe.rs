@@ -202,6 +202,99 @@ impl Drop for Held {
     }
 }
 
+/// What one request on a [`HeldUdp`] socket got.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UdpAnswer {
+    /// The backend's id.
+    Reply(String),
+    /// The errno of the send() or recv() that failed, and the socket error
+    /// that was pending after it (`SO_ERROR`, 0 if none).
+    Error { errno: i32, pending: i32 },
+}
+
+impl UdpAnswer {
+    /// Whether the call or the socket's pending error is `errno`.
+    pub fn is_error(&self, errno: i32) -> bool {
+        matches!(self, UdpAnswer::Error { errno: e, pending: p } if *e == errno || *p == errno)
+    }
+}
+
+/// A long-lived connected UDP socket driven line by line (`lbt hold-udp`).
+pub struct HeldUdp {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    /// getpeername() after the last connect.
+    pub peer: String,
+}
+
+impl HeldUdp {
+    pub fn open(netns: &str, cgroup: &Path, to: &str) -> anyhow::Result<Self> {
+        let mut child = lbt(netns, Some(cgroup))
+            .args(["hold-udp", "--to", to])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let mut held = Self {
+            child,
+            stdin,
+            stdout,
+            peer: String::new(),
+        };
+        held.peer = held.connected()?;
+        Ok(held)
+    }
+
+    fn line(&mut self) -> anyhow::Result<String> {
+        let mut line = String::new();
+        if self.stdout.read_line(&mut line)? == 0 {
+            bail!("lbt hold-udp exited");
+        }
+        Ok(line.trim().to_owned())
+    }
+
+    fn connected(&mut self) -> anyhow::Result<String> {
+        let line = self.line()?;
+        line.strip_prefix("connected ")
+            .map(str::to_owned)
+            .with_context(|| format!("hold-udp did not connect: {line:?}"))
+    }
+
+    /// send() then recv() on the socket.
+    pub fn request(&mut self) -> anyhow::Result<UdpAnswer> {
+        writeln!(self.stdin.as_mut().expect("open"), "?")?;
+        let line = self.line()?;
+        if let Some(id) = line.strip_prefix("reply ") {
+            return Ok(UdpAnswer::Reply(id.to_owned()));
+        }
+        let parsed = line.strip_prefix("error ").and_then(|e| {
+            let (errno, pending) = e.split_once(' ')?;
+            Some(UdpAnswer::Error {
+                errno: errno.parse().ok()?,
+                pending: pending.parse().ok()?,
+            })
+        });
+        parsed.with_context(|| format!("hold-udp answered {line:?}"))
+    }
+
+    /// Replaces the socket with a new one connected to the same address.
+    pub fn reconnect(&mut self) -> anyhow::Result<()> {
+        writeln!(self.stdin.as_mut().expect("open"), "reconnect")?;
+        self.peer = self.connected()?;
+        Ok(())
+    }
+}
+
+impl Drop for HeldUdp {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Back-to-back TCP connections until [`Churn::finish`].
 pub struct Churn(Child);
 

@@ -15,7 +15,7 @@ use crate::{
     apiserver::ApiServer,
     cgroup::TestCgroup,
     netns::Topology,
-    probe::{self, Churn, Held, Report, Server},
+    probe::{self, Churn, Held, HeldUdp, Report, Server},
     require_root, unique,
 };
 
@@ -156,21 +156,42 @@ impl Bed {
         self.agent().wait_written(before + 2)
     }
 
+    /// Adds another client pod `id` at `ip` (its own network namespace, in
+    /// the test cgroup); returns its namespace, for [`Self::tcp_from`].
+    pub fn client_pod(&mut self, id: &str, ip: Ipv4Addr) -> anyhow::Result<String> {
+        self.topo.add_host(id, ip)
+    }
+
     pub fn tcp(&self, to: &str, n: u32) -> anyhow::Result<Report> {
+        self.tcp_from(&self.client_ns, to, n)
+    }
+
+    /// `n` short TCP connections from the pod whose namespace is `ns`.
+    pub fn tcp_from(&self, ns: &str, to: &str, n: u32) -> anyhow::Result<Report> {
         probe::client(
-            &self.client_ns,
+            ns,
             self.cgroup.path(),
             &["tcp", "--to", to, "-n", &n.to_string()],
         )
     }
 
     pub fn udp(&self, to: &str, n: u32, connected: bool) -> anyhow::Result<Report> {
+        self.udp_from(&self.client_ns, to, n, connected)
+    }
+
+    /// `n` UDP requests from the pod whose namespace is `ns`.
+    pub fn udp_from(&self, ns: &str, to: &str, n: u32, connected: bool) -> anyhow::Result<Report> {
         let n = n.to_string();
         let mut args = vec!["udp", "--to", to, "-n", &n];
         if connected {
             args.push("--connected");
         }
-        probe::client(&self.client_ns, self.cgroup.path(), &args)
+        probe::client(ns, self.cgroup.path(), &args)
+    }
+
+    /// A long-lived connected UDP socket in the client pod.
+    pub fn hold_udp(&self, to: &str) -> anyhow::Result<HeldUdp> {
+        HeldUdp::open(&self.client_ns, self.cgroup.path(), to)
     }
 
     pub fn hold(&self, to: &str) -> anyhow::Result<Held> {

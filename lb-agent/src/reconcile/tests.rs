@@ -1391,3 +1391,85 @@ fn large_pass_hands_out_dense_ids_in_linear_time() {
     let ids: Vec<u32> = t.snapshot().backends.keys().copied().collect();
     assert_eq!(ids, (1..=n + n / 2).collect::<Vec<_>>());
 }
+
+// ---------------------------------------------------------------- affinity and policy bits
+
+/// The members of frontend `f`'s live revision, as backend addresses.
+fn live_members(t: &Fixture, f: &Frontend) -> BTreeSet<Backend> {
+    let maps = t.r.maps();
+    let (id, st) = maps.live(&key(f)).expect("live");
+    maps.members()
+        .range(member_range(id, st.rev))
+        .map(|(k, _)| V4::backend_model(&maps.backends()[&k.backend_id]))
+        .collect()
+}
+
+#[test]
+fn affinity_writes_members_with_each_revision_and_retires_them_with_it() {
+    let f = fe(1, 80, Proto::Tcp);
+    let sticky = |backends: Vec<Backend>| Target {
+        backends,
+        affinity: Some(10_800),
+        ..Target::default()
+    };
+    let mut t = Fixture::new(BIG);
+    let want = BTreeMap::from([(f, sticky(vec![be(1, 8080), be(2, 8080)]))]);
+    let out = t.r.reconcile(&want);
+    assert!(out.failed.is_empty(), "{out:?}");
+    assert_eq!(live_members(&t, &f), BTreeSet::from([be(1, 8080), be(2, 8080)]));
+    let (_, st) = t.r.maps().live(&key(&f)).unwrap();
+    assert_eq!((st.flags, st.affinity_timeout), (lb_common::FE_F_AFFINITY, 10_800));
+
+    // A backend leaves: the new revision's members lack it at once; the old
+    // revision's members go with its slots, after the grace period.
+    let want = BTreeMap::from([(f, sticky(vec![be(2, 8080)]))]);
+    t.r.reconcile(&want);
+    assert_eq!(live_members(&t, &f), BTreeSet::from([be(2, 8080)]));
+    assert_eq!(t.r.maps().members().len(), 3, "old revision kept for readers");
+    t.elapse_and_reap();
+    assert_eq!(t.r.maps().members().len(), 1);
+
+    // Only the timeout changes: a new revision carries it.
+    let want = BTreeMap::from([(
+        f,
+        Target {
+            affinity: Some(60),
+            ..sticky(vec![be(2, 8080)])
+        },
+    )]);
+    assert!(t.r.reconcile(&want).written > 0);
+    assert_eq!(t.r.maps().live(&key(&f)).unwrap().1.affinity_timeout, 60);
+
+    // Affinity off: no members for the new revision; the rest are reaped.
+    let want = BTreeMap::from([(f, Target::plain(vec![be(2, 8080)]))]);
+    t.r.reconcile(&want);
+    let (_, st) = t.r.maps().live(&key(&f)).unwrap();
+    assert_eq!((st.flags, st.affinity_timeout), (0, 0));
+    assert!(live_members(&t, &f).is_empty());
+    t.elapse_and_reap();
+    assert!(t.r.maps().members().is_empty());
+    // And an unchanged target writes nothing.
+    assert_eq!(t.r.reconcile(&want).changed(), 0);
+}
+
+#[test]
+fn no_local_endpoints_and_local_policy_are_state_bits() {
+    let f = fe(1, 80, Proto::Tcp);
+    let mut t = Fixture::new(BIG);
+    let want = BTreeMap::from([(
+        f,
+        Target {
+            local: true,
+            no_local_endpoints: true,
+            ..Target::default()
+        },
+    )]);
+    t.r.reconcile(&want);
+    let (_, st) = t.r.maps().live(&key(&f)).unwrap();
+    assert_eq!(st.count, 0);
+    assert_eq!(
+        st.flags,
+        lb_common::FE_F_LOCAL | lb_common::FE_F_NO_LOCAL_ENDPOINTS
+    );
+    assert_eq!(t.r.reconcile(&want).changed(), 0);
+}
