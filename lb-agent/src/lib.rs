@@ -12,5 +12,6 @@ pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod reconcile;
+pub mod sockets;
 pub mod source;
 pub mod syncer;

@@ -101,6 +101,11 @@ pub struct Metrics {
     unsupported_features: Family<FeatureLabel, Counter>,
     pub map_full_errors: Counter,
     pub map_write_errors: Counter,
+    /// Connected UDP sockets destroyed because their endpoint stopped serving.
+    pub udp_sockets_destroyed: Counter,
+    /// Stale UDP sockets that could not be destroyed, and network
+    /// namespaces that could not be searched.
+    pub udp_socket_destroy_errors: Counter,
     /// The pinned maps directory whose `LB_STATS` counters are read at
     /// every scrape; set once the programs are loaded.
     pub datapath_maps: Arc<OnceLock<PathBuf>>,
@@ -127,6 +132,8 @@ impl Default for Metrics {
             unsupported_features: Family::default(),
             map_full_errors: Counter::default(),
             map_write_errors: Counter::default(),
+            udp_sockets_destroyed: Counter::default(),
+            udp_socket_destroy_errors: Counter::default(),
             datapath_maps: Arc::default(),
             registry: Registry::default(),
         };
@@ -259,6 +266,16 @@ impl Metrics {
             "lbagent_map_write_errors",
             "Map writes or deletes that failed for another reason",
             self.map_write_errors.clone(),
+        );
+        r.register(
+            "lbagent_udp_sockets_destroyed",
+            "Connected UDP sockets destroyed because the endpoint they were sent to stopped serving",
+            self.udp_sockets_destroyed.clone(),
+        );
+        r.register(
+            "lbagent_udp_socket_destroy_errors",
+            "Stale UDP sockets not destroyed, and network namespaces not searched, because of an error",
+            self.udp_socket_destroy_errors.clone(),
         );
         r.register_collector(Box::new(datapath::Events(self.datapath_maps.clone())));
         r.register_collector(Box::new(process::Process));

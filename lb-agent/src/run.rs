@@ -11,6 +11,7 @@
 
 use std::{
     future::Future,
+    net::{IpAddr, SocketAddrV4},
     path::PathBuf,
     sync::Arc,
     thread,
@@ -26,6 +27,7 @@ use lb_agent::{
     memory,
     model::{ExcludedCidrs, NodeContext},
     reconcile::Reconciler,
+    sockets::{NetnsSources, SocketReaper, StaleUdp},
     source::{Change, file, kube, node_zone},
     syncer::{SyncStats, Syncer},
 };
@@ -34,7 +36,7 @@ use tokio::{
     sync::oneshot,
     time::{Interval, MissedTickBehavior},
 };
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 /// How often the source files are checked for edits.
 const FILE_POLL: Duration = Duration::from_millis(200);
@@ -306,6 +308,9 @@ impl Changes {
 struct Agent {
     syncer: Syncer<Bpf, MembarrierGrace>,
     datapath: Datapath,
+    pins: Pins,
+    /// Destroys connected UDP sockets sent to endpoints that stopped serving.
+    reaper: SocketReaper,
     cgroup: PathBuf,
     attached: bool,
     waiting_logged: bool,
@@ -355,7 +360,36 @@ impl Agent {
             "read the maps; only differences will be written"
         );
         let excluded: ExcludedCidrs = config.excluded.clone();
+        let metrics = endpoints.clone();
+        let reaper = SocketReaper::spawn(NetnsSources::default(), move |pass| {
+            let m = &metrics.metrics;
+            match pass {
+                Ok(r) => {
+                    m.udp_sockets_destroyed.inc_by(r.sockets_destroyed);
+                    m.udp_socket_destroy_errors
+                        .inc_by(r.destroy_failed + r.netns_failed);
+                    if r.sockets_destroyed > 0 || r.destroy_failed > 0 {
+                        info!(
+                            destroyed = r.sockets_destroyed,
+                            failed = r.destroy_failed,
+                            namespaces = r.netns_visited,
+                            "destroyed UDP sockets sent to endpoints that stopped serving"
+                        );
+                    }
+                    if let Some(e) = r.first_failure {
+                        debug!(error = &e as &dyn std::error::Error, "searching for stale UDP sockets");
+                    }
+                }
+                Err(e) => {
+                    m.udp_socket_destroy_errors.inc();
+                    warn!(error = &e as &dyn std::error::Error, "searching for stale UDP sockets");
+                }
+            }
+        })
+        .context("starting the socket reaper thread")?;
         let mut agent = Agent {
+            pins,
+            reaper,
             syncer: Syncer::new(
                 reconciler,
                 excluded,
@@ -371,6 +405,34 @@ impl Agent {
             agent.attach()?;
         }
         Ok(agent)
+    }
+
+    /// Hands the UDP frontends whose endpoints stopped serving to the
+    /// reaper, now that the maps send new connects elsewhere. Before the
+    /// programs are attached, the sockets were translated by the old
+    /// programs into older maps, which the next full sync's request would
+    /// not find either: such a request is dropped.
+    fn destroy_stale_udp(&mut self) {
+        let stale: StaleUdp = self
+            .syncer
+            .take_stale_udp()
+            .into_iter()
+            .filter_map(|(fe, serving)| {
+                let IpAddr::V4(vip) = fe.vip else { return None };
+                let serving = serving.into_iter().filter_map(|ip| match ip {
+                    IpAddr::V4(ip) => Some(ip),
+                    IpAddr::V6(_) => None,
+                });
+                Some((SocketAddrV4::new(vip, fe.port), serving.collect()))
+            })
+            .collect();
+        if stale.is_empty() || !self.attached {
+            return;
+        }
+        let revnat = self.pins.maps_dir().join(lb_common::REVNAT4.pin);
+        if let Err(e) = self.reaper.submit(revnat, stale) {
+            warn!(error = &e as &dyn std::error::Error, "stale UDP sockets left in place");
+        }
     }
 
     /// Attaches this build's programs (switching from a migration's old maps).
@@ -392,6 +454,7 @@ impl Agent {
     /// Logs a sync; during a migration, switches the programs once the new
     /// maps hold the whole state.
     fn after_sync(&mut self, s: &SyncStats, prune: bool) {
+        self.destroy_stale_udp();
         info!(
             prune,
             full = s.full,

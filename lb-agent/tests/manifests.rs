@@ -40,8 +40,10 @@ const READ_VERBS: [&str; 3] = ["get", "list", "watch"];
 /// The capabilities the agent container adds. Found minimal on kernel 6.18
 /// by running `lb-agent run` under `setpriv --bounding-set`: without BPF no
 /// maps, without NET_ADMIN no cgroup/sock_addr programs, without PERFMON the
-/// verifier refuses the programs' variable-offset stack writes.
-const AGENT_CAPABILITIES: [&str; 3] = ["BPF", "NET_ADMIN", "PERFMON"];
+/// verifier refuses the programs' variable-offset stack writes. SYS_ADMIN
+/// (setns) and SYS_PTRACE (other users' /proc/<pid>/ns/net) let the agent
+/// destroy stale UDP sockets in pod network namespaces.
+const AGENT_CAPABILITIES: [&str; 5] = ["BPF", "NET_ADMIN", "PERFMON", "SYS_ADMIN", "SYS_PTRACE"];
 
 /// The kustomization's own `namespace:`; the objects must already say it,
 /// so that `kubectl apply -f` without kustomize lands in the same place.
@@ -490,6 +492,8 @@ fn daemonset_runs_the_agent_as_configured() {
 
     // Every node, first in line.
     assert_eq!(spec.host_network, Some(true));
+    // Pod network namespaces, for stale UDP sockets, through /proc.
+    assert_eq!(spec.host_pid, Some(true));
     assert_eq!(spec.dns_policy.as_deref(), Some("ClusterFirstWithHostNet"));
     assert_eq!(
         spec.priority_class_name.as_deref(),
@@ -612,7 +616,7 @@ fn examples_produce_frontends() {
         let frontends: Vec<_> = desired
             .owners
             .iter()
-            .filter(|(_, o)| &*o.namespace == ns && &*o.name == name)
+            .filter(|(fe, o)| &*o.namespace == ns && &*o.name == name && !fe.is_wildcard())
             .map(|(fe, _)| fe)
             .collect();
         assert!(!frontends.is_empty(), "{ns}/{name} produces no frontend");

@@ -81,6 +81,8 @@ fn render_names_every_family_once_with_every_label() {
         "lbagent_unsupported_features",
         "lbagent_map_full_errors",
         "lbagent_map_write_errors",
+        "lbagent_udp_sockets_destroyed",
+        "lbagent_udp_socket_destroy_errors",
         "process_cpu_seconds",
         "process_virtual_memory_bytes",
         "process_resident_memory_bytes",

@@ -30,6 +30,8 @@ pub use slice::{EndpointTopology, SliceEndpoint, SlicePort, SliceSpec, object_re
 #[cfg(test)]
 mod cache_tests;
 #[cfg(test)]
+mod categorize_tests;
+#[cfg(test)]
 mod tests;
 
 /// Transport protocol of a frontend or backend.

@@ -1,0 +1,76 @@
+//! Destroys connected UDP sockets that the load balancer sent to a backend
+//! that stopped serving: kube-proxy flushes conntrack entries so clients
+//! move on, but `connect4` translated these sockets once, at `connect()`,
+//! and they would keep sending to the old backend. A destroyed socket is
+//! disconnected: its next receive fails with `ECONNABORTED`, its sends with
+//! `EDESTADDRREQ`, and the application reconnects (through `connect4`
+//! again, to a serving backend).
+//!
+//! A pass dumps the connected IPv4 UDP sockets of every network namespace
+//! on the node (`diag.rs`, NETLINK_SOCK_DIAG), finds the frontend each one
+//! was sent through in `LB4_REVNAT` by socket cookie and backend
+//! (`revnat.rs`), and destroys those the request makes stale
+//! (`request.rs`). Namespaces (`netns.rs`) are entered with `setns` on a
+//! thread that exists for that pass only (`scan.rs`); [`SocketReaper`]
+//! runs passes in the background.
+//!
+//! Unconnected sockets (`sendto` through `sendmsg4`) are translated per
+//! datagram and need nothing.
+
+mod diag;
+mod netns;
+mod reaper;
+mod request;
+mod revnat;
+mod scan;
+
+#[cfg(test)]
+mod privileged;
+
+use std::{io, path::PathBuf};
+
+pub use diag::DiagError;
+pub use netns::{DEFAULT_NETNS_DIR, NetnsSources};
+pub use reaper::SocketReaper;
+pub use request::StaleUdp;
+pub use scan::{Report, destroy_stale};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SocketsError {
+    #[error("opening the reverse-NAT map pinned at {path}")]
+    RevNat {
+        path: PathBuf,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    #[error("looking a socket up in the reverse-NAT map")]
+    Lookup(#[source] aya::maps::MapError),
+    #[error("listing network namespaces in {path}")]
+    List {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("entering network namespace {path}")]
+    Enter {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("dumping the UDP sockets of network namespace {path}")]
+    Diag {
+        path: PathBuf,
+        #[source]
+        source: DiagError,
+    },
+    #[error("destroying a UDP socket in network namespace {path}")]
+    Destroy {
+        path: PathBuf,
+        #[source]
+        source: DiagError,
+    },
+    #[error("starting the socket scan thread")]
+    Thread(#[source] io::Error),
+    #[error("the socket reaper thread has stopped")]
+    ReaperStopped,
+}

@@ -1,0 +1,169 @@
+//! [`SocketReaper`]: passes on a thread of their own, so that whoever
+//! learns a backend stopped serving (the sync loop) never waits for one.
+
+use std::{
+    io,
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
+    thread::{self, JoinHandle},
+};
+
+use super::{NetnsSources, Report, SocketsError, StaleUdp, scan};
+
+/// Runs [`destroy_stale`](super::destroy_stale) passes one after another.
+/// Requests that queue up while a pass runs become one pass. Dropping it
+/// stops the thread: a running pass ends after its current namespace, and
+/// what is still queued is dropped.
+pub struct SocketReaper {
+    jobs: Option<mpsc::Sender<Job>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// One request; the newest pin wins when requests merge, as the map may
+/// have moved (a migration).
+#[derive(Debug, PartialEq, Eq)]
+struct Job {
+    revnat_pin: PathBuf,
+    stale: StaleUdp,
+}
+
+impl Job {
+    fn absorb(&mut self, later: Job) {
+        self.revnat_pin = later.revnat_pin;
+        self.stale.merge(later.stale);
+    }
+}
+
+impl SocketReaper {
+    /// Starts the thread. `on_pass` gets each pass's outcome on that
+    /// thread, e.g. to add `sockets_destroyed` to a counter and log
+    /// `first_failure`.
+    pub fn spawn<F>(netns: NetnsSources, mut on_pass: F) -> io::Result<Self>
+    where
+        F: FnMut(Result<Report, SocketsError>) + Send + 'static,
+    {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = thread::Builder::new()
+            .name("socket-reaper".into())
+            .spawn(move || {
+                while let Ok(mut job) = queue.recv() {
+                    for later in queue.try_iter() {
+                        job.absorb(later);
+                    }
+                    if stopped.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    on_pass(scan::run(&job.revnat_pin, &job.stale, &netns, &stopped));
+                }
+            })?;
+        Ok(Self {
+            jobs: Some(jobs),
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Queues a pass over `stale` with the reverse-NAT map pinned at
+    /// `revnat_pin`. Fails only if the thread has died (`on_pass`
+    /// panicked).
+    pub fn submit(&self, revnat_pin: PathBuf, stale: StaleUdp) -> Result<(), SocketsError> {
+        let job = Job { revnat_pin, stale };
+        self.jobs
+            .as_ref()
+            .and_then(|jobs| jobs.send(job).ok())
+            .ok_or(SocketsError::ReaperStopped)
+    }
+}
+
+impl Drop for SocketReaper {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Closing the channel ends the thread's wait for a job.
+        self.jobs = None;
+        if let Some(thread) = self.thread.take() {
+            // A panic in `on_pass` has been reported by the panic hook.
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{net::SocketAddrV4, sync::mpsc::RecvTimeoutError, time::Duration};
+
+    use super::*;
+
+    fn request(frontend: &str, serving: &[&str]) -> StaleUdp {
+        let mut stale = StaleUdp::new();
+        let frontend: SocketAddrV4 = frontend.parse().unwrap();
+        stale.set(frontend, serving.iter().map(|ip| ip.parse().unwrap()));
+        stale
+    }
+
+    #[test]
+    fn queued_requests_merge_with_the_later_one_winning() {
+        let mut job = Job {
+            revnat_pin: "/old".into(),
+            stale: request("192.0.2.1:53", &[]),
+        };
+        let mut both = request("192.0.2.1:53", &["10.0.0.1"]);
+        both.merge(request("192.0.2.2:53", &[]));
+        job.absorb(Job {
+            revnat_pin: "/new".into(),
+            stale: both.clone(),
+        });
+        assert_eq!(
+            job,
+            Job {
+                revnat_pin: "/new".into(),
+                stale: both,
+            }
+        );
+    }
+
+    #[test]
+    fn each_pass_is_reported_and_drop_stops_the_thread() {
+        let (tx, rx) = mpsc::channel();
+        let reaper = SocketReaper::spawn(
+            NetnsSources {
+                own: false,
+                dirs: Vec::new(),
+                proc: None,
+            },
+            move |outcome| tx.send(outcome).unwrap(),
+        )
+        .unwrap();
+        let missing = PathBuf::from("/sys/fs/bpf/lb-agent-test-no-such-map");
+        reaper
+            .submit(missing.clone(), request("192.0.2.1:53", &[]))
+            .unwrap();
+        let outcome = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(
+            matches!(&outcome, Err(SocketsError::RevNat { path, .. }) if *path == missing),
+            "{outcome:?}"
+        );
+        // An empty request touches no map.
+        reaper.submit(missing, StaleUdp::new()).unwrap();
+        let outcome = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(matches!(
+            outcome,
+            Ok(Report {
+                netns_visited: 0,
+                ..
+            })
+        ));
+        drop(reaper);
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(1)).unwrap_err(),
+            RecvTimeoutError::Disconnected,
+            "the thread ended and dropped the callback"
+        );
+    }
+}
