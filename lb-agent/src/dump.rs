@@ -104,7 +104,10 @@ mod tests {
         };
         let text = render(&view);
         assert!(text.contains("TCP  10.0.0.1:80"), "{text}");
-        assert!(text.contains("(id 7, rev 2) persistent 10800 local"), "{text}");
+        assert!(
+            text.contains("(id 7, rev 2) persistent 10800 local"),
+            "{text}"
+        );
         assert!(text.contains("<slot 0 missing>"), "{text}");
         assert!(text.contains("<backend 9 missing>"), "{text}");
         assert!(text.contains("1 revisions retired"), "{text}");

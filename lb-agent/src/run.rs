@@ -377,12 +377,18 @@ impl Agent {
                         );
                     }
                     if let Some(e) = r.first_failure {
-                        debug!(error = &e as &dyn std::error::Error, "searching for stale UDP sockets");
+                        debug!(
+                            error = &e as &dyn std::error::Error,
+                            "searching for stale UDP sockets"
+                        );
                     }
                 }
                 Err(e) => {
                     m.udp_socket_destroy_errors.inc();
-                    warn!(error = &e as &dyn std::error::Error, "searching for stale UDP sockets");
+                    warn!(
+                        error = &e as &dyn std::error::Error,
+                        "searching for stale UDP sockets"
+                    );
                 }
             }
         })
@@ -431,7 +437,10 @@ impl Agent {
         }
         let revnat = self.pins.maps_dir().join(lb_common::REVNAT4.pin);
         if let Err(e) = self.reaper.submit(revnat, stale) {
-            warn!(error = &e as &dyn std::error::Error, "stale UDP sockets left in place");
+            warn!(
+                error = &e as &dyn std::error::Error,
+                "stale UDP sockets left in place"
+            );
         }
     }
 

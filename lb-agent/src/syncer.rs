@@ -175,7 +175,10 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             }
             Change::NodeZone(zone) => {
                 if zone != self.cache.node().zone {
-                    info!(zone = zone.as_deref().unwrap_or("<none>"), "this node's zone");
+                    info!(
+                        zone = zone.as_deref().unwrap_or("<none>"),
+                        "this node's zone"
+                    );
                 }
                 self.cache.set_zone(zone);
                 Vec::new()

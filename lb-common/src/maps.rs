@@ -88,12 +88,8 @@ pub const MEMBERS4: MapSpec = spec::<MemberKey, Member>(
 );
 /// Session affinity: [`Affinity4Key`] -> [`AffinityValue`]. Written by the
 /// programs; LRU, so a full map evicts the oldest clients.
-pub const AFFINITY4: MapSpec = spec::<Affinity4Key, AffinityValue>(
-    "LB4_AFFINITY",
-    "LB4_AFFINITY_V3",
-    MAP_TYPE_LRU_HASH,
-    0,
-);
+pub const AFFINITY4: MapSpec =
+    spec::<Affinity4Key, AffinityValue>("LB4_AFFINITY", "LB4_AFFINITY_V3", MAP_TYPE_LRU_HASH, 0);
 /// Socket reverse NAT: [`RevNat4Key`] -> [`RevNat4Value`]. Written by the
 /// programs; LRU, so entries of closed sockets age out on their own.
 pub const REVNAT4: MapSpec =

@@ -23,7 +23,9 @@ use lb_common::{
     Frontend4State, MemberKey, SlotKey, WILDCARD_PORT, WILDCARD_PROTO,
 };
 
-use crate::maps::{LB4_AFFINITY, LB4_BACKENDS, LB4_FE_STATE, LB4_FRONTENDS, LB4_MEMBERS, LB4_SLOTS};
+use crate::maps::{
+    LB4_AFFINITY, LB4_BACKENDS, LB4_FE_STATE, LB4_FRONTENDS, LB4_MEMBERS, LB4_SLOTS,
+};
 
 /// What a frontend lookup decided.
 pub enum Selection {

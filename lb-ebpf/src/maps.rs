@@ -48,8 +48,11 @@ pub static LB4_MEMBERS: HashMap<MemberKey, Member, { DEFAULT_SLOTS_MAX as usize 
 /// (client netns, frontend id) -> backend and last use. Written by
 /// connect4/sendmsg4; LRU, so a full map evicts the oldest clients.
 #[btf_map]
-pub static LB4_AFFINITY: LruHashMap<Affinity4Key, AffinityValue, { DEFAULT_AFFINITY_MAX as usize }> =
-    LruHashMap::new();
+pub static LB4_AFFINITY: LruHashMap<
+    Affinity4Key,
+    AffinityValue,
+    { DEFAULT_AFFINITY_MAX as usize },
+> = LruHashMap::new();
 
 /// (socket cookie, backend) -> frontend. Written by connect4/sendmsg4, read
 /// by recvmsg4/getpeername4; LRU, so closed sockets age out on their own.

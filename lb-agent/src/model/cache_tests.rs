@@ -82,7 +82,11 @@ fn desired_of(c: &Cache, fe: &Frontend) -> Option<Vec<Backend>> {
 
 /// `touched` without the wildcard frontends every cluster IP also has.
 fn ports(touched: &BTreeSet<Frontend>) -> BTreeSet<Frontend> {
-    touched.iter().filter(|fe| !fe.is_wildcard()).copied().collect()
+    touched
+        .iter()
+        .filter(|fe| !fe.is_wildcard())
+        .copied()
+        .collect()
 }
 
 fn is_invalid(a: &Admission, object: &ObjectRef) -> bool {
@@ -330,7 +334,9 @@ fn naive<'a>(
                     let Some(tport) = target.port else { continue };
                     for ep in sl.endpoints.iter().flatten() {
                         let c = ep.conditions.clone().unwrap_or_default();
-                        let Some(a) = ep.addresses.first() else { continue };
+                        let Some(a) = ep.addresses.first() else {
+                            continue;
+                        };
                         seen += 1;
                         let be = Backend {
                             ip: a.parse().unwrap(),
@@ -382,7 +388,10 @@ fn naive<'a>(
             let vip: IpAddr = vip.parse().unwrap();
             if !passes.contains(&vip) {
                 let fe = Frontend::wildcard(vip);
-                claims.entry(fe).or_default().insert(owner.clone(), Some(Vec::new()));
+                claims
+                    .entry(fe)
+                    .or_default()
+                    .insert(owner.clone(), Some(Vec::new()));
             }
         }
     }
@@ -695,7 +704,10 @@ fn invalid_service_update_keeps_the_last_valid_version() {
     let a = c.apply_service(&svc("default", "web", "10.96.0.2", HTTP));
     assert_eq!(a, Admission::Accepted);
     let flush = c.flush();
-    assert_eq!(ports(&flush.touched), BTreeSet::from([fe, tcp("10.96.0.2", 80)]));
+    assert_eq!(
+        ports(&flush.touched),
+        BTreeSet::from([fe, tcp("10.96.0.2", 80)])
+    );
     assert_eq!(c.desired(&fe), None);
     assert_eq!(
         desired_of(&c, &tcp("10.96.0.2", 80)),
@@ -835,7 +847,10 @@ fn relabelled_slice_moves_its_endpoints_and_deleted_slice_takes_them_away() {
 
     // Deleted: its endpoints go; the Service stays, rejecting.
     c.delete_slice("default", "x");
-    assert_eq!(ports(&c.flush().touched), BTreeSet::from([tcp("10.96.0.3", 80)]));
+    assert_eq!(
+        ports(&c.flush().touched),
+        BTreeSet::from([tcp("10.96.0.3", 80)])
+    );
     assert_eq!(desired_of(&c, &tcp("10.96.0.3", 80)), Some(vec![]));
     c.delete_slice("default", "a-1");
     assert_eq!(ports(&c.flush().touched), BTreeSet::from([fa]));
@@ -863,6 +878,9 @@ fn flush_with_nothing_dirty_touches_nothing() {
 
     // Only the Service an event concerns is recomputed.
     c.apply_slice(&slice("default", "a-1", "a", HTTP_EP, &eps(&["10.0.0.2"])));
-    assert_eq!(ports(&c.flush().touched), BTreeSet::from([tcp("10.96.0.1", 80)]));
+    assert_eq!(
+        ports(&c.flush().touched),
+        BTreeSet::from([tcp("10.96.0.1", 80)])
+    );
     assert_eq!(c.flush(), Flush::default());
 }

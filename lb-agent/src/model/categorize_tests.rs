@@ -1570,9 +1570,3 @@ fn nftables_flows() {
     }
     report("nftables flows", total, failures);
 }
-
-#[test]
-fn lint_probe() {
-    let v = vec![1u8];
-    assert_eq!(v.len() == 1, true);
-}

@@ -56,7 +56,10 @@ pub enum Claim {
     /// Program the frontend. `serving` lists, for a UDP port, every endpoint
     /// IP that is serving (kube-proxy's conntrack cleanup keeps flows to
     /// these and flushes the rest); empty for other protocols.
-    Program { target: Target, serving: Vec<IpAddr> },
+    Program {
+        target: Target,
+        serving: Vec<IpAddr>,
+    },
     /// Every endpoint is excluded: leave the VIP to the CNI that owns it.
     PassThrough,
 }
@@ -188,10 +191,7 @@ fn candidates<'a>(
 /// Whether a duplicate `new` replaces `old`: a non-terminating copy beats a
 /// terminating one; otherwise a local copy wins (kube-proxy's `addEndpoints`).
 fn preferred(new: &Candidate<'_>, old: &Candidate<'_>) -> bool {
-    match (
-        new.endpoint.is_terminating(),
-        old.endpoint.is_terminating(),
-    ) {
+    match (new.endpoint.is_terminating(), old.endpoint.is_terminating()) {
         (false, true) => true,
         (true, false) => false,
         _ => new.local,

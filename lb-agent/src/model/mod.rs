@@ -255,10 +255,7 @@ impl NodeContext {
     /// Whether `ep` runs on this node.
     pub fn is_local(&self, ep: &SliceEndpoint) -> bool {
         !self.name.is_empty()
-            && ep
-                .topology
-                .as_deref()
-                .and_then(|t| t.node_name.as_deref())
+            && ep.topology.as_deref().and_then(|t| t.node_name.as_deref())
                 == Some(self.name.as_str())
     }
 }

@@ -48,7 +48,12 @@ fn objects(docs: &[Object]) -> Objects {
 
 fn compute_docs(docs: &[Object], excluded: &ExcludedCidrs) -> (Desired, ModelReport) {
     let o = objects(docs);
-    compute(&o.services, &o.slices, excluded, &NodeContext::named("node-a"))
+    compute(
+        &o.services,
+        &o.slices,
+        excluded,
+        &NodeContext::named("node-a"),
+    )
 }
 
 fn run(docs: &[Object]) -> (Desired, ModelReport) {
@@ -512,7 +517,10 @@ fn dual_stack_service_keeps_both_families_and_reports_ipv6() {
         port: 80,
         proto: Proto::Tcp,
     };
-    assert_eq!(d.frontends[&tcp("10.96.0.7", 80)].backends, [be("10.0.0.7", 8080)]);
+    assert_eq!(
+        d.frontends[&tcp("10.96.0.7", 80)].backends,
+        [be("10.0.0.7", 8080)]
+    );
     assert_eq!(d.frontends[&v6].backends, [be("fd00::a", 8080)]);
     assert_eq!(ports_of(&d).len(), 2);
     assert!(r.invalid.is_empty(), "{:?}", r.invalid);

@@ -1416,16 +1416,26 @@ fn affinity_writes_members_with_each_revision_and_retires_them_with_it() {
     let want = BTreeMap::from([(f, sticky(vec![be(1, 8080), be(2, 8080)]))]);
     let out = t.r.reconcile(&want);
     assert!(out.failed.is_empty(), "{out:?}");
-    assert_eq!(live_members(&t, &f), BTreeSet::from([be(1, 8080), be(2, 8080)]));
+    assert_eq!(
+        live_members(&t, &f),
+        BTreeSet::from([be(1, 8080), be(2, 8080)])
+    );
     let (_, st) = t.r.maps().live(&key(&f)).unwrap();
-    assert_eq!((st.flags, st.affinity_timeout), (lb_common::FE_F_AFFINITY, 10_800));
+    assert_eq!(
+        (st.flags, st.affinity_timeout),
+        (lb_common::FE_F_AFFINITY, 10_800)
+    );
 
     // A backend leaves: the new revision's members lack it at once; the old
     // revision's members go with its slots, after the grace period.
     let want = BTreeMap::from([(f, sticky(vec![be(2, 8080)]))]);
     t.r.reconcile(&want);
     assert_eq!(live_members(&t, &f), BTreeSet::from([be(2, 8080)]));
-    assert_eq!(t.r.maps().members().len(), 3, "old revision kept for readers");
+    assert_eq!(
+        t.r.maps().members().len(),
+        3,
+        "old revision kept for readers"
+    );
     t.elapse_and_reap();
     assert_eq!(t.r.maps().members().len(), 1);
 

@@ -84,7 +84,10 @@ pub enum Event {
     /// This node's Node was listed or changed: whether it is eligible for
     /// traffic (not being deleted or drained by the autoscaler; feeds
     /// `/healthz`) and its zone label (feeds topology).
-    Node { eligible: bool, zone: Option<String> },
+    Node {
+        eligible: bool,
+        zone: Option<String>,
+    },
     /// This node's Node was deleted.
     NodeDeleted,
 }
