@@ -202,6 +202,9 @@ async fn sync_loop(
 enum Changes {
     Kube {
         events: BoxStream<'static, kube::Event>,
+        /// The zone the model has (none until a Node says one): a Node
+        /// update that leaves it (status, taints) is no change for the model.
+        zone: Option<String>,
         endpoints: Arc<Endpoints>,
     },
     File {
@@ -222,6 +225,7 @@ impl Changes {
                 info!(node = %config.node_name, "watching Services, EndpointSlices and this Node");
                 Self::Kube {
                     events: kube::watch(client, &config.node_name),
+                    zone: None,
                     endpoints,
                 }
             }
@@ -243,7 +247,11 @@ impl Changes {
     /// it only waits on the stream or the poll timer.
     async fn next(&mut self) -> anyhow::Result<Vec<(Change, Instant)>> {
         match self {
-            Self::Kube { events, endpoints } => loop {
+            Self::Kube {
+                events,
+                zone: last_zone,
+                endpoints,
+            } => loop {
                 match events.next().await {
                     Some(kube::Event::Change(c)) => {
                         // Pending from here: a sync thread that stops
@@ -253,8 +261,11 @@ impl Changes {
                     }
                     Some(kube::Event::Node { eligible, zone }) => {
                         endpoints.health.set_node_eligible(eligible);
-                        endpoints.health.queued();
-                        return Ok(vec![(Change::NodeZone(zone), Instant::now())]);
+                        if *last_zone != zone {
+                            last_zone.clone_from(&zone);
+                            endpoints.health.queued();
+                            return Ok(vec![(Change::NodeZone(zone), Instant::now())]);
+                        }
                     }
                     Some(kube::Event::NodeDeleted) => endpoints.health.set_node_eligible(false),
                     None => anyhow::bail!("the watch streams ended"),

@@ -154,17 +154,18 @@ pub fn lookup_all<K: aya::Pod + Default, V: aya::Pod + Default>(
     }
 }
 
-/// On real BPF maps: needs root (CAP_BPF), and fails without it. Skipped
-/// by `cargo test -p lb-agent --lib -- --skip privileged` (ARCHITECTURE.md,
-/// "Testing tiers").
 #[cfg(test)]
-mod privileged {
-    use std::os::fd::{AsFd as _, FromRawFd as _, OwnedFd};
+pub(crate) use test_support::test_map;
 
-    use super::*;
+#[cfg(test)]
+mod test_support {
+    use std::{
+        io,
+        os::fd::{FromRawFd as _, OwnedFd},
+    };
 
-    /// A fresh BPF map of `u32 -> u64` holding at most `max` entries.
-    fn map(map_type: u32, max: u32) -> OwnedFd {
+    /// A fresh BPF map (root only: fails loudly otherwise) for the tests.
+    pub(crate) fn test_map(map_type: u32, key_size: u32, value_size: u32, max: u32) -> OwnedFd {
         // SAFETY: geteuid has no preconditions.
         let euid = unsafe { libc::geteuid() };
         assert_eq!(
@@ -183,8 +184,8 @@ mod privileged {
         }
         let attr = CreateAttr {
             map_type,
-            key_size: 4,
-            value_size: 8,
+            key_size,
+            value_size,
             max_entries: max,
             map_flags: 0,
         };
@@ -200,6 +201,21 @@ mod privileged {
         assert!(fd >= 0, "BPF_MAP_CREATE: {}", io::Error::last_os_error());
         // SAFETY: the kernel just gave us this fd.
         unsafe { OwnedFd::from_raw_fd(fd as i32) }
+    }
+}
+
+/// On real BPF maps: needs root (CAP_BPF), and fails without it. Skipped
+/// by `cargo test -p lb-agent --lib -- --skip privileged` (ARCHITECTURE.md,
+/// "Testing tiers").
+#[cfg(test)]
+mod privileged {
+    use std::os::fd::{AsFd as _, OwnedFd};
+
+    use super::*;
+
+    /// A fresh BPF map of `u32 -> u64` holding at most `max` entries.
+    fn map(map_type: u32, max: u32) -> OwnedFd {
+        test_map(map_type, 4, 8, max)
     }
 
     const HASH: u32 = 1;

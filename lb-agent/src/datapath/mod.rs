@@ -3,6 +3,8 @@
 //! reconciler writes, grace periods, and the datapath counters.
 
 mod batch;
+#[cfg(test)]
+pub(crate) use batch::test_map;
 pub mod cgroup;
 pub mod grace;
 pub mod layout;

@@ -105,7 +105,18 @@ impl<K> Plan<K> {
         self.flags & FE_F_AFFINITY != 0
     }
 
-    fn member_keys(&self) -> impl Iterator<Item = (MemberKey, Member)> + '_ {
+    fn slot_entries(&self) -> impl Iterator<Item = (SlotKey, Slot)> + '_ {
+        (0u16..).zip(&self.backend_ids).map(|(slot, &backend_id)| {
+            let key = SlotKey {
+                fe_id: self.id,
+                rev: self.rev,
+                slot,
+            };
+            (key, Slot { backend_id })
+        })
+    }
+
+    fn member_entries(&self) -> impl Iterator<Item = (MemberKey, Member)> + '_ {
         (0u32..).zip(&self.backend_ids).map(|(slot, &backend_id)| {
             let key = MemberKey {
                 fe_id: self.id,
@@ -356,45 +367,14 @@ fn write_slots<F: Family, T: Tables>(
     plans: &mut [Plan<F::FrontendKey>],
     out: &mut Outcome,
 ) {
-    let mut start = 0;
-    while start < plans.len() {
-        let mut owners = Vec::new();
-        let mut batch = Vec::new();
-        for (i, p) in plans.iter().enumerate().skip(start) {
-            if p.failed.is_some() {
-                continue;
-            }
-            for (slot, backend_id) in (0u16..).zip(&p.backend_ids) {
-                let key = SlotKey {
-                    fe_id: p.id,
-                    rev: p.rev,
-                    slot,
-                };
-                batch.push((
-                    key,
-                    Slot {
-                        backend_id: *backend_id,
-                    },
-                ));
-                owners.push(i);
-            }
-        }
-        let result = maps.put_slots(&batch);
-        let written = result.as_ref().map_or_else(|e| e.written, |()| batch.len());
-        out.written += written;
-        for &i in &owners[..written] {
-            plans[i].slots_written += 1;
-        }
-        match result {
-            Ok(()) => break,
-            Err(BatchError { written, error }) => {
-                let hit = owners[failed_at(written, owners.len())];
-                plans[hit].failed = Some(Arc::new(error));
-                roll_back_slots(maps, &mut plans[hit], out);
-                start = hit + 1;
-            }
-        }
-    }
+    write_per_plan(
+        maps,
+        plans,
+        out,
+        |p| p.slot_entries().collect(),
+        LbMaps::put_slots,
+        |p| &mut p.slots_written,
+    );
 }
 
 /// Phase 2b: the members of every new revision with session affinity, in
@@ -404,24 +384,51 @@ fn write_members<F: Family, T: Tables>(
     plans: &mut [Plan<F::FrontendKey>],
     out: &mut Outcome,
 ) {
+    write_per_plan(
+        maps,
+        plans,
+        out,
+        |p| {
+            if p.has_members() {
+                p.member_entries().collect()
+            } else {
+                Vec::new()
+            }
+        },
+        LbMaps::put_members,
+        |p| &mut p.members_written,
+    );
+}
+
+/// Writes the `entries` of every plan not failed yet in one batch with
+/// `put`, counting each plan's entries in `written_of`. A failure fails the
+/// plan it hit, whose slots and members are deleted at once (no state names
+/// them), and the batch goes on with the next plan.
+fn write_per_plan<F: Family, T: Tables, K, V>(
+    maps: &mut LbMaps<F, T>,
+    plans: &mut [Plan<F::FrontendKey>],
+    out: &mut Outcome,
+    entries: impl Fn(&Plan<F::FrontendKey>) -> Vec<(K, V)>,
+    put: impl Fn(&mut LbMaps<F, T>, &[(K, V)]) -> Result<(), BatchError>,
+    written_of: impl Fn(&mut Plan<F::FrontendKey>) -> &mut u16,
+) {
     let mut start = 0;
     while start < plans.len() {
         let mut owners = Vec::new();
         let mut batch = Vec::new();
         for (i, p) in plans.iter().enumerate().skip(start) {
-            if p.failed.is_some() || !p.has_members() {
+            if p.failed.is_some() {
                 continue;
             }
-            for entry in p.member_keys() {
-                batch.push(entry);
-                owners.push(i);
-            }
+            let mine = entries(p);
+            owners.extend(std::iter::repeat_n(i, mine.len()));
+            batch.extend(mine);
         }
-        let result = maps.put_members(&batch);
+        let result = put(maps, &batch);
         let written = result.as_ref().map_or_else(|e| e.written, |()| batch.len());
         out.written += written;
         for &i in &owners[..written] {
-            plans[i].members_written += 1;
+            *written_of(&mut plans[i]) += 1;
         }
         match result {
             Ok(()) => break,
@@ -534,18 +541,16 @@ fn roll_back_slots<F: Family, T: Tables>(
     out: &mut Outcome,
 ) {
     let members: Vec<MemberKey> = p
-        .member_keys()
+        .member_entries()
         .take(usize::from(p.members_written))
         .map(|(k, _)| k)
         .collect();
     delete(out, maps.delete_members(&members), members.len());
     p.members_written = 0;
-    let keys: Vec<SlotKey> = (0..p.slots_written)
-        .map(|slot| SlotKey {
-            fe_id: p.id,
-            rev: p.rev,
-            slot,
-        })
+    let keys: Vec<SlotKey> = p
+        .slot_entries()
+        .take(usize::from(p.slots_written))
+        .map(|(k, _)| k)
         .collect();
     delete(out, maps.delete_slots(&keys), keys.len());
     p.slots_written = 0;

@@ -10,7 +10,7 @@ use std::{
     fs::{self, File},
     io,
     net::{Ipv4Addr, SocketAddrV4, UdpSocket},
-    os::fd::{AsFd as _, FromRawFd as _, OwnedFd},
+    os::fd::AsFd as _,
     path::{Path, PathBuf},
     process::Command,
     sync::atomic::{AtomicU32, Ordering},
@@ -113,34 +113,12 @@ impl Drop for TestDir {
 /// An LRU hash map with `LB4_REVNAT`'s layout, pinned at `pin`.
 fn revnat_map(pin: &Path) -> HashMap<MapData, RevNat4Key, RevNat4Value> {
     const BPF_MAP_TYPE_LRU_HASH: u32 = 9;
-    // The leading fields of `union bpf_attr` for BPF_MAP_CREATE.
-    #[repr(C)]
-    struct CreateAttr {
-        map_type: u32,
-        key_size: u32,
-        value_size: u32,
-        max_entries: u32,
-        map_flags: u32,
-    }
-    let attr = CreateAttr {
-        map_type: BPF_MAP_TYPE_LRU_HASH,
-        key_size: size_of::<RevNat4Key>() as u32,
-        value_size: size_of::<RevNat4Value>() as u32,
-        max_entries: 64,
-        map_flags: 0,
-    };
-    // SAFETY: BPF_MAP_CREATE (0) reads attr and returns a new fd.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            0,
-            &attr as *const CreateAttr,
-            size_of::<CreateAttr>() as libc::c_uint,
-        )
-    };
-    assert!(fd >= 0, "BPF_MAP_CREATE: {}", io::Error::last_os_error());
-    // SAFETY: the kernel just gave us this fd.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let fd = crate::datapath::test_map(
+        BPF_MAP_TYPE_LRU_HASH,
+        size_of::<RevNat4Key>() as u32,
+        size_of::<RevNat4Value>() as u32,
+        64,
+    );
     let data = MapData::from_fd(fd).expect("map info");
     data.pin(pin).expect("pin the map");
     HashMap::try_from(aya::maps::Map::LruHashMap(data)).expect("revnat layout")

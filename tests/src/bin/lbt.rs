@@ -699,10 +699,29 @@ fn bench_udp_worker(
         let once = |buf: &mut [u8]| -> io::Result<usize> {
             if fresh {
                 // socket, connect, send, receive, close: one flow per request.
-                let s = udp_socket()?;
-                s.connect(addr)?;
-                s.send(b"?")?;
-                s.recv(buf)
+                let ask = |buf: &mut [u8]| -> io::Result<usize> {
+                    let s = udp_socket()?;
+                    s.connect(addr)?;
+                    s.send(b"?")?;
+                    s.recv(buf)
+                };
+                match ask(buf) {
+                    // The agent destroyed the socket because its endpoint
+                    // left the Service while the request was in flight (its
+                    // stale-UDP cleanup, kube-proxy's conntrack flush): an
+                    // application reconnects, and so does this client, once.
+                    // recv() reports it as ECONNABORTED, send() (when it came
+                    // between connect and send) as EDESTADDRREQ.
+                    Err(e)
+                        if matches!(
+                            e.raw_os_error(),
+                            Some(libc::ECONNABORTED | libc::EDESTADDRREQ)
+                        ) =>
+                    {
+                        ask(buf)
+                    }
+                    r => r,
+                }
             } else {
                 shared.send_to(b"?", addr)?;
                 Ok(shared.recv_from(buf)?.0)

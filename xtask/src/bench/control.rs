@@ -237,7 +237,8 @@ fn changed_slice(specs: &[SvcSpec], u: usize) -> String {
 
 /// A cold start of ours begun at `start`: probes its health endpoints until
 /// a while after the first sync, then reads its memory. Fails unless all
-/// `services` (one port each) were programmed.
+/// `services` (one port and one cluster IP each) were programmed: two
+/// frontends each, the port and the IP's refusing wildcard.
 fn ours_cold(
     what: &'static str,
     start: Instant,
@@ -246,9 +247,10 @@ fn ours_cold(
 ) -> anyhow::Result<Cold> {
     let run = health::probe_cold_start(agent, start)?;
     let frontends = agent.metric("lbagent_frontends_programmed")?;
+    let want = 2 * services;
     anyhow::ensure!(
-        frontends == services as f64,
-        "{what}: {frontends} frontends programmed, expected {services}"
+        frontends == want as f64,
+        "{what}: {frontends} frontends programmed, expected {want}"
     );
     // Probing goes on for a while after the first sync, which is also enough
     // for what the agent returns after its initial list to land.
