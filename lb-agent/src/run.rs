@@ -372,7 +372,14 @@ impl Agent {
         );
         let excluded: ExcludedCidrs = config.excluded.clone();
         let metrics = endpoints.clone();
-        let reaper = SocketReaper::spawn(NetnsSources::default(), move |pass| {
+        let syncer = Syncer::new(
+            reconciler,
+            excluded,
+            NodeContext::named(&config.node_name),
+            endpoints,
+        );
+        let live = syncer.udp_serving();
+        let reaper = SocketReaper::spawn(NetnsSources::default(), live, move |pass| {
             let m = &metrics.metrics;
             match pass {
                 Ok(r) => {
@@ -407,12 +414,7 @@ impl Agent {
         let mut agent = Agent {
             pins,
             reaper,
-            syncer: Syncer::new(
-                reconciler,
-                excluded,
-                NodeContext::named(&config.node_name),
-                endpoints,
-            ),
+            syncer,
             datapath,
             cgroup,
             attached: false,

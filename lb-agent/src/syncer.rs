@@ -7,7 +7,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
-    net::IpAddr,
+    net::{IpAddr, SocketAddr},
     sync::Arc,
     time::{Duration, Instant, SystemTime},
 };
@@ -19,10 +19,11 @@ use crate::{
     http::Endpoints,
     log_budget::LogBudget,
     model::{
-        Admission, Cache, ExcludedCidrs, Flush, Frontend, NodeContext, ObjectRef, ServiceReport,
-        service_ref, slice_ref,
+        Admission, Cache, ExcludedCidrs, Flush, Frontend, NodeContext, ObjectRef, Proto,
+        ServiceReport, service_ref, slice_ref,
     },
     reconcile::{Family as _, GracePeriods, Outcome, Reconciler, StoreError, Tables, V4},
+    sockets::UdpServing,
     source::{Change, TRIGGER_TIME_ANNOTATION},
 };
 
@@ -81,6 +82,8 @@ pub struct Syncer<T: Tables, G: GracePeriods> {
     /// UDP frontends whose sockets to gone endpoints are to be destroyed,
     /// with the endpoint IPs still serving; taken after each sync.
     stale_udp: BTreeMap<Frontend, Vec<IpAddr>>,
+    /// Every UDP frontend's serving IPs, kept for the socket reaper.
+    udp_serving: Arc<UdpServing>,
 }
 
 impl<T: Tables, G: GracePeriods> Syncer<T, G> {
@@ -93,6 +96,7 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         Self {
             cache: Cache::new(excluded, node),
             stale_udp: BTreeMap::new(),
+            udp_serving: Arc::default(),
             reconciler,
             endpoints,
             listed_services: false,
@@ -136,6 +140,12 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
     /// Call after [`Self::sync`], once the maps send new connects elsewhere.
     pub fn take_stale_udp(&mut self) -> BTreeMap<Frontend, Vec<IpAddr>> {
         std::mem::take(&mut self.stale_udp)
+    }
+
+    /// Every UDP frontend's serving endpoint IPs, widened before and
+    /// narrowed after each map write (see [`UdpServing`]).
+    pub fn udp_serving(&self) -> Arc<UdpServing> {
+        self.udp_serving.clone()
     }
 
     /// Takes a change into the model; nothing is written until [`Self::sync`].
@@ -213,6 +223,15 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         for (fe, serving) in std::mem::take(&mut flush.stale_udp) {
             self.stale_udp.insert(fe, serving);
         }
+        // Connects reach new endpoints as soon as the maps are written, and
+        // stop reaching old ones only then.
+        let udp: Vec<Frontend> = flush
+            .touched
+            .iter()
+            .filter(|fe| fe.proto == Proto::Udp)
+            .copied()
+            .collect();
+        self.udp_serving.widen(serving_now(&self.cache, &udp));
 
         let full = std::mem::take(&mut self.full_pending);
         let (touched, frontends, outcome) = if full {
@@ -238,6 +257,7 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         };
         self.track_failures(touched.as_ref(), &outcome, now);
         self.track_owners(touched.as_ref());
+        self.udp_serving.narrow(serving_now(&self.cache, &udp));
         let took = start.elapsed();
         let latency = self.received.iter().min().map_or(took, Instant::elapsed);
         self.record(full, &outcome, took);
@@ -480,6 +500,15 @@ fn trigger_time(slice: &EndpointSlice) -> Option<SystemTime> {
         .get(TRIGGER_TIME_ANNOTATION)?;
     let ts: jiff::Timestamp = text.parse().ok()?;
     Some(SystemTime::from(ts))
+}
+
+/// Each of the UDP frontends `udp` with its serving endpoint IPs now.
+fn serving_now<'a>(
+    cache: &'a Cache,
+    udp: &'a [Frontend],
+) -> impl Iterator<Item = (SocketAddr, &'a [IpAddr])> {
+    udp.iter()
+        .map(|fe| (SocketAddr::new(fe.vip, fe.port), cache.serving(fe)))
 }
 
 #[cfg(test)]

@@ -172,6 +172,10 @@ fn endpoints_rolling_hundreds_of_times_a_second_fail_no_connection() -> anyhow::
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    eprintln!(
+        "UDP sockets destroyed as stale: {}",
+        agent.metric("lbagent_udp_sockets_destroyed_total")?
+    );
     let stats = bed.pins.stats()?;
     assert_eq!(stats["refused_inconsistent"], 0, "{stats:?}");
     assert_eq!(stats["passed_frontend_removed"], 0, "{stats:?}");

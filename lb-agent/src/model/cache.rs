@@ -297,7 +297,7 @@ impl Cache {
     }
 
     /// The serving endpoint IPs of UDP frontend `fe` (see [`Claim`]).
-    fn serving(&self, fe: &Frontend) -> &[IpAddr] {
+    pub fn serving(&self, fe: &Frontend) -> &[IpAddr] {
         match self.winner(fe) {
             Some((_, Claim::Program { serving, .. })) => serving,
             _ => &[],

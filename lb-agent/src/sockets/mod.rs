@@ -10,7 +10,8 @@
 //! on the node (`diag.rs`, NETLINK_SOCK_DIAG), finds the frontend each one
 //! was sent through in `LB4_REVNAT` by socket cookie and backend
 //! (`revnat.rs`), and destroys those the request makes stale
-//! (`request.rs`). Namespaces (`netns.rs`) are entered with `setns` on a
+//! (`request.rs`) and whose backend still does not serve when the pass
+//! gets to them (`serving.rs`). Namespaces (`netns.rs`) are entered with `setns` on a
 //! thread that exists for that pass only (`scan.rs`); [`SocketReaper`]
 //! runs passes in the background.
 //!
@@ -23,6 +24,7 @@ mod reaper;
 mod request;
 mod revnat;
 mod scan;
+mod serving;
 
 #[cfg(test)]
 mod privileged;
@@ -34,6 +36,7 @@ pub use netns::{DEFAULT_NETNS_DIR, NetnsSources};
 pub use reaper::SocketReaper;
 pub use request::StaleUdp;
 pub use scan::{Report, destroy_stale};
+pub use serving::UdpServing;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SocketsError {

@@ -13,7 +13,7 @@ use std::{
     os::fd::AsFd as _,
     path::{Path, PathBuf},
     process::Command,
-    sync::atomic::{AtomicU32, Ordering},
+    sync::atomic::{AtomicBool, AtomicU32, Ordering},
     time::Duration,
 };
 
@@ -247,6 +247,37 @@ fn stale_sockets_are_destroyed_in_every_namespace_and_the_others_survive() {
     // A second pass finds nothing more: destroyed sockets are disconnected.
     let again = destroy_stale(&pin, &stale, &sources).expect("second pass");
     assert_eq!(again.sockets_destroyed, 0, "{again:?}");
+}
+
+#[test]
+fn a_pass_spares_sockets_whose_backend_serves_again_by_the_time_it_runs() {
+    require_root();
+    let a = TestNetns::new();
+    let pins = TestDir::new(Path::new("/sys/fs/bpf"));
+    let pin = pins.0.join("LB4_REVNAT");
+    let mut map = revnat_map(&pin);
+    let (back_backend, back) = backend_and_client(&a, Ipv4Addr::new(127, 0, 0, 1));
+    record(&mut map, &back, STALE_VIP);
+    let (_, gone) = backend_and_client(&a, Ipv4Addr::new(127, 0, 0, 2));
+    record(&mut map, &gone, STALE_VIP);
+
+    // The request was made when neither served; since then, 127.0.0.1
+    // came back.
+    let mut stale = StaleUdp::new();
+    stale.set(STALE_VIP, []);
+    let live = UdpServing::default();
+    let back_ip = [Ipv4Addr::new(127, 0, 0, 1).into()];
+    live.narrow([(STALE_VIP.into(), &back_ip[..])]);
+    let sources = NetnsSources {
+        own: false,
+        dirs: vec![PathBuf::from(DEFAULT_NETNS_DIR)],
+        proc: None,
+    };
+    let report =
+        scan::run(&pin, &stale, Some(&live), &sources, &AtomicBool::new(false)).expect("pass");
+    assert_eq!(report.sockets_destroyed, 1, "{report:?}");
+    assert_aborted("still gone", &gone);
+    assert_alive("back", &back_backend, &back);
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::{
     thread::{self, JoinHandle},
 };
 
-use super::{NetnsSources, Report, SocketsError, StaleUdp, scan};
+use super::{NetnsSources, Report, SocketsError, StaleUdp, UdpServing, scan};
 
 /// Runs [`destroy_stale`](super::destroy_stale) passes one after another.
 /// Requests that queue up while a pass runs become one pass. Dropping it
@@ -40,10 +40,11 @@ impl Job {
 }
 
 impl SocketReaper {
-    /// Starts the thread. `on_pass` gets each pass's outcome on that
+    /// Starts the thread. Passes spare the sockets sent to a backend that
+    /// `live` says serves again. `on_pass` gets each pass's outcome on that
     /// thread, e.g. to add `sockets_destroyed` to a counter and log
     /// `first_failure`.
-    pub fn spawn<F>(netns: NetnsSources, mut on_pass: F) -> io::Result<Self>
+    pub fn spawn<F>(netns: NetnsSources, live: Arc<UdpServing>, mut on_pass: F) -> io::Result<Self>
     where
         F: FnMut(Result<Report, SocketsError>) + Send + 'static,
     {
@@ -60,7 +61,13 @@ impl SocketReaper {
                     if stopped.load(Ordering::Relaxed) {
                         break;
                     }
-                    on_pass(scan::run(&job.revnat_pin, &job.stale, &netns, &stopped));
+                    on_pass(scan::run(
+                        &job.revnat_pin,
+                        &job.stale,
+                        Some(&live),
+                        &netns,
+                        &stopped,
+                    ));
                 }
             })?;
         Ok(Self {
@@ -137,6 +144,7 @@ mod tests {
                 dirs: Vec::new(),
                 proc: None,
             },
+            Arc::default(),
             move |outcome| tx.send(outcome).unwrap(),
         )
         .unwrap();

@@ -9,7 +9,7 @@ use std::{
 };
 
 use super::{
-    SocketsError, StaleUdp,
+    SocketsError, StaleUdp, UdpServing,
     diag::{Destroyed, Diag},
     netns::{Netns, NetnsSources, NsId},
     revnat::RevNat,
@@ -56,13 +56,15 @@ pub fn destroy_stale(
     stale: &StaleUdp,
     netns: &NetnsSources,
 ) -> Result<Report, SocketsError> {
-    run(revnat_pin, stale, netns, &AtomicBool::new(false))
+    run(revnat_pin, stale, None, netns, &AtomicBool::new(false))
 }
 
-/// [`destroy_stale`], stopping between namespaces once `stop` is set.
+/// [`destroy_stale`], sparing sockets sent to a backend that `live` says
+/// serves again, and stopping between namespaces once `stop` is set.
 pub(super) fn run(
     revnat_pin: &Path,
     stale: &StaleUdp,
+    live: Option<&UdpServing>,
     netns: &NetnsSources,
     stop: &AtomicBool,
 ) -> Result<Report, SocketsError> {
@@ -75,7 +77,9 @@ pub(super) fn run(
     thread::scope(|scope| {
         let pass = thread::Builder::new()
             .name("lb-sockets".into())
-            .spawn_scoped(scope, move || Pass::new(&revnat, stale).run(netns, stop))
+            .spawn_scoped(scope, move || {
+                Pass::new(&revnat, stale, live).run(netns, stop)
+            })
             .map_err(SocketsError::Thread)?;
         match pass.join() {
             Ok(report) => Ok(report),
@@ -87,6 +91,7 @@ pub(super) fn run(
 struct Pass<'a> {
     revnat: &'a RevNat,
     stale: &'a StaleUdp,
+    live: Option<&'a UdpServing>,
     seen: HashSet<NsId>,
     /// The namespace this thread is in, when known.
     here: Option<NsId>,
@@ -94,10 +99,11 @@ struct Pass<'a> {
 }
 
 impl<'a> Pass<'a> {
-    fn new(revnat: &'a RevNat, stale: &'a StaleUdp) -> Self {
+    fn new(revnat: &'a RevNat, stale: &'a StaleUdp, live: Option<&'a UdpServing>) -> Self {
         Self {
             revnat,
             stale,
+            live,
             seen: HashSet::new(),
             // Unknown: every namespace is entered, the first one too.
             here: NsId::current().ok(),
@@ -173,7 +179,14 @@ impl<'a> Pass<'a> {
                 .revnat
                 .frontend(socket.cookie, socket.peer)
                 .map_err(SocketsError::Lookup)?;
-            if !frontend.is_some_and(|f| self.stale.is_stale(f, *socket.peer.ip())) {
+            let backend = *socket.peer.ip();
+            let stale = frontend.is_some_and(|f| {
+                self.stale.is_stale(f, backend)
+                    && !self
+                        .live
+                        .is_some_and(|live| live.serves(f.into(), backend.into()))
+            });
+            if !stale {
                 continue;
             }
             match diag.destroy(&socket) {

@@ -201,7 +201,7 @@ fn prune_repairs_an_entry_deleted_behind_the_agents_back() {
     assert!(s.reconciler.has(&Frontend {
         vip: "10.96.0.1".parse().unwrap(),
         port: 80,
-        proto: crate::model::Proto::Tcp,
+        proto: Proto::Tcp,
     }));
     // Not while revisions wait for their grace period; then, with nothing
     // drifted, a prune changes nothing.
@@ -231,4 +231,47 @@ fn what_was_logged_is_forgotten_with_its_service_and_counted_once() {
     assert!(s.reported.is_empty() && s.reported_conflicts.is_empty());
     assert!(s.owner_of.is_empty() && s.owned.is_empty());
     assert_eq!(e.metrics.invalid(ObjectKind::Service).get(), 0);
+}
+
+#[test]
+fn udp_serving_follows_every_sync_and_forgets_gone_frontends() {
+    let (mut s, _, _) = syncer(64);
+    let now = Instant::now();
+    let udp = |ips: &[&str]| {
+        Slice::new("default", "dns-1")
+            .service("dns")
+            .port("dns", 5353, "UDP")
+            .ready(ips)
+            .build()
+    };
+    let dns = Svc::new("default", "dns")
+        .cluster_ip("10.96.0.10")
+        .port("dns", 53, "UDP");
+    list(&mut s, vec![dns], vec![udp(&["10.0.0.1", "10.0.0.2"])], now);
+    s.sync(now).unwrap();
+    let live = s.udp_serving();
+    let fe: SocketAddr = "10.96.0.10:53".parse().unwrap();
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    assert!(live.serves(fe, ip("10.0.0.1")) && live.serves(fe, ip("10.0.0.2")));
+    assert!(s.take_stale_udp().is_empty(), "nothing stopped serving");
+
+    // 10.0.0.1 leaves: its sockets are stale, and stay stale for a pass
+    // that runs late.
+    s.apply(Change::Slice(Box::new(udp(&["10.0.0.2"]))), now);
+    s.sync(now).unwrap();
+    assert!(!live.serves(fe, ip("10.0.0.1")));
+    assert_eq!(s.take_stale_udp().len(), 1);
+    // It comes back before the pass runs: the pass must spare it.
+    s.apply(Change::Slice(Box::new(udp(&["10.0.0.1", "10.0.0.2"]))), now);
+    s.sync(now).unwrap();
+    assert!(live.serves(fe, ip("10.0.0.1")));
+    assert!(
+        s.take_stale_udp().is_empty(),
+        "an addition makes nothing stale"
+    );
+
+    s.apply(deleted("dns"), now);
+    s.sync(now).unwrap();
+    assert_eq!(live.frontends(), 0, "a gone frontend serves nothing");
+    assert_eq!(s.take_stale_udp().len(), 1);
 }

@@ -419,6 +419,8 @@ enum Proto {
 
 /// A UDP reply slower than this counts as failed.
 const UDP_TIMEOUT: Duration = Duration::from_millis(200);
+/// Attempts of one request whose socket the agent destroyed as stale.
+const UDP_DESTROYED_TRIES: u32 = 3;
 
 /// One worker's tally.
 #[derive(Default)]
@@ -705,22 +707,27 @@ fn bench_udp_worker(
                     s.send(b"?")?;
                     s.recv(buf)
                 };
-                match ask(buf) {
-                    // The agent destroyed the socket because its endpoint
-                    // left the Service while the request was in flight (its
-                    // stale-UDP cleanup, kube-proxy's conntrack flush): an
-                    // application reconnects, and so does this client, once.
-                    // recv() reports it as ECONNABORTED, send() (when it came
-                    // between connect and send) as EDESTADDRREQ.
-                    Err(e)
-                        if matches!(
-                            e.raw_os_error(),
-                            Some(libc::ECONNABORTED | libc::EDESTADDRREQ)
-                        ) =>
-                    {
-                        ask(buf)
+                // The agent destroys a socket whose endpoint left the
+                // Service while the request was in flight (its stale-UDP
+                // cleanup, kube-proxy's conntrack flush): recv() reports
+                // ECONNABORTED, send() (when it came between connect and
+                // send) EDESTADDRREQ. An application reconnects, and so
+                // does this client; under heavy churn the new endpoint can
+                // leave too, so it tries a few times.
+                let mut tries = 1;
+                loop {
+                    match ask(buf) {
+                        Err(e)
+                            if tries < UDP_DESTROYED_TRIES
+                                && matches!(
+                                    e.raw_os_error(),
+                                    Some(libc::ECONNABORTED | libc::EDESTADDRREQ)
+                                ) =>
+                        {
+                            tries += 1;
+                        }
+                        r => break r,
                     }
-                    r => r,
                 }
             } else {
                 shared.send_to(b"?", addr)?;
