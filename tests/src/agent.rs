@@ -284,8 +284,9 @@ impl Agent {
         self.wait_until(&format!("sync {n}"), |a| Ok(a.metric(SYNCS)? >= n as f64))
     }
 
-    /// Changes received and written so far: one per watch event, two per
-    /// re-read of the source file (its Services, its slices).
+    /// Changes received and written so far: one per watch event, three
+    /// per re-read of the source file (its Services, its slices, this
+    /// node's zone).
     pub fn written(&mut self) -> anyhow::Result<u64> {
         Ok(self.metric(WRITTEN)? as u64)
     }

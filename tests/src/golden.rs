@@ -199,8 +199,9 @@ impl Rig {
         fs::write(&tmp, text)?;
         fs::rename(&tmp, self.manifest())?;
         if let (Some(agent), Some(before)) = (&mut self.agent, written) {
-            // The file source sends two changes per read: Services, slices.
-            agent.wait_written(before + 2)?;
+            // The file source sends three changes per read: Services,
+            // slices, this node's zone.
+            agent.wait_written(before + 3)?;
         }
         Ok(())
     }

@@ -148,12 +148,12 @@ impl Bed {
     }
 
     /// Rewrites the manifest and waits until the running agent has
-    /// written what it read (the file source sends two changes per read:
-    /// all Services, all slices).
+    /// written what it read (the file source sends three changes per
+    /// read: all Services, all slices, this node's zone).
     pub fn update(&mut self, yaml: &str) -> anyhow::Result<()> {
         let before = self.agent().written()?;
         self.write_manifest(yaml)?;
-        self.agent().wait_written(before + 2)
+        self.agent().wait_written(before + 3)
     }
 
     /// Adds another client pod `id` at `ip` (its own network namespace, in

@@ -13,11 +13,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use lb_fixtures::{Ep, Node, Object, Slice, Svc, yaml};
+use lb_fixtures::{Ep, Node, Object, Slice, Svc, json, yaml};
 use lb_tests::{
+    apiserver::ApiServer,
     netns,
     probe::{Report, UdpAnswer},
-    scenario::Bed,
+    scenario::{Bed, apply_yaml},
 };
 
 /// The agent's node name in these tests.
@@ -412,6 +413,63 @@ fn topology_hints_follow_this_nodes_zone_and_node_hints() -> anyhow::Result<()> 
         reached(&bed.tcp("10.96.204.2:80", 20)?, 20),
         BTreeSet::from(["n1"])
     );
+    Ok(())
+}
+
+/// Connects to `to` until they reach exactly `expected`, for at most 5 s.
+fn until_reached(bed: &Bed, to: &str, expected: &[&str]) -> anyhow::Result<()> {
+    let expected: BTreeSet<&str> = expected.iter().copied().collect();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = bed.tcp(to, 40)?;
+        let now = reached(&r, 40);
+        if now == expected {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{to} reaches {now:?}, not {expected:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_zone_label_changes_in_the_apiserver_under_traffic() -> anyhow::Result<()> {
+    let mut bed = Bed::new()?;
+    backends(
+        &mut bed,
+        &[
+            ("za1", "10.42.204.1"),
+            ("za2", "10.42.204.2"),
+            ("zb1", "10.42.204.3"),
+            ("zb2", "10.42.204.4"),
+            ("n1", "10.42.204.5"),
+            ("n2", "10.42.204.6"),
+            ("n3", "10.42.204.7"),
+        ],
+    )?;
+    let to = "10.96.204.1:80";
+    let api = ApiServer::start()?;
+    apply_yaml(&api, &hints_manifest(Some("zone-a")))?;
+    bed.start_agent_kube(&api, &[])?;
+    // The Node comes through its own watch, which may follow the first sync.
+    until_reached(&bed, to, &["za1", "za2"])?;
+
+    let churn = bed.churn(to)?;
+    std::thread::sleep(Duration::from_millis(500));
+    api.apply(json(Node::new(NODE).zone("zone-b")))?;
+    until_reached(&bed, to, &["zb1", "zb2"])?;
+    // Another node's zone is not ours.
+    api.apply(json(Node::new("node-2").zone("zone-a")))?;
+    // The label removed: no zone, no hint matches, every endpoint serves.
+    api.apply(json(Node::new(NODE)))?;
+    until_reached(&bed, to, &["za1", "za2", "zb1", "zb2"])?;
+    let r = churn.finish()?;
+    assert_eq!(r.failed(), 0, "{r:?}");
+    for zone in [["za1", "za2"], ["zb1", "zb2"]] {
+        assert!(zone.iter().any(|p| r.replies.contains_key(*p)), "{r:?}");
+    }
     Ok(())
 }
 
