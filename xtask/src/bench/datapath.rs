@@ -20,24 +20,55 @@ use super::Plan;
 pub const CLUSTER_CIDR: &str = "10.0.0.0/16";
 /// The measured Service's VIP: TCP 80 and UDP 53, after all filler Services.
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 100, 0, 1);
+/// The same TCP Service with `sessionAffinity: ClientIP`, and with
+/// `internalTrafficPolicy: Local` (every endpoint on this node), for ours
+/// only: two Services more in our maps than in kube-proxy's rules.
+const AFFINITY_VIP: Ipv4Addr = Ipv4Addr::new(10, 100, 0, 2);
+const LOCAL_VIP: Ipv4Addr = Ipv4Addr::new(10, 100, 0, 3);
+/// The agent's node name, which the Local Service's endpoints name.
+const NODE: &str = "bench-node";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     Direct,
     Ours,
+    /// Ours, through the `sessionAffinity: ClientIP` Service.
+    OursAffinity,
+    /// Ours, through the `internalTrafficPolicy: Local` Service.
+    OursLocal,
     Iptables,
     Nftables,
 }
 
 impl Mode {
+    /// The modes every load runs through.
     pub const ALL: [Mode; 4] = [Mode::Direct, Mode::Ours, Mode::Iptables, Mode::Nftables];
+    /// Every mode, in round order; the semantics modes run TCP only.
+    pub const EVERY: [Mode; 6] = [
+        Mode::Direct,
+        Mode::Ours,
+        Mode::OursAffinity,
+        Mode::OursLocal,
+        Mode::Iptables,
+        Mode::Nftables,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Mode::Direct => "direct",
             Mode::Ours => "ours",
+            Mode::OursAffinity => "ours, ClientIP affinity",
+            Mode::OursLocal => "ours, iTP Local",
             Mode::Iptables => "iptables",
             Mode::Nftables => "nftables",
+        }
+    }
+
+    /// The loads measured through this mode.
+    pub fn loads(self) -> &'static [Load] {
+        match self {
+            Mode::OursAffinity | Mode::OursLocal => &[Load::Tcp],
+            _ => &Load::ALL,
         }
     }
 }
@@ -179,7 +210,7 @@ pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
         bed.backend(&format!("p{i}"), *ip, &[8080], &[5353])?;
     }
     let specs = services(n, &pods, plan.endpoints);
-    bed.write_manifest(&manifests(&specs))?;
+    bed.write_manifest(&(manifests(&specs) + &semantics_manifests(&pods)))?;
 
     // Each mode keeps its own client namespace (pods 10.0.0.2-4) and its
     // rules or programs for the whole run, so rounds alternate without
@@ -188,7 +219,7 @@ pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
     let ipt_ns = bed.topo.add_host("ipt", Ipv4Addr::new(10, 0, 0, 3))?;
     let nft_ns = bed.topo.add_host("nft", Ipv4Addr::new(10, 0, 0, 4))?;
     let plain = TestCgroup::new(&unique("plain"))?;
-    bed.start_agent(&[])?;
+    bed.start_agent(&[&format!("--hostname-override={NODE}")])?;
     kubeproxy::load_iptables(&ipt_ns, &kubeproxy::iptables_restore(&specs, CLUSTER_CIDR))?;
     let t = Instant::now();
     kubeproxy::load_nft(&nft_ns, &kubeproxy::nft_ruleset(&specs, CLUSTER_CIDR))?;
@@ -200,9 +231,11 @@ pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
             .map(|p| format!("{p}:{pod_port}"))
             .collect::<Vec<_>>()
             .join(","),
-        _ => format!("{VIP}:{port}"),
+        Mode::OursAffinity => format!("{AFFINITY_VIP}:{port}"),
+        Mode::OursLocal => format!("{LOCAL_VIP}:{port}"),
+        Mode::Ours | Mode::Iptables | Mode::Nftables => format!("{VIP}:{port}"),
     };
-    let mut rows: Vec<Row> = Mode::ALL
+    let mut rows: Vec<Row> = Mode::EVERY
         .iter()
         .map(|&mode| Row {
             mode,
@@ -213,19 +246,21 @@ pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
     let (c, t) = (plan.concurrency.to_string(), plan.seconds.to_string());
     for round in 0..plan.rounds {
         // ABBA order, so drift over the run favours no mode.
-        let mut order = Mode::ALL;
+        let mut order = Mode::EVERY;
         if round % 2 == 1 {
             order.reverse();
         }
         for mode in order {
             let (ns, cgroup) = match mode {
                 Mode::Direct => (&bed.client_ns, plain.path()),
-                Mode::Ours => (&bed.client_ns, bed.cgroup.path()),
+                Mode::Ours | Mode::OursAffinity | Mode::OursLocal => {
+                    (&bed.client_ns, bed.cgroup.path())
+                }
                 Mode::Iptables => (&ipt_ns, plain.path()),
                 Mode::Nftables => (&nft_ns, plain.path()),
             };
             let mut line = format!("   {:<9} N={n:<6}", mode.name());
-            for load in Load::ALL {
+            for &load in mode.loads() {
                 if matches!(mode, Mode::Iptables | Mode::Nftables) {
                     // Each measurement starts from an empty conntrack table:
                     // new flows by the 100,000 would otherwise fill it.
@@ -260,6 +295,33 @@ pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
         }
     }
     Ok(rows)
+}
+
+/// The TCP Service on [`AFFINITY_VIP`] with `sessionAffinity: ClientIP`
+/// (the default timeout), and on [`LOCAL_VIP`] with `internalTrafficPolicy:
+/// Local` and every endpoint on this node: both on `pods`' port 8080.
+fn semantics_manifests(pods: &[Ipv4Addr]) -> String {
+    let mut out = String::new();
+    let eps: Vec<String> = pods
+        .iter()
+        .map(|ip| format!("{{addresses: [\"{ip}\"], nodeName: \"{NODE}\"}}"))
+        .collect();
+    for (name, vip, spec) in [
+        ("web-affinity", AFFINITY_VIP, "sessionAffinity: ClientIP"),
+        ("web-local", LOCAL_VIP, "internalTrafficPolicy: Local"),
+    ] {
+        let _ = write!(
+            out,
+            "---\napiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: bench}}\n\
+             spec:\n  type: ClusterIP\n  clusterIP: \"{vip}\"\n  {spec}\n  \
+             ports: [{{name: web, port: 80, protocol: TCP}}]\n\
+             ---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+             metadata: {{name: {name}-1, namespace: bench, labels: {{kubernetes.io/service-name: {name}}}}}\n\
+             addressType: IPv4\nports: [{{name: web, port: 8080, protocol: TCP}}]\nendpoints: [{}]\n",
+            eps.join(", ")
+        );
+    }
+    out
 }
 
 /// A v1 Service manifest. `ports`: (name, port, protocol).

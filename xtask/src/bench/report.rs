@@ -122,7 +122,10 @@ fn datapath_tables(o: &mut String, plan: &Plan, rows: &[Row]) {
          is the median over rounds, and \"spread\" is the slowest and fastest round. The \
          measured Service is the last in rule order. iptables/nftables: kube-proxy v1.31's \
          layouts, loaded in the client's netns; conntrack is flushed before each measurement. \
-         Ratios: to direct / to ours.\n",
+         Ratios: to direct / to ours. \"ours, ClientIP affinity\" and \"ours, iTP Local\" \
+         reach the same pods through a Service with `sessionAffinity: ClientIP` (all of one \
+         client's connections go to one pod) and one with `internalTrafficPolicy: Local` \
+         (every endpoint on this node): two Services more in our maps.\n",
         plan.endpoints, plan.concurrency, plan.seconds, plan.rounds
     );
     for (load, title, unit) in [
@@ -155,7 +158,10 @@ fn datapath_tables(o: &mut String, plan: &Plan, rows: &[Row]) {
         let _ = writeln!(o, "|---:|---|---:|---:|---:|---:|---:|---:|");
         for &n in &plan.scales {
             let (d, us) = (find(rows, Mode::Direct, n), find(rows, Mode::Ours, n));
-            for mode in Mode::ALL {
+            for mode in Mode::EVERY
+                .into_iter()
+                .filter(|m| m.loads().contains(&load))
+            {
                 let r = find(rows, mode, n);
                 let (lo, hi) = r.spread(load);
                 let _ = writeln!(
@@ -306,6 +312,17 @@ fn targets(plan: &Plan, rows: &[Row], c: &Control) -> Vec<(bool, String)> {
             format!(
                 "ours >= nftables at N={n} (TCP): {:.2}x",
                 us.rate(Load::Tcp) / nft
+            ),
+        ));
+    }
+    if let Some(&n) = plan.scales.last() {
+        let us = find(rows, Mode::Ours, n).rate(Load::Tcp);
+        let r = find(rows, Mode::OursAffinity, n).rate(Load::Tcp) / us;
+        t.push((
+            r >= 0.97,
+            format!(
+                "ClientIP affinity costs <= 3% of ours' rate at N={n} (TCP): {:.1}%",
+                (1.0 - r) * 100.0
             ),
         ));
     }
