@@ -19,6 +19,7 @@ pub mod netns;
 mod orphans;
 pub mod probe;
 pub mod procnet;
+pub mod progstats;
 pub mod scenario;
 pub mod txtar;
 

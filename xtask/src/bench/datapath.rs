@@ -9,6 +9,7 @@ use lb_tests::{
     kubeproxy::{self, Proto, SvcSpec},
     netns,
     probe::{self, BenchReport},
+    progstats::{Runs, StatsOn},
     scenario::Bed,
     unique,
 };
@@ -98,11 +99,16 @@ impl Load {
     }
 }
 
+/// Our programs whose cost per call the bench reports (their link pins).
+pub const PROGRAMS: [&str; 3] = ["connect4", "sendmsg4", "recvmsg4"];
+
 /// One mode at one N: every round's report, per load.
 pub struct Row {
     pub mode: Mode,
     pub n: usize,
     pub runs: Vec<(Load, BenchReport)>,
+    /// Ours: what each of [`PROGRAMS`] ran during each load, over all rounds.
+    pub programs: Vec<(Load, &'static str, Runs)>,
 }
 
 impl Row {
@@ -132,6 +138,31 @@ impl Row {
     pub fn failed(&self) -> u64 {
         self.runs.iter().map(|(_, r)| r.failed).sum()
     }
+
+    fn add_programs(&mut self, load: Load, ran: Vec<(&'static str, Runs)>) {
+        for (prog, r) in ran {
+            match self
+                .programs
+                .iter_mut()
+                .find(|(l, p, _)| *l == load && *p == prog)
+            {
+                Some((_, _, total)) => {
+                    total.time += r.time;
+                    total.count += r.count;
+                }
+                None => self.programs.push((load, prog, r)),
+            }
+        }
+    }
+}
+
+/// Each of [`PROGRAMS`]' counters now, as attached by the agent pinned in
+/// `pins`.
+fn program_runs(pins: &std::path::Path) -> anyhow::Result<Vec<(&'static str, Runs)>> {
+    PROGRAMS
+        .iter()
+        .map(|p| Ok((*p, Runs::of_link(&pins.join("links").join(p))?)))
+        .collect()
 }
 
 fn median(v: impl Iterator<Item = f64>) -> f64 {
@@ -241,6 +272,7 @@ pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
             mode,
             n,
             runs: Vec::new(),
+            programs: Vec::new(),
         })
         .collect();
     let (c, t) = (plan.concurrency.to_string(), plan.seconds.to_string());
@@ -272,7 +304,26 @@ pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
                 };
                 let mut args = load.args().to_vec();
                 args.extend(["--to", &to, "-c", &c, "--seconds", &t]);
+                // The kernel times our programs during our runs only: the
+                // two clock reads per call it adds stay out of the others.
+                let ours = matches!(mode, Mode::Ours | Mode::OursAffinity | Mode::OursLocal);
+                let stats = ours
+                    .then(|| -> anyhow::Result<_> {
+                        let on = StatsOn::enable()?;
+                        Ok((on, program_runs(bed.pins.path())?))
+                    })
+                    .transpose()?;
                 let r = probe::bench(ns, cgroup, &args)?;
+                let ran = stats
+                    .map(|(_on, before)| -> anyhow::Result<_> {
+                        let after = program_runs(bed.pins.path())?;
+                        Ok(after
+                            .into_iter()
+                            .zip(before)
+                            .map(|((p, a), (_, b))| (p, a.since(b)))
+                            .collect::<Vec<_>>())
+                    })
+                    .transpose()?;
                 anyhow::ensure!(
                     r.ok > 0,
                     "{} {load:?} at N={n} answered nothing",
@@ -285,11 +336,14 @@ pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
                     r.p50_us().unwrap_or(f64::NAN),
                     r.failed
                 );
-                rows.iter_mut()
+                let row = rows
+                    .iter_mut()
                     .find(|r| r.mode == mode)
-                    .expect("every mode has a row")
-                    .runs
-                    .push((load, r));
+                    .expect("every mode has a row");
+                row.runs.push((load, r));
+                if let Some(ran) = ran {
+                    row.add_programs(load, ran);
+                }
             }
             eprintln!("{line}");
         }

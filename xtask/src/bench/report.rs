@@ -180,6 +180,34 @@ fn datapath_tables(o: &mut String, plan: &Plan, rows: &[Row]) {
     }
     let failed: u64 = rows.iter().map(Row::failed).sum();
     let _ = writeln!(o, "Failed requests over all datapath runs: {failed}.\n");
+    program_costs(o, plan, rows);
+}
+
+/// Our programs' mean run time per call during each of our runs.
+fn program_costs(o: &mut String, plan: &Plan, rows: &[Row]) {
+    let _ = writeln!(
+        o,
+        "### Our programs' cost per call\n\n\
+         The kernel's BPF statistics (`run_time_ns` / `run_cnt`, as `bpftool prog show` prints \
+         them with `kernel.bpf_stats_enabled=1`), enabled during our runs only, over all rounds; \
+         programs that did not run are left out.\n"
+    );
+    let _ = writeln!(o, "| N | mode | load | program | calls | ns per call |");
+    let _ = writeln!(o, "|---:|---|---|---|---:|---:|");
+    for &n in &plan.scales {
+        for row in rows.iter().filter(|r| r.n == n) {
+            for (load, prog, runs) in row.programs.iter().filter(|(_, _, r)| r.count > 0) {
+                let _ = writeln!(
+                    o,
+                    "| {n} | {} | {load:?} | {prog} | {} | {:.0} |",
+                    row.mode.name(),
+                    runs.count,
+                    runs.ns_per_run()
+                );
+            }
+        }
+    }
+    o.push('\n');
 }
 
 fn control_tables(o: &mut String, plan: &Plan, c: &Control) {
