@@ -11,7 +11,7 @@
 
 use std::{
     future::Future,
-    net::{IpAddr, SocketAddrV4},
+    net::SocketAddr,
     path::PathBuf,
     sync::Arc,
     thread,
@@ -432,18 +432,13 @@ impl Agent {
     /// programs into older maps, which the next full sync's request would
     /// not find either: such a request is dropped.
     fn destroy_stale_udp(&mut self) {
+        // Only IPv4 sockets are searched (`LB4_REVNAT`).
         let stale: StaleUdp = self
             .syncer
             .take_stale_udp()
             .into_iter()
-            .filter_map(|(fe, serving)| {
-                let IpAddr::V4(vip) = fe.vip else { return None };
-                let serving = serving.into_iter().filter_map(|ip| match ip {
-                    IpAddr::V4(ip) => Some(ip),
-                    IpAddr::V6(_) => None,
-                });
-                Some((SocketAddrV4::new(vip, fe.port), serving.collect()))
-            })
+            .filter(|fe| fe.vip.is_ipv4())
+            .map(|fe| SocketAddr::new(fe.vip, fe.port))
             .collect();
         if stale.is_empty() || !self.attached {
             return;

@@ -79,9 +79,9 @@ pub struct Syncer<T: Tables, G: GracePeriods> {
     /// each Service has: `lbagent_services_programmed` counts the latter.
     owner_of: HashMap<Frontend, ObjectRef>,
     owned: HashMap<ObjectRef, usize>,
-    /// UDP frontends whose sockets to gone endpoints are to be destroyed,
-    /// with the endpoint IPs still serving; taken after each sync.
-    stale_udp: BTreeMap<Frontend, Vec<IpAddr>>,
+    /// UDP frontends whose sockets to gone endpoints are to be destroyed;
+    /// taken after each sync.
+    stale_udp: BTreeSet<Frontend>,
     /// Every UDP frontend's serving IPs, kept for the socket reaper.
     udp_serving: Arc<UdpServing>,
 }
@@ -95,7 +95,7 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
     ) -> Self {
         Self {
             cache: Cache::new(excluded, node),
-            stale_udp: BTreeMap::new(),
+            stale_udp: BTreeSet::new(),
             udp_serving: Arc::default(),
             reconciler,
             endpoints,
@@ -136,9 +136,9 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
     }
 
     /// The UDP frontends whose connected sockets may point at endpoints that
-    /// stopped serving, with the IPs still serving, since the last call.
+    /// stopped serving (see [`Self::udp_serving`]), since the last call.
     /// Call after [`Self::sync`], once the maps send new connects elsewhere.
-    pub fn take_stale_udp(&mut self) -> BTreeMap<Frontend, Vec<IpAddr>> {
+    pub fn take_stale_udp(&mut self) -> BTreeSet<Frontend> {
         std::mem::take(&mut self.stale_udp)
     }
 
@@ -220,9 +220,7 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         let start = Instant::now();
         let mut flush = self.cache.flush();
         self.report(&flush);
-        for (fe, serving) in std::mem::take(&mut flush.stale_udp) {
-            self.stale_udp.insert(fe, serving);
-        }
+        self.stale_udp.append(&mut flush.stale_udp);
         // Connects reach new endpoints as soon as the maps are written, and
         // stop reaching old ones only then.
         let udp: Vec<Frontend> = flush

@@ -311,6 +311,17 @@ fn internal_traffic_policy_local_uses_only_this_nodes_endpoints_or_fails_fast() 
 
 // ---- Topology hints ---------------------------------------------------------
 
+/// The pods behind `zoned` (za*, zb*) and `pinned` (n*).
+const HINTED_PODS: [(&str, &str); 7] = [
+    ("za1", "10.42.204.1"),
+    ("za2", "10.42.204.2"),
+    ("zb1", "10.42.204.3"),
+    ("zb2", "10.42.204.4"),
+    ("n1", "10.42.204.5"),
+    ("n2", "10.42.204.6"),
+    ("n3", "10.42.204.7"),
+];
+
 /// `zoned` (10.96.204.1) with two endpoints hinted for each of zone-a and
 /// zone-b; `pinned` (10.96.204.2) hinted for nodes; this node's Node if
 /// `zone` is given.
@@ -352,18 +363,7 @@ fn hints_manifest(zone: Option<&str>) -> String {
 #[test]
 fn topology_hints_follow_this_nodes_zone_and_node_hints() -> anyhow::Result<()> {
     let mut bed = Bed::new()?;
-    backends(
-        &mut bed,
-        &[
-            ("za1", "10.42.204.1"),
-            ("za2", "10.42.204.2"),
-            ("zb1", "10.42.204.3"),
-            ("zb2", "10.42.204.4"),
-            ("n1", "10.42.204.5"),
-            ("n2", "10.42.204.6"),
-            ("n3", "10.42.204.7"),
-        ],
-    )?;
+    backends(&mut bed, &HINTED_PODS)?;
     let to = "10.96.204.1:80";
     // No Node in the file: the node has no zone, which no hint matches, so
     // the hints are ignored.
@@ -437,18 +437,7 @@ fn until_reached(bed: &Bed, to: &str, expected: &[&str]) -> anyhow::Result<()> {
 #[test]
 fn the_zone_label_changes_in_the_apiserver_under_traffic() -> anyhow::Result<()> {
     let mut bed = Bed::new()?;
-    backends(
-        &mut bed,
-        &[
-            ("za1", "10.42.204.1"),
-            ("za2", "10.42.204.2"),
-            ("zb1", "10.42.204.3"),
-            ("zb2", "10.42.204.4"),
-            ("n1", "10.42.204.5"),
-            ("n2", "10.42.204.6"),
-            ("n3", "10.42.204.7"),
-        ],
-    )?;
+    backends(&mut bed, &HINTED_PODS)?;
     let to = "10.96.204.1:80";
     let api = ApiServer::start()?;
     apply_yaml(&api, &hints_manifest(Some("zone-a")))?;

@@ -38,10 +38,10 @@ pub struct Flush {
     /// Every recomputed Service, with what the model noticed about it now
     /// (empty for one that was deleted or is no longer programmed).
     pub services: BTreeMap<ObjectRef, ServiceReport>,
-    /// UDP frontends that stopped sending to some endpoint IP, with the IPs
-    /// still serving (none: the frontend is gone): connected sockets sent
-    /// to any other backend are stale (kube-proxy's `CleanStaleEntries`).
-    pub stale_udp: BTreeMap<Frontend, Vec<IpAddr>>,
+    /// UDP frontends that stopped sending to some endpoint IP (or are
+    /// gone): connected sockets sent through them to an IP they no longer
+    /// [serve](Cache::serving) are stale (kube-proxy's `CleanStaleEntries`).
+    pub stale_udp: BTreeSet<Frontend>,
 }
 
 /// What the model noticed about one Service, besides its claims.
@@ -271,7 +271,7 @@ impl Cache {
         for (fe, before) in udp_before {
             let now = self.serving(&fe);
             if before.iter().any(|ip| !now.contains(ip)) {
-                out.stale_udp.insert(fe, now.to_vec());
+                out.stale_udp.insert(fe);
             }
         }
         // A pass-through reported above may have lost to another Service.

@@ -9,9 +9,9 @@
 //! A pass dumps the connected IPv4 UDP sockets of every network namespace
 //! on the node (`diag.rs`, NETLINK_SOCK_DIAG), finds the frontend each one
 //! was sent through in `LB4_REVNAT` by socket cookie and backend
-//! (`revnat.rs`), and destroys those the request makes stale
-//! (`request.rs`) and whose backend still does not serve when the pass
-//! gets to them (`serving.rs`). Namespaces (`netns.rs`) are entered with `setns` on a
+//! (`revnat.rs`), and destroys those sent through a frontend the request
+//! names (`request.rs`) to a backend that frontend does not serve when the
+//! pass gets to them (`serving.rs`, kept by the sync loop). Namespaces (`netns.rs`) are entered with `setns` on a
 //! thread that exists for that pass only (`scan.rs`); [`SocketReaper`]
 //! runs passes in the background.
 //!

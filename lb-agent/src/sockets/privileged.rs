@@ -13,7 +13,7 @@ use std::{
     os::fd::AsFd as _,
     path::{Path, PathBuf},
     process::Command,
-    sync::atomic::{AtomicBool, AtomicU32, Ordering},
+    sync::atomic::{AtomicU32, Ordering},
     time::Duration,
 };
 
@@ -197,6 +197,20 @@ const STALE_VIP: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 10), 
 const LIVE_VIP: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 11), 53);
 const UNNAMED_VIP: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 12), 53);
 
+/// A request naming `frontends`.
+fn request(frontends: &[SocketAddrV4]) -> StaleUdp {
+    frontends.iter().map(|&f| f.into()).collect()
+}
+
+/// Only the namespaces in `dirs`, each time it is listed.
+fn sources_in(dirs: Vec<PathBuf>) -> NetnsSources {
+    NetnsSources {
+        own: false,
+        dirs,
+        proc: None,
+    }
+}
+
 #[test]
 fn stale_sockets_are_destroyed_in_every_namespace_and_the_others_survive() {
     require_root();
@@ -221,16 +235,12 @@ fn stale_sockets_are_destroyed_in_every_namespace_and_the_others_survive() {
     record(&mut map, &unnamed, UNNAMED_VIP);
     assert_alive("before", &stale_backend, &stale_a);
 
-    let mut stale = StaleUdp::new();
-    stale
-        .set(STALE_VIP, [])
-        .set(LIVE_VIP, [Ipv4Addr::new(127, 0, 0, 2)]);
-    let sources = NetnsSources {
-        own: false,
-        dirs: vec![PathBuf::from(DEFAULT_NETNS_DIR)],
-        proc: None,
-    };
-    let report = destroy_stale(&pin, &stale, &sources).expect("pass");
+    // STALE_VIP serves nothing any more; LIVE_VIP serves 127.0.0.2 only.
+    let stale = request(&[STALE_VIP, LIVE_VIP]);
+    let now = UdpServing::default();
+    now.narrow([(LIVE_VIP.into(), &[Ipv4Addr::new(127, 0, 0, 2).into()][..])]);
+    let sources = sources_in(vec![PathBuf::from(DEFAULT_NETNS_DIR)]);
+    let report = destroy_stale(&pin, &stale, &now, &sources).expect("pass");
 
     // Other tests' namespaces may be in the directory too; only this
     // test's map entries can match.
@@ -245,39 +255,8 @@ fn stale_sockets_are_destroyed_in_every_namespace_and_the_others_survive() {
     assert_alive("unnamed", &unnamed_backend, &unnamed);
 
     // A second pass finds nothing more: destroyed sockets are disconnected.
-    let again = destroy_stale(&pin, &stale, &sources).expect("second pass");
+    let again = destroy_stale(&pin, &stale, &now, &sources).expect("second pass");
     assert_eq!(again.sockets_destroyed, 0, "{again:?}");
-}
-
-#[test]
-fn a_pass_spares_sockets_whose_backend_serves_again_by_the_time_it_runs() {
-    require_root();
-    let a = TestNetns::new();
-    let pins = TestDir::new(Path::new("/sys/fs/bpf"));
-    let pin = pins.0.join("LB4_REVNAT");
-    let mut map = revnat_map(&pin);
-    let (back_backend, back) = backend_and_client(&a, Ipv4Addr::new(127, 0, 0, 1));
-    record(&mut map, &back, STALE_VIP);
-    let (_, gone) = backend_and_client(&a, Ipv4Addr::new(127, 0, 0, 2));
-    record(&mut map, &gone, STALE_VIP);
-
-    // The request was made when neither served; since then, 127.0.0.1
-    // came back.
-    let mut stale = StaleUdp::new();
-    stale.set(STALE_VIP, []);
-    let live = UdpServing::default();
-    let back_ip = [Ipv4Addr::new(127, 0, 0, 1).into()];
-    live.narrow([(STALE_VIP.into(), &back_ip[..])]);
-    let sources = NetnsSources {
-        own: false,
-        dirs: vec![PathBuf::from(DEFAULT_NETNS_DIR)],
-        proc: None,
-    };
-    let report =
-        scan::run(&pin, &stale, Some(&live), &sources, &AtomicBool::new(false)).expect("pass");
-    assert_eq!(report.sockets_destroyed, 1, "{report:?}");
-    assert_aborted("still gone", &gone);
-    assert_alive("back", &back_backend, &back);
 }
 
 #[test]
@@ -300,14 +279,14 @@ fn each_namespace_is_visited_once_and_vanished_ones_are_skipped() {
     drop(gone);
     fs::write(dir.0.join("plain"), "").unwrap();
 
-    let mut stale = StaleUdp::new();
-    stale.set(STALE_VIP, []);
-    let sources = NetnsSources {
-        own: false,
-        dirs: vec![dir.0.clone(), dir.0.clone()],
-        proc: None,
-    };
-    let report = destroy_stale(&pin, &stale, &sources).expect("pass");
+    let sources = sources_in(vec![dir.0.clone(), dir.0.clone()]);
+    let report = destroy_stale(
+        &pin,
+        &request(&[STALE_VIP]),
+        &UdpServing::default(),
+        &sources,
+    )
+    .expect("pass");
     assert_eq!(report.netns_visited, 2, "{report:?}");
     // The plain file once (its identity is remembered), the deleted
     // namespace each time it is listed (it has none).
@@ -335,9 +314,13 @@ fn the_default_sources_cover_the_host_and_every_namespace() {
         .unwrap();
     record(&mut map, &host_client, STALE_VIP);
 
-    let mut stale = StaleUdp::new();
-    stale.set(STALE_VIP, []);
-    let report = destroy_stale(&pin, &stale, &NetnsSources::default()).expect("pass");
+    let report = destroy_stale(
+        &pin,
+        &request(&[STALE_VIP]),
+        &UdpServing::default(),
+        &NetnsSources::default(),
+    )
+    .expect("pass");
     assert_eq!(report.sockets_destroyed, 2, "{report:?}");
     // Not `netns_failed == 0`: a process with capabilities this one lacks
     // (a sandbox's pid 1, say) refuses its ns/net even to root; that is

@@ -24,8 +24,8 @@ pub struct SocketReaper {
     thread: Option<JoinHandle<()>>,
 }
 
-/// One request; the newest pin wins when requests merge, as the map may
-/// have moved (a migration).
+/// One request; requests merge into one with the newest pin, as the map
+/// may have moved (a migration).
 #[derive(Debug, PartialEq, Eq)]
 struct Job {
     revnat_pin: PathBuf,
@@ -40,11 +40,15 @@ impl Job {
 }
 
 impl SocketReaper {
-    /// Starts the thread. Passes spare the sockets sent to a backend that
-    /// `live` says serves again. `on_pass` gets each pass's outcome on that
+    /// Starts the thread. Passes ask `serving` whether a socket's backend
+    /// still serves (it is the sync loop's). `on_pass` gets each pass's outcome on that
     /// thread, e.g. to add `sockets_destroyed` to a counter and log
     /// `first_failure`.
-    pub fn spawn<F>(netns: NetnsSources, live: Arc<UdpServing>, mut on_pass: F) -> io::Result<Self>
+    pub fn spawn<F>(
+        netns: NetnsSources,
+        serving: Arc<UdpServing>,
+        mut on_pass: F,
+    ) -> io::Result<Self>
     where
         F: FnMut(Result<Report, SocketsError>) + Send + 'static,
     {
@@ -64,7 +68,7 @@ impl SocketReaper {
                     on_pass(scan::run(
                         &job.revnat_pin,
                         &job.stale,
-                        Some(&live),
+                        &serving,
                         &netns,
                         &stopped,
                     ));
@@ -103,34 +107,29 @@ impl Drop for SocketReaper {
 
 #[cfg(test)]
 mod tests {
-    use std::{net::SocketAddrV4, sync::mpsc::RecvTimeoutError, time::Duration};
+    use std::{sync::mpsc::RecvTimeoutError, time::Duration};
 
     use super::*;
 
-    fn request(frontend: &str, serving: &[&str]) -> StaleUdp {
-        let mut stale = StaleUdp::new();
-        let frontend: SocketAddrV4 = frontend.parse().unwrap();
-        stale.set(frontend, serving.iter().map(|ip| ip.parse().unwrap()));
-        stale
+    fn request(frontends: &[&str]) -> StaleUdp {
+        frontends.iter().map(|f| f.parse().unwrap()).collect()
     }
 
     #[test]
-    fn queued_requests_merge_with_the_later_one_winning() {
+    fn queued_requests_merge_into_the_newest_pin() {
         let mut job = Job {
             revnat_pin: "/old".into(),
-            stale: request("192.0.2.1:53", &[]),
+            stale: request(&["192.0.2.1:53"]),
         };
-        let mut both = request("192.0.2.1:53", &["10.0.0.1"]);
-        both.merge(request("192.0.2.2:53", &[]));
         job.absorb(Job {
             revnat_pin: "/new".into(),
-            stale: both.clone(),
+            stale: request(&["192.0.2.2:53"]),
         });
         assert_eq!(
             job,
             Job {
                 revnat_pin: "/new".into(),
-                stale: both,
+                stale: request(&["192.0.2.1:53", "192.0.2.2:53"]),
             }
         );
     }
@@ -150,7 +149,7 @@ mod tests {
         .unwrap();
         let missing = PathBuf::from("/sys/fs/bpf/lb-agent-test-no-such-map");
         reaper
-            .submit(missing.clone(), request("192.0.2.1:53", &[]))
+            .submit(missing.clone(), request(&["192.0.2.1:53"]))
             .unwrap();
         let outcome = rx.recv_timeout(Duration::from_secs(10)).unwrap();
         assert!(

@@ -3,6 +3,7 @@
 
 use std::{
     collections::HashSet,
+    net::IpAddr,
     path::Path,
     sync::atomic::{AtomicBool, Ordering},
     thread,
@@ -44,8 +45,8 @@ impl Report {
 
 /// Destroys every connected IPv4 UDP socket, in every namespace of
 /// `netns`, that the load balancer sent through a frontend of `stale` to a
-/// backend that frontend no longer serves (`revnat_pin`: the pinned
-/// `LB4_REVNAT`). The owner's next receive fails with `ECONNABORTED`, and
+/// backend that frontend does not serve, as `serving` says when the pass
+/// gets to the socket (`revnat_pin`: the pinned `LB4_REVNAT`). The owner's next receive fails with `ECONNABORTED`, and
 /// its sends with `EDESTADDRREQ` until it reconnects.
 ///
 /// Fails only if the map cannot be opened or the pass cannot start; what
@@ -54,17 +55,17 @@ impl Report {
 pub fn destroy_stale(
     revnat_pin: &Path,
     stale: &StaleUdp,
+    serving: &UdpServing,
     netns: &NetnsSources,
 ) -> Result<Report, SocketsError> {
-    run(revnat_pin, stale, None, netns, &AtomicBool::new(false))
+    run(revnat_pin, stale, serving, netns, &AtomicBool::new(false))
 }
 
-/// [`destroy_stale`], sparing sockets sent to a backend that `live` says
-/// serves again, and stopping between namespaces once `stop` is set.
+/// [`destroy_stale`], stopping between namespaces once `stop` is set.
 pub(super) fn run(
     revnat_pin: &Path,
     stale: &StaleUdp,
-    live: Option<&UdpServing>,
+    serving: &UdpServing,
     netns: &NetnsSources,
     stop: &AtomicBool,
 ) -> Result<Report, SocketsError> {
@@ -78,7 +79,7 @@ pub(super) fn run(
         let pass = thread::Builder::new()
             .name("lb-sockets".into())
             .spawn_scoped(scope, move || {
-                Pass::new(&revnat, stale, live).run(netns, stop)
+                Pass::new(&revnat, stale, serving).run(netns, stop)
             })
             .map_err(SocketsError::Thread)?;
         match pass.join() {
@@ -91,7 +92,7 @@ pub(super) fn run(
 struct Pass<'a> {
     revnat: &'a RevNat,
     stale: &'a StaleUdp,
-    live: Option<&'a UdpServing>,
+    serving: &'a UdpServing,
     seen: HashSet<NsId>,
     /// The namespace this thread is in, when known.
     here: Option<NsId>,
@@ -99,11 +100,11 @@ struct Pass<'a> {
 }
 
 impl<'a> Pass<'a> {
-    fn new(revnat: &'a RevNat, stale: &'a StaleUdp, live: Option<&'a UdpServing>) -> Self {
+    fn new(revnat: &'a RevNat, stale: &'a StaleUdp, serving: &'a UdpServing) -> Self {
         Self {
             revnat,
             stale,
-            live,
+            serving,
             seen: HashSet::new(),
             // Unknown: every namespace is entered, the first one too.
             here: NsId::current().ok(),
@@ -179,14 +180,8 @@ impl<'a> Pass<'a> {
                 .revnat
                 .frontend(socket.cookie, socket.peer)
                 .map_err(SocketsError::Lookup)?;
-            let backend = *socket.peer.ip();
-            let stale = frontend.is_some_and(|f| {
-                self.stale.is_stale(f, backend)
-                    && !self
-                        .live
-                        .is_some_and(|live| live.serves(f.into(), backend.into()))
-            });
-            if !stale {
+            let backend = IpAddr::V4(*socket.peer.ip());
+            if !frontend.is_some_and(|f| self.stale.is_stale(self.serving, f.into(), backend)) {
                 continue;
             }
             match diag.destroy(&socket) {

@@ -65,6 +65,11 @@ impl Mode {
         }
     }
 
+    /// Through our programs.
+    pub fn is_ours(self) -> bool {
+        matches!(self, Mode::Ours | Mode::OursAffinity | Mode::OursLocal)
+    }
+
     /// The loads measured through this mode.
     pub fn loads(self) -> &'static [Load] {
         match self {
@@ -306,8 +311,8 @@ pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
                 args.extend(["--to", &to, "-c", &c, "--seconds", &t]);
                 // The kernel times our programs during our runs only: the
                 // two clock reads per call it adds stay out of the others.
-                let ours = matches!(mode, Mode::Ours | Mode::OursAffinity | Mode::OursLocal);
-                let stats = ours
+                let stats = mode
+                    .is_ours()
                     .then(|| -> anyhow::Result<_> {
                         let on = StatsOn::enable()?;
                         Ok((on, program_runs(bed.pins.path())?))
