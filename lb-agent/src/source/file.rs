@@ -18,7 +18,7 @@ use k8s_openapi::api::{
 };
 use yaml_serde::Value;
 
-use super::strip::Kept;
+use super::{nesting, strip::Kept};
 
 /// Everything read from the files.
 #[derive(Debug, Default)]
@@ -140,6 +140,16 @@ pub fn parse_into(origin: &str, text: &str, out: &mut Objects) {
 /// Parses `docs`, the first of which is document number `first`.
 fn parse_documents(origin: &str, docs: &[&str], first: usize, out: &mut Objects) {
     for (i, doc) in docs.iter().enumerate() {
+        if nesting::deeper_than(doc, nesting::MAX_DEPTH) {
+            out.skipped.push(SkippedDocument {
+                location: format!("{origin}#{}", first + i),
+                reason: format!(
+                    "nested deeper than {} levels (not parsed)",
+                    nesting::MAX_DEPTH
+                ),
+            });
+            continue;
+        }
         // Fast path: a Service or slice goes straight to its type. Anything
         // else, or anything it cannot read, takes the general path, which
         // also says what is wrong.
@@ -266,6 +276,29 @@ mod tests {
             "{:?}",
             out.skipped
         );
+    }
+
+    #[test]
+    fn a_deeply_nested_document_is_skipped_unparsed_and_its_neighbours_read() {
+        // 40,000 levels under `kind: Service` took 9 s to reject when parsed.
+        let deep = format!(
+            "kind: Service\nspec: {}{}",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        let compact = format!("kind: Service\nspec:\n{}x", "- ".repeat(100_000));
+        let ok = "apiVersion: v1\nkind: Service\nmetadata: {name: a}\nspec: {clusterIP: 10.0.0.1, ports: [{port: 80}]}\n";
+        let text = format!("{deep}\n---\n{ok}---\n{compact}\n");
+        let mut out = Objects::default();
+        parse_into("d.yaml", &text, &mut out);
+        assert_eq!(out.services.len(), 1);
+        let skipped: Vec<(&str, &str)> = out
+            .skipped
+            .iter()
+            .map(|s| (s.location.as_str(), s.reason.as_str()))
+            .collect();
+        let why = "nested deeper than 256 levels (not parsed)";
+        assert_eq!(skipped, [("d.yaml#0", why), ("d.yaml#2", why)]);
     }
 
     #[test]

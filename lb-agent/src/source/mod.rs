@@ -3,6 +3,7 @@
 
 pub mod file;
 pub mod kube;
+mod nesting;
 pub mod strip;
 
 use k8s_openapi::api::{
