@@ -3,7 +3,10 @@
 //! `/healthz` is 200 once the first full sync is done and no change has
 //! waited longer than [`HEALTH_TIMEOUT`] to be written, and the node is not
 //! being deleted; else 503. An apiserver outage alone leaves it healthy: the
-//! maps still hold the last state. `/livez` ignores the node's state, so a
+//! maps still hold the last state. So does a full map: a sync that could
+//! not write some frontends still completes (they are retried, and counted
+//! in `lbagent_frontends_waiting_for_room`), because everything programmed
+//! keeps working, and a 503 would take the whole node out of service. `/livez` ignores the node's state, so a
 //! draining node does not restart the agent.
 
 use std::{

@@ -97,9 +97,15 @@ pub struct Metrics {
     pub backends_programmed: Gauge,
     pub excluded_endpoints: Counter,
     invalid_objects: Family<KindLabel, Counter>,
+    /// Documents of `--from-file` manifests that could not be read as
+    /// objects (bad syntax, too deeply nested), at each read of the files.
+    pub skipped_documents: Counter,
     ignored_objects: Family<KindLabel, Counter>,
     unsupported_features: Family<FeatureLabel, Counter>,
+    /// Frontends refused by a full map, once per wait for room.
     pub map_full_errors: Counter,
+    /// Frontends waiting for room in a full map now.
+    pub frontends_waiting_for_room: Gauge,
     pub map_write_errors: Counter,
     /// Connected UDP sockets destroyed because their endpoint stopped serving.
     pub udp_sockets_destroyed: Counter,
@@ -128,9 +134,11 @@ impl Default for Metrics {
             backends_programmed: Gauge::default(),
             excluded_endpoints: Counter::default(),
             invalid_objects: Family::default(),
+            skipped_documents: Counter::default(),
             ignored_objects: Family::default(),
             unsupported_features: Family::default(),
             map_full_errors: Counter::default(),
+            frontends_waiting_for_room: Gauge::default(),
             map_write_errors: Counter::default(),
             udp_sockets_destroyed: Counter::default(),
             udp_socket_destroy_errors: Counter::default(),
@@ -248,6 +256,11 @@ impl Metrics {
             self.invalid_objects.clone(),
         );
         r.register(
+            "lbagent_skipped_documents",
+            "Documents of --from-file manifests skipped unread (malformed, or nested too deeply), at each read",
+            self.skipped_documents.clone(),
+        );
+        r.register(
             "lbagent_ignored_objects",
             "Objects deliberately not programmed (headless, ExternalName, FQDN, IPv6 slices)",
             self.ignored_objects.clone(),
@@ -259,8 +272,13 @@ impl Metrics {
         );
         r.register(
             "lbagent_map_full_errors",
-            "Map writes refused because a map is full",
+            "Frontends refused because a map is full, counted once per wait for room",
             self.map_full_errors.clone(),
+        );
+        r.register(
+            "lbagent_frontends_waiting_for_room",
+            "Frontends not written because a map is full; each is written as soon as entries are freed",
+            self.frontends_waiting_for_room.clone(),
         );
         r.register(
             "lbagent_map_write_errors",

@@ -288,6 +288,7 @@ impl Changes {
                     Ok(objects) => {
                         for s in &objects.skipped {
                             warn!(document = %s.location, "skipping malformed document: {}", s.reason);
+                            endpoints.metrics.skipped_documents.inc();
                         }
                         endpoints.health.queued();
                         let read = Instant::now();

@@ -17,23 +17,15 @@ use tracing::{debug, error, info, warn};
 
 use crate::{
     http::Endpoints,
-    log_budget::LogBudget,
     model::{
         Admission, Cache, ExcludedCidrs, Flush, Frontend, NodeContext, ObjectRef, Proto,
         ServiceReport, service_ref, slice_ref,
     },
-    reconcile::{Family as _, GracePeriods, Outcome, Reconciler, StoreError, Tables, V4},
+    reconcile::{Family as _, GracePeriods, Outcome, Reconciler, Tables, V4},
     sockets::UdpServing,
     source::{Change, TRIGGER_TIME_ANNOTATION},
+    syncer::retries::Retries,
 };
-
-/// First retry of a frontend whose write failed; doubles up to [`RETRY_MAX`].
-const RETRY_FIRST: Duration = Duration::from_secs(1);
-const RETRY_MAX: Duration = Duration::from_secs(60);
-/// At most this many write failures are logged per [`FAILURE_LOG_WINDOW`];
-/// the metrics count every one.
-const FAILURE_LOG_LINES: u32 = 10;
-const FAILURE_LOG_WINDOW: Duration = Duration::from_secs(30);
 
 /// What one sync did.
 #[derive(Debug)]
@@ -45,13 +37,6 @@ pub struct SyncStats {
     pub took: Duration,
     /// From the oldest change written to the end of its write.
     pub latency: Duration,
-}
-
-/// A frontend whose last write failed, and when to try it again.
-#[derive(Clone, Copy, Debug)]
-struct Retry {
-    attempts: u32,
-    next: Instant,
 }
 
 /// Cache, reconciler and the bookkeeping between syncs.
@@ -67,9 +52,8 @@ pub struct Syncer<T: Tables, G: GracePeriods> {
     received: Vec<Instant>,
     /// Trigger times of not-yet-written slice changes.
     triggers: Vec<SystemTime>,
-    /// Frontends whose last write failed, retried with exponential backoff.
-    failed: BTreeMap<Frontend, Retry>,
-    failure_log: LogBudget,
+    /// Frontends whose last write failed, retried with backoff.
+    retries: Retries,
     /// What was logged about each Service, so each thing is logged (and
     /// counted) once; only Services with something to report have an entry.
     reported: HashMap<ObjectRef, ServiceReport>,
@@ -104,8 +88,7 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             full_pending: true,
             received: Vec::new(),
             triggers: Vec::new(),
-            failed: BTreeMap::new(),
-            failure_log: LogBudget::new(FAILURE_LOG_LINES, FAILURE_LOG_WINDOW),
+            retries: Retries::default(),
             reported: HashMap::new(),
             reported_conflicts: HashMap::new(),
             owner_of: HashMap::new(),
@@ -120,19 +103,17 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
 
     /// Something is waiting to be written, or a retry is due at `now`.
     pub fn pending(&self, now: Instant) -> bool {
-        !self.received.is_empty()
-            || self.full_pending
-            || self.failed.values().any(|r| r.next <= now)
+        !self.received.is_empty() || self.full_pending || self.retries.due(now).next().is_some()
     }
 
     /// When the earliest failed frontend is due for a retry.
     pub fn next_retry(&self) -> Option<Instant> {
-        self.failed.values().map(|r| r.next).min()
+        self.retries.next()
     }
 
     /// Frontends whose last write failed.
     pub fn failing(&self) -> usize {
-        self.failed.len()
+        self.retries.len()
     }
 
     /// The UDP frontends whose connected sockets may point at endpoints that
@@ -242,18 +223,21 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             (None, desired.len(), outcome)
         } else {
             let mut touched = flush.touched;
-            touched.extend(
-                self.failed
-                    .iter()
-                    .filter(|(_, r)| r.next <= now)
-                    .map(|(fe, _)| *fe),
-            );
+            touched.extend(self.retries.due(now));
             let changes = touched.iter().map(|fe| (fe, self.cache.desired(fe)));
             let outcome = self.reconciler.reconcile_some(changes.collect::<Vec<_>>());
             let frontends = touched.len();
             (Some(touched), frontends, outcome)
         };
-        self.track_failures(touched.as_ref(), &outcome, now);
+        self.retries.track(
+            touched.as_ref(),
+            &outcome.failed,
+            now,
+            &self.endpoints.metrics,
+        );
+        if outcome.deleted > 0 {
+            self.retries.room_freed(now);
+        }
         self.track_owners(touched.as_ref());
         self.udp_serving.narrow(serving_now(&self.cache, &udp));
         let took = start.elapsed();
@@ -297,6 +281,7 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         let outcome = self.reconciler.reap();
         self.record_delete_errors(&outcome);
         if outcome.deleted > 0 {
+            self.retries.room_freed(Instant::now());
             let m = &self.endpoints.metrics;
             m.backends_programmed
                 .set(self.reconciler.maps().backends().len() as f64);
@@ -355,58 +340,6 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             }
             if !losers.is_empty() {
                 self.reported_conflicts.insert(*fe, losers);
-            }
-        }
-    }
-
-    /// Schedules retries of what failed (with backoff), forgets what was
-    /// written, and logs failures within the log budget.
-    fn track_failures(
-        &mut self,
-        touched: Option<&BTreeSet<Frontend>>,
-        outcome: &Outcome,
-        now: Instant,
-    ) {
-        let failed: BTreeSet<&Frontend> = outcome.failed.iter().map(|(fe, _)| fe).collect();
-        match touched {
-            // A full sync tried everything.
-            None => self.failed.retain(|fe, _| failed.contains(fe)),
-            Some(touched) => {
-                for fe in touched.iter().filter(|fe| !failed.contains(fe)) {
-                    self.failed.remove(fe);
-                }
-            }
-        }
-        let m = &self.endpoints.metrics;
-        for (fe, e) in &outcome.failed {
-            match e.as_ref() {
-                StoreError::Full { .. } => &m.map_full_errors,
-                _ => &m.map_write_errors,
-            }
-            .inc();
-            let attempts = self
-                .failed
-                .get(fe)
-                .map_or(1, |r| r.attempts.saturating_add(1));
-            let backoff = RETRY_FIRST
-                .saturating_mul(1 << attempts.saturating_sub(1).min(16))
-                .min(RETRY_MAX);
-            self.failed.insert(
-                *fe,
-                Retry {
-                    attempts,
-                    next: now + backoff,
-                },
-            );
-            if let Some(suppressed) = self.failure_log.allow(now) {
-                error!(
-                    frontend = %fe,
-                    attempts,
-                    retry_in_s = backoff.as_secs(),
-                    suppressed,
-                    error = e.as_ref() as &dyn std::error::Error,
-                    "not updated, keeps its previous state"
-                );
             }
         }
     }
@@ -509,5 +442,6 @@ fn serving_now<'a>(
         .map(|fe| (SocketAddr::new(fe.vip, fe.port), cache.serving(fe)))
 }
 
+mod retries;
 #[cfg(test)]
 mod tests;

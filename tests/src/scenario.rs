@@ -3,9 +3,11 @@
 //! agent stops first and the namespaces go last.
 
 use std::{
+    collections::BTreeSet,
     fs,
     net::Ipv4Addr,
     path::{Path, PathBuf},
+    time::{Duration, Instant},
 };
 
 use serde::Deserialize as _;
@@ -200,6 +202,26 @@ impl Bed {
 
     pub fn churn(&self, to: &str) -> anyhow::Result<Churn> {
         Churn::start(&self.client_ns, self.cgroup.path(), to)
+    }
+
+    /// Waits (up to 5 s) until 40 connections to `to` reach exactly the
+    /// backends `expected`, every one succeeding.
+    pub fn until_reached(&self, to: &str, expected: &[&str]) -> anyhow::Result<()> {
+        let expected: BTreeSet<&str> = expected.iter().copied().collect();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let r = self.tcp(to, 40)?;
+            anyhow::ensure!(r.failed() == 0, "{to}: {r:?}");
+            let now: BTreeSet<&str> = r.replies.keys().map(String::as_str).collect();
+            if now == expected {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "{to} reaches {now:?}, not {expected:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     pub fn pins_path(&self) -> &Path {

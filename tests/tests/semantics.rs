@@ -416,24 +416,6 @@ fn topology_hints_follow_this_nodes_zone_and_node_hints() -> anyhow::Result<()> 
     Ok(())
 }
 
-/// Connects to `to` until they reach exactly `expected`, for at most 5 s.
-fn until_reached(bed: &Bed, to: &str, expected: &[&str]) -> anyhow::Result<()> {
-    let expected: BTreeSet<&str> = expected.iter().copied().collect();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let r = bed.tcp(to, 40)?;
-        let now = reached(&r, 40);
-        if now == expected {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "{to} reaches {now:?}, not {expected:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn the_zone_label_changes_in_the_apiserver_under_traffic() -> anyhow::Result<()> {
     let mut bed = Bed::new()?;
@@ -443,17 +425,17 @@ fn the_zone_label_changes_in_the_apiserver_under_traffic() -> anyhow::Result<()>
     apply_yaml(&api, &hints_manifest(Some("zone-a")))?;
     bed.start_agent_kube(&api, &[])?;
     // The Node comes through its own watch, which may follow the first sync.
-    until_reached(&bed, to, &["za1", "za2"])?;
+    bed.until_reached(to, &["za1", "za2"])?;
 
     let churn = bed.churn(to)?;
     std::thread::sleep(Duration::from_millis(500));
     api.apply(json(Node::new(NODE).zone("zone-b")))?;
-    until_reached(&bed, to, &["zb1", "zb2"])?;
+    bed.until_reached(to, &["zb1", "zb2"])?;
     // Another node's zone is not ours.
     api.apply(json(Node::new("node-2").zone("zone-a")))?;
     // The label removed: no zone, no hint matches, every endpoint serves.
     api.apply(json(Node::new(NODE)))?;
-    until_reached(&bed, to, &["za1", "za2", "zb1", "zb2"])?;
+    bed.until_reached(to, &["za1", "za2", "zb1", "zb2"])?;
     let r = churn.finish()?;
     assert_eq!(r.failed(), 0, "{r:?}");
     for zone in [["za1", "za2"], ["zb1", "zb2"]] {

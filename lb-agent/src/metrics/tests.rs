@@ -77,9 +77,11 @@ fn render_names_every_family_once_with_every_label() {
         "lbagent_backends_programmed",
         "lbagent_excluded_endpoints",
         "lbagent_invalid_objects",
+        "lbagent_skipped_documents",
         "lbagent_ignored_objects",
         "lbagent_unsupported_features",
         "lbagent_map_full_errors",
+        "lbagent_frontends_waiting_for_room",
         "lbagent_map_write_errors",
         "lbagent_udp_sockets_destroyed",
         "lbagent_udp_socket_destroy_errors",
@@ -94,7 +96,7 @@ fn render_names_every_family_once_with_every_label() {
     assert!(text.ends_with("# EOF\n"), "{text}");
     assert!(
         text.contains(
-            "# HELP lbagent_map_full_errors Map writes refused because a map is full.\n\
+            "# HELP lbagent_map_full_errors Frontends refused because a map is full, counted once per wait for room.\n\
              # TYPE lbagent_map_full_errors counter\n\
              lbagent_map_full_errors_total 0\n"
         ),

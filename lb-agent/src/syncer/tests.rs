@@ -3,7 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::*;
+use super::{
+    retries::{RETRY_FIRST, RETRY_MAX},
+    *,
+};
 use lb_fixtures::{Slice, Svc};
 
 use crate::{
@@ -127,22 +130,48 @@ fn failed_frontends_are_retried_with_exponential_backoff() {
         assert_eq!(retried.frontends, 2);
         assert_eq!(s.next_retry(), Some(at + Duration::from_secs(backoff * 2)));
     }
-    assert_eq!(e.metrics.map_full_errors.get(), 10);
+    // Counted once per frontend, not per attempt.
+    assert_eq!(e.metrics.map_full_errors.get(), 2);
+    assert_eq!(e.metrics.frontends_waiting_for_room.get(), 2.0);
     // Capped.
     for _ in 0..10 {
         at = s.next_retry().unwrap();
         s.sync(at).unwrap();
     }
     assert_eq!(s.next_retry(), Some(at + RETRY_MAX));
-    // The holder of the room leaving lets the retry succeed.
+    // The holder of the room leaving makes the waiting frontends due at
+    // once, not at the end of their backoff.
     s.apply(deleted("a"), at);
     s.sync(at).unwrap();
     grace.elapse();
     s.reap();
-    let at = s.next_retry().unwrap_or(at);
-    s.sync(at);
+    let freed = s.next_retry().expect("b still waits");
+    assert!(freed < at + Duration::from_secs(1), "due when room freed");
+    s.sync(freed).unwrap();
     assert_eq!(s.failing(), 0);
     assert_eq!(e.metrics.services_programmed.get(), 1.0);
+    assert_eq!(e.metrics.frontends_waiting_for_room.get(), 0.0);
+    assert_eq!(e.metrics.map_full_errors.get(), 2);
+}
+
+#[test]
+fn a_deleting_sync_makes_frontends_waiting_for_room_due() {
+    // Frontends removed without a grace period (a Service without
+    // endpoints has no revision to retire) free room in the sync itself.
+    let (mut s, e, _) = syncer(2);
+    let t0 = Instant::now();
+    let services = vec![service("a", "10.96.0.1"), service("b", "10.96.0.2")];
+    list(&mut s, services, Vec::new(), t0);
+    s.sync(t0).unwrap();
+    assert_eq!(s.failing(), 2);
+    let at = t0 + Duration::from_millis(10);
+    s.apply(deleted("a"), at);
+    let sync = s.sync(at).unwrap();
+    assert!(sync.outcome.deleted > 0);
+    assert_eq!(s.next_retry(), Some(at));
+    s.sync(at).unwrap();
+    assert_eq!(s.failing(), 0);
+    assert_eq!(e.metrics.frontends_waiting_for_room.get(), 0.0);
 }
 
 #[test]

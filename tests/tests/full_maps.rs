@@ -1,0 +1,160 @@
+//! Full maps, with the real agent and real traffic: capacities set small
+//! by flag, the overflow waits without disturbing what is programmed, is
+//! counted once, leaves `/healthz` healthy, and is written as soon as room
+//! frees up, without a restart. Needs root; fails loudly without it.
+//!
+//! Addresses: VIPs 10.96.210-211.x, backends 10.42.210-211.x.
+
+use std::time::{Duration, Instant};
+
+use lb_fixtures::{Object, Slice, Svc, yaml};
+use lb_tests::scenario::Bed;
+
+const WAITING: &str = "lbagent_frontends_waiting_for_room";
+const REFUSED: &str = "lbagent_map_full_errors_total";
+
+/// Service `name` on `vip` port 80/TCP, and its slice with `ips` ready
+/// on 8080.
+fn service(name: &str, vip: &str, ips: &[&str]) -> [Object; 2] {
+    [
+        Svc::new("default", name)
+            .cluster_ip(vip)
+            .port("http", 80, "TCP")
+            .into(),
+        Slice::new("default", &format!("{name}-1"))
+            .service(name)
+            .port("http", 8080, "TCP")
+            .ready(ips)
+            .into(),
+    ]
+}
+
+fn manifest(services: &[(&str, &str, &[&str])]) -> String {
+    yaml(
+        services
+            .iter()
+            .flat_map(|(name, vip, ips)| service(name, vip, ips)),
+    )
+}
+
+/// Whether `lb-agent dump` lists a frontend on `vip`.
+fn listed(bed: &Bed, vip: &str) -> anyhow::Result<bool> {
+    let dump = bed.pins.dump()?;
+    Ok(dump.lines().any(|l| {
+        l.split_whitespace()
+            .nth(1)
+            .is_some_and(|a| a.starts_with(&format!("{vip}:")))
+    }))
+}
+
+#[test]
+fn a_full_frontends_map_keeps_programmed_services_and_programs_the_rest_when_room_frees()
+-> anyhow::Result<()> {
+    const PODS: [(&str, &str); 4] = [
+        ("pa", "10.42.210.1"),
+        ("pb", "10.42.210.2"),
+        ("pc", "10.42.210.3"),
+        ("pd", "10.42.210.4"),
+    ];
+    let mut bed = Bed::new()?;
+    for (id, ip) in PODS {
+        bed.backend(id, ip.parse()?, &[8080], &[])?;
+    }
+    let a = ("a", "10.96.210.1", &["10.42.210.1"][..]);
+    let b = ("b", "10.96.210.2", &["10.42.210.2"][..]);
+    let c = ("c", "10.96.210.3", &["10.42.210.3"][..]);
+    let d = ("d", "10.96.210.4", &["10.42.210.4"][..]);
+    // Room for six frontends: three Services of one port each, every
+    // ClusterIP also holding its wildcard frontend (unknown ports refused).
+    // `d`, last by name, does not fit.
+    bed.write_manifest(&manifest(&[a, b, c, d]))?;
+    bed.start_agent(&["--bpf-lb-service-map-max=6"])?;
+    let pid = bed.agent().pid();
+
+    for (vip, pod) in [
+        ("10.96.210.1", "pa"),
+        ("10.96.210.2", "pb"),
+        ("10.96.210.3", "pc"),
+    ] {
+        bed.until_reached(&format!("{vip}:80"), &[pod])?;
+    }
+    assert!(!listed(&bed, "10.96.210.4")?, "d cannot fit");
+    assert_eq!(bed.agent().metric(WAITING)?, 2.0, "d's port and wildcard");
+    assert_eq!(bed.agent().metric(REFUSED)?, 2.0);
+    // A full map is not an unhealthy proxy: everything programmed works.
+    let (status, body) = bed.agent().http_get("healthz", "/healthz")?;
+    assert_eq!(status, 200, "{body}");
+
+    // Under traffic to a programmed Service, d waits through retries
+    // (1 s, then 2 s) and is counted once...
+    let churn = bed.churn("10.96.210.2:80")?;
+    std::thread::sleep(Duration::from_millis(3500));
+    assert_eq!(bed.agent().metric(REFUSED)?, 2.0, "counted once per wait");
+    assert_eq!(bed.agent().metric(WAITING)?, 2.0);
+
+    // ...and is programmed as soon as a deleted Service frees room, long
+    // before its next retry (4 s later by backoff).
+    let freed = Instant::now();
+    bed.update(&manifest(&[b, c, d]))?;
+    bed.until_reached("10.96.210.4:80", &["pd"])?;
+    println!("d reachable {:?} after a was deleted", freed.elapsed());
+    let r = churn.finish()?;
+    assert_eq!(r.failed(), 0, "a programmed Service must not notice: {r:?}");
+    assert_eq!(r.replies.keys().collect::<Vec<_>>(), ["pb"], "{r:?}");
+    assert!(!listed(&bed, "10.96.210.1")?);
+    assert_eq!(bed.agent().metric(WAITING)?, 0.0);
+    assert_eq!(bed.agent().metric(REFUSED)?, 2.0);
+    assert_eq!(bed.agent().pid(), pid, "no restart");
+    Ok(())
+}
+
+#[test]
+fn a_full_backends_map_keeps_a_services_previous_endpoints_until_room_frees() -> anyhow::Result<()>
+{
+    const PODS: [(&str, &str); 4] = [
+        ("w1", "10.42.211.1"),
+        ("w2", "10.42.211.2"),
+        ("w3", "10.42.211.3"),
+        ("w4", "10.42.211.4"),
+    ];
+    let mut bed = Bed::new()?;
+    for (id, ip) in PODS {
+        bed.backend(id, ip.parse()?, &[8080], &[])?;
+    }
+    let api = ("api", "10.96.211.2", &["10.42.211.3"][..]);
+    let web = |ips: &'static [&'static str]| ("web", "10.96.211.1", ips);
+    let web_to = "10.96.211.1:80";
+    bed.write_manifest(&manifest(&[api, web(&["10.42.211.1", "10.42.211.2"])]))?;
+    // Room for three distinct backend addresses.
+    bed.start_agent(&["--bpf-lb-service-backend-map-max=3"])?;
+    bed.until_reached(web_to, &["w1", "w2"])?;
+    bed.until_reached("10.96.211.2:80", &["w3"])?;
+
+    // A fourth endpoint does not fit: web keeps serving from its previous
+    // endpoints, without a failed connection.
+    let churn = bed.churn(web_to)?;
+    bed.update(&manifest(&[
+        api,
+        web(&["10.42.211.1", "10.42.211.2", "10.42.211.4"]),
+    ]))?;
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(bed.agent().metric(WAITING)?, 1.0, "web's port");
+    assert_eq!(bed.agent().metric(REFUSED)?, 1.0);
+    let r = churn.finish()?;
+    assert_eq!(r.failed(), 0, "{r:?}");
+    assert_eq!(r.replies.keys().collect::<Vec<_>>(), ["w1", "w2"], "{r:?}");
+
+    // api's endpoint leaves with it, after its grace period: web gets
+    // the new one.
+    let churn = bed.churn(web_to)?;
+    bed.update(&manifest(&[web(&[
+        "10.42.211.1",
+        "10.42.211.2",
+        "10.42.211.4",
+    ])]))?;
+    bed.until_reached(web_to, &["w1", "w2", "w4"])?;
+    let r = churn.finish()?;
+    assert_eq!(r.failed(), 0, "{r:?}");
+    assert_eq!(bed.agent().metric(WAITING)?, 0.0);
+    Ok(())
+}
