@@ -83,22 +83,7 @@ pub fn measure(plan: &Plan) -> anyhow::Result<Control> {
         let start = Instant::now();
         let agent = bed.spawn_agent_kube(&api, &[])?;
         cold.push(ours_cold("ours, apiserver watch", start, agent, n)?);
-        let before = bed.agent().syncs();
-        for u in 0..plan.updates {
-            bed.kube_apply(&api, &changed_slice(&specs, u))?;
-        }
-        let log = bed.agent().log_text();
-        let samples: Vec<Duration> = log
-            .lines()
-            .filter(|l| l.contains("sync complete"))
-            .skip(before)
-            .filter_map(|l| field(l, "latency_us="))
-            .map(Duration::from_micros)
-            .collect();
-        anyhow::ensure!(
-            samples.len() == plan.updates,
-            "expected one sync per change"
-        );
+        let samples = lone_changes(&mut bed, &api, &specs, plan.updates)?;
         updates.push(Update {
             what: "ours (watch event -> map write)",
             samples,
@@ -118,6 +103,31 @@ pub fn measure(plan: &Plan) -> anyhow::Result<Control> {
         cold,
         updates,
     })
+}
+
+/// Applies `count` one-endpoint slice changes to `api` one at a time, each
+/// once the previous is written; returns each one's latency from watch
+/// event to map write, as the agent logged it.
+pub fn lone_changes(
+    bed: &mut Bed,
+    api: &ApiServer,
+    specs: &[SvcSpec],
+    count: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let before = bed.agent().syncs();
+    for u in 0..count {
+        bed.kube_apply(api, &changed_slice(specs, u))?;
+    }
+    let log = bed.agent().log_text();
+    let samples: Vec<Duration> = log
+        .lines()
+        .filter(|l| l.contains("sync complete"))
+        .skip(before)
+        .filter_map(|l| field(l, "latency_us="))
+        .map(Duration::from_micros)
+        .collect();
+    anyhow::ensure!(samples.len() == count, "expected one sync per change");
+    Ok(samples)
 }
 
 /// kube-proxy's layouts: the first full sync, then the partial syncs that
@@ -240,7 +250,7 @@ fn changed_slice(specs: &[SvcSpec], u: usize) -> String {
 /// `services` (one port and one cluster IP each) were programmed: two
 /// frontends each, the port and the IP's refusing wildcard (one, the port,
 /// for an older agent measured with `--agent-bin`).
-fn ours_cold(
+pub fn ours_cold(
     what: &'static str,
     start: Instant,
     agent: &mut Agent,
@@ -294,7 +304,7 @@ fn field(line: &str, key: &str) -> Option<u64> {
         .find_map(|w| w.strip_prefix(key)?.parse().ok())
 }
 
-fn rss(pid: u32) -> anyhow::Result<Rss> {
+pub fn rss(pid: u32) -> anyhow::Result<Rss> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let kib = |key: &str| -> anyhow::Result<u64> {
         status

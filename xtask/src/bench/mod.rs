@@ -7,6 +7,7 @@ mod datapath;
 mod health;
 mod realistic;
 mod report;
+mod scale;
 
 use std::{path::PathBuf, time::Duration};
 
@@ -43,6 +44,14 @@ pub struct BenchArgs {
     /// endpoint targetRefs), instead of the bare fields.
     #[arg(long)]
     pub realistic_objects: bool,
+    /// Only the agent at scale: cold programming, one-endpoint change
+    /// latency and RSS at 1,000 to 100,000 Services x 10 endpoints, from a
+    /// file and from the stand-in apiserver. Writes bench-scale.md and .svg.
+    #[arg(long)]
+    pub scale: bool,
+    /// With --scale: the largest N measured.
+    #[arg(long, value_name = "N", requires = "scale")]
+    pub scale_max: Option<usize>,
 }
 
 impl BenchArgs {
@@ -57,6 +66,8 @@ impl BenchArgs {
             ours_only: false,
             agent_bin: None,
             realistic_objects: false,
+            scale: false,
+            scale_max: None,
         }
     }
 }
@@ -120,6 +131,11 @@ impl Plan {
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     lb_tests::require_root();
     let plan = Plan::new(args);
+    if args.scale {
+        let max = args.scale_max.unwrap_or(usize::MAX);
+        let scales: Vec<usize> = scale::SCALES.into_iter().filter(|&n| n <= max).collect();
+        return scale::run(&plan.out_dir, &scales);
+    }
     let cond = report::Conditions::now();
     let started = std::time::Instant::now();
     let mut rows = Vec::new();
