@@ -107,7 +107,7 @@ pub fn parse_into(origin: &str, text: &str, out: &mut Objects) {
     let docs = split_documents(text);
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     if threads == 1 || docs.len() < PARALLEL_FROM {
-        parse_documents(origin, &docs, 0, out);
+        parse_documents(origin, &docs, 0, out, true);
         return;
     }
     // YAML parsing is most of a cold start from a large file: use every core.
@@ -119,7 +119,7 @@ pub fn parse_into(origin: &str, text: &str, out: &mut Objects) {
             .map(|(i, chunk)| {
                 scope.spawn(move || {
                     let mut part = Objects::default();
-                    parse_documents(origin, chunk, i * per_thread, &mut part);
+                    parse_documents(origin, chunk, i * per_thread, &mut part, true);
                     part
                 })
             })
@@ -137,8 +137,16 @@ pub fn parse_into(origin: &str, text: &str, out: &mut Objects) {
     }
 }
 
-/// Parses `docs`, the first of which is document number `first`.
-fn parse_documents(origin: &str, docs: &[&str], first: usize, out: &mut Objects) {
+/// [`parse_into`] with every document taken by the general path: the
+/// `file_source` fuzz target checks that the fast path reads the same.
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn parse_into_general(origin: &str, text: &str, out: &mut Objects) {
+    parse_documents(origin, &split_documents(text), 0, out, false);
+}
+
+/// Parses `docs`, the first of which is document number `first`; with
+/// `fast`, Services and slices in block style go straight to their type.
+fn parse_documents(origin: &str, docs: &[&str], first: usize, out: &mut Objects, fast: bool) {
     for (i, doc) in docs.iter().enumerate() {
         if nesting::deeper_than(doc, nesting::MAX_DEPTH) {
             out.skipped.push(SkippedDocument {
@@ -153,7 +161,7 @@ fn parse_documents(origin: &str, docs: &[&str], first: usize, out: &mut Objects)
         // Fast path: a Service or slice goes straight to its type. Anything
         // else, or anything it cannot read, takes the general path, which
         // also says what is wrong.
-        match top_level_kind(doc) {
+        match top_level_kind(doc).filter(|_| fast) {
             Some("Service") => {
                 if let Ok(Kept(svc)) = yaml_serde::from_str(doc) {
                     out.services.push(svc);
