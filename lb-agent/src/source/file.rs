@@ -179,7 +179,7 @@ fn parse_documents(origin: &str, docs: &[&str], first: usize, out: &mut Objects,
         let location = format!("{origin}#{}", first + i);
         match yaml_serde::from_str::<Value>(doc) {
             Ok(Value::Null) => {}
-            Ok(value) => add_value(&location, value, out),
+            Ok(value) => add_value(&location, value, Some(doc), out),
             Err(e) => out.skipped.push(SkippedDocument {
                 location,
                 reason: format!("not valid YAML: {e}"),
@@ -213,7 +213,12 @@ fn split_documents(text: &str) -> Vec<&str> {
     docs
 }
 
-fn add_value(location: &str, value: Value, out: &mut Objects) {
+/// Adds what `value` holds. `text`, the document's own text when `value` is
+/// a whole document, is what a Service or slice is read from: as on the
+/// fast path, whatever the document's style (a YAML value has lost the
+/// difference between an empty scalar and null, which a string field
+/// reads as `""`). Items of a List are read from their value.
+fn add_value(location: &str, value: Value, text: Option<&str>, out: &mut Objects) {
     let kind = value.get("kind").and_then(Value::as_str).unwrap_or("");
     let what = describe(&value);
     let skip = |reason: String| SkippedDocument {
@@ -224,16 +229,16 @@ fn add_value(location: &str, value: Value, out: &mut Objects) {
         "List" | "ServiceList" | "EndpointSliceList" | "NodeList" => match value.get("items") {
             Some(Value::Sequence(items)) => {
                 for (i, item) in items.iter().enumerate() {
-                    add_value(&format!("{location}.items[{i}]"), item.clone(), out);
+                    add_value(&format!("{location}.items[{i}]"), item.clone(), None, out);
                 }
             }
             _ => out.skipped.push(skip("a List without items".into())),
         },
-        "Service" => match yaml_serde::from_value::<Kept<Service>>(value) {
+        "Service" => match read::<Kept<Service>>(value, text) {
             Ok(Kept(svc)) => out.services.push(svc),
             Err(e) => out.skipped.push(skip(format!("not a valid Service: {e}"))),
         },
-        "EndpointSlice" => match yaml_serde::from_value::<Kept<EndpointSlice>>(value) {
+        "EndpointSlice" => match read::<Kept<EndpointSlice>>(value, text) {
             Ok(Kept(slice)) => out.slices.push(slice),
             Err(e) => out
                 .skipped
@@ -246,6 +251,17 @@ fn add_value(location: &str, value: Value, out: &mut Objects) {
         // Other kinds (Deployments, ConfigMaps, ...) may share the file; not ours.
         "" => out.skipped.push(skip("no kind".into())),
         _ => {}
+    }
+}
+
+/// A `T` from the document's text if there is one, else from its value.
+fn read<T: serde::de::DeserializeOwned>(
+    value: Value,
+    text: Option<&str>,
+) -> Result<T, yaml_serde::Error> {
+    match text {
+        Some(text) => yaml_serde::from_str(text),
+        None => yaml_serde::from_value(value),
     }
 }
 
@@ -307,6 +323,29 @@ mod tests {
             .collect();
         let why = "nested deeper than 256 levels (not parsed)";
         assert_eq!(skipped, [("d.yaml#0", why), ("d.yaml#2", why)]);
+    }
+
+    #[test]
+    fn a_document_reads_the_same_in_block_and_in_flow_style() {
+        // Found by the file_source fuzz target: a label without a value,
+        // which the fast path (block style) read as "" and the general path
+        // (flow style, through a YAML value: null) refused.
+        let block = "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+                     metadata: {name: web-1, labels: {kubernetes.io/service-name: web, team}}\n\
+                     addressType: IPv4\nendpoints: [{addresses: [10.0.0.1]}]\n";
+        let flow = "{apiVersion: discovery.k8s.io/v1, kind: EndpointSlice,\n \
+                    metadata: {name: web-1, labels: {kubernetes.io/service-name: web, team}},\n \
+                    addressType: IPv4, endpoints: [{addresses: [10.0.0.1]}]}\n";
+        let mut read = Vec::new();
+        for text in [block, flow] {
+            let mut out = Objects::default();
+            parse_into("s.yaml", text, &mut out);
+            assert!(out.skipped.is_empty(), "{text}: {:?}", out.skipped);
+            read.push(out.slices);
+        }
+        assert_eq!(read[0], read[1]);
+        let labels = read[0][0].metadata.labels.clone().unwrap_or_default();
+        assert_eq!(labels.get("team").map(String::as_str), Some(""));
     }
 
     #[test]
