@@ -18,7 +18,10 @@ use k8s_openapi::api::{
 };
 use yaml_serde::Value;
 
-use super::{nesting, strip::Kept};
+use super::{
+    nesting,
+    strip::{Kept, Whole},
+};
 
 /// Everything read from the files.
 #[derive(Debug, Default)]
@@ -163,13 +166,13 @@ fn parse_documents(origin: &str, docs: &[&str], first: usize, out: &mut Objects,
         // also says what is wrong.
         match top_level_kind(doc).filter(|_| fast) {
             Some("Service") => {
-                if let Ok(Kept(svc)) = yaml_serde::from_str(doc) {
+                if let Ok(Whole(svc)) = yaml_serde::from_str(doc) {
                     out.services.push(svc);
                     continue;
                 }
             }
             Some("EndpointSlice") => {
-                if let Ok(Kept(slice)) = yaml_serde::from_str(doc) {
+                if let Ok(Whole(slice)) = yaml_serde::from_str(doc) {
                     out.slices.push(slice);
                     continue;
                 }
@@ -346,6 +349,21 @@ mod tests {
         assert_eq!(read[0], read[1]);
         let labels = read[0][0].metadata.labels.clone().unwrap_or_default();
         assert_eq!(labels.get("team").map(String::as_str), Some(""));
+    }
+
+    #[test]
+    fn a_kind_line_inside_a_string_does_not_make_a_document_a_slice() {
+        // Found by the file_source fuzz target: a document without a kind
+        // whose multi-line quoted string has a `kind: EndpointSlice` line
+        // at its first column was read as a slice by the fast path.
+        let text = "metadata: {name: web-1}\nnote: 'a\nkind: EndpointSlice\nb'\n\
+                    addressType: IPv4\nendpoints: [{addresses: [10.0.0.1]}]\n";
+        assert_eq!(top_level_kind(text), Some("EndpointSlice"));
+        let mut out = Objects::default();
+        parse_into("k.yaml", text, &mut out);
+        assert!(out.slices.is_empty(), "{:?}", out.slices);
+        let skipped: Vec<_> = out.skipped.iter().map(|s| s.location.as_str()).collect();
+        assert_eq!(skipped, ["k.yaml#0 (? default/web-1)"]);
     }
 
     #[test]
