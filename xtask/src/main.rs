@@ -20,8 +20,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Install what is missing (nightly rust-src, bpf-linker, iproute2,
-    /// bpftool, iptables, nftables, conntrack), mount bpffs, find the cgroup2 mount.
+    /// Install what is missing (nightly rust-src, bpf-linker, cargo-fuzz,
+    /// iproute2, bpftool, iptables, nftables, conntrack), mount bpffs, find
+    /// the cgroup2 mount.
     Setup,
     /// Show pods reaching ClusterIPs through the eBPF programs, in netns.
     Demo,
