@@ -3,6 +3,7 @@
 
 mod bench;
 mod demo;
+mod fuzz;
 mod run;
 mod setup;
 
@@ -19,18 +20,23 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Install what is missing (nightly rust-src, bpf-linker, iproute2,
-    /// bpftool, iptables, nftables, conntrack), mount bpffs, find the cgroup2 mount.
+    /// Install what is missing (nightly rust-src, bpf-linker, cargo-fuzz,
+    /// iproute2, bpftool, iptables, nftables, conntrack), mount bpffs, find
+    /// the cgroup2 mount.
     Setup,
     /// Show pods reaching ClusterIPs through the eBPF programs, in netns.
     Demo,
-    /// fmt --check, clippy -D warnings, and every test (privileged ones included).
+    /// fmt --check, clippy -D warnings, every test (privileged ones
+    /// included), and each fuzz target for a few seconds.
     Test,
     /// Build the image and deploy manifests/ to a kind cluster.
     Run(run::RunArgs),
     /// Our LB against kube-proxy's iptables and nftables layouts and the
     /// direct path; writes target/bench/bench.md and bench.svg.
     Bench(bench::BenchArgs),
+    /// Build the fuzz targets in fuzz/ and run each (or one) with libFuzzer
+    /// from the repository's corpus.
+    Fuzz(fuzz::FuzzArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -44,6 +50,8 @@ fn main() -> anyhow::Result<()> {
         Cmd::Test => {
             setup::run()?;
             cargo(&["fmt", "--all", "--", "--check"])?;
+            // The fuzz crate is a workspace of its own.
+            cargo(&["fmt", "--manifest-path", "fuzz/Cargo.toml", "--", "--check"])?;
             cargo(&["clippy", "--all-targets", "--", "-D", "warnings"])?;
             // lb-ebpf is linted for the target it is built for.
             cargo(&[
@@ -63,9 +71,20 @@ fn main() -> anyhow::Result<()> {
             // (lb-agent's build.rs compiles it, so its errors surface here too).
             cargo(&["test"])?;
             // The bench's smoke run, so the bench keeps working.
-            bench_cmd(&bench::BenchArgs::quick())
+            bench_cmd(&bench::BenchArgs::quick())?;
+            // Every fuzz target, briefly: they keep building, and shallow
+            // crashes surface.
+            fuzz::run(&fuzz::FuzzArgs {
+                time: fuzz::TEST_SECONDS,
+                runs: None,
+                target: None,
+            })
         }
         Cmd::Run(args) => run::run(&args),
+        Cmd::Fuzz(args) => {
+            setup::run()?;
+            fuzz::run(&args)
+        }
         Cmd::Bench(args) => {
             setup::run()?;
             if !args.quick && cfg!(debug_assertions) {

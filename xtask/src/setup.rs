@@ -24,6 +24,7 @@ pub fn run() -> anyhow::Result<()> {
     }
     rust_src()?;
     bpf_linker()?;
+    cargo_fuzz()?;
     apt_packages()?;
     bpffs()?;
     lb_tests::cgroup::cgroup2_root()?;
@@ -132,6 +133,26 @@ fn bpf_linker() -> anyhow::Result<()> {
         .status()?;
     if !status.success() {
         bail!("cargo install bpf-linker failed");
+    }
+    Ok(())
+}
+
+/// cargo-fuzz, for `cargo xtask fuzz` (it builds with the nightly
+/// toolchain that `nightly_sysroot` makes sure of).
+fn cargo_fuzz() -> anyhow::Result<()> {
+    if Command::new("cargo")
+        .args(["fuzz", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        return Ok(());
+    }
+    eprintln!("setup: installing cargo-fuzz (about a minute)");
+    let status = Command::new("cargo")
+        .args(["install", "cargo-fuzz", "--locked"])
+        .status()?;
+    if !status.success() {
+        bail!("cargo install cargo-fuzz failed");
     }
     Ok(())
 }

@@ -74,7 +74,9 @@ impl RunConfig {
         Self::merge(args, file, env_node_name, host_name)
     }
 
-    fn merge(
+    /// [`Self::resolve`] with the file already read (the fuzz target
+    /// `kube_proxy_config` feeds it what the parser made of any text).
+    pub fn merge(
         args: RunArgs,
         file: FileConfig,
         env_node_name: Option<String>,

@@ -7,6 +7,8 @@ use std::{
     os::fd::{AsRawFd as _, BorrowedFd},
 };
 
+use super::decode;
+
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
 const BPF_MAP_DELETE_BATCH: libc::c_long = 27;
@@ -110,20 +112,20 @@ pub fn delete<K: aya::Pod>(map: BorrowedFd<'_>, keys: &[K]) -> Result<(), (usize
     Ok(())
 }
 
-/// Reads every entry of a hash or array map.
-pub fn lookup_all<K: aya::Pod + Default, V: aya::Pod + Default>(
-    map: BorrowedFd<'_>,
-) -> io::Result<Vec<(K, V)>> {
+/// Reads every entry of a hash or array map. The kernel fills byte buffers;
+/// [`decode::entries`] makes them entries.
+pub fn lookup_all<K: aya::Pod, V: aya::Pod>(map: BorrowedFd<'_>) -> io::Result<Vec<(K, V)>> {
+    let (ks, vs) = (size_of::<K>(), size_of::<V>());
     let mut out = Vec::new();
     let mut chunk = 4096usize;
     // The resume token: a bucket index (hash) or the last key (array);
     // 8-byte aligned and at least as large as either.
-    let mut token = vec![0u64; size_of::<K>().div_ceil(8).max(1)];
+    let mut token = vec![0u64; ks.div_ceil(8).max(1)];
     let mut next = token.clone();
     let mut first = true;
     loop {
-        let mut keys = vec![K::default(); chunk];
-        let mut values = vec![V::default(); chunk];
+        let mut keys = vec![0u8; chunk * ks];
+        let mut values = vec![0u8; chunk * vs];
         let mut attr = BatchAttr {
             in_batch: if first { 0 } else { token.as_ptr() as u64 },
             out_batch: next.as_mut_ptr() as u64,
@@ -134,21 +136,23 @@ pub fn lookup_all<K: aya::Pod + Default, V: aya::Pod + Default>(
             ..BatchAttr::default()
         };
         let (n, result) = call(BPF_MAP_LOOKUP_BATCH, &mut attr);
-        match result {
-            Ok(()) => {}
+        let last = match result {
+            Ok(()) => false,
             // ENOENT: this was the last batch (possibly empty).
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                out.extend(keys.into_iter().zip(values).take(n));
-                return Ok(out);
-            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => true,
             // One hash bucket holds more entries than the chunk.
             Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
                 chunk *= 2;
                 continue;
             }
             Err(e) => return Err(e),
+        };
+        let n = n.min(chunk);
+        let read = decode::entries(&keys[..n * ks], &values[..n * vs]).map_err(io::Error::other)?;
+        out.extend(read);
+        if last {
+            return Ok(out);
         }
-        out.extend(keys.into_iter().zip(values).take(n));
         token.copy_from_slice(&next);
         first = false;
     }

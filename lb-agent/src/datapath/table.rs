@@ -11,7 +11,10 @@ use std::{
 use aya::maps::MapData;
 use lb_common::{MAP_TYPE_ARRAY, MapSpec};
 
-use super::batch::{self, BPF_F_LOCK};
+use super::{
+    batch::{self, BPF_F_LOCK},
+    decode,
+};
 use crate::reconcile::{BatchError, MapKey, MapValue, StoreError, Table, Tables, WriteMode};
 
 /// The pinned BPF maps as [`Tables`].
@@ -109,8 +112,7 @@ impl<K: MapKey, V: MapValue> Table for BpfTable<K, V> {
         let mut all: Vec<(K, V)> =
             batch::lookup_all(self.fd.as_fd()).map_err(|e| self.error("lookup batch", e))?;
         if self.array {
-            let free = V::default();
-            all.retain(|(_, v)| *v != free);
+            decode::in_use(&mut all);
         }
         Ok(all)
     }

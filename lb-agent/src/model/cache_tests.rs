@@ -11,7 +11,10 @@ use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 
 use lb_fixtures::{Ep, Slice, Svc};
 
-use super::*;
+use super::{
+    oracle::{Shown, check, label_of, naive, shown},
+    *,
+};
 
 // ---------------------------------------------------------------- helpers
 
@@ -91,15 +94,6 @@ fn ports(touched: &BTreeSet<Frontend>) -> BTreeSet<Frontend> {
 
 fn is_invalid(a: &Admission, object: &ObjectRef) -> bool {
     matches!(a, Admission::Invalid(inv) if inv.object == *object)
-}
-
-/// What a flush of `c` shows: frontend -> (backends, owner).
-type Shown = BTreeMap<Frontend, (Vec<Backend>, ObjectRef)>;
-
-fn shown(c: &Cache) -> Shown {
-    c.programmed()
-        .map(|(fe, t, o)| (*fe, (t.backends.clone(), o.clone())))
-        .collect()
 }
 
 // ---------------------------------------------------------------- random events
@@ -262,163 +256,6 @@ struct Seen {
     touched: usize,
 }
 
-/// What the oracle computes from the objects in force.
-#[derive(Debug, Default)]
-struct Oracle {
-    shown: Shown,
-    conflicts: BTreeSet<(Frontend, ObjectRef)>,
-    passthrough: BTreeMap<Frontend, ObjectRef>,
-    excluded: BTreeSet<(ObjectRef, Backend)>,
-}
-
-/// kube-proxy's rules applied from scratch to the Kubernetes objects, with
-/// no state and nothing shared with the model but its output types. The
-/// objects passed are those in force (a malformed update never replaced
-/// its predecessor); headless, ExternalName and FQDN are skipped here.
-fn naive<'a>(
-    services: impl Iterator<Item = &'a Service>,
-    slices: impl Iterator<Item = &'a EndpointSlice> + Clone,
-    excluded: &ExcludedCidrs,
-) -> Oracle {
-    use std::net::IpAddr;
-    let mut out = Oracle::default();
-    // Frontend -> every claimant: (owner, Some(backends) or None for pass-through).
-    let mut claims: BTreeMap<Frontend, BTreeMap<ObjectRef, Option<Vec<Backend>>>> = BTreeMap::new();
-    let proto = |p: Option<&String>| match p.map(String::as_str) {
-        None | Some("TCP") => Proto::Tcp,
-        Some("UDP") => Proto::Udp,
-        Some(_) => Proto::Sctp,
-    };
-    for svc in services {
-        let ns = svc.metadata.namespace.as_deref().unwrap_or("default");
-        let name = svc.metadata.name.as_deref().unwrap();
-        let owner = ObjectRef::service(ns, name);
-        let spec = svc.spec.as_ref().unwrap();
-        if spec.type_.as_deref() == Some("ExternalName") {
-            continue;
-        }
-        let ips: Vec<String> = match &spec.cluster_ips {
-            Some(ips) if !ips.is_empty() => ips.clone(),
-            _ => spec.cluster_ip.iter().cloned().collect(),
-        };
-        if ips.iter().any(|i| i == "None") {
-            continue;
-        }
-        // VIPs with a pass-through port get no wildcard frontend.
-        let mut passes: BTreeSet<IpAddr> = BTreeSet::new();
-        for port in spec.ports.iter().flatten() {
-            let pproto = proto(port.protocol.as_ref());
-            if pproto == Proto::Sctp {
-                continue;
-            }
-            let pname = port.name.clone().unwrap_or_default();
-            for vip in &ips {
-                let vip: IpAddr = vip.parse().unwrap();
-                let family = if vip.is_ipv4() { "IPv4" } else { "IPv6" };
-                let (mut seen, mut dropped) = (0, 0);
-                // Backend -> (ready, serving and terminating, terminating).
-                let mut endpoints: BTreeMap<Backend, (bool, bool, bool)> = BTreeMap::new();
-                for sl in slices.clone() {
-                    if sl.metadata.namespace.as_deref().unwrap_or("default") != ns
-                        || label_of(sl).as_deref() != Some(name)
-                        || sl.address_type != family
-                    {
-                        continue;
-                    }
-                    let Some(target) = sl.ports.iter().flatten().find(|p| {
-                        p.name.clone().unwrap_or_default() == pname
-                            && proto(p.protocol.as_ref()) == pproto
-                    }) else {
-                        continue;
-                    };
-                    let Some(tport) = target.port else { continue };
-                    for ep in sl.endpoints.iter().flatten() {
-                        let c = ep.conditions.clone().unwrap_or_default();
-                        let Some(a) = ep.addresses.first() else {
-                            continue;
-                        };
-                        seen += 1;
-                        let be = Backend {
-                            ip: a.parse().unwrap(),
-                            port: tport as u16,
-                        };
-                        if excluded.contains(be.ip) {
-                            dropped += 1;
-                            out.excluded.insert((owner.clone(), be));
-                            continue;
-                        }
-                        let terminating = c.terminating.unwrap_or(false);
-                        let new = (
-                            c.ready.unwrap_or(true),
-                            c.serving.unwrap_or(true) && terminating,
-                            terminating,
-                        );
-                        // A non-terminating copy wins over a terminating one.
-                        let old = endpoints.entry(be).or_insert(new);
-                        if old.2 && !terminating {
-                            *old = new;
-                        }
-                    }
-                }
-                let pick = |f: fn(&(bool, bool, bool)) -> bool| -> Vec<Backend> {
-                    endpoints
-                        .iter()
-                        .filter(|(_, c)| f(c))
-                        .map(|(b, _)| *b)
-                        .collect()
-                };
-                let (ready, fallback) = (pick(|c| c.0), pick(|c| c.1));
-                let fe = Frontend {
-                    vip,
-                    port: port.port as u16,
-                    proto: pproto,
-                };
-                let claim = if seen > 0 && dropped == seen {
-                    passes.insert(vip);
-                    None
-                } else if ready.is_empty() {
-                    Some(fallback)
-                } else {
-                    Some(ready)
-                };
-                claims.entry(fe).or_default().insert(owner.clone(), claim);
-            }
-        }
-        for vip in &ips {
-            let vip: IpAddr = vip.parse().unwrap();
-            if !passes.contains(&vip) {
-                let fe = Frontend::wildcard(vip);
-                claims
-                    .entry(fe)
-                    .or_default()
-                    .insert(owner.clone(), Some(Vec::new()));
-            }
-        }
-    }
-    for (fe, by) in claims {
-        let mut by = by.into_iter();
-        let (winner, claim) = by.next().unwrap();
-        out.conflicts.extend(by.map(|(o, _)| (fe, o)));
-        match claim {
-            Some(b) => {
-                out.shown.insert(fe, (b, winner));
-            }
-            None => {
-                out.passthrough.insert(fe, winner);
-            }
-        }
-    }
-    out
-}
-
-fn label_of(s: &EndpointSlice) -> Option<String> {
-    s.metadata
-        .labels
-        .as_ref()?
-        .get("kubernetes.io/service-name")
-        .cloned()
-}
-
 fn run_incremental_against_batch(seed: u64, steps: usize, seen: &mut Seen) {
     let excluded = ExcludedCidrs::parse(["10.244.0.0/16"]).unwrap();
     let mut rng = Rng(seed);
@@ -503,37 +340,16 @@ fn run_incremental_against_batch(seed: u64, steps: usize, seen: &mut Seen) {
         seen.flushes += 1;
         seen.touched += flush.touched.len();
         let oracle = naive(services.values(), slices.values(), &excluded);
-        let after = shown(&cache);
+        let after = check(
+            &cache,
+            &flush,
+            &before,
+            &oracle,
+            &format!("seed {seed} step {step}"),
+        );
         seen.served += after.values().filter(|(b, _)| !b.is_empty()).count();
         seen.v6 += after.keys().filter(|fe| fe.vip.is_ipv6()).count();
-        assert_eq!(
-            after, oracle.shown,
-            "seed {seed} step {step}: incremental and oracle disagree"
-        );
-        // Every change since the last flush was reported.
-        let keys: BTreeSet<&Frontend> = before.keys().chain(after.keys()).collect();
-        for fe in keys {
-            if before.get(fe) != after.get(fe) {
-                assert!(
-                    flush.touched.contains(fe),
-                    "seed {seed} step {step}: {fe} changed ({:?} -> {:?}) but was not touched",
-                    before.get(fe),
-                    after.get(fe)
-                );
-            }
-        }
-        let conflicts: BTreeSet<(Frontend, ObjectRef)> =
-            cache.conflicts().map(|(f, o)| (*f, o.clone())).collect();
-        assert_eq!(conflicts, oracle.conflicts, "seed {seed} step {step}");
-        seen.conflicts += conflicts.len();
-        for (svc, r) in &flush.services {
-            for fe in &r.passthrough {
-                assert_eq!(oracle.passthrough.get(fe), Some(svc), "{fe}");
-            }
-            for be in &r.excluded {
-                assert!(oracle.excluded.contains(&(svc.clone(), *be)), "{svc} {be}");
-            }
-        }
+        seen.conflicts += oracle.conflicts.len();
         // A frontend that changed hands: its owner went away, another took over.
         seen.takeovers += after
             .iter()

@@ -31,6 +31,8 @@ pub use slice::{EndpointTopology, SliceEndpoint, SlicePort, SliceSpec, object_re
 mod cache_tests;
 #[cfg(test)]
 mod categorize_tests;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod oracle;
 #[cfg(test)]
 mod tests;
 

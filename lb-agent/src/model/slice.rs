@@ -115,7 +115,16 @@ pub(super) fn validate(slice: &EndpointSlice) -> Verdict {
         ));
     }
     let mut ports = Vec::new();
+    let mut names = Vec::new();
     for p in slice.ports.iter().flatten() {
+        // The API's validation: names are unique whatever the protocol, so
+        // a Service port matches at most one slice port (with two, which
+        // one gave the target port would depend on the order).
+        let name = p.name.as_deref().unwrap_or_default();
+        if names.contains(&name) {
+            return Verdict::Invalid(format!("duplicate port name {name:?}"));
+        }
+        names.push(name);
         // A port without a number means "all ports"; kube-proxy skips it.
         let Some(number) = p.port else { continue };
         let port = match u16::try_from(number) {

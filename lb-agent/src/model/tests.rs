@@ -797,6 +797,55 @@ fn malformed_objects_are_reported_and_the_rest_is_programmed() {
 }
 
 #[test]
+fn slice_with_two_ports_of_one_name_is_malformed() {
+    // Found by the model_events fuzz target: `http` without a number, then
+    // `http` 8081. The model skipped the first and took 8081, the oracle
+    // took the first and gave no endpoint; the API refuses such a slice.
+    let docs = |ports: &[(&str, Option<i32>, &str)]| {
+        let slice = ports.iter().fold(
+            Slice::new("default", "web-1").service("web"),
+            |s, (name, port, proto)| {
+                s.with_port(k8s_openapi::api::discovery::v1::EndpointPort {
+                    name: Some((*name).to_owned()),
+                    port: *port,
+                    protocol: Some((*proto).to_owned()),
+                    app_protocol: None,
+                })
+            },
+        );
+        [
+            svc("default", "web", "10.96.0.1", HTTP),
+            slice.endpoint(Ep::new("10.0.0.1")).into(),
+        ]
+    };
+    for ports in [
+        [("http", None, "TCP"), ("http", Some(8081), "TCP")],
+        [("http", Some(8080), "TCP"), ("http", Some(8081), "TCP")],
+        // Unique by name alone, as the API has it.
+        [("http", Some(8080), "TCP"), ("http", Some(8081), "UDP")],
+        [("", Some(8080), "TCP"), ("", Some(8081), "UDP")],
+    ] {
+        let (d, r) = run(&docs(&ports));
+        assert_eq!(
+            invalid_names(&r),
+            BTreeSet::from(["EndpointSlice default/web-1".to_owned()]),
+            "{ports:?}"
+        );
+        assert!(
+            backends_of(&d, tcp("10.96.0.1", 80)).is_empty(),
+            "{ports:?}"
+        );
+    }
+    // Distinct names stay valid, a numberless one included.
+    let (d, r) = run(&docs(&[("http", Some(8080), "TCP"), ("all", None, "TCP")]));
+    assert!(r.invalid.is_empty(), "{:?}", r.invalid);
+    assert_eq!(
+        backends_of(&d, tcp("10.96.0.1", 80)),
+        [be("10.0.0.1", 8080)]
+    );
+}
+
+#[test]
 fn slice_at_the_endpoint_limit_is_still_valid() {
     let eps: Vec<Ep> = (0..1000)
         .map(|i| Ep::new(&format!("10.9.{}.{}", i / 250, i % 250 + 1)))

@@ -4,11 +4,12 @@
 use std::{
     collections::{BTreeMap, HashSet},
     net::IpAddr,
+    ops::Range,
 };
 
 use lb_common::{FrontendId, Member, MemberKey, Slot, SlotKey};
 
-use super::family::Family;
+use super::{family::Family, lb::set_range};
 
 /// Everything in one family's maps.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -42,7 +43,7 @@ pub struct FrontendView {
     pub slots: Vec<SlotView>,
 }
 
-/// One slot of a live revision.
+/// One slot of a live revision, or a run of missing ones.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SlotView {
     Backend {
@@ -50,9 +51,59 @@ pub enum SlotView {
         addr: IpAddr,
         port: u16,
     },
-    /// Cannot happen when the agent wrote the maps; shown, not hidden.
-    MissingSlot,
+    /// Slots absent from the map. Cannot happen when the agent wrote the
+    /// maps; shown, not hidden, but as one run: a damaged state may claim
+    /// 65,535 slots that do not exist.
+    MissingSlots(Range<u16>),
     MissingBackend(u32),
+}
+
+impl SlotView {
+    /// How many slots of the revision this stands for.
+    pub fn slots(&self) -> usize {
+        match self {
+            SlotView::MissingSlots(run) => run.len(),
+            SlotView::Backend { .. } | SlotView::MissingBackend(_) => 1,
+        }
+    }
+}
+
+/// The slots `0..count` of revision `rev` of frontend `fe_id`, from the
+/// entries present: as many views as entries, plus one per gap.
+fn revision_slots<F: Family>(
+    fe_id: u32,
+    rev: u16,
+    count: u16,
+    slots: &BTreeMap<SlotKey, Slot>,
+    backends: &BTreeMap<u32, F::Backend>,
+) -> Vec<SlotView> {
+    let mut out = Vec::new();
+    let mut next = 0;
+    for (key, s) in slots.range(set_range(fe_id, rev)) {
+        if key.slot >= count {
+            break;
+        }
+        if key.slot > next {
+            out.push(SlotView::MissingSlots(next..key.slot));
+        }
+        out.push(match backends.get(&s.backend_id) {
+            None => SlotView::MissingBackend(s.backend_id),
+            Some(b) => {
+                let (addr, port, _) = F::backend_parts(b);
+                SlotView::Backend {
+                    backend_id: s.backend_id,
+                    addr,
+                    port,
+                }
+            }
+        });
+        // Below `count`, so no overflow.
+        next = key.slot + 1;
+    }
+    if next < count {
+        out.push(SlotView::MissingSlots(next..count));
+    }
+    out
 }
 
 impl LbView {
@@ -75,29 +126,7 @@ impl LbView {
                 });
                 let slots = if live {
                     live_sets.insert((id.id, rev));
-                    (0..count)
-                        .map(|slot| {
-                            let key = SlotKey {
-                                fe_id: id.id,
-                                rev,
-                                slot,
-                            };
-                            match slots.get(&key) {
-                                None => SlotView::MissingSlot,
-                                Some(s) => match backends.get(&s.backend_id) {
-                                    None => SlotView::MissingBackend(s.backend_id),
-                                    Some(b) => {
-                                        let (addr, port, _) = F::backend_parts(b);
-                                        SlotView::Backend {
-                                            backend_id: s.backend_id,
-                                            addr,
-                                            port,
-                                        }
-                                    }
-                                },
-                            }
-                        })
-                        .collect()
+                    revision_slots::<F>(id.id, rev, count, slots, backends)
                 } else {
                     Vec::new()
                 };

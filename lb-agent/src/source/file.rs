@@ -18,7 +18,10 @@ use k8s_openapi::api::{
 };
 use yaml_serde::Value;
 
-use super::{nesting, strip::Kept};
+use super::{
+    nesting,
+    strip::{Kept, Whole},
+};
 
 /// Everything read from the files.
 #[derive(Debug, Default)]
@@ -107,7 +110,7 @@ pub fn parse_into(origin: &str, text: &str, out: &mut Objects) {
     let docs = split_documents(text);
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     if threads == 1 || docs.len() < PARALLEL_FROM {
-        parse_documents(origin, &docs, 0, out);
+        parse_documents(origin, &docs, 0, out, true);
         return;
     }
     // YAML parsing is most of a cold start from a large file: use every core.
@@ -119,7 +122,7 @@ pub fn parse_into(origin: &str, text: &str, out: &mut Objects) {
             .map(|(i, chunk)| {
                 scope.spawn(move || {
                     let mut part = Objects::default();
-                    parse_documents(origin, chunk, i * per_thread, &mut part);
+                    parse_documents(origin, chunk, i * per_thread, &mut part, true);
                     part
                 })
             })
@@ -137,8 +140,16 @@ pub fn parse_into(origin: &str, text: &str, out: &mut Objects) {
     }
 }
 
-/// Parses `docs`, the first of which is document number `first`.
-fn parse_documents(origin: &str, docs: &[&str], first: usize, out: &mut Objects) {
+/// [`parse_into`] with every document taken by the general path: the
+/// `file_source` fuzz target checks that the fast path reads the same.
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn parse_into_general(origin: &str, text: &str, out: &mut Objects) {
+    parse_documents(origin, &split_documents(text), 0, out, false);
+}
+
+/// Parses `docs`, the first of which is document number `first`; with
+/// `fast`, Services and slices in block style go straight to their type.
+fn parse_documents(origin: &str, docs: &[&str], first: usize, out: &mut Objects, fast: bool) {
     for (i, doc) in docs.iter().enumerate() {
         if nesting::deeper_than(doc, nesting::MAX_DEPTH) {
             out.skipped.push(SkippedDocument {
@@ -153,15 +164,15 @@ fn parse_documents(origin: &str, docs: &[&str], first: usize, out: &mut Objects)
         // Fast path: a Service or slice goes straight to its type. Anything
         // else, or anything it cannot read, takes the general path, which
         // also says what is wrong.
-        match top_level_kind(doc) {
+        match top_level_kind(doc).filter(|_| fast) {
             Some("Service") => {
-                if let Ok(Kept(svc)) = yaml_serde::from_str(doc) {
+                if let Ok(Whole(svc)) = yaml_serde::from_str(doc) {
                     out.services.push(svc);
                     continue;
                 }
             }
             Some("EndpointSlice") => {
-                if let Ok(Kept(slice)) = yaml_serde::from_str(doc) {
+                if let Ok(Whole(slice)) = yaml_serde::from_str(doc) {
                     out.slices.push(slice);
                     continue;
                 }
@@ -171,7 +182,7 @@ fn parse_documents(origin: &str, docs: &[&str], first: usize, out: &mut Objects)
         let location = format!("{origin}#{}", first + i);
         match yaml_serde::from_str::<Value>(doc) {
             Ok(Value::Null) => {}
-            Ok(value) => add_value(&location, value, out),
+            Ok(value) => add_value(&location, value, Some(doc), out),
             Err(e) => out.skipped.push(SkippedDocument {
                 location,
                 reason: format!("not valid YAML: {e}"),
@@ -205,7 +216,12 @@ fn split_documents(text: &str) -> Vec<&str> {
     docs
 }
 
-fn add_value(location: &str, value: Value, out: &mut Objects) {
+/// Adds what `value` holds. `text`, the document's own text when `value` is
+/// a whole document, is what a Service or slice is read from: as on the
+/// fast path, whatever the document's style (a YAML value has lost the
+/// difference between an empty scalar and null, which a string field
+/// reads as `""`). Items of a List are read from their value.
+fn add_value(location: &str, value: Value, text: Option<&str>, out: &mut Objects) {
     let kind = value.get("kind").and_then(Value::as_str).unwrap_or("");
     let what = describe(&value);
     let skip = |reason: String| SkippedDocument {
@@ -216,16 +232,16 @@ fn add_value(location: &str, value: Value, out: &mut Objects) {
         "List" | "ServiceList" | "EndpointSliceList" | "NodeList" => match value.get("items") {
             Some(Value::Sequence(items)) => {
                 for (i, item) in items.iter().enumerate() {
-                    add_value(&format!("{location}.items[{i}]"), item.clone(), out);
+                    add_value(&format!("{location}.items[{i}]"), item.clone(), None, out);
                 }
             }
             _ => out.skipped.push(skip("a List without items".into())),
         },
-        "Service" => match yaml_serde::from_value::<Kept<Service>>(value) {
+        "Service" => match read::<Kept<Service>>(value, text) {
             Ok(Kept(svc)) => out.services.push(svc),
             Err(e) => out.skipped.push(skip(format!("not a valid Service: {e}"))),
         },
-        "EndpointSlice" => match yaml_serde::from_value::<Kept<EndpointSlice>>(value) {
+        "EndpointSlice" => match read::<Kept<EndpointSlice>>(value, text) {
             Ok(Kept(slice)) => out.slices.push(slice),
             Err(e) => out
                 .skipped
@@ -238,6 +254,17 @@ fn add_value(location: &str, value: Value, out: &mut Objects) {
         // Other kinds (Deployments, ConfigMaps, ...) may share the file; not ours.
         "" => out.skipped.push(skip("no kind".into())),
         _ => {}
+    }
+}
+
+/// A `T` from the document's text if there is one, else from its value.
+fn read<T: serde::de::DeserializeOwned>(
+    value: Value,
+    text: Option<&str>,
+) -> Result<T, yaml_serde::Error> {
+    match text {
+        Some(text) => yaml_serde::from_str(text),
+        None => yaml_serde::from_value(value),
     }
 }
 
@@ -299,6 +326,44 @@ mod tests {
             .collect();
         let why = "nested deeper than 256 levels (not parsed)";
         assert_eq!(skipped, [("d.yaml#0", why), ("d.yaml#2", why)]);
+    }
+
+    #[test]
+    fn a_document_reads_the_same_in_block_and_in_flow_style() {
+        // Found by the file_source fuzz target: a label without a value,
+        // which the fast path (block style) read as "" and the general path
+        // (flow style, through a YAML value: null) refused.
+        let block = "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+                     metadata: {name: web-1, labels: {kubernetes.io/service-name: web, team}}\n\
+                     addressType: IPv4\nendpoints: [{addresses: [10.0.0.1]}]\n";
+        let flow = "{apiVersion: discovery.k8s.io/v1, kind: EndpointSlice,\n \
+                    metadata: {name: web-1, labels: {kubernetes.io/service-name: web, team}},\n \
+                    addressType: IPv4, endpoints: [{addresses: [10.0.0.1]}]}\n";
+        let mut read = Vec::new();
+        for text in [block, flow] {
+            let mut out = Objects::default();
+            parse_into("s.yaml", text, &mut out);
+            assert!(out.skipped.is_empty(), "{text}: {:?}", out.skipped);
+            read.push(out.slices);
+        }
+        assert_eq!(read[0], read[1]);
+        let labels = read[0][0].metadata.labels.clone().unwrap_or_default();
+        assert_eq!(labels.get("team").map(String::as_str), Some(""));
+    }
+
+    #[test]
+    fn a_kind_line_inside_a_string_does_not_make_a_document_a_slice() {
+        // Found by the file_source fuzz target: a document without a kind
+        // whose multi-line quoted string has a `kind: EndpointSlice` line
+        // at its first column was read as a slice by the fast path.
+        let text = "metadata: {name: web-1}\nnote: 'a\nkind: EndpointSlice\nb'\n\
+                    addressType: IPv4\nendpoints: [{addresses: [10.0.0.1]}]\n";
+        assert_eq!(top_level_kind(text), Some("EndpointSlice"));
+        let mut out = Objects::default();
+        parse_into("k.yaml", text, &mut out);
+        assert!(out.slices.is_empty(), "{:?}", out.slices);
+        let skipped: Vec<_> = out.skipped.iter().map(|s| s.location.as_str()).collect();
+        assert_eq!(skipped, ["k.yaml#0 (? default/web-1)"]);
     }
 
     #[test]

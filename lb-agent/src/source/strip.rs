@@ -55,96 +55,139 @@ impl<K: k8s_openapi::Metadata<Ty = ObjectMeta>> k8s_openapi::Metadata for Kept<K
 /// Of a Service: name, namespace, labels, resourceVersion; the whole spec
 /// but the selector (which pods back it is the slice controller's
 /// business); of the status, the load balancer's ingress points.
-impl<'de> Deserialize<'de> for Kept<Service> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Wire {
-            api_version: Option<String>,
-            kind: Option<String>,
-            metadata: Option<Meta>,
-            spec: Option<ServiceSpec>,
-            status: Option<Status>,
-        }
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Status {
-            load_balancer: Option<LoadBalancerStatus>,
-        }
-        let w = Wire::deserialize(d)?;
-        check_type::<Service, D::Error>(w.api_version, w.kind)?;
-        Ok(Kept(Service {
-            metadata: ObjectMeta {
-                annotations: None,
-                ..w.metadata.map(Meta::into_object_meta).unwrap_or_default()
-            },
-            spec: w.spec.map(|spec| ServiceSpec {
-                selector: None,
-                ..spec
-            }),
-            status: w.status.map(|s| ServiceStatus {
-                load_balancer: s.load_balancer.map(|lb| LoadBalancerStatus {
-                    ingress: lb.ingress,
-                }),
-                ..ServiceStatus::default()
-            }),
-        }))
+fn service<'de, D: Deserializer<'de>>(d: D, kind: KindField) -> Result<Service, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Wire {
+        api_version: Option<String>,
+        kind: Option<String>,
+        metadata: Option<Meta>,
+        spec: Option<ServiceSpec>,
+        status: Option<Status>,
     }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Status {
+        load_balancer: Option<LoadBalancerStatus>,
+    }
+    let w = Wire::deserialize(d)?;
+    check_type::<Service, D::Error>(w.api_version, w.kind, kind)?;
+    Ok(Service {
+        metadata: ObjectMeta {
+            annotations: None,
+            ..w.metadata.map(Meta::into_object_meta).unwrap_or_default()
+        },
+        spec: w.spec.map(|spec| ServiceSpec {
+            selector: None,
+            ..spec
+        }),
+        status: w.status.map(|s| ServiceStatus {
+            load_balancer: s.load_balancer.map(|lb| LoadBalancerStatus {
+                ingress: lb.ingress,
+            }),
+            ..ServiceStatus::default()
+        }),
+    })
 }
 
 /// Of an EndpointSlice: name, namespace, labels, resourceVersion and the
 /// trigger-time annotation; the address type and ports; of each endpoint
 /// its addresses, conditions, node, zone and hints.
-impl<'de> Deserialize<'de> for Kept<EndpointSlice> {
+fn endpoint_slice<'de, D: Deserializer<'de>>(
+    d: D,
+    kind: KindField,
+) -> Result<EndpointSlice, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Wire {
+        api_version: Option<String>,
+        kind: Option<String>,
+        metadata: Option<Meta>,
+        address_type: Option<String>,
+        endpoints: Option<Vec<WireEndpoint>>,
+        ports: Option<Vec<EndpointPort>>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct WireEndpoint {
+        addresses: Option<Vec<String>>,
+        conditions: Option<EndpointConditions>,
+        node_name: Option<String>,
+        zone: Option<String>,
+        hints: Option<EndpointHints>,
+    }
+    let w = Wire::deserialize(d)?;
+    check_type::<EndpointSlice, D::Error>(w.api_version, w.kind, kind)?;
+    let endpoints = w.endpoints.map(|eps| {
+        eps.into_iter()
+            .map(|e| Endpoint {
+                addresses: e.addresses.unwrap_or_default(),
+                conditions: e.conditions,
+                node_name: e.node_name,
+                zone: e.zone,
+                hints: e.hints,
+                ..Endpoint::default()
+            })
+            .collect()
+    });
+    Ok(EndpointSlice {
+        metadata: w.metadata.map(Meta::into_object_meta).unwrap_or_default(),
+        address_type: w.address_type.unwrap_or_default(),
+        endpoints,
+        ports: w.ports,
+    })
+}
+
+impl<'de> Deserialize<'de> for Kept<Service> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Wire {
-            api_version: Option<String>,
-            kind: Option<String>,
-            metadata: Option<Meta>,
-            address_type: Option<String>,
-            endpoints: Option<Vec<WireEndpoint>>,
-            ports: Option<Vec<EndpointPort>>,
-        }
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct WireEndpoint {
-            addresses: Option<Vec<String>>,
-            conditions: Option<EndpointConditions>,
-            node_name: Option<String>,
-            zone: Option<String>,
-            hints: Option<EndpointHints>,
-        }
-        let w = Wire::deserialize(d)?;
-        check_type::<EndpointSlice, D::Error>(w.api_version, w.kind)?;
-        let endpoints = w.endpoints.map(|eps| {
-            eps.into_iter()
-                .map(|e| Endpoint {
-                    addresses: e.addresses.unwrap_or_default(),
-                    conditions: e.conditions,
-                    node_name: e.node_name,
-                    zone: e.zone,
-                    hints: e.hints,
-                    ..Endpoint::default()
-                })
-                .collect()
-        });
-        Ok(Kept(EndpointSlice {
-            metadata: w.metadata.map(Meta::into_object_meta).unwrap_or_default(),
-            address_type: w.address_type.unwrap_or_default(),
-            endpoints,
-            ports: w.ports,
-        }))
+        service(d, KindField::Optional).map(Kept)
     }
 }
 
+impl<'de> Deserialize<'de> for Kept<EndpointSlice> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        endpoint_slice(d, KindField::Optional).map(Kept)
+    }
+}
+
+/// [`Kept`] read from a document on its own, which names its `kind`.
+/// The file source's fast path takes a document for a Service or a slice
+/// from a `kind:` line at its first column, which may lie inside a
+/// multi-line string: the object must then say so itself.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Whole<K>(pub K);
+
+impl<'de> Deserialize<'de> for Whole<Service> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        service(d, KindField::Required).map(Whole)
+    }
+}
+
+impl<'de> Deserialize<'de> for Whole<EndpointSlice> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        endpoint_slice(d, KindField::Required).map(Whole)
+    }
+}
+
+/// Whether an object must name its `kind`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KindField {
+    /// List items and watch events may leave it out.
+    Optional,
+    Required,
+}
+
 /// As the Kubernetes types do: `apiVersion` and `kind` may be absent (list
-/// items), but if present must be this type's.
+/// items), but if present must be this type's; `kind` must be there when
+/// `required`.
 fn check_type<K: k8s_openapi::Resource, E: de::Error>(
     api_version: Option<String>,
     kind: Option<String>,
+    field: KindField,
 ) -> Result<(), E> {
+    if field == KindField::Required && kind.is_none() {
+        return Err(E::missing_field("kind"));
+    }
     for (value, want) in [(api_version, K::API_VERSION), (kind, K::KIND)] {
         if let Some(v) = value.filter(|v| v != want) {
             return Err(E::invalid_value(de::Unexpected::Str(&v), &want));
