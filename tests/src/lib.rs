@@ -22,6 +22,7 @@ pub mod probe;
 pub mod procnet;
 pub mod progstats;
 pub mod scenario;
+pub mod soak;
 pub mod txtar;
 
 use std::path::PathBuf;

@@ -54,7 +54,9 @@ pub struct Entries {
     pub members: usize,
     pub backends: usize,
     pub affinity: usize,
-    pub revnat: usize,
+    /// Counted only when asked: walking its up to 262,144 keys one by one
+    /// takes about a second in a debug build.
+    pub revnat: Option<usize>,
 }
 
 fn open(dir: &Path, spec: &MapSpec) -> anyhow::Result<Map> {
@@ -76,43 +78,74 @@ fn get<T>(r: Result<T, MapError>) -> anyhow::Result<Option<T>> {
     }
 }
 
-/// What the programs would do now for every frontend of the maps pinned in
-/// `dir` (a pin directory's `maps/`).
-pub fn read_view(dir: &Path) -> anyhow::Result<View> {
-    let frontends = hash::<Frontend4Key, FrontendId>(dir, &FRONTENDS4)?;
-    let states: Array<MapData, Frontend4State> = Array::try_from(open(dir, &FE_STATE4)?)?;
-    let slots = hash::<SlotKey, Slot>(dir, &SLOTS4)?;
-    let backends = hash::<u32, Backend4>(dir, &BACKENDS4)?;
-    let mut view = View::new();
-    for entry in frontends.iter() {
-        // A frontend deleted while the walk goes on is simply not seen.
-        let Ok((key, id)) = entry else { continue };
-        let fk = (
-            Ipv4Addr::from(key.addr_be),
-            u16::from_be(key.port_be),
-            key.proto,
-        );
-        let Some(state) = get(states.get(&id.id, BPF_F_LOCK))? else {
-            view.insert(fk, Frontend::Removing);
-            continue;
+/// The maps a program reads to translate a connection, opened once.
+pub struct LbMaps {
+    frontends: HashMap<MapData, Frontend4Key, FrontendId>,
+    states: Array<MapData, Frontend4State>,
+    slots: HashMap<MapData, SlotKey, Slot>,
+    backends: HashMap<MapData, u32, Backend4>,
+}
+
+impl LbMaps {
+    /// The maps pinned in `dir` (a pin directory's `maps/`).
+    pub fn open(dir: &Path) -> anyhow::Result<Self> {
+        Ok(Self {
+            frontends: hash(dir, &FRONTENDS4)?,
+            states: Array::try_from(open(dir, &FE_STATE4)?)?,
+            slots: hash(dir, &SLOTS4)?,
+            backends: hash(dir, &BACKENDS4)?,
+        })
+    }
+
+    /// What the programs would do now for every frontend.
+    pub fn view(&self) -> anyhow::Result<View> {
+        let mut view = View::new();
+        for entry in self.frontends.iter() {
+            // A frontend deleted while the walk goes on is simply not seen.
+            let Ok((key, id)) = entry else { continue };
+            view.insert(parts(&key), self.frontend(&key, id)?);
+        }
+        Ok(view)
+    }
+
+    /// The same for these frontends only (those absent are not in it):
+    /// a few lookups instead of a walk.
+    pub fn view_of(&self, keys: &[FrontendKey]) -> anyhow::Result<View> {
+        let mut view = View::new();
+        for &(addr, port, proto) in keys {
+            let key = Frontend4Key {
+                addr_be: addr.octets(),
+                port_be: port.to_be(),
+                proto,
+                scope: lb_common::SCOPE_INTERNAL,
+            };
+            if let Some(id) = get(self.frontends.get(&key, 0))? {
+                view.insert((addr, port, proto), self.frontend(&key, id)?);
+            }
+        }
+        Ok(view)
+    }
+
+    /// What a program finds behind frontend `key`, whose id is `id`.
+    fn frontend(&self, key: &Frontend4Key, id: FrontendId) -> anyhow::Result<Frontend> {
+        let Some(state) = get(self.states.get(&id.id, BPF_F_LOCK))? else {
+            return Ok(Frontend::Removing);
         };
         let o = &state.owner;
         if (o.addr_be, o.port_be, o.proto, o.scope)
             != (key.addr_be, key.port_be, key.proto, key.scope)
         {
-            view.insert(fk, Frontend::Removing);
-            continue;
+            return Ok(Frontend::Removing);
         }
         let mut list = Vec::with_capacity(usize::from(state.count));
-        let mut broken = false;
         for slot in 0..state.count {
             let k = SlotKey {
                 fe_id: id.id,
                 rev: state.rev,
                 slot,
             };
-            let backend = match get(slots.get(&k, 0))? {
-                Some(s) => get(backends.get(&s.backend_id, 0))?,
+            let backend = match get(self.slots.get(&k, 0))? {
+                Some(s) => get(self.backends.get(&s.backend_id, 0))?,
                 None => None,
             };
             match backend {
@@ -120,24 +153,30 @@ pub fn read_view(dir: &Path) -> anyhow::Result<View> {
                     Ipv4Addr::from(b.addr_be),
                     u16::from_be(b.port_be),
                 )),
-                None => broken = true,
+                None => return Ok(Frontend::Broken),
             }
         }
-        view.insert(
-            fk,
-            if broken {
-                Frontend::Broken
-            } else {
-                Frontend::Serving(list)
-            },
-        );
+        Ok(Frontend::Serving(list))
     }
-    Ok(view)
 }
 
-/// How many entries each map pinned in `dir` holds. Walks every key (the
-/// state array: every element), so it costs tens of milliseconds.
-pub fn count_entries(dir: &Path) -> anyhow::Result<Entries> {
+fn parts(key: &Frontend4Key) -> FrontendKey {
+    (
+        Ipv4Addr::from(key.addr_be),
+        u16::from_be(key.port_be),
+        key.proto,
+    )
+}
+
+/// What the programs would do now for every frontend of the maps pinned in
+/// `dir` (a pin directory's `maps/`).
+pub fn read_view(dir: &Path) -> anyhow::Result<View> {
+    LbMaps::open(dir)?.view()
+}
+
+/// How many entries each map pinned in `dir` holds (the reverse-NAT map's
+/// if `revnat`). Walks every key (the state array: every element).
+pub fn count_entries(dir: &Path, revnat: bool) -> anyhow::Result<Entries> {
     fn count<K: Pod, V: Pod>(dir: &Path, spec: &MapSpec) -> anyhow::Result<usize> {
         Ok(hash::<K, V>(dir, spec)?
             .keys()
@@ -156,6 +195,10 @@ pub fn count_entries(dir: &Path) -> anyhow::Result<Entries> {
         members: count::<MemberKey, Member>(dir, &MEMBERS4)?,
         backends: count::<u32, Backend4>(dir, &BACKENDS4)?,
         affinity: count::<Affinity4Key, AffinityValue>(dir, &AFFINITY4)?,
-        revnat: count::<RevNat4Key, RevNat4Value>(dir, &REVNAT4)?,
+        revnat: if revnat {
+            Some(count::<RevNat4Key, RevNat4Value>(dir, &REVNAT4)?)
+        } else {
+            None
+        },
     })
 }

@@ -5,6 +5,7 @@ mod bench;
 mod demo;
 mod run;
 mod setup;
+mod soak;
 
 use std::process::Command;
 
@@ -31,6 +32,10 @@ enum Cmd {
     /// Our LB against kube-proxy's iptables and nftables layouts and the
     /// direct path; writes target/bench/bench.md and bench.svg.
     Bench(bench::BenchArgs),
+    /// The chaos soak: the agent against the stand-in apiserver under
+    /// traffic, SIGKILLs, outages, relists, rolling updates and Services
+    /// coming and going; writes target/soak/soak.md.
+    Soak(soak::SoakArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -64,6 +69,10 @@ fn main() -> anyhow::Result<()> {
             cargo(&["test"])?;
             // The bench's smoke run, so the bench keeps working.
             bench_cmd(&bench::BenchArgs::quick())
+        }
+        Cmd::Soak(args) => {
+            setup::run()?;
+            soak_cmd(&args)
         }
         Cmd::Run(args) => run::run(&args),
         Cmd::Bench(args) => {
@@ -124,12 +133,28 @@ fn bench_cmd(args: &bench::BenchArgs) -> anyhow::Result<()> {
             dir.join("lb-agent")
         }
     };
-    // SAFETY: no other thread runs yet; the harness reads these when it spawns.
+    use_bins(&agent, &dir);
+    bench::run(args)
+}
+
+/// Builds the agent and `lbt` (debug, unless `--release`), points the
+/// harness at them, and runs the soak.
+fn soak_cmd(args: &soak::SoakArgs) -> anyhow::Result<()> {
+    build_bins(args.release, true)?;
+    let dir = target_dir().join(if args.release { "release" } else { "debug" });
+    use_bins(&dir.join("lb-agent"), &dir);
+    soak::run(args)
+}
+
+/// Points the harness at this agent and at the `lbt` in `dir`.
+fn use_bins(agent: &std::path::Path, dir: &std::path::Path) {
+    // SAFETY: no other thread runs yet (the bench and the soak start theirs
+    // later, and each runs in a process of its own); the harness reads
+    // these when it spawns.
     unsafe {
         std::env::set_var("LB_AGENT_BIN", agent);
         std::env::set_var("LBT_BIN", dir.join("lbt"));
     }
-    bench::run(args)
 }
 
 /// Where cargo puts what it builds: `$CARGO_TARGET_DIR` (relative to the

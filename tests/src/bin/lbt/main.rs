@@ -14,6 +14,7 @@
 //! cannot touch the root namespace's). Benchmarks refuse to run outside a
 //! `--netns` unless every target is in 127.0.0.0/8.
 
+mod soak;
 mod sock;
 
 use std::{
@@ -49,7 +50,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Answer every TCP line and UDP datagram with `--id`, forever.
+    /// Answer every TCP line and UDP datagram with `--id`, forever. A
+    /// datagram that starts with `#` (a token) gets `<id> <token>` back, so
+    /// that a client on one long-lived socket can tell a late reply to an
+    /// earlier request from the reply to its current one.
     Serve {
         #[arg(long)]
         id: String,
@@ -95,6 +99,9 @@ enum Cmd {
     BenchTcp(BenchArgs),
     /// Load: C workers doing back-to-back UDP request/reply for T s.
     BenchUdp(BenchArgs),
+    /// The soak's client: requests without pause to the Services named on
+    /// stdin, until stdin closes; tallies on stdout.
+    SoakClient(soak::Args),
 }
 
 #[derive(clap::Args)]
@@ -155,6 +162,12 @@ fn main() -> anyhow::Result<()> {
         Cmd::Churn { to } => print(churn(to)?),
         Cmd::BenchTcp(a) => print_json(&bench(&a, cli.netns.is_some(), Proto::Tcp)?),
         Cmd::BenchUdp(a) => print_json(&bench(&a, cli.netns.is_some(), Proto::Udp)?),
+        Cmd::SoakClient(a) => {
+            if cli.netns.is_none() {
+                bail!("refusing to generate load from the root netns: pass --netns");
+            }
+            soak::run(&a)
+        }
     }
 }
 
@@ -184,11 +197,23 @@ fn serve(id: &str, tcp: &[u16], udp: &[u16]) -> anyhow::Result<()> {
     }
     for &port in udp {
         let s = UdpSocket::bind(("0.0.0.0", port)).with_context(|| format!("udp {port}"))?;
-        let reply = reply.clone();
+        let (id, reply) = (id.to_owned(), reply.clone());
         std::thread::spawn(move || {
             let mut buf = [0u8; 512];
-            while let Ok((_, from)) = s.recv_from(&mut buf) {
-                let _ = s.send_to(reply.as_bytes(), from);
+            let mut tagged = Vec::with_capacity(600);
+            while let Ok((len, from)) = s.recv_from(&mut buf) {
+                let reply = match buf[..len].trim_ascii() {
+                    token @ [b'#', ..] => {
+                        tagged.clear();
+                        tagged.extend_from_slice(id.as_bytes());
+                        tagged.push(b' ');
+                        tagged.extend_from_slice(token);
+                        tagged.push(b'\n');
+                        &tagged[..]
+                    }
+                    _ => reply.as_bytes(),
+                };
+                let _ = s.send_to(reply, from);
             }
         });
     }
