@@ -117,7 +117,7 @@ const PATIENCE: Duration = Duration::from_secs(20);
 /// watch event, two per re-read of the source file).
 const WRITTEN: &str = "lbagent_watch_event_to_map_write_seconds_count";
 /// Histogram count: every sync, full or partial.
-const SYNCS: &str = "kubeproxy_sync_proxy_rules_duration_seconds_count";
+pub const SYNCS: &str = "kubeproxy_sync_proxy_rules_duration_seconds_count";
 
 impl Agent {
     /// `lb-agent run --from-file manifest`.
@@ -182,7 +182,7 @@ impl Agent {
     }
 
     /// Fails, with the agent's log, if the agent has exited.
-    fn alive(&mut self, doing: &str) -> anyhow::Result<()> {
+    pub fn alive(&mut self, doing: &str) -> anyhow::Result<()> {
         if let Some(status) = self.child.try_wait()? {
             bail!(
                 "lb-agent exited ({status}) while {doing}:\n{}",

@@ -14,6 +14,7 @@ pub mod install;
 pub mod kubeproxy;
 pub mod layout1;
 pub mod layout2;
+pub mod maps;
 pub mod metrics;
 pub mod netns;
 mod orphans;
@@ -21,6 +22,7 @@ pub mod probe;
 pub mod procnet;
 pub mod progstats;
 pub mod scenario;
+pub mod soak;
 pub mod txtar;
 
 use std::path::PathBuf;

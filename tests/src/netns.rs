@@ -48,6 +48,9 @@ pub struct Topology {
     prefix: String,
     hub: String,
     leaves: Vec<(String, Ipv4Addr)>,
+    /// Hosts added so far: names the hub's veth ends, never reused when
+    /// hosts are removed.
+    added: usize,
 }
 
 impl Topology {
@@ -58,6 +61,7 @@ impl Topology {
             prefix: prefix.to_owned(),
             hub,
             leaves: Vec::new(),
+            added: 0,
         };
         ip(&["-n", &topo.hub, "link", "set", "lo", "up"])?;
         exec(&topo.hub, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
@@ -73,7 +77,8 @@ impl Topology {
         let ns = format!("{}-{name}", self.prefix);
         ip(&["netns", "add", &ns])?;
         self.leaves.push((ns.clone(), addr));
-        let hub_if = format!("v{}", self.leaves.len());
+        self.added += 1;
+        let hub_if = format!("v{}", self.added);
         let a = addr.to_string();
         let host = format!("{a}/32");
         ip(&[
@@ -101,6 +106,13 @@ impl Topology {
             "-n", &ns, "route", "add", "default", "via", GATEWAY, "dev", "eth0",
         ])?;
         Ok(ns)
+    }
+
+    /// Removes the host whose namespace is `ns` (its veth and its route in
+    /// the hub go with the namespace).
+    pub fn remove_host(&mut self, ns: &str) -> anyhow::Result<()> {
+        self.leaves.retain(|(n, _)| n != ns);
+        ip(&["netns", "del", ns])
     }
 }
 

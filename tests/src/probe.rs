@@ -33,7 +33,7 @@ impl Report {
     }
 }
 
-fn lbt(netns: &str, cgroup: Option<&Path>) -> Command {
+pub(crate) fn lbt(netns: &str, cgroup: Option<&Path>) -> Command {
     let mut cmd = Command::new(lbt_bin());
     if let Some(cg) = cgroup {
         cmd.arg("--cgroup").arg(cg);

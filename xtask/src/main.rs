@@ -6,6 +6,7 @@ mod demo;
 mod fuzz;
 mod run;
 mod setup;
+mod soak;
 
 use std::process::Command;
 
@@ -37,6 +38,10 @@ enum Cmd {
     /// Build the fuzz targets in fuzz/ and run each (or one) with libFuzzer
     /// from the repository's corpus.
     Fuzz(fuzz::FuzzArgs),
+    /// The chaos soak: the agent against the stand-in apiserver under
+    /// traffic, SIGKILLs, outages, relists, rolling updates and Services
+    /// coming and going; writes target/soak/soak.md.
+    Soak(soak::SoakArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -79,6 +84,10 @@ fn main() -> anyhow::Result<()> {
                 runs: None,
                 target: None,
             })
+        }
+        Cmd::Soak(args) => {
+            setup::run()?;
+            soak_cmd(&args)
         }
         Cmd::Run(args) => run::run(&args),
         Cmd::Fuzz(args) => {
@@ -143,12 +152,28 @@ fn bench_cmd(args: &bench::BenchArgs) -> anyhow::Result<()> {
             dir.join("lb-agent")
         }
     };
-    // SAFETY: no other thread runs yet; the harness reads these when it spawns.
+    use_bins(&agent, &dir);
+    bench::run(args)
+}
+
+/// Builds the agent and `lbt` (debug, unless `--release`), points the
+/// harness at them, and runs the soak.
+fn soak_cmd(args: &soak::SoakArgs) -> anyhow::Result<()> {
+    build_bins(args.release, true)?;
+    let dir = target_dir().join(if args.release { "release" } else { "debug" });
+    use_bins(&dir.join("lb-agent"), &dir);
+    soak::run(args)
+}
+
+/// Points the harness at this agent and at the `lbt` in `dir`.
+fn use_bins(agent: &std::path::Path, dir: &std::path::Path) {
+    // SAFETY: no other thread runs yet (the bench and the soak start theirs
+    // later, and each runs in a process of its own); the harness reads
+    // these when it spawns.
     unsafe {
         std::env::set_var("LB_AGENT_BIN", agent);
         std::env::set_var("LBT_BIN", dir.join("lbt"));
     }
-    bench::run(args)
 }
 
 /// Where cargo puts what it builds: `$CARGO_TARGET_DIR` (relative to the

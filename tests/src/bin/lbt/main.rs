@@ -14,12 +14,15 @@
 //! cannot touch the root namespace's). Benchmarks refuse to run outside a
 //! `--netns` unless every target is in 127.0.0.0/8.
 
+mod soak;
+mod sock;
+
 use std::{
     collections::BTreeMap,
     fs,
     io::{self, BufRead, BufReader, Write},
     net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket},
-    os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
+    os::fd::AsRawFd,
     path::PathBuf,
     sync::{
         Arc,
@@ -31,6 +34,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 use serde::Serialize;
+use sock::TIMEOUT;
 
 #[derive(Parser)]
 struct Cli {
@@ -46,7 +50,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Answer every TCP line and UDP datagram with `--id`, forever.
+    /// Answer every TCP line and UDP datagram with `--id`, forever. A
+    /// datagram that starts with `#` (a token) gets `<id> <token>` back, so
+    /// that a client on one long-lived socket can tell a late reply to an
+    /// earlier request from the reply to its current one.
     Serve {
         #[arg(long)]
         id: String,
@@ -92,6 +99,9 @@ enum Cmd {
     BenchTcp(BenchArgs),
     /// Load: C workers doing back-to-back UDP request/reply for T s.
     BenchUdp(BenchArgs),
+    /// The soak's client: requests without pause to the Services named on
+    /// stdin, until stdin closes; tallies on stdout.
+    SoakClient(soak::Args),
 }
 
 #[derive(clap::Args)]
@@ -111,8 +121,6 @@ struct BenchArgs {
     #[arg(long)]
     socket_per_request: bool,
 }
-
-const TIMEOUT: Duration = Duration::from_secs(2);
 
 #[derive(Default, Serialize)]
 struct Report {
@@ -154,6 +162,12 @@ fn main() -> anyhow::Result<()> {
         Cmd::Churn { to } => print(churn(to)?),
         Cmd::BenchTcp(a) => print_json(&bench(&a, cli.netns.is_some(), Proto::Tcp)?),
         Cmd::BenchUdp(a) => print_json(&bench(&a, cli.netns.is_some(), Proto::Udp)?),
+        Cmd::SoakClient(a) => {
+            if cli.netns.is_none() {
+                bail!("refusing to generate load from the root netns: pass --netns");
+            }
+            soak::run(&a)
+        }
     }
 }
 
@@ -183,11 +197,23 @@ fn serve(id: &str, tcp: &[u16], udp: &[u16]) -> anyhow::Result<()> {
     }
     for &port in udp {
         let s = UdpSocket::bind(("0.0.0.0", port)).with_context(|| format!("udp {port}"))?;
-        let reply = reply.clone();
+        let (id, reply) = (id.to_owned(), reply.clone());
         std::thread::spawn(move || {
             let mut buf = [0u8; 512];
-            while let Ok((_, from)) = s.recv_from(&mut buf) {
-                let _ = s.send_to(reply.as_bytes(), from);
+            let mut tagged = Vec::with_capacity(600);
+            while let Ok((len, from)) = s.recv_from(&mut buf) {
+                let reply = match buf[..len].trim_ascii() {
+                    token @ [b'#', ..] => {
+                        tagged.clear();
+                        tagged.extend_from_slice(id.as_bytes());
+                        tagged.push(b' ');
+                        tagged.extend_from_slice(token);
+                        tagged.push(b'\n');
+                        &tagged[..]
+                    }
+                    _ => reply.as_bytes(),
+                };
+                let _ = s.send_to(reply, from);
             }
         });
     }
@@ -419,8 +445,6 @@ enum Proto {
 
 /// A UDP reply slower than this counts as failed.
 const UDP_TIMEOUT: Duration = Duration::from_millis(200);
-/// Attempts of one request whose socket the agent destroyed as stale.
-const UDP_DESTROYED_TRIES: u32 = 3;
 
 /// One worker's tally.
 #[derive(Default)]
@@ -548,117 +572,6 @@ fn percentile_us(sorted_ns: &[u64], p: f64) -> Option<f64> {
     Some((sorted_ns[rank - 1] as f64 / 100.0).round() / 10.0)
 }
 
-fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
-fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, v: &T) -> io::Result<()> {
-    // SAFETY: `v` points to a live T of the given size.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (v as *const T).cast(),
-            size_of::<T>() as libc::socklen_t,
-        )
-    })
-    .map(drop)
-}
-
-fn timeval(d: Duration) -> libc::timeval {
-    libc::timeval {
-        tv_sec: d.as_secs() as libc::time_t,
-        tv_usec: libc::suseconds_t::from(d.subsec_micros()),
-    }
-}
-
-/// `to` as a sockaddr for connect(2).
-fn sockaddr(to: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: all-zero is a valid sockaddr_storage.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match to {
-        SocketAddr::V4(a) => {
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
-            let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
-            sin.sin_family = libc::AF_INET as libc::sa_family_t;
-            sin.sin_port = a.port().to_be();
-            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
-            size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
-            let sin6 = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in6) };
-            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            sin6.sin6_port = a.port().to_be();
-            sin6.sin6_addr.s6_addr = a.ip().octets();
-            sin6.sin6_flowinfo = a.flowinfo();
-            sin6.sin6_scope_id = a.scope_id();
-            size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (ss, len as libc::socklen_t)
-}
-
-/// Connects with a plain blocking connect(2) (SO_SNDTIMEO bounds it) and
-/// returns the stream and how long connect() took. The socket closes with
-/// an RST (SO_LINGER {1, 0}): no TIME_WAIT, no port exhaustion.
-fn bench_connect(to: &SocketAddr) -> io::Result<(TcpStream, Duration)> {
-    let family = if to.is_ipv4() {
-        libc::AF_INET
-    } else {
-        libc::AF_INET6
-    };
-    // SAFETY: plain socket(2); the fd is owned right away.
-    let fd = cvt(unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) })?;
-    // SAFETY: fd is a fresh socket nobody else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let raw = fd.as_raw_fd();
-    let tv = timeval(TIMEOUT);
-    setsockopt(raw, libc::SOL_SOCKET, libc::SO_SNDTIMEO, &tv)?;
-    setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv)?;
-    let linger = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    setsockopt(raw, libc::SOL_SOCKET, libc::SO_LINGER, &linger)?;
-    let (ss, len) = sockaddr(to);
-    let t0 = Instant::now();
-    // SAFETY: ss/len describe a valid sockaddr for this family.
-    let r = unsafe { libc::connect(raw, (&ss as *const libc::sockaddr_storage).cast(), len) };
-    let took = t0.elapsed();
-    if r != 0 {
-        let e = io::Error::last_os_error();
-        // A blocking connect that hit SO_SNDTIMEO reports EINPROGRESS.
-        if e.raw_os_error() == Some(libc::EINPROGRESS) {
-            return Err(io::ErrorKind::TimedOut.into());
-        }
-        return Err(e);
-    }
-    Ok((TcpStream::from(fd), took))
-}
-
-/// One connection: connect, "?\n", read the id line, close (RST).
-fn bench_tcp_once(to: &SocketAddr, buf: &mut [u8]) -> io::Result<(usize, Duration)> {
-    let (mut s, took) = bench_connect(to)?;
-    s.write_all(b"?\n")?;
-    let mut len = 0;
-    loop {
-        let n = io::Read::read(&mut s, &mut buf[len..])?;
-        if n == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        len += n;
-        if buf[..len].contains(&b'\n') || len == buf.len() {
-            return Ok((len, took));
-        }
-    }
-}
-
 fn bench_tcp_worker(to: &[SocketAddr], w: usize, deadline: Instant) -> anyhow::Result<Tally> {
     let mut t = Tally::default();
     let mut buf = [0u8; 256];
@@ -666,7 +579,7 @@ fn bench_tcp_worker(to: &[SocketAddr], w: usize, deadline: Instant) -> anyhow::R
     while Instant::now() < deadline {
         let addr = &to[k % to.len()];
         k += 1;
-        match bench_tcp_once(addr, &mut buf) {
+        match sock::tcp_once(addr, &mut buf) {
             Ok((len, took)) => t.reply(&buf[..len], took),
             Err(e) => t.error(&e),
         }
@@ -700,35 +613,7 @@ fn bench_udp_worker(
         let t0 = Instant::now();
         let once = |buf: &mut [u8]| -> io::Result<usize> {
             if fresh {
-                // socket, connect, send, receive, close: one flow per request.
-                let ask = |buf: &mut [u8]| -> io::Result<usize> {
-                    let s = udp_socket()?;
-                    s.connect(addr)?;
-                    s.send(b"?")?;
-                    s.recv(buf)
-                };
-                // The agent destroys a socket whose endpoint left the
-                // Service while the request was in flight (its stale-UDP
-                // cleanup, kube-proxy's conntrack flush): recv() reports
-                // ECONNABORTED, send() (when it came between connect and
-                // send) EDESTADDRREQ. An application reconnects, and so
-                // does this client; under heavy churn the new endpoint can
-                // leave too, so it tries a few times.
-                let mut tries = 1;
-                loop {
-                    match ask(buf) {
-                        Err(e)
-                            if tries < UDP_DESTROYED_TRIES
-                                && matches!(
-                                    e.raw_os_error(),
-                                    Some(libc::ECONNABORTED | libc::EDESTADDRREQ)
-                                ) =>
-                        {
-                            tries += 1;
-                        }
-                        r => break r,
-                    }
-                }
+                sock::ask_fresh_udp(addr, buf, UDP_TIMEOUT).map(|(len, _)| len)
             } else {
                 shared.send_to(b"?", addr)?;
                 Ok(shared.recv_from(buf)?.0)
