@@ -83,6 +83,12 @@ fn main() -> anyhow::Result<()> {
                 time: fuzz::TEST_SECONDS,
                 runs: None,
                 target: None,
+            })?;
+            // A one-minute chaos soak, every kind of disturbance included.
+            soak_cmd(&soak::SoakArgs {
+                minutes: 1.0,
+                seed: None,
+                release: false,
             })
         }
         Cmd::Soak(args) => {
