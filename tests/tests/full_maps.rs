@@ -92,8 +92,9 @@ fn a_full_frontends_map_keeps_programmed_services_and_programs_the_rest_when_roo
     assert_eq!(bed.agent().metric(REFUSED)?, 2.0, "counted once per wait");
     assert_eq!(bed.agent().metric(WAITING)?, 2.0);
 
-    // ...and is programmed as soon as a deleted Service frees room, long
-    // before its next retry (4 s later by backoff).
+    // ...and is programmed once a deleted Service frees room, without a
+    // restart. (That it is due at once rather than at its next retry is
+    // the syncer's unit test; this prints how long it took.)
     let freed = Instant::now();
     bed.update(&manifest(&[b, c, d]))?;
     bed.until_reached("10.96.210.4:80", &["pd"])?;
