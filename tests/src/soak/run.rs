@@ -197,8 +197,11 @@ pub fn run(minutes: f64, seed: u64, stop: &AtomicBool) -> anyhow::Result<Results
         let mut i = 0;
         while i < tasks.len() {
             if tasks[i].0 <= now {
-                cx.counts.late_ns.push(now_ns() - tasks[i].0);
-                match tasks[i].1.step(&mut cx, now)? {
+                // A step before may have taken a while (a pod started):
+                // each step gets the time it runs at.
+                let at = now_ns();
+                cx.counts.late_ns.push(at - tasks[i].0);
+                match tasks[i].1.step(&mut cx, at)? {
                     Next::At(t) => tasks[i].0 = t,
                     Next::Done => {
                         tasks.swap_remove(i);
