@@ -25,7 +25,8 @@ enum Cmd {
     Setup,
     /// Show pods reaching ClusterIPs through the eBPF programs, in netns.
     Demo,
-    /// fmt --check, clippy -D warnings, and every test (privileged ones included).
+    /// fmt --check, clippy -D warnings, every test (privileged ones
+    /// included), the bench's smoke run and a one-minute soak.
     Test,
     /// Build the image and deploy manifests/ to a kind cluster.
     Run(run::RunArgs),
@@ -68,7 +69,19 @@ fn main() -> anyhow::Result<()> {
             // (lb-agent's build.rs compiles it, so its errors surface here too).
             cargo(&["test"])?;
             // The bench's smoke run, so the bench keeps working.
-            bench_cmd(&bench::BenchArgs::quick())
+            bench_cmd(&bench::BenchArgs::quick())?;
+            // A one-minute soak, in a process of its own (its own Ctrl-C
+            // handler and environment).
+            cargo(&[
+                "run",
+                "--quiet",
+                "--package",
+                "xtask",
+                "--",
+                "soak",
+                "--minutes",
+                "1",
+            ])
         }
         Cmd::Soak(args) => {
             setup::run()?;
