@@ -33,8 +33,10 @@ use crate::{
 
 /// The second client pod's address (the first is the bed's, 10.0.0.2).
 const CLIENT2_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 3);
-/// How long the agent gets to program what the run left pending.
-const SETTLE: Duration = Duration::from_secs(60);
+/// How long the agent gets to program what the run left pending: after a
+/// long outage its watch backoff (30 s, jittered up to 60 s) may still be
+/// running.
+const SETTLE: Duration = Duration::from_secs(120);
 
 fn interrupted(stop: &AtomicBool) -> anyhow::Result<()> {
     anyhow::ensure!(!stop.load(Ordering::SeqCst), "interrupted");
