@@ -53,7 +53,7 @@ pub(super) fn render(o: &mut String, r: &Results) {
             &n,
         ),
         (
-            "reverse NAT (LRU; counted every 30 s)",
+            "reverse NAT (LRU, 262,144; keys seen in a walk every 30 s)",
             series(&|x| x.entries?.revnat.map(|v| v as f64)),
             &n,
         ),
@@ -86,7 +86,7 @@ pub(super) fn render(o: &mut String, r: &Results) {
             let (f, sl, b) = r.final_needed;
             let _ = writeln!(
                 o,
-                "\nAt the end: {} frontends ({f} needed), {} states ({f} needed), {} slots ({sl} needed), {} members (0), {} backends ({b} needed), {} affinity entries (0), {} reverse-NAT entries (an LRU map: one per connected socket until it is full).\n",
+                "\nAt the end: {} frontends ({f} needed), {} states ({f} needed), {} slots ({sl} needed), {} members (0), {} backends ({b} needed), {} affinity entries (0), {} reverse-NAT entries (an LRU map: one per translated socket until it is full; a walk sees the keys the programs add and evict meanwhile too, so it can count more than the capacity).\n",
                 e.frontends,
                 e.states,
                 e.slots,
