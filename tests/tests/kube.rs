@@ -270,6 +270,48 @@ fn expired_resource_version_forces_a_relist_that_catches_missed_deletes() -> any
     Ok(())
 }
 
+/// The bound: a change is programmed within 1 s. A relist forced
+/// by 410 Gone must not wait for the watch backoff, whose least delay is
+/// 0.8 s (kube-runtime's, as client-go's), so this asks for less.
+const RELIST_BOUND: Duration = Duration::from_millis(800);
+
+#[test]
+fn a_relist_forced_by_410_is_programmed_without_waiting_for_the_backoff() -> anyhow::Result<()> {
+    let (bed, api) = kube_bed(&yaml([web_service(), web_slice("web-a", &["10.42.0.1"])]))?;
+    assert_eq!(answering(&bed, TO, 20)?, set(&["pa"]));
+    let maps = lb_tests::maps::LbMaps::open(&bed.pins.path().join("maps"))?;
+    let web = (VIP.parse()?, 80, lb_common::PROTO_TCP);
+    let on_pb = |v: &lb_tests::maps::View| {
+        v.get(&web).is_some_and(|f| {
+            *f == lb_tests::maps::Frontend::Serving(vec!["10.42.0.2:8080".parse().expect("addr")])
+        })
+    };
+
+    // A change no watch will deliver: the history is compacted past it,
+    // so each kind's next watch gets 410 and the agent must relist.
+    api.pause_watches();
+    apply_yaml(&api, &yaml([web_slice("web-a", &["10.42.0.2"])]))?;
+    api.compact();
+    api.close_watches();
+    let released = Instant::now();
+    api.resume_watches();
+    while !on_pb(&maps.view()?) {
+        anyhow::ensure!(
+            released.elapsed() < Duration::from_secs(20),
+            "the relist never programmed the change"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let took = released.elapsed();
+    eprintln!("forced relist programmed {took:?} after the watches were released");
+    assert!(
+        took < RELIST_BOUND,
+        "the relist waited {took:?}, as long as the watch backoff"
+    );
+    assert_eq!(answering(&bed, TO, 20)?, set(&["pb"]));
+    Ok(())
+}
+
 #[test]
 fn sigkill_under_traffic_fails_no_connection_and_the_restart_converges() -> anyhow::Result<()> {
     let (mut bed, api) = kube_bed(&yaml([

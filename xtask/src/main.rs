@@ -28,7 +28,8 @@ enum Cmd {
     /// Show pods reaching ClusterIPs through the eBPF programs, in netns.
     Demo,
     /// fmt --check, clippy -D warnings, every test (privileged ones
-    /// included), and each fuzz target for a few seconds.
+    /// included), the bench's smoke run, each fuzz target for a few
+    /// seconds, and a one-minute soak.
     Test,
     /// Build the image and deploy manifests/ to a kind cluster.
     Run(run::RunArgs),
@@ -84,12 +85,18 @@ fn main() -> anyhow::Result<()> {
                 runs: None,
                 target: None,
             })?;
-            // A one-minute chaos soak, every kind of disturbance included.
-            soak_cmd(&soak::SoakArgs {
-                minutes: 1.0,
-                seed: None,
-                release: false,
-            })
+            // A one-minute soak, in a process of its own (its own Ctrl-C
+            // handler and environment).
+            cargo(&[
+                "run",
+                "--quiet",
+                "--package",
+                "xtask",
+                "--",
+                "soak",
+                "--minutes",
+                "1",
+            ])
         }
         Cmd::Soak(args) => {
             setup::run()?;

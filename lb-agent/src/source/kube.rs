@@ -11,12 +11,13 @@ use k8s_openapi::api::{
 use kube::{
     Api, Client, Config, Resource, ResourceExt as _,
     config::{KubeConfigOptions, Kubeconfig},
-    runtime::{WatchStreamExt as _, watcher},
+    runtime::watcher,
 };
 use serde::de::DeserializeOwned;
 use tracing::warn;
 
 use super::Change;
+use super::backoff::with_backoff;
 use super::strip::Kept;
 
 /// One kind of apiserver request the agent makes: API group, resource, verbs.
@@ -130,7 +131,8 @@ fn parse_url(url: &str) -> Result<http::Uri, KubeError> {
 }
 
 /// Watches Services and EndpointSlices cluster-wide and this node's Node,
-/// with the default backoff. After every complete (re)list a kind's whole
+/// with kube-runtime's default backoff, except that a watch the apiserver
+/// expires relists at once (`backoff.rs`). After every complete (re)list a kind's whole
 /// list is reported, so objects deleted while the watch was down disappear
 /// too.
 pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
@@ -155,11 +157,10 @@ pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
         },
         Change::AllSlices,
     );
-    let node = watcher(
+    let node = with_backoff(watcher(
         Api::<Node>::all(client),
         watcher::Config::default().fields(&format!("metadata.name={node_name}")),
-    )
-    .default_backoff()
+    ))
     .filter_map(|ev| async move {
         match ev {
             Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => Some(Event::Node {
@@ -197,29 +198,27 @@ where
 {
     let kind = Kept::<K>::kind(&());
     let mut listing = Vec::new();
-    watcher(api, config)
-        .default_backoff()
-        .filter_map(move |ev| {
-            let change = match ev {
-                Ok(watcher::Event::Apply(o)) => Some(applied(o.0)),
-                Ok(watcher::Event::Delete(o)) => Some(deleted(&o)),
-                // A (re)list starts over, also after one that broke off.
-                Ok(watcher::Event::Init) => {
-                    listing.clear();
-                    None
-                }
-                Ok(watcher::Event::InitApply(o)) => {
-                    listing.push(o.0);
-                    None
-                }
-                Ok(watcher::Event::InitDone) => Some(all(std::mem::take(&mut listing))),
-                Err(e) => {
-                    warn!("watching {kind}: {e}; keeping the last state, retrying with backoff");
-                    None
-                }
-            };
-            futures::future::ready(change.map(Event::Change))
-        })
+    with_backoff(watcher(api, config)).filter_map(move |ev| {
+        let change = match ev {
+            Ok(watcher::Event::Apply(o)) => Some(applied(o.0)),
+            Ok(watcher::Event::Delete(o)) => Some(deleted(&o)),
+            // A (re)list starts over, also after one that broke off.
+            Ok(watcher::Event::Init) => {
+                listing.clear();
+                None
+            }
+            Ok(watcher::Event::InitApply(o)) => {
+                listing.push(o.0);
+                None
+            }
+            Ok(watcher::Event::InitDone) => Some(all(std::mem::take(&mut listing))),
+            Err(e) => {
+                warn!("watching {kind}: {e}; keeping the last state, retrying with backoff");
+                None
+            }
+        };
+        futures::future::ready(change.map(Event::Change))
+    })
 }
 
 fn node_eligible(node: &Node) -> bool {

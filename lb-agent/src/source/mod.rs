@@ -1,6 +1,7 @@
 //! Where Services and EndpointSlices come from, and the changes the
 //! sources hand to the sync loop.
 
+mod backoff;
 pub mod file;
 pub mod kube;
 mod nesting;

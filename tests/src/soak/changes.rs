@@ -78,7 +78,7 @@ impl Rollout {
                     ip,
                     cond: Cond::Ready,
                 });
-                cx.publish_slice(svc, Kind::EndpointReady, now)?;
+                cx.publish_slice(svc, Kind::EndpointReady)?;
                 self.step = RolloutStep::Terminate;
                 Ok(Next::At(after(now, draw(&mut self.rng, cx.plan.surge))))
             }
@@ -90,7 +90,7 @@ impl Rollout {
                     .endpoint_mut(&pod)
                     .expect("the old pod's endpoint");
                 ep.cond = Cond::Terminating;
-                let expect = cx.publish_slice(svc, Kind::EndpointTerminating, now)?;
+                let expect = cx.publish_slice(svc, Kind::EndpointTerminating)?;
                 self.step = RolloutStep::Remove { pod, expect };
                 Ok(Next::At(after(
                     now,
@@ -101,7 +101,7 @@ impl Rollout {
                 cx.world.service_mut(svc).endpoints.retain(|e| e.pod != pod);
                 // Its endpoint no longer served new requests: no change
                 // the maps can show (unless that was the last serving one).
-                cx.publish_slice(svc, Kind::EndpointTerminating, now)?;
+                cx.publish_slice(svc, Kind::EndpointTerminating)?;
                 cx.counts.pods_replaced += 1;
                 let grace = draw(&mut self.rng, cx.plan.grace);
                 cx.spawned
@@ -258,7 +258,7 @@ impl Delete {
                 if !cx.clients.acked(seq) {
                     return Ok(Next::At(now + POLL_NS / 10));
                 }
-                self.step = DeleteStep::Gone(cx.delete_service(svc, now)?);
+                self.step = DeleteStep::Gone(cx.delete_service(svc)?);
                 Ok(Next::At(now + POLL_NS))
             }
             DeleteStep::Gone(id) => {

@@ -11,6 +11,7 @@ use super::{
     plan::Plan,
     pods::Pods,
     tasks::Task,
+    wire::now_ns,
     world::{NAMESPACE, World},
 };
 use crate::{apiserver::ApiServer, scenario::Bed};
@@ -100,13 +101,9 @@ impl Cx<'_> {
 
     /// Records the change of `svc` the world now holds as an expectation
     /// (if the maps must change at all), then applies its EndpointSlice.
-    /// Returns the expectation.
-    pub fn publish_slice(
-        &mut self,
-        svc: &str,
-        kind: Kind,
-        now: u64,
-    ) -> anyhow::Result<Option<u64>> {
+    /// Returns the expectation. The change is timed from now, whatever the
+    /// caller was doing before.
+    pub fn publish_slice(&mut self, svc: &str, kind: Kind) -> anyhow::Result<Option<u64>> {
         let s = self.world.service(svc);
         let want = Want::Serving(s.frontends());
         let id = {
@@ -114,7 +111,7 @@ impl Cx<'_> {
             if t.wants().get(&s.vip) == Some(&want) {
                 None
             } else {
-                Some(t.expect(kind, svc, s.vip, want, now))
+                Some(t.expect(kind, svc, s.vip, want, now_ns()))
             }
         };
         if id.is_none() {
@@ -126,7 +123,8 @@ impl Cx<'_> {
 
     /// Deletes `svc`'s Service and slice from the apiserver; returns the
     /// expectation that its cluster IP goes.
-    pub fn delete_service(&mut self, svc: &str, now: u64) -> anyhow::Result<u64> {
+    pub fn delete_service(&mut self, svc: &str) -> anyhow::Result<u64> {
+        let now = now_ns();
         let s = self.world.service(svc);
         let id =
             self.observer

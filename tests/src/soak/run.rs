@@ -33,8 +33,10 @@ use crate::{
 
 /// The second client pod's address (the first is the bed's, 10.0.0.2).
 const CLIENT2_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 3);
-/// How long the agent gets to program what the run left pending.
-const SETTLE: Duration = Duration::from_secs(60);
+/// How long the agent gets to program what the run left pending: after a
+/// long outage its watch backoff (30 s, jittered up to 60 s) may still be
+/// running.
+const SETTLE: Duration = Duration::from_secs(120);
 
 fn interrupted(stop: &AtomicBool) -> anyhow::Result<()> {
     anyhow::ensure!(!stop.load(Ordering::SeqCst), "interrupted");
@@ -197,8 +199,11 @@ pub fn run(minutes: f64, seed: u64, stop: &AtomicBool) -> anyhow::Result<Results
         let mut i = 0;
         while i < tasks.len() {
             if tasks[i].0 <= now {
-                cx.counts.late_ns.push(now_ns() - tasks[i].0);
-                match tasks[i].1.step(&mut cx, now)? {
+                // A step before may have taken a while (a pod started):
+                // each step gets the time it runs at.
+                let at = now_ns();
+                cx.counts.late_ns.push(at - tasks[i].0);
+                match tasks[i].1.step(&mut cx, at)? {
                     Next::At(t) => tasks[i].0 = t,
                     Next::Done => {
                         tasks.swap_remove(i);
