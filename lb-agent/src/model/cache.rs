@@ -15,6 +15,7 @@ use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use super::{
     Backend, ExcludedCidrs, Feature, Frontend, Invalid, NodeContext, ObjectRef, Proto,
     claims::{Claim, Target, service_claims},
+    few::Few,
     service::{self, ServiceSpec},
     slice::{self, SliceSpec},
 };
@@ -69,9 +70,9 @@ pub struct Cache {
     services: HashMap<ObjectRef, ServiceSpec>,
     slices: HashMap<ObjectRef, SliceSpec>,
     /// Service -> names of its valid slices.
-    slices_of: HashMap<ObjectRef, BTreeSet<ObjectRef>>,
+    slices_of: HashMap<ObjectRef, Few<ObjectRef, ()>>,
     /// Frontend -> every Service claiming it; the first key wins.
-    claims: BTreeMap<Frontend, BTreeMap<ObjectRef, Claim>>,
+    claims: BTreeMap<Frontend, Few<ObjectRef, Claim>>,
     /// Service -> the frontends it claims now.
     claimed_by: HashMap<ObjectRef, Vec<Frontend>>,
     /// Services to recompute at the next flush.
@@ -135,7 +136,7 @@ impl Cache {
                 self.slices_of
                     .entry(owner.clone())
                     .or_default()
-                    .insert(object.clone());
+                    .insert(object.clone(), ());
                 self.dirty.insert(owner);
                 self.slices.insert(object, spec);
                 Admission::Accepted
@@ -244,7 +245,7 @@ impl Cache {
                 .slices_of
                 .get(&object)
                 .into_iter()
-                .flatten()
+                .flat_map(Few::keys)
                 .filter_map(|s| self.slices.get(s))
                 .collect();
             let claims = service_claims(
@@ -285,7 +286,7 @@ impl Cache {
 
     /// The Service that owns `fe`, and what it asks for.
     pub fn winner(&self, fe: &Frontend) -> Option<(&ObjectRef, &Claim)> {
-        self.claims.get(fe)?.iter().next()
+        self.claims.get(fe)?.first()
     }
 
     /// What `fe` should be programmed with; `None` when it must not be.

@@ -158,8 +158,7 @@ fn candidates<'a>(
             continue;
         };
         for ep in &s.endpoints {
-            // kube-proxy reads an endpoint's first address only.
-            let Some(&ip) = ep.ips.first() else { continue };
+            let Some(ip) = ep.ip else { continue };
             seen += 1;
             let backend = Backend { ip, port: sp.port };
             if excluded.contains(ip) {

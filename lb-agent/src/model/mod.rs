@@ -12,6 +12,7 @@ mod cache;
 mod claims;
 mod desired;
 mod exclusion;
+mod few;
 mod service;
 mod slice;
 

@@ -33,7 +33,9 @@ pub struct SlicePort {
 /// methods read them the way the API documents.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SliceEndpoint {
-    pub ips: Vec<IpAddr>,
+    /// The first address, the only one kube-proxy reads (the API allows
+    /// one); `None` when there is none, and the endpoint is skipped.
+    pub ip: Option<IpAddr>,
     pub ready: Option<bool>,
     pub serving: Option<bool>,
     pub terminating: Option<bool>,
@@ -145,10 +147,12 @@ pub(super) fn validate(slice: &EndpointSlice) -> Verdict {
     }
     let mut endpoints = Vec::with_capacity(all_endpoints.len());
     for ep in all_endpoints {
-        let mut ips = Vec::with_capacity(ep.addresses.len());
+        let mut first = None;
         for addr in &ep.addresses {
             match addr.parse::<IpAddr>() {
-                Ok(ip) if IpFamily::of(ip) == family => ips.push(ip),
+                Ok(ip) if IpFamily::of(ip) == family => {
+                    first.get_or_insert(ip);
+                }
                 _ => {
                     return Verdict::Invalid(format!(
                         "address {addr:?} is not of addressType {}",
@@ -176,7 +180,7 @@ pub(super) fn validate(slice: &EndpointSlice) -> Verdict {
                 .collect(),
         };
         endpoints.push(SliceEndpoint {
-            ips,
+            ip: first,
             ready: cond.and_then(|c| c.ready),
             serving: cond.and_then(|c| c.serving),
             terminating: cond.and_then(|c| c.terminating),
