@@ -7,9 +7,10 @@ use clap::Parser as _;
 use lb_agent::{
     cli::{Cli, Command},
     config::RunConfig,
+    datapath::table::Bpf,
     datapath::{pins::Pins, stats},
     dump, memory,
-    reconcile::{LbView, Table as _, V4},
+    reconcile::{Family, LbTables, LbView, StoreError, Table as _},
 };
 
 fn main() -> anyhow::Result<()> {
@@ -73,16 +74,18 @@ fn read_view(pins: &Pins) -> anyhow::Result<LbView> {
         )
     })?;
     let read = |e| anyhow::Error::new(e).context("reading the pinned maps");
-    let frontends = tables.frontends.read().map_err(read)?;
-    let states = tables.states.read().map_err(read)?;
-    let slots = tables.slots.read().map_err(read)?;
-    let members = tables.members.read().map_err(read)?;
-    let backends = tables.backends.read().map_err(read)?;
-    Ok(LbView::of::<V4>(
-        &frontends.into_iter().collect(),
-        &states.into_iter().collect(),
-        &slots.into_iter().collect(),
-        &members.into_iter().collect(),
-        &backends.into_iter().collect(),
+    Ok(family_view(&tables.v4)
+        .map_err(read)?
+        .merge(family_view(&tables.v6).map_err(read)?))
+}
+
+/// One family's pinned maps, read whole.
+fn family_view<F: Family>(tables: &LbTables<F, Bpf>) -> Result<LbView, StoreError> {
+    Ok(LbView::of::<F>(
+        &tables.frontends.read()?.into_iter().collect(),
+        &tables.states.read()?.into_iter().collect(),
+        &tables.slots.read()?.into_iter().collect(),
+        &tables.members.read()?.into_iter().collect(),
+        &tables.backends.read()?.into_iter().collect(),
     ))
 }

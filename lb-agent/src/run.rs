@@ -26,7 +26,7 @@ use lb_agent::{
     http::{self, Endpoints, Role},
     memory,
     model::{ExcludedCidrs, NodeContext},
-    reconcile::Reconciler,
+    reconcile::DualReconciler,
     sockets::{NetnsSources, SocketReaper, StaleUdp},
     source::{Change, file, kube, node_zone},
     syncer::{SyncStats, Syncer},
@@ -365,10 +365,11 @@ impl Agent {
                 "membarrier(MEMBARRIER_CMD_GLOBAL) cannot wait for RCU readers here; deletions wait a fixed time instead"
             );
         }
-        let reconciler = Reconciler::adopt(datapath.tables()?, grace)?;
+        let tables = datapath.tables()?;
+        let reconciler = DualReconciler::adopt(tables.v4, tables.v6, grace)?;
         info!(
-            frontends = reconciler.maps().frontends().len(),
-            backends = reconciler.maps().backends().len(),
+            frontends = reconciler.frontends_len(),
+            backends = reconciler.backends_len(),
             "read the maps; only differences will be written"
         );
         let excluded: ExcludedCidrs = config.excluded.clone();

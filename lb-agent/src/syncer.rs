@@ -21,7 +21,7 @@ use crate::{
         Admission, Cache, ExcludedCidrs, Flush, Frontend, NodeContext, ObjectRef, Proto,
         ServiceReport, service_ref, slice_ref,
     },
-    reconcile::{Family as _, GracePeriods, Outcome, Reconciler, Tables, V4},
+    reconcile::{DualReconciler, GracePeriods, Outcome, Tables},
     sockets::UdpServing,
     source::{Change, TRIGGER_TIME_ANNOTATION},
     syncer::retries::Retries,
@@ -42,7 +42,7 @@ pub struct SyncStats {
 /// Cache, reconciler and the bookkeeping between syncs.
 pub struct Syncer<T: Tables, G: GracePeriods> {
     cache: Cache,
-    reconciler: Reconciler<V4, T, G>,
+    reconciler: DualReconciler<T, G>,
     endpoints: Arc<Endpoints>,
     listed_services: bool,
     listed_slices: bool,
@@ -72,7 +72,7 @@ pub struct Syncer<T: Tables, G: GracePeriods> {
 
 impl<T: Tables, G: GracePeriods> Syncer<T, G> {
     pub fn new(
-        reconciler: Reconciler<V4, T, G>,
+        reconciler: DualReconciler<T, G>,
         excluded: ExcludedCidrs,
         node: NodeContext,
         endpoints: Arc<Endpoints>,
@@ -225,7 +225,7 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             let mut touched = flush.touched;
             touched.extend(self.retries.due(now));
             let changes = touched.iter().map(|fe| (fe, self.cache.desired(fe)));
-            let outcome = self.reconciler.reconcile_some(changes.collect::<Vec<_>>());
+            let outcome = self.reconciler.reconcile_some(&changes.collect::<Vec<_>>());
             let frontends = touched.len();
             (Some(touched), frontends, outcome)
         };
@@ -284,7 +284,7 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             self.retries.room_freed(Instant::now());
             let m = &self.endpoints.metrics;
             m.backends_programmed
-                .set(self.reconciler.maps().backends().len() as f64);
+                .set(self.reconciler.backends_len() as f64);
         }
     }
 
@@ -351,13 +351,7 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             None => {
                 self.owner_of.clear();
                 self.owned.clear();
-                let frontends: Vec<Frontend> = self
-                    .reconciler
-                    .maps()
-                    .frontends()
-                    .keys()
-                    .filter_map(V4::frontend)
-                    .collect();
+                let frontends: Vec<Frontend> = self.reconciler.frontends().collect();
                 for fe in frontends {
                     let owner = self.cache.winner(&fe).map(|(o, _)| o.clone());
                     self.set_owner(&fe, owner);
@@ -414,9 +408,10 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
                 .unwrap_or_default()
                 .as_secs_f64(),
         );
-        let maps = self.reconciler.maps();
-        m.frontends_programmed.set(maps.frontends().len() as f64);
-        m.backends_programmed.set(maps.backends().len() as f64);
+        m.frontends_programmed
+            .set(self.reconciler.frontends_len() as f64);
+        m.backends_programmed
+            .set(self.reconciler.backends_len() as f64);
         m.services_programmed.set(self.owned.len() as f64);
         self.endpoints.health.updated();
     }

@@ -1,6 +1,8 @@
 //! The load-balancing maps: frontends, their state, backend slots, backends.
 //!
-//! A lookup goes `LB4_FRONTENDS[vip:port/proto]` -> frontend id ->
+//! Each family has its own maps (`LB4_*`, `LB6_*`) of the same shape;
+//! slots, members and ids are family-independent types, but each family's
+//! ids are its own. A lookup goes `LB4_FRONTENDS[vip:port/proto]` -> frontend id ->
 //! `LB4_FE_STATE[id]` (read under its spin lock: owner, revision, count) ->
 //! `LB4_SLOTS[id, rev, rand % count]` -> backend id -> `LB4_BACKENDS[id]`.
 //! With session affinity, `LB4_AFFINITY` (see [`crate::affinity`]) and
@@ -33,6 +35,21 @@ pub struct Frontend4Key {
     pub scope: u8,
 }
 const _: () = assert!(size_of::<Frontend4Key>() == 8);
+
+/// Key of `LB6_FRONTENDS`: [`Frontend4Key`] with an IPv6 address.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Frontend6Key {
+    /// The frontend address (ClusterIP), network byte order.
+    pub addr_be: [u8; 16],
+    /// The frontend port, network byte order.
+    pub port_be: u16,
+    /// IP protocol number ([`crate::PROTO_TCP`] or [`crate::PROTO_UDP`]).
+    pub proto: u8,
+    /// As in [`Frontend4Key::scope`].
+    pub scope: u8,
+}
+const _: () = assert!(size_of::<Frontend6Key>() == 20);
 
 /// The frontend as seen by traffic from inside the cluster (socket hooks).
 pub const SCOPE_INTERNAL: u8 = 0;
@@ -79,6 +96,23 @@ pub struct Frontend4State {
     pub affinity_timeout: u32,
 }
 const _: () = assert!(size_of::<Frontend4State>() == 24);
+
+/// Value of `LB6_FE_STATE`: [`Frontend4State`] owned by a [`Frontend6Key`].
+/// Written and read the same way, under `lock`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Frontend6State {
+    pub lock: SpinLock,
+    /// The frontend this entry belongs to; all zero when free.
+    pub owner: Frontend6Key,
+    /// As in [`Frontend4State`].
+    pub rev: u16,
+    pub count: u16,
+    pub flags: u16,
+    pub _pad0: [u8; 2],
+    pub affinity_timeout: u32,
+}
+const _: () = assert!(size_of::<Frontend6State>() == 36);
 
 /// `sessionAffinity: ClientIP`: a client (network namespace) keeps its
 /// backend while it stays in the revision (`LB4_MEMBERS`) and it used it
@@ -139,6 +173,21 @@ pub struct Backend4 {
 }
 const _: () = assert!(size_of::<Backend4>() == 8);
 
+/// Value of `LB6_BACKENDS`: [`Backend4`] with an IPv6 address.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Backend6 {
+    /// Backend IP, network byte order.
+    pub addr_be: [u8; 16],
+    /// Backend (target) port, network byte order.
+    pub port_be: u16,
+    /// IP protocol number.
+    pub proto: u8,
+    /// `BACKEND_STATE_*`.
+    pub state: u8,
+}
+const _: () = assert!(size_of::<Backend6>() == 20);
+
 /// Key of `LB4_MEMBERS`: backend `backend_id` is in revision `rev` of
 /// frontend `fe_id`. Host byte order. Written by the agent with the
 /// revision's slots, only for frontends with [`FE_F_AFFINITY`]; deleted with
@@ -189,4 +238,10 @@ mod pod {
     unsafe impl aya::Pod for super::MemberKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Member {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Frontend6Key {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Frontend6State {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Backend6 {}
 }

@@ -10,8 +10,9 @@
 //! backends, revision members), [`affinity`] (session affinity), [`revnat`]
 //! (socket reverse NAT), [`stats`] (datapath counters); [`maps`] names
 //! them, with the layout version in every pin name.
-//! IPv6 maps will be parallel `*6` maps whose keys hold `[u8; 16]`
-//! addresses; slots and the state's shape stay the same.
+//! The IPv6 maps are parallel `*6` maps whose keys and values hold
+//! `[u8; 16]` addresses; slots, members and affinity entries are shared
+//! types, and the state has the same shape.
 #![no_std]
 
 pub mod affinity;

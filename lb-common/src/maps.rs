@@ -7,15 +7,17 @@
 //! capacity is the configured one; anything else is a migration.
 
 use crate::{
-    Affinity4Key, AffinityValue, Backend4, Frontend4Key, Frontend4State, FrontendId, Member,
-    MemberKey, RevNat4Key, RevNat4Value, Slot, SlotKey,
+    AffinityKey, AffinityValue, Backend4, Backend6, Frontend4Key, Frontend4State, Frontend6Key,
+    Frontend6State, FrontendId, Member, MemberKey, RevNat4Key, RevNat4Value, RevNat6Key,
+    RevNat6Value, Slot, SlotKey,
 };
 
 /// Version of the map layout; part of every pin name. Layout 1 (pins without
 /// a version: `LB4_SERVICES`, `LB4_BACKENDS`, `LB4_REVNAT`) kept frontends
 /// and backend slots in one hash map updated in place. Layout 2 had no
-/// affinity, members or policy bits, and a 20-byte frontend state.
-pub const LAYOUT_VERSION: u32 = 3;
+/// affinity, members or policy bits, and a 20-byte frontend state. Layout 3
+/// had no IPv6 maps.
+pub const LAYOUT_VERSION: u32 = 4;
 
 /// `BPF_MAP_TYPE_HASH`.
 pub const MAP_TYPE_HASH: u32 = 1;
@@ -56,25 +58,25 @@ const fn spec<K, V>(name: &'static str, pin: &'static str, map_type: u32, flags:
 /// Frontends: [`Frontend4Key`] -> [`FrontendId`]. Written by the agent.
 pub const FRONTENDS4: MapSpec = spec::<Frontend4Key, FrontendId>(
     "LB4_FRONTENDS",
-    "LB4_FRONTENDS_V3",
+    "LB4_FRONTENDS_V4",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// Frontend state, an array indexed by frontend id: [`Frontend4State`].
 /// Written by the agent with `BPF_F_LOCK`.
 pub const FE_STATE4: MapSpec =
-    spec::<u32, Frontend4State>("LB4_FE_STATE", "LB4_FE_STATE_V3", MAP_TYPE_ARRAY, 0);
+    spec::<u32, Frontend4State>("LB4_FE_STATE", "LB4_FE_STATE_V4", MAP_TYPE_ARRAY, 0);
 /// Backend slots of every revision: [`SlotKey`] -> [`Slot`]. Written by the agent.
 pub const SLOTS4: MapSpec = spec::<SlotKey, Slot>(
     "LB4_SLOTS",
-    "LB4_SLOTS_V3",
+    "LB4_SLOTS_V4",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// Backends: id (`u32`) -> [`Backend4`]. Written by the agent.
 pub const BACKENDS4: MapSpec = spec::<u32, Backend4>(
     "LB4_BACKENDS",
-    "LB4_BACKENDS_V3",
+    "LB4_BACKENDS_V4",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
@@ -82,41 +84,79 @@ pub const BACKENDS4: MapSpec = spec::<u32, Backend4>(
 /// for frontends with session affinity.
 pub const MEMBERS4: MapSpec = spec::<MemberKey, Member>(
     "LB4_MEMBERS",
-    "LB4_MEMBERS_V3",
+    "LB4_MEMBERS_V4",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
-/// Session affinity: [`Affinity4Key`] -> [`AffinityValue`]. Written by the
+/// Session affinity: [`AffinityKey`] -> [`AffinityValue`]. Written by the
 /// programs; LRU, so a full map evicts the oldest clients.
 pub const AFFINITY4: MapSpec =
-    spec::<Affinity4Key, AffinityValue>("LB4_AFFINITY", "LB4_AFFINITY_V3", MAP_TYPE_LRU_HASH, 0);
+    spec::<AffinityKey, AffinityValue>("LB4_AFFINITY", "LB4_AFFINITY_V4", MAP_TYPE_LRU_HASH, 0);
 /// Socket reverse NAT: [`RevNat4Key`] -> [`RevNat4Value`]. Written by the
 /// programs; LRU, so entries of closed sockets age out on their own.
 pub const REVNAT4: MapSpec =
-    spec::<RevNat4Key, RevNat4Value>("LB4_REVNAT", "LB4_REVNAT_V3", MAP_TYPE_LRU_HASH, 0);
+    spec::<RevNat4Key, RevNat4Value>("LB4_REVNAT", "LB4_REVNAT_V4", MAP_TYPE_LRU_HASH, 0);
+/// IPv6 frontends: [`Frontend6Key`] -> [`FrontendId`], ids of their own.
+pub const FRONTENDS6: MapSpec = spec::<Frontend6Key, FrontendId>(
+    "LB6_FRONTENDS",
+    "LB6_FRONTENDS_V4",
+    MAP_TYPE_HASH,
+    BPF_F_NO_PREALLOC,
+);
+/// IPv6 frontend state: [`Frontend6State`], as [`FE_STATE4`].
+pub const FE_STATE6: MapSpec =
+    spec::<u32, Frontend6State>("LB6_FE_STATE", "LB6_FE_STATE_V4", MAP_TYPE_ARRAY, 0);
+/// IPv6 backend slots, as [`SLOTS4`].
+pub const SLOTS6: MapSpec = spec::<SlotKey, Slot>(
+    "LB6_SLOTS",
+    "LB6_SLOTS_V4",
+    MAP_TYPE_HASH,
+    BPF_F_NO_PREALLOC,
+);
+/// IPv6 backends: id (`u32`) -> [`Backend6`].
+pub const BACKENDS6: MapSpec = spec::<u32, Backend6>(
+    "LB6_BACKENDS",
+    "LB6_BACKENDS_V4",
+    MAP_TYPE_HASH,
+    BPF_F_NO_PREALLOC,
+);
+/// IPv6 revision members, as [`MEMBERS4`].
+pub const MEMBERS6: MapSpec = spec::<MemberKey, Member>(
+    "LB6_MEMBERS",
+    "LB6_MEMBERS_V4",
+    MAP_TYPE_HASH,
+    BPF_F_NO_PREALLOC,
+);
+/// IPv6 session affinity, as [`AFFINITY4`].
+pub const AFFINITY6: MapSpec =
+    spec::<AffinityKey, AffinityValue>("LB6_AFFINITY", "LB6_AFFINITY_V4", MAP_TYPE_LRU_HASH, 0);
+/// IPv6 socket reverse NAT: [`RevNat6Key`] -> [`RevNat6Value`], as [`REVNAT4`].
+pub const REVNAT6: MapSpec =
+    spec::<RevNat6Key, RevNat6Value>("LB6_REVNAT", "LB6_REVNAT_V4", MAP_TYPE_LRU_HASH, 0);
 /// Datapath counters, per CPU: index (`u32`, see [`crate::stats`]) -> `u64`.
-pub const STATS: MapSpec = spec::<u32, u64>("LB_STATS", "LB_STATS_V3", MAP_TYPE_PERCPU_ARRAY, 0);
+pub const STATS: MapSpec = spec::<u32, u64>("LB_STATS", "LB_STATS_V4", MAP_TYPE_PERCPU_ARRAY, 0);
 
 /// Every map of this layout.
-pub const ALL_MAPS: [MapSpec; 8] = [
-    FRONTENDS4, FE_STATE4, SLOTS4, BACKENDS4, MEMBERS4, AFFINITY4, REVNAT4, STATS,
+pub const ALL_MAPS: [MapSpec; 15] = [
+    FRONTENDS4, FE_STATE4, SLOTS4, BACKENDS4, MEMBERS4, AFFINITY4, REVNAT4, FRONTENDS6, FE_STATE6,
+    SLOTS6, BACKENDS6, MEMBERS6, AFFINITY6, REVNAT6, STATS,
 ];
 
 /// Older layouts' reverse-NAT maps: their entries are byte-identical to
 /// [`REVNAT4`]'s, so a migration carries them over.
-pub const OLD_REVNAT4_PINS: [&str; 2] = ["LB4_REVNAT", "LB4_REVNAT_V2"];
+pub const OLD_REVNAT4_PINS: [&str; 3] = ["LB4_REVNAT", "LB4_REVNAT_V2", "LB4_REVNAT_V3"];
 
-/// Default capacity of `LB4_FRONTENDS` (`LB4_FE_STATE` has one entry more:
+/// Default capacity of `LB4_FRONTENDS` and `LB6_FRONTENDS` (each `FE_STATE` array has one entry more:
 /// id 0 is never used).
 pub const DEFAULT_FRONTENDS_MAX: u32 = 65_536;
-/// Default capacity of `LB4_SLOTS`: the backends of every frontend, plus
+/// Default capacity of `LB4_SLOTS` and `LB6_SLOTS`: the backends of every frontend, plus
 /// the old revision of those changing at the moment.
 pub const DEFAULT_SLOTS_MAX: u32 = 262_144;
-/// Default capacity of `LB4_BACKENDS`.
+/// Default capacity of `LB4_BACKENDS` and `LB6_BACKENDS`.
 pub const DEFAULT_BACKENDS_MAX: u32 = 131_072;
-/// Default capacity of `LB4_AFFINITY` (Cilium's `--bpf-lb-affinity-map-max`).
+/// Default capacity of `LB4_AFFINITY` and `LB6_AFFINITY` (Cilium's `--bpf-lb-affinity-map-max`).
 pub const DEFAULT_AFFINITY_MAX: u32 = 65_536;
-/// Default capacity of `LB4_REVNAT` (Cilium's `--bpf-sock-rev-map-max`).
+/// Default capacity of `LB4_REVNAT` and `LB6_REVNAT` (Cilium's `--bpf-sock-rev-map-max`).
 pub const DEFAULT_REVNAT_MAX: u32 = 262_144;
 
 /// IP protocol numbers as stored in `proto` fields.

@@ -1,4 +1,5 @@
-//! Frontend lookup and backend selection, shared by every hook family.
+//! Frontend lookup and backend selection, shared by every hook and both
+//! address families (the `LB4_*` maps named below have `LB6_*` twins).
 //!
 //! Why no lookup below can fail or read a recycled element (the agent's side
 //! of the bargain is in ARCHITECTURE.md, "Readers see whole states"):
@@ -16,19 +17,136 @@
 
 use aya_ebpf::{
     bindings::bpf_spin_lock,
+    btf_maps::{HashMap, LruHashMap},
     helpers::{bpf_ktime_get_coarse_ns, bpf_spin_lock as lock, bpf_spin_unlock as unlock},
 };
 use lb_common::{
-    Affinity4Key, AffinityValue, Backend4, FE_F_AFFINITY, FE_F_NO_LOCAL_ENDPOINTS, Frontend4Key,
-    Frontend4State, MemberKey, SlotKey, WILDCARD_PORT, WILDCARD_PROTO,
+    AffinityKey, AffinityValue, Backend4, Backend6, FE_F_AFFINITY, FE_F_NO_LOCAL_ENDPOINTS,
+    Frontend4Key, Frontend6Key, FrontendId, Member, MemberKey, Slot, SlotKey, WILDCARD_PORT,
+    WILDCARD_PROTO,
 };
 
 use crate::maps::{
-    LB4_AFFINITY, LB4_BACKENDS, LB4_FE_STATE, LB4_FRONTENDS, LB4_MEMBERS, LB4_SLOTS,
+    AFFINITY_MAX, BACKENDS_MAX, FRONTENDS_MAX, LB4_AFFINITY, LB4_BACKENDS, LB4_FE_STATE,
+    LB4_FRONTENDS, LB4_MEMBERS, LB4_SLOTS, LB6_AFFINITY, LB6_BACKENDS, LB6_FE_STATE, LB6_FRONTENDS,
+    LB6_MEMBERS, LB6_SLOTS, NO_PREALLOC, SLOTS_MAX,
 };
 
+/// An address family's maps and key types; the lookup below is the same
+/// for both.
+pub trait Family {
+    type Key: Copy + PartialEq + 'static;
+    type Backend: Copy + 'static;
+
+    fn frontends() -> &'static HashMap<Self::Key, FrontendId, FRONTENDS_MAX, NO_PREALLOC>;
+    fn slots() -> &'static HashMap<SlotKey, Slot, SLOTS_MAX, NO_PREALLOC>;
+    fn backends() -> &'static HashMap<u32, Self::Backend, BACKENDS_MAX, NO_PREALLOC>;
+    fn members() -> &'static HashMap<MemberKey, Member, SLOTS_MAX, NO_PREALLOC>;
+    fn affinity() -> &'static LruHashMap<AffinityKey, AffinityValue, AFFINITY_MAX>;
+    /// The key standing for every other port and protocol of `key`'s address.
+    fn wildcard(key: &Self::Key) -> Self::Key;
+    fn proto(key: &Self::Key) -> u8;
+    /// Copies the fields of state `fe_id` while holding its lock, so that a
+    /// concurrent `BPF_F_LOCK` update is seen either whole or not at all.
+    fn read_state(fe_id: u32) -> Option<Snapshot<Self::Key>>;
+}
+
+/// IPv4: the `LB4_*` maps.
+pub enum V4 {}
+/// IPv6: the `LB6_*` maps.
+pub enum V6 {}
+
+macro_rules! family {
+    ($fam:ty, $key:ident, $backend:ty,
+     $frontends:ident, $states:ident, $slots:ident, $backends:ident, $members:ident,
+     $affinity:ident) => {
+        impl Family for $fam {
+            type Key = $key;
+            type Backend = $backend;
+
+            #[inline(always)]
+            fn frontends() -> &'static HashMap<$key, FrontendId, FRONTENDS_MAX, NO_PREALLOC> {
+                &$frontends
+            }
+            #[inline(always)]
+            fn slots() -> &'static HashMap<SlotKey, Slot, SLOTS_MAX, NO_PREALLOC> {
+                &$slots
+            }
+            #[inline(always)]
+            fn backends() -> &'static HashMap<u32, $backend, BACKENDS_MAX, NO_PREALLOC> {
+                &$backends
+            }
+            #[inline(always)]
+            fn members() -> &'static HashMap<MemberKey, Member, SLOTS_MAX, NO_PREALLOC> {
+                &$members
+            }
+            #[inline(always)]
+            fn affinity() -> &'static LruHashMap<AffinityKey, AffinityValue, AFFINITY_MAX> {
+                &$affinity
+            }
+            #[inline(always)]
+            fn wildcard(key: &$key) -> $key {
+                $key {
+                    port_be: WILDCARD_PORT,
+                    proto: WILDCARD_PROTO,
+                    ..*key
+                }
+            }
+            #[inline(always)]
+            fn proto(key: &$key) -> u8 {
+                key.proto
+            }
+            #[inline(always)]
+            fn read_state(fe_id: u32) -> Option<Snapshot<$key>> {
+                let state = $states.get_ptr_mut(fe_id)?;
+                // SAFETY: `state` points into an array element, which lives
+                // as long as the map. The lock is the value's first field,
+                // where the kernel's BTF check found it; between lock and
+                // unlock only plain loads run, which is all the verifier
+                // allows there.
+                unsafe {
+                    let l = (&raw mut (*state).lock).cast::<bpf_spin_lock>();
+                    lock(l);
+                    let snap = Snapshot {
+                        owner: (*state).owner,
+                        rev: (*state).rev,
+                        count: (*state).count,
+                        flags: (*state).flags,
+                        affinity_timeout: (*state).affinity_timeout,
+                    };
+                    unlock(l);
+                    Some(snap)
+                }
+            }
+        }
+    };
+}
+
+family!(
+    V4,
+    Frontend4Key,
+    Backend4,
+    LB4_FRONTENDS,
+    LB4_FE_STATE,
+    LB4_SLOTS,
+    LB4_BACKENDS,
+    LB4_MEMBERS,
+    LB4_AFFINITY
+);
+family!(
+    V6,
+    Frontend6Key,
+    Backend6,
+    LB6_FRONTENDS,
+    LB6_FE_STATE,
+    LB6_SLOTS,
+    LB6_BACKENDS,
+    LB6_MEMBERS,
+    LB6_AFFINITY
+);
+
 /// What a frontend lookup decided.
-pub enum Selection {
+pub enum Selection<B> {
     /// Not one of our frontends: leave the address alone.
     NotFrontend,
     /// A frontend that is being removed right now: leave the address alone,
@@ -41,15 +159,15 @@ pub enum Selection {
     /// A Service address, on a port or protocol its Service does not define.
     UnknownPort,
     /// Send to this backend; `sticky` when session affinity chose it.
-    Backend { backend: Backend4, sticky: bool },
+    Backend { backend: B, sticky: bool },
     /// The state named a slot or backend that is missing. The agent's write
     /// order rules this out; it is counted so that tests can show it.
     Inconsistent,
 }
 
-/// The fields of a [`Frontend4State`] a lookup uses, copied under its lock.
-struct Snapshot {
-    owner: Frontend4Key,
+/// The fields of a frontend state a lookup uses, copied under its lock.
+pub struct Snapshot<K> {
+    owner: K,
     rev: u16,
     count: u16,
     flags: u16,
@@ -59,18 +177,18 @@ struct Snapshot {
 /// Picks a backend of frontend `key`; `rand` chooses among its slots and
 /// `client` names the client for session affinity (called only then).
 #[inline(always)]
-pub fn select4(key: &Frontend4Key, rand: u32, client: impl FnOnce() -> u64) -> Selection {
-    let (lookup, frontend) = match LB4_FRONTENDS.get_ptr(key) {
+pub fn select<F: Family>(
+    key: &F::Key,
+    rand: u32,
+    client: impl FnOnce() -> u64,
+) -> Selection<F::Backend> {
+    let (lookup, frontend) = match F::frontends().get_ptr(key) {
         Some(f) => (*key, f),
         None => {
             // Only Service addresses pay this second lookup's hit; other
             // traffic pays its miss.
-            let any = Frontend4Key {
-                port_be: WILDCARD_PORT,
-                proto: WILDCARD_PROTO,
-                ..*key
-            };
-            match LB4_FRONTENDS.get_ptr(any) {
+            let any = F::wildcard(key);
+            match F::frontends().get_ptr(any) {
                 Some(f) => (any, f),
                 None => return Selection::NotFrontend,
             }
@@ -81,14 +199,13 @@ pub fn select4(key: &Frontend4Key, rand: u32, client: impl FnOnce() -> u64) -> S
     // lookup and the kernel recycled the element: then the id may be anything,
     // and the owner check below rejects it.
     let fe_id = unsafe { core::ptr::read_volatile(&raw const (*frontend).id) };
-    let Some(state) = LB4_FE_STATE.get_ptr_mut(fe_id) else {
+    let Some(snap) = F::read_state(fe_id) else {
         return Selection::Removed;
     };
-    let snap = read_locked(state);
     if snap.owner != lookup {
         return Selection::Removed;
     }
-    if lookup.proto == WILDCARD_PROTO {
+    if F::proto(&lookup) == WILDCARD_PROTO {
         return Selection::UnknownPort;
     }
     if snap.count == 0 {
@@ -99,7 +216,7 @@ pub fn select4(key: &Frontend4Key, rand: u32, client: impl FnOnce() -> u64) -> S
         };
     }
     if snap.flags & FE_F_AFFINITY == 0 {
-        return match pick(fe_id, &snap, rand) {
+        return match pick::<F>(fe_id, &snap, rand) {
             Some((_, backend)) => Selection::Backend {
                 backend,
                 sticky: false,
@@ -107,20 +224,20 @@ pub fn select4(key: &Frontend4Key, rand: u32, client: impl FnOnce() -> u64) -> S
             None => Selection::Inconsistent,
         };
     }
-    let aff_key = Affinity4Key {
+    let aff_key = AffinityKey {
         netns_cookie: client(),
         fe_id,
         _pad0: [0; 4],
     };
     // SAFETY: the helper has no preconditions.
     let now = unsafe { bpf_ktime_get_coarse_ns() };
-    if let Some(backend) = remembered(&aff_key, &snap, now) {
+    if let Some(backend) = remembered::<F>(&aff_key, &snap, now) {
         return Selection::Backend {
             backend,
             sticky: true,
         };
     }
-    let Some((backend_id, backend)) = pick(fe_id, &snap, rand) else {
+    let Some((backend_id, backend)) = pick::<F>(fe_id, &snap, rand) else {
         return Selection::Inconsistent;
     };
     let value = AffinityValue {
@@ -129,7 +246,7 @@ pub fn select4(key: &Frontend4Key, rand: u32, client: impl FnOnce() -> u64) -> S
         _pad0: [0; 4],
     };
     // A failed insert (no memory) only costs stickiness for this client.
-    let _ = LB4_AFFINITY.insert(aff_key, value, 0);
+    let _ = F::affinity().insert(aff_key, value, 0);
     Selection::Backend {
         backend,
         sticky: false,
@@ -139,8 +256,12 @@ pub fn select4(key: &Frontend4Key, rand: u32, client: impl FnOnce() -> u64) -> S
 /// The client's remembered backend, if it used it within the timeout and it
 /// is still in the current revision; refreshes its last use.
 #[inline(always)]
-fn remembered(key: &Affinity4Key, snap: &Snapshot, now: u64) -> Option<Backend4> {
-    let entry = LB4_AFFINITY.get_ptr_mut(key)?;
+fn remembered<F: Family>(
+    key: &AffinityKey,
+    snap: &Snapshot<F::Key>,
+    now: u64,
+) -> Option<F::Backend> {
+    let entry = F::affinity().get_ptr_mut(key)?;
     // SAFETY: the value stays mapped while the program runs (RCU). If the LRU
     // evicts and recycles it meanwhile, the fields read may be another
     // client's: the member check below still only lets a current candidate
@@ -155,10 +276,10 @@ fn remembered(key: &Affinity4Key, snap: &Snapshot, now: u64) -> Option<Backend4>
         _pad0: [0; 2],
         backend_id,
     };
-    LB4_MEMBERS.get_ptr(member)?;
+    F::members().get_ptr(member)?;
     // The member entry proves the revision this program read names the
     // backend, so it cannot be deleted before this program ends.
-    let backend = LB4_BACKENDS.get_ptr(backend_id)?;
+    let backend = F::backends().get_ptr(backend_id)?;
     // SAFETY: as above; a plain store to a live element, and a lost race
     // with another connect of the same client only keeps its time instead.
     unsafe { (*entry).last_used_ns = now };
@@ -169,43 +290,20 @@ fn remembered(key: &Affinity4Key, snap: &Snapshot, now: u64) -> Option<Backend4>
 
 /// A random backend of the snapshot's revision, with its id.
 #[inline(always)]
-fn pick(fe_id: u32, snap: &Snapshot, rand: u32) -> Option<(u32, Backend4)> {
+fn pick<F: Family>(fe_id: u32, snap: &Snapshot<F::Key>, rand: u32) -> Option<(u32, F::Backend)> {
     let slot_key = SlotKey {
         fe_id,
         rev: snap.rev,
         // Below count, which is a u16.
         slot: (rand % u32::from(snap.count)) as u16,
     };
-    let slot = LB4_SLOTS.get_ptr(slot_key)?;
+    let slot = F::slots().get_ptr(slot_key)?;
     // SAFETY: slots are never updated and are deleted only after a grace
     // period that began once no state named this revision; this program
     // read the state before that, so the element is live and unchanged.
     let backend_id = unsafe { (*slot).backend_id };
-    let backend = LB4_BACKENDS.get_ptr(backend_id)?;
+    let backend = F::backends().get_ptr(backend_id)?;
     // SAFETY: as for the slot: backends are never updated, and deleted only
     // a grace period after the last revision naming them became unreachable.
     Some((backend_id, unsafe { *backend }))
-}
-
-/// Copies the state's fields while holding its lock, so that a concurrent
-/// `BPF_F_LOCK` update is seen either whole or not at all.
-#[inline(always)]
-fn read_locked(state: *mut Frontend4State) -> Snapshot {
-    // SAFETY: `state` points into an array element, which lives as long as
-    // the map. The lock is the value's first field, where the kernel's BTF
-    // check found it; between lock and unlock only plain loads run, which
-    // is all the verifier allows there.
-    unsafe {
-        let l = (&raw mut (*state).lock).cast::<bpf_spin_lock>();
-        lock(l);
-        let snap = Snapshot {
-            owner: (*state).owner,
-            rev: (*state).rev,
-            count: (*state).count,
-            flags: (*state).flags,
-            affinity_timeout: (*state).affinity_timeout,
-        };
-        unlock(l);
-        snap
-    }
 }

@@ -7,57 +7,76 @@ use aya_ebpf::{
     macros::btf_map,
 };
 use lb_common::{
-    Affinity4Key, AffinityValue, BPF_F_NO_PREALLOC, Backend4, DEFAULT_AFFINITY_MAX,
+    AffinityKey, AffinityValue, BPF_F_NO_PREALLOC, Backend4, Backend6, DEFAULT_AFFINITY_MAX,
     DEFAULT_BACKENDS_MAX, DEFAULT_FRONTENDS_MAX, DEFAULT_REVNAT_MAX, DEFAULT_SLOTS_MAX,
-    Frontend4Key, Frontend4State, FrontendId, Member, MemberKey, RevNat4Key, RevNat4Value,
-    STATS_COUNT, Slot, SlotKey,
+    Frontend4Key, Frontend4State, Frontend6Key, Frontend6State, FrontendId, Member, MemberKey,
+    RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value, STATS_COUNT, Slot, SlotKey,
 };
 
-const NO_PREALLOC: usize = BPF_F_NO_PREALLOC as usize;
+pub const NO_PREALLOC: usize = BPF_F_NO_PREALLOC as usize;
+pub const FRONTENDS_MAX: usize = DEFAULT_FRONTENDS_MAX as usize;
+pub const FE_STATE_MAX: usize = DEFAULT_FRONTENDS_MAX as usize + 1;
+pub const SLOTS_MAX: usize = DEFAULT_SLOTS_MAX as usize;
+pub const BACKENDS_MAX: usize = DEFAULT_BACKENDS_MAX as usize;
+pub const AFFINITY_MAX: usize = DEFAULT_AFFINITY_MAX as usize;
 
 /// Frontend -> its id. Entries are written once and never updated.
 #[btf_map]
-pub static LB4_FRONTENDS: HashMap<
-    Frontend4Key,
-    FrontendId,
-    { DEFAULT_FRONTENDS_MAX as usize },
-    NO_PREALLOC,
-> = HashMap::new();
+pub static LB4_FRONTENDS: HashMap<Frontend4Key, FrontendId, FRONTENDS_MAX, NO_PREALLOC> =
+    HashMap::new();
 
 /// Frontend id -> current revision and count, changed only under its lock.
 #[btf_map]
-pub static LB4_FE_STATE: Array<Frontend4State, { DEFAULT_FRONTENDS_MAX as usize + 1 }> =
-    Array::new();
+pub static LB4_FE_STATE: Array<Frontend4State, FE_STATE_MAX> = Array::new();
 
 /// (frontend id, revision, slot) -> backend id. Written once per revision.
 #[btf_map]
-pub static LB4_SLOTS: HashMap<SlotKey, Slot, { DEFAULT_SLOTS_MAX as usize }, NO_PREALLOC> =
-    HashMap::new();
+pub static LB4_SLOTS: HashMap<SlotKey, Slot, SLOTS_MAX, NO_PREALLOC> = HashMap::new();
 
 /// Backend id -> address. An id keeps its address while it exists.
 #[btf_map]
-pub static LB4_BACKENDS: HashMap<u32, Backend4, { DEFAULT_BACKENDS_MAX as usize }, NO_PREALLOC> =
-    HashMap::new();
+pub static LB4_BACKENDS: HashMap<u32, Backend4, BACKENDS_MAX, NO_PREALLOC> = HashMap::new();
 
 /// (frontend id, revision, backend id) -> slot, for affinity frontends.
 /// Written once per revision, like the slots.
 #[btf_map]
-pub static LB4_MEMBERS: HashMap<MemberKey, Member, { DEFAULT_SLOTS_MAX as usize }, NO_PREALLOC> =
-    HashMap::new();
+pub static LB4_MEMBERS: HashMap<MemberKey, Member, SLOTS_MAX, NO_PREALLOC> = HashMap::new();
 
 /// (client netns, frontend id) -> backend and last use. Written by
 /// connect4/sendmsg4; LRU, so a full map evicts the oldest clients.
 #[btf_map]
-pub static LB4_AFFINITY: LruHashMap<
-    Affinity4Key,
-    AffinityValue,
-    { DEFAULT_AFFINITY_MAX as usize },
-> = LruHashMap::new();
+pub static LB4_AFFINITY: LruHashMap<AffinityKey, AffinityValue, AFFINITY_MAX> = LruHashMap::new();
 
 /// (socket cookie, backend) -> frontend. Written by connect4/sendmsg4, read
 /// by recvmsg4/getpeername4; LRU, so closed sockets age out on their own.
 #[btf_map]
 pub static LB4_REVNAT: LruHashMap<RevNat4Key, RevNat4Value, { DEFAULT_REVNAT_MAX as usize }> =
+    LruHashMap::new();
+
+/// The IPv6 twins of the maps above, with ids of their own.
+#[btf_map]
+pub static LB6_FRONTENDS: HashMap<Frontend6Key, FrontendId, FRONTENDS_MAX, NO_PREALLOC> =
+    HashMap::new();
+
+#[btf_map]
+pub static LB6_FE_STATE: Array<Frontend6State, FE_STATE_MAX> = Array::new();
+
+#[btf_map]
+pub static LB6_SLOTS: HashMap<SlotKey, Slot, SLOTS_MAX, NO_PREALLOC> = HashMap::new();
+
+#[btf_map]
+pub static LB6_BACKENDS: HashMap<u32, Backend6, BACKENDS_MAX, NO_PREALLOC> = HashMap::new();
+
+#[btf_map]
+pub static LB6_MEMBERS: HashMap<MemberKey, Member, SLOTS_MAX, NO_PREALLOC> = HashMap::new();
+
+#[btf_map]
+pub static LB6_AFFINITY: LruHashMap<AffinityKey, AffinityValue, AFFINITY_MAX> = LruHashMap::new();
+
+/// (socket cookie, backend) -> frontend for AF_INET6 sockets reaching IPv6
+/// frontends; a v4-mapped frontend's entry is in `LB4_REVNAT`.
+#[btf_map]
+pub static LB6_REVNAT: LruHashMap<RevNat6Key, RevNat6Value, { DEFAULT_REVNAT_MAX as usize }> =
     LruHashMap::new();
 
 /// Per-CPU counters indexed by `lb_common::stats`.

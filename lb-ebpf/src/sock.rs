@@ -1,8 +1,18 @@
 //! Socket-level load balancing at the cgroup sock_addr hooks.
 //!
-//! `connect4` and `sendmsg4` translate `frontend:port` into a backend once
-//! per connect (or per unconnected datagram); `recvmsg4` and `getpeername4`
-//! show the application the frontend again. There is no per-packet work.
+//! `connect4`/`connect6` and `sendmsg4`/`sendmsg6` translate
+//! `frontend:port` into a backend once per connect (or per unconnected
+//! datagram); `recvmsg*` and `getpeername*` show the application the
+//! frontend again. There is no per-packet work.
+//!
+//! An AF_INET6 socket may address an IPv4 frontend as `::ffff:a.b.c.d`. Such
+//! an address is IPv4: `connect6` translates it through the IPv4 maps into a
+//! v4-mapped backend, and `recvmsg6`/`getpeername6` reverse it through
+//! `LB4_REVNAT`. An unconnected send to one never reaches `sendmsg6`: the
+//! kernel hands it to the IPv4 path first, and `sendmsg4` translates it
+//! (after `sendmsg6`, the kernel refuses any v4-mapped destination, so no
+//! program could translate there). A family is never translated into the
+//! other.
 
 use aya_ebpf::{
     EbpfContext as _,
@@ -11,14 +21,15 @@ use aya_ebpf::{
     programs::SockAddrContext,
 };
 use lb_common::{
-    Backend4, Frontend4Key, PROTO_TCP, PROTO_UDP, RevNat4Key, RevNat4Value, SCOPE_INTERNAL,
-    STAT_AFFINITY_HIT, STAT_CONNECT_TRANSLATED, STAT_PASSED_REMOVED, STAT_REFUSED_INCONSISTENT,
-    STAT_REFUSED_NO_ENDPOINTS, STAT_REFUSED_NO_LOCAL, STAT_REFUSED_UNKNOWN_PORT, STAT_REVERSED,
-    STAT_REVNAT_FAILED, STAT_SENDMSG_TRANSLATED,
+    Backend4, Backend6, Frontend4Key, Frontend6Key, PROTO_TCP, PROTO_UDP, RevNat4Key, RevNat4Value,
+    RevNat6Key, RevNat6Value, SCOPE_INTERNAL, STAT_AFFINITY_HIT, STAT_CONNECT_TRANSLATED,
+    STAT_PASSED_REMOVED, STAT_REFUSED_INCONSISTENT, STAT_REFUSED_NO_ENDPOINTS,
+    STAT_REFUSED_NO_LOCAL, STAT_REFUSED_UNKNOWN_PORT, STAT_REVERSED, STAT_REVNAT_FAILED,
+    STAT_SENDMSG_TRANSLATED,
 };
 use lb_ebpf::{
-    lb::{Selection, select4},
-    maps::LB4_REVNAT,
+    lb::{Family, Selection, V4, V6, select},
+    maps::{LB4_REVNAT, LB6_REVNAT},
     stats::count,
 };
 
@@ -30,22 +41,42 @@ const EHOSTUNREACH: i32 = 113;
 
 #[cgroup_sock_addr(connect4)]
 pub fn lb_connect4(ctx: SockAddrContext) -> i32 {
-    translate(&ctx, STAT_CONNECT_TRANSLATED)
+    verdict(translate4(&ctx), STAT_CONNECT_TRANSLATED)
 }
 
 #[cgroup_sock_addr(sendmsg4)]
 pub fn lb_sendmsg4(ctx: SockAddrContext) -> i32 {
-    translate(&ctx, STAT_SENDMSG_TRANSLATED)
+    verdict(translate4(&ctx), STAT_SENDMSG_TRANSLATED)
 }
 
 #[cgroup_sock_addr(recvmsg4)]
 pub fn lb_recvmsg4(ctx: SockAddrContext) -> i32 {
-    reverse(&ctx)
+    reverse4(&ctx)
 }
 
 #[cgroup_sock_addr(getpeername4)]
 pub fn lb_getpeername4(ctx: SockAddrContext) -> i32 {
-    reverse(&ctx)
+    reverse4(&ctx)
+}
+
+#[cgroup_sock_addr(connect6)]
+pub fn lb_connect6(ctx: SockAddrContext) -> i32 {
+    verdict(translate6(&ctx), STAT_CONNECT_TRANSLATED)
+}
+
+#[cgroup_sock_addr(sendmsg6)]
+pub fn lb_sendmsg6(ctx: SockAddrContext) -> i32 {
+    verdict(translate6(&ctx), STAT_SENDMSG_TRANSLATED)
+}
+
+#[cgroup_sock_addr(recvmsg6)]
+pub fn lb_recvmsg6(ctx: SockAddrContext) -> i32 {
+    reverse6(&ctx)
+}
+
+#[cgroup_sock_addr(getpeername6)]
+pub fn lb_getpeername6(ctx: SockAddrContext) -> i32 {
+    reverse6(&ctx)
 }
 
 /// Why a frontend connect is refused instead of passed on.
@@ -56,10 +87,11 @@ enum Refuse {
     Inconsistent,
 }
 
-/// connect4 / sendmsg4: rewrite `frontend:port` to a random backend of it.
+/// The program's answer for a translation: allowed (and counted as
+/// `translated` if it was), or refused with the errno kube-proxy's rules give.
 #[inline(always)]
-fn translate(ctx: &SockAddrContext, translated: u32) -> i32 {
-    match try_translate(ctx) {
+fn verdict(translation: Result<bool, Refuse>, translated: u32) -> i32 {
+    match translation {
         Ok(true) => {
             count(translated);
             ALLOW
@@ -83,46 +115,58 @@ fn translate(ctx: &SockAddrContext, translated: u32) -> i32 {
     }
 }
 
-/// Whether the address was translated; an error refuses the call.
+/// The protocol number of a balanced protocol; `None` for any other.
 #[inline(always)]
-fn try_translate(ctx: &SockAddrContext) -> Result<bool, Refuse> {
-    let sa = ctx.sock_addr;
-    // SAFETY: the kernel hands us a valid bpf_sock_addr for the program's run.
-    let (proto, ip, port) = unsafe { ((*sa).protocol, (*sa).user_ip4, (*sa).user_port) };
-    let proto = match proto {
-        p if p == u32::from(PROTO_TCP) => PROTO_TCP,
-        p if p == u32::from(PROTO_UDP) => PROTO_UDP,
-        _ => return Ok(false),
-    };
-    // user_ip4/user_port hold network-order bytes in memory; keep those bytes.
-    let key = Frontend4Key {
-        addr_be: ip.to_ne_bytes(),
-        port_be: port as u16,
-        proto,
-        scope: SCOPE_INTERNAL,
-    };
+fn balanced(proto: u32) -> Option<u8> {
+    match proto {
+        p if p == u32::from(PROTO_TCP) => Some(PROTO_TCP),
+        p if p == u32::from(PROTO_UDP) => Some(PROTO_UDP),
+        _ => None,
+    }
+}
+
+/// A backend of family `F` for `key`; `Ok(None)` leaves the address alone.
+#[inline(always)]
+fn choose<F: Family>(ctx: &SockAddrContext, key: &F::Key) -> Result<Option<F::Backend>, Refuse> {
     // SAFETY: the helper has no preconditions.
     let rand = unsafe { bpf_get_prandom_u32() };
     // SAFETY: the helper is valid for sock_addr contexts (kernel >= 5.7).
     let client = || unsafe { bpf_get_netns_cookie(ctx.as_ptr()) };
-    let backend = match select4(&key, rand, client) {
-        Selection::NotFrontend => return Ok(false),
+    match select::<F>(key, rand, client) {
+        Selection::NotFrontend => Ok(None),
         Selection::Removed => {
             count(STAT_PASSED_REMOVED);
-            return Ok(false);
+            Ok(None)
         }
-        Selection::NoEndpoints => return Err(Refuse::NoEndpoints),
-        Selection::NoLocalEndpoints => return Err(Refuse::NoLocalEndpoints),
-        Selection::UnknownPort => return Err(Refuse::UnknownPort),
-        Selection::Inconsistent => return Err(Refuse::Inconsistent),
+        Selection::NoEndpoints => Err(Refuse::NoEndpoints),
+        Selection::NoLocalEndpoints => Err(Refuse::NoLocalEndpoints),
+        Selection::UnknownPort => Err(Refuse::UnknownPort),
+        Selection::Inconsistent => Err(Refuse::Inconsistent),
         Selection::Backend { backend, sticky } => {
             if sticky {
                 count(STAT_AFFINITY_HIT);
             }
-            backend
+            Ok(Some(backend))
         }
+    }
+}
+
+/// connect4 / sendmsg4: rewrite `frontend:port` to a random backend of it.
+/// Whether the address was translated; an error refuses the call.
+#[inline(always)]
+fn translate4(ctx: &SockAddrContext) -> Result<bool, Refuse> {
+    let sa = ctx.sock_addr;
+    // SAFETY: the kernel hands us a valid bpf_sock_addr for the program's run.
+    let (proto, ip, port) = unsafe { ((*sa).protocol, (*sa).user_ip4, (*sa).user_port) };
+    let Some(proto) = balanced(proto) else {
+        return Ok(false);
     };
-    remember(ctx, &key, &backend);
+    // user_ip4/user_port hold network-order bytes in memory; keep those bytes.
+    let key = frontend4(ip.to_ne_bytes(), port, proto);
+    let Some(backend) = choose::<V4>(ctx, &key)? else {
+        return Ok(false);
+    };
+    remember4(ctx, &key, &backend);
     // SAFETY: user_ip4/user_port are writable in connect4/sendmsg4 (32-bit stores).
     unsafe {
         (*sa).user_ip4 = u32::from_ne_bytes(backend.addr_be);
@@ -131,9 +175,104 @@ fn try_translate(ctx: &SockAddrContext) -> Result<bool, Refuse> {
     Ok(true)
 }
 
+/// connect6 / sendmsg6: as [`translate4`], for an IPv6 frontend or a
+/// v4-mapped IPv4 one.
+#[inline(always)]
+fn translate6(ctx: &SockAddrContext) -> Result<bool, Refuse> {
+    let sa = ctx.sock_addr;
+    // SAFETY: as in translate4; user_ip6 is read a 32-bit word at a time.
+    let (proto, ip, port) = unsafe {
+        let ip = (*sa).user_ip6;
+        (
+            (*sa).protocol,
+            [ip[0], ip[1], ip[2], ip[3]],
+            (*sa).user_port,
+        )
+    };
+    let Some(proto) = balanced(proto) else {
+        return Ok(false);
+    };
+    if is_v4_mapped(&ip) {
+        let key = frontend4(ip[3].to_ne_bytes(), port, proto);
+        let Some(backend) = choose::<V4>(ctx, &key)? else {
+            return Ok(false);
+        };
+        remember4(ctx, &key, &backend);
+        // SAFETY: user_ip6/user_port are writable in connect6 (32-bit
+        // stores); the first three words stay the v4-mapped prefix.
+        unsafe {
+            (*sa).user_ip6[3] = u32::from_ne_bytes(backend.addr_be);
+            (*sa).user_port = u32::from(backend.port_be);
+        }
+        return Ok(true);
+    }
+    let key = Frontend6Key {
+        addr_be: words_to_bytes(&ip),
+        port_be: port as u16,
+        proto,
+        scope: SCOPE_INTERNAL,
+    };
+    let Some(backend) = choose::<V6>(ctx, &key)? else {
+        return Ok(false);
+    };
+    remember6(ctx, &key, &backend);
+    let words = bytes_to_words(&backend.addr_be);
+    // SAFETY: user_ip6/user_port are writable in connect6/sendmsg6 (32-bit stores).
+    unsafe {
+        (*sa).user_ip6[0] = words[0];
+        (*sa).user_ip6[1] = words[1];
+        (*sa).user_ip6[2] = words[2];
+        (*sa).user_ip6[3] = words[3];
+        (*sa).user_port = u32::from(backend.port_be);
+    }
+    Ok(true)
+}
+
+#[inline(always)]
+fn frontend4(addr_be: [u8; 4], port: u32, proto: u8) -> Frontend4Key {
+    Frontend4Key {
+        addr_be,
+        // user_port holds the network-order port in its low 16 bits' bytes.
+        port_be: port as u16,
+        proto,
+        scope: SCOPE_INTERNAL,
+    }
+}
+
+/// `::ffff:0:0/96`, as the words of `user_ip6` hold it.
+#[inline(always)]
+fn is_v4_mapped(ip: &[u32; 4]) -> bool {
+    ip[0] == 0 && ip[1] == 0 && ip[2] == u32::from_ne_bytes([0, 0, 0xff, 0xff])
+}
+
+#[inline(always)]
+fn words_to_bytes(ip: &[u32; 4]) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    let mut i = 0;
+    while i < 4 {
+        let w = ip[i].to_ne_bytes();
+        out[4 * i] = w[0];
+        out[4 * i + 1] = w[1];
+        out[4 * i + 2] = w[2];
+        out[4 * i + 3] = w[3];
+        i += 1;
+    }
+    out
+}
+
+#[inline(always)]
+fn bytes_to_words(addr: &[u8; 16]) -> [u32; 4] {
+    [
+        u32::from_ne_bytes([addr[0], addr[1], addr[2], addr[3]]),
+        u32::from_ne_bytes([addr[4], addr[5], addr[6], addr[7]]),
+        u32::from_ne_bytes([addr[8], addr[9], addr[10], addr[11]]),
+        u32::from_ne_bytes([addr[12], addr[13], addr[14], addr[15]]),
+    ]
+}
+
 /// Records which frontend this socket addressed, for recvmsg/getpeername.
 #[inline(always)]
-fn remember(ctx: &SockAddrContext, key: &Frontend4Key, backend: &Backend4) {
+fn remember4(ctx: &SockAddrContext, key: &Frontend4Key, backend: &Backend4) {
     // SAFETY: the helper is valid for sock_addr contexts.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
     let rev_key = RevNat4Key {
@@ -154,25 +293,52 @@ fn remember(ctx: &SockAddrContext, key: &Frontend4Key, backend: &Backend4) {
     }
 }
 
-/// recvmsg4 / getpeername4: show the frontend the application addressed.
+/// [`remember4`] for an IPv6 frontend.
 #[inline(always)]
-fn reverse(ctx: &SockAddrContext) -> i32 {
-    let sa = ctx.sock_addr;
+fn remember6(ctx: &SockAddrContext, key: &Frontend6Key, backend: &Backend6) {
     // SAFETY: the helper is valid for sock_addr contexts.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
-    // SAFETY: valid bpf_sock_addr, see try_translate.
-    let (ip, port) = unsafe { ((*sa).user_ip4, (*sa).user_port) };
+    let rev_key = RevNat6Key {
+        cookie,
+        addr_be: backend.addr_be,
+        port_be: backend.port_be,
+        _pad0: [0; 6],
+    };
+    let rev_val = RevNat6Value {
+        addr_be: key.addr_be,
+        port_be: key.port_be,
+        _pad0: [0; 2],
+    };
+    if LB6_REVNAT.insert(rev_key, rev_val, 0).is_err() {
+        count(STAT_REVNAT_FAILED);
+    }
+}
+
+/// The frontend an IPv4 backend stands for on this socket.
+#[inline(always)]
+fn reversed4(ctx: &SockAddrContext, addr_be: [u8; 4], port: u32) -> Option<RevNat4Value> {
+    // SAFETY: the helper is valid for sock_addr contexts.
+    let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
     let key = RevNat4Key {
         cookie,
-        addr_be: ip.to_ne_bytes(),
+        addr_be,
         port_be: port as u16,
         _pad0: [0; 2],
     };
-    if let Some(frontend) = LB4_REVNAT.get_ptr(key) {
-        // SAFETY: the value stays mapped while the program runs (RCU). An LRU
-        // map may recycle the element if it evicts this very entry meanwhile;
-        // the address shown would then be wrong, the connection unaffected.
-        let frontend = unsafe { *frontend };
+    let frontend = LB4_REVNAT.get_ptr(key)?;
+    // SAFETY: the value stays mapped while the program runs (RCU). An LRU
+    // map may recycle the element if it evicts this very entry meanwhile;
+    // the address shown would then be wrong, the connection unaffected.
+    Some(unsafe { *frontend })
+}
+
+/// recvmsg4 / getpeername4: show the frontend the application addressed.
+#[inline(always)]
+fn reverse4(ctx: &SockAddrContext) -> i32 {
+    let sa = ctx.sock_addr;
+    // SAFETY: valid bpf_sock_addr, see translate4.
+    let (ip, port) = unsafe { ((*sa).user_ip4, (*sa).user_port) };
+    if let Some(frontend) = reversed4(ctx, ip.to_ne_bytes(), port) {
         // SAFETY: user_ip4/user_port are writable in recvmsg4/getpeername4.
         unsafe {
             (*sa).user_ip4 = u32::from_ne_bytes(frontend.addr_be);
@@ -181,5 +347,50 @@ fn reverse(ctx: &SockAddrContext) -> i32 {
         count(STAT_REVERSED);
     }
     // These hooks cannot refuse; they only rewrite what the application sees.
+    ALLOW
+}
+
+/// recvmsg6 / getpeername6: [`reverse4`] for IPv6 and v4-mapped peers.
+#[inline(always)]
+fn reverse6(ctx: &SockAddrContext) -> i32 {
+    let sa = ctx.sock_addr;
+    // SAFETY: valid bpf_sock_addr, see translate6.
+    let (ip, port) = unsafe {
+        let ip = (*sa).user_ip6;
+        ([ip[0], ip[1], ip[2], ip[3]], (*sa).user_port)
+    };
+    if is_v4_mapped(&ip) {
+        if let Some(frontend) = reversed4(ctx, ip[3].to_ne_bytes(), port) {
+            // SAFETY: user_ip6/user_port are writable in recvmsg6/getpeername6.
+            unsafe {
+                (*sa).user_ip6[3] = u32::from_ne_bytes(frontend.addr_be);
+                (*sa).user_port = u32::from(frontend.port_be);
+            }
+            count(STAT_REVERSED);
+        }
+        return ALLOW;
+    }
+    // SAFETY: the helper is valid for sock_addr contexts.
+    let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
+    let key = RevNat6Key {
+        cookie,
+        addr_be: words_to_bytes(&ip),
+        port_be: port as u16,
+        _pad0: [0; 6],
+    };
+    if let Some(frontend) = LB6_REVNAT.get_ptr(key) {
+        // SAFETY: as in reversed4.
+        let frontend = unsafe { *frontend };
+        let words = bytes_to_words(&frontend.addr_be);
+        // SAFETY: user_ip6/user_port are writable in recvmsg6/getpeername6.
+        unsafe {
+            (*sa).user_ip6[0] = words[0];
+            (*sa).user_ip6[1] = words[1];
+            (*sa).user_ip6[2] = words[2];
+            (*sa).user_ip6[3] = words[3];
+            (*sa).user_port = u32::from(frontend.port_be);
+        }
+        count(STAT_REVERSED);
+    }
     ALLOW
 }

@@ -17,7 +17,7 @@ use aya::{
     maps::{Array, HashMap, Map, MapData, MapError},
 };
 use lb_common::{
-    AFFINITY4, Affinity4Key, AffinityValue, BACKENDS4, Backend4, FE_STATE4, FRONTENDS4,
+    AFFINITY4, AffinityKey, AffinityValue, BACKENDS4, Backend4, FE_STATE4, FRONTENDS4,
     Frontend4Key, Frontend4State, FrontendId, MEMBERS4, MapSpec, Member, MemberKey, REVNAT4,
     RevNat4Key, RevNat4Value, SLOTS4, Slot, SlotKey,
 };
@@ -194,7 +194,7 @@ pub fn count_entries(dir: &Path, revnat: bool) -> anyhow::Result<Entries> {
         slots: count::<SlotKey, Slot>(dir, &SLOTS4)?,
         members: count::<MemberKey, Member>(dir, &MEMBERS4)?,
         backends: count::<u32, Backend4>(dir, &BACKENDS4)?,
-        affinity: count::<Affinity4Key, AffinityValue>(dir, &AFFINITY4)?,
+        affinity: count::<AffinityKey, AffinityValue>(dir, &AFFINITY4)?,
         revnat: if revnat {
             // The programs insert and evict while the walk goes on, and a
             // walk that loses its place starts over: count distinct keys.

@@ -8,13 +8,15 @@ use std::{
 
 use aya::maps::MapInfo;
 use lb_common::{
-    AFFINITY4, ALL_MAPS, BACKENDS4, DEFAULT_AFFINITY_MAX, DEFAULT_BACKENDS_MAX,
-    DEFAULT_FRONTENDS_MAX, DEFAULT_REVNAT_MAX, DEFAULT_SLOTS_MAX, FE_STATE4, FRONTENDS4, MEMBERS4,
-    MapSpec, REVNAT4, SLOTS4, STATS, STATS_COUNT,
+    AFFINITY4, AFFINITY6, ALL_MAPS, BACKENDS4, BACKENDS6, DEFAULT_AFFINITY_MAX,
+    DEFAULT_BACKENDS_MAX, DEFAULT_FRONTENDS_MAX, DEFAULT_REVNAT_MAX, DEFAULT_SLOTS_MAX, FE_STATE4,
+    FE_STATE6, FRONTENDS4, FRONTENDS6, MEMBERS4, MEMBERS6, MapSpec, REVNAT4, REVNAT6, SLOTS4,
+    SLOTS6, STATS, STATS_COUNT,
 };
 
-/// Map capacities, set at load time (`--bpf-lb-*-map-max`). A pinned map
-/// with another capacity is replaced by a migration.
+/// Map capacities, set at load time (`--bpf-lb-*-map-max`), the same for
+/// each family's map. A pinned map with another capacity is replaced by a
+/// migration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Capacities {
     /// `LB4_FRONTENDS`; `LB4_FE_STATE` holds one more (id 0 is unused).
@@ -41,15 +43,16 @@ impl Default for Capacities {
 impl Capacities {
     /// The `max_entries` this build creates `spec` with.
     pub fn max_entries(&self, spec: &MapSpec) -> u32 {
-        match spec.name {
-            n if n == FRONTENDS4.name => self.frontends,
-            n if n == FE_STATE4.name => self.frontends.saturating_add(1),
-            n if n == SLOTS4.name || n == MEMBERS4.name => self.slots,
-            n if n == AFFINITY4.name => self.affinity,
-            n if n == BACKENDS4.name => self.backends,
-            n if n == REVNAT4.name => self.revnat,
-            n if n == STATS.name => STATS_COUNT,
-            other => unreachable!("map {other} has no capacity"),
+        let is = |a: &MapSpec, b: &MapSpec| spec.name == a.name || spec.name == b.name;
+        match spec {
+            _ if is(&FRONTENDS4, &FRONTENDS6) => self.frontends,
+            _ if is(&FE_STATE4, &FE_STATE6) => self.frontends.saturating_add(1),
+            _ if is(&SLOTS4, &SLOTS6) || is(&MEMBERS4, &MEMBERS6) => self.slots,
+            _ if is(&AFFINITY4, &AFFINITY6) => self.affinity,
+            _ if is(&BACKENDS4, &BACKENDS6) => self.backends,
+            _ if is(&REVNAT4, &REVNAT6) => self.revnat,
+            _ if spec.name == STATS.name => STATS_COUNT,
+            other => unreachable!("map {} has no capacity", other.name),
         }
     }
 }

@@ -25,7 +25,7 @@ pub struct Program {
 }
 
 /// The programs that translate (they write reverse-NAT entries).
-pub const TRANSLATING: [Program; 2] = [
+pub const TRANSLATING: [Program; 4] = [
     Program {
         function: "lb_connect4",
         link: "connect4",
@@ -34,10 +34,18 @@ pub const TRANSLATING: [Program; 2] = [
         function: "lb_sendmsg4",
         link: "sendmsg4",
     },
+    Program {
+        function: "lb_connect6",
+        link: "connect6",
+    },
+    Program {
+        function: "lb_sendmsg6",
+        link: "sendmsg6",
+    },
 ];
 
 /// The programs that read reverse-NAT entries.
-pub const REVERSING: [Program; 2] = [
+pub const REVERSING: [Program; 4] = [
     Program {
         function: "lb_recvmsg4",
         link: "recvmsg4",
@@ -45,6 +53,14 @@ pub const REVERSING: [Program; 2] = [
     Program {
         function: "lb_getpeername4",
         link: "getpeername4",
+    },
+    Program {
+        function: "lb_recvmsg6",
+        link: "recvmsg6",
+    },
+    Program {
+        function: "lb_getpeername6",
+        link: "getpeername6",
     },
 ];
 

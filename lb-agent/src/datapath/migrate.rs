@@ -11,7 +11,9 @@
 
 use std::{
     collections::{BTreeSet, HashSet},
-    fs, io,
+    fs,
+    hash::Hash,
+    io,
     os::fd::AsFd as _,
     path::{Path, PathBuf},
 };
@@ -24,7 +26,10 @@ use aya::{
         loaded_programs,
     },
 };
-use lb_common::{ALL_MAPS, OLD_REVNAT4_PINS, REVNAT4, RevNat4Key, RevNat4Value};
+use lb_common::{
+    ALL_MAPS, MapSpec, OLD_REVNAT4_PINS, REVNAT4, REVNAT6, RevNat4Key, RevNat4Value, RevNat6Key,
+    RevNat6Value,
+};
 
 use super::{
     batch,
@@ -152,28 +157,47 @@ pub fn finish(pins: &Pins) -> Result<Vec<PathBuf>, MigrateError> {
 /// keeping entries it already has: they are newer. Call once no program
 /// writes the older maps any more, before the reversing programs switch.
 pub fn carry_revnat(pins: &Pins) -> Result<usize, MigrateError> {
+    // No older layout had IPv6 maps.
+    Ok(
+        carry::<RevNat4Key, RevNat4Value>(pins, &REVNAT4, &OLD_REVNAT4_PINS)?
+            + carry::<RevNat6Key, RevNat6Value>(pins, &REVNAT6, &[])?,
+    )
+}
+
+/// [`carry_revnat`] for one family's map, `spec`, whose older layouts'
+/// pins are `old`.
+fn carry<K, V>(pins: &Pins, spec: &MapSpec, old: &[&str]) -> Result<usize, MigrateError>
+where
+    K: aya::Pod + Eq + Hash,
+    V: aya::Pod,
+{
     let maps = pins.maps_dir();
     let next = pins.next_dir();
-    let (target, sources) = if next.join(REVNAT4.pin).exists() {
-        (next.join(REVNAT4.pin), vec![maps.join(REVNAT4.pin)])
+    let (target, sources) = if next.join(spec.pin).exists() {
+        (next.join(spec.pin), vec![maps.join(spec.pin)])
     } else {
-        (maps.join(REVNAT4.pin), Vec::new())
+        (maps.join(spec.pin), Vec::new())
     };
     let mut carried = 0;
     for source in sources
         .into_iter()
-        .chain(OLD_REVNAT4_PINS.iter().map(|pin| maps.join(pin)))
+        .chain(old.iter().map(|pin| maps.join(pin)))
     {
         if source.exists() {
-            carried += copy_revnat(&source, &target)?;
+            carried += copy_revnat::<K, V>(&source, &target, spec)?;
         }
     }
     Ok(carried)
 }
 
 /// Copies the entries of the reverse-NAT map at `from` that the one at `to`
-/// lacks. Both must have [`REVNAT4`]'s layout, as the older layouts' have.
-fn copy_revnat(from: &Path, to: &Path) -> Result<usize, MigrateError> {
+/// lacks. Both must have `spec`'s key and value sizes, as the older
+/// layouts' have.
+fn copy_revnat<K, V>(from: &Path, to: &Path, spec: &MapSpec) -> Result<usize, MigrateError>
+where
+    K: aya::Pod + Eq + Hash,
+    V: aya::Pod,
+{
     let open = |path: &Path| {
         let map_err = |source| MigrateError::Map {
             path: path.to_owned(),
@@ -184,16 +208,16 @@ fn copy_revnat(from: &Path, to: &Path) -> Result<usize, MigrateError> {
         Ok::<_, MigrateError>((data, info))
     };
     let (src, info) = open(from)?;
-    if (info.key_size(), info.value_size()) != (REVNAT4.key_size, REVNAT4.value_size) {
+    if (info.key_size(), info.value_size()) != (spec.key_size, spec.value_size) {
         return Ok(0);
     }
     let (dst, _) = open(to)?;
-    let have: HashSet<RevNat4Key> = batch::lookup_all::<RevNat4Key, RevNat4Value>(dst.fd().as_fd())
+    let have: HashSet<K> = batch::lookup_all::<K, V>(dst.fd().as_fd())
         .map_err(io_err("reading", to))?
         .into_iter()
         .map(|(k, _)| k)
         .collect();
-    let missing: Vec<(RevNat4Key, RevNat4Value)> = batch::lookup_all(src.fd().as_fd())
+    let missing: Vec<(K, V)> = batch::lookup_all(src.fd().as_fd())
         .map_err(io_err("reading", from))?
         .into_iter()
         .filter(|(k, _)| !have.contains(k))

@@ -19,13 +19,16 @@ use std::path::{Path, PathBuf};
 
 use aya::Ebpf;
 use layout::{Capacities, LayoutError};
-use lb_common::{BACKENDS4, FE_STATE4, FRONTENDS4, MEMBERS4, MapSpec, SLOTS4};
+use lb_common::{
+    BACKENDS4, BACKENDS6, FE_STATE4, FE_STATE6, FRONTENDS4, FRONTENDS6, MEMBERS4, MEMBERS6,
+    MapSpec, SLOTS4, SLOTS6,
+};
 use loader::{LoaderError, REVERSING, TRANSLATING};
 use migrate::{Leftover, MigrateError};
 use pins::Pins;
 use table::{Bpf, BpfTable};
 
-use crate::reconcile::{LbTables, MapKey, MapValue, StoreError, V4, WriteMode};
+use crate::reconcile::{Family, LbTables, MapKey, MapValue, StoreError, V4, V6, WriteMode};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DatapathError {
@@ -68,13 +71,37 @@ pub struct Attached {
     pub removed: Vec<PathBuf>,
 }
 
+/// Both families' load-balancing tables.
+pub struct DualTables {
+    pub v4: LbTables<V4, Bpf>,
+    pub v6: LbTables<V6, Bpf>,
+}
+
 /// This layout's load-balancing tables in `maps/`, for reading (`dump`).
-pub fn read_only_tables(pins: &Pins) -> Result<LbTables<V4, Bpf>, StoreError> {
+pub fn read_only_tables(pins: &Pins) -> Result<DualTables, StoreError> {
     open_tables(&pins.maps_dir())
 }
 
 /// The load-balancing tables pinned in `dir`.
-fn open_tables(dir: &Path) -> Result<LbTables<V4, Bpf>, StoreError> {
+fn open_tables(dir: &Path) -> Result<DualTables, StoreError> {
+    Ok(DualTables {
+        v4: open_family(
+            dir,
+            [&FRONTENDS4, &FE_STATE4, &SLOTS4, &MEMBERS4, &BACKENDS4],
+        )?,
+        v6: open_family(
+            dir,
+            [&FRONTENDS6, &FE_STATE6, &SLOTS6, &MEMBERS6, &BACKENDS6],
+        )?,
+    })
+}
+
+/// One family's tables: its frontends, states, slots, members and backends
+/// maps, in this order.
+fn open_family<F: Family>(
+    dir: &Path,
+    specs: [&MapSpec; 5],
+) -> Result<LbTables<F, Bpf>, StoreError> {
     fn open<K: MapKey, V: MapValue>(
         dir: &Path,
         spec: &MapSpec,
@@ -82,12 +109,13 @@ fn open_tables(dir: &Path) -> Result<LbTables<V4, Bpf>, StoreError> {
     ) -> Result<BpfTable<K, V>, StoreError> {
         BpfTable::open(&dir.join(spec.pin), spec, mode)
     }
+    let [frontends, states, slots, members, backends] = specs;
     Ok(LbTables {
-        frontends: open(dir, &FRONTENDS4, WriteMode::Insert)?,
-        states: open(dir, &FE_STATE4, WriteMode::Locked)?,
-        slots: open(dir, &SLOTS4, WriteMode::Insert)?,
-        members: open(dir, &MEMBERS4, WriteMode::Insert)?,
-        backends: open(dir, &BACKENDS4, WriteMode::Insert)?,
+        frontends: open(dir, frontends, WriteMode::Insert)?,
+        states: open(dir, states, WriteMode::Locked)?,
+        slots: open(dir, slots, WriteMode::Insert)?,
+        members: open(dir, members, WriteMode::Insert)?,
+        backends: open(dir, backends, WriteMode::Insert)?,
     })
 }
 
@@ -130,7 +158,7 @@ impl Datapath {
     }
 
     /// The load-balancing tables this build's programs read.
-    pub fn tables(&self) -> Result<LbTables<V4, Bpf>, StoreError> {
+    pub fn tables(&self) -> Result<DualTables, StoreError> {
         open_tables(&self.maps_dir)
     }
 

@@ -183,8 +183,6 @@ impl fmt::Display for ObjectKind {
 pub enum Feature {
     /// `externalTrafficPolicy: Local` (on a NodePort or LoadBalancer Service).
     ExternalTrafficPolicyLocal,
-    /// An IPv6 ClusterIP.
-    Ipv6,
     /// An SCTP port (this kernel has no SCTP).
     Sctp,
     /// A NodePort (type NodePort or LoadBalancer).
@@ -196,9 +194,8 @@ pub enum Feature {
 }
 
 impl Feature {
-    pub const ALL: [Feature; 6] = [
+    pub const ALL: [Feature; 5] = [
         Feature::ExternalTrafficPolicyLocal,
-        Feature::Ipv6,
         Feature::Sctp,
         Feature::NodePort,
         Feature::ExternalIps,
@@ -209,7 +206,6 @@ impl Feature {
     pub fn as_str(self) -> &'static str {
         match self {
             Feature::ExternalTrafficPolicyLocal => "external_traffic_policy_local",
-            Feature::Ipv6 => "ipv6",
             Feature::Sctp => "sctp",
             Feature::NodePort => "node_port",
             Feature::ExternalIps => "external_ips",
@@ -221,7 +217,6 @@ impl Feature {
     pub fn effect(self) -> &'static str {
         match self {
             Feature::ExternalTrafficPolicyLocal => "external traffic is not served by this proxy",
-            Feature::Ipv6 => "its IPv6 cluster IPs are not programmed",
             Feature::Sctp => "its SCTP ports are not programmed",
             Feature::NodePort => "its node ports are not served",
             Feature::ExternalIps => "its external IPs are not served",

@@ -5,7 +5,7 @@ use std::{collections::BTreeSet, net::IpAddr};
 
 use k8s_openapi::api::core::v1::Service;
 
-use super::{Feature, IpFamily, ObjectKind, ObjectRef, Proto};
+use super::{Feature, ObjectKind, ObjectRef, Proto};
 
 /// Labels that hand a Service to another proxy, or mark it headless; kube-proxy
 /// ignores such Services and so do we. The apiserver source filters them on
@@ -79,12 +79,6 @@ impl ServiceSpec {
         add(
             self.external_policy == TrafficPolicy::Local,
             Feature::ExternalTrafficPolicyLocal,
-        );
-        add(
-            self.cluster_ips
-                .iter()
-                .any(|ip| IpFamily::of(*ip) == IpFamily::V6),
-            Feature::Ipv6,
         );
         add(
             self.ports.iter().any(|p| p.proto == Proto::Sctp),

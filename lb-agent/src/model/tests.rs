@@ -495,7 +495,7 @@ fn cluster_ip_nodeport_and_loadbalancer_all_program_their_cluster_ip() {
 }
 
 #[test]
-fn dual_stack_service_keeps_both_families_and_reports_ipv6() {
+fn dual_stack_service_programs_each_family_with_its_own_endpoints() {
     let docs = [
         Svc::new("", "dual")
             .cluster_ip("10.96.0.7")
@@ -524,10 +524,65 @@ fn dual_stack_service_keeps_both_families_and_reports_ipv6() {
     assert_eq!(d.frontends[&v6].backends, [be("fd00::a", 8080)]);
     assert_eq!(ports_of(&d).len(), 2);
     assert!(r.invalid.is_empty(), "{:?}", r.invalid);
+    assert!(r.unsupported.is_empty(), "{:?}", r.unsupported);
+}
+
+#[test]
+fn ipv6_only_and_single_stack_services_use_their_own_family_and_ipv6_exclusions() {
+    let docs = [
+        Svc::new("", "v6")
+            .cluster_ip("fd00:96::1")
+            .port("http", 80, "")
+            .into(),
+        Slice::new("", "v6-1")
+            .service("v6")
+            .address_type("IPv6")
+            .port("http", 8080, "")
+            .endpoint(Ep::new("fd00:10:244::5"))
+            .endpoint(Ep::new("fd00:42::5"))
+            .into(),
+        // Single-stack IPv4 with a stray IPv6 slice: nothing in IPv6.
+        Svc::new("", "v4")
+            .cluster_ip("10.96.0.9")
+            .port("http", 80, "")
+            .into(),
+        slice(
+            "default",
+            "v4-1",
+            "v4",
+            HTTP_EP,
+            &[Ep::new("10.244.0.9"), Ep::new("10.42.0.9")],
+        ),
+        Slice::new("", "v4-2")
+            .service("v4")
+            .address_type("IPv6")
+            .port("http", 8080, "")
+            .endpoint(Ep::new("fd00:42::9"))
+            .into(),
+    ];
+    // Both families in one flag, as with two CNIs.
+    let excluded = ExcludedCidrs::parse(["10.244.0.0/16,fd00:10:244::/56"]).unwrap();
+    let (d, r) = compute_docs(&docs, &excluded);
+    let v6 = Frontend {
+        vip: ip("fd00:96::1"),
+        port: 80,
+        proto: Proto::Tcp,
+    };
+    assert_eq!(backends_of(&d, v6), [be("fd00:42::5", 8080)]);
     assert_eq!(
-        r.unsupported,
-        BTreeSet::from([(oref(ObjectKind::Service, "default", "dual"), Feature::Ipv6)])
+        backends_of(&d, tcp("10.96.0.9", 80)),
+        [be("10.42.0.9", 8080)]
     );
+    let families: BTreeSet<bool> = d.frontends.keys().map(|fe| fe.vip.is_ipv6()).collect();
+    assert_eq!(families, BTreeSet::from([false, true]));
+    assert!(
+        !d.frontends
+            .keys()
+            .any(|fe| fe.vip.is_ipv6() && fe.vip != v6.vip),
+        "{:?}",
+        d.frontends.keys()
+    );
+    assert!(r.invalid.is_empty() && r.unsupported.is_empty(), "{r:?}");
 }
 
 #[test]

@@ -4,10 +4,13 @@
 
 use std::{
     hash::Hash,
-    net::{IpAddr, Ipv4Addr},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
 };
 
-use lb_common::{BACKEND_STATE_ACTIVE, Backend4, Frontend4Key, Frontend4State, SCOPE_INTERNAL};
+use lb_common::{
+    BACKEND_STATE_ACTIVE, Backend4, Backend6, Frontend4Key, Frontend4State, Frontend6Key,
+    Frontend6State, SCOPE_INTERNAL,
+};
 
 use super::lb::{MapKey, MapValue};
 use crate::model::{Backend, Frontend, Proto};
@@ -57,92 +60,104 @@ pub trait Family {
 #[derive(Debug)]
 pub enum V4 {}
 
-impl Family for V4 {
-    type FrontendKey = Frontend4Key;
-    type State = Frontend4State;
-    type Backend = Backend4;
+/// IPv6: the `LB6_*` maps.
+#[derive(Debug)]
+pub enum V6 {}
 
-    fn frontend_key(fe: &Frontend) -> Option<Frontend4Key> {
-        let IpAddr::V4(vip) = fe.vip else {
-            return None;
-        };
-        Some(Frontend4Key {
-            addr_be: vip.octets(),
-            port_be: fe.port.to_be(),
-            proto: fe.proto.number(),
-            scope: SCOPE_INTERNAL,
-        })
-    }
+/// Both families' maps have the same shape; only the address differs.
+macro_rules! family {
+    ($fam:ty, $variant:ident, $addr:ty, $key:ident, $state:ident, $backend:ident) => {
+        impl Family for $fam {
+            type FrontendKey = $key;
+            type State = $state;
+            type Backend = $backend;
 
-    fn frontend(key: &Frontend4Key) -> Option<Frontend> {
-        Some(Frontend {
-            vip: Ipv4Addr::from(key.addr_be).into(),
-            port: u16::from_be(key.port_be),
-            proto: Proto::from_number(key.proto)?,
-        })
-    }
+            fn frontend_key(fe: &Frontend) -> Option<$key> {
+                let IpAddr::$variant(vip) = fe.vip else {
+                    return None;
+                };
+                Some($key {
+                    addr_be: vip.octets(),
+                    port_be: fe.port.to_be(),
+                    proto: fe.proto.number(),
+                    scope: SCOPE_INTERNAL,
+                })
+            }
 
-    fn key_proto(key: &Frontend4Key) -> u8 {
-        key.proto
-    }
+            fn frontend(key: &$key) -> Option<Frontend> {
+                Some(Frontend {
+                    vip: <$addr>::from(key.addr_be).into(),
+                    port: u16::from_be(key.port_be),
+                    proto: Proto::from_number(key.proto)?,
+                })
+            }
 
-    fn key_parts(key: &Frontend4Key) -> (IpAddr, u16, u8) {
-        (
-            Ipv4Addr::from(key.addr_be).into(),
-            u16::from_be(key.port_be),
-            key.proto,
-        )
-    }
+            fn key_proto(key: &$key) -> u8 {
+                key.proto
+            }
 
-    fn backend(be: &Backend, proto: Proto) -> Option<Backend4> {
-        let IpAddr::V4(ip) = be.ip else {
-            return None;
-        };
-        Some(Backend4 {
-            addr_be: ip.octets(),
-            port_be: be.port.to_be(),
-            proto: proto.number(),
-            state: BACKEND_STATE_ACTIVE,
-        })
-    }
+            fn key_parts(key: &$key) -> (IpAddr, u16, u8) {
+                (
+                    <$addr>::from(key.addr_be).into(),
+                    u16::from_be(key.port_be),
+                    key.proto,
+                )
+            }
 
-    fn backend_model(b: &Backend4) -> Backend {
-        Backend {
-            ip: Ipv4Addr::from(b.addr_be).into(),
-            port: u16::from_be(b.port_be),
+            fn backend(be: &Backend, proto: Proto) -> Option<$backend> {
+                let IpAddr::$variant(ip) = be.ip else {
+                    return None;
+                };
+                Some($backend {
+                    addr_be: ip.octets(),
+                    port_be: be.port.to_be(),
+                    proto: proto.number(),
+                    state: BACKEND_STATE_ACTIVE,
+                })
+            }
+
+            fn backend_model(b: &$backend) -> Backend {
+                Backend {
+                    ip: <$addr>::from(b.addr_be).into(),
+                    port: u16::from_be(b.port_be),
+                }
+            }
+
+            fn backend_proto(b: &$backend) -> u8 {
+                b.proto
+            }
+
+            fn backend_parts(b: &$backend) -> (IpAddr, u16, u8) {
+                (
+                    <$addr>::from(b.addr_be).into(),
+                    u16::from_be(b.port_be),
+                    b.proto,
+                )
+            }
+
+            fn state(v: StateView<$key>) -> $state {
+                $state {
+                    owner: v.owner,
+                    rev: v.rev,
+                    count: v.count,
+                    flags: v.flags,
+                    affinity_timeout: v.affinity_timeout,
+                    ..$state::default()
+                }
+            }
+
+            fn view(s: &$state) -> StateView<$key> {
+                StateView {
+                    owner: s.owner,
+                    rev: s.rev,
+                    count: s.count,
+                    flags: s.flags,
+                    affinity_timeout: s.affinity_timeout,
+                }
+            }
         }
-    }
-
-    fn backend_proto(b: &Backend4) -> u8 {
-        b.proto
-    }
-
-    fn backend_parts(b: &Backend4) -> (IpAddr, u16, u8) {
-        (
-            Ipv4Addr::from(b.addr_be).into(),
-            u16::from_be(b.port_be),
-            b.proto,
-        )
-    }
-
-    fn state(v: StateView<Frontend4Key>) -> Frontend4State {
-        Frontend4State {
-            owner: v.owner,
-            rev: v.rev,
-            count: v.count,
-            flags: v.flags,
-            affinity_timeout: v.affinity_timeout,
-            ..Frontend4State::default()
-        }
-    }
-
-    fn view(s: &Frontend4State) -> StateView<Frontend4Key> {
-        StateView {
-            owner: s.owner,
-            rev: s.rev,
-            count: s.count,
-            flags: s.flags,
-            affinity_timeout: s.affinity_timeout,
-        }
-    }
+    };
 }
+
+family!(V4, V4, Ipv4Addr, Frontend4Key, Frontend4State, Backend4);
+family!(V6, V6, Ipv6Addr, Frontend6Key, Frontend6State, Backend6);

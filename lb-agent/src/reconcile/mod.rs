@@ -2,6 +2,7 @@
 //! that a program reading the maps concurrently never fails. Knows nothing
 //! of Kubernetes; generic over the address family and the kind of table.
 
+mod dual;
 mod family;
 mod grace;
 mod ids;
@@ -16,7 +17,8 @@ mod view;
 
 use std::collections::{BTreeMap, HashSet};
 
-pub use family::{Family, StateView, V4};
+pub use dual::DualReconciler;
+pub use family::{Family, StateView, V4, V6};
 pub use grace::GracePeriods;
 pub use lb::{LbMaps, LbTables, MapKey, MapValue, Tables, member_range, set_range};
 pub use pass::Outcome;

@@ -49,6 +49,15 @@ impl Outcome {
     pub fn changed(&self) -> usize {
         self.written + self.deleted
     }
+
+    /// Both outcomes, as of one pass.
+    pub fn merge(mut self, other: Outcome) -> Outcome {
+        self.written += other.written;
+        self.deleted += other.deleted;
+        self.failed.extend(other.failed);
+        self.delete_errors.extend(other.delete_errors);
+        self
+    }
 }
 
 /// One frontend's desired state; `target: None` removes it.

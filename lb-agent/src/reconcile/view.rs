@@ -158,4 +158,16 @@ impl LbView {
             ],
         }
     }
+
+    /// One listing of both families' views (IPv4 frontends sort first);
+    /// entries are summed map by map.
+    pub fn merge(mut self, other: LbView) -> Self {
+        self.frontends.extend(other.frontends);
+        self.frontends.sort_by_key(|f| (f.addr, f.port, f.proto));
+        self.retired_revisions += other.retired_revisions;
+        for (mine, theirs) in self.entries.iter_mut().zip(other.entries) {
+            *mine += theirs;
+        }
+        self
+    }
 }

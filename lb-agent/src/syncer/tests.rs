@@ -12,7 +12,7 @@ use lb_fixtures::{Slice, Svc};
 use crate::{
     model::{Feature, ObjectKind},
     reconcile::{
-        LbView, SlotView, Table as _,
+        LbView, SlotView, Table as _, V4, V6,
         mem::{Journal, ManualGrace, Mem, lb_tables},
     },
 };
@@ -44,8 +44,9 @@ fn deleted(name: &str) -> Change {
 fn syncer(frontends: u32) -> (Syncer<Mem, ManualGrace>, Arc<Endpoints>, ManualGrace) {
     let journal = Journal::default();
     let grace = ManualGrace::new(&journal);
-    let reconciler = Reconciler::adopt(
+    let reconciler = DualReconciler::adopt(
         lb_tables::<V4>(frontends, 1024, 1024, &journal),
+        lb_tables::<V6>(frontends, 1024, 1024, &journal),
         grace.clone(),
     )
     .unwrap();
@@ -190,12 +191,14 @@ fn prune_repairs_an_entry_deleted_behind_the_agents_back() {
     // The port's entry (the wildcard has no revision to orphan).
     let key = *s
         .reconciler
+        .v4()
         .maps()
         .frontends()
         .keys()
         .find(|k| k.port_be != 0)
         .unwrap();
     s.reconciler
+        .v4_mut()
         .maps_mut()
         .frontends_table_mut()
         .delete(&[key])
