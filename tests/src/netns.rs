@@ -1,14 +1,51 @@
 //! Star topology of network namespaces: one `hub` router namespace, and one
 //! leaf namespace per host, each with a /32 address on `eth0` and a default
-//! route to the hub (169.254.1.1), Calico style. Nothing touches the root
+//! route to the hub (169.254.1.1), Calico style. Every host is dual-stack:
+//! it also owns [`v6_of`] its IPv4 address (`fd00::a.b.c.d/128`, from the
+//! unique-local range), with the hub at `fd00::1`; duplicate address
+//! detection is off so that no test waits for it. Nothing touches the root
 //! namespace. An address no leaf owns (an untranslated VIP) gets "network
 //! unreachable" from the hub and never leaves.
 
-use std::{net::Ipv4Addr, process::Command};
+use std::{
+    net::{Ipv4Addr, Ipv6Addr},
+    process::Command,
+};
 
 use anyhow::{Context as _, bail};
 
 const GATEWAY: &str = "169.254.1.1";
+const GATEWAY6: &str = "fd00::1";
+
+/// A host's IPv6 address: `fd00::/96` followed by its IPv4 address.
+pub fn v6_of(ip: Ipv4Addr) -> Ipv6Addr {
+    let [a, b, c, d] = ip.octets();
+    Ipv6Addr::new(
+        0xfd00,
+        0,
+        0,
+        0,
+        0,
+        0,
+        u16::from_be_bytes([a, b]),
+        u16::from_be_bytes([c, d]),
+    )
+}
+
+/// Turns duplicate address detection off for interfaces created in `ns`
+/// from now on.
+fn no_dad(ns: &str) -> anyhow::Result<()> {
+    exec(
+        ns,
+        &[
+            "sysctl",
+            "-qw",
+            "net.ipv6.conf.default.accept_dad=0",
+            "net.ipv6.conf.all.accept_dad=0",
+        ],
+    )
+    .map(drop)
+}
 
 /// Runs `ip` with args; fails with its stderr.
 pub fn ip(args: &[&str]) -> anyhow::Result<()> {
@@ -64,7 +101,16 @@ impl Topology {
             added: 0,
         };
         ip(&["-n", &topo.hub, "link", "set", "lo", "up"])?;
-        exec(&topo.hub, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
+        exec(
+            &topo.hub,
+            &[
+                "sysctl",
+                "-qw",
+                "net.ipv4.ip_forward=1",
+                "net.ipv6.conf.all.forwarding=1",
+            ],
+        )?;
+        no_dad(&topo.hub)?;
         Ok(topo)
     }
 
@@ -77,10 +123,12 @@ impl Topology {
         let ns = format!("{}-{name}", self.prefix);
         ip(&["netns", "add", &ns])?;
         self.leaves.push((ns.clone(), addr));
+        no_dad(&ns)?;
         self.added += 1;
         let hub_if = format!("v{}", self.added);
         let a = addr.to_string();
         let host = format!("{a}/32");
+        let host6 = format!("{}/128", v6_of(addr));
         ip(&[
             "-n", &self.hub, "link", "add", &hub_if, "type", "veth", "peer", "name", "eth0",
             "netns", &ns,
@@ -104,6 +152,16 @@ impl Topology {
         ])?;
         ip(&[
             "-n", &ns, "route", "add", "default", "via", GATEWAY, "dev", "eth0",
+        ])?;
+        let gateway6 = format!("{GATEWAY6}/128");
+        ip(&[
+            "-n", &self.hub, "addr", "add", &gateway6, "dev", &hub_if, "nodad",
+        ])?;
+        ip(&["-n", &self.hub, "route", "add", &host6, "dev", &hub_if])?;
+        ip(&["-n", &ns, "addr", "add", &host6, "dev", "eth0", "nodad"])?;
+        ip(&["-n", &ns, "route", "add", GATEWAY6, "dev", "eth0"])?;
+        ip(&[
+            "-n", &ns, "route", "add", "default", "via", GATEWAY6, "dev", "eth0",
         ])?;
         Ok(ns)
     }

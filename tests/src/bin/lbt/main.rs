@@ -183,7 +183,9 @@ fn print_json(r: &impl Serialize) -> anyhow::Result<()> {
 fn serve(id: &str, tcp: &[u16], udp: &[u16]) -> anyhow::Result<()> {
     let reply = format!("{id}\n");
     for &port in tcp {
-        let l = TcpListener::bind(("0.0.0.0", port)).with_context(|| format!("tcp {port}"))?;
+        // `::` takes both families (bindv6only is 0): IPv4 clients arrive
+        // v4-mapped.
+        let l = TcpListener::bind(("::", port)).with_context(|| format!("tcp {port}"))?;
         let pool = Arc::new(AcceptPool {
             listener: l,
             reply: reply.clone(),
@@ -196,7 +198,7 @@ fn serve(id: &str, tcp: &[u16], udp: &[u16]) -> anyhow::Result<()> {
         }
     }
     for &port in udp {
-        let s = UdpSocket::bind(("0.0.0.0", port)).with_context(|| format!("udp {port}"))?;
+        let s = UdpSocket::bind(("::", port)).with_context(|| format!("udp {port}"))?;
         let (id, reply) = (id.to_owned(), reply.clone());
         std::thread::spawn(move || {
             let mut buf = [0u8; 512];
@@ -309,7 +311,7 @@ fn tcp(to: SocketAddr, n: u32) -> Report {
 fn udp(to: SocketAddr, n: u32, connected: bool) -> anyhow::Result<Report> {
     let start = Instant::now();
     let mut r = Report::default();
-    let s = UdpSocket::bind("0.0.0.0:0")?;
+    let s = UdpSocket::bind(sock::any_port_of_family(&to))?;
     s.set_read_timeout(Some(TIMEOUT))?;
     if connected {
         if let Err(e) = s.connect(to) {
@@ -370,7 +372,7 @@ fn hold(to: SocketAddr) -> anyhow::Result<()> {
 /// A UDP socket connected to `to`; prints `connected <getpeername>`, or
 /// `error <errno>` if connect() fails.
 fn udp_connect(to: SocketAddr) -> anyhow::Result<Option<UdpSocket>> {
-    let s = UdpSocket::bind("0.0.0.0:0")?;
+    let s = UdpSocket::bind(sock::any_port_of_family(&to))?;
     s.set_read_timeout(Some(TIMEOUT))?;
     match s.connect(to).and_then(|()| s.peer_addr()) {
         Ok(peer) => {
@@ -594,11 +596,7 @@ fn bench_udp_worker(
     fresh: bool,
 ) -> anyhow::Result<Tally> {
     let mut t = Tally::default();
-    let bind: SocketAddr = if to[0].is_ipv4() {
-        "0.0.0.0:0".parse()?
-    } else {
-        "[::]:0".parse()?
-    };
+    let bind = sock::any_port_of_family(&to[0]);
     let udp_socket = || -> io::Result<UdpSocket> {
         let s = UdpSocket::bind(bind)?;
         s.set_read_timeout(Some(UDP_TIMEOUT))?;

@@ -148,11 +148,7 @@ pub fn ask_fresh_udp(
     buf: &mut [u8],
     timeout: Duration,
 ) -> io::Result<(usize, u32)> {
-    let bind: SocketAddr = if to.is_ipv4() {
-        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
-    } else {
-        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
-    };
+    let bind = any_port_of_family(to);
     let ask = |buf: &mut [u8]| -> io::Result<usize> {
         let s = UdpSocket::bind(bind)?;
         s.set_read_timeout(Some(timeout))?;
@@ -166,5 +162,15 @@ pub fn ask_fresh_udp(
             Err(e) if reconnected + 1 < UDP_DESTROYED_TRIES && destroyed(&e) => reconnected += 1,
             r => return r.map(|len| (len, reconnected)),
         }
+    }
+}
+
+/// The wildcard address of `to`'s family, any port: where a client socket
+/// for `to` binds.
+pub fn any_port_of_family(to: &SocketAddr) -> SocketAddr {
+    if to.is_ipv4() {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
     }
 }

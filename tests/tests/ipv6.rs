@@ -1,0 +1,188 @@
+//! IPv6 and dual-stack Services at the socket hooks, with real sockets in
+//! network namespaces (every host is dual-stack: `fd00::a.b.c.d` beside
+//! `a.b.c.d`) and the real agent. Needs root; fails loudly without it.
+
+use std::net::Ipv4Addr;
+
+use lb_fixtures::{Ep, Object, Slice, Svc, yaml};
+use lb_tests::{netns::v6_of, scenario::Bed};
+
+const VIP4: &str = "10.96.60.1";
+const VIP6: &str = "fd00:96::1";
+const PODS: [(&str, Ipv4Addr); 2] = [
+    ("p1", Ipv4Addr::new(10, 42, 6, 1)),
+    ("p2", Ipv4Addr::new(10, 42, 6, 2)),
+];
+
+/// Service `web` with a cluster IP per family in `cluster_ips` (primary
+/// first), `http` 80/TCP and `dns` 53/UDP, and a slice per family of
+/// [`PODS`] (`v4`, `v6`: whether to write it).
+fn web(cluster_ips: &[&str], v4: bool, v6: bool) -> String {
+    let mut svc = Svc::new("default", "web")
+        .cluster_ip(cluster_ips[0])
+        .port("http", 80, "TCP")
+        .port("dns", 53, "UDP");
+    if cluster_ips.len() > 1 {
+        svc = svc.cluster_ips(cluster_ips);
+    }
+    let mut docs = vec![Object::from(svc)];
+    let slice = |name: &str, family: &str, ips: Vec<String>| {
+        let ips: Vec<&str> = ips.iter().map(String::as_str).collect();
+        Slice::new("default", name)
+            .service("web")
+            .address_type(family)
+            .port("http", 8080, "TCP")
+            .port("dns", 5353, "UDP")
+            .ready(&ips)
+            .into()
+    };
+    if v4 {
+        docs.push(slice(
+            "web-v4",
+            "IPv4",
+            PODS.iter().map(|(_, ip)| ip.to_string()).collect(),
+        ));
+    }
+    if v6 {
+        docs.push(slice(
+            "web-v6",
+            "IPv6",
+            PODS.iter().map(|(_, ip)| v6_of(*ip).to_string()).collect(),
+        ));
+    }
+    yaml(docs)
+}
+
+/// [`PODS`] serving 8080/TCP and 5353/UDP on both families.
+fn bed_with_pods() -> anyhow::Result<Bed> {
+    let mut bed = Bed::new()?;
+    for (id, ip) in PODS {
+        bed.backend(id, ip, &[8080], &[5353])?;
+    }
+    Ok(bed)
+}
+
+/// Both pods answered (at least a fifth each), nothing failed, and the
+/// application saw only `peers`.
+fn spread(r: &lb_tests::probe::Report, n: u32, peers: &[&str]) {
+    assert_eq!(r.failed(), 0, "{r:?}");
+    assert_eq!(r.ok(), n, "{r:?}");
+    for (id, _) in PODS {
+        let got = r.replies.get(id).copied().unwrap_or(0);
+        assert!(got >= n / 5, "{id} answered {got} of {n}: {r:?}");
+    }
+    assert_eq!(r.peers.keys().collect::<Vec<_>>(), peers, "{r:?}");
+}
+
+#[test]
+fn dual_stack_service_is_reached_over_both_families_from_one_pod() -> anyhow::Result<()> {
+    let mut bed = bed_with_pods()?;
+    bed.write_manifest(&web(&[VIP4, VIP6], true, true))?;
+    bed.start_agent(&[])?;
+
+    // TCP: spread over both pods, getpeername shows the VIP of the family
+    // the application used.
+    let to6 = format!("[{VIP6}]:80");
+    spread(&bed.tcp(&to6, 200)?, 200, &[&to6]);
+    let to4 = format!("{VIP4}:80");
+    spread(&bed.tcp(&to4, 200)?, 200, &[&to4]);
+
+    // UDP, unconnected: every reply comes from [VIP]:53.
+    let dns6 = format!("[{VIP6}]:53");
+    spread(&bed.udp(&dns6, 200, false)?, 200, &[&dns6]);
+    // Connected: one backend for the socket, getpeername the VIP.
+    let r = bed.udp(&dns6, 20, true)?;
+    assert_eq!(r.failed(), 0, "{r:?}");
+    assert_eq!(r.replies.len(), 1, "{r:?}");
+    assert_eq!(r.peers.get(&dns6), Some(&20), "{r:?}");
+    assert_eq!(
+        r.peers.get(&format!("getpeername {dns6}")),
+        Some(&1),
+        "{r:?}"
+    );
+
+    // The backends saw the pod's own IPv6 address: the translation is at
+    // the socket, not a NAT on the way.
+    let dump = bed.pins.dump()?;
+    for want in [
+        format!("TCP  [{VIP6}]:80"),
+        format!("-> [{}]:8080", v6_of(PODS[0].1)),
+        format!("UDP  [{VIP6}]:53"),
+        format!("-> {}:5353", PODS[1].1),
+    ] {
+        assert!(dump.contains(&want), "no {want:?} in\n{dump}");
+    }
+    Ok(())
+}
+
+#[test]
+fn an_inet6_socket_reaches_an_ipv4_cluster_ip_through_v4_mapped_addresses() -> anyhow::Result<()> {
+    let mut bed = bed_with_pods()?;
+    // Single-stack IPv4, with a stray IPv6 slice that must program nothing.
+    bed.write_manifest(&web(&[VIP4], true, true))?;
+    bed.start_agent(&[])?;
+
+    // connect6 translates through the IPv4 maps into a v4-mapped backend.
+    let mapped = format!("[::ffff:{VIP4}]:80");
+    spread(&bed.tcp(&mapped, 200)?, 200, &[&mapped]);
+    // An unconnected send goes through sendmsg4 (the kernel hands a
+    // v4-mapped destination to the IPv4 path), the reply through recvmsg6.
+    let mapped_dns = format!("[::ffff:{VIP4}]:53");
+    spread(&bed.udp(&mapped_dns, 200, false)?, 200, &[&mapped_dns]);
+    let r = bed.udp(&mapped_dns, 20, true)?;
+    assert_eq!(r.failed(), 0, "{r:?}");
+    assert_eq!(
+        r.peers.get(&format!("getpeername {mapped_dns}")),
+        Some(&1),
+        "{r:?}"
+    );
+
+    // Nothing was programmed for IPv6: no cluster IP of that family.
+    let dump = bed.pins.dump()?;
+    assert!(!dump.contains('['), "an IPv6 frontend in\n{dump}");
+    Ok(())
+}
+
+#[test]
+fn ipv6_only_service_refuses_without_endpoints_and_skips_excluded_ones() -> anyhow::Result<()> {
+    let mut bed = bed_with_pods()?;
+    let excluded = v6_of(PODS[0].1);
+    bed.write_manifest(&yaml([
+        Object::from(
+            Svc::new("default", "web")
+                .cluster_ip(VIP6)
+                .port("http", 80, "TCP"),
+        ),
+        Slice::new("default", "web-1")
+            .service("web")
+            .address_type("IPv6")
+            .port("http", 8080, "TCP")
+            .ready(&[&excluded.to_string(), &v6_of(PODS[1].1).to_string()])
+            .into(),
+        Object::from(
+            Svc::new("default", "empty")
+                .cluster_ip("fd00:96::2")
+                .port("http", 80, "TCP"),
+        ),
+        Slice::new("default", "empty-1")
+            .service("empty")
+            .address_type("IPv6")
+            .port("http", 8080, "TCP")
+            .endpoint(Ep::new(&v6_of(PODS[1].1).to_string()).ready(false))
+            .into(),
+    ]))?;
+    // A mix of both families in one flag, as with two CNIs.
+    bed.start_agent(&[&format!(
+        "--exclude-cluster-cidr=10.244.0.0/16,{excluded}/128"
+    )])?;
+
+    let r = bed.tcp(&format!("[{VIP6}]:80"), 50)?;
+    assert_eq!(r.failed(), 0, "{r:?}");
+    assert_eq!(r.replies.get("p2"), Some(&50), "{r:?}");
+
+    let r = bed.tcp("[fd00:96::2]:80", 3)?;
+    assert_eq!(r.errors.get("ConnectionRefused"), Some(&3), "{r:?}");
+    let stats = bed.pins.stats()?;
+    assert_eq!(stats["refused_no_endpoints"], 3, "{stats:?}");
+    Ok(())
+}
