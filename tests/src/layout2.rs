@@ -5,7 +5,7 @@
 //! under `links/`. The upgrade tests start from it.
 //!
 //! The types are layout 2's, copied here: `lb-common` follows the current
-//! layout.
+//! layout. Layout 3 (`layout3.rs`) is installed by the same code.
 
 use std::{fs, path::Path};
 
@@ -37,12 +37,12 @@ const MAPS: [(&str, &str); 6] = [
 const BPF_F_LOCK: u64 = 4;
 
 /// The revision every frontend starts at (the agent's first).
-const FIRST_REV: u16 = 1;
+pub(crate) const FIRST_REV: u16 = 1;
 
 /// Key of `LB4_FRONTENDS`, also the state's `owner`.
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct Frontend4Key {
+pub(crate) struct Frontend4Key {
     addr_be: [u8; 4],
     port_be: u16,
     proto: u8,
@@ -122,21 +122,52 @@ unsafe impl Pod for Backend4 {}
 /// Installs layout 2 under the pin directory `pins`, programs `frontends`,
 /// and attaches its programs to `cgroup`.
 pub fn install(pins: &Path, cgroup: &Path, frontends: &[Frontend]) -> anyhow::Result<()> {
-    let maps = pins.join("maps");
-    fs::create_dir_all(&maps)?;
-    let mut loader = EbpfLoader::new();
-    for (name, pin) in MAPS {
-        loader.map_pin_path(name, maps.join(pin));
-    }
-    let mut ebpf = loader.load(OBJECT).context("loading layout 2")?;
-    write(&mut ebpf, frontends)?;
-    crate::install::attach(&mut ebpf, pins, cgroup, "layout 2")
+    let state = |owner, count| Frontend4State {
+        lock: 0,
+        owner,
+        rev: FIRST_REV,
+        count,
+        flags: 0,
+        _pad0: [0; 2],
+    };
+    install_object(OBJECT, &MAPS, "layout 2", state, pins, cgroup, frontends)
 }
 
-/// Writes `frontends` as layout 2's agent did, make before break, one map
-/// at a time: the backends, the slots of each frontend's first revision,
-/// the states naming it, and last the entries naming the states.
-fn write(ebpf: &mut Ebpf, frontends: &[Frontend]) -> anyhow::Result<()> {
+/// Loads `object` (named `what`) with its maps pinned as `maps` (symbol,
+/// pin name) under `pins`' `maps/`, writes `frontends` with states made by
+/// `state` (owner, count), and attaches its programs to `cgroup`. Layouts 2
+/// and 3 differ only in these.
+pub(crate) fn install_object<S: Pod>(
+    object: &[u8],
+    maps: &[(&str, &str)],
+    what: &str,
+    state: impl Fn(Frontend4Key, u16) -> S,
+    pins: &Path,
+    cgroup: &Path,
+    frontends: &[Frontend],
+) -> anyhow::Result<()> {
+    let dir = pins.join("maps");
+    fs::create_dir_all(&dir)?;
+    let mut loader = EbpfLoader::new();
+    for (name, pin) in maps {
+        loader.map_pin_path(name, dir.join(pin));
+    }
+    let mut ebpf = loader
+        .load(object)
+        .with_context(|| format!("loading {what}"))?;
+    write(&mut ebpf, frontends, state)?;
+    crate::install::attach(&mut ebpf, pins, cgroup, what)
+}
+
+/// Writes `frontends` as the agents of layouts 2 and 3 did, make before
+/// break, one map at a time: the backends, the slots of each frontend's
+/// first revision, the states naming it, and last the entries naming the
+/// states.
+fn write<S: Pod>(
+    ebpf: &mut Ebpf,
+    frontends: &[Frontend],
+    state: impl Fn(Frontend4Key, u16) -> S,
+) -> anyhow::Result<()> {
     let key = |f: &Frontend| Frontend4Key {
         addr_be: f.vip.octets(),
         port_be: f.port.to_be(),
@@ -167,17 +198,10 @@ fn write(ebpf: &mut Ebpf, frontends: &[Frontend]) -> anyhow::Result<()> {
         }
     }
     let map = ebpf.map_mut("LB4_FE_STATE").context("LB4_FE_STATE")?;
-    let mut states: Array<_, Frontend4State> = Array::try_from(map)?;
+    let mut states: Array<_, S> = Array::try_from(map)?;
     for (id, f, _) in ids(frontends) {
-        let state = Frontend4State {
-            lock: 0,
-            owner: key(f),
-            rev: FIRST_REV,
-            count: u16::try_from(f.backends.len())?,
-            flags: 0,
-            _pad0: [0; 2],
-        };
-        states.set(id, state, BPF_F_LOCK)?;
+        let value = state(key(f), u16::try_from(f.backends.len())?);
+        states.set(id, value, BPF_F_LOCK)?;
     }
     let mut entries = hash::<Frontend4Key, FrontendId>(ebpf, "LB4_FRONTENDS")?;
     for (id, f, _) in ids(frontends) {

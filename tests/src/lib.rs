@@ -14,6 +14,7 @@ pub mod install;
 pub mod kubeproxy;
 pub mod layout1;
 pub mod layout2;
+pub mod layout3;
 pub mod maps;
 pub mod metrics;
 pub mod netns;

@@ -18,7 +18,7 @@ use lb_common::{ALL_MAPS, BACKENDS4, FRONTENDS4, REVNAT4};
 use lb_fixtures::{Object, Slice, Svc, yaml};
 use lb_tests::{
     install::Frontend,
-    layout1, layout2,
+    layout1, layout2, layout3,
     probe::{self, BenchReport, Report},
     scenario::Bed,
 };
@@ -250,6 +250,11 @@ fn upgrading_from_layout_1_under_traffic_fails_no_connection() -> anyhow::Result
 #[test]
 fn upgrading_from_layout_2_under_traffic_fails_no_connection() -> anyhow::Result<()> {
     upgrade_under_traffic(layout2::install, "upgrade from layout 2")
+}
+
+#[test]
+fn upgrading_from_layout_3_under_traffic_fails_no_connection() -> anyhow::Result<()> {
+    upgrade_under_traffic(layout3::install, "upgrade from layout 3")
 }
 
 #[test]
