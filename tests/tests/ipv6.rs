@@ -2,7 +2,7 @@
 //! network namespaces (every host is dual-stack: `fd00::a.b.c.d` beside
 //! `a.b.c.d`) and the real agent. Needs root; fails loudly without it.
 
-use std::net::Ipv4Addr;
+use std::{net::Ipv4Addr, time::Duration};
 
 use lb_fixtures::{Ep, Object, Slice, Svc, yaml};
 use lb_tests::{netns::v6_of, scenario::Bed};
@@ -15,9 +15,10 @@ const PODS: [(&str, Ipv4Addr); 2] = [
 ];
 
 /// Service `web` with a cluster IP per family in `cluster_ips` (primary
-/// first), `http` 80/TCP and `dns` 53/UDP, and a slice per family of
-/// [`PODS`] (`v4`, `v6`: whether to write it).
-fn web(cluster_ips: &[&str], v4: bool, v6: bool) -> String {
+/// first), `http` 80/TCP and `dns` 53/UDP, an IPv4 slice of the pods at
+/// `v4` and an IPv6 slice of the pods at `v6` (by their IPv4 addresses;
+/// none: no slice).
+fn web(cluster_ips: &[&str], v4: &[Ipv4Addr], v6: &[Ipv4Addr]) -> String {
     let mut svc = Svc::new("default", "web")
         .cluster_ip(cluster_ips[0])
         .port("http", 80, "TCP")
@@ -36,21 +37,26 @@ fn web(cluster_ips: &[&str], v4: bool, v6: bool) -> String {
             .ready(&ips)
             .into()
     };
-    if v4 {
+    if !v4.is_empty() {
         docs.push(slice(
             "web-v4",
             "IPv4",
-            PODS.iter().map(|(_, ip)| ip.to_string()).collect(),
+            v4.iter().map(Ipv4Addr::to_string).collect(),
         ));
     }
-    if v6 {
+    if !v6.is_empty() {
         docs.push(slice(
             "web-v6",
             "IPv6",
-            PODS.iter().map(|(_, ip)| v6_of(*ip).to_string()).collect(),
+            v6.iter().map(|ip| v6_of(*ip).to_string()).collect(),
         ));
     }
     yaml(docs)
+}
+
+/// The addresses of every pod in [`PODS`].
+fn all_pods() -> Vec<Ipv4Addr> {
+    PODS.iter().map(|(_, ip)| *ip).collect()
 }
 
 /// [`PODS`] serving 8080/TCP and 5353/UDP on both families.
@@ -77,7 +83,7 @@ fn spread(r: &lb_tests::probe::Report, n: u32, peers: &[&str]) {
 #[test]
 fn dual_stack_service_is_reached_over_both_families_from_one_pod() -> anyhow::Result<()> {
     let mut bed = bed_with_pods()?;
-    bed.write_manifest(&web(&[VIP4, VIP6], true, true))?;
+    bed.write_manifest(&web(&[VIP4, VIP6], &all_pods(), &all_pods()))?;
     bed.start_agent(&[])?;
 
     // TCP: spread over both pods, getpeername shows the VIP of the family
@@ -119,7 +125,7 @@ fn dual_stack_service_is_reached_over_both_families_from_one_pod() -> anyhow::Re
 fn an_inet6_socket_reaches_an_ipv4_cluster_ip_through_v4_mapped_addresses() -> anyhow::Result<()> {
     let mut bed = bed_with_pods()?;
     // Single-stack IPv4, with a stray IPv6 slice that must program nothing.
-    bed.write_manifest(&web(&[VIP4], true, true))?;
+    bed.write_manifest(&web(&[VIP4], &all_pods(), &all_pods()))?;
     bed.start_agent(&[])?;
 
     // connect6 translates through the IPv4 maps into a v4-mapped backend.
@@ -184,5 +190,39 @@ fn ipv6_only_service_refuses_without_endpoints_and_skips_excluded_ones() -> anyh
     assert_eq!(r.errors.get("ConnectionRefused"), Some(&3), "{r:?}");
     let stats = bed.pins.stats()?;
     assert_eq!(stats["refused_no_endpoints"], 3, "{stats:?}");
+    Ok(())
+}
+
+#[test]
+fn sigkill_of_the_agent_under_ipv6_traffic_fails_no_connection() -> anyhow::Result<()> {
+    let mut bed = bed_with_pods()?;
+    // IPv6-primary dual-stack.
+    bed.write_manifest(&web(&[VIP6, VIP4], &all_pods(), &all_pods()))?;
+    bed.start_agent(&[])?;
+    let to6 = format!("[{VIP6}]:80");
+    let churn = bed.churn(&to6)?;
+    std::thread::sleep(Duration::from_millis(500));
+    bed.agent().kill();
+    std::thread::sleep(Duration::from_millis(1000));
+    // While the agent is down, p1 leaves the IPv6 slice; the restarted
+    // agent must apply it.
+    bed.write_manifest(&web(&[VIP6, VIP4], &all_pods(), &[PODS[1].1]))?;
+    bed.start_agent(&[])?;
+    std::thread::sleep(Duration::from_millis(500));
+    let r = churn.finish()?;
+    eprintln!(
+        "IPv6 churn across SIGKILL: {} ok, {} failed",
+        r.ok(),
+        r.failed()
+    );
+    assert_eq!(r.failed(), 0, "{r:?}");
+    assert!(r.ok() > 100, "{r:?}");
+    bed.until_reached(&to6, &["p2"])?;
+    // IPv4 kept both pods.
+    spread(
+        &bed.tcp(&format!("{VIP4}:80"), 100)?,
+        100,
+        &[&format!("{VIP4}:80")],
+    );
     Ok(())
 }
