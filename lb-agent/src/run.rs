@@ -434,19 +434,16 @@ impl Agent {
     /// programs into older maps, which the next full sync's request would
     /// not find either: such a request is dropped.
     fn destroy_stale_udp(&mut self) {
-        // Only IPv4 sockets are searched (`LB4_REVNAT`).
         let stale: StaleUdp = self
             .syncer
             .take_stale_udp()
             .into_iter()
-            .filter(|fe| fe.vip.is_ipv4())
             .map(|fe| SocketAddr::new(fe.vip, fe.port))
             .collect();
         if stale.is_empty() || !self.attached {
             return;
         }
-        let revnat = self.pins.maps_dir().join(lb_common::REVNAT4.pin);
-        if let Err(e) = self.reaper.submit(revnat, stale) {
+        if let Err(e) = self.reaper.submit(self.pins.maps_dir(), stale) {
             warn!(
                 error = &e as &dyn std::error::Error,
                 "stale UDP sockets left in place"

@@ -2,10 +2,13 @@
 //! network namespaces (every host is dual-stack: `fd00::a.b.c.d` beside
 //! `a.b.c.d`) and the real agent. Needs root; fails loudly without it.
 
-use std::{net::Ipv4Addr, time::Duration};
+use std::{
+    net::Ipv4Addr,
+    time::{Duration, Instant},
+};
 
 use lb_fixtures::{Ep, Object, Slice, Svc, yaml};
-use lb_tests::{netns::v6_of, scenario::Bed};
+use lb_tests::{netns::v6_of, probe::UdpAnswer, scenario::Bed};
 
 const VIP4: &str = "10.96.60.1";
 const VIP6: &str = "fd00:96::1";
@@ -224,5 +227,42 @@ fn sigkill_of_the_agent_under_ipv6_traffic_fails_no_connection() -> anyhow::Resu
         100,
         &[&format!("{VIP4}:80")],
     );
+    Ok(())
+}
+
+#[test]
+fn a_connected_ipv6_udp_socket_to_a_removed_backend_is_aborted() -> anyhow::Result<()> {
+    let mut bed = bed_with_pods()?;
+    bed.write_manifest(&web(&[VIP6], &[], &all_pods()))?;
+    bed.start_agent(&[])?;
+    let dns6 = format!("[{VIP6}]:53");
+    // A long-lived connected socket on p1, which is then removed.
+    let mut held = None;
+    for _ in 0..100 {
+        let mut h = bed.hold_udp(&dns6)?;
+        assert_eq!(h.peer, dns6);
+        if h.request()? == UdpAnswer::Reply("p1".into()) {
+            held = Some(h);
+            break;
+        }
+    }
+    let mut held = held.expect("no socket landed on p1 in 100 tries");
+    bed.update(&web(&[VIP6], &[], &[PODS[1].1]))?;
+    // p1 still answers: only the agent can make the socket fail.
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let aborted = loop {
+        assert!(
+            Instant::now() < deadline,
+            "the IPv6 socket to the removed backend was not aborted within 1 s"
+        );
+        match held.request()? {
+            UdpAnswer::Reply(id) => assert_eq!(id, "p1"),
+            e => break e,
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(aborted.is_error(libc::ECONNABORTED), "{aborted:?}");
+    held.reconnect()?;
+    assert_eq!(held.request()?, UdpAnswer::Reply("p2".into()));
     Ok(())
 }

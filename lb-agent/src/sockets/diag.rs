@@ -1,20 +1,17 @@
-//! NETLINK_SOCK_DIAG: dump a namespace's connected IPv4 UDP sockets and
-//! destroy one (`SOCK_DESTROY`, kernel `CONFIG_INET_DIAG_DESTROY`).
+//! NETLINK_SOCK_DIAG: dump a namespace's connected UDP sockets, IPv4 and
+//! IPv6, and destroy one (`SOCK_DESTROY`, kernel `CONFIG_INET_DIAG_DESTROY`).
 //!
 //! A netlink socket stays in the network namespace it was created in, and
 //! the kernel answers about (and destroys) sockets of that namespace only.
 
-use std::{
-    io,
-    net::{IpAddr, SocketAddrV4},
-};
+use std::{io, net::SocketAddr as InetAddr};
 
 use netlink_packet_core::{
     DecodeError, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage,
     NetlinkPayload, NetlinkSerializable,
 };
 use netlink_packet_sock_diag::{
-    AF_INET, IPPROTO_UDP, SockDiagDestroy, SockDiagMessage,
+    AF_INET, AF_INET6, IPPROTO_UDP, SockDiagDestroy, SockDiagMessage,
     inet::{ExtensionFlags, InetRequest, SocketId, StateFlags},
 };
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_SOCK_DIAG};
@@ -35,29 +32,32 @@ pub enum DiagError {
     Destroy(#[source] io::Error),
 }
 
-/// A connected IPv4 UDP socket, as the kernel reported it.
+/// A connected UDP socket, as the kernel reported it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct UdpSocket4 {
+pub(super) struct ConnectedUdp {
     /// The kernel's id, echoed whole to destroy the socket.
     id: SocketId,
+    /// `AF_INET` or `AF_INET6`: the socket's family, which the destroy
+    /// request must name.
+    family: u8,
     /// `SO_COOKIE`, as `bpf_get_socket_cookie()` gives it.
     pub cookie: u64,
-    /// The address it is connected to.
-    pub peer: SocketAddrV4,
+    /// The address it is connected to (v4-mapped for an AF_INET6 socket
+    /// connected to an IPv4 address).
+    pub peer: InetAddr,
 }
 
-impl UdpSocket4 {
-    /// `None` for what is not a connected IPv4 socket.
-    fn from_id(id: SocketId) -> Option<Self> {
-        let IpAddr::V4(ip) = id.destination_address else {
-            return None;
-        };
+impl ConnectedUdp {
+    /// `None` for what is not a connected socket.
+    fn from_id(id: SocketId, family: u8) -> Option<Self> {
+        let ip = id.destination_address;
         if ip.is_unspecified() || id.destination_port == 0 {
             return None;
         }
         Some(Self {
             cookie: cookie(id.cookie),
-            peer: SocketAddrV4::new(ip, id.destination_port),
+            peer: InetAddr::new(ip, id.destination_port),
+            family,
             id,
         })
     }
@@ -104,18 +104,29 @@ impl Diag {
         })
     }
 
-    /// Every connected IPv4 UDP socket of the namespace (a connected UDP
-    /// socket is in `TCP_ESTABLISHED`; the kernel filters on it).
-    pub(super) fn connected_udp4(&mut self) -> Result<Vec<UdpSocket4>, DiagError> {
+    /// Every connected UDP socket of the namespace, IPv4 then IPv6.
+    pub(super) fn connected_udp(&mut self) -> Result<Vec<ConnectedUdp>, DiagError> {
+        let mut found = self.connected_udp_of(AF_INET, SocketId::new_v4())?;
+        found.extend(self.connected_udp_of(AF_INET6, SocketId::new_v6())?);
+        Ok(found)
+    }
+
+    /// The connected UDP sockets of `family` (a connected UDP socket is in
+    /// `TCP_ESTABLISHED`; the kernel filters on it).
+    fn connected_udp_of(
+        &mut self,
+        family: u8,
+        any: SocketId,
+    ) -> Result<Vec<ConnectedUdp>, DiagError> {
         let request =
-            SockDiagMessage::InetRequest(udp4_request(StateFlags::ESTABLISHED, SocketId::new_v4()));
+            SockDiagMessage::InetRequest(udp_request(family, StateFlags::ESTABLISHED, any));
         let seq = self.send(request, NLM_F_REQUEST | NLM_F_DUMP)?;
         let mut found = Vec::new();
         loop {
             for message in self.recv(seq)? {
                 match message.payload {
                     NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(r)) => {
-                        found.extend(UdpSocket4::from_id(r.header.socket_id));
+                        found.extend(ConnectedUdp::from_id(r.header.socket_id, family));
                     }
                     NetlinkPayload::Done(done) if done.code != 0 => {
                         return Err(DiagError::Dump(io::Error::from_raw_os_error(
@@ -134,8 +145,9 @@ impl Diag {
 
     /// Destroys `socket`: the kernel disconnects it, and its owner's next
     /// receive fails with `ECONNABORTED`.
-    pub(super) fn destroy(&mut self, socket: &UdpSocket4) -> Result<Destroyed, DiagError> {
-        let request = SockDiagDestroy::new(SockDiagMessage::InetRequest(udp4_request(
+    pub(super) fn destroy(&mut self, socket: &ConnectedUdp) -> Result<Destroyed, DiagError> {
+        let request = SockDiagDestroy::new(SockDiagMessage::InetRequest(udp_request(
+            socket.family,
             StateFlags::all(),
             socket.id.clone(),
         )));
@@ -197,9 +209,9 @@ impl Diag {
     }
 }
 
-fn udp4_request(states: StateFlags, socket_id: SocketId) -> InetRequest {
+fn udp_request(family: u8, states: StateFlags, socket_id: SocketId) -> InetRequest {
     InetRequest {
-        family: AF_INET,
+        family,
         protocol: IPPROTO_UDP,
         extensions: ExtensionFlags::empty(),
         states,
@@ -209,7 +221,7 @@ fn udp4_request(states: StateFlags, socket_id: SocketId) -> InetRequest {
 
 #[cfg(test)]
 mod tests {
-    use std::net::Ipv4Addr;
+    use std::net::{IpAddr, Ipv4Addr};
 
     use super::*;
 
@@ -224,16 +236,27 @@ mod tests {
     }
 
     #[test]
-    fn only_connected_ipv4_sockets_are_kept() {
+    fn only_connected_sockets_are_kept() {
         let mut id = SocketId::new_v4();
-        assert_eq!(UdpSocket4::from_id(id.clone()), None, "unconnected");
+        assert_eq!(
+            ConnectedUdp::from_id(id.clone(), AF_INET),
+            None,
+            "unconnected"
+        );
         id.destination_address = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
-        assert_eq!(UdpSocket4::from_id(id.clone()), None, "no port");
+        assert_eq!(ConnectedUdp::from_id(id.clone(), AF_INET), None, "no port");
         id.destination_port = 53;
-        let s = UdpSocket4::from_id(id).expect("connected");
+        let s = ConnectedUdp::from_id(id, AF_INET).expect("connected");
         assert_eq!(s.peer, "10.0.0.1:53".parse().unwrap());
         let mut v6 = SocketId::new_v6();
         v6.destination_port = 53;
-        assert_eq!(UdpSocket4::from_id(v6), None);
+        assert_eq!(
+            ConnectedUdp::from_id(v6.clone(), AF_INET6),
+            None,
+            "unconnected"
+        );
+        v6.destination_address = "fd00::1".parse().unwrap();
+        let s = ConnectedUdp::from_id(v6, AF_INET6).expect("connected");
+        assert_eq!(s.peer, "[fd00::1]:53".parse().unwrap());
     }
 }

@@ -9,7 +9,7 @@
 use std::{
     fs::{self, File},
     io,
-    net::{Ipv4Addr, SocketAddrV4, UdpSocket},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, UdpSocket},
     os::fd::AsFd as _,
     path::{Path, PathBuf},
     process::Command,
@@ -18,7 +18,7 @@ use std::{
 };
 
 use aya::maps::{HashMap, MapData};
-use lb_common::{RevNat4Key, RevNat4Value};
+use lb_common::{REVNAT4, REVNAT6, RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value};
 use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
 
 use super::*;
@@ -110,13 +110,21 @@ impl Drop for TestDir {
     }
 }
 
-/// An LRU hash map with `LB4_REVNAT`'s layout, pinned at `pin`.
-fn revnat_map(pin: &Path) -> HashMap<MapData, RevNat4Key, RevNat4Value> {
+/// LRU hash maps with `LB4_REVNAT`'s and `LB6_REVNAT`'s layouts, pinned
+/// in `dir` under their names, as the agent pins them in `maps/`.
+fn revnat_maps(dir: &Path) -> (RevNat4Map, RevNat6Map) {
+    (lru(&dir.join(REVNAT4.pin)), lru(&dir.join(REVNAT6.pin)))
+}
+
+type RevNat4Map = HashMap<MapData, RevNat4Key, RevNat4Value>;
+type RevNat6Map = HashMap<MapData, RevNat6Key, RevNat6Value>;
+
+fn lru<K: aya::Pod, V: aya::Pod>(pin: &Path) -> HashMap<MapData, K, V> {
     const BPF_MAP_TYPE_LRU_HASH: u32 = 9;
     let fd = crate::datapath::test_map(
         BPF_MAP_TYPE_LRU_HASH,
-        size_of::<RevNat4Key>() as u32,
-        size_of::<RevNat4Value>() as u32,
+        size_of::<K>() as u32,
+        size_of::<V>() as u32,
         64,
     );
     let data = MapData::from_fd(fd).expect("map info");
@@ -124,15 +132,15 @@ fn revnat_map(pin: &Path) -> HashMap<MapData, RevNat4Key, RevNat4Value> {
     HashMap::try_from(aya::maps::Map::LruHashMap(data)).expect("revnat layout")
 }
 
-/// What `connect4` records for `socket` sent through `frontend`.
-fn record(
-    map: &mut HashMap<MapData, RevNat4Key, RevNat4Value>,
-    socket: &UdpSocket,
-    frontend: SocketAddrV4,
-) {
+/// What `connect4` records for `socket` sent through `frontend` (and
+/// `connect6` for a v4-mapped one).
+fn record(map: &mut RevNat4Map, socket: &UdpSocket, frontend: SocketAddrV4) {
     let cookie = rustix::net::sockopt::socket_cookie(socket).expect("SO_COOKIE");
-    let std::net::SocketAddr::V4(backend) = socket.peer_addr().expect("connected") else {
-        panic!("IPv4 only");
+    let backend = match socket.peer_addr().expect("connected") {
+        SocketAddr::V4(b) => b,
+        SocketAddr::V6(b) => {
+            SocketAddrV4::new(b.ip().to_ipv4_mapped().expect("v4-mapped"), b.port())
+        }
     };
     let key = RevNat4Key {
         cookie,
@@ -148,15 +156,51 @@ fn record(
     map.insert(key, value, 0).expect("revnat insert");
 }
 
+/// What `connect6` records for `socket` sent through IPv6 `frontend`.
+fn record6(map: &mut RevNat6Map, socket: &UdpSocket, frontend: SocketAddr) {
+    let cookie = rustix::net::sockopt::socket_cookie(socket).expect("SO_COOKIE");
+    let (SocketAddr::V6(backend), SocketAddr::V6(frontend)) =
+        (socket.peer_addr().expect("connected"), frontend)
+    else {
+        panic!("IPv6 only");
+    };
+    let key = RevNat6Key {
+        cookie,
+        addr_be: backend.ip().octets(),
+        port_be: backend.port().to_be(),
+        _pad0: [0; 6],
+    };
+    let value = RevNat6Value {
+        addr_be: frontend.ip().octets(),
+        port_be: frontend.port().to_be(),
+        _pad0: [0; 2],
+    };
+    map.insert(key, value, 0).expect("revnat insert");
+}
+
 /// A UDP "backend" on `ip` (a loopback address) and a client connected to
 /// it, both opened inside `ns`.
-fn backend_and_client(ns: &TestNetns, ip: Ipv4Addr) -> (UdpSocket, UdpSocket) {
+fn backend_and_client(ns: &TestNetns, ip: impl Into<IpAddr>) -> (UdpSocket, UdpSocket) {
+    backend_and_client_at(ns, ip.into(), |backend| backend)
+}
+
+/// As [`backend_and_client`], the client (of the backend's family, or
+/// AF_INET6 for a v4-mapped target) connecting to `target(backend address)`.
+fn backend_and_client_at(
+    ns: &TestNetns,
+    ip: IpAddr,
+    target: fn(SocketAddr) -> SocketAddr,
+) -> (UdpSocket, UdpSocket) {
     ns.run(|| {
         let backend = UdpSocket::bind((ip, 0)).expect("bind backend");
-        let client = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).expect("bind client");
-        client
-            .connect(backend.local_addr().unwrap())
-            .expect("connect");
+        let to = target(backend.local_addr().unwrap());
+        let any: IpAddr = if to.is_ipv4() {
+            Ipv4Addr::UNSPECIFIED.into()
+        } else {
+            Ipv6Addr::UNSPECIFIED.into()
+        };
+        let client = UdpSocket::bind((any, 0)).expect("bind client");
+        client.connect(to).expect("connect");
         backend
             .set_read_timeout(Some(Duration::from_secs(5)))
             .unwrap();
@@ -216,8 +260,7 @@ fn stale_sockets_are_destroyed_in_every_namespace_and_the_others_survive() {
     require_root();
     let (a, b) = (TestNetns::new(), TestNetns::new());
     let pins = TestDir::new(Path::new("/sys/fs/bpf"));
-    let pin = pins.0.join("LB4_REVNAT");
-    let mut map = revnat_map(&pin);
+    let (mut map, _map6) = revnat_maps(&pins.0);
 
     // Through the frontend with no serving backend left: stale.
     let (stale_backend, stale_a) = backend_and_client(&a, Ipv4Addr::new(127, 0, 0, 1));
@@ -240,7 +283,7 @@ fn stale_sockets_are_destroyed_in_every_namespace_and_the_others_survive() {
     let now = UdpServing::default();
     now.narrow([(LIVE_VIP.into(), &[Ipv4Addr::new(127, 0, 0, 2).into()][..])]);
     let sources = sources_in(vec![PathBuf::from(DEFAULT_NETNS_DIR)]);
-    let report = destroy_stale(&pin, &stale, &now, &sources).expect("pass");
+    let report = destroy_stale(&pins.0, &stale, &now, &sources).expect("pass");
 
     // Other tests' namespaces may be in the directory too; only this
     // test's map entries can match.
@@ -255,7 +298,7 @@ fn stale_sockets_are_destroyed_in_every_namespace_and_the_others_survive() {
     assert_alive("unnamed", &unnamed_backend, &unnamed);
 
     // A second pass finds nothing more: destroyed sockets are disconnected.
-    let again = destroy_stale(&pin, &stale, &now, &sources).expect("second pass");
+    let again = destroy_stale(&pins.0, &stale, &now, &sources).expect("second pass");
     assert_eq!(again.sockets_destroyed, 0, "{again:?}");
 }
 
@@ -264,8 +307,7 @@ fn each_namespace_is_visited_once_and_vanished_ones_are_skipped() {
     require_root();
     let (a, b) = (TestNetns::new(), TestNetns::new());
     let pins = TestDir::new(Path::new("/sys/fs/bpf"));
-    let pin = pins.0.join("LB4_REVNAT");
-    let _map = revnat_map(&pin);
+    let _maps = revnat_maps(&pins.0);
     let (_backend, _client) = backend_and_client(&a, Ipv4Addr::new(127, 0, 0, 1));
 
     // a twice, b once, a namespace deleted since, and a plain file (what
@@ -281,7 +323,7 @@ fn each_namespace_is_visited_once_and_vanished_ones_are_skipped() {
 
     let sources = sources_in(vec![dir.0.clone(), dir.0.clone()]);
     let report = destroy_stale(
-        &pin,
+        &pins.0,
         &request(&[STALE_VIP]),
         &UdpServing::default(),
         &sources,
@@ -301,8 +343,7 @@ fn the_default_sources_cover_the_host_and_every_namespace() {
     require_root();
     let a = TestNetns::new();
     let pins = TestDir::new(Path::new("/sys/fs/bpf"));
-    let pin = pins.0.join("LB4_REVNAT");
-    let mut map = revnat_map(&pin);
+    let (mut map, _map6) = revnat_maps(&pins.0);
     let (_, stale_a) = backend_and_client(&a, Ipv4Addr::new(127, 0, 0, 1));
     record(&mut map, &stale_a, STALE_VIP);
     // In the host namespace, on loopback. No packet: a UDP connect sends
@@ -315,7 +356,7 @@ fn the_default_sources_cover_the_host_and_every_namespace() {
     record(&mut map, &host_client, STALE_VIP);
 
     let report = destroy_stale(
-        &pin,
+        &pins.0,
         &request(&[STALE_VIP]),
         &UdpServing::default(),
         &NetnsSources::default(),
@@ -328,4 +369,44 @@ fn the_default_sources_cover_the_host_and_every_namespace() {
     assert!(report.netns_visited >= 2, "{report:?}");
     assert_aborted("stale in a", &stale_a);
     assert_aborted("stale in the host", &host_client);
+}
+
+#[test]
+fn stale_ipv6_and_v4_mapped_sockets_are_destroyed_and_the_others_survive() {
+    require_root();
+    let a = TestNetns::new();
+    let pins = TestDir::new(Path::new("/sys/fs/bpf"));
+    let (mut map4, mut map6) = revnat_maps(&pins.0);
+    let stale6: SocketAddr = "[fd00:96::10]:53".parse().unwrap();
+    let live6: SocketAddr = "[fd00:96::11]:53".parse().unwrap();
+
+    // IPv6, through a frontend with no serving backend left: stale.
+    let (stale_backend, stale) = backend_and_client(&a, Ipv6Addr::LOCALHOST);
+    record6(&mut map6, &stale, stale6);
+    // IPv6, its backend still serving.
+    let (serving_backend, serving) = backend_and_client(&a, Ipv6Addr::LOCALHOST);
+    record6(&mut map6, &serving, live6);
+    // An AF_INET6 socket that reached an IPv4 frontend through ::ffff: is
+    // in LB4_REVNAT (connect6 translated it through the IPv4 maps).
+    let mapped = |b: SocketAddr| -> SocketAddr {
+        let SocketAddr::V4(b) = b else { unreachable!() };
+        SocketAddr::new(b.ip().to_ipv6_mapped().into(), b.port())
+    };
+    let (_, stale_mapped) = backend_and_client_at(&a, Ipv4Addr::LOCALHOST.into(), mapped);
+    record(&mut map4, &stale_mapped, STALE_VIP);
+    assert_alive("before", &stale_backend, &stale);
+
+    let request: StaleUdp = [stale6, live6, STALE_VIP.into()].into_iter().collect();
+    let now = UdpServing::default();
+    now.narrow([(live6, &[IpAddr::from(Ipv6Addr::LOCALHOST)][..])]);
+    // This namespace only, so the counts are exact.
+    let dir = TestDir::new(&std::env::temp_dir());
+    std::os::unix::fs::symlink(a.path(), dir.0.join("a")).unwrap();
+    let sources = sources_in(vec![dir.0.clone()]);
+    let report = destroy_stale(&pins.0, &request, &now, &sources).expect("pass");
+    assert_eq!(report.sockets_destroyed, 2, "{report:?}");
+    assert_eq!(report.sockets_examined, 3, "{report:?}");
+    assert_aborted("stale IPv6", &stale);
+    assert_aborted("stale v4-mapped", &stale_mapped);
+    assert_alive("serving IPv6", &serving_backend, &serving);
 }

@@ -24,17 +24,17 @@ pub struct SocketReaper {
     thread: Option<JoinHandle<()>>,
 }
 
-/// One request; requests merge into one with the newest pin, as the map
-/// may have moved (a migration).
+/// One request; requests merge into one with the newest maps directory, as
+/// the maps may have moved (a migration).
 #[derive(Debug, PartialEq, Eq)]
 struct Job {
-    revnat_pin: PathBuf,
+    maps_dir: PathBuf,
     stale: StaleUdp,
 }
 
 impl Job {
     fn absorb(&mut self, later: Job) {
-        self.revnat_pin = later.revnat_pin;
+        self.maps_dir = later.maps_dir;
         self.stale.merge(later.stale);
     }
 }
@@ -66,7 +66,7 @@ impl SocketReaper {
                         break;
                     }
                     on_pass(scan::run(
-                        &job.revnat_pin,
+                        &job.maps_dir,
                         &job.stale,
                         &serving,
                         &netns,
@@ -81,11 +81,11 @@ impl SocketReaper {
         })
     }
 
-    /// Queues a pass over `stale` with the reverse-NAT map pinned at
-    /// `revnat_pin`. Fails only if the thread has died (`on_pass`
+    /// Queues a pass over `stale` with the reverse-NAT maps pinned in
+    /// `maps_dir`. Fails only if the thread has died (`on_pass`
     /// panicked).
-    pub fn submit(&self, revnat_pin: PathBuf, stale: StaleUdp) -> Result<(), SocketsError> {
-        let job = Job { revnat_pin, stale };
+    pub fn submit(&self, maps_dir: PathBuf, stale: StaleUdp) -> Result<(), SocketsError> {
+        let job = Job { maps_dir, stale };
         self.jobs
             .as_ref()
             .and_then(|jobs| jobs.send(job).ok())
@@ -118,17 +118,17 @@ mod tests {
     #[test]
     fn queued_requests_merge_into_the_newest_pin() {
         let mut job = Job {
-            revnat_pin: "/old".into(),
+            maps_dir: "/old".into(),
             stale: request(&["192.0.2.1:53"]),
         };
         job.absorb(Job {
-            revnat_pin: "/new".into(),
+            maps_dir: "/new".into(),
             stale: request(&["192.0.2.2:53"]),
         });
         assert_eq!(
             job,
             Job {
-                revnat_pin: "/new".into(),
+                maps_dir: "/new".into(),
                 stale: request(&["192.0.2.1:53", "192.0.2.2:53"]),
             }
         );
@@ -153,7 +153,10 @@ mod tests {
             .unwrap();
         let outcome = rx.recv_timeout(Duration::from_secs(10)).unwrap();
         assert!(
-            matches!(&outcome, Err(SocketsError::RevNat { path, .. }) if *path == missing),
+            matches!(
+                &outcome,
+                Err(SocketsError::RevNat { path, .. }) if *path == missing.join(lb_common::REVNAT4.pin)
+            ),
             "{outcome:?}"
         );
         // An empty request touches no map.

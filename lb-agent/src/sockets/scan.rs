@@ -3,7 +3,6 @@
 
 use std::{
     collections::HashSet,
-    net::IpAddr,
     path::Path,
     sync::atomic::{AtomicBool, Ordering},
     thread,
@@ -28,7 +27,7 @@ pub struct Report {
     /// Namespaces that could not be entered or dumped, and namespace
     /// directories that could not be listed.
     pub netns_failed: u64,
-    /// Connected IPv4 UDP sockets looked up in the reverse-NAT map.
+    /// Connected UDP sockets looked up in the reverse-NAT maps.
     pub sockets_examined: u64,
     pub sockets_destroyed: u64,
     /// Stale sockets the kernel refused to destroy.
@@ -43,27 +42,28 @@ impl Report {
     }
 }
 
-/// Destroys every connected IPv4 UDP socket, in every namespace of
-/// `netns`, that the load balancer sent through a frontend of `stale` to a
-/// backend that frontend does not serve, as `serving` says when the pass
-/// gets to the socket (`revnat_pin`: the pinned `LB4_REVNAT`). The owner's next receive fails with `ECONNABORTED`, and
-/// its sends with `EDESTADDRREQ` until it reconnects.
+/// Destroys every connected UDP socket, IPv4 or IPv6, in every namespace
+/// of `netns`, that the load balancer sent through a frontend of `stale` to
+/// a backend that frontend does not serve, as `serving` says when the pass
+/// gets to the socket (`maps_dir`: where `LB4_REVNAT` and `LB6_REVNAT` are
+/// pinned). The owner's next receive fails with `ECONNABORTED`, and its
+/// sends with `EDESTADDRREQ` until it reconnects.
 ///
 /// Fails only if the map cannot be opened or the pass cannot start; what
 /// fails in one namespace is counted in the report and the pass goes on.
 /// Runs on a thread of its own: the caller's namespace never changes.
 pub fn destroy_stale(
-    revnat_pin: &Path,
+    maps_dir: &Path,
     stale: &StaleUdp,
     serving: &UdpServing,
     netns: &NetnsSources,
 ) -> Result<Report, SocketsError> {
-    run(revnat_pin, stale, serving, netns, &AtomicBool::new(false))
+    run(maps_dir, stale, serving, netns, &AtomicBool::new(false))
 }
 
 /// [`destroy_stale`], stopping between namespaces once `stop` is set.
 pub(super) fn run(
-    revnat_pin: &Path,
+    maps_dir: &Path,
     stale: &StaleUdp,
     serving: &UdpServing,
     netns: &NetnsSources,
@@ -72,7 +72,7 @@ pub(super) fn run(
     if stale.is_empty() {
         return Ok(Report::default());
     }
-    let revnat = RevNat::open(revnat_pin)?;
+    let revnat = RevNat::open(maps_dir)?;
     // setns moves the calling thread only. This thread ends with the pass,
     // so it never has to move back and no other thread ever moves.
     thread::scope(|scope| {
@@ -174,14 +174,15 @@ impl<'a> Pass<'a> {
         };
         // Created here, the socket sees (and destroys in) this namespace.
         let mut diag = Diag::open().map_err(diag_err)?;
-        for socket in diag.connected_udp4().map_err(diag_err)? {
+        for socket in diag.connected_udp().map_err(diag_err)? {
             self.report.sockets_examined += 1;
-            let frontend = self
+            let found = self
                 .revnat
                 .frontend(socket.cookie, socket.peer)
                 .map_err(SocketsError::Lookup)?;
-            let backend = IpAddr::V4(*socket.peer.ip());
-            if !frontend.is_some_and(|f| self.stale.is_stale(self.serving, f.into(), backend)) {
+            if !found.is_some_and(|(frontend, backend)| {
+                self.stale.is_stale(self.serving, frontend, backend)
+            }) {
                 continue;
             }
             match diag.destroy(&socket) {
