@@ -266,3 +266,62 @@ fn a_connected_ipv6_udp_socket_to_a_removed_backend_is_aborted() -> anyhow::Resu
     assert_eq!(held.request()?, UdpAnswer::Reply("p2".into()));
     Ok(())
 }
+
+#[test]
+fn affinity_local_traffic_policy_and_unknown_ports_work_over_ipv6() -> anyhow::Result<()> {
+    let mut bed = bed_with_pods()?;
+    let [p1, p2] = PODS.map(|(_, ip)| v6_of(ip).to_string());
+    bed.write_manifest(&yaml([
+        Object::from(
+            Svc::new("default", "sticky")
+                .cluster_ip("fd00:96::3")
+                .port("http", 80, "TCP")
+                .client_ip_affinity(Some(60)),
+        ),
+        Slice::new("default", "sticky-1")
+            .service("sticky")
+            .address_type("IPv6")
+            .port("http", 8080, "TCP")
+            .ready(&[&p1, &p2])
+            .into(),
+        Object::from(
+            Svc::new("default", "local")
+                .cluster_ip("fd00:96::4")
+                .port("http", 80, "TCP")
+                .internal_traffic_policy("Local"),
+        ),
+        Slice::new("default", "local-1")
+            .service("local")
+            .address_type("IPv6")
+            .port("http", 8080, "TCP")
+            .endpoint(Ep::new(&p1).node("node-1"))
+            .endpoint(Ep::new(&p2).node("node-2"))
+            .into(),
+    ]))?;
+    bed.start_agent(&["--hostname-override=node-1"])?;
+
+    // ClientIP affinity: every connection of this pod goes to one backend.
+    let r = bed.tcp("[fd00:96::3]:80", 50)?;
+    assert_eq!(r.failed(), 0, "{r:?}");
+    assert_eq!(r.replies.len(), 1, "{r:?}");
+    // internalTrafficPolicy Local: this node's endpoint only.
+    let r = bed.tcp("[fd00:96::4]:80", 50)?;
+    assert_eq!(r.replies.get("p1"), Some(&50), "{r:?}");
+    // A port the Service does not define is refused, not passed on.
+    let r = bed.tcp("[fd00:96::3]:81", 3)?;
+    assert_eq!(r.errors.get("ConnectionRefused"), Some(&3), "{r:?}");
+
+    let stats = bed.pins.stats()?;
+    assert_eq!(stats["refused_unknown_port"], 3, "{stats:?}");
+    assert_eq!(stats["affinity_hit"], 49, "{stats:?}");
+    let dump = bed.pins.dump()?;
+    assert!(
+        dump.contains("[fd00:96::3]:80") && dump.contains("persistent 60"),
+        "{dump}"
+    );
+    assert!(
+        dump.contains("[fd00:96::4]:80") && dump.contains(" local"),
+        "{dump}"
+    );
+    Ok(())
+}
