@@ -8,7 +8,12 @@ use std::{
 };
 
 use lb_fixtures::{Ep, Object, Slice, Svc, yaml};
-use lb_tests::{netns::v6_of, probe::UdpAnswer, scenario::Bed};
+use lb_tests::{
+    apiserver::ApiServer,
+    netns::v6_of,
+    probe::UdpAnswer,
+    scenario::{Bed, apply_yaml},
+};
 
 const VIP4: &str = "10.96.60.1";
 const VIP6: &str = "fd00:96::1";
@@ -323,5 +328,59 @@ fn affinity_local_traffic_policy_and_unknown_ports_work_over_ipv6() -> anyhow::R
         dump.contains("[fd00:96::4]:80") && dump.contains(" local"),
         "{dump}"
     );
+    Ok(())
+}
+
+#[test]
+fn dual_stack_objects_through_the_apiserver_program_both_families() -> anyhow::Result<()> {
+    let mut bed = bed_with_pods()?;
+    let api = ApiServer::start()?;
+    // As an apiserver stores a RequireDualStack Service, IPv6 primary.
+    let svc = |v6_pods: &[Ipv4Addr]| {
+        let mut docs = vec![Object::from(
+            Svc::new("default", "web")
+                .cluster_ip(VIP6)
+                .cluster_ips(&[VIP6, VIP4])
+                .ip_families(&["IPv6", "IPv4"])
+                .ip_family_policy("RequireDualStack")
+                .port("http", 80, "TCP"),
+        )];
+        for (name, family, ips) in [
+            (
+                "web-v4",
+                "IPv4",
+                all_pods()
+                    .iter()
+                    .map(Ipv4Addr::to_string)
+                    .collect::<Vec<_>>(),
+            ),
+            (
+                "web-v6",
+                "IPv6",
+                v6_pods.iter().map(|ip| v6_of(*ip).to_string()).collect(),
+            ),
+        ] {
+            let ips: Vec<&str> = ips.iter().map(String::as_str).collect();
+            docs.push(
+                Slice::new("default", name)
+                    .service("web")
+                    .address_type(family)
+                    .port("http", 8080, "TCP")
+                    .ready(&ips)
+                    .into(),
+            );
+        }
+        yaml(docs)
+    };
+    apply_yaml(&api, &svc(&all_pods()))?;
+    bed.start_agent_kube(&api, &[])?;
+    let (to6, to4) = (format!("[{VIP6}]:80"), format!("{VIP4}:80"));
+    spread(&bed.tcp(&to6, 100)?, 100, &[&to6]);
+    spread(&bed.tcp(&to4, 100)?, 100, &[&to4]);
+
+    // A watch event changes one family only.
+    bed.kube_apply(&api, &svc(&[PODS[1].1]))?;
+    bed.until_reached(&to6, &["p2"])?;
+    spread(&bed.tcp(&to4, 100)?, 100, &[&to4]);
     Ok(())
 }
