@@ -1,7 +1,11 @@
 //! Datapath figures: the same client load against the same backends through
 //! each mode, at one scale N.
 
-use std::{fmt::Write as _, net::Ipv4Addr, time::Instant};
+use std::{
+    fmt::Write as _,
+    net::{Ipv4Addr, Ipv6Addr},
+    time::Instant,
+};
 
 use anyhow::Context as _;
 use lb_tests::{
@@ -26,6 +30,9 @@ const VIP: Ipv4Addr = Ipv4Addr::new(10, 100, 0, 1);
 /// only: two Services more in our maps than in kube-proxy's rules.
 const AFFINITY_VIP: Ipv4Addr = Ipv4Addr::new(10, 100, 0, 2);
 const LOCAL_VIP: Ipv4Addr = Ipv4Addr::new(10, 100, 0, 3);
+/// The same TCP Service over IPv6 (an IPv6-only Service whose endpoints are
+/// the pods' IPv6 addresses), against the pods reached directly over IPv6.
+const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x100, 0, 0, 0, 0, 0, 1);
 /// The agent's node name, which the Local Service's endpoints name.
 const NODE: &str = "bench-node";
 
@@ -39,19 +46,26 @@ pub enum Mode {
     OursLocal,
     Iptables,
     Nftables,
+    /// The pods over IPv6.
+    Direct6,
+    /// Ours, through the IPv6 Service.
+    Ours6,
 }
 
 impl Mode {
     /// The modes every load runs through.
     pub const ALL: [Mode; 4] = [Mode::Direct, Mode::Ours, Mode::Iptables, Mode::Nftables];
-    /// Every mode, in round order; the semantics modes run TCP only.
-    pub const EVERY: [Mode; 6] = [
+    /// Every mode, in round order; the semantics and IPv6 modes run TCP
+    /// only.
+    pub const EVERY: [Mode; 8] = [
         Mode::Direct,
         Mode::Ours,
         Mode::OursAffinity,
         Mode::OursLocal,
         Mode::Iptables,
         Mode::Nftables,
+        Mode::Direct6,
+        Mode::Ours6,
     ];
 
     pub fn name(self) -> &'static str {
@@ -62,18 +76,31 @@ impl Mode {
             Mode::OursLocal => "ours, iTP Local",
             Mode::Iptables => "iptables",
             Mode::Nftables => "nftables",
+            Mode::Direct6 => "direct, IPv6",
+            Mode::Ours6 => "ours, IPv6",
+        }
+    }
+
+    /// What this mode is compared with: direct over the same family.
+    pub fn direct(self) -> Mode {
+        match self {
+            Mode::Direct6 | Mode::Ours6 => Mode::Direct6,
+            _ => Mode::Direct,
         }
     }
 
     /// Through our programs.
     pub fn is_ours(self) -> bool {
-        matches!(self, Mode::Ours | Mode::OursAffinity | Mode::OursLocal)
+        matches!(
+            self,
+            Mode::Ours | Mode::OursAffinity | Mode::OursLocal | Mode::Ours6
+        )
     }
 
     /// The loads measured through this mode.
     pub fn loads(self) -> &'static [Load] {
         match self {
-            Mode::OursAffinity | Mode::OursLocal => &[Load::Tcp],
+            Mode::OursAffinity | Mode::OursLocal | Mode::Direct6 | Mode::Ours6 => &[Load::Tcp],
             _ => &Load::ALL,
         }
     }
@@ -105,7 +132,7 @@ impl Load {
 }
 
 /// Our programs whose cost per call the bench reports (their link pins).
-pub const PROGRAMS: [&str; 3] = ["connect4", "sendmsg4", "recvmsg4"];
+pub const PROGRAMS: [&str; 4] = ["connect4", "sendmsg4", "recvmsg4", "connect6"];
 
 /// One mode at one N: every round's report, per load.
 pub struct Row {
@@ -267,6 +294,12 @@ pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
             .map(|p| format!("{p}:{pod_port}"))
             .collect::<Vec<_>>()
             .join(","),
+        Mode::Direct6 => pods
+            .iter()
+            .map(|p| format!("[{}]:{pod_port}", netns::v6_of(*p)))
+            .collect::<Vec<_>>()
+            .join(","),
+        Mode::Ours6 => format!("[{VIP6}]:{port}"),
         Mode::OursAffinity => format!("{AFFINITY_VIP}:{port}"),
         Mode::OursLocal => format!("{LOCAL_VIP}:{port}"),
         Mode::Ours | Mode::Iptables | Mode::Nftables => format!("{VIP}:{port}"),
@@ -289,8 +322,8 @@ pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
         }
         for mode in order {
             let (ns, cgroup) = match mode {
-                Mode::Direct => (&bed.client_ns, plain.path()),
-                Mode::Ours | Mode::OursAffinity | Mode::OursLocal => {
+                Mode::Direct | Mode::Direct6 => (&bed.client_ns, plain.path()),
+                Mode::Ours | Mode::OursAffinity | Mode::OursLocal | Mode::Ours6 => {
                     (&bed.client_ns, bed.cgroup.path())
                 }
                 Mode::Iptables => (&ipt_ns, plain.path()),
@@ -357,8 +390,9 @@ pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
 }
 
 /// The TCP Service on [`AFFINITY_VIP`] with `sessionAffinity: ClientIP`
-/// (the default timeout), and on [`LOCAL_VIP`] with `internalTrafficPolicy:
-/// Local` and every endpoint on this node: both on `pods`' port 8080.
+/// (the default timeout), on [`LOCAL_VIP`] with `internalTrafficPolicy:
+/// Local` and every endpoint on this node, and on [`VIP6`] over IPv6: all
+/// on `pods`' port 8080.
 fn semantics_manifests(pods: &[Ipv4Addr]) -> String {
     let mut out = String::new();
     let eps: Vec<String> = pods
@@ -380,6 +414,20 @@ fn semantics_manifests(pods: &[Ipv4Addr]) -> String {
             eps.join(", ")
         );
     }
+    let eps6: Vec<String> = pods
+        .iter()
+        .map(|ip| format!("{{addresses: [\"{}\"]}}", netns::v6_of(*ip)))
+        .collect();
+    let _ = write!(
+        out,
+        "---\napiVersion: v1\nkind: Service\nmetadata: {{name: web6, namespace: bench}}\n\
+         spec:\n  type: ClusterIP\n  clusterIP: \"{VIP6}\"\n  ipFamilies: [IPv6]\n  \
+         ports: [{{name: web, port: 80, protocol: TCP}}]\n\
+         ---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+         metadata: {{name: web6-1, namespace: bench, labels: {{kubernetes.io/service-name: web6}}}}\n\
+         addressType: IPv6\nports: [{{name: web, port: 8080, protocol: TCP}}]\nendpoints: [{}]\n",
+        eps6.join(", ")
+    );
     out
 }
 

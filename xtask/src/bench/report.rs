@@ -157,12 +157,13 @@ fn datapath_tables(o: &mut String, plan: &Plan, rows: &[Row]) {
         );
         let _ = writeln!(o, "|---:|---|---:|---:|---:|---:|---:|---:|");
         for &n in &plan.scales {
-            let (d, us) = (find(rows, Mode::Direct, n), find(rows, Mode::Ours, n));
+            let us = find(rows, Mode::Ours, n);
             for mode in Mode::EVERY
                 .into_iter()
                 .filter(|m| m.loads().contains(&load))
             {
                 let r = find(rows, mode, n);
+                let d = find(rows, mode.direct(), n);
                 let (lo, hi) = r.spread(load);
                 let _ = writeln!(
                     o,
@@ -340,6 +341,23 @@ fn targets(plan: &Plan, rows: &[Row], c: &Control) -> Vec<(bool, String)> {
             format!(
                 "ours >= nftables at N={n} (TCP): {:.2}x",
                 us.rate(Load::Tcp) / nft
+            ),
+        ));
+    }
+    for &n in &plan.scales {
+        let ratio = |ours, direct| {
+            find(rows, ours, n).rate(Load::Tcp) / find(rows, direct, n).rate(Load::Tcp)
+        };
+        let (v4, v6) = (
+            ratio(Mode::Ours, Mode::Direct),
+            ratio(Mode::Ours6, Mode::Direct6),
+        );
+        t.push((
+            v6 >= v4 - 0.05,
+            format!(
+                "IPv6: ours/direct within 5 points of IPv4's at N={n} (TCP): {:.1}% vs {:.1}%",
+                v6 * 100.0,
+                v4 * 100.0
             ),
         ));
     }
