@@ -26,6 +26,7 @@ macro_rules! scenarios {
 }
 
 scenarios!(
+    dual_stack,
     endpoints,
     excluded,
     malformed_update,
