@@ -11,26 +11,12 @@
 
 use lb_agent::{
     model::{Cache, ExcludedCidrs, NodeContext},
-    source::file::{Objects, parse_into, parse_into_general},
+    source::file::{Objects, parse_into, parse_into_general, split_documents},
 };
 use libfuzzer_sys::fuzz_target;
 use yaml_serde::Value;
 
 const ORIGIN: &str = "f.yaml";
-
-fn split(text: &str) -> Vec<&str> {
-    let mut docs = Vec::new();
-    let (mut start, mut offset) = (0, 0);
-    for line in text.split_inclusive('\n') {
-        if line.trim_end() == "---" || line.starts_with("--- ") {
-            docs.push(&text[start..offset]);
-            start = offset + line.len();
-        }
-        offset += line.len();
-    }
-    docs.push(&text[start..]);
-    docs
-}
 
 fuzz_target!(|data: &[u8]| {
     // The agent reads files with `read_to_string`: text that is not UTF-8
@@ -41,8 +27,8 @@ fuzz_target!(|data: &[u8]| {
     let mut fast = Objects::default();
     parse_into(ORIGIN, text, &mut fast);
 
-    // Documents are split at `---` lines (file.rs, `split_documents`).
-    let docs = split(text);
+    // The documents, as the agent splits them.
+    let docs = split_documents(text);
     let mut general = Objects::default();
     parse_into_general(ORIGIN, text, &mut general);
     let same = fast.services == general.services

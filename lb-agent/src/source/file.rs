@@ -201,7 +201,7 @@ fn top_level_kind(doc: &str) -> Option<&str> {
 
 /// Splits on `---` lines ourselves, so one broken document cannot take the
 /// rest of the stream down with it.
-fn split_documents(text: &str) -> Vec<&str> {
+pub fn split_documents(text: &str) -> Vec<&str> {
     let mut docs = Vec::new();
     let mut start = 0;
     let mut offset = 0;
