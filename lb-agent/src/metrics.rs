@@ -24,7 +24,10 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::model::{Feature, ObjectKind};
+use crate::{
+    model::{Feature, IpFamily, ObjectKind},
+    reconcile::MapEntries,
+};
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -67,6 +70,21 @@ impl EncodeLabelValue for Feature {
     }
 }
 
+/// kube-proxy's spelling of the families (`v1.IPFamily`).
+impl EncodeLabelValue for IpFamily {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+        encoder.write_str(match self {
+            IpFamily::V4 => "IPv4",
+            IpFamily::V6 => "IPv6",
+        })
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FamilyLabel {
+    family: IpFamily,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     kind: ObjectKind,
@@ -93,8 +111,13 @@ pub struct Metrics {
     pub service_changes: Counter,
     pub endpoint_changes: Counter,
     pub services_programmed: Gauge,
-    pub frontends_programmed: Gauge,
-    pub backends_programmed: Gauge,
+    /// Both families' map entries; the per-family split is below.
+    frontends_programmed: Gauge,
+    backends_programmed: Gauge,
+    /// Each family has maps of its own, each sized by the same flags: the
+    /// split shows how full each is.
+    frontends_per_family: Family<FamilyLabel, Gauge>,
+    backends_per_family: Family<FamilyLabel, Gauge>,
     pub excluded_endpoints: Counter,
     invalid_objects: Family<KindLabel, Counter>,
     /// Documents of `--from-file` manifests that could not be read as
@@ -132,6 +155,8 @@ impl Default for Metrics {
             services_programmed: Gauge::default(),
             frontends_programmed: Gauge::default(),
             backends_programmed: Gauge::default(),
+            frontends_per_family: Family::default(),
+            backends_per_family: Family::default(),
             excluded_endpoints: Counter::default(),
             invalid_objects: Family::default(),
             skipped_documents: Counter::default(),
@@ -154,6 +179,11 @@ impl Default for Metrics {
         for feature in Feature::ALL {
             m.unsupported(feature);
         }
+        m.map_entries(&[IpFamily::V4, IpFamily::V6].map(|family| MapEntries {
+            family,
+            frontends: 0,
+            backends: 0,
+        }));
         m.register();
         m
     }
@@ -176,6 +206,25 @@ impl Metrics {
     pub fn unsupported(&self, feature: Feature) -> Counter {
         self.unsupported_features
             .get_or_create_owned(&FeatureLabel { feature })
+    }
+
+    /// The entries of each family's frontends and backends maps, and
+    /// their totals.
+    pub fn map_entries(&self, entries: &[MapEntries]) {
+        let (mut frontends, mut backends) = (0, 0);
+        for e in entries {
+            let label = FamilyLabel { family: e.family };
+            self.frontends_per_family
+                .get_or_create(&label)
+                .set(e.frontends as f64);
+            self.backends_per_family
+                .get_or_create(&label)
+                .set(e.backends as f64);
+            frontends += e.frontends;
+            backends += e.backends;
+        }
+        self.frontends_programmed.set(frontends as f64);
+        self.backends_programmed.set(backends as f64);
     }
 
     /// The whole exposition, in the OpenMetrics text format ([`CONTENT_TYPE`]).
@@ -237,13 +286,23 @@ impl Metrics {
         );
         r.register(
             "lbagent_frontends_programmed",
-            "VIP:port/protocol entries in the services map",
+            "VIP:port/protocol entries in the services maps of both families",
             self.frontends_programmed.clone(),
         );
         r.register(
             "lbagent_backends_programmed",
-            "Entries in the backends map",
+            "Entries in the backends maps of both families",
             self.backends_programmed.clone(),
+        );
+        r.register(
+            "lbagent_frontends_programmed_per_family",
+            "VIP:port/protocol entries in each family's services map (LB4_FRONTENDS, LB6_FRONTENDS)",
+            self.frontends_per_family.clone(),
+        );
+        r.register(
+            "lbagent_backends_programmed_per_family",
+            "Entries in each family's backends map (LB4_BACKENDS, LB6_BACKENDS)",
+            self.backends_per_family.clone(),
         );
         r.register(
             "lbagent_excluded_endpoints",
@@ -262,7 +321,7 @@ impl Metrics {
         );
         r.register(
             "lbagent_ignored_objects",
-            "Objects deliberately not programmed (headless, ExternalName, FQDN, IPv6 slices)",
+            "Objects deliberately not programmed (headless, ExternalName, labelled for another proxy, FQDN slices)",
             self.ignored_objects.clone(),
         );
         r.register(

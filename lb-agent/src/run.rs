@@ -367,9 +367,12 @@ impl Agent {
         }
         let tables = datapath.tables()?;
         let reconciler = DualReconciler::adopt(tables.v4, tables.v6, grace)?;
+        let [v4, v6] = reconciler.entries();
         info!(
-            frontends = reconciler.frontends_len(),
-            backends = reconciler.backends_len(),
+            ipv4_frontends = v4.frontends,
+            ipv4_backends = v4.backends,
+            ipv6_frontends = v6.frontends,
+            ipv6_backends = v6.backends,
             "read the maps; only differences will be written"
         );
         let excluded: ExcludedCidrs = config.excluded.clone();

@@ -282,9 +282,9 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         self.record_delete_errors(&outcome);
         if outcome.deleted > 0 {
             self.retries.room_freed(Instant::now());
-            let m = &self.endpoints.metrics;
-            m.backends_programmed
-                .set(self.reconciler.backends_len() as f64);
+            self.endpoints
+                .metrics
+                .map_entries(&self.reconciler.entries());
         }
     }
 
@@ -408,10 +408,7 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
                 .unwrap_or_default()
                 .as_secs_f64(),
         );
-        m.frontends_programmed
-            .set(self.reconciler.frontends_len() as f64);
-        m.backends_programmed
-            .set(self.reconciler.backends_len() as f64);
+        m.map_entries(&self.reconciler.entries());
         m.services_programmed.set(self.owned.len() as f64);
         self.endpoints.health.updated();
     }

@@ -57,7 +57,18 @@ fn render_names_every_family_once_with_every_label() {
     m.unsupported(Feature::NodePort).inc();
     m.unsupported(Feature::NodePort).inc();
     m.service_changes.inc();
-    m.backends_programmed.set(3.0);
+    m.map_entries(&[
+        MapEntries {
+            family: IpFamily::V4,
+            frontends: 4,
+            backends: 3,
+        },
+        MapEntries {
+            family: IpFamily::V6,
+            frontends: 2,
+            backends: 1,
+        },
+    ]);
     let text = m.render();
 
     let names = families(&text);
@@ -75,6 +86,8 @@ fn render_names_every_family_once_with_every_label() {
         "lbagent_services_programmed",
         "lbagent_frontends_programmed",
         "lbagent_backends_programmed",
+        "lbagent_frontends_programmed_per_family",
+        "lbagent_backends_programmed_per_family",
         "lbagent_excluded_endpoints",
         "lbagent_invalid_objects",
         "lbagent_skipped_documents",
@@ -112,7 +125,24 @@ fn render_names_every_family_once_with_every_label() {
         value("kubeproxy_sync_proxy_rules_endpoint_changes_total"),
         0.0
     );
-    assert_eq!(value("lbagent_backends_programmed"), 3.0);
+    assert_eq!(value("lbagent_frontends_programmed"), 6.0);
+    assert_eq!(value("lbagent_backends_programmed"), 4.0);
+    assert_eq!(
+        value(r#"lbagent_frontends_programmed_per_family{family="IPv4"}"#),
+        4.0
+    );
+    assert_eq!(
+        value(r#"lbagent_frontends_programmed_per_family{family="IPv6"}"#),
+        2.0
+    );
+    assert_eq!(
+        value(r#"lbagent_backends_programmed_per_family{family="IPv4"}"#),
+        3.0
+    );
+    assert_eq!(
+        value(r#"lbagent_backends_programmed_per_family{family="IPv6"}"#),
+        1.0
+    );
     assert_eq!(
         value(r#"lbagent_invalid_objects_total{kind="EndpointSlice"}"#),
         1.0

@@ -8,7 +8,15 @@ use std::collections::BTreeMap;
 use super::{
     Family, GracePeriods, LbTables, Outcome, Reconciler, StoreError, Tables, V4, V6, view::LbView,
 };
-use crate::model::{Frontend, Target};
+use crate::model::{Frontend, IpFamily, Target};
+
+/// How many entries one family's frontends and backends maps hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapEntries {
+    pub family: IpFamily,
+    pub frontends: usize,
+    pub backends: usize,
+}
 
 pub struct DualReconciler<T: Tables, G: GracePeriods> {
     v4: Reconciler<V4, T, G>,
@@ -59,14 +67,20 @@ impl<T: Tables, G: GracePeriods> DualReconciler<T, G> {
         self.v4.has(fe) || self.v6.has(fe)
     }
 
-    /// Entries of both frontends maps.
-    pub fn frontends_len(&self) -> usize {
-        self.v4.maps().frontends().len() + self.v6.maps().frontends().len()
-    }
-
-    /// Entries of both backends maps.
-    pub fn backends_len(&self) -> usize {
-        self.v4.maps().backends().len() + self.v6.maps().backends().len()
+    /// Entries of each family's frontends and backends maps.
+    pub fn entries(&self) -> [MapEntries; 2] {
+        [
+            MapEntries {
+                family: IpFamily::V4,
+                frontends: self.v4.maps().frontends().len(),
+                backends: self.v4.maps().backends().len(),
+            },
+            MapEntries {
+                family: IpFamily::V6,
+                frontends: self.v6.maps().frontends().len(),
+                backends: self.v6.maps().backends().len(),
+            },
+        ]
     }
 
     /// Every frontend in the maps that the model can express.

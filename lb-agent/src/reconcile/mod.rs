@@ -17,7 +17,7 @@ mod view;
 
 use std::collections::{BTreeMap, HashSet};
 
-pub use dual::DualReconciler;
+pub use dual::{DualReconciler, MapEntries};
 pub use family::{Family, StateView, V4, V6};
 pub use grace::GracePeriods;
 pub use lb::{LbMaps, LbTables, MapKey, MapValue, Tables, member_range, set_range};
