@@ -1,6 +1,6 @@
 //! The metrics and healthz HTTP endpoints, as kube-proxy serves them.
 //!
-//! The healthz listener usually binds 0.0.0.0, so every listener is built
+//! The healthz listener usually binds 0.0.0.0 (both families), so every listener is built
 //! to keep answering under a flood of connections: a connection must send a
 //! complete request head within [`Limits::header_timeout`] of connecting or
 //! of its previous answer, and at [`Limits::max_connections`] the least
@@ -14,7 +14,7 @@ mod tests;
 use std::{
     convert::Infallible,
     io,
-    net::SocketAddr,
+    net::{Ipv6Addr, SocketAddr},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -22,6 +22,7 @@ use std::{
 use http_body_util::Full;
 use hyper::{Method, Request, Response, body::Bytes, server::conn::http1, service::service_fn};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
 
 use self::conns::Conns;
@@ -92,7 +93,7 @@ async fn serve_with(
     endpoints: Arc<Endpoints>,
     limits: Limits,
 ) -> io::Result<(SocketAddr, Arc<Conns>)> {
-    let listener = TcpListener::bind(addr).await?;
+    let listener = bind(addr)?;
     let local = listener.local_addr()?;
     let conns = Arc::new(Conns::new(limits.max_connections));
     tokio::spawn(accept(
@@ -104,6 +105,46 @@ async fn serve_with(
         conns.clone(),
     ));
     Ok((local, conns))
+}
+
+/// Binds `addr`. An unspecified address (`0.0.0.0`, `::`) takes both
+/// families, as kube-proxy's Go listener does for `0.0.0.0:10256`: on an
+/// IPv6-only node the kubelet probes the node's IPv6 address. Without IPv6
+/// in the kernel it takes IPv4 alone.
+fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let both = match addr.ip().is_unspecified() {
+        true => both_families()?,
+        false => None,
+    };
+    let (socket, addr) = match both {
+        Some(s) => (
+            s,
+            SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), addr.port()),
+        ),
+        None => (
+            Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?,
+            addr,
+        ),
+    };
+    // As std and tokio do: a restarted agent rebinds while the old
+    // connections sit in TIME_WAIT.
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    socket.set_nonblocking(true)?;
+    TcpListener::from_std(socket.into())
+}
+
+/// An IPv6 socket that takes IPv4 too; `None` without IPv6 in the kernel.
+fn both_families() -> io::Result<Option<Socket>> {
+    match Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP)) {
+        Ok(s) => {
+            s.set_only_v6(false)?;
+            Ok(Some(s))
+        }
+        Err(e) if e.raw_os_error() == Some(libc::EAFNOSUPPORT) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 async fn accept(

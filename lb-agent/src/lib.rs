@@ -15,3 +15,5 @@ pub mod reconcile;
 pub mod sockets;
 pub mod source;
 pub mod syncer;
+#[cfg(test)]
+mod test_netns;

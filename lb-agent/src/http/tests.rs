@@ -1,8 +1,9 @@
-//! Real sockets on 127.0.0.1; no root needed.
+//! Real sockets on 127.0.0.1; no root needed, except for the `privileged`
+//! test, which listens on every address of a network namespace of its own.
 
 use std::{
     io::ErrorKind,
-    net::{Ipv4Addr, SocketAddr},
+    net::{Ipv4Addr, Ipv6Addr, SocketAddr},
     time::Instant,
 };
 
@@ -14,6 +15,7 @@ use tokio::{
 };
 
 use super::*;
+use crate::test_netns::{TestNetns, require_root};
 
 const ANY_PORT: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
 /// Bounds the waits that only guard against a hang.
@@ -217,4 +219,33 @@ async fn a_request_head_of_16_kib_is_refused() {
     request.push_str(&"x".repeat(MAX_HEAD - request.len()));
     let got = exchange(addr, &request).await;
     assert_eq!(status(&got), 431, "{got}");
+}
+
+/// kube-proxy's `0.0.0.0:10256` answers IPv6 probes too (Go listens on
+/// both families for an unspecified address); an IPv6-only node's kubelet
+/// probes the node's IPv6 address.
+#[test]
+fn privileged_an_unspecified_address_answers_both_families() {
+    require_root();
+    let ns = TestNetns::new();
+    ns.run(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let any = SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0);
+            let endpoints = Arc::new(Endpoints::default());
+            let (addr, _) = serve_with(any, Role::Healthz, endpoints, Limits::default())
+                .await
+                .expect("bind");
+            for ip in [Ipv4Addr::LOCALHOST.into(), Ipv6Addr::LOCALHOST.into()] {
+                let to = SocketAddr::new(ip, addr.port());
+                let answer = timeout(HANG, exchange(to, GET_HEALTHZ))
+                    .await
+                    .unwrap_or_else(|_| panic!("{to} did not answer"));
+                assert!(answer.starts_with("HTTP/1.1 "), "{to}: {answer:?}");
+            }
+        });
+    });
 }
