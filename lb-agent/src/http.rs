@@ -1,11 +1,12 @@
 //! The metrics and healthz HTTP endpoints, as kube-proxy serves them.
 //!
-//! The healthz listener usually binds 0.0.0.0 (both families), so every listener is built
-//! to keep answering under a flood of connections: a connection must send a
-//! complete request head within [`Limits::header_timeout`] of connecting or
-//! of its previous answer, and at [`Limits::max_connections`] the least
-//! useful open connection is closed to admit the new one (see
-//! [`conns::Conns`]) rather than the listener refusing everyone.
+//! The healthz listener usually binds 0.0.0.0 (both families), so every
+//! listener is built to keep answering under a flood of connections: a
+//! connection must send a complete request head within
+//! [`Limits::header_timeout`] of connecting or of its previous answer, and
+//! at [`Limits::max_connections`] the least useful open connection is closed
+//! to admit the new one (see [`conns::Conns`]) rather than the listener
+//! refusing everyone.
 
 mod conns;
 #[cfg(test)]
@@ -112,9 +113,10 @@ async fn serve_with(
 /// IPv6-only node the kubelet probes the node's IPv6 address. Without IPv6
 /// in the kernel it takes IPv4 alone.
 fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
-    let both = match addr.ip().is_unspecified() {
-        true => both_families()?,
-        false => None,
+    let both = if addr.ip().is_unspecified() {
+        both_families()?
+    } else {
+        None
     };
     let (socket, addr) = match both {
         Some(s) => (
