@@ -115,8 +115,8 @@ fn dual_stack_service_is_reached_over_both_families_from_one_pod() -> anyhow::Re
         "{r:?}"
     );
 
-    // The backends saw the pod's own IPv6 address: the translation is at
-    // the socket, not a NAT on the way.
+    // The listing shows each family's frontends with that family's
+    // backends.
     let dump = bed.pins.dump()?;
     for want in [
         format!("TCP  [{VIP6}]:80"),

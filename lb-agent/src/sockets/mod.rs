@@ -9,11 +9,12 @@
 //! A pass dumps the connected UDP sockets, IPv4 and IPv6, of every network
 //! namespace on the node (`diag.rs`, NETLINK_SOCK_DIAG), finds the frontend
 //! each one was sent through in `LB4_REVNAT` or `LB6_REVNAT` by socket
-//! cookie and backend (`revnat.rs`; a v4-mapped peer is IPv4), and destroys those sent through a frontend the request
-//! names (`request.rs`) to a backend that frontend does not serve when the
-//! pass gets to them (`serving.rs`, kept by the sync loop). Namespaces (`netns.rs`) are entered with `setns` on a
-//! thread that exists for that pass only (`scan.rs`); [`SocketReaper`]
-//! runs passes in the background.
+//! cookie and backend (`revnat.rs`; a v4-mapped peer is IPv4), and destroys
+//! those sent through a frontend the request names (`request.rs`) to a
+//! backend that frontend does not serve when the pass gets to them
+//! (`serving.rs`, kept by the sync loop). Namespaces (`netns.rs`) are
+//! entered with `setns` on a thread that exists for that pass only
+//! (`scan.rs`); [`SocketReaper`] runs passes in the background.
 //!
 //! Unconnected sockets (`sendto` through `sendmsg4`) are translated per
 //! datagram and need nothing.
