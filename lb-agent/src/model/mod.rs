@@ -13,6 +13,7 @@ mod claims;
 mod desired;
 mod exclusion;
 mod few;
+mod nodeport_addresses;
 mod service;
 mod slice;
 
@@ -22,6 +23,7 @@ pub use cache::{Admission, Cache, Flush, ServiceReport};
 pub use claims::{Claim, Target};
 pub use desired::{Desired, ModelReport, compute};
 pub use exclusion::{ExcludedCidrs, ParseCidrError};
+pub use nodeport_addresses::{NodePortAddresses, NodePortAddressesError};
 pub use service::{
     Affinity, HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL, ServicePort, ServiceSpec, ServiceType,
     TrafficPolicy, object_ref as service_ref,
