@@ -12,6 +12,7 @@ pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod reconcile;
+pub mod service_health;
 pub mod sockets;
 pub mod source;
 pub mod syncer;
