@@ -279,7 +279,12 @@ impl World {
 
     fn flush(&mut self) {
         let flush = self.cache.flush();
-        let oracle = oracle::naive(self.services.values(), self.slices.values(), &self.excluded);
+        let oracle = oracle::naive(
+            self.services.values(),
+            self.slices.values(),
+            &self.excluded,
+            &self.cache.node().node_port_ips,
+        );
         let context = format!("flush {}", self.flushes);
         self.before = oracle::check(&self.cache, &flush, &self.before, &oracle, &context);
         self.flushes += 1;

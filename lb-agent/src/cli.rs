@@ -55,6 +55,13 @@ pub struct RunArgs {
     /// Comma-separated and repeatable; a trailing comma is accepted.
     #[arg(long, value_name = "CIDR,...")]
     pub exclude_cluster_cidr: Vec<String>,
+    /// The node addresses that serve NodePorts: `primary` (the Node's
+    /// primary address of each family, the default), `all`, or CIDRs
+    /// selecting among the addresses of this node's interfaces. A family
+    /// named by nothing serves on all of its addresses; loopback never.
+    /// Comma-separated and repeatable.
+    #[arg(long, value_name = "primary|all|CIDR,...")]
+    pub nodeport_addresses: Vec<String>,
     /// Accepted for kube-proxy compatibility. The socket LB needs no
     /// masquerade, so the pod CIDR changes nothing.
     #[arg(long, value_name = "CIDR")]

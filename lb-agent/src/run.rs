@@ -28,7 +28,7 @@ use lb_agent::{
     model::{ExcludedCidrs, NodeContext},
     reconcile::DualReconciler,
     sockets::{NetnsSources, SocketReaper, StaleUdp},
-    source::{Change, file, kube, node_zone},
+    source::{Change, NodeFacts, file, interfaces::Interfaces, kube},
     syncer::{SyncStats, Syncer},
 };
 use tokio::{
@@ -45,6 +45,8 @@ const REAP: Duration = Duration::from_millis(50);
 /// How long a prune that had to wait (revisions in their grace period)
 /// waits before trying again.
 const PRUNE_RETRY: Duration = Duration::from_secs(1);
+/// How often the interface addresses are re-read for `--nodeport-addresses`.
+const INTERFACES_POLL: Duration = Duration::from_secs(5);
 /// The most changes taken in one go before a sync: a burst becomes one
 /// sync, but a source that never pauses cannot postpone syncs forever.
 const BATCH: usize = 1024;
@@ -137,7 +139,17 @@ async fn sync_loop(
     }
 
     let mut next_prune = config.prune_interval.map(|d| Instant::now() + d);
+    let mut interfaces = Interfaces::default();
+    let mut next_interfaces = Instant::now();
     loop {
+        if next_interfaces <= Instant::now() {
+            if let Some(ips) = interfaces.changed() {
+                agent
+                    .syncer
+                    .apply(Change::LocalAddresses(ips), Instant::now());
+            }
+            next_interfaces = Instant::now() + INTERFACES_POLL;
+        }
         if !agent.syncer.ready() && !agent.waiting_logged {
             agent.waiting_logged = true;
             info!("waiting for both initial lists before the first sync");
@@ -165,6 +177,7 @@ async fn sync_loop(
         let wake = [
             agent.syncer.next_retry(),
             next_prune,
+            Some(next_interfaces),
             agent.syncer.retiring().then(|| now + REAP),
         ]
         .into_iter()
@@ -202,9 +215,10 @@ async fn sync_loop(
 enum Changes {
     Kube {
         events: BoxStream<'static, kube::Event>,
-        /// The zone the model has (none until a Node says one): a Node
-        /// update that leaves it (status, taints) is no change for the model.
-        zone: Option<String>,
+        /// What the model has of the Node (nothing until one arrives): a
+        /// Node update that leaves it (taints, heartbeats) is no change for
+        /// the model.
+        node: NodeFacts,
         endpoints: Arc<Endpoints>,
     },
     File {
@@ -225,7 +239,7 @@ impl Changes {
                 info!(node = %config.node_name, "watching Services, EndpointSlices and this Node");
                 Self::Kube {
                     events: kube::watch(client, &config.node_name),
-                    zone: None,
+                    node: NodeFacts::default(),
                     endpoints,
                 }
             }
@@ -249,7 +263,7 @@ impl Changes {
         match self {
             Self::Kube {
                 events,
-                zone: last_zone,
+                node,
                 endpoints,
             } => loop {
                 match events.next().await {
@@ -259,12 +273,12 @@ impl Changes {
                         endpoints.health.queued();
                         return Ok(vec![(c, Instant::now())]);
                     }
-                    Some(kube::Event::Node { eligible, zone }) => {
+                    Some(kube::Event::Node { eligible, facts }) => {
                         endpoints.health.set_node_eligible(eligible);
-                        if *last_zone != zone {
-                            last_zone.clone_from(&zone);
+                        if *node != facts {
+                            node.clone_from(&facts);
                             endpoints.health.queued();
-                            return Ok(vec![(Change::NodeZone(zone), Instant::now())]);
+                            return Ok(vec![(Change::Node(facts), Instant::now())]);
                         }
                     }
                     Some(kube::Event::NodeDeleted) => endpoints.health.set_node_eligible(false),
@@ -292,15 +306,16 @@ impl Changes {
                         }
                         endpoints.health.queued();
                         let read = Instant::now();
-                        let zone = objects
+                        let node = objects
                             .nodes
                             .iter()
                             .find(|n| n.metadata.name.as_deref() == Some(node_name.as_str()))
-                            .and_then(node_zone);
+                            .map(NodeFacts::of)
+                            .unwrap_or_default();
                         return Ok(vec![
                             (Change::AllServices(objects.services), read),
                             (Change::AllSlices(objects.slices), read),
-                            (Change::NodeZone(zone), read),
+                            (Change::Node(node), read),
                         ]);
                     }
                     // Keep the last programmed state; a half-written file
@@ -381,6 +396,7 @@ impl Agent {
             reconciler,
             excluded,
             NodeContext::named(&config.node_name),
+            config.node_port_addresses.clone(),
             endpoints,
         );
         let live = syncer.udp_serving();

@@ -18,8 +18,8 @@ use tracing::{debug, error, info, warn};
 use crate::{
     http::Endpoints,
     model::{
-        Admission, Cache, ExcludedCidrs, Flush, Frontend, NodeContext, ObjectRef, Proto,
-        ServiceReport, service_ref, slice_ref,
+        Admission, Cache, ExcludedCidrs, Flush, Frontend, NodeContext, NodePortAddresses,
+        ObjectRef, Proto, ServiceReport, service_ref, slice_ref,
     },
     reconcile::{DualReconciler, GracePeriods, Outcome, Tables},
     sockets::UdpServing,
@@ -42,6 +42,11 @@ pub struct SyncStats {
 /// Cache, reconciler and the bookkeeping between syncs.
 pub struct Syncer<T: Tables, G: GracePeriods> {
     cache: Cache,
+    /// `--nodeport-addresses`, and what it selects from: the Node's
+    /// primary addresses and the addresses on this node's interfaces.
+    node_ports: NodePortAddresses,
+    primary_ips: Vec<IpAddr>,
+    local_ips: Vec<IpAddr>,
     reconciler: DualReconciler<T, G>,
     endpoints: Arc<Endpoints>,
     listed_services: bool,
@@ -75,10 +80,14 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         reconciler: DualReconciler<T, G>,
         excluded: ExcludedCidrs,
         node: NodeContext,
+        node_ports: NodePortAddresses,
         endpoints: Arc<Endpoints>,
     ) -> Self {
         Self {
             cache: Cache::new(excluded, node),
+            node_ports,
+            primary_ips: Vec::new(),
+            local_ips: Vec::new(),
             stale_udp: BTreeSet::new(),
             udp_serving: Arc::default(),
             reconciler,
@@ -131,7 +140,8 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
 
     /// Takes a change into the model; nothing is written until [`Self::sync`].
     pub fn apply(&mut self, change: Change, received: Instant) {
-        let m = &self.endpoints.metrics;
+        let endpoints = self.endpoints.clone();
+        let m = &endpoints.metrics;
         let admissions = match change {
             Change::Service(svc) => {
                 m.service_changes.inc();
@@ -164,14 +174,21 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
                 self.full_pending = true;
                 self.cache.replace_slices(all.iter())
             }
-            Change::NodeZone(zone) => {
-                if zone != self.cache.node().zone {
+            Change::Node(facts) => {
+                if facts.zone != self.cache.node().zone {
                     info!(
-                        zone = zone.as_deref().unwrap_or("<none>"),
+                        zone = facts.zone.as_deref().unwrap_or("<none>"),
                         "this node's zone"
                     );
                 }
-                self.cache.set_zone(zone);
+                self.cache.set_zone(facts.zone);
+                self.primary_ips = facts.primary_ips;
+                self.select_node_port_ips();
+                Vec::new()
+            }
+            Change::LocalAddresses(ips) => {
+                self.local_ips = ips;
+                self.select_node_port_ips();
                 Vec::new()
             }
         };
@@ -189,6 +206,17 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             }
         }
         self.received.push(received);
+    }
+
+    /// Recomputes the addresses that serve NodePorts (logged when they change).
+    fn select_node_port_ips(&mut self) {
+        let ips = self
+            .node_ports
+            .select_all(&self.primary_ips, &self.local_ips);
+        if ips != self.cache.node().node_port_ips {
+            info!(addresses = ?ips, "NodePorts are served on these addresses");
+            self.cache.set_node_port_ips(ips);
+        }
     }
 
     /// Writes what changed since the last sync, and retries the failed

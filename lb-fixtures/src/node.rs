@@ -1,4 +1,4 @@
-//! The Node builder: the agent reads its own Node's zone label.
+//! The Node builder: the agent reads its own Node's zone label and addresses.
 
 use std::collections::BTreeMap;
 
@@ -44,6 +44,19 @@ impl Node {
     /// The `topology.kubernetes.io/zone` label.
     pub fn zone(self, zone: &str) -> Self {
         self.label(ZONE_LABEL, zone)
+    }
+
+    /// Appends a `status.addresses` entry: `type_` is `InternalIP`,
+    /// `ExternalIP`, `Hostname`, ...
+    pub fn address(mut self, type_: &str, address: &str) -> Self {
+        let status = self.node.status.get_or_insert_with(Default::default);
+        status.addresses.get_or_insert_with(Vec::new).push(
+            k8s_openapi::api::core::v1::NodeAddress {
+                type_: type_.to_owned(),
+                address: address.to_owned(),
+            },
+        );
+        self
     }
 }
 

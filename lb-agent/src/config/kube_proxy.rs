@@ -19,6 +19,8 @@ pub struct FileConfig {
     /// `excludeClusterCIDRs`: the patched kube-proxy's `--exclude-cluster-cidr`
     /// as a list (a comma-separated string is accepted too).
     pub exclude_cluster_cidrs: Vec<String>,
+    /// `nodePortAddresses`: `primary`, `all`, or CIDRs.
+    pub node_port_addresses: Vec<String>,
     /// `path=value` of every set field this agent does not apply.
     pub ignored: Vec<String>,
 }
@@ -95,26 +97,25 @@ impl FileConfig {
             healthz_bind_address: string("healthzBindAddress", doc.get("healthzBindAddress"))?,
             ..FileConfig::default()
         };
-        cfg.exclude_cluster_cidrs = match doc.get("excludeClusterCIDRs") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::String(s)) => vec![s.clone()],
-            Some(Value::Sequence(items)) => items
-                .iter()
-                .map(|i| i.as_str().map(str::to_owned))
-                .collect::<Option<_>>()
-                .ok_or_else(|| FileError::Field {
-                    path: path.to_owned(),
-                    field: "excludeClusterCIDRs".to_owned(),
-                    expected: "a list of CIDR strings",
-                })?,
-            Some(_) => {
-                return Err(FileError::Field {
-                    path: path.to_owned(),
-                    field: "excludeClusterCIDRs".to_owned(),
-                    expected: "a list of CIDR strings",
-                });
+        let strings = |field: &str| -> Result<Vec<String>, FileError> {
+            let bad = || FileError::Field {
+                path: path.to_owned(),
+                field: field.to_owned(),
+                expected: "a list of strings",
+            };
+            match doc.get(field) {
+                None | Some(Value::Null) => Ok(Vec::new()),
+                Some(Value::String(s)) => Ok(vec![s.clone()]),
+                Some(Value::Sequence(items)) => items
+                    .iter()
+                    .map(|i| i.as_str().map(str::to_owned))
+                    .collect::<Option<_>>()
+                    .ok_or_else(bad),
+                Some(_) => Err(bad()),
             }
         };
+        cfg.exclude_cluster_cidrs = strings("excludeClusterCIDRs")?;
+        cfg.node_port_addresses = strings("nodePortAddresses")?;
         // `mode` names kube-proxy's backend; ours is always eBPF.
         if let Some(mode) = string("mode", doc.get("mode"))?
             && mode != "ebpf"
@@ -130,6 +131,7 @@ impl FileConfig {
                         | "metricsBindAddress"
                         | "healthzBindAddress"
                         | "excludeClusterCIDRs"
+                        | "nodePortAddresses"
                         | "mode"
                 );
                 if used || QUIET.contains(&k) {

@@ -10,7 +10,7 @@ pub use kube_proxy::{FileConfig, FileError};
 use crate::{
     cli::{MapSizeArgs, RunArgs},
     datapath::layout::Capacities,
-    model::{ExcludedCidrs, ParseCidrError},
+    model::{ExcludedCidrs, NodePortAddresses, NodePortAddressesError, ParseCidrError},
 };
 
 pub const DEFAULT_METRICS_BIND_ADDRESS: &str = "127.0.0.1:10249";
@@ -35,6 +35,7 @@ pub struct RunConfig {
     pub source: Source,
     pub node_name: String,
     pub excluded: ExcludedCidrs,
+    pub node_port_addresses: NodePortAddresses,
     /// `None`: the cgroup2 mount root, found at start.
     pub cgroup: Option<PathBuf>,
     pub bpffs_dir: PathBuf,
@@ -53,6 +54,8 @@ pub enum ConfigError {
     File(#[from] FileError),
     #[error(transparent)]
     Cidr(#[from] ParseCidrError),
+    #[error(transparent)]
+    NodePortAddresses(#[from] NodePortAddressesError),
     #[error("invalid {what} {value:?}: expected IP:PORT")]
     Addr { what: &'static str, value: String },
     #[error("no node name: pass --hostname-override or set NODE_NAME")]
@@ -106,6 +109,11 @@ impl RunConfig {
         } else {
             ExcludedCidrs::parse(args.exclude_cluster_cidr.iter().map(String::as_str))?
         };
+        let node_port_addresses = if args.nodeport_addresses.is_empty() {
+            NodePortAddresses::parse(file.node_port_addresses.iter().map(String::as_str))?
+        } else {
+            NodePortAddresses::parse(args.nodeport_addresses.iter().map(String::as_str))?
+        };
         let metrics_addr = addr(
             "metrics bind address",
             args.metrics_bind_address.or(file.metrics_bind_address),
@@ -120,6 +128,7 @@ impl RunConfig {
             source,
             node_name,
             excluded,
+            node_port_addresses,
             cgroup: args.cgroup_path,
             bpffs_dir: args.bpffs_dir,
             capacities: capacities(&args.maps),

@@ -140,3 +140,45 @@ fn from_file_conflicts_with_kube_flags() {
     let r = Cli::try_parse_from(["lb-agent", "run", "--from-file=x", "--kubeconfig=y"]);
     assert!(r.is_err());
 }
+
+#[test]
+fn nodeport_addresses_come_from_the_flag_over_the_file_over_primary() {
+    use crate::model::NodePortAddresses;
+    let merged = |argv: &[&str], file: &str| {
+        let f = FileConfig::parse(
+            &format!("kind: KubeProxyConfiguration\n{file}"),
+            Path::new("f"),
+        )
+        .expect("parses");
+        RunConfig::merge(args(argv), f, Some("n".into()), None)
+    };
+    assert_eq!(
+        merged(&[], "").unwrap().node_port_addresses,
+        NodePortAddresses::Primary
+    );
+    let from_file = merged(&[], "nodePortAddresses: [192.0.2.0/24, '2001:db8::/64']\n").unwrap();
+    assert_eq!(
+        from_file.node_port_addresses,
+        NodePortAddresses::Cidrs(vec![
+            "192.0.2.0/24".parse().unwrap(),
+            "2001:db8::/64".parse().unwrap()
+        ])
+    );
+    assert!(from_file.ignored.is_empty(), "{:?}", from_file.ignored);
+    let flag = merged(
+        &["--nodeport-addresses=all"],
+        "nodePortAddresses: [primary]\n",
+    );
+    assert_eq!(flag.unwrap().node_port_addresses, NodePortAddresses::All);
+    assert!(matches!(
+        merged(&["--nodeport-addresses=primary,10.0.0.0/8"], ""),
+        Err(ConfigError::NodePortAddresses(_))
+    ));
+    assert!(matches!(
+        FileConfig::parse(
+            "kind: KubeProxyConfiguration\nnodePortAddresses: [1]\n",
+            Path::new("f")
+        ),
+        Err(FileError::Field { .. })
+    ));
+}

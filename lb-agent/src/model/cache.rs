@@ -102,6 +102,23 @@ impl Cache {
         &self.node
     }
 
+    /// Sets the node's addresses that serve NodePorts; a change recomputes
+    /// every Service with a node port.
+    pub fn set_node_port_ips(&mut self, mut ips: Vec<IpAddr>) {
+        ips.sort_unstable();
+        ips.dedup();
+        if self.node.node_port_ips == ips {
+            return;
+        }
+        self.node.node_port_ips = ips;
+        let with_node_ports = self
+            .services
+            .iter()
+            .filter(|(_, s)| s.ports.iter().any(|p| p.node_port.is_some()))
+            .map(|(o, _)| o.clone());
+        self.dirty.extend(with_node_ports);
+    }
+
     /// Adds or replaces a Service.
     pub fn apply_service(&mut self, svc: &Service) -> Admission {
         let object = service::object_ref(svc);

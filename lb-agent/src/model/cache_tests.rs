@@ -4,12 +4,12 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    net::Ipv4Addr,
+    net::{IpAddr, Ipv4Addr},
 };
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 
-use lb_fixtures::{Ep, Slice, Svc};
+use lb_fixtures::{Ep, Slice, Svc, SvcPort};
 
 use super::{
     oracle::{Shown, check, label_of, naive, shown},
@@ -187,6 +187,9 @@ const CONDITIONS: [fn(Ep) -> Ep; 5] = [
     |e| e.ready(false).serving(false).terminating(true),
 ];
 
+/// The external addresses the generator uses that are nobody's cluster IP.
+const EXTERNAL: [&str; 4] = ["192.0.2.1", "fd00::7", "198.51.100.1", "198.51.100.2"];
+
 fn random_service(rng: &mut Rng, ns: &str, name: &str) -> Service {
     let ports = rng.subset(&SERVICE_PORTS, 3);
     let svc = Svc::new(ns, name);
@@ -201,7 +204,29 @@ fn random_service(rng: &mut Rng, ns: &str, name: &str) -> Service {
         // Few VIPs, so Services often collide on one.
         _ => svc.cluster_ip(rng.pick::<&str>(&["10.96.0.1", "10.96.0.2", "10.96.0.3"])),
     };
-    with_ports(svc, &ports).build()
+    let svc = match rng.below(6) {
+        // Few external addresses too, and some equal to a cluster IP.
+        0 => svc.external_ips(&[rng.pick::<&str>(&[EXTERNAL[0], EXTERNAL[1], "10.96.0.3"])]),
+        1 => svc.lb_ingress(
+            rng.pick::<&str>(&EXTERNAL[2..]),
+            *rng.pick(&[None, Some("VIP"), Some("Proxy")]),
+        ),
+        2 => svc
+            .lb_ingress_ip("198.51.100.1")
+            .source_ranges(&[rng.pick::<&str>(&["203.0.113.0/24", "2001:db8::/32"])]),
+        _ => svc,
+    };
+    // Node ports on about a third of the ports, from a small range.
+    ports
+        .iter()
+        .fold(svc, |s, (n, p, proto)| {
+            let port = SvcPort::new(n, *p, proto);
+            s.with_port(match rng.below(3) {
+                0 => port.node_port(*rng.pick(&[30080, 30081])),
+                _ => port,
+            })
+        })
+        .build()
 }
 
 fn random_slice(rng: &mut Rng, ns: &str, name: &str) -> EndpointSlice {
@@ -254,19 +279,31 @@ struct Seen {
     /// Frontends programmed with at least one backend, over all flushes.
     served: usize,
     touched: usize,
+    /// External frontends (external IPs, LB VIPs, node ports) shown.
+    external: usize,
 }
 
 fn run_incremental_against_batch(seed: u64, steps: usize, seen: &mut Seen) {
     let excluded = ExcludedCidrs::parse(["10.244.0.0/16"]).unwrap();
     let mut rng = Rng(seed);
     let mut cache = Cache::new(excluded.clone(), NodeContext::named("node-a"));
+    let mut node_port_ips: Vec<IpAddr> = Vec::new();
     // The objects in force: an invalid update leaves the previous version.
     let mut services: BTreeMap<(String, String), Service> = BTreeMap::new();
     let mut slices: BTreeMap<(String, String), EndpointSlice> = BTreeMap::new();
     let mut before = Shown::new();
 
     for step in 0..steps {
-        match rng.below(21) {
+        match rng.below(22) {
+            // The node's NodePort addresses change.
+            21 => {
+                node_port_ips = rng
+                    .pick::<&[&str]>(&[&[], &["192.0.2.10"], &["192.0.2.10", "fd00::10"]])
+                    .iter()
+                    .map(|ip| ip.parse().unwrap())
+                    .collect();
+                cache.set_node_port_ips(node_port_ips.clone());
+            }
             // A relist that misses one object: it is gone, delete seen or not.
             19 if !services.is_empty() => {
                 let gone = services
@@ -339,7 +376,12 @@ fn run_incremental_against_batch(seed: u64, steps: usize, seen: &mut Seen) {
         let flush = cache.flush();
         seen.flushes += 1;
         seen.touched += flush.touched.len();
-        let oracle = naive(services.values(), slices.values(), &excluded);
+        let oracle = naive(
+            services.values(),
+            slices.values(),
+            &excluded,
+            &node_port_ips,
+        );
         let after = check(
             &cache,
             &flush,
@@ -349,6 +391,10 @@ fn run_incremental_against_batch(seed: u64, steps: usize, seen: &mut Seen) {
         );
         seen.served += after.values().filter(|(b, _)| !b.is_empty()).count();
         seen.v6 += after.keys().filter(|fe| fe.vip.is_ipv6()).count();
+        seen.external += after
+            .keys()
+            .filter(|fe| fe.port >= 30080 || EXTERNAL.contains(&fe.vip.to_string().as_str()))
+            .count();
         seen.conflicts += oracle.conflicts.len();
         // A frontend that changed hands: its owner went away, another took over.
         seen.takeovers += after
@@ -378,6 +424,7 @@ fn incremental_updates_match_the_batch_computation() {
         ("relists", seen.relists),
         ("flushes", seen.flushes),
         ("touched", seen.touched),
+        ("external", seen.external),
     ] {
         assert!(n >= 10, "only {n} {what}: {seen:?}");
     }

@@ -13,7 +13,14 @@
 //! * each cluster IP also claims a wildcard frontend (every other port and
 //!   protocol) that refuses, as kube-proxy's catch-all reject does, unless
 //!   one of the IP's ports passes through to another CNI: such an address
-//!   is shared with that CNI, so its other ports pass through too.
+//!   is shared with that CNI, so its other ports pass through too;
+//! * in each family the Service has a cluster IP of, its external IPs, LB
+//!   VIPs and (on the node's NodePort addresses) node ports are frontends
+//!   too, with the *cluster* endpoint set whatever the external traffic
+//!   policy: at the socket hooks every client is a pod or process on this
+//!   node, which kube-proxy short-circuits to the cluster endpoints. An LB
+//!   VIP guarded by source ranges of its family is left to the network
+//!   (its firewall is not built at the socket hooks).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -86,35 +93,74 @@ pub(super) fn service_claims(
     let mut claims = Vec::with_capacity((spec.ports.len() + 1) * spec.cluster_ips.len());
     for &vip in &spec.cluster_ips {
         let family = IpFamily::of(vip);
+        let external_ips = external_ips(spec, family);
+        let node_ips: Vec<IpAddr> = node
+            .node_port_ips
+            .iter()
+            .copied()
+            .filter(|ip| IpFamily::of(*ip) == family)
+            .collect();
         let mut passes = false;
         for port in spec.ports.iter().filter(|p| p.proto != Proto::Sctp) {
             let candidates = candidates(port, family, slices, node, excluded, dropped);
-            let claim = match candidates {
+            let (internal, external) = match candidates {
                 None => {
                     passes = true;
-                    Claim::PassThrough
+                    (Claim::PassThrough, Claim::PassThrough)
                 }
-                Some(c) => Claim::Program {
-                    target: target(spec, &c, node),
-                    serving: if port.proto == Proto::Udp {
+                Some(c) => {
+                    let serving = if port.proto == Proto::Udp {
                         serving_ips(&c)
                     } else {
                         Vec::new()
-                    },
-                },
+                    };
+                    let (internal, external) = targets(spec, &c, node);
+                    (
+                        Claim::Program {
+                            target: internal,
+                            serving: serving.clone(),
+                        },
+                        Claim::Program {
+                            target: external,
+                            serving,
+                        },
+                    )
+                }
             };
-            let fe = Frontend {
+            let frontend = |vip, number| Frontend {
                 vip,
-                port: port.port,
+                port: number,
                 proto: port.proto,
             };
-            claims.push((fe, claim));
+            for &ip in &external_ips {
+                claims.push((frontend(ip, port.port), external.clone()));
+            }
+            if let Some(node_port) = port.node_port {
+                for &ip in &node_ips {
+                    claims.push((frontend(ip, node_port), external.clone()));
+                }
+            }
+            claims.push((frontend(vip, port.port), internal));
         }
         if !passes {
             claims.push((Frontend::wildcard(vip), Claim::program(Target::default())));
         }
     }
     claims
+}
+
+/// The external IPs and unguarded LB VIPs of `spec` in `family`, each once.
+fn external_ips(spec: &ServiceSpec, family: IpFamily) -> BTreeSet<IpAddr> {
+    let vips = spec
+        .lb_vips
+        .iter()
+        .filter(|vip| spec.source_ranges_of(**vip).is_none());
+    spec.external_ips
+        .iter()
+        .chain(vips)
+        .copied()
+        .filter(|ip| IpFamily::of(*ip) == family)
+        .collect()
 }
 
 /// One endpoint of a Service port, after deduplication: kube-proxy's
@@ -300,20 +346,32 @@ fn topology_mode(candidates: &[Candidate<'_>], node: &NodeContext) -> TopologyMo
     TopologyMode::None
 }
 
-/// What the cluster IP frontend of a Service port gets.
-fn target(spec: &ServiceSpec, candidates: &[Candidate<'_>], node: &NodeContext) -> Target {
+/// What the frontends of a Service port get: its cluster IP, and its
+/// external addresses as seen from this node (the cluster endpoint set).
+fn targets(
+    spec: &ServiceSpec,
+    candidates: &[Candidate<'_>],
+    node: &NodeContext,
+) -> (Target, Target) {
     let sets = categorize(candidates, node);
+    let affinity = match spec.affinity {
+        Affinity::None => None,
+        Affinity::ClientIp { timeout_secs } => Some(timeout_secs),
+    };
+    let external = Target {
+        backends: sets.cluster.clone(),
+        affinity,
+        ..Target::default()
+    };
     let local = spec.internal_policy == TrafficPolicy::Local;
     let backends = if local { sets.local } else { sets.cluster };
-    Target {
+    let internal = Target {
         no_local_endpoints: local && backends.is_empty() && sets.any,
         backends,
-        affinity: match spec.affinity {
-            Affinity::None => None,
-            Affinity::ClientIp { timeout_secs } => Some(timeout_secs),
-        },
+        affinity,
         local,
-    }
+    };
+    (internal, external)
 }
 
 /// The IPs of every serving endpoint, sorted: a UDP socket sent to any

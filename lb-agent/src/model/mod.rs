@@ -34,6 +34,8 @@ pub use slice::{EndpointTopology, SliceEndpoint, SlicePort, SliceSpec, object_re
 mod cache_tests;
 #[cfg(test)]
 mod categorize_tests;
+#[cfg(test)]
+mod external_tests;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod oracle;
 #[cfg(test)]
@@ -191,17 +193,20 @@ pub enum Feature {
     NodePort,
     /// `spec.externalIPs`.
     ExternalIps,
-    /// `status.loadBalancer.ingress` IPs.
+    /// `status.loadBalancer.ingress` IPs (`ipMode: VIP`).
     LoadBalancerIngress,
+    /// `loadBalancerSourceRanges` that guard some of its LB VIPs.
+    LoadBalancerSourceRanges,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 5] = [
+    pub const ALL: [Feature; 6] = [
         Feature::ExternalTrafficPolicyLocal,
         Feature::Sctp,
         Feature::NodePort,
         Feature::ExternalIps,
         Feature::LoadBalancerIngress,
+        Feature::LoadBalancerSourceRanges,
     ];
 
     /// The label value in metrics and logs.
@@ -212,17 +217,29 @@ impl Feature {
             Feature::NodePort => "node_port",
             Feature::ExternalIps => "external_ips",
             Feature::LoadBalancerIngress => "load_balancer_ingress",
+            Feature::LoadBalancerSourceRanges => "load_balancer_source_ranges",
         }
     }
 
     /// What a Service using the feature gets meanwhile.
     pub fn effect(self) -> &'static str {
         match self {
-            Feature::ExternalTrafficPolicyLocal => "external traffic is not served by this proxy",
+            Feature::ExternalTrafficPolicyLocal => {
+                "traffic from outside the node is not served by this proxy"
+            }
             Feature::Sctp => "its SCTP ports are not programmed",
-            Feature::NodePort => "its node ports are not served",
-            Feature::ExternalIps => "its external IPs are not served",
-            Feature::LoadBalancerIngress => "its load-balancer IPs are not served",
+            Feature::NodePort => {
+                "its node ports serve pods and processes on this node only, not traffic from outside"
+            }
+            Feature::ExternalIps => {
+                "its external IPs serve pods and processes on this node only, not traffic from outside"
+            }
+            Feature::LoadBalancerIngress => {
+                "its load-balancer IPs serve pods and processes on this node only, not traffic from outside"
+            }
+            Feature::LoadBalancerSourceRanges => {
+                "its load-balancer IPs guarded by source ranges are not intercepted: their traffic goes to the load balancer"
+            }
         }
     }
 }
@@ -242,13 +259,16 @@ pub struct NodeContext {
     /// Its `topology.kubernetes.io/zone` label; `None` when unlabelled,
     /// which no zone hint matches.
     pub zone: Option<String>,
+    /// Its addresses that serve NodePorts (`--nodeport-addresses`), both
+    /// families, sorted.
+    pub node_port_ips: Vec<IpAddr>,
 }
 
 impl NodeContext {
     pub fn named(name: &str) -> Self {
         Self {
             name: name.to_owned(),
-            zone: None,
+            ..Self::default()
         }
     }
 

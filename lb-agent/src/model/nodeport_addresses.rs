@@ -76,7 +76,9 @@ impl NodePortAddresses {
     ///
     /// As kube-proxy: a family the setting names nothing of (no CIDR, no
     /// primary address) serves NodePorts on all of its addresses, and
-    /// loopback never does.
+    /// loopback never does. The primary address is taken as the Node
+    /// reports it; kube-proxy also looks for it on an interface, where a
+    /// node's own address always is.
     pub fn select(
         &self,
         family: IpFamily,
@@ -85,12 +87,11 @@ impl NodePortAddresses {
     ) -> Vec<IpAddr> {
         let of_family = |ip: &IpAddr| IpFamily::of(*ip) == family;
         let nets: Vec<IpNet> = match self {
+            Self::Primary => match primary.filter(|ip| of_family(ip) && !ip.is_loopback()) {
+                Some(ip) => return vec![ip],
+                None => Vec::new(),
+            },
             Self::All => Vec::new(),
-            Self::Primary => primary
-                .filter(|ip| of_family(ip) && !ip.is_loopback())
-                .map(IpNet::from)
-                .into_iter()
-                .collect(),
             Self::Cidrs(nets) => nets
                 .iter()
                 .filter(|net| of_family(&net.addr()))
@@ -106,6 +107,21 @@ impl NodePortAddresses {
         out.sort_unstable();
         out.dedup();
         out
+    }
+
+    /// [`Self::select`] for both families: `primary` holds at most one
+    /// address of each.
+    pub fn select_all(&self, primary: &[IpAddr], local: &[IpAddr]) -> Vec<IpAddr> {
+        [IpFamily::V4, IpFamily::V6]
+            .into_iter()
+            .flat_map(|family| {
+                let p = primary
+                    .iter()
+                    .copied()
+                    .find(|ip| IpFamily::of(*ip) == family);
+                self.select(family, p, local)
+            })
+            .collect()
     }
 }
 
@@ -170,6 +186,20 @@ mod tests {
         let v6 = "2001:db8::10".parse().ok();
         assert_eq!(p.select(IpFamily::V4, v4, &local()), ips(&["192.0.2.10"]));
         assert_eq!(p.select(IpFamily::V6, v6, &local()), ips(&["2001:db8::10"]));
+    }
+
+    #[test]
+    fn the_primary_address_serves_as_the_node_reports_it() {
+        let p = NodePortAddresses::Primary;
+        let elsewhere = "198.51.100.9".parse().ok();
+        assert_eq!(
+            p.select(IpFamily::V4, elsewhere, &local()),
+            ips(&["198.51.100.9"])
+        );
+        assert_eq!(
+            p.select_all(&ips(&["2001:db8::10", "192.0.2.11"]), &local()),
+            ips(&["192.0.2.11", "2001:db8::10"])
+        );
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! agent.
 //!
 //! It knows the cluster traffic policy, port matching, conditions, the
-//! de-duplication of endpoints, exclusion and claims; not topology,
+//! de-duplication of endpoints, exclusion, external frontends (external
+//! IPs, LB VIPs, node ports) and claims; not topology,
 //! `internalTrafficPolicy` or affinity (the generators feeding it make
 //! none of those).
 
@@ -44,6 +45,7 @@ pub fn naive<'a>(
     services: impl Iterator<Item = &'a Service>,
     slices: impl Iterator<Item = &'a EndpointSlice> + Clone,
     excluded: &ExcludedCidrs,
+    node_port_ips: &[IpAddr],
 ) -> Oracle {
     let mut out = Oracle::default();
     // Frontend -> every claimant: (owner, Some(backends) or None for pass-through).
@@ -70,6 +72,28 @@ pub fn naive<'a>(
         }
         // VIPs with a pass-through port get no wildcard frontend.
         let mut passes: BTreeSet<IpAddr> = BTreeSet::new();
+        let ranges: Vec<ipnet::IpNet> = spec
+            .load_balancer_source_ranges
+            .iter()
+            .flatten()
+            .map(|r| r.trim().parse().unwrap())
+            .collect();
+        let vips = svc
+            .status
+            .iter()
+            .filter_map(|s| s.load_balancer.as_ref())
+            .flat_map(|lb| lb.ingress.iter().flatten())
+            .filter(|i| matches!(i.ip_mode.as_deref(), None | Some("VIP")))
+            .filter_map(|i| i.ip.as_deref().filter(|ip| !ip.is_empty()))
+            .map(|ip| ip.parse::<IpAddr>().unwrap())
+            .filter(|vip| !ranges.iter().any(|r| r.addr().is_ipv4() == vip.is_ipv4()));
+        let external: BTreeSet<IpAddr> = spec
+            .external_ips
+            .iter()
+            .flatten()
+            .map(|ip| ip.parse().unwrap())
+            .chain(vips)
+            .collect();
         for port in spec.ports.iter().flatten() {
             let pproto = proto(port.protocol.as_ref());
             if pproto == Proto::Sctp {
@@ -145,6 +169,31 @@ pub fn naive<'a>(
                 } else {
                     Some(ready)
                 };
+                // External frontends of the cluster IP's family, with the
+                // same claim (no topology or traffic policy here).
+                let same_family = |ip: &&IpAddr| ip.is_ipv4() == vip.is_ipv4();
+                let node_port = port.node_port.filter(|n| *n != 0).map(|n| n as u16);
+                let externals = external
+                    .iter()
+                    .filter(same_family)
+                    .map(|ip| (*ip, fe.port))
+                    .chain(node_port.into_iter().flat_map(|n| {
+                        node_port_ips
+                            .iter()
+                            .filter(same_family)
+                            .map(move |ip| (*ip, n))
+                    }));
+                for (ip, number) in externals {
+                    let at = Frontend {
+                        vip: ip,
+                        port: number,
+                        proto: pproto,
+                    };
+                    claims
+                        .entry(at)
+                        .or_default()
+                        .insert(owner.clone(), claim.clone());
+                }
                 claims.entry(fe).or_default().insert(owner.clone(), claim);
             }
         }

@@ -3,9 +3,10 @@
 
 use std::{collections::BTreeSet, net::IpAddr};
 
+use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Service;
 
-use super::{Feature, ObjectKind, ObjectRef, Proto};
+use super::{Feature, IpFamily, ObjectKind, ObjectRef, Proto};
 
 /// Labels that hand a Service to another proxy, or mark it headless; kube-proxy
 /// ignores such Services and so do we. The apiserver source filters them on
@@ -26,8 +27,12 @@ pub struct ServiceSpec {
     pub cluster_ips: Vec<IpAddr>,
     pub ports: Vec<ServicePort>,
     pub external_ips: Vec<IpAddr>,
-    /// `status.loadBalancer.ingress[].ip`.
-    pub lb_ingress: Vec<IpAddr>,
+    /// `status.loadBalancer.ingress[].ip` whose `ipMode` is `VIP` (or
+    /// unset): kube-proxy's `LoadBalancerVIPs`. A `Proxy` IP is not
+    /// intercepted, its traffic goes to the load balancer.
+    pub lb_vips: Vec<IpAddr>,
+    /// `spec.loadBalancerSourceRanges`: who may reach the LB VIPs.
+    pub source_ranges: Vec<IpNet>,
     pub affinity: Affinity,
     pub internal_policy: TrafficPolicy,
     pub external_policy: TrafficPolicy,
@@ -89,8 +94,24 @@ impl ServiceSpec {
             Feature::NodePort,
         );
         add(!self.external_ips.is_empty(), Feature::ExternalIps);
-        add(!self.lb_ingress.is_empty(), Feature::LoadBalancerIngress);
+        add(!self.lb_vips.is_empty(), Feature::LoadBalancerIngress);
+        add(
+            self.lb_vips
+                .iter()
+                .any(|vip| self.source_ranges_of(*vip).is_some()),
+            Feature::LoadBalancerSourceRanges,
+        );
         out
+    }
+
+    /// The source ranges that guard `vip`, if any: kube-proxy's firewall
+    /// only uses the ranges of the VIP's family, and none means open.
+    pub fn source_ranges_of(&self, vip: IpAddr) -> Option<&[IpNet]> {
+        let family = IpFamily::of(vip);
+        self.source_ranges
+            .iter()
+            .any(|r| IpFamily::of(r.addr()) == family)
+            .then_some(&self.source_ranges[..])
     }
 }
 
@@ -199,18 +220,30 @@ pub(super) fn validate(svc: &Service) -> Verdict {
         Ok(v) => v,
         Err(e) => return Verdict::Invalid(e),
     };
-    let ingress = svc
+    // kube-proxy's IsVIPMode: an unset ipMode is VIP.
+    let vips = svc
         .status
         .as_ref()
         .and_then(|s| s.load_balancer.as_ref())
         .and_then(|lb| lb.ingress.as_ref())
         .into_iter()
         .flatten()
-        .filter_map(|i| i.ip.as_ref());
-    let lb_ingress = match parse_ips(ingress, "load-balancer ingress IP") {
+        .filter(|i| i.ip_mode.as_deref().is_none_or(|m| m == "VIP"))
+        .filter_map(|i| i.ip.as_ref().filter(|ip| !ip.is_empty()));
+    let lb_vips = match parse_ips(vips, "load-balancer ingress IP") {
         Ok(v) => v,
         Err(e) => return Verdict::Invalid(e),
     };
+    let mut source_ranges = Vec::new();
+    for r in spec.load_balancer_source_ranges.iter().flatten() {
+        // The apiserver validates these; kube-proxy trims them first.
+        match r.trim().parse::<IpNet>() {
+            Ok(net) => source_ranges.push(net.trunc()),
+            Err(_) => {
+                return Verdict::Invalid(format!("loadBalancerSourceRange {r:?} is not a CIDR"));
+            }
+        }
+    }
     let affinity = match spec.session_affinity.as_deref() {
         None | Some("None") => Affinity::None,
         Some("ClientIP") => {
@@ -259,7 +292,8 @@ pub(super) fn validate(svc: &Service) -> Verdict {
         cluster_ips,
         ports,
         external_ips,
-        lb_ingress,
+        lb_vips,
+        source_ranges,
         affinity,
         internal_policy,
         external_policy,

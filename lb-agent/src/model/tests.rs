@@ -454,7 +454,7 @@ fn objects_for_someone_else_are_ignored_not_invalid() {
 }
 
 #[test]
-fn cluster_ip_nodeport_and_loadbalancer_all_program_their_cluster_ip() {
+fn cluster_ip_nodeport_and_loadbalancer_all_program_their_cluster_ip_and_lb_vip() {
     let docs = [
         Svc::new("", "c")
             .type_("ClusterIP")
@@ -489,6 +489,7 @@ fn cluster_ip_nodeport_and_loadbalancer_all_program_their_cluster_ip() {
             ("10.96.0.1:80/TCP".to_owned(), vec![be("10.0.0.1", 8080)]),
             ("10.96.0.2:80/TCP".to_owned(), vec![be("10.0.0.2", 8080)]),
             ("10.96.0.3:80/TCP".to_owned(), vec![be("10.0.0.3", 8080)]),
+            ("192.0.2.10:80/TCP".to_owned(), vec![be("10.0.0.3", 8080)]),
         ]
     );
     assert!(r.invalid.is_empty() && r.ignored.is_empty(), "{r:?}");
@@ -586,7 +587,7 @@ fn ipv6_only_and_single_stack_services_use_their_own_family_and_ipv6_exclusions(
 }
 
 #[test]
-fn features_not_programmed_yet_are_reported_and_the_cluster_ip_still_served() {
+fn features_not_fully_programmed_are_reported_and_the_rest_served() {
     let docs = [
         Svc::new("", "rich")
             .type_("LoadBalancer")
@@ -602,10 +603,16 @@ fn features_not_programmed_yet_are_reported_and_the_cluster_ip_still_served() {
         slice("default", "rich-1", "rich", HTTP_EP, &[Ep::new("10.0.0.8")]),
     ];
     let (d, r) = run(&docs);
+    // The cluster IP has no local endpoint (iTP Local); the external IP
+    // and LB VIP serve this node's pods with the cluster set. SCTP is not
+    // programmed, nor node ports (`run` gives the node no addresses).
     assert_eq!(
-        ports_of(&d).keys().copied().collect::<Vec<_>>(),
-        [tcp("10.96.0.8", 80)],
-        "only the ClusterIP's TCP port is programmed"
+        ports_of(&d),
+        BTreeMap::from([
+            (tcp("10.96.0.8", 80), vec![]),
+            (tcp("192.0.2.10", 80), vec![be("10.0.0.8", 8080)]),
+            (tcp("198.51.100.7", 80), vec![be("10.0.0.8", 8080)]),
+        ])
     );
     let rich = oref(ObjectKind::Service, "default", "rich");
     let want: BTreeSet<_> = [

@@ -89,6 +89,7 @@ impl<F: Family, T: Tables, G: GracePeriods> Reconciler<F, T, G> {
                     target: None,
                 }),
         );
+        ports_before_wildcards(&mut changes);
         pass::apply(
             &mut self.maps,
             &mut self.grace,
@@ -105,7 +106,7 @@ impl<F: Family, T: Tables, G: GracePeriods> Reconciler<F, T, G> {
         &mut self,
         changes: impl IntoIterator<Item = (&'a Frontend, Option<&'a Target>)>,
     ) -> Outcome {
-        let changes = changes
+        let mut changes: Vec<_> = changes
             .into_iter()
             .filter_map(|(fe, target)| {
                 Some(Change {
@@ -115,6 +116,7 @@ impl<F: Family, T: Tables, G: GracePeriods> Reconciler<F, T, G> {
                 })
             })
             .collect();
+        ports_before_wildcards(&mut changes);
         pass::apply(
             &mut self.maps,
             &mut self.grace,
@@ -160,4 +162,12 @@ impl<F: Family, T: Tables, G: GracePeriods> Reconciler<F, T, G> {
             self.maps.backends(),
         )
     }
+}
+
+/// Orders each address's wildcard frontend after its ports (addresses stay
+/// in order). A pass that runs out of room then leaves a Service's
+/// catch-all unwritten rather than one of its ports, which the wildcard
+/// would refuse.
+fn ports_before_wildcards<K>(changes: &mut [Change<'_, K>]) {
+    changes.sort_by_key(|c| c.frontend.map(|f| (f.vip, f.is_wildcard())));
 }

@@ -16,9 +16,9 @@ use kube::{
 use serde::de::DeserializeOwned;
 use tracing::warn;
 
-use super::Change;
 use super::backoff::with_backoff;
 use super::strip::Kept;
+use super::{Change, NodeFacts};
 
 /// One kind of apiserver request the agent makes: API group, resource, verbs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,10 +84,10 @@ pub enum Event {
     Change(Change),
     /// This node's Node was listed or changed: whether it is eligible for
     /// traffic (not being deleted or drained by the autoscaler; feeds
-    /// `/healthz`) and its zone label (feeds topology).
+    /// `/healthz`), and what the model reads of it (zone, addresses).
     Node {
         eligible: bool,
-        zone: Option<String>,
+        facts: NodeFacts,
     },
     /// This node's Node was deleted.
     NodeDeleted,
@@ -165,7 +165,7 @@ pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
         match ev {
             Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => Some(Event::Node {
                 eligible: node_eligible(&n),
-                zone: super::node_zone(&n),
+                facts: NodeFacts::of(&n),
             }),
             Ok(watcher::Event::Delete(_)) => Some(Event::NodeDeleted),
             Ok(_) => None,

@@ -3,9 +3,12 @@
 
 mod backoff;
 pub mod file;
+pub mod interfaces;
 pub mod kube;
 mod nesting;
 pub mod strip;
+
+use std::net::IpAddr;
 
 use k8s_openapi::api::{
     core::v1::{Node, Service},
@@ -20,9 +23,45 @@ pub const TRIGGER_TIME_ANNOTATION: &str = "endpoints.kubernetes.io/last-change-t
 /// The Node label topology hints are matched against.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 
-/// This node's zone, from its Node object.
-pub fn node_zone(node: &Node) -> Option<String> {
-    node.metadata.labels.as_ref()?.get(ZONE_LABEL).cloned()
+/// What the model reads of this node's Node object.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeFacts {
+    /// Its zone label (`None`: unlabelled).
+    pub zone: Option<String>,
+    /// Its primary address of each family it has one of: the first
+    /// `InternalIP`, else the first `ExternalIP` (kube-proxy's
+    /// `GetNodeHostIPs`).
+    pub primary_ips: Vec<IpAddr>,
+}
+
+impl NodeFacts {
+    pub fn of(node: &Node) -> Self {
+        let addresses = node
+            .status
+            .as_ref()
+            .and_then(|s| s.addresses.as_deref())
+            .unwrap_or_default();
+        let of_type = |t: &'static str| {
+            addresses
+                .iter()
+                .filter(move |a| a.type_ == t)
+                .filter_map(|a| a.address.trim().parse::<IpAddr>().ok())
+        };
+        let mut primary_ips: Vec<IpAddr> = Vec::new();
+        for ip in of_type("InternalIP").chain(of_type("ExternalIP")) {
+            if !primary_ips.iter().any(|p| p.is_ipv4() == ip.is_ipv4()) {
+                primary_ips.push(ip);
+            }
+        }
+        Self {
+            zone: node
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(ZONE_LABEL).cloned()),
+            primary_ips,
+        }
+    }
 }
 
 /// One change from a source.
@@ -42,6 +81,39 @@ pub enum Change {
     AllServices(Vec<Service>),
     /// The complete set of EndpointSlices.
     AllSlices(Vec<EndpointSlice>),
-    /// This node's zone label, as its Node now says (`None`: unlabelled).
-    NodeZone(Option<String>),
+    /// What this node's Node now says (all `None`/empty: no Node).
+    Node(NodeFacts),
+    /// The addresses this node's interfaces hold now.
+    LocalAddresses(Vec<IpAddr>),
+}
+
+#[cfg(test)]
+mod tests {
+    use lb_fixtures::Node;
+
+    use super::*;
+
+    #[test]
+    fn a_nodes_primary_addresses_are_its_first_internal_ip_of_each_family() {
+        let node = Node::new("node-a")
+            .zone("zone-a")
+            .address("Hostname", "node-a")
+            .address("ExternalIP", "203.0.113.5")
+            .address("InternalIP", "192.0.2.10")
+            .address("InternalIP", "192.0.2.11")
+            .address("ExternalIP", "2001:db8::5")
+            .build();
+        let facts = NodeFacts::of(&node);
+        assert_eq!(facts.zone.as_deref(), Some("zone-a"));
+        // No IPv6 InternalIP: the ExternalIP stands in, as in kube-proxy.
+        let want: Vec<IpAddr> = vec![
+            "192.0.2.10".parse().unwrap(),
+            "2001:db8::5".parse().unwrap(),
+        ];
+        assert_eq!(facts.primary_ips, want);
+        assert_eq!(
+            NodeFacts::of(&Node::new("bare").build()),
+            NodeFacts::default()
+        );
+    }
 }

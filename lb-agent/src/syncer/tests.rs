@@ -57,6 +57,7 @@ fn syncer(frontends: u32) -> (Syncer<Mem, ManualGrace>, Arc<Endpoints>, ManualGr
             reconciler,
             excluded,
             NodeContext::named("node-a"),
+            NodePortAddresses::default(),
             endpoints.clone(),
         ),
         endpoints,
@@ -173,6 +174,32 @@ fn a_deleting_sync_makes_frontends_waiting_for_room_due() {
     s.sync(at).unwrap();
     assert_eq!(s.failing(), 0);
     assert_eq!(e.metrics.frontends_waiting_for_room.get(), 0.0);
+}
+
+#[test]
+fn with_room_for_one_more_frontend_a_services_port_goes_before_its_wildcard() {
+    // A Service removed frees its wildcard at once and its port after the
+    // grace period: a waiting Service then finds room for one frontend.
+    // It must be its port; its wildcard alone would refuse the port. Here
+    // the room is short from the start.
+    let (mut s, _, _) = syncer(3);
+    let t0 = Instant::now();
+    let services = vec![service("a", "10.96.0.1"), service("b", "10.96.0.2")];
+    let slices = vec![
+        slice("a-1", "a", &["10.0.0.1"]),
+        slice("b-1", "b", &["10.0.0.2"]),
+    ];
+    list(&mut s, services, slices, t0);
+    s.sync(t0).unwrap();
+    let vip = "10.96.0.2".parse().unwrap();
+    let port = Frontend {
+        vip,
+        port: 80,
+        proto: Proto::Tcp,
+    };
+    assert!(s.reconciler.has(&port));
+    assert!(!s.reconciler.has(&Frontend::wildcard(vip)));
+    assert_eq!(s.failing(), 1, "the wildcard waits for room");
 }
 
 #[test]

@@ -1,0 +1,241 @@
+//! External frontends (node ports, external IPs, LB VIPs) as the socket
+//! hooks serve them: for pods and processes on this node, which kube-proxy
+//! short-circuits to the cluster endpoints.
+
+use std::collections::BTreeSet;
+
+use lb_fixtures::{Ep, Slice, Svc, SvcPort};
+
+use super::*;
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn fe(vip: &str, port: u16, proto: Proto) -> Frontend {
+    Frontend {
+        vip: ip(vip),
+        port,
+        proto,
+    }
+}
+
+fn be(ip_: &str, port: u16) -> Backend {
+    Backend { ip: ip(ip_), port }
+}
+
+/// A cache for node `node-a` whose NodePorts are served on `node_port_ips`.
+fn cache(node_port_ips: &[&str]) -> Cache {
+    let node = NodeContext {
+        node_port_ips: node_port_ips.iter().map(|s| ip(s)).collect(),
+        ..NodeContext::named("node-a")
+    };
+    Cache::new(ExcludedCidrs::parse(["10.244.0.0/16"]).unwrap(), node)
+}
+
+/// The backends of `f`, or `None` when it is not programmed.
+fn backends(c: &Cache, f: Frontend) -> Option<Vec<Backend>> {
+    c.desired(&f).map(|t| t.backends.clone())
+}
+
+fn slice(name: &str, family: &str, eps: &[Ep]) -> k8s_openapi::api::discovery::v1::EndpointSlice {
+    Slice::new("default", name)
+        .service("web")
+        .address_type(family)
+        .port("http", 8080, "TCP")
+        .port("dns", 5353, "UDP")
+        .endpoints(eps.iter().cloned())
+        .build()
+}
+
+/// Dual-stack NodePort Service `web`: http 80/TCP on 30080, dns 53/UDP on 30053.
+fn node_port_web() -> Svc {
+    Svc::new("default", "web")
+        .type_("NodePort")
+        .cluster_ips(&["10.96.0.20", "fd00:96::20"])
+        .with_port(SvcPort::new("http", 80, "TCP").node_port(30080))
+        .with_port(SvcPort::new("dns", 53, "UDP").node_port(30053))
+}
+
+#[test]
+fn node_ports_are_served_on_the_node_addresses_of_each_cluster_ip_family() {
+    let mut c = cache(&["192.0.2.10", "2001:db8::10"]);
+    c.apply_service(&node_port_web().build());
+    c.apply_slice(&slice("web-4", "IPv4", &[Ep::new("10.0.0.1")]));
+    c.apply_slice(&slice("web-6", "IPv6", &[Ep::new("fd00::1")]));
+    c.flush();
+    let (v4, v6) = (vec![be("10.0.0.1", 8080)], vec![be("fd00::1", 8080)]);
+    assert_eq!(backends(&c, fe("192.0.2.10", 30080, Proto::Tcp)), Some(v4));
+    assert_eq!(
+        backends(&c, fe("2001:db8::10", 30080, Proto::Tcp)),
+        Some(v6)
+    );
+    assert_eq!(
+        backends(&c, fe("192.0.2.10", 30053, Proto::Udp)),
+        Some(vec![be("10.0.0.1", 5353)])
+    );
+    // A node port is a port of the node's address, not of the cluster IP.
+    assert_eq!(backends(&c, fe("10.96.0.20", 30080, Proto::Tcp)), None);
+    assert_eq!(backends(&c, fe("192.0.2.10", 80, Proto::Tcp)), None);
+    // No wildcard: the node's other ports are not ours.
+    assert_eq!(c.desired(&Frontend::wildcard(ip("192.0.2.10"))), None);
+
+    // The node's addresses change: the old frontends go, the new come.
+    c.set_node_port_ips(vec![ip("192.0.2.11")]);
+    let flush = c.flush();
+    for gone in [
+        fe("192.0.2.10", 30080, Proto::Tcp),
+        fe("2001:db8::10", 30080, Proto::Tcp),
+    ] {
+        assert!(flush.touched.contains(&gone), "{gone}");
+        assert_eq!(backends(&c, gone), None);
+    }
+    assert!(flush.touched.contains(&fe("192.0.2.11", 30080, Proto::Tcp)));
+    assert_eq!(
+        backends(&c, fe("192.0.2.11", 30053, Proto::Udp)),
+        Some(vec![be("10.0.0.1", 5353)])
+    );
+    assert!(
+        flush
+            .stale_udp
+            .contains(&fe("192.0.2.10", 30053, Proto::Udp)),
+        "a UDP node port that went away has stale sockets"
+    );
+}
+
+#[test]
+fn a_family_without_a_cluster_ip_gets_no_external_frontends() {
+    // kube-proxy skips a Service in a family it has no cluster IP of.
+    let mut c = cache(&["192.0.2.10", "2001:db8::10"]);
+    let svc = Svc::new("default", "web")
+        .type_("LoadBalancer")
+        .cluster_ip("10.96.0.20")
+        .external_ips(&["192.0.2.50", "2001:db8::50"])
+        .lb_ingress_ip("2001:db8::60")
+        .with_port(SvcPort::new("http", 80, "TCP").node_port(30080));
+    c.apply_service(&svc.build());
+    c.apply_slice(&slice("web-4", "IPv4", &[Ep::new("10.0.0.1")]));
+    c.flush();
+    let v6: Vec<Frontend> = c
+        .programmed()
+        .map(|(f, _, _)| *f)
+        .filter(|f| f.vip.is_ipv6())
+        .collect();
+    assert!(v6.is_empty(), "{v6:?}");
+    assert!(backends(&c, fe("192.0.2.50", 80, Proto::Tcp)).is_some());
+}
+
+#[test]
+fn lb_vips_in_proxy_mode_or_behind_source_ranges_of_their_family_are_left_alone() {
+    let mut c = cache(&[]);
+    let svc = Svc::new("default", "web")
+        .type_("LoadBalancer")
+        .cluster_ips(&["10.96.0.20", "fd00:96::20"])
+        .port("http", 80, "TCP")
+        .lb_ingress("198.51.100.1", Some("VIP"))
+        .lb_ingress("198.51.100.2", Some("Proxy"))
+        .lb_ingress("2001:db8::1", None)
+        .source_ranges(&[" 203.0.113.0/24"]);
+    assert_eq!(c.apply_service(&svc.build()), Admission::Accepted);
+    c.apply_slice(&slice("web-4", "IPv4", &[Ep::new("10.0.0.1")]));
+    c.apply_slice(&slice("web-6", "IPv6", &[Ep::new("fd00::1")]));
+    let flush = c.flush();
+    // Guarded by an IPv4 range: its firewall is not built at the socket
+    // hooks, so the VIP is not intercepted at all.
+    assert_eq!(backends(&c, fe("198.51.100.1", 80, Proto::Tcp)), None);
+    // ipMode Proxy: kube-proxy never intercepts it.
+    assert_eq!(backends(&c, fe("198.51.100.2", 80, Proto::Tcp)), None);
+    // No IPv6 range: the IPv6 VIP is open, so it is served.
+    assert_eq!(
+        backends(&c, fe("2001:db8::1", 80, Proto::Tcp)),
+        Some(vec![be("fd00::1", 8080)])
+    );
+    let report = &flush.services[&ObjectRef::service("default", "web")];
+    assert!(
+        report
+            .unsupported
+            .contains(&Feature::LoadBalancerSourceRanges)
+    );
+
+    let bad = Svc::new("default", "web")
+        .type_("LoadBalancer")
+        .cluster_ip("10.96.0.20")
+        .port("http", 80, "TCP")
+        .source_ranges(&["203.0.113.0/33"]);
+    assert!(matches!(
+        c.apply_service(&bad.build()),
+        Admission::Invalid(_)
+    ));
+}
+
+#[test]
+fn external_traffic_policy_local_still_sends_this_nodes_clients_to_every_endpoint() {
+    let mut c = cache(&["192.0.2.10"]);
+    let svc = Svc::new("default", "web")
+        .type_("LoadBalancer")
+        .cluster_ip("10.96.0.20")
+        .external_ips(&["192.0.2.50"])
+        .lb_ingress_ip("198.51.100.1")
+        .external_traffic_policy("Local")
+        .internal_traffic_policy("Local")
+        .with_port(SvcPort::new("http", 80, "TCP").node_port(30080));
+    c.apply_service(&svc.build());
+    c.apply_slice(&slice(
+        "web-4",
+        "IPv4",
+        &[
+            Ep::new("10.0.0.1").node("node-b"),
+            Ep::new("10.0.0.2").node("node-a"),
+            Ep::new("10.0.0.3")
+                .ready(false)
+                .serving(true)
+                .terminating(true),
+        ],
+    ));
+    c.flush();
+    let all = vec![be("10.0.0.1", 8080), be("10.0.0.2", 8080)];
+    for f in [
+        fe("192.0.2.50", 80, Proto::Tcp),
+        fe("198.51.100.1", 80, Proto::Tcp),
+        fe("192.0.2.10", 30080, Proto::Tcp),
+    ] {
+        let t = c
+            .desired(&f)
+            .unwrap_or_else(|| panic!("{f} not programmed"));
+        assert_eq!(t.backends, all, "{f}");
+        assert!(!t.local && !t.no_local_endpoints, "{f}: {t:?}");
+    }
+    // The cluster IP keeps its own policy.
+    assert_eq!(
+        backends(&c, fe("10.96.0.20", 80, Proto::Tcp)),
+        Some(vec![be("10.0.0.2", 8080)])
+    );
+}
+
+#[test]
+fn external_addresses_refuse_without_endpoints_and_pass_through_when_all_are_excluded() {
+    let mut c = cache(&["192.0.2.10"]);
+    c.apply_service(&node_port_web().external_ips(&["192.0.2.50"]).build());
+    c.flush();
+    for f in [
+        fe("192.0.2.50", 80, Proto::Tcp),
+        fe("192.0.2.10", 30080, Proto::Tcp),
+    ] {
+        assert_eq!(backends(&c, f), Some(vec![]), "{f} refuses");
+    }
+    c.apply_slice(&slice("web-4", "IPv4", &[Ep::new("10.244.1.1")]));
+    let flush = c.flush();
+    let passthrough: BTreeSet<Frontend> = flush
+        .services
+        .values()
+        .flat_map(|r| r.passthrough.iter().copied())
+        .collect();
+    for f in [
+        fe("192.0.2.50", 80, Proto::Tcp),
+        fe("192.0.2.10", 30080, Proto::Tcp),
+        fe("10.96.0.20", 80, Proto::Tcp),
+    ] {
+        assert_eq!(backends(&c, f), None, "{f} is left to the other CNI");
+        assert!(passthrough.contains(&f), "{f}");
+    }
+}
