@@ -271,6 +271,13 @@ impl Agent {
         self.metrics()?.value(sample)
     }
 
+    /// Waits until `sample` on /metrics has `value`.
+    pub fn wait_metric(&mut self, sample: &str, value: f64) -> anyhow::Result<()> {
+        self.wait_until(&format!("{sample} = {value}"), |a| {
+            Ok(a.metric(sample)? == value)
+        })
+    }
+
     /// Number of completed syncs so far (full and partial).
     pub fn syncs(&mut self) -> usize {
         match self.metric(SYNCS) {
