@@ -225,7 +225,7 @@ enum Changes {
         path: PathBuf,
         poll: Interval,
         seen: Option<file::Fingerprint>,
-        /// The file may hold this node's Node, for its zone label.
+        /// The file may hold this node's Node, for its zone label and addresses.
         node_name: String,
         endpoints: Arc<Endpoints>,
     },

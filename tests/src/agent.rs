@@ -293,7 +293,7 @@ impl Agent {
 
     /// Changes received and written so far: one per watch event, three
     /// per re-read of the source file (its Services, its slices, this
-    /// node's zone).
+    /// node's Node). An interface-address change is one more.
     pub fn written(&mut self) -> anyhow::Result<u64> {
         Ok(self.metric(WRITTEN)? as u64)
     }

@@ -28,7 +28,7 @@ use super::{
 pub struct Objects {
     pub services: Vec<Service>,
     pub slices: Vec<EndpointSlice>,
-    /// Nodes: the agent reads its own one's zone label.
+    /// Nodes: the agent reads its own one's zone label and addresses.
     pub nodes: Vec<Node>,
     /// Documents that were skipped: where, and why.
     pub skipped: Vec<SkippedDocument>,
