@@ -76,12 +76,22 @@ impl Health {
         self.answer(false)
     }
 
+    /// kube-proxy's `Health().Healthy`: synced, and no change waiting too
+    /// long. The node's state is not part of it, so Services' health checks
+    /// keep answering 200 while the node drains.
+    pub fn proxy_healthy(&self) -> bool {
+        Self::synced(&self.state())
+    }
+
+    fn synced(s: &State) -> bool {
+        s.last_updated.is_some()
+            && s.oldest_pending
+                .is_none_or(|t| t.elapsed() < HEALTH_TIMEOUT)
+    }
+
     fn answer(&self, check_node: bool) -> Answer {
         let s = self.state();
-        let synced = s.last_updated.is_some()
-            && s.oldest_pending
-                .is_none_or(|t| t.elapsed() < HEALTH_TIMEOUT);
-        let ok = synced && (!check_node || s.node_eligible);
+        let ok = Self::synced(&s) && (!check_node || s.node_eligible);
         let last = s
             .last_updated
             .map(|t| {
@@ -114,6 +124,7 @@ mod tests {
         let h = Health::default();
         assert_eq!(h.healthz().status, 503);
         assert_eq!(h.livez().status, 503);
+        assert!(!h.proxy_healthy());
         h.queued();
         h.updated();
         assert_eq!(h.healthz().status, 200);
@@ -137,5 +148,6 @@ mod tests {
         h.set_node_eligible(false);
         assert_eq!(h.healthz().status, 503);
         assert_eq!(h.livez().status, 200);
+        assert!(h.proxy_healthy());
     }
 }

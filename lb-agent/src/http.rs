@@ -1,4 +1,5 @@
-//! The metrics and healthz HTTP endpoints, as kube-proxy serves them.
+//! The metrics, healthz and Service health-check HTTP endpoints, as
+//! kube-proxy serves them.
 //!
 //! The healthz listener usually binds 0.0.0.0 (both families), so every
 //! listener is built to keep answering under a flood of connections: a
@@ -31,13 +32,16 @@ use crate::{
     health::Health,
     log_budget::LogBudget,
     metrics::{self, Metrics},
+    model::IpFamily,
+    service_health::{self, ServiceHealth},
 };
 
-/// What the two listeners answer from.
+/// What the listeners answer from.
 #[derive(Debug, Default)]
 pub struct Endpoints {
     pub metrics: Metrics,
     pub health: Health,
+    pub service_health: ServiceHealth,
 }
 
 /// Which set of paths a listener serves.
@@ -47,6 +51,8 @@ pub enum Role {
     Metrics,
     /// `/healthz` and `/livez` (kube-proxy's `--healthz-bind-address`).
     Healthz,
+    /// A Service's `healthCheckNodePort` in one family: every path.
+    ServiceHealth { port: u16, family: IpFamily },
 }
 
 /// How much one listener lets its clients hold.
@@ -85,6 +91,20 @@ pub async fn serve(
     Ok(serve_with(addr, role, endpoints, Limits::default())
         .await?
         .0)
+}
+
+/// Serves `listener` in the background until the task is aborted.
+pub fn spawn(
+    listener: TcpListener,
+    role: Role,
+    endpoints: Arc<Endpoints>,
+) -> io::Result<tokio::task::JoinHandle<()>> {
+    let local = listener.local_addr()?;
+    let limits = Limits::default();
+    let conns = Arc::new(Conns::new(limits.max_connections));
+    Ok(tokio::spawn(accept(
+        listener, local, role, endpoints, limits, conns,
+    )))
 }
 
 /// [`serve`] with chosen limits; also returns the connection table.
@@ -214,6 +234,9 @@ fn connection(
 }
 
 fn answer<B>(role: Role, e: &Endpoints, req: &Request<B>) -> Response<Full<Bytes>> {
+    if let Role::ServiceHealth { port, family } = role {
+        return service_health_answer(e, port, family);
+    }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return reply(405, "text/plain", "method not allowed\n".into());
     }
@@ -230,6 +253,26 @@ fn answer<B>(role: Role, e: &Endpoints, req: &Request<B>) -> Response<Full<Bytes
         }
         _ => reply(404, "text/plain", "404 page not found\n".into()),
     }
+}
+
+/// Any method and path: kube-proxy's health-check handler has no mux.
+fn service_health_answer(e: &Endpoints, port: u16, family: IpFamily) -> Response<Full<Bytes>> {
+    let Some(entry) = e.service_health.lookup(port, family) else {
+        // The Service is gone and its listener about to close.
+        return reply(503, "text/plain", "no such service\n".into());
+    };
+    let a = service_health::answer(
+        &entry.service.namespace,
+        &entry.service.name,
+        entry.local_endpoints,
+        e.health.proxy_healthy(),
+    );
+    let mut r = Response::builder().status(a.status);
+    for (name, value) in a.headers {
+        r = r.header(name, value);
+    }
+    r.body(Full::new(Bytes::from(a.body)))
+        .expect("the answer's parts are valid")
 }
 
 fn reply(status: u16, content_type: &str, body: String) -> Response<Full<Bytes>> {

@@ -135,6 +135,11 @@ pub struct Metrics {
     /// Stale UDP sockets that could not be destroyed, and network
     /// namespaces that could not be searched.
     pub udp_socket_destroy_errors: Counter,
+    /// `healthCheckNodePort` listeners open now, one per port and family.
+    pub service_health_listeners: Gauge,
+    /// Health-check listeners that could not be opened, once per failure
+    /// until they open.
+    pub service_health_listen_errors: Counter,
     /// The pinned maps directory whose `LB_STATS` counters are read at
     /// every scrape; set once the programs are loaded.
     pub datapath_maps: Arc<OnceLock<PathBuf>>,
@@ -167,6 +172,8 @@ impl Default for Metrics {
             map_write_errors: Counter::default(),
             udp_sockets_destroyed: Counter::default(),
             udp_socket_destroy_errors: Counter::default(),
+            service_health_listeners: Gauge::default(),
+            service_health_listen_errors: Counter::default(),
             datapath_maps: Arc::default(),
             registry: Registry::default(),
         };
@@ -353,6 +360,16 @@ impl Metrics {
             "lbagent_udp_socket_destroy_errors",
             "Stale UDP sockets not destroyed, and network namespaces not searched, because of an error",
             self.udp_socket_destroy_errors.clone(),
+        );
+        r.register(
+            "lbagent_service_health_check_listeners",
+            "healthCheckNodePort listeners open, one per port and family",
+            self.service_health_listeners.clone(),
+        );
+        r.register(
+            "lbagent_service_health_check_listen_errors",
+            "healthCheckNodePort listeners that could not be opened (retried every 5 s), once per failure until they open",
+            self.service_health_listen_errors.clone(),
         );
         r.register_collector(Box::new(datapath::Events(self.datapath_maps.clone())));
         r.register_collector(Box::new(process::Process));

@@ -27,6 +27,7 @@ use lb_agent::{
     memory,
     model::{ExcludedCidrs, NodeContext},
     reconcile::DualReconciler,
+    service_health,
     sockets::{NetnsSources, SocketReaper, StaleUdp},
     source::{Change, NodeFacts, file, interfaces::Interfaces, kube},
     syncer::{SyncStats, Syncer},
@@ -63,6 +64,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding the healthz address {}", config.healthz_addr))?;
     info!(%metrics, %healthz, node = %config.node_name, "serving /metrics, /proxyMode, /healthz, /livez");
+    tokio::spawn(service_health::listeners::serve(endpoints.clone()));
 
     let (stop_tx, stop_rx) = oneshot::channel();
     let (ended_tx, ended) = oneshot::channel();

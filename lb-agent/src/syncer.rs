@@ -18,8 +18,8 @@ use tracing::{debug, error, info, warn};
 use crate::{
     http::Endpoints,
     model::{
-        Admission, Cache, ExcludedCidrs, Flush, Frontend, NodeContext, NodePortAddresses,
-        ObjectRef, Proto, ServiceReport, service_ref, slice_ref,
+        Admission, Cache, ExcludedCidrs, Flush, Frontend, HealthCheck, NodeContext,
+        NodePortAddresses, ObjectRef, Proto, ServiceReport, service_ref, slice_ref,
     },
     reconcile::{DualReconciler, GracePeriods, Outcome, Tables},
     sockets::UdpServing,
@@ -73,6 +73,8 @@ pub struct Syncer<T: Tables, G: GracePeriods> {
     stale_udp: BTreeSet<Frontend>,
     /// Every UDP frontend's serving IPs, kept for the socket reaper.
     udp_serving: Arc<UdpServing>,
+    /// Every Service's `healthCheckNodePort`, published after each sync.
+    health_checks: BTreeMap<ObjectRef, HealthCheck>,
 }
 
 impl<T: Tables, G: GracePeriods> Syncer<T, G> {
@@ -90,6 +92,7 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             local_ips: Vec::new(),
             stale_udp: BTreeSet::new(),
             udp_serving: Arc::default(),
+            health_checks: BTreeMap::new(),
             reconciler,
             endpoints,
             listed_services: false,
@@ -268,6 +271,7 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         }
         self.track_owners(touched.as_ref());
         self.udp_serving.narrow(serving_now(&self.cache, &udp));
+        self.publish_health_checks(flush.services.keys());
         let took = start.elapsed();
         let latency = self.received.iter().min().map_or(took, Instant::elapsed);
         self.record(full, &outcome, took);
@@ -369,6 +373,24 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             if !losers.is_empty() {
                 self.reported_conflicts.insert(*fe, losers);
             }
+        }
+    }
+
+    /// Recomputes the health checks of the Services in `recomputed` and
+    /// publishes them all, after the maps are written (kube-proxy updates
+    /// its health-check servers after each successful sync).
+    fn publish_health_checks<'a>(&mut self, recomputed: impl Iterator<Item = &'a ObjectRef>) {
+        let mut changed = false;
+        for svc in recomputed {
+            let now = self.cache.health_check(svc);
+            let before = match now {
+                Some(hc) => self.health_checks.insert(svc.clone(), hc),
+                None => self.health_checks.remove(svc),
+            };
+            changed |= before != now;
+        }
+        if changed {
+            self.endpoints.service_health.publish(&self.health_checks);
         }
     }
 

@@ -211,8 +211,8 @@ impl Agent {
         }
     }
 
-    /// Finds the two listeners among the agent's own listening sockets
-    /// (they are on ephemeral ports): the one that serves `/metrics` is
+    /// Finds the two listeners among the agent's own loopback listening
+    /// sockets (they are on ephemeral ports): the one that serves `/metrics` is
     /// the metrics listener, the other the healthz one.
     fn listeners(&mut self) -> anyhow::Result<Listeners> {
         if let Some(l) = self.listeners {
@@ -221,7 +221,11 @@ impl Agent {
         let pid = self.child.id();
         let mut found = None;
         self.wait_until("its HTTP listeners", |_| {
-            let addrs = crate::procnet::listening_tcp(pid)?;
+            // Service health checks listen on the wildcard address.
+            let addrs: Vec<SocketAddr> = crate::procnet::listening_tcp(pid)?
+                .into_iter()
+                .filter(|a| a.ip().is_loopback())
+                .collect();
             if addrs.len() < 2 {
                 return Ok(false);
             }

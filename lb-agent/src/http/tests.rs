@@ -249,3 +249,49 @@ fn privileged_an_unspecified_address_answers_both_families() {
         });
     });
 }
+
+#[tokio::test]
+async fn a_service_health_check_answers_every_path_and_method_from_the_table() {
+    let endpoints = Arc::new(Endpoints::default());
+    let svc = crate::model::ObjectRef::service("shop", "web");
+    let hc = crate::model::HealthCheck {
+        port: 32000,
+        v4: Some(2),
+        v6: None,
+    };
+    endpoints.service_health.publish([(&svc, &hc)]);
+    endpoints.health.updated();
+    let role = Role::ServiceHealth {
+        port: 32000,
+        family: IpFamily::V4,
+    };
+    let listener = TcpListener::bind(ANY_PORT).await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let task = spawn(listener, role, endpoints.clone()).expect("spawn");
+
+    for request in [
+        "GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        "POST /anything/else HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    ] {
+        let r = exchange(addr, request).await;
+        assert_eq!(status(&r), 200, "{r}");
+        assert!(r.contains("x-load-balancing-endpoint-weight: 2\r\n"), "{r}");
+        assert!(r.contains("content-type: application/json\r\n"), "{r}");
+        assert!(
+            r.ends_with("\"localEndpoints\": 2,\n\t\"serviceProxyHealthy\": true\n}"),
+            "{r}"
+        );
+    }
+
+    // No local endpoint left: 503, with the count.
+    let none = crate::model::HealthCheck { v4: Some(0), ..hc };
+    endpoints.service_health.publish([(&svc, &none)]);
+    let r = exchange(addr, GET_HEALTHZ).await;
+    assert_eq!(status(&r), 503, "{r}");
+    assert!(r.contains("\"localEndpoints\": 0"), "{r}");
+
+    // The Service is gone: its listener is about to close and answers 503.
+    endpoints.service_health.publish([]);
+    assert_eq!(status(&exchange(addr, GET_HEALTHZ).await), 503);
+    task.abort();
+}

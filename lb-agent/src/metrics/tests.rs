@@ -98,6 +98,8 @@ fn render_names_every_family_once_with_every_label() {
         "lbagent_map_write_errors",
         "lbagent_udp_sockets_destroyed",
         "lbagent_udp_socket_destroy_errors",
+        "lbagent_service_health_check_listeners",
+        "lbagent_service_health_check_listen_errors",
         "process_cpu_seconds",
         "process_virtual_memory_bytes",
         "process_resident_memory_bytes",

@@ -16,6 +16,7 @@ use super::{
     Backend, ExcludedCidrs, Feature, Frontend, Invalid, NodeContext, ObjectRef, Proto,
     claims::{Claim, Target, service_claims},
     few::Few,
+    health_check::{HealthCheck, health_check},
     service::{self, ServiceSpec},
     slice::{self, SliceSpec},
 };
@@ -258,13 +259,7 @@ impl Cache {
                 continue;
             };
             report.unsupported = spec.unsupported();
-            let slices: Vec<&SliceSpec> = self
-                .slices_of
-                .get(&object)
-                .into_iter()
-                .flat_map(Few::keys)
-                .filter_map(|s| self.slices.get(s))
-                .collect();
+            let slices = self.valid_slices(&object);
             let claims = service_claims(
                 spec,
                 &slices,
@@ -299,6 +294,22 @@ impl Cache {
                 .retain(|fe| self.winner(fe).is_some_and(|(w, _)| w == svc));
         }
         out
+    }
+
+    /// The valid slices of Service `svc`.
+    fn valid_slices(&self, svc: &ObjectRef) -> Vec<&SliceSpec> {
+        self.slices_of
+            .get(svc)
+            .into_iter()
+            .flat_map(Few::keys)
+            .filter_map(|s| self.slices.get(s))
+            .collect()
+    }
+
+    /// The `healthCheckNodePort` server Service `svc` needs, if any.
+    pub fn health_check(&self, svc: &ObjectRef) -> Option<HealthCheck> {
+        let spec = self.services.get(svc)?;
+        health_check(spec, &self.valid_slices(svc), &self.node)
     }
 
     /// The Service that owns `fe`, and what it asks for.

@@ -13,6 +13,7 @@ mod claims;
 mod desired;
 mod exclusion;
 mod few;
+mod health_check;
 mod nodeport_addresses;
 mod service;
 mod slice;
@@ -23,6 +24,7 @@ pub use cache::{Admission, Cache, Flush, ServiceReport};
 pub use claims::{Claim, Target};
 pub use desired::{Desired, ModelReport, compute};
 pub use exclusion::{ExcludedCidrs, ParseCidrError};
+pub use health_check::HealthCheck;
 pub use nodeport_addresses::{NodePortAddresses, NodePortAddressesError};
 pub use service::{
     Affinity, HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL, ServicePort, ServiceSpec, ServiceType,
@@ -36,6 +38,8 @@ mod cache_tests;
 mod categorize_tests;
 #[cfg(test)]
 mod external_tests;
+#[cfg(test)]
+mod health_check_tests;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod oracle;
 #[cfg(test)]
