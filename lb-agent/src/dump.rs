@@ -3,7 +3,10 @@
 
 use std::{fmt::Write as _, net::SocketAddr};
 
-use lb_common::{FE_F_AFFINITY, FE_F_LOCAL, FE_F_NO_LOCAL_ENDPOINTS};
+use lb_common::{
+    FE_F_AFFINITY, FE_F_EXTERNAL_LOCAL, FE_F_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, FE_KIND_EXTERNAL_IP,
+    FE_KIND_LOAD_BALANCER, FE_KIND_MASK, FE_KIND_NODE_PORT,
+};
 
 use crate::{
     model::{Frontend, Proto},
@@ -37,6 +40,15 @@ pub fn render(view: &LbView) -> String {
         }
         if fe.flags & FE_F_LOCAL != 0 {
             extra.push_str(" local");
+        }
+        extra.push_str(match fe.flags & FE_KIND_MASK {
+            FE_KIND_NODE_PORT => " NodePort",
+            FE_KIND_EXTERNAL_IP => " ExternalIP",
+            FE_KIND_LOAD_BALANCER => " LoadBalancer",
+            _ => "",
+        });
+        if fe.flags & FE_F_EXTERNAL_LOCAL != 0 {
+            extra.push_str(" eTP=Local");
         }
         let _ = writeln!(
             out,
@@ -116,6 +128,44 @@ mod tests {
         assert!(text.contains("<slot 0 missing>"), "{text}");
         assert!(text.contains("<backend 9 missing>"), "{text}");
         assert!(text.contains("1 revisions retired"), "{text}");
+    }
+
+    #[test]
+    fn external_frontends_show_their_kind_and_policy() {
+        let fe = |flags| FrontendView {
+            addr: Ipv4Addr::new(192, 0, 2, 1).into(),
+            port: 30080,
+            proto: lb_common::PROTO_UDP,
+            id: 3,
+            live: true,
+            rev: 1,
+            count: 0,
+            flags,
+            affinity_timeout: 0,
+            slots: Vec::new(),
+        };
+        let view = LbView {
+            frontends: vec![
+                fe(FE_KIND_NODE_PORT | FE_F_EXTERNAL_LOCAL),
+                fe(FE_KIND_EXTERNAL_IP),
+                fe(FE_KIND_LOAD_BALANCER),
+                fe(0),
+            ],
+            retired_revisions: 0,
+            entries: [4, 4, 0, 0, 0],
+        };
+        let text = render(&view);
+        let tails: Vec<&str> = text
+            .lines()
+            .skip(2)
+            .take(4)
+            .map(|l| l.split_once("rev 1)").expect("a frontend line").1)
+            .collect();
+        assert_eq!(
+            tails,
+            [" NodePort eTP=Local", " ExternalIP", " LoadBalancer", ""],
+            "{text}"
+        );
     }
 
     #[test]

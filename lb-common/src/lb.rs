@@ -124,6 +124,21 @@ pub const FE_F_LOCAL: u16 = 1 << 1;
 /// `count` is 0 because no endpoint is on this node while others exist:
 /// refuse with EHOSTUNREACH instead of ECONNREFUSED.
 pub const FE_F_NO_LOCAL_ENDPOINTS: u16 = 1 << 2;
+/// Bits 3-4: which address of its Service the frontend is, one of the
+/// `FE_KIND_*` values. Informational (listings); the datapath needs no branch.
+pub const FE_KIND_MASK: u16 = 0b11 << 3;
+/// A cluster IP (and its wildcard).
+pub const FE_KIND_CLUSTER_IP: u16 = 0;
+/// `nodeAddress:nodePort`.
+pub const FE_KIND_NODE_PORT: u16 = 1 << 3;
+/// `spec.externalIPs`.
+pub const FE_KIND_EXTERNAL_IP: u16 = 2 << 3;
+/// `status.loadBalancer.ingress[].ip`.
+pub const FE_KIND_LOAD_BALANCER: u16 = 3 << 3;
+/// An external frontend of a Service with `externalTrafficPolicy: Local`.
+/// Informational: from inside the node it serves the cluster endpoints all
+/// the same, as kube-proxy short-circuits such traffic.
+pub const FE_F_EXTERNAL_LOCAL: u16 = 1 << 5;
 
 /// Port and protocol of a frontend key that stands for every other port and
 /// protocol of its address: a connect to a Service address on a port the

@@ -105,10 +105,26 @@ fn node_ports_external_ips_and_lb_ips_reach_every_endpoint_from_inside_the_node(
         "node ports are on node addresses only: {r:?}"
     );
 
+    // Each listed with its kind and external policy.
     let dump = bed.pins.dump()?;
-    for fe in ["192.0.2.207:30207", "192.0.2.208:80", "198.51.100.207:80"] {
-        assert!(dump.contains(fe), "{fe} not listed:\n{dump}");
+    for (fe, kind) in [
+        ("TCP  192.0.2.207:30207 ", "NodePort"),
+        ("UDP  192.0.2.207:30207 ", "NodePort"),
+        ("TCP  192.0.2.208:80 ", "ExternalIP"),
+        ("UDP  198.51.100.207:53 ", "LoadBalancer"),
+    ] {
+        let line = dump.lines().find(|l| l.starts_with(fe));
+        let tail = format!(" {kind} eTP=Local");
+        assert!(
+            line.is_some_and(|l| l.ends_with(&tail)),
+            "{fe}{tail} not listed:\n{dump}"
+        );
     }
+    let cluster_ip = dump.lines().find(|l| l.starts_with("TCP  10.96.207.1:80 "));
+    assert!(
+        cluster_ip.is_some_and(|l| l.ends_with(')')),
+        "the cluster IP has no kind:\n{dump}"
+    );
     assert!(!dump.contains("198.51.100.208"), "{dump}");
 
     // The node's address changes: its node ports follow.

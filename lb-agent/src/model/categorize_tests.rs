@@ -273,6 +273,7 @@ impl Want {
             affinity,
             local,
             no_local_endpoints,
+            ..Target::default()
         }
     }
 }

@@ -45,6 +45,21 @@ pub struct Target {
     /// `backends` is empty because none of the endpoints is on this node:
     /// refuse with EHOSTUNREACH rather than ECONNREFUSED.
     pub no_local_endpoints: bool,
+    /// Which address of its Service the frontend is (for listings).
+    pub kind: FrontendKind,
+    /// An external frontend of a Service with `externalTrafficPolicy:
+    /// Local` (for listings: from this node it serves the cluster set).
+    pub external_local: bool,
+}
+
+/// Which address of its Service a frontend is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FrontendKind {
+    #[default]
+    ClusterIp,
+    NodePort,
+    ExternalIp,
+    LoadBalancer,
 }
 
 impl Target {
@@ -77,6 +92,15 @@ impl Claim {
             target,
             serving: Vec::new(),
         }
+    }
+
+    /// This claim at an address of `kind`.
+    fn of_kind(&self, kind: FrontendKind) -> Self {
+        let mut claim = self.clone();
+        if let Claim::Program { target, .. } = &mut claim {
+            target.kind = kind;
+        }
+        claim
     }
 }
 
@@ -133,11 +157,17 @@ pub(super) fn service_claims(
                 proto: port.proto,
             };
             for &ip in &external_ips {
-                claims.push((frontend(ip, port.port), external.clone()));
+                let kind = if spec.lb_vips.contains(&ip) {
+                    FrontendKind::LoadBalancer
+                } else {
+                    FrontendKind::ExternalIp
+                };
+                claims.push((frontend(ip, port.port), external.of_kind(kind)));
             }
             if let Some(node_port) = port.node_port {
                 for &ip in &node_ips {
-                    claims.push((frontend(ip, node_port), external.clone()));
+                    let claim = external.of_kind(FrontendKind::NodePort);
+                    claims.push((frontend(ip, node_port), claim));
                 }
             }
             claims.push((frontend(vip, port.port), internal));
@@ -361,6 +391,7 @@ fn targets(
     let external = Target {
         backends: sets.cluster.clone(),
         affinity,
+        external_local: spec.external_policy == TrafficPolicy::Local,
         ..Target::default()
     };
     let local = spec.internal_policy == TrafficPolicy::Local;
@@ -370,6 +401,7 @@ fn targets(
         backends,
         affinity,
         local,
+        ..Target::default()
     };
     (internal, external)
 }

@@ -21,7 +21,7 @@ mod slice;
 use std::{fmt, net::IpAddr, sync::Arc};
 
 pub use cache::{Admission, Cache, Flush, ServiceReport};
-pub use claims::{Claim, Target};
+pub use claims::{Claim, FrontendKind, Target};
 pub use desired::{Desired, ModelReport, compute};
 pub use exclusion::{ExcludedCidrs, ParseCidrError};
 pub use health_check::HealthCheck;

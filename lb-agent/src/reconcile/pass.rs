@@ -20,8 +20,9 @@ use std::{
 };
 
 use lb_common::{
-    FE_F_AFFINITY, FE_F_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, FrontendId, MAX_BACKENDS_PER_FRONTEND,
-    Member, MemberKey, Slot, SlotKey,
+    FE_F_AFFINITY, FE_F_EXTERNAL_LOCAL, FE_F_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, FE_KIND_CLUSTER_IP,
+    FE_KIND_EXTERNAL_IP, FE_KIND_LOAD_BALANCER, FE_KIND_NODE_PORT, FrontendId,
+    MAX_BACKENDS_PER_FRONTEND, Member, MemberKey, Slot, SlotKey,
 };
 
 use super::{
@@ -30,7 +31,7 @@ use super::{
     lb::{LbMaps, Tables, member_range, set_range},
     table::{BatchError, StoreError},
 };
-use crate::model::{Frontend, Target};
+use crate::model::{Frontend, FrontendKind, Target};
 
 /// What one pass (or reap) changed, and what it could not.
 #[derive(Debug, Default)]
@@ -80,6 +81,13 @@ fn state_bits(t: &Target) -> (u16, u32) {
     set(t.affinity.is_some(), FE_F_AFFINITY);
     set(t.local, FE_F_LOCAL);
     set(t.no_local_endpoints, FE_F_NO_LOCAL_ENDPOINTS);
+    set(t.external_local, FE_F_EXTERNAL_LOCAL);
+    flags |= match t.kind {
+        FrontendKind::ClusterIp => FE_KIND_CLUSTER_IP,
+        FrontendKind::NodePort => FE_KIND_NODE_PORT,
+        FrontendKind::ExternalIp => FE_KIND_EXTERNAL_IP,
+        FrontendKind::LoadBalancer => FE_KIND_LOAD_BALANCER,
+    };
     (flags, t.affinity.unwrap_or(0))
 }
 
