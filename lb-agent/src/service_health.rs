@@ -87,9 +87,9 @@ pub struct Answer {
     pub body: String,
 }
 
-/// kube-proxy's `hcHandler`, byte for byte: every path and method gets
-/// the same answer. The answer for Service `namespace/name` with `local_endpoints` (distinct
-/// ready endpoint addresses on this node) while the agent is `healthy`.
+/// The answer for Service `namespace/name` with `local_endpoints` (distinct
+/// ready endpoint addresses on this node) while the agent is `healthy`:
+/// kube-proxy's `hcHandler`'s, byte for byte, whatever the path and method.
 pub fn answer(namespace: &str, name: &str, local_endpoints: usize, healthy: bool) -> Answer {
     let status = if local_endpoints != 0 && healthy {
         200
