@@ -123,6 +123,13 @@ pub struct MapSizeArgs {
     /// [default: 65536].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub bpf_lb_affinity_map_max: Option<u32>,
+    /// Conntrack entries of flows from outside the node, two per flow (LRU;
+    /// one map for TCP and UDP where Cilium has two) [default: 262144].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub bpf_ct_global_max: Option<u32>,
+    /// SNAT entries of those flows (LRU) [default: 131072].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub bpf_nat_global_max: Option<u32>,
 }
 
 #[derive(Args, Debug)]

@@ -8,7 +8,8 @@
 //!
 //! One file per map family: [`lb`] (frontends, their state, backend slots,
 //! backends, revision members), [`affinity`] (session affinity), [`revnat`]
-//! (socket reverse NAT), [`stats`] (datapath counters); [`maps`] names
+//! (socket reverse NAT), [`ct`] (conntrack and SNAT of the tc
+//! programs), [`stats`] (datapath counters); [`maps`] names
 //! them, with the layout version in every pin name.
 //! The IPv6 maps are parallel `*6` maps whose keys and values hold
 //! `[u8; 16]` addresses; slots, members and affinity entries are shared
@@ -16,6 +17,7 @@
 #![no_std]
 
 pub mod affinity;
+pub mod ct;
 pub mod lb;
 pub mod lock;
 pub mod maps;
@@ -23,6 +25,7 @@ pub mod revnat;
 pub mod stats;
 
 pub use affinity::*;
+pub use ct::*;
 pub use lb::*;
 pub use lock::SpinLock;
 pub use maps::*;

@@ -7,16 +7,18 @@
 //! capacity is the configured one; anything else is a migration.
 
 use crate::{
-    AffinityKey, AffinityValue, Backend4, Backend6, Frontend4Key, Frontend4State, Frontend6Key,
-    Frontend6State, FrontendId, Member, MemberKey, RevNat4Key, RevNat4Value, RevNat6Key,
-    RevNat6Value, Slot, SlotKey,
+    AffinityKey, AffinityValue, Backend4, Backend6, Ct4Key, Ct4Value, DatapathConfig, Frontend4Key,
+    Frontend4State, Frontend6Key, Frontend6State, FrontendId, Member, MemberKey, Nat4Key,
+    Nat4Value, RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value, Slot, SlotKey,
 };
 
 /// Version of the map layout; part of every pin name. Layout 1 (pins without
 /// a version: `LB4_SERVICES`, `LB4_BACKENDS`, `LB4_REVNAT`) kept frontends
 /// and backend slots in one hash map updated in place. Layout 2 had no
 /// affinity, members or policy bits, and a 20-byte frontend state. Layout 3
-/// had no IPv6 maps.
+/// had no IPv6 maps. Layout 4 gained the tc programs' maps (`LB4_CT`,
+/// `LB4_NAT`, `LB_CONFIG`) and counters later: an agent that finds them
+/// missing or `LB_STATS` of another size migrates, as for a capacity change.
 pub const LAYOUT_VERSION: u32 = 4;
 
 /// `BPF_MAP_TYPE_HASH`.
@@ -136,10 +138,21 @@ pub const REVNAT6: MapSpec =
 /// Datapath counters, per CPU: index (`u32`, see [`crate::stats`]) -> `u64`.
 pub const STATS: MapSpec = spec::<u32, u64>("LB_STATS", "LB_STATS_V4", MAP_TYPE_PERCPU_ARRAY, 0);
 
+/// Connection tracking of flows from outside the node: [`Ct4Key`] ->
+/// [`Ct4Value`]. Written by the tc programs, aged out by the agent; LRU.
+pub const CT4: MapSpec = spec::<Ct4Key, Ct4Value>("LB4_CT", "LB4_CT_V4", MAP_TYPE_LRU_HASH, 0);
+/// Source NAT of those flows, reply side: [`Nat4Key`] -> [`Nat4Value`].
+/// Written by tc egress, aged out by the agent; LRU.
+pub const NAT4: MapSpec = spec::<Nat4Key, Nat4Value>("LB4_NAT", "LB4_NAT_V4", MAP_TYPE_LRU_HASH, 0);
+/// Settings of the tc programs, an array of one: [`DatapathConfig`].
+/// Written by the agent.
+pub const CONFIG: MapSpec =
+    spec::<u32, DatapathConfig>("LB_CONFIG", "LB_CONFIG_V4", MAP_TYPE_ARRAY, 0);
+
 /// Every map of this layout.
-pub const ALL_MAPS: [MapSpec; 15] = [
+pub const ALL_MAPS: [MapSpec; 18] = [
     FRONTENDS4, FE_STATE4, SLOTS4, BACKENDS4, MEMBERS4, AFFINITY4, REVNAT4, FRONTENDS6, FE_STATE6,
-    SLOTS6, BACKENDS6, MEMBERS6, AFFINITY6, REVNAT6, STATS,
+    SLOTS6, BACKENDS6, MEMBERS6, AFFINITY6, REVNAT6, STATS, CT4, NAT4, CONFIG,
 ];
 
 /// Older layouts' reverse-NAT maps: their entries are byte-identical to
@@ -163,3 +176,5 @@ pub const DEFAULT_REVNAT_MAX: u32 = 262_144;
 pub const PROTO_TCP: u8 = 6;
 /// See [`PROTO_TCP`].
 pub const PROTO_UDP: u8 = 17;
+/// ICMP, whose errors about translated flows the tc programs translate.
+pub const PROTO_ICMP: u8 = 1;

@@ -28,8 +28,19 @@ pub const STAT_REFUSED_NO_LOCAL: u32 = 8;
 /// Session affinity sent a client to its remembered backend.
 pub const STAT_AFFINITY_HIT: u32 = 9;
 
+/// tc ingress: a new flow from outside the node was sent to a backend.
+pub const STAT_TC_NEW_FLOW: u32 = 10;
+/// tc ingress dropped a new flow: `externalTrafficPolicy: Local` and no
+/// endpoint on this node (kube-proxy drops it too).
+pub const STAT_TC_DROP_NO_LOCAL: u32 = 11;
+/// tc ingress rejected a new flow: the Service has no usable endpoint.
+pub const STAT_TC_REJECT_NO_ENDPOINTS: u32 = 12;
+/// tc egress dropped a packet: no free SNAT port (or no SNAT address
+/// configured).
+pub const STAT_TC_DROP_SNAT_EXHAUSTED: u32 = 13;
+
 /// Number of counters (entries of `LB_STATS`).
-pub const STATS_COUNT: u32 = 10;
+pub const STATS_COUNT: u32 = 14;
 
 /// Each counter's name, indexed by its constant: the `reason` label on
 /// `/metrics` and the row name in `lb-agent dump --stats`.
@@ -44,4 +55,8 @@ pub const STAT_NAMES: [&str; STATS_COUNT as usize] = [
     "refused_unknown_port",
     "refused_no_local_endpoints",
     "affinity_hit",
+    "tc_new_flow",
+    "tc_drop_no_local_endpoints",
+    "tc_reject_no_endpoints",
+    "tc_drop_snat_exhausted",
 ];

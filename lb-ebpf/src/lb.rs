@@ -158,8 +158,14 @@ pub enum Selection<B> {
     NoLocalEndpoints,
     /// A Service address, on a port or protocol its Service does not define.
     UnknownPort,
-    /// Send to this backend; `sticky` when session affinity chose it.
-    Backend { backend: B, sticky: bool },
+    /// Send to this backend (`id` in the backends map); `flags` are the
+    /// frontend's `FE_F_*`; `sticky` when session affinity chose it.
+    Backend {
+        backend: B,
+        id: u32,
+        flags: u16,
+        sticky: bool,
+    },
     /// The state named a slot or backend that is missing. The agent's write
     /// order rules this out; it is counted so that tests can show it.
     Inconsistent,
@@ -176,14 +182,18 @@ pub struct Snapshot<K> {
 
 /// Picks a backend of frontend `key`; `rand` chooses among its slots and
 /// `client` names the client for session affinity (called only then).
+/// `wildcard`: on a miss, try the key's wildcard (cluster IPs have them,
+/// external frontends do not).
 #[inline(always)]
 pub fn select<F: Family>(
     key: &F::Key,
+    wildcard: bool,
     rand: u32,
     client: impl FnOnce() -> u64,
 ) -> Selection<F::Backend> {
     let (lookup, frontend) = match F::frontends().get_ptr(key) {
         Some(f) => (*key, f),
+        None if !wildcard => return Selection::NotFrontend,
         None => {
             // Only Service addresses pay this second lookup's hit; other
             // traffic pays its miss.
@@ -217,8 +227,10 @@ pub fn select<F: Family>(
     }
     if snap.flags & FE_F_AFFINITY == 0 {
         return match pick::<F>(fe_id, &snap, rand) {
-            Some((_, backend)) => Selection::Backend {
+            Some((id, backend)) => Selection::Backend {
                 backend,
+                id,
+                flags: snap.flags,
                 sticky: false,
             },
             None => Selection::Inconsistent,
@@ -231,9 +243,11 @@ pub fn select<F: Family>(
     };
     // SAFETY: the helper has no preconditions.
     let now = unsafe { bpf_ktime_get_coarse_ns() };
-    if let Some(backend) = remembered::<F>(&aff_key, &snap, now) {
+    if let Some((id, backend)) = remembered::<F>(&aff_key, &snap, now) {
         return Selection::Backend {
             backend,
+            id,
+            flags: snap.flags,
             sticky: true,
         };
     }
@@ -249,18 +263,20 @@ pub fn select<F: Family>(
     let _ = F::affinity().insert(aff_key, value, 0);
     Selection::Backend {
         backend,
+        id: backend_id,
+        flags: snap.flags,
         sticky: false,
     }
 }
 
-/// The client's remembered backend, if it used it within the timeout and it
-/// is still in the current revision; refreshes its last use.
+/// The client's remembered backend and its id, if it used it within the
+/// timeout and it is still in the current revision; refreshes its last use.
 #[inline(always)]
 fn remembered<F: Family>(
     key: &AffinityKey,
     snap: &Snapshot<F::Key>,
     now: u64,
-) -> Option<F::Backend> {
+) -> Option<(u32, F::Backend)> {
     let entry = F::affinity().get_ptr_mut(key)?;
     // SAFETY: the value stays mapped while the program runs (RCU). If the LRU
     // evicts and recycles it meanwhile, the fields read may be another
@@ -285,7 +301,7 @@ fn remembered<F: Family>(
     unsafe { (*entry).last_used_ns = now };
     // SAFETY: backends are never updated, and deleted only a grace period
     // after the last revision naming them became unreachable.
-    Some(unsafe { *backend })
+    Some((backend_id, unsafe { *backend }))
 }
 
 /// A random backend of the snapshot's revision, with its id.

@@ -1,9 +1,10 @@
 //! The eBPF programs: one thin file per hook family over the `lb_ebpf`
-//! library. Socket hooks today; tc and XDP join them here.
+//! library. Socket hooks and tc; XDP joins them here.
 #![no_std]
 #![no_main]
 
 mod sock;
+mod tc;
 
 #[cfg(not(test))]
 #[panic_handler]

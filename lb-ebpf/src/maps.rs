@@ -7,10 +7,11 @@ use aya_ebpf::{
     macros::btf_map,
 };
 use lb_common::{
-    AffinityKey, AffinityValue, BPF_F_NO_PREALLOC, Backend4, Backend6, DEFAULT_AFFINITY_MAX,
-    DEFAULT_BACKENDS_MAX, DEFAULT_FRONTENDS_MAX, DEFAULT_REVNAT_MAX, DEFAULT_SLOTS_MAX,
-    Frontend4Key, Frontend4State, Frontend6Key, Frontend6State, FrontendId, Member, MemberKey,
-    RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value, STATS_COUNT, Slot, SlotKey,
+    AffinityKey, AffinityValue, BPF_F_NO_PREALLOC, Backend4, Backend6, Ct4Key, Ct4Value,
+    DEFAULT_AFFINITY_MAX, DEFAULT_BACKENDS_MAX, DEFAULT_CT_MAX, DEFAULT_FRONTENDS_MAX,
+    DEFAULT_NAT_MAX, DEFAULT_REVNAT_MAX, DEFAULT_SLOTS_MAX, DatapathConfig, Frontend4Key,
+    Frontend4State, Frontend6Key, Frontend6State, FrontendId, Member, MemberKey, Nat4Key,
+    Nat4Value, RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value, STATS_COUNT, Slot, SlotKey,
 };
 
 pub const NO_PREALLOC: usize = BPF_F_NO_PREALLOC as usize;
@@ -82,3 +83,18 @@ pub static LB6_REVNAT: LruHashMap<RevNat6Key, RevNat6Value, { DEFAULT_REVNAT_MAX
 /// Per-CPU counters indexed by `lb_common::stats`.
 #[btf_map]
 pub static LB_STATS: PerCpuArray<u64, { STATS_COUNT as usize }> = PerCpuArray::new();
+
+/// Both directions of every flow the tc programs translated. Written by
+/// them; aged out by the agent; LRU, so a full map evicts the oldest flows.
+#[btf_map]
+pub static LB4_CT: LruHashMap<Ct4Key, Ct4Value, { DEFAULT_CT_MAX as usize }> = LruHashMap::new();
+
+/// (backend, node address, SNAT port) -> client, for replies of SNATed
+/// flows. Written by tc egress; aged out by the agent; LRU.
+#[btf_map]
+pub static LB4_NAT: LruHashMap<Nat4Key, Nat4Value, { DEFAULT_NAT_MAX as usize }> =
+    LruHashMap::new();
+
+/// The tc programs' settings, one entry. Written by the agent.
+#[btf_map]
+pub static LB_CONFIG: Array<DatapathConfig, 1> = Array::new();

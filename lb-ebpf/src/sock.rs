@@ -132,7 +132,7 @@ fn choose<F: Family>(ctx: &SockAddrContext, key: &F::Key) -> Result<Option<F::Ba
     let rand = unsafe { bpf_get_prandom_u32() };
     // SAFETY: the helper is valid for sock_addr contexts (kernel >= 5.7).
     let client = || unsafe { bpf_get_netns_cookie(ctx.as_ptr()) };
-    match select::<F>(key, rand, client) {
+    match select::<F>(key, true, rand, client) {
         Selection::NotFrontend => Ok(None),
         Selection::Removed => {
             count(STAT_PASSED_REMOVED);
@@ -142,7 +142,9 @@ fn choose<F: Family>(ctx: &SockAddrContext, key: &F::Key) -> Result<Option<F::Ba
         Selection::NoLocalEndpoints => Err(Refuse::NoLocalEndpoints),
         Selection::UnknownPort => Err(Refuse::UnknownPort),
         Selection::Inconsistent => Err(Refuse::Inconsistent),
-        Selection::Backend { backend, sticky } => {
+        Selection::Backend {
+            backend, sticky, ..
+        } => {
             if sticky {
                 count(STAT_AFFINITY_HIT);
             }

@@ -151,6 +151,8 @@ fn capacities(args: &MapSizeArgs) -> Capacities {
         backends: lb(args.bpf_lb_service_backend_map_max, default.backends),
         revnat: args.bpf_sock_rev_map_max.unwrap_or(default.revnat),
         affinity: args.bpf_lb_affinity_map_max.unwrap_or(default.affinity),
+        ct: args.bpf_ct_global_max.unwrap_or(default.ct),
+        nat: args.bpf_nat_global_max.unwrap_or(default.nat),
     }
 }
 

@@ -8,10 +8,10 @@ use std::{
 
 use aya::maps::MapInfo;
 use lb_common::{
-    AFFINITY4, AFFINITY6, ALL_MAPS, BACKENDS4, BACKENDS6, DEFAULT_AFFINITY_MAX,
-    DEFAULT_BACKENDS_MAX, DEFAULT_FRONTENDS_MAX, DEFAULT_REVNAT_MAX, DEFAULT_SLOTS_MAX, FE_STATE4,
-    FE_STATE6, FRONTENDS4, FRONTENDS6, MEMBERS4, MEMBERS6, MapSpec, REVNAT4, REVNAT6, SLOTS4,
-    SLOTS6, STATS, STATS_COUNT,
+    AFFINITY4, AFFINITY6, ALL_MAPS, BACKENDS4, BACKENDS6, CONFIG, CT4, DEFAULT_AFFINITY_MAX,
+    DEFAULT_BACKENDS_MAX, DEFAULT_CT_MAX, DEFAULT_FRONTENDS_MAX, DEFAULT_NAT_MAX,
+    DEFAULT_REVNAT_MAX, DEFAULT_SLOTS_MAX, FE_STATE4, FE_STATE6, FRONTENDS4, FRONTENDS6, MEMBERS4,
+    MEMBERS6, MapSpec, NAT4, REVNAT4, REVNAT6, SLOTS4, SLOTS6, STATS, STATS_COUNT,
 };
 
 /// Map capacities, set at load time (`--bpf-lb-*-map-max`), the same for
@@ -26,6 +26,10 @@ pub struct Capacities {
     pub backends: u32,
     pub revnat: u32,
     pub affinity: u32,
+    /// `LB4_CT`.
+    pub ct: u32,
+    /// `LB4_NAT`.
+    pub nat: u32,
 }
 
 impl Default for Capacities {
@@ -36,6 +40,8 @@ impl Default for Capacities {
             backends: DEFAULT_BACKENDS_MAX,
             revnat: DEFAULT_REVNAT_MAX,
             affinity: DEFAULT_AFFINITY_MAX,
+            ct: DEFAULT_CT_MAX,
+            nat: DEFAULT_NAT_MAX,
         }
     }
 }
@@ -52,6 +58,9 @@ impl Capacities {
             _ if is(&BACKENDS4, &BACKENDS6) => self.backends,
             _ if is(&REVNAT4, &REVNAT6) => self.revnat,
             _ if spec.name == STATS.name => STATS_COUNT,
+            _ if spec.name == CT4.name => self.ct,
+            _ if spec.name == NAT4.name => self.nat,
+            _ if spec.name == CONFIG.name => 1,
             other => unreachable!("map {} has no capacity", other.name),
         }
     }

@@ -17,6 +17,11 @@ use super::{layout::Capacities, pins::Pins};
 /// The eBPF object built from `lb-ebpf` by build.rs.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lb-ebpf"));
 
+/// The eBPF object this agent loads (for tests that run its programs).
+pub fn object() -> &'static [u8] {
+    OBJECT
+}
+
 /// A program: its function in the object, its link's pin name.
 #[derive(Clone, Copy, Debug)]
 pub struct Program {

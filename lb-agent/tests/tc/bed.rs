@@ -1,0 +1,369 @@
+//! A bed for running the tc programs on crafted packets through
+//! `BPF_PROG_TEST_RUN`: the agent's own eBPF object with small private
+//! (unpinned) maps, filled as the agent fills them, and packet builders
+//! and checkers. Shared by the tests and the per-packet cost bench.
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, HashMap, Map, MapData, PerCpuArray},
+    programs::{SchedClassifier, TestRun as _, TestRunOptions},
+};
+use etherparse::{
+    Icmpv4Header, Icmpv4Type, NetHeaders, PacketBuilder, PacketHeaders, TransportHeader,
+    icmpv4::DestUnreachableHeader,
+};
+use lb_agent::datapath::loader;
+use lb_common::{
+    BACKEND_STATE_ACTIVE, Backend4, Ct4Key, Ct4Value, DatapathConfig, FE_KIND_NODE_PORT,
+    Frontend4Key, Frontend4State, FrontendId, Nat4Key, Nat4Value, SCOPE_EXTERNAL, Slot, SlotKey,
+    SpinLock,
+};
+
+/// What the programs return: pass on (TCX "next"), or drop.
+pub const PASS: i32 = -1;
+pub const DROP: i32 = 2;
+
+pub type Addr = ([u8; 4], u16);
+
+pub const NODE: [u8; 4] = [192, 0, 2, 10];
+pub const NODE_PORT: u16 = 30080;
+pub const CLIENT: Addr = ([198, 51, 100, 7], 40000);
+pub const LOCAL_POD: Addr = ([10, 1, 0, 5], 8080);
+pub const REMOTE_POD: Addr = ([10, 2, 0, 9], 8080);
+
+/// The agent's object with small private maps and both tc programs loaded.
+pub struct Bed {
+    ebpf: Ebpf,
+    frontends: HashMap<MapData, Frontend4Key, FrontendId>,
+    states: Array<MapData, Frontend4State>,
+    slots: HashMap<MapData, SlotKey, Slot>,
+    backends: HashMap<MapData, u32, Backend4>,
+    config: Array<MapData, DatapathConfig>,
+    stats: PerCpuArray<MapData, u64>,
+    ct: HashMap<MapData, Ct4Key, Ct4Value>,
+    pub nat: HashMap<MapData, Nat4Key, Nat4Value>,
+    next_id: u32,
+}
+
+fn take<T: TryFrom<Map>>(ebpf: &mut Ebpf, name: &str) -> T
+where
+    T::Error: std::fmt::Debug,
+{
+    let map = ebpf.take_map(name).expect("map in the object");
+    T::try_from(map).expect("map of the expected type")
+}
+
+impl Bed {
+    pub fn new() -> Self {
+        Self::with_flows(2048)
+    }
+
+    /// A bed whose conntrack holds `flows` flows (two entries each).
+    pub fn with_flows(flows: u32) -> Self {
+        let mut loader = EbpfLoader::new();
+        for (map, size) in [
+            ("LB4_FRONTENDS", 64),
+            ("LB4_FE_STATE", 65),
+            ("LB4_SLOTS", 256),
+            ("LB4_BACKENDS", 256),
+            ("LB4_MEMBERS", 256),
+            ("LB4_AFFINITY", 256),
+            ("LB4_REVNAT", 256),
+            ("LB6_FRONTENDS", 64),
+            ("LB6_FE_STATE", 65),
+            ("LB6_SLOTS", 256),
+            ("LB6_BACKENDS", 256),
+            ("LB6_MEMBERS", 256),
+            ("LB6_AFFINITY", 256),
+            ("LB6_REVNAT", 256),
+            ("LB4_CT", 2 * flows),
+            ("LB4_NAT", flows),
+        ] {
+            loader.map_max_entries(map, size);
+        }
+        let mut ebpf = loader
+            .load(loader::object())
+            .expect("loading the agent's eBPF object (needs root: CAP_BPF)");
+        for name in ["lb_tc_ingress", "lb_tc_egress"] {
+            let prog: &mut SchedClassifier = ebpf
+                .program_mut(name)
+                .expect("program in the object")
+                .try_into()
+                .expect("a tc program");
+            prog.load().expect("the verifier accepts the tc program");
+        }
+        Self {
+            frontends: take(&mut ebpf, "LB4_FRONTENDS"),
+            states: take(&mut ebpf, "LB4_FE_STATE"),
+            slots: take(&mut ebpf, "LB4_SLOTS"),
+            backends: take(&mut ebpf, "LB4_BACKENDS"),
+            config: take(&mut ebpf, "LB_CONFIG"),
+            stats: take(&mut ebpf, "LB_STATS"),
+            ct: take(&mut ebpf, "LB4_CT"),
+            nat: take(&mut ebpf, "LB4_NAT"),
+            ebpf,
+            next_id: 1,
+        }
+    }
+
+    /// An external frontend `NODE:port/proto` with `backends`, written in
+    /// the agent's order (backends, slots, state, then the key).
+    pub fn frontend(&mut self, port: u16, proto: u8, flags: u16, backends: &[Addr]) {
+        self.frontend_at((NODE, port), proto, flags, backends);
+    }
+
+    /// An external frontend at any address.
+    pub fn frontend_at(&mut self, (addr, port): Addr, proto: u8, flags: u16, backends: &[Addr]) {
+        let fe_id = self.next_id;
+        self.next_id += 1;
+        let key = Frontend4Key {
+            addr_be: addr,
+            port_be: port.to_be(),
+            proto,
+            scope: SCOPE_EXTERNAL,
+        };
+        for (slot, (addr, port)) in backends.iter().enumerate() {
+            let id = fe_id * 100 + slot as u32;
+            let backend = Backend4 {
+                addr_be: *addr,
+                port_be: port.to_be(),
+                proto,
+                state: BACKEND_STATE_ACTIVE,
+            };
+            self.backends.insert(id, backend, 0).unwrap();
+            let slot = SlotKey {
+                fe_id,
+                rev: 1,
+                slot: slot as u16,
+            };
+            self.slots.insert(slot, Slot { backend_id: id }, 0).unwrap();
+        }
+        let state = Frontend4State {
+            lock: SpinLock::default(),
+            owner: key,
+            rev: 1,
+            count: backends.len() as u16,
+            flags: flags | FE_KIND_NODE_PORT,
+            _pad0: [0; 2],
+            affinity_timeout: 0,
+        };
+        self.states.set(fe_id, state, 0).unwrap();
+        self.frontends
+            .insert(key, FrontendId { id: fe_id }, 0)
+            .unwrap();
+    }
+
+    pub fn snat(&mut self, addr: [u8; 4], min: u16, max: u16) {
+        let cfg = DatapathConfig {
+            snat4_be: addr,
+            nat_port_min: min,
+            nat_port_max: max,
+        };
+        self.config.set(0, cfg, 0).unwrap();
+    }
+
+    /// Runs program `name` on `packet`: its verdict and the packet after it.
+    pub fn run(&self, name: &str, packet: &[u8]) -> (i32, Vec<u8>) {
+        let prog: &SchedClassifier = self
+            .ebpf
+            .program(name)
+            .expect("program in the object")
+            .try_into()
+            .expect("a tc program");
+        let mut out = vec![0u8; packet.len() + 256];
+        let mut opts = TestRunOptions::new();
+        opts.data_in = Some(packet);
+        opts.data_out = Some(&mut out);
+        let result = prog.test_run(opts).expect("BPF_PROG_TEST_RUN");
+        out.truncate(result.data_size_out as usize);
+        (result.return_value as i32, out)
+    }
+
+    /// Runs program `name` once on `packet`: the time the kernel measured
+    /// around the program alone. (A `repeat` run would feed the program its
+    /// own output, which a translating program has already rewritten.)
+    pub fn time(&self, name: &str, packet: &[u8]) -> std::time::Duration {
+        self.time_repeated(name, packet, 1)
+    }
+
+    /// Runs program `name` `repeat` times on `packet`, each run on what the
+    /// one before left: the mean time per run, as the kernel measured it.
+    pub fn time_repeated(&self, name: &str, packet: &[u8], repeat: u32) -> std::time::Duration {
+        let prog: &SchedClassifier = self
+            .ebpf
+            .program(name)
+            .expect("program in the object")
+            .try_into()
+            .expect("a tc program");
+        let mut opts = TestRunOptions::new();
+        opts.data_in = Some(packet);
+        opts.repeat = repeat;
+        prog.test_run(opts).expect("BPF_PROG_TEST_RUN").duration
+    }
+
+    pub fn ingress(&self, packet: &[u8]) -> (i32, Vec<u8>) {
+        self.run("lb_tc_ingress", packet)
+    }
+
+    pub fn egress(&self, packet: &[u8]) -> (i32, Vec<u8>) {
+        self.run("lb_tc_egress", packet)
+    }
+
+    pub fn stat(&self, index: u32) -> u64 {
+        self.stats.get(&index, 0).unwrap().iter().sum()
+    }
+
+    pub fn ct(&self) -> Vec<(Ct4Key, Ct4Value)> {
+        self.ct.iter().map(Result::unwrap).collect()
+    }
+
+    pub fn nat(&self) -> Vec<(Nat4Key, Nat4Value)> {
+        self.nat.iter().map(Result::unwrap).collect()
+    }
+}
+
+/// TCP flags of a crafted segment.
+#[derive(Clone, Copy)]
+pub enum Tcp {
+    Syn,
+    SynAck,
+    Ack,
+    Fin,
+}
+
+pub fn tcp(src: Addr, dst: Addr, flags: Tcp) -> Vec<u8> {
+    let builder = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4(src.0, dst.0, 64)
+        .tcp(src.1, dst.1, 1000, 64_240);
+    let builder = match flags {
+        Tcp::Syn => builder.syn(),
+        Tcp::SynAck => builder.syn().ack(1001),
+        Tcp::Ack => builder.ack(1001),
+        Tcp::Fin => builder.fin().ack(1001),
+    };
+    let payload = b"identity?";
+    let mut out = Vec::with_capacity(builder.size(payload.len()));
+    builder.write(&mut out, payload).unwrap();
+    out
+}
+
+pub fn udp(src: Addr, dst: Addr) -> Vec<u8> {
+    let builder = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4(src.0, dst.0, 64)
+        .udp(src.1, dst.1);
+    let payload = b"identity?";
+    let mut out = Vec::with_capacity(builder.size(payload.len()));
+    builder.write(&mut out, payload).unwrap();
+    out
+}
+
+/// A UDP datagram without a checksum (0), as IPv4 allows.
+pub fn udp_no_checksum(src: Addr, dst: Addr) -> Vec<u8> {
+    let mut out = udp(src, dst);
+    let csum = 14 + 20 + 6;
+    out[csum..csum + 2].copy_from_slice(&[0, 0]);
+    out
+}
+
+/// The addresses of a packet the programs returned, after checking that
+/// every checksum in it is right (a UDP checksum of 0 stays 0).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Seen {
+    pub src: Addr,
+    pub dst: Addr,
+}
+
+pub fn seen(packet: &[u8]) -> Seen {
+    let headers = PacketHeaders::from_ethernet_slice(packet).expect("a valid packet");
+    let Some(NetHeaders::Ipv4(ip, _)) = &headers.net else {
+        panic!("not IPv4: {headers:?}");
+    };
+    assert_eq!(
+        ip.header_checksum,
+        ip.calc_header_checksum(),
+        "IPv4 checksum"
+    );
+    let payload = headers.payload.slice();
+    let (sport, dport) = match &headers.transport {
+        Some(TransportHeader::Tcp(t)) => {
+            let want = t.calc_checksum_ipv4(ip, payload).unwrap();
+            assert_eq!(t.checksum, want, "TCP checksum");
+            (t.source_port, t.destination_port)
+        }
+        Some(TransportHeader::Udp(u)) => {
+            if u.checksum != 0 {
+                let want = u.calc_checksum_ipv4(ip, payload).unwrap();
+                assert_eq!(u.checksum, want, "UDP checksum");
+            }
+            (u.source_port, u.destination_port)
+        }
+        other => panic!("not TCP or UDP: {other:?}"),
+    };
+    Seen {
+        src: (ip.source, sport),
+        dst: (ip.destination, dport),
+    }
+}
+
+pub fn flow(src: Addr, dst: Addr) -> Seen {
+    Seen { src, dst }
+}
+
+/// An ICMP error from `src` to `dst` quoting `about` (an Ethernet frame of
+/// ours; the quote is its IP packet, as Linux quotes as much as fits).
+pub fn icmp_error(
+    src: [u8; 4],
+    dst: [u8; 4],
+    kind: DestUnreachableHeader,
+    about: &[u8],
+) -> Vec<u8> {
+    let builder = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4(src, dst, 64)
+        .icmpv4(Icmpv4Type::DestinationUnreachable(kind));
+    let quote = &about[14..];
+    let mut out = Vec::with_capacity(builder.size(quote.len()));
+    builder.write(&mut out, quote).unwrap();
+    out
+}
+
+pub const FRAG_NEEDED: DestUnreachableHeader =
+    DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 };
+
+/// An ICMP error's outer addresses and the flow its quote shows, after
+/// checking the outer IPv4, ICMP and quoted IPv4 checksums.
+pub fn seen_icmp(packet: &[u8]) -> ([u8; 4], [u8; 4], Seen) {
+    let headers = PacketHeaders::from_ethernet_slice(packet).expect("a valid packet");
+    let Some(NetHeaders::Ipv4(ip, _)) = &headers.net else {
+        panic!("not IPv4: {headers:?}");
+    };
+    assert_eq!(
+        ip.header_checksum,
+        ip.calc_header_checksum(),
+        "IPv4 checksum"
+    );
+    let Some(TransportHeader::Icmpv4(icmp)) = &headers.transport else {
+        panic!("not ICMP: {headers:?}");
+    };
+    let quote = headers.payload.slice();
+    let want = Icmpv4Header::with_checksum(icmp.icmp_type.clone(), quote).checksum;
+    assert_eq!(icmp.checksum, want, "ICMP checksum");
+    let inner = PacketHeaders::from_ip_slice(quote).expect("a quoted packet");
+    let Some(NetHeaders::Ipv4(inner_ip, _)) = &inner.net else {
+        panic!("quote not IPv4: {inner:?}");
+    };
+    assert_eq!(
+        inner_ip.header_checksum,
+        inner_ip.calc_header_checksum(),
+        "quoted IPv4 checksum"
+    );
+    let Some(TransportHeader::Tcp(t)) = &inner.transport else {
+        panic!("quote not TCP: {inner:?}");
+    };
+    let flow = Seen {
+        src: (inner_ip.source, t.source_port),
+        dst: (inner_ip.destination, t.destination_port),
+    };
+    (ip.source, ip.destination, flow)
+}
+
+pub const FRONTEND: Addr = (NODE, NODE_PORT);

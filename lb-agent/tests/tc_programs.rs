@@ -1,0 +1,384 @@
+//! The tc programs on crafted packets, through `BPF_PROG_TEST_RUN`: the
+//! agent's own eBPF object, loaded with private (unpinned) maps that each
+//! test fills as the agent would, and real packets in and out. Needs root
+//! (CAP_BPF and CAP_NET_ADMIN); without it every test fails.
+
+#[path = "tc/bed.rs"]
+#[expect(dead_code, reason = "the timing helpers serve the bench")]
+mod bed;
+
+use bed::*;
+use etherparse::icmpv4::DestUnreachableHeader;
+use lb_common::{
+    CT_DIR_IN, CT_DIR_OUT, CT_F_SNAT, FE_F_EXTERNAL_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, Nat4Key,
+    Nat4Value, PROTO_TCP, PROTO_UDP, STAT_TC_DROP_NO_LOCAL, STAT_TC_DROP_SNAT_EXHAUSTED,
+    STAT_TC_NEW_FLOW, STAT_TC_REJECT_NO_ENDPOINTS,
+};
+
+#[test]
+fn a_new_flow_to_an_external_frontend_is_dnated_and_tracked_both_ways() {
+    let mut bed = Bed::new();
+    bed.frontend(NODE_PORT, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD]);
+
+    let (verdict, out) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
+    assert_eq!(verdict, PASS);
+    assert_eq!(seen(&out), flow(CLIENT, LOCAL_POD));
+    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 1);
+
+    let mut ct = bed.ct();
+    ct.sort_by_key(|(k, _)| k.dir);
+    let [(inbound, to_backend), (outbound, to_frontend)] = ct.as_slice() else {
+        panic!("want one entry per direction: {ct:?}");
+    };
+    assert_eq!(inbound.dir, CT_DIR_IN);
+    assert_eq!(
+        (
+            inbound.saddr_be,
+            inbound.daddr_be,
+            inbound.sport_be,
+            inbound.dport_be,
+            inbound.proto
+        ),
+        (
+            CLIENT.0,
+            NODE,
+            CLIENT.1.to_be(),
+            NODE_PORT.to_be(),
+            PROTO_TCP
+        )
+    );
+    assert_eq!(
+        (to_backend.addr_be, to_backend.port_be),
+        (LOCAL_POD.0, LOCAL_POD.1.to_be())
+    );
+    assert_eq!(to_backend.backend_id, 100);
+    assert_eq!(to_backend.flags & CT_F_SNAT, 0, "eTP=Local: no SNAT");
+    assert_eq!(outbound.dir, CT_DIR_OUT);
+    assert_eq!(
+        (
+            outbound.saddr_be,
+            outbound.daddr_be,
+            outbound.sport_be,
+            outbound.dport_be
+        ),
+        (LOCAL_POD.0, CLIENT.0, LOCAL_POD.1.to_be(), CLIENT.1.to_be())
+    );
+    assert_eq!(
+        (to_frontend.addr_be, to_frontend.port_be),
+        (NODE, NODE_PORT.to_be())
+    );
+
+    // The backend's answer leaves with the frontend as its source.
+    let (verdict, out) = bed.egress(&tcp(LOCAL_POD, CLIENT, Tcp::SynAck));
+    assert_eq!(verdict, PASS);
+    assert_eq!(seen(&out), flow(FRONTEND, CLIENT));
+}
+
+#[test]
+fn every_packet_of_a_flow_goes_to_the_backend_its_first_one_picked() {
+    let mut bed = Bed::new();
+    let pods: Vec<Addr> = (1..=8).map(|i| ([10, 1, 0, i], 8080)).collect();
+    bed.frontend(NODE_PORT, PROTO_TCP, 0, &pods);
+
+    let mut picked = std::collections::BTreeSet::new();
+    for port in 0..64 {
+        let client = (CLIENT.0, 20_000 + port);
+        let (_, first) = bed.ingress(&tcp(client, FRONTEND, Tcp::Syn));
+        let backend = seen(&first).dst;
+        assert!(pods.contains(&backend), "{backend:?}");
+        picked.insert(backend);
+        for _ in 0..3 {
+            let (verdict, next) = bed.ingress(&tcp(client, FRONTEND, Tcp::Ack));
+            assert_eq!(verdict, PASS);
+            assert_eq!(seen(&next), flow(client, backend));
+        }
+    }
+    assert!(picked.len() > 1, "64 flows all picked one of 8 backends");
+    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 64);
+}
+
+#[test]
+fn cluster_policy_snats_towards_a_remote_backend_and_reverses_both_halves_of_the_reply() {
+    let mut bed = Bed::new();
+    bed.snat(NODE, 61_000, 61_010);
+    bed.frontend(NODE_PORT, PROTO_TCP, 0, &[REMOTE_POD]);
+
+    // In: DNAT to the backend on the other node.
+    let (_, dnated) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
+    assert_eq!(seen(&dnated), flow(CLIENT, REMOTE_POD));
+    // Out again (routed towards the other node): SNAT to the node address.
+    let (verdict, snated) = bed.egress(&dnated);
+    assert_eq!(verdict, PASS);
+    let on_wire = seen(&snated);
+    assert_eq!(on_wire.src.0, NODE);
+    assert!((61_000..=61_010).contains(&on_wire.src.1), "{on_wire:?}");
+    assert_eq!(on_wire.dst, REMOTE_POD);
+    let nat_port = on_wire.src.1;
+    // The flow keeps its port.
+    let (_, again) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Ack));
+    let (_, again) = bed.egress(&again);
+    assert_eq!(seen(&again).src, (NODE, nat_port));
+
+    let nat = bed.nat();
+    let [(key, client)] = nat.as_slice() else {
+        panic!("want one SNAT entry: {nat:?}");
+    };
+    assert_eq!(
+        (key.saddr_be, key.daddr_be, key.sport_be, key.dport_be),
+        (REMOTE_POD.0, NODE, REMOTE_POD.1.to_be(), nat_port.to_be())
+    );
+    assert_eq!(
+        (client.addr_be, client.port_be),
+        (CLIENT.0, CLIENT.1.to_be())
+    );
+
+    // The reply comes back to the node port: ingress gives the client back,
+    // egress (routed out to the client) the frontend.
+    let (verdict, to_client) = bed.ingress(&tcp(REMOTE_POD, (NODE, nat_port), Tcp::SynAck));
+    assert_eq!(verdict, PASS);
+    assert_eq!(seen(&to_client), flow(REMOTE_POD, CLIENT));
+    let (verdict, out) = bed.egress(&to_client);
+    assert_eq!(verdict, PASS);
+    assert_eq!(seen(&out), flow(FRONTEND, CLIENT));
+}
+
+#[test]
+fn local_policy_keeps_the_client_address() {
+    let mut bed = Bed::new();
+    bed.snat(NODE, 61_000, 61_010);
+    bed.frontend(NODE_PORT, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD]);
+    let (_, dnated) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
+    // Even if such a packet left through an external device, it keeps its
+    // source: the backend sees the client.
+    let (verdict, out) = bed.egress(&dnated);
+    assert_eq!(verdict, PASS);
+    assert_eq!(out, dnated);
+    assert!(bed.nat().is_empty());
+}
+
+#[test]
+fn udp_is_translated_and_a_datagram_without_checksum_keeps_none() {
+    let mut bed = Bed::new();
+    bed.frontend(NODE_PORT, PROTO_UDP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD]);
+    let (verdict, out) = bed.ingress(&udp(CLIENT, FRONTEND));
+    assert_eq!(verdict, PASS);
+    assert_eq!(seen(&out), flow(CLIENT, LOCAL_POD));
+    let (_, reply) = bed.egress(&udp(LOCAL_POD, CLIENT));
+    assert_eq!(seen(&reply), flow(FRONTEND, CLIENT));
+
+    let client = (CLIENT.0, 40_001);
+    let (verdict, out) = bed.ingress(&udp_no_checksum(client, FRONTEND));
+    assert_eq!(verdict, PASS);
+    assert_eq!(seen(&out), flow(client, LOCAL_POD));
+    assert_eq!(&out[40..42], &[0, 0], "no checksum stays no checksum");
+}
+
+#[test]
+fn no_local_endpoint_drops_and_is_counted() {
+    let mut bed = Bed::new();
+    bed.frontend(
+        NODE_PORT,
+        PROTO_TCP,
+        FE_F_EXTERNAL_LOCAL | FE_F_NO_LOCAL_ENDPOINTS,
+        &[],
+    );
+    let (verdict, _) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
+    assert_eq!(verdict, DROP);
+    assert_eq!(bed.stat(STAT_TC_DROP_NO_LOCAL), 1);
+    assert!(bed.ct().is_empty());
+}
+
+#[test]
+fn no_endpoints_at_all_is_counted_as_a_reject() {
+    let mut bed = Bed::new();
+    bed.frontend(NODE_PORT, PROTO_TCP, 0, &[]);
+    let (verdict, _) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
+    assert_eq!(verdict, DROP);
+    assert_eq!(bed.stat(STAT_TC_REJECT_NO_ENDPOINTS), 1);
+    assert!(bed.ct().is_empty());
+}
+
+#[test]
+fn exhausted_snat_ports_drop_the_packet_and_are_counted() {
+    let mut bed = Bed::new();
+    // One port, already taken for this backend by another client.
+    bed.snat(NODE, 61_000, 61_000);
+    bed.frontend(NODE_PORT, PROTO_TCP, 0, &[REMOTE_POD]);
+    let taken = Nat4Key {
+        saddr_be: REMOTE_POD.0,
+        daddr_be: NODE,
+        sport_be: REMOTE_POD.1.to_be(),
+        dport_be: 61_000_u16.to_be(),
+        proto: PROTO_TCP,
+        _pad0: [0; 3],
+    };
+    bed.nat.insert(taken, Nat4Value::default(), 0).unwrap();
+
+    let (_, dnated) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
+    let (verdict, _) = bed.egress(&dnated);
+    assert_eq!(verdict, DROP);
+    assert_eq!(bed.stat(STAT_TC_DROP_SNAT_EXHAUSTED), 1);
+
+    // Another backend may use the same port.
+    let mut other = Bed::new();
+    other.snat(NODE, 61_000, 61_000);
+    other.frontend(NODE_PORT, PROTO_TCP, 0, &[REMOTE_POD]);
+    other
+        .nat
+        .insert(
+            Nat4Key {
+                saddr_be: [10, 2, 0, 10],
+                ..taken
+            },
+            Nat4Value::default(),
+            0,
+        )
+        .unwrap();
+    let (_, dnated) = other.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
+    let (verdict, out) = other.egress(&dnated);
+    assert_eq!(verdict, PASS);
+    assert_eq!(seen(&out).src, (NODE, 61_000));
+}
+
+#[test]
+fn without_a_snat_address_cluster_flows_to_remote_backends_are_dropped() {
+    let mut bed = Bed::new();
+    bed.frontend(NODE_PORT, PROTO_TCP, 0, &[REMOTE_POD]);
+    let (_, dnated) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
+    let (verdict, _) = bed.egress(&dnated);
+    assert_eq!(verdict, DROP);
+    assert_eq!(bed.stat(STAT_TC_DROP_SNAT_EXHAUSTED), 1);
+}
+
+#[test]
+fn a_new_connection_on_a_closed_flows_port_picks_again() {
+    let mut bed = Bed::new();
+    bed.frontend(NODE_PORT, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD]);
+    bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
+    bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Fin));
+    let (verdict, out) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
+    assert_eq!(verdict, PASS);
+    assert_eq!(seen(&out), flow(CLIENT, LOCAL_POD));
+    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 2);
+}
+
+#[test]
+fn other_traffic_passes_untouched() {
+    let mut bed = Bed::new();
+    bed.snat(NODE, 61_000, 61_010);
+    bed.frontend(NODE_PORT, PROTO_TCP, 0, &[REMOTE_POD]);
+    let packets = [
+        // Another port of the node, the frontend's port over UDP, and the
+        // node's own traffic out.
+        tcp(CLIENT, (NODE, 22), Tcp::Syn),
+        udp(CLIENT, FRONTEND),
+        tcp((NODE, 45_000), CLIENT, Tcp::Syn),
+        tcp(CLIENT, REMOTE_POD, Tcp::Syn),
+    ];
+    for packet in &packets {
+        for (verdict, out) in [bed.ingress(packet), bed.egress(packet)] {
+            assert_eq!(verdict, PASS);
+            assert_eq!(&out, packet);
+        }
+    }
+    // A non-first fragment carries no ports: it is left alone.
+    let mut fragment = tcp(CLIENT, FRONTEND, Tcp::Ack);
+    fragment[20] = 0x00;
+    fragment[21] = 0x10;
+    let (verdict, out) = bed.ingress(&fragment);
+    assert_eq!(verdict, PASS);
+    assert_eq!(out, fragment);
+    assert!(bed.ct().is_empty());
+    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 0);
+}
+
+#[test]
+fn icmp_errors_about_a_dnated_packet_reach_the_client_quoting_its_frontend() {
+    let mut bed = Bed::new();
+    bed.frontend(NODE_PORT, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD]);
+    let (_, dnated) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Ack));
+
+    // The node could not forward it whole (path MTU to the pod is lower).
+    let error = icmp_error(NODE, CLIENT.0, FRAG_NEEDED, &dnated);
+    let (verdict, out) = bed.egress(&error);
+    assert_eq!(verdict, PASS);
+    assert_eq!(seen_icmp(&out), (NODE, CLIENT.0, flow(CLIENT, FRONTEND)));
+
+    // The pod itself answers port unreachable: its address is hidden too.
+    let error = icmp_error(LOCAL_POD.0, CLIENT.0, DestUnreachableHeader::Port, &dnated);
+    let (verdict, out) = bed.egress(&error);
+    assert_eq!(verdict, PASS);
+    assert_eq!(seen_icmp(&out), (NODE, CLIENT.0, flow(CLIENT, FRONTEND)));
+}
+
+#[test]
+fn icmp_errors_about_a_snated_packet_go_back_to_the_client_quoting_its_frontend() {
+    let mut bed = Bed::new();
+    bed.snat(NODE, 61_000, 61_010);
+    bed.frontend(NODE_PORT, PROTO_TCP, 0, &[REMOTE_POD]);
+    let (_, dnated) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Ack));
+    let (_, snated) = bed.egress(&dnated);
+    let nat_port = seen(&snated).src.1;
+
+    // A router between the nodes has a lower MTU.
+    let router = [203, 0, 113, 1];
+    let error = icmp_error(router, NODE, FRAG_NEEDED, &snated);
+    let (verdict, in_node) = bed.ingress(&error);
+    assert_eq!(verdict, PASS);
+    assert_eq!(
+        seen_icmp(&in_node),
+        (router, CLIENT.0, flow(CLIENT, REMOTE_POD))
+    );
+    let (verdict, out) = bed.egress(&in_node);
+    assert_eq!(verdict, PASS);
+    assert_eq!(seen_icmp(&out), (router, CLIENT.0, flow(CLIENT, FRONTEND)));
+    assert_ne!(nat_port, 0);
+}
+
+#[test]
+fn icmp_errors_about_a_reply_reach_the_backend_that_sent_it() {
+    let mut bed = Bed::new();
+    bed.snat(NODE, 61_000, 61_010);
+    bed.frontend(NODE_PORT, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD]);
+    bed.frontend(NODE_PORT + 1, PROTO_TCP, 0, &[REMOTE_POD]);
+    let router = [198, 51, 100, 1];
+
+    // eTP=Local: the client's router cannot take the reply whole.
+    bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
+    let (_, reply) = bed.egress(&tcp(LOCAL_POD, CLIENT, Tcp::SynAck));
+    let error = icmp_error(router, NODE, FRAG_NEEDED, &reply);
+    let (verdict, out) = bed.ingress(&error);
+    assert_eq!(verdict, PASS);
+    assert_eq!(
+        seen_icmp(&out),
+        (router, LOCAL_POD.0, flow(LOCAL_POD, CLIENT))
+    );
+
+    // eTP=Cluster: the backend on the other node sent its reply to the
+    // node's SNAT port, so the quote must say so.
+    let frontend = (NODE, NODE_PORT + 1);
+    let (_, dnated) = bed.ingress(&tcp(CLIENT, frontend, Tcp::Syn));
+    let (_, snated) = bed.egress(&dnated);
+    let nat = seen(&snated).src;
+    let (_, back) = bed.ingress(&tcp(REMOTE_POD, nat, Tcp::SynAck));
+    let (_, reply) = bed.egress(&back);
+    assert_eq!(seen(&reply), flow(frontend, CLIENT));
+    let error = icmp_error(router, NODE, FRAG_NEEDED, &reply);
+    let (verdict, out) = bed.ingress(&error);
+    assert_eq!(verdict, PASS);
+    assert_eq!(
+        seen_icmp(&out),
+        (router, REMOTE_POD.0, flow(REMOTE_POD, nat))
+    );
+}
+
+#[test]
+fn icmp_errors_about_other_flows_pass_untouched() {
+    let bed = Bed::new();
+    let about = tcp(CLIENT, (NODE, 22), Tcp::Syn);
+    let error = icmp_error([203, 0, 113, 1], CLIENT.0, FRAG_NEEDED, &about);
+    for (verdict, out) in [bed.ingress(&error), bed.egress(&error)] {
+        assert_eq!(verdict, PASS);
+        assert_eq!(out, error);
+    }
+}

@@ -1,0 +1,292 @@
+//! Reading and rewriting the IPv4 and TCP/UDP headers of a packet at tc,
+//! checksums included.
+//!
+//! Addresses and ports are kept exactly as the packet holds them (network
+//! byte order in memory, read as native integers), which is what the
+//! checksum helpers want.
+
+use aya_ebpf::{
+    bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR},
+    programs::TcContext,
+};
+use lb_common::{PROTO_ICMP, PROTO_TCP, PROTO_UDP};
+
+/// Ethernet header length: the programs run on Ethernet devices.
+const ETH_HLEN: usize = 14;
+/// `ETH_P_IP` as the frame holds it.
+const ETH_P_IP_BE: u16 = 0x0800_u16.to_be();
+/// Offsets in the IPv4 header.
+const IP_FRAG_OFF: usize = 6;
+const IP_PROTO: usize = 9;
+const IP_CSUM: usize = 10;
+const IP_SADDR: usize = 12;
+const IP_DADDR: usize = 16;
+/// Fragment offset bits of `frag_off` (host order): non-zero on every
+/// fragment but the first, which alone carries the ports.
+const IP_OFFSET_MASK: u16 = 0x1fff;
+
+/// TCP flag bits (byte 13 of the header).
+pub const TCP_FIN: u8 = 0x01;
+pub const TCP_SYN: u8 = 0x02;
+pub const TCP_RST: u8 = 0x04;
+pub const TCP_ACK: u8 = 0x10;
+
+/// The parsed headers of an IPv4 TCP or UDP packet.
+pub struct Packet4 {
+    /// Offset of the IPv4 header.
+    l3: usize,
+    /// Offset of the TCP or UDP header.
+    l4: usize,
+    pub proto: u8,
+    /// TCP flags; 0 for UDP.
+    pub tcp_flags: u8,
+    pub saddr: [u8; 4],
+    pub daddr: [u8; 4],
+    pub sport_be: u16,
+    pub dport_be: u16,
+}
+
+/// What the programs translate: a TCP or UDP packet, or an ICMP error
+/// about one.
+pub enum Parsed {
+    Flow(Packet4),
+    IcmpError(IcmpError4),
+}
+
+/// The fields of the IPv4 header at `l3` the programs use: header length,
+/// protocol, addresses. `None` unless IPv4 with the ports in this packet
+/// (every fragment but the first lacks them).
+#[inline(always)]
+fn ipv4(ctx: &TcContext, l3: usize) -> Option<(usize, u8, [u8; 4], [u8; 4])> {
+    let ver_ihl: u8 = ctx.load(l3).ok()?;
+    let ihl = usize::from(ver_ihl & 0x0f) * 4;
+    if ver_ihl >> 4 != 4 || ihl < 20 {
+        return None;
+    }
+    let frag_off: u16 = ctx.load(l3 + IP_FRAG_OFF).ok()?;
+    if u16::from_be(frag_off) & IP_OFFSET_MASK != 0 {
+        return None;
+    }
+    Some((
+        ihl,
+        ctx.load(l3 + IP_PROTO).ok()?,
+        ctx.load(l3 + IP_SADDR).ok()?,
+        ctx.load(l3 + IP_DADDR).ok()?,
+    ))
+}
+
+impl Parsed {
+    /// The packet's headers, if it is one the programs translate.
+    #[inline(always)]
+    pub fn parse(ctx: &TcContext) -> Option<Self> {
+        let ethertype: u16 = ctx.load(12).ok()?;
+        if ethertype != ETH_P_IP_BE {
+            return None;
+        }
+        let l3 = ETH_HLEN;
+        let (ihl, proto, saddr, daddr) = ipv4(ctx, l3)?;
+        let l4 = l3 + ihl;
+        if proto == PROTO_ICMP {
+            return IcmpError4::parse(ctx, l3, l4, saddr, daddr).map(Self::IcmpError);
+        }
+        if proto != PROTO_TCP && proto != PROTO_UDP {
+            return None;
+        }
+        let tcp_flags = if proto == PROTO_TCP {
+            ctx.load(l4 + 13).ok()?
+        } else {
+            0
+        };
+        Some(Self::Flow(Packet4 {
+            l3,
+            l4,
+            proto,
+            tcp_flags,
+            saddr,
+            daddr,
+            sport_be: ctx.load(l4).ok()?,
+            dport_be: ctx.load(l4 + 2).ok()?,
+        }))
+    }
+}
+
+impl Packet4 {
+    /// Offset of the L4 checksum, and the flags its updates take: UDP's
+    /// checksum may be 0 (none), which must stay 0.
+    #[inline(always)]
+    fn l4_csum(&self) -> (usize, u64) {
+        if self.proto == PROTO_TCP {
+            (self.l4 + 16, 0)
+        } else {
+            (self.l4 + 6, u64::from(BPF_F_MARK_MANGLED_0))
+        }
+    }
+
+    /// Rewrites the source (`dst` false) or destination address and port.
+    #[inline(always)]
+    pub fn rewrite(
+        &mut self,
+        ctx: &TcContext,
+        dst: bool,
+        addr: [u8; 4],
+        port_be: u16,
+    ) -> Result<(), i64> {
+        let (addr_off, port_off, old_addr, old_port) = if dst {
+            (IP_DADDR, 2, self.daddr, self.dport_be)
+        } else {
+            (IP_SADDR, 0, self.saddr, self.sport_be)
+        };
+        let (csum, mangled) = self.l4_csum();
+        let (from, to) = (
+            u64::from(u32::from_ne_bytes(old_addr)),
+            u64::from(u32::from_ne_bytes(addr)),
+        );
+        if from != to {
+            ctx.l4_csum_replace(csum, from, to, u64::from(BPF_F_PSEUDO_HDR) | mangled | 4)?;
+            ctx.l3_csum_replace(self.l3 + IP_CSUM, from, to, 4)?;
+            ctx.store(self.l3 + addr_off, &addr, 0)?;
+        }
+        if old_port != port_be {
+            ctx.l4_csum_replace(csum, u64::from(old_port), u64::from(port_be), mangled | 2)?;
+            ctx.store(self.l4 + port_off, &port_be, 0)?;
+        }
+        if dst {
+            self.daddr = addr;
+            self.dport_be = port_be;
+        } else {
+            self.saddr = addr;
+            self.sport_be = port_be;
+        }
+        Ok(())
+    }
+}
+
+/// ICMP types whose errors quote the packet they are about.
+const ICMP_DEST_UNREACH: u8 = 3;
+const ICMP_TIME_EXCEEDED: u8 = 11;
+/// Offset of the ICMP checksum, and of the quoted packet, in the ICMP header.
+const ICMP_CSUM: usize = 2;
+const ICMP_QUOTE: usize = 8;
+
+/// An ICMP error (destination unreachable, fragmentation needed among
+/// them, or time exceeded) quoting a TCP or UDP packet.
+pub struct IcmpError4 {
+    l3: usize,
+    l4: usize,
+    /// Offset of the quoted IPv4 header, and of its TCP or UDP header.
+    inner_l3: usize,
+    inner_l4: usize,
+    pub saddr: [u8; 4],
+    pub daddr: [u8; 4],
+    /// The quoted packet's protocol, addresses and ports.
+    pub proto: u8,
+    pub inner_saddr: [u8; 4],
+    pub inner_daddr: [u8; 4],
+    pub inner_sport_be: u16,
+    pub inner_dport_be: u16,
+}
+
+impl IcmpError4 {
+    #[inline(always)]
+    fn parse(
+        ctx: &TcContext,
+        l3: usize,
+        l4: usize,
+        saddr: [u8; 4],
+        daddr: [u8; 4],
+    ) -> Option<Self> {
+        let icmp_type: u8 = ctx.load(l4).ok()?;
+        if icmp_type != ICMP_DEST_UNREACH && icmp_type != ICMP_TIME_EXCEEDED {
+            return None;
+        }
+        let inner_l3 = l4 + ICMP_QUOTE;
+        let (ihl, proto, inner_saddr, inner_daddr) = ipv4(ctx, inner_l3)?;
+        if proto != PROTO_TCP && proto != PROTO_UDP {
+            return None;
+        }
+        let inner_l4 = inner_l3 + ihl;
+        Some(Self {
+            l3,
+            l4,
+            inner_l3,
+            inner_l4,
+            saddr,
+            daddr,
+            proto,
+            inner_saddr,
+            inner_daddr,
+            inner_sport_be: ctx.load(inner_l4).ok()?,
+            inner_dport_be: ctx.load(inner_l4 + 2).ok()?,
+        })
+    }
+
+    /// Rewrites the outer source (`dst` false) or destination address.
+    /// ICMP has no pseudo-header: only the IPv4 checksum changes.
+    #[inline(always)]
+    pub fn rewrite_outer(&mut self, ctx: &TcContext, dst: bool, addr: [u8; 4]) -> Result<(), i64> {
+        let (off, old) = if dst {
+            (IP_DADDR, self.daddr)
+        } else {
+            (IP_SADDR, self.saddr)
+        };
+        let (from, to) = (u32::from_ne_bytes(old), u32::from_ne_bytes(addr));
+        ctx.l3_csum_replace(self.l3 + IP_CSUM, u64::from(from), u64::from(to), 4)?;
+        ctx.store(self.l3 + off, &addr, 0)?;
+        if dst {
+            self.daddr = addr;
+        } else {
+            self.saddr = addr;
+        }
+        Ok(())
+    }
+
+    /// Rewrites the quoted packet's source (`dst` false) or destination
+    /// address and port, its IPv4 checksum, and the ICMP checksum over
+    /// both. The quoted TCP or UDP checksum is left alone, as receivers
+    /// do not check it (and the quote may end before it).
+    #[inline(always)]
+    pub fn rewrite_inner(
+        &mut self,
+        ctx: &TcContext,
+        dst: bool,
+        addr: [u8; 4],
+        port_be: u16,
+    ) -> Result<(), i64> {
+        let (addr_off, port_off, old_addr, old_port) = if dst {
+            (IP_DADDR, 2, self.inner_daddr, self.inner_dport_be)
+        } else {
+            (IP_SADDR, 0, self.inner_saddr, self.inner_sport_be)
+        };
+        let icmp_csum = self.l4 + ICMP_CSUM;
+        let (from, to) = (u32::from_ne_bytes(old_addr), u32::from_ne_bytes(addr));
+        let old_ip_csum: u16 = ctx.load(self.inner_l3 + IP_CSUM)?;
+        let new_ip_csum = csum_replace4(old_ip_csum, from, to);
+        ctx.store(self.inner_l3 + addr_off, &addr, 0)?;
+        ctx.store(self.inner_l3 + IP_CSUM, &new_ip_csum, 0)?;
+        ctx.l4_csum_replace(icmp_csum, u64::from(from), u64::from(to), 4)?;
+        ctx.l4_csum_replace(icmp_csum, u64::from(old_ip_csum), u64::from(new_ip_csum), 2)?;
+        ctx.store(self.inner_l4 + port_off, &port_be, 0)?;
+        ctx.l4_csum_replace(icmp_csum, u64::from(old_port), u64::from(port_be), 2)?;
+        if dst {
+            self.inner_daddr = addr;
+            self.inner_dport_be = port_be;
+        } else {
+            self.inner_saddr = addr;
+            self.inner_sport_be = port_be;
+        }
+        Ok(())
+    }
+}
+
+/// An Internet checksum after one 32-bit word of what it covers changed
+/// from `from` to `to` (RFC 1624: HC' = ~(~HC + ~m + m')). One's complement
+/// sums do not depend on byte order, so raw (in-packet) values work as is.
+#[inline(always)]
+fn csum_replace4(csum: u16, from: u32, to: u32) -> u16 {
+    let mut sum = u32::from(!csum);
+    sum += (!from >> 16) + (!from & 0xffff);
+    sum += (to >> 16) + (to & 0xffff);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    !(sum as u16)
+}
