@@ -8,7 +8,10 @@
 mod bed;
 
 use bed::*;
-use etherparse::icmpv4::DestUnreachableHeader;
+use etherparse::{
+    Icmpv4Header, Icmpv4Type, NetHeaders, PacketHeaders, TransportHeader,
+    icmpv4::DestUnreachableHeader,
+};
 use lb_common::{
     CT_DIR_IN, CT_DIR_OUT, CT_F_SNAT, FE_F_EXTERNAL_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, Nat4Key,
     Nat4Value, PROTO_TCP, PROTO_UDP, STAT_TC_DROP_NO_LOCAL, STAT_TC_DROP_SNAT_EXHAUSTED,
@@ -189,13 +192,75 @@ fn no_local_endpoint_drops_and_is_counted() {
 }
 
 #[test]
-fn no_endpoints_at_all_is_counted_as_a_reject() {
+fn no_endpoints_at_all_rejects_tcp_with_a_reset_from_the_frontend() {
     let mut bed = Bed::new();
     bed.frontend(NODE_PORT, PROTO_TCP, 0, &[]);
-    let (verdict, _) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
-    assert_eq!(verdict, DROP);
-    assert_eq!(bed.stat(STAT_TC_REJECT_NO_ENDPOINTS), 1);
+    let syn = tcp(CLIENT, FRONTEND, Tcp::Syn);
+    let (verdict, out) = bed.ingress(&syn);
+    assert_eq!(verdict, REDIRECT, "sent back out of its device");
+    assert_eq!(
+        (&out[..6], &out[6..12]),
+        (&syn[6..12], &syn[..6]),
+        "MACs swapped"
+    );
+    assert_eq!(seen(&out), flow(FRONTEND, CLIENT));
+    let t = tcp_header(&out);
+    // The SYN (seq 1000) carried 9 bytes: they and the SYN are acknowledged.
+    assert!(t.rst && t.ack && !t.syn, "{t:?}");
+    assert_eq!((t.sequence_number, t.acknowledgment_number), (0, 1010));
+    assert_eq!(out.len(), 14 + 20 + 20, "no payload");
+
+    // A segment with ACK gets a bare reset at its acknowledgment.
+    let (verdict, out) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Ack));
+    assert_eq!(verdict, REDIRECT);
+    let t = tcp_header(&out);
+    assert!(t.rst && !t.ack, "{t:?}");
+    assert_eq!(t.sequence_number, 1001);
+    assert_eq!(bed.stat(STAT_TC_REJECT_NO_ENDPOINTS), 2);
     assert!(bed.ct().is_empty());
+}
+
+#[test]
+fn no_endpoints_at_all_rejects_udp_with_a_port_unreachable_quoting_it() {
+    let mut bed = Bed::new();
+    bed.frontend(NODE_PORT, PROTO_UDP, 0, &[]);
+    let datagram = udp(CLIENT, FRONTEND);
+    let (verdict, out) = bed.ingress(&datagram);
+    assert_eq!(verdict, REDIRECT);
+    let headers = PacketHeaders::from_ethernet_slice(&out).expect("a valid packet");
+    let Some(NetHeaders::Ipv4(ip, _)) = &headers.net else {
+        panic!("not IPv4: {headers:?}");
+    };
+    assert_eq!((ip.source, ip.destination), (NODE, CLIENT.0));
+    assert_eq!(ip.header_checksum, ip.calc_header_checksum());
+    let Some(TransportHeader::Icmpv4(icmp)) = &headers.transport else {
+        panic!("not ICMP: {headers:?}");
+    };
+    assert_eq!(
+        icmp.icmp_type,
+        Icmpv4Type::DestinationUnreachable(DestUnreachableHeader::Port)
+    );
+    let quote = headers.payload.slice();
+    assert_eq!(quote, &datagram[14..14 + 28], "its IPv4 and UDP headers");
+    let want = Icmpv4Header::with_checksum(icmp.icmp_type.clone(), quote).checksum;
+    assert_eq!(icmp.checksum, want, "ICMP checksum");
+    assert_eq!(bed.stat(STAT_TC_REJECT_NO_ENDPOINTS), 1);
+}
+
+#[test]
+fn a_reset_to_a_frontend_without_endpoints_is_not_answered() {
+    let mut bed = Bed::new();
+    bed.frontend(NODE_PORT, PROTO_TCP, 0, &[]);
+    let (verdict, _) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Rst));
+    assert_eq!(verdict, DROP);
+}
+
+/// The TCP header of a packet.
+fn tcp_header(packet: &[u8]) -> etherparse::TcpHeader {
+    match PacketHeaders::from_ethernet_slice(packet).map(|h| h.transport) {
+        Ok(Some(TransportHeader::Tcp(t))) => t,
+        other => panic!("not TCP: {other:?}"),
+    }
 }
 
 #[test]
@@ -381,4 +446,25 @@ fn icmp_errors_about_other_flows_pass_untouched() {
         assert_eq!(verdict, PASS);
         assert_eq!(out, error);
     }
+}
+
+#[test]
+fn a_flow_whose_backend_was_removed_moves_to_a_current_one() {
+    let mut bed = Bed::new();
+    bed.frontend(NODE_PORT, PROTO_UDP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD]);
+    let (_, first) = bed.ingress(&udp(CLIENT, FRONTEND));
+    assert_eq!(seen(&first).dst, LOCAL_POD);
+
+    // The agent replaces the endpoint: a new revision, the old backend
+    // deleted after its grace period.
+    let other = ([10, 1, 0, 6], 8080);
+    bed.frontend(NODE_PORT, PROTO_UDP, FE_F_EXTERNAL_LOCAL, &[other]);
+    let (_, still) = bed.ingress(&udp(CLIENT, FRONTEND));
+    assert_eq!(seen(&still).dst, LOCAL_POD, "the backend is still there");
+    bed.backends.remove(&100).unwrap();
+    let (verdict, moved) = bed.ingress(&udp(CLIENT, FRONTEND));
+    assert_eq!(verdict, PASS);
+    assert_eq!(seen(&moved).dst, other);
+    let (_, reply) = bed.egress(&udp(other, CLIENT));
+    assert_eq!(seen(&reply).src, FRONTEND);
 }

@@ -8,4 +8,5 @@ pub mod ct;
 pub mod lb;
 pub mod maps;
 pub mod packet;
+pub mod reject;
 pub mod stats;

@@ -111,6 +111,16 @@ impl Parsed {
 }
 
 impl Packet4 {
+    /// Offset of the IPv4 header.
+    pub fn l3(&self) -> usize {
+        self.l3
+    }
+
+    /// Offset of the TCP or UDP header.
+    pub fn l4(&self) -> usize {
+        self.l4
+    }
+
     /// Offset of the L4 checksum, and the flags its updates take: UDP's
     /// checksum may be 0 (none), which must stay 0.
     #[inline(always)]

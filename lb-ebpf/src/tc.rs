@@ -34,8 +34,9 @@ use lb_common::{
 use lb_ebpf::{
     ct::{allocate_port, expired, lifetime, now},
     lb::{Selection, V4, select},
-    maps::{LB_CONFIG, LB4_CT, LB4_NAT},
+    maps::{LB_CONFIG, LB4_BACKENDS, LB4_CT, LB4_NAT},
     packet::{IcmpError4, Packet4, Parsed, TCP_ACK, TCP_SYN},
+    reject::reject,
     stats::count,
 };
 
@@ -111,7 +112,9 @@ fn ingress(ctx: &TcContext, p: &mut Packet4) -> Result<i32, i64> {
         // A new connection on the port of a closed or dead one is a new
         // flow: it picks a backend again, as in Cilium.
         let reopened = syn && (ct.flags & CT_F_CLOSING != 0 || expired(ct.expires, now));
-        if !reopened {
+        // So is a flow whose backend the agent removed: it goes to a
+        // current one (a TCP peer there resets it, a UDP one answers).
+        if !reopened && backend_alive(&ct) {
             let (flags, expires) = lifetime(p.proto, p.tcp_flags, ct.flags, now);
             // SAFETY: as above.
             unsafe {
@@ -123,6 +126,19 @@ fn ingress(ctx: &TcContext, p: &mut Packet4) -> Result<i32, i64> {
         }
     }
     new_flow(ctx, p, &key, now)
+}
+
+/// Whether the backend a flow was sent to is still one: its id still names
+/// its address. The agent deletes an id only a grace period after the
+/// last revision naming it went, so a removed endpoint's flows move on.
+#[inline(always)]
+fn backend_alive(ct: &Ct4Value) -> bool {
+    LB4_BACKENDS.get_ptr(ct.backend_id).is_some_and(|b| {
+        // SAFETY: backends are never updated in place; the element stays
+        // mapped while the program runs (RCU).
+        let b = unsafe { *b };
+        b.addr_be == ct.addr_be && b.port_be == ct.port_be
+    })
 }
 
 /// The first packet of a flow: pick a backend of its external frontend.
@@ -151,8 +167,9 @@ fn new_flow(ctx: &TcContext, p: &mut Packet4, key: &Ct4Key, now: u32) -> Result<
             return Ok(DROP);
         }
         Selection::NoEndpoints => {
+            // kube-proxy rejects these: a reset, or port unreachable.
             count(STAT_TC_REJECT_NO_ENDPOINTS);
-            return Ok(DROP);
+            return reject(ctx, p);
         }
         Selection::Inconsistent => {
             count(STAT_REFUSED_INCONSISTENT);

@@ -22,6 +22,8 @@ use lb_common::{
 /// What the programs return: pass on (TCX "next"), or drop.
 pub const PASS: i32 = -1;
 pub const DROP: i32 = 2;
+/// `TC_ACT_REDIRECT`: sent on by `bpf_redirect`.
+pub const REDIRECT: i32 = 7;
 
 pub type Addr = ([u8; 4], u16);
 
@@ -37,7 +39,7 @@ pub struct Bed {
     frontends: HashMap<MapData, Frontend4Key, FrontendId>,
     states: Array<MapData, Frontend4State>,
     slots: HashMap<MapData, SlotKey, Slot>,
-    backends: HashMap<MapData, u32, Backend4>,
+    pub backends: HashMap<MapData, u32, Backend4>,
     config: Array<MapData, DatapathConfig>,
     stats: PerCpuArray<MapData, u64>,
     ct: HashMap<MapData, Ct4Key, Ct4Value>,
@@ -229,6 +231,7 @@ pub enum Tcp {
     SynAck,
     Ack,
     Fin,
+    Rst,
 }
 
 pub fn tcp(src: Addr, dst: Addr, flags: Tcp) -> Vec<u8> {
@@ -240,6 +243,7 @@ pub fn tcp(src: Addr, dst: Addr, flags: Tcp) -> Vec<u8> {
         Tcp::SynAck => builder.syn().ack(1001),
         Tcp::Ack => builder.ack(1001),
         Tcp::Fin => builder.fin().ack(1001),
+        Tcp::Rst => builder.rst(),
     };
     let payload = b"identity?";
     let mut out = Vec::with_capacity(builder.size(payload.len()));
