@@ -62,6 +62,14 @@ pub struct RunArgs {
     /// Comma-separated and repeatable.
     #[arg(long, value_name = "primary|all|CIDR,...")]
     pub nodeport_addresses: Vec<String>,
+    /// The devices traffic from outside the node arrives on and leaves by,
+    /// where the tc programs attach (Cilium's flag): comma-separated and
+    /// repeatable. Default: the devices that hold the Node's primary
+    /// addresses (its first InternalIP of each family, else ExternalIP).
+    /// Add the device that leads to other nodes' pods if it is another one
+    /// (a tunnel device, say): packets SNATed for them leave through it.
+    #[arg(long, value_name = "DEV,...", value_delimiter = ',')]
+    pub devices: Vec<String>,
     /// Accepted for kube-proxy compatibility. The socket LB needs no
     /// masquerade, so the pod CIDR changes nothing.
     #[arg(long, value_name = "CIDR")]

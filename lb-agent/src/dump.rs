@@ -5,7 +5,7 @@ use std::{fmt::Write as _, net::SocketAddr};
 
 use lb_common::{
     FE_F_AFFINITY, FE_F_EXTERNAL_LOCAL, FE_F_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, FE_KIND_EXTERNAL_IP,
-    FE_KIND_LOAD_BALANCER, FE_KIND_MASK, FE_KIND_NODE_PORT,
+    FE_KIND_LOAD_BALANCER, FE_KIND_MASK, FE_KIND_NODE_PORT, SCOPE_EXTERNAL,
 };
 
 use crate::{
@@ -49,6 +49,10 @@ pub fn render(view: &LbView) -> String {
         });
         if fe.flags & FE_F_EXTERNAL_LOCAL != 0 {
             extra.push_str(" eTP=Local");
+        }
+        if fe.scope == SCOPE_EXTERNAL {
+            // The frontend as traffic from outside the node sees it (tc).
+            extra.push_str(" from-outside");
         }
         let _ = writeln!(
             out,
@@ -108,6 +112,7 @@ mod tests {
                 addr: Ipv4Addr::new(10, 0, 0, 1).into(),
                 port: 80,
                 proto: lb_common::PROTO_TCP,
+                scope: 0,
                 id: 7,
                 live: true,
                 rev: 2,
@@ -136,6 +141,7 @@ mod tests {
             addr: Ipv4Addr::new(192, 0, 2, 1).into(),
             port: 30080,
             proto: lb_common::PROTO_UDP,
+            scope: lb_common::SCOPE_INTERNAL,
             id: 3,
             live: true,
             rev: 1,
@@ -150,20 +156,30 @@ mod tests {
                 fe(FE_KIND_EXTERNAL_IP),
                 fe(FE_KIND_LOAD_BALANCER),
                 fe(0),
+                FrontendView {
+                    scope: SCOPE_EXTERNAL,
+                    ..fe(FE_KIND_NODE_PORT | FE_F_EXTERNAL_LOCAL)
+                },
             ],
             retired_revisions: 0,
-            entries: [4, 4, 0, 0, 0],
+            entries: [5, 5, 0, 0, 0],
         };
         let text = render(&view);
         let tails: Vec<&str> = text
             .lines()
             .skip(2)
-            .take(4)
+            .take(5)
             .map(|l| l.split_once("rev 1)").expect("a frontend line").1)
             .collect();
         assert_eq!(
             tails,
-            [" NodePort eTP=Local", " ExternalIP", " LoadBalancer", ""],
+            [
+                " NodePort eTP=Local",
+                " ExternalIP",
+                " LoadBalancer",
+                "",
+                " NodePort eTP=Local from-outside"
+            ],
             "{text}"
         );
     }

@@ -10,8 +10,9 @@
 //! programs load on a blocking thread meanwhile.
 
 use std::{
+    collections::BTreeSet,
     future::Future,
-    net::SocketAddr,
+    net::{IpAddr, SocketAddr},
     path::PathBuf,
     sync::Arc,
     thread,
@@ -32,6 +33,7 @@ use lb_agent::{
     source::{Change, NodeFacts, file, interfaces::Interfaces, kube},
     syncer::{SyncStats, Syncer},
 };
+use lb_common::{DEFAULT_NAT_PORT_MAX, DEFAULT_NAT_PORT_MIN, DatapathConfig};
 use tokio::{
     signal::unix::{SignalKind, signal},
     sync::oneshot,
@@ -343,6 +345,10 @@ struct Agent {
     cgroup: PathBuf,
     attached: bool,
     waiting_logged: bool,
+    /// `--devices`; empty: the devices holding the NodePort addresses.
+    devices: Vec<String>,
+    /// What `LB_CONFIG` holds, once written.
+    tc_config: Option<DatapathConfig>,
 }
 
 impl Agent {
@@ -442,7 +448,13 @@ impl Agent {
             cgroup,
             attached: false,
             waiting_logged: false,
+            devices: config.devices.clone(),
+            tc_config: None,
         };
+        if !agent.devices.is_empty() {
+            let devices = agent.devices.iter().cloned().collect();
+            agent.datapath.set_devices(devices, false)?;
+        }
         if agent.datapath.attach_early() {
             agent.attach()?;
         }
@@ -488,10 +500,62 @@ impl Agent {
         Ok(())
     }
 
+    /// Points the tc programs at the devices wanted now (`--devices`, else
+    /// those holding the Node's primary addresses) and gives them the
+    /// node's primary IPv4 address to SNAT to (else its first IPv4
+    /// NodePort address); a failure is logged and retried at the next
+    /// sync.
+    fn sync_tc(&mut self) {
+        let primary = self.syncer.primary_ips();
+        // Not the NodePort addresses: without a Node they fall back to
+        // every address of the host, and the programs would land on
+        // devices nobody chose.
+        let devices: BTreeSet<String> = if self.devices.is_empty() {
+            devices_holding(primary)
+        } else {
+            self.devices.iter().cloned().collect()
+        };
+        match self.datapath.set_devices(devices.clone(), self.attached) {
+            Ok(true) if self.attached => {
+                info!(?devices, "tc programs attached to these devices");
+            }
+            Ok(_) => {}
+            Err(e) => error!(
+                error = &e as &dyn std::error::Error,
+                ?devices,
+                "attaching the tc programs failed; retrying at the next sync"
+            ),
+        }
+        let snat4_be = primary
+            .iter()
+            .chain(self.syncer.node_port_ips())
+            .find_map(|ip| match ip {
+                IpAddr::V4(v4) => Some(v4.octets()),
+                IpAddr::V6(_) => None,
+            })
+            .unwrap_or_default();
+        let config = DatapathConfig {
+            snat4_be,
+            nat_port_min: DEFAULT_NAT_PORT_MIN,
+            nat_port_max: DEFAULT_NAT_PORT_MAX,
+        };
+        if self.tc_config == Some(config) {
+            return;
+        }
+        match self.datapath.set_config(config) {
+            Ok(()) => self.tc_config = Some(config),
+            Err(e) => error!(
+                error = &e as &dyn std::error::Error,
+                "writing the tc programs' settings failed; retrying at the next sync"
+            ),
+        }
+    }
+
     /// Logs a sync; during a migration, switches the programs once the new
     /// maps hold the whole state.
     fn after_sync(&mut self, s: &SyncStats, prune: bool) {
         self.destroy_stale_udp();
+        self.sync_tc();
         info!(
             prune,
             full = s.full,
@@ -530,6 +594,24 @@ impl Agent {
                 error = e.as_ref() as &dyn std::error::Error,
                 "switching the programs to the new maps failed; retrying"
             );
+        }
+    }
+}
+
+/// The devices that hold one of `ips`.
+fn devices_holding(ips: &[IpAddr]) -> BTreeSet<String> {
+    match if_addrs::get_if_addrs() {
+        Ok(addrs) => addrs
+            .into_iter()
+            .filter(|a| ips.contains(&a.ip()))
+            .map(|a| a.name)
+            .collect(),
+        Err(e) => {
+            warn!(
+                error = &e as &dyn std::error::Error,
+                "listing the interfaces"
+            );
+            BTreeSet::new()
         }
     }
 }

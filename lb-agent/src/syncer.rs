@@ -222,6 +222,16 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         }
     }
 
+    /// The addresses that serve NodePorts now.
+    pub fn node_port_ips(&self) -> &[IpAddr] {
+        &self.cache.node().node_port_ips
+    }
+
+    /// The Node's primary addresses (none until its Node object is read).
+    pub fn primary_ips(&self) -> &[IpAddr] {
+        &self.primary_ips
+    }
+
     /// Writes what changed since the last sync, and retries the failed
     /// frontends that are due. `None` until both initial lists are in, or
     /// when nothing is pending.

@@ -30,8 +30,8 @@ pub struct Frontend4Key {
     pub port_be: u16,
     /// IP protocol number ([`crate::PROTO_TCP`] or [`crate::PROTO_UDP`]).
     pub proto: u8,
-    /// [`SCOPE_INTERNAL`] today; [`SCOPE_EXTERNAL`] is reserved for the
-    /// external-traffic-policy view of NodePort and load-balancer frontends.
+    /// [`SCOPE_INTERNAL`] (the socket hooks) or [`SCOPE_EXTERNAL`] (the
+    /// external-traffic-policy view of an external frontend, for tc).
     pub scope: u8,
 }
 const _: () = assert!(size_of::<Frontend4Key>() == 8);
@@ -53,7 +53,7 @@ const _: () = assert!(size_of::<Frontend6Key>() == 20);
 
 /// The frontend as seen by traffic from inside the cluster (socket hooks).
 pub const SCOPE_INTERNAL: u8 = 0;
-/// Reserved: the frontend as seen by traffic from outside the node.
+/// The frontend as seen by traffic from outside the node (tc).
 pub const SCOPE_EXTERNAL: u8 = 1;
 
 /// Value of `LB4_FRONTENDS`: the frontend's id, its index in `LB4_FE_STATE`.

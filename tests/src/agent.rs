@@ -3,6 +3,7 @@
 use std::{
     io::{BufRead, BufReader},
     net::SocketAddr,
+    os::{fd::AsRawFd as _, unix::process::CommandExt as _},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{Arc, Mutex},
@@ -101,6 +102,8 @@ pub struct Agent {
     child: Child,
     log: Arc<Mutex<Vec<String>>>,
     listeners: Option<Listeners>,
+    /// The network namespace (under /run/netns) it runs in; `None`: ours.
+    netns: Option<String>,
 }
 
 /// Where the agent's two HTTP listeners are.
@@ -129,7 +132,22 @@ impl Agent {
     ) -> anyhow::Result<Self> {
         let mut args = vec![std::ffi::OsStr::new("--from-file"), manifest.as_os_str()];
         args.extend(extra.iter().map(std::ffi::OsStr::new));
-        Self::spawn(&args, cgroup, pins)
+        Self::spawn(&args, cgroup, pins, None)
+    }
+
+    /// `lb-agent run --from-file manifest` inside network namespace
+    /// `netns` (entered with setns(2) alone, so /sys, bpffs and the cgroup
+    /// mount stay as they are), as a node's agent runs in its host's.
+    pub fn start_in(
+        netns: &str,
+        manifest: &Path,
+        cgroup: &Path,
+        pins: &Path,
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
+        let mut args = vec![std::ffi::OsStr::new("--from-file"), manifest.as_os_str()];
+        args.extend(extra.iter().map(std::ffi::OsStr::new));
+        Self::spawn(&args, cgroup, pins, Some(netns))
     }
 
     /// `lb-agent run --kubeconfig kubeconfig`, as node `node-1`.
@@ -145,11 +163,30 @@ impl Agent {
             std::ffi::OsStr::new("--hostname-override=node-1"),
         ];
         args.extend(extra.iter().map(std::ffi::OsStr::new));
-        Self::spawn(&args, cgroup, pins)
+        Self::spawn(&args, cgroup, pins, None)
     }
 
-    fn spawn(args: &[&std::ffi::OsStr], cgroup: &Path, pins: &Path) -> anyhow::Result<Self> {
-        let mut child = Command::new(agent_bin())
+    fn spawn(
+        args: &[&std::ffi::OsStr],
+        cgroup: &Path,
+        pins: &Path,
+        netns: Option<&str>,
+    ) -> anyhow::Result<Self> {
+        let mut cmd = Command::new(agent_bin());
+        let ns_file = netns.map(open_netns).transpose()?;
+        if let Some(f) = &ns_file {
+            let fd = f.as_raw_fd();
+            // SAFETY: between fork and exec the child only calls setns(2),
+            // a plain system call, on an fd the parent keeps open until
+            // spawn returns.
+            unsafe {
+                cmd.pre_exec(move || match libc::setns(fd, libc::CLONE_NEWNET) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                });
+            }
+        }
+        let mut child = cmd
             .arg("run")
             .args(args)
             // Ephemeral loopback ports, so agents of parallel tests never clash.
@@ -178,6 +215,7 @@ impl Agent {
             child,
             log,
             listeners: None,
+            netns: netns.map(str::to_owned),
         })
     }
 
@@ -219,6 +257,7 @@ impl Agent {
             return Ok(l);
         }
         let pid = self.child.id();
+        let netns = self.netns.clone();
         let mut found = None;
         self.wait_until("its HTTP listeners", |_| {
             // Service health checks listen on the wildcard address.
@@ -231,7 +270,7 @@ impl Agent {
             }
             anyhow::ensure!(addrs.len() == 2, "lb-agent listens on {addrs:?}");
             let (a, b) = (addrs[0], addrs[1]);
-            found = Some(match crate::http::get(a, "/metrics")?.0 {
+            found = Some(match get_in(netns.as_deref(), a, "/metrics")?.0 {
                 200 => Listeners {
                     metrics: a,
                     healthz: b,
@@ -260,7 +299,8 @@ impl Agent {
 
     /// GET `path` from the agent's `field` listener: (status, body).
     pub fn http_get(&mut self, field: &str, path: &str) -> anyhow::Result<(u16, String)> {
-        crate::http::get(self.bound(field)?, path)
+        let at = self.bound(field)?;
+        get_in(self.netns.as_deref(), at, path)
     }
 
     /// One scrape of `/metrics`.
@@ -334,4 +374,28 @@ impl Drop for Agent {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+fn open_netns(name: &str) -> anyhow::Result<std::fs::File> {
+    std::fs::File::open(format!("/run/netns/{name}")).with_context(|| format!("netns {name}"))
+}
+
+/// An HTTP GET from inside network namespace `netns` (from a thread of its
+/// own, which alone enters it), or from ours.
+fn get_in(netns: Option<&str>, addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
+    let Some(ns) = netns else {
+        return crate::http::get(addr, path);
+    };
+    let file = open_netns(ns)?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: a valid netns fd; setns moves only this thread.
+            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                bail!("setns {ns}: {}", std::io::Error::last_os_error());
+            }
+            crate::http::get(addr, path)
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the HTTP thread panicked"))?
+    })
 }

@@ -44,15 +44,21 @@ pub(crate) fn lbt(netns: &str, cgroup: Option<&Path>) -> Command {
 
 /// Runs a client command to completion and parses its report.
 pub fn client(netns: &str, cgroup: &Path, args: &[&str]) -> anyhow::Result<Report> {
-    run_report(netns, cgroup, args)
+    run_report(netns, Some(cgroup), args)
+}
+
+/// [`client`] outside every test cgroup: no socket hook translates its
+/// connections, as for a client on another host.
+pub fn outside_client(netns: &str, args: &[&str]) -> anyhow::Result<Report> {
+    run_report(netns, None, args)
 }
 
 fn run_report<T: serde::de::DeserializeOwned>(
     netns: &str,
-    cgroup: &Path,
+    cgroup: Option<&Path>,
     args: &[&str],
 ) -> anyhow::Result<T> {
-    let out = lbt(netns, Some(cgroup)).args(args).output()?;
+    let out = lbt(netns, cgroup).args(args).output()?;
     if !out.status.success() {
         bail!(
             "lbt {}: {}",
@@ -106,7 +112,7 @@ impl BenchReport {
 /// Runs `lbt bench-tcp` / `lbt bench-udp` (args include the subcommand) in
 /// `netns` and `cgroup`, and parses its report.
 pub fn bench(netns: &str, cgroup: &Path, args: &[&str]) -> anyhow::Result<BenchReport> {
-    run_report(netns, cgroup, args)
+    run_report(netns, Some(cgroup), args)
 }
 
 /// A backend that answers with its id; killed on drop.
@@ -151,7 +157,12 @@ pub struct Held {
 
 impl Held {
     pub fn open(netns: &str, cgroup: &Path, to: &str) -> anyhow::Result<Self> {
-        let mut child = lbt(netns, Some(cgroup))
+        Self::open_in(netns, Some(cgroup), to)
+    }
+
+    /// [`Self::open`] in `cgroup`, or outside every test cgroup.
+    pub fn open_in(netns: &str, cgroup: Option<&Path>, to: &str) -> anyhow::Result<Self> {
+        let mut child = lbt(netns, cgroup)
             .args(["hold", "--to", to])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

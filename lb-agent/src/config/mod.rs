@@ -36,6 +36,8 @@ pub struct RunConfig {
     pub node_name: String,
     pub excluded: ExcludedCidrs,
     pub node_port_addresses: NodePortAddresses,
+    /// `--devices`; empty: the devices holding the NodePort addresses.
+    pub devices: Vec<String>,
     /// `None`: the cgroup2 mount root, found at start.
     pub cgroup: Option<PathBuf>,
     pub bpffs_dir: PathBuf,
@@ -129,6 +131,7 @@ impl RunConfig {
             node_name,
             excluded,
             node_port_addresses,
+            devices: args.devices.into_iter().filter(|d| !d.is_empty()).collect(),
             cgroup: args.cgroup_path,
             bpffs_dir: args.bpffs_dir,
             capacities: capacities(&args.maps),

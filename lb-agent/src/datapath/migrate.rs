@@ -36,6 +36,7 @@ use super::{
     layout::{self, LayoutError},
     loader::{REVERSING, TRANSLATING},
     pins::Pins,
+    tc,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -62,13 +63,17 @@ fn io_err(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> MigrateE
     move |source| MigrateError::Io { what, path, source }
 }
 
-/// Ids of the maps the programs attached through our links use.
+/// Ids of the maps the programs attached through our links (socket and
+/// tc) use.
 pub fn active_map_ids(pins: &Pins) -> BTreeSet<u32> {
+    let tc_links = tc::linked(pins).unwrap_or_default();
     let programs: BTreeSet<u32> = TRANSLATING
         .iter()
         .chain(&REVERSING)
-        .filter_map(|p| {
-            let link = FdLink::from(PinnedLink::from_pin(pins.link(p.link)).ok()?);
+        .map(|p| p.link)
+        .chain(tc_links.iter().map(String::as_str))
+        .filter_map(|name| {
+            let link = FdLink::from(PinnedLink::from_pin(pins.link(name)).ok()?);
             Some(link.info().ok()?.program_id())
         })
         .collect();

@@ -14,8 +14,12 @@ pub mod migrate;
 pub mod pins;
 pub mod stats;
 pub mod table;
+pub mod tc;
 
-use std::path::{Path, PathBuf};
+use std::{
+    collections::BTreeSet,
+    path::{Path, PathBuf},
+};
 
 use aya::Ebpf;
 use layout::{Capacities, LayoutError};
@@ -60,6 +64,8 @@ pub struct Datapath {
     ebpf: Ebpf,
     maps_dir: PathBuf,
     start: Start,
+    /// The devices the tc programs are attached to.
+    devices: BTreeSet<String>,
 }
 
 /// What [`Datapath::attach`] did besides attaching.
@@ -143,6 +149,9 @@ impl Datapath {
             ebpf,
             maps_dir,
             start,
+            // Until told otherwise, the devices an earlier agent attached
+            // to: replacing its programs there leaves no gap.
+            devices: tc::linked_devices(pins)?,
         })
     }
 
@@ -155,6 +164,29 @@ impl Datapath {
     /// old maps until the new ones hold the whole state.
     pub fn attach_early(&self) -> bool {
         !matches!(self.start, Start::Migrating(_))
+    }
+
+    /// Attaches the tc programs to `devices` (and detaches them from the
+    /// others) if that changes anything. Before [`Self::attach`], only
+    /// remembers them: the programs must not use maps still being filled.
+    pub fn set_devices(
+        &mut self,
+        devices: BTreeSet<String>,
+        attached: bool,
+    ) -> Result<bool, DatapathError> {
+        if devices == self.devices {
+            return Ok(false);
+        }
+        if attached {
+            tc::attach(&mut self.ebpf, &self.pins, &devices)?;
+        }
+        self.devices = devices;
+        Ok(true)
+    }
+
+    /// The tc programs' settings, written into the maps they use.
+    pub fn set_config(&self, config: lb_common::DatapathConfig) -> Result<(), tc::ConfigError> {
+        tc::set_config(&self.maps_dir, config)
     }
 
     /// The load-balancing tables this build's programs read.
@@ -171,6 +203,7 @@ impl Datapath {
         loader::attach(&mut self.ebpf, &self.pins, cgroup, &TRANSLATING)?;
         let revnat_carried = migrate::carry_revnat(&self.pins)?;
         loader::attach(&mut self.ebpf, &self.pins, cgroup, &REVERSING)?;
+        tc::attach(&mut self.ebpf, &self.pins, &self.devices)?;
         let removed = migrate::finish(&self.pins)?;
         self.maps_dir = self.pins.maps_dir();
         self.start = Start::Adopted;

@@ -62,6 +62,7 @@ fn tcp(vip: &str, port: u16) -> Frontend {
         vip: vip.parse().unwrap(),
         port,
         proto: Proto::Tcp,
+        scope: Scope::Internal,
     }
 }
 

@@ -183,6 +183,7 @@ fn frontend(vip: &str, port: u16, proto: Proto) -> Frontend {
         vip: ip(vip),
         port,
         proto,
+        scope: Scope::Internal,
     }
 }
 
@@ -241,6 +242,9 @@ struct Case {
     want: Want,
     /// The expected `sessionAffinity: ClientIP` timeout.
     affinity: Option<u32>,
+    /// What the LB VIP gets from outside the node (kube-proxy's external
+    /// flows), when it is not the LB VIP's set from inside.
+    outside: Option<Want>,
 }
 
 /// What the cluster IP frontend gets. Endpoint IPs, on port [`TARGET`].
@@ -286,6 +290,7 @@ fn case(name: &'static str, svc: Svc, slices: Vec<Vec<Ep>>, want: Want) -> Case 
         slices,
         want,
         affinity: None,
+        outside: None,
     }
 }
 
@@ -298,6 +303,43 @@ impl Case {
     fn affinity(mut self, secs: u32) -> Self {
         self.affinity = Some(secs);
         self
+    }
+
+    fn outside(mut self, want: Want) -> Self {
+        self.outside = Some(want);
+        self
+    }
+
+    /// The LB VIP's frontend in the external scope (traffic from outside):
+    /// `self.outside`'s endpoints, else those the LB VIP serves inside.
+    fn check_outside(&self, d: &Desired) -> Result<(), String> {
+        let fe = tcp(LB_VIP, 80).external();
+        let Some(got) = d.frontends.get(&fe) else {
+            // Only an LB VIP has one; and it has both.
+            return match d.frontends.contains_key(&tcp(LB_VIP, 80)) {
+                true => Err(format!("{fe} not programmed")),
+                false => Ok(()),
+            };
+        };
+        let (backends, no_local) = match &self.outside {
+            Some(want) => {
+                let t = want.target(self.affinity);
+                (t.backends, t.no_local_endpoints)
+            }
+            None => {
+                let inside = d.frontends.get(&tcp(LB_VIP, 80));
+                (
+                    inside.map(|t| t.backends.clone()).unwrap_or_default(),
+                    false,
+                )
+            }
+        };
+        if got.backends != backends || got.no_local_endpoints != no_local {
+            return Err(format!(
+                "{fe}:\n      got  {got:?}\n      want {backends:?}, no_local_endpoints {no_local}"
+            ));
+        }
+        Ok(())
     }
 
     fn check(&self) -> Result<(), String> {
@@ -343,7 +385,9 @@ impl Case {
         // none of) serves pods and processes on this node: kube-proxy
         // short-circuits them to the cluster endpoints, whatever the
         // traffic policies.
-        for (fe, t) in d.frontends.iter().filter(|(fe, _)| fe.vip != ip(VIP)) {
+        self.check_outside(&d)?;
+        let inside = |fe: &&Frontend| fe.vip != ip(VIP) && fe.scope == Scope::Internal;
+        for (fe, t) in d.frontends.iter().filter(|(fe, _)| inside(fe)) {
             let cluster = match &self.want {
                 Want::Cluster(_) => Some(&want.backends),
                 _ => None,
@@ -799,7 +843,8 @@ fn nftables_single_service() {
             svc_lb().etp_local(),
             ready_exist(THIS_NODE),
             Want::Cluster(&["10.71.1.1", "10.71.1.2", "10.71.1.5"]),
-        ),
+        )
+        .outside(Want::Local(&["10.71.1.1", "10.71.1.2"])),
         case(
             "TestTerminatingEndpointsTrafficPolicyLocal/only terminating endpoints exist",
             svc_lb().etp_local(),
@@ -810,13 +855,15 @@ fn nftables_single_service() {
                 ready("10.71.1.5").on("node-1"),
             ]],
             Want::Cluster(&["10.71.1.5"]),
-        ),
+        )
+        .outside(Want::Local(&["10.71.1.2", "10.71.1.3"])),
         case(
             "TestTerminatingEndpointsTrafficPolicyLocal/terminating endpoints on remote node",
             svc_lb().etp_local(),
             vec![vec![serving_terminating("10.71.1.5").on("node-1")]],
             Want::Cluster(&["10.71.1.5"]),
-        ),
+        )
+        .outside(Want::NoLocal),
         case(
             "TestTerminatingEndpointsTrafficPolicyLocal/no usable endpoints on any node",
             svc_lb().etp_local(),

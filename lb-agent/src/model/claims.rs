@@ -20,7 +20,11 @@
 //!   policy: at the socket hooks every client is a pod or process on this
 //!   node, which kube-proxy short-circuits to the cluster endpoints. An LB
 //!   VIP guarded by source ranges of its family is left to the network
-//!   (its firewall is not built at the socket hooks).
+//!   (its firewall is not built at the socket hooks);
+//! * each external frontend is claimed a second time in the external scope,
+//!   for traffic from outside the node (the tc programs), with
+//!   `externalTrafficPolicy` applied: `Local` takes this node's endpoints
+//!   only (with the terminating fallback) and drops without one.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -28,7 +32,7 @@ use std::{
 };
 
 use super::{
-    Backend, ExcludedCidrs, Frontend, IpFamily, NodeContext, Proto,
+    Backend, ExcludedCidrs, Frontend, IpFamily, NodeContext, Proto, Scope,
     service::{Affinity, ServicePort, ServiceSpec, TrafficPolicy},
     slice::{SliceEndpoint, SliceSpec},
 };
@@ -127,10 +131,10 @@ pub(super) fn service_claims(
         let mut passes = false;
         for port in spec.ports.iter().filter(|p| p.proto != Proto::Sctp) {
             let candidates = candidates(port, family, slices, node, excluded, dropped);
-            let (internal, external) = match candidates {
+            let (internal, external, outside) = match candidates {
                 None => {
                     passes = true;
-                    (Claim::PassThrough, Claim::PassThrough)
+                    (Claim::PassThrough, Claim::PassThrough, Claim::PassThrough)
                 }
                 Some(c) => {
                     let serving = if port.proto == Proto::Udp {
@@ -138,23 +142,19 @@ pub(super) fn service_claims(
                     } else {
                         Vec::new()
                     };
-                    let (internal, external) = targets(spec, &c, node);
-                    (
-                        Claim::Program {
-                            target: internal,
-                            serving: serving.clone(),
-                        },
-                        Claim::Program {
-                            target: external,
-                            serving,
-                        },
-                    )
+                    let [internal, external, outside] = targets(spec, &c, node);
+                    let claim = |target| Claim::Program {
+                        target,
+                        serving: serving.clone(),
+                    };
+                    (claim(internal), claim(external), claim(outside))
                 }
             };
             let frontend = |vip, number| Frontend {
                 vip,
                 port: number,
                 proto: port.proto,
+                scope: Scope::Internal,
             };
             for &ip in &external_ips {
                 let kind = if spec.lb_vips.contains(&ip) {
@@ -162,12 +162,15 @@ pub(super) fn service_claims(
                 } else {
                     FrontendKind::ExternalIp
                 };
-                claims.push((frontend(ip, port.port), external.of_kind(kind)));
+                let at = frontend(ip, port.port);
+                claims.push((at, external.of_kind(kind)));
+                claims.push((at.external(), outside.of_kind(kind)));
             }
             if let Some(node_port) = port.node_port {
                 for &ip in &node_ips {
-                    let claim = external.of_kind(FrontendKind::NodePort);
-                    claims.push((frontend(ip, node_port), claim));
+                    let at = frontend(ip, node_port);
+                    claims.push((at, external.of_kind(FrontendKind::NodePort)));
+                    claims.push((at.external(), outside.of_kind(FrontendKind::NodePort)));
                 }
             }
             claims.push((frontend(vip, port.port), internal));
@@ -376,13 +379,11 @@ fn topology_mode(candidates: &[Candidate<'_>], node: &NodeContext) -> TopologyMo
     TopologyMode::None
 }
 
-/// What the frontends of a Service port get: its cluster IP, and its
-/// external addresses as seen from this node (the cluster endpoint set).
-fn targets(
-    spec: &ServiceSpec,
-    candidates: &[Candidate<'_>],
-    node: &NodeContext,
-) -> (Target, Target) {
+/// What the frontends of a Service port get: its cluster IP, its external
+/// addresses as seen from this node (the cluster endpoint set), and as seen
+/// from outside (`externalTrafficPolicy: Local`: this node's endpoints
+/// only, and none of them means drop).
+fn targets(spec: &ServiceSpec, candidates: &[Candidate<'_>], node: &NodeContext) -> [Target; 3] {
     let sets = categorize(candidates, node);
     let affinity = match spec.affinity {
         Affinity::None => None,
@@ -394,6 +395,15 @@ fn targets(
         external_local: spec.external_policy == TrafficPolicy::Local,
         ..Target::default()
     };
+    let outside = if external.external_local {
+        Target {
+            backends: sets.local.clone(),
+            no_local_endpoints: sets.local.is_empty() && sets.any,
+            ..external
+        }
+    } else {
+        external.clone()
+    };
     let local = spec.internal_policy == TrafficPolicy::Local;
     let backends = if local { sets.local } else { sets.cluster };
     let internal = Target {
@@ -403,7 +413,7 @@ fn targets(
         local,
         ..Target::default()
     };
-    (internal, external)
+    [internal, external, outside]
 }
 
 /// The IPs of every serving endpoint, sorted: a UDP socket sent to any

@@ -17,6 +17,7 @@ fn fe(vip: &str, port: u16, proto: Proto) -> Frontend {
         vip: ip(vip),
         port,
         proto,
+        scope: Scope::Internal,
     }
 }
 

@@ -108,12 +108,24 @@ impl IpFamily {
     }
 }
 
-/// One `VIP:port/proto` the load balancer answers for.
+/// Which traffic a frontend serves (Cilium's `lb4_key.scope`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scope {
+    /// Pods and processes on this node (the socket hooks): every frontend.
+    #[default]
+    Internal,
+    /// Traffic from outside the node (the tc programs): the external
+    /// frontends again, with `externalTrafficPolicy` applied.
+    External,
+}
+
+/// One `VIP:port/proto` the load balancer answers for, in one scope.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Frontend {
     pub vip: IpAddr,
     pub port: u16,
     pub proto: Proto,
+    pub scope: Scope,
 }
 
 impl Frontend {
@@ -124,6 +136,15 @@ impl Frontend {
             vip,
             port: lb_common::WILDCARD_PORT,
             proto: Proto::Any,
+            scope: Scope::Internal,
+        }
+    }
+
+    /// This frontend as seen from outside the node.
+    pub fn external(self) -> Self {
+        Self {
+            scope: Scope::External,
+            ..self
         }
     }
 
@@ -145,7 +166,11 @@ impl fmt::Display for Frontend {
             "{}/{}",
             std::net::SocketAddr::new(self.vip, self.port),
             self.proto
-        )
+        )?;
+        match self.scope {
+            Scope::Internal => Ok(()),
+            Scope::External => f.write_str(" (external)"),
+        }
     }
 }
 
@@ -189,15 +214,17 @@ impl fmt::Display for ObjectKind {
 /// use is reported once (a warning and `lbagent_unsupported_features_total`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Feature {
-    /// `externalTrafficPolicy: Local` (on a NodePort or LoadBalancer Service).
+    /// `externalTrafficPolicy: Local` on a Service with an IPv6 cluster IP
+    /// (IPv6 traffic from outside is not translated yet).
     ExternalTrafficPolicyLocal,
     /// An SCTP port (this kernel has no SCTP).
     Sctp,
-    /// A NodePort (type NodePort or LoadBalancer).
+    /// A NodePort (type NodePort or LoadBalancer) of a Service with an IPv6
+    /// cluster IP.
     NodePort,
-    /// `spec.externalIPs`.
+    /// IPv6 `spec.externalIPs`.
     ExternalIps,
-    /// `status.loadBalancer.ingress` IPs (`ipMode: VIP`).
+    /// IPv6 `status.loadBalancer.ingress` IPs (`ipMode: VIP`).
     LoadBalancerIngress,
     /// `loadBalancerSourceRanges` that guard some of its LB VIPs.
     LoadBalancerSourceRanges,
@@ -229,17 +256,17 @@ impl Feature {
     pub fn effect(self) -> &'static str {
         match self {
             Feature::ExternalTrafficPolicyLocal => {
-                "traffic from outside the node is not served by this proxy"
+                "IPv6 traffic from outside the node is not served by this proxy"
             }
             Feature::Sctp => "its SCTP ports are not programmed",
             Feature::NodePort => {
-                "its node ports serve pods and processes on this node only, not traffic from outside"
+                "its IPv6 node ports serve pods and processes on this node only, not traffic from outside"
             }
             Feature::ExternalIps => {
-                "its external IPs serve pods and processes on this node only, not traffic from outside"
+                "its IPv6 external IPs serve pods and processes on this node only, not traffic from outside"
             }
             Feature::LoadBalancerIngress => {
-                "its load-balancer IPs serve pods and processes on this node only, not traffic from outside"
+                "its IPv6 load-balancer IPs serve pods and processes on this node only, not traffic from outside"
             }
             Feature::LoadBalancerSourceRanges => {
                 "its load-balancer IPs guarded by source ranges are not intercepted: their traffic goes to the load balancer"

@@ -17,7 +17,7 @@ use std::{
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 
-use super::{Backend, Cache, ExcludedCidrs, Flush, Frontend, ObjectRef, Proto};
+use super::{Backend, Cache, ExcludedCidrs, Flush, Frontend, ObjectRef, Proto, Scope};
 
 /// What a cache shows: frontend -> (backends, owner).
 pub type Shown = BTreeMap<Frontend, (Vec<Backend>, ObjectRef)>;
@@ -160,6 +160,7 @@ pub fn naive<'a>(
                     vip,
                     port: port.port as u16,
                     proto: pproto,
+                    scope: Scope::Internal,
                 };
                 let claim = if seen > 0 && dropped == seen {
                     passes.insert(vip);
@@ -188,11 +189,16 @@ pub fn naive<'a>(
                         vip: ip,
                         port: number,
                         proto: pproto,
+                        scope: Scope::Internal,
                     };
-                    claims
-                        .entry(at)
-                        .or_default()
-                        .insert(owner.clone(), claim.clone());
+                    // Seen from outside too; the generators make no
+                    // externalTrafficPolicy: Local, so with the same claim.
+                    for at in [at, at.external()] {
+                        claims
+                            .entry(at)
+                            .or_default()
+                            .insert(owner.clone(), claim.clone());
+                    }
                 }
                 claims.entry(fe).or_default().insert(owner.clone(), claim);
             }

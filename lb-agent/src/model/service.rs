@@ -81,8 +81,11 @@ impl ServiceSpec {
                 out.insert(f);
             }
         };
+        // Traffic from outside the node is translated for IPv4 only (the
+        // tc programs); an IPv6 external frontend serves this node alone.
+        let v6 = self.cluster_ips.iter().any(IpAddr::is_ipv6);
         add(
-            self.external_policy == TrafficPolicy::Local,
+            v6 && self.external_policy == TrafficPolicy::Local,
             Feature::ExternalTrafficPolicyLocal,
         );
         add(
@@ -90,11 +93,17 @@ impl ServiceSpec {
             Feature::Sctp,
         );
         add(
-            self.ports.iter().any(|p| p.node_port.is_some()),
+            v6 && self.ports.iter().any(|p| p.node_port.is_some()),
             Feature::NodePort,
         );
-        add(!self.external_ips.is_empty(), Feature::ExternalIps);
-        add(!self.lb_vips.is_empty(), Feature::LoadBalancerIngress);
+        add(
+            v6 && self.external_ips.iter().any(IpAddr::is_ipv6),
+            Feature::ExternalIps,
+        );
+        add(
+            v6 && self.lb_vips.iter().any(IpAddr::is_ipv6),
+            Feature::LoadBalancerIngress,
+        );
         add(
             self.lb_vips
                 .iter()

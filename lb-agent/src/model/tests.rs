@@ -73,6 +73,7 @@ fn tcp(vip: &str, port: u16) -> Frontend {
         vip: ip(vip),
         port,
         proto: Proto::Tcp,
+        scope: Scope::Internal,
     }
 }
 
@@ -81,6 +82,7 @@ fn udp(vip: &str, port: u16) -> Frontend {
         vip: ip(vip),
         port,
         proto: Proto::Udp,
+        scope: Scope::Internal,
     }
 }
 
@@ -490,6 +492,10 @@ fn cluster_ip_nodeport_and_loadbalancer_all_program_their_cluster_ip_and_lb_vip(
             ("10.96.0.2:80/TCP".to_owned(), vec![be("10.0.0.2", 8080)]),
             ("10.96.0.3:80/TCP".to_owned(), vec![be("10.0.0.3", 8080)]),
             ("192.0.2.10:80/TCP".to_owned(), vec![be("10.0.0.3", 8080)]),
+            (
+                "192.0.2.10:80/TCP (external)".to_owned(),
+                vec![be("10.0.0.3", 8080)]
+            ),
         ]
     );
     assert!(r.invalid.is_empty() && r.ignored.is_empty(), "{r:?}");
@@ -517,6 +523,7 @@ fn dual_stack_service_programs_each_family_with_its_own_endpoints() {
         vip: "fd00::7".parse().unwrap(),
         port: 80,
         proto: Proto::Tcp,
+        scope: Scope::Internal,
     };
     assert_eq!(
         d.frontends[&tcp("10.96.0.7", 80)].backends,
@@ -568,6 +575,7 @@ fn ipv6_only_and_single_stack_services_use_their_own_family_and_ipv6_exclusions(
         vip: ip("fd00:96::1"),
         port: 80,
         proto: Proto::Tcp,
+        scope: Scope::Internal,
     };
     assert_eq!(backends_of(&d, v6), [be("fd00:42::5", 8080)]);
     assert_eq!(
@@ -604,26 +612,64 @@ fn features_not_fully_programmed_are_reported_and_the_rest_served() {
     ];
     let (d, r) = run(&docs);
     // The cluster IP has no local endpoint (iTP Local); the external IP
-    // and LB VIP serve this node's pods with the cluster set. SCTP is not
-    // programmed, nor node ports (`run` gives the node no addresses).
+    // and LB VIP serve this node's pods with the cluster set, and traffic
+    // from outside with none (eTP Local: dropped). SCTP is not programmed,
+    // nor node ports (`run` gives the node no addresses).
     assert_eq!(
         ports_of(&d),
         BTreeMap::from([
             (tcp("10.96.0.8", 80), vec![]),
             (tcp("192.0.2.10", 80), vec![be("10.0.0.8", 8080)]),
+            (tcp("192.0.2.10", 80).external(), vec![]),
             (tcp("198.51.100.7", 80), vec![be("10.0.0.8", 8080)]),
+            (tcp("198.51.100.7", 80).external(), vec![]),
         ])
     );
+    for vip in ["192.0.2.10", "198.51.100.7"] {
+        let outside = &d.frontends[&tcp(vip, 80).external()];
+        assert!(
+            outside.no_local_endpoints && outside.external_local,
+            "{vip}: {outside:?}"
+        );
+    }
+    // IPv4 traffic from outside is served (the tc programs): only SCTP is
+    // reported.
     let rich = oref(ObjectKind::Service, "default", "rich");
+    assert_eq!(r.unsupported, BTreeSet::from([(rich, Feature::Sctp)]));
+}
+
+#[test]
+fn external_frontends_of_ipv6_are_reported_as_serving_this_node_only() {
+    let svc = |name, ips: &[&str], external: &[&str], lb| {
+        Svc::new("", name)
+            .type_("LoadBalancer")
+            .cluster_ips(ips)
+            .external_ips(external)
+            .external_traffic_policy("Local")
+            .with_port(SvcPort::new("http", 80, "").node_port(30080))
+            .lb_ingress_ip(lb)
+            .into()
+    };
+    let docs = [
+        svc(
+            "dual",
+            &["10.96.0.8", "fd00::8"],
+            &["2001:db8::8"],
+            "2001:db8::9",
+        ),
+        // An IPv6 external IP of an IPv4-only Service is nobody's frontend.
+        svc("v4", &["10.96.0.9"], &["2001:db8::10"], "198.51.100.9"),
+    ];
+    let (_, r) = run(&docs);
+    let dual = oref(ObjectKind::Service, "default", "dual");
     let want: BTreeSet<_> = [
         Feature::ExternalTrafficPolicyLocal,
-        Feature::Sctp,
         Feature::NodePort,
         Feature::ExternalIps,
         Feature::LoadBalancerIngress,
     ]
     .into_iter()
-    .map(|f| (rich.clone(), f))
+    .map(|f| (dual.clone(), f))
     .collect();
     assert_eq!(r.unsupported, want);
 }

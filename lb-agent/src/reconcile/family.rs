@@ -9,11 +9,11 @@ use std::{
 
 use lb_common::{
     BACKEND_STATE_ACTIVE, Backend4, Backend6, Frontend4Key, Frontend4State, Frontend6Key,
-    Frontend6State, SCOPE_INTERNAL,
+    Frontend6State, SCOPE_EXTERNAL, SCOPE_INTERNAL,
 };
 
 use super::lb::{MapKey, MapValue};
-use crate::model::{Backend, Frontend, Proto};
+use crate::model::{Backend, Frontend, Proto, Scope};
 
 /// The fields of a frontend state, whatever the family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,8 +42,8 @@ pub trait Family {
     /// The model frontend of a key; `None` for a protocol we do not balance.
     fn frontend(key: &Self::FrontendKey) -> Option<Frontend>;
     fn key_proto(key: &Self::FrontendKey) -> u8;
-    /// Address, port and protocol number of a key, for listings.
-    fn key_parts(key: &Self::FrontendKey) -> (IpAddr, u16, u8);
+    /// Address, port, protocol number and scope of a key, for listings.
+    fn key_parts(key: &Self::FrontendKey) -> (IpAddr, u16, u8, u8);
 
     /// The map value of `be`; `None` when `be` is of another family.
     fn backend(be: &Backend, proto: Proto) -> Option<Self::Backend>;
@@ -80,7 +80,10 @@ macro_rules! family {
                     addr_be: vip.octets(),
                     port_be: fe.port.to_be(),
                     proto: fe.proto.number(),
-                    scope: SCOPE_INTERNAL,
+                    scope: match fe.scope {
+                        Scope::Internal => SCOPE_INTERNAL,
+                        Scope::External => SCOPE_EXTERNAL,
+                    },
                 })
             }
 
@@ -89,6 +92,11 @@ macro_rules! family {
                     vip: <$addr>::from(key.addr_be).into(),
                     port: u16::from_be(key.port_be),
                     proto: Proto::from_number(key.proto)?,
+                    scope: match key.scope {
+                        SCOPE_INTERNAL => Scope::Internal,
+                        SCOPE_EXTERNAL => Scope::External,
+                        _ => return None,
+                    },
                 })
             }
 
@@ -96,11 +104,12 @@ macro_rules! family {
                 key.proto
             }
 
-            fn key_parts(key: &$key) -> (IpAddr, u16, u8) {
+            fn key_parts(key: &$key) -> (IpAddr, u16, u8, u8) {
                 (
                     <$addr>::from(key.addr_be).into(),
                     u16::from_be(key.port_be),
                     key.proto,
+                    key.scope,
                 )
             }
 

@@ -35,6 +35,7 @@ fn fe(last: u8, port: u16, proto: Proto) -> Frontend {
         vip: Ipv4Addr::new(10, 96, 0, last).into(),
         port,
         proto,
+        scope: crate::model::Scope::Internal,
     }
 }
 

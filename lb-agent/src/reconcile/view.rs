@@ -29,6 +29,8 @@ pub struct FrontendView {
     pub addr: IpAddr,
     pub port: u16,
     pub proto: u8,
+    /// `SCOPE_INTERNAL` or `SCOPE_EXTERNAL`.
+    pub scope: u8,
     pub id: u32,
     /// The state names this frontend back; if not, a program passes the
     /// address on (the frontend is being removed, or the maps are damaged).
@@ -118,7 +120,7 @@ impl LbView {
         let mut list: Vec<FrontendView> = frontends
             .iter()
             .map(|(key, id)| {
-                let (addr, port, proto) = F::key_parts(key);
+                let (addr, port, proto, scope) = F::key_parts(key);
                 let state = states.get(&id.id).map(F::view);
                 let live = state.is_some_and(|s| s.owner == *key);
                 let (rev, count, flags, affinity_timeout) = state.map_or((0, 0, 0, 0), |s| {
@@ -134,6 +136,7 @@ impl LbView {
                     addr,
                     port,
                     proto,
+                    scope,
                     id: id.id,
                     live,
                     rev,
@@ -144,7 +147,7 @@ impl LbView {
                 }
             })
             .collect();
-        list.sort_by_key(|f| (f.addr, f.port, f.proto));
+        list.sort_by_key(|f| (f.addr, f.port, f.proto, f.scope));
         let sets: HashSet<(u32, u16)> = slots.keys().map(|k| (k.fe_id, k.rev)).collect();
         Self {
             frontends: list,

@@ -196,6 +196,7 @@ fn with_room_for_one_more_frontend_a_services_port_goes_before_its_wildcard() {
         vip,
         port: 80,
         proto: Proto::Tcp,
+        scope: crate::model::Scope::Internal,
     };
     assert!(s.reconciler.has(&port));
     assert!(!s.reconciler.has(&Frontend::wildcard(vip)));
@@ -261,6 +262,7 @@ fn prune_repairs_an_entry_deleted_behind_the_agents_back() {
         vip: "10.96.0.1".parse().unwrap(),
         port: 80,
         proto: Proto::Tcp,
+        scope: crate::model::Scope::Internal,
     }));
     // Not while revisions wait for their grace period; then, with nothing
     // drifted, a prune changes nothing.
@@ -275,7 +277,11 @@ fn prune_repairs_an_entry_deleted_behind_the_agents_back() {
 fn what_was_logged_is_forgotten_with_its_service_and_counted_once() {
     let (mut s, e, _) = syncer(64);
     let now = Instant::now();
-    let external = || service("a", "10.96.0.1").external_ips(&["192.0.2.1"]);
+    let external = || {
+        service("a", "10.96.0.1")
+            .cluster_ips(&["10.96.0.1", "fd00::1"])
+            .external_ips(&["2001:db8::1"])
+    };
     let slices = vec![slice("a-1", "a", &["10.0.0.1", "10.244.0.9"])];
     list(&mut s, vec![external()], slices, now);
     s.sync(now).unwrap();

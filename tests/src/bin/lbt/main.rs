@@ -68,6 +68,14 @@ enum Cmd {
         to: SocketAddr,
         #[arg(short, default_value_t = 1)]
         n: u32,
+        /// Ask `from?`: the reply is `<id> from <the client address the
+        /// backend saw>`.
+        #[arg(long)]
+        from: bool,
+        /// Pad each request to this many bytes (a large request needs
+        /// path-MTU discovery to work).
+        #[arg(long, default_value_t = 0)]
+        size: usize,
     },
     /// N UDP requests, on one connected socket or as unconnected sendto.
     Udp {
@@ -77,6 +85,9 @@ enum Cmd {
         n: u32,
         #[arg(long)]
         connected: bool,
+        /// As for `tcp`.
+        #[arg(long)]
+        from: bool,
     },
     /// One TCP connection kept open; each stdin line is one request, or
     /// `peer` for getpeername() now.
@@ -155,8 +166,22 @@ fn main() -> anyhow::Result<()> {
     }
     match cli.cmd {
         Cmd::Serve { id, tcp, udp } => serve(&id, &tcp, &udp),
-        Cmd::Tcp { to, n } => print(tcp(to, n)),
-        Cmd::Udp { to, n, connected } => print(udp(to, n, connected)?),
+        Cmd::Tcp { to, n, from, size } => {
+            let mut line = ask(from).to_vec();
+            if size > line.len() && !from {
+                // `?` and padding, then the newline.
+                line.truncate(1);
+                line.resize(size - 1, b'x');
+                line.push(b'\n');
+            }
+            print(tcp(to, n, &line))
+        }
+        Cmd::Udp {
+            to,
+            n,
+            connected,
+            from,
+        } => print(udp(to, n, connected, ask(from))?),
         Cmd::Hold { to } => hold(to),
         Cmd::HoldUdp { to } => hold_udp(to),
         Cmd::Churn { to } => print(churn(to)?),
@@ -205,6 +230,11 @@ fn serve(id: &str, tcp: &[u16], udp: &[u16]) -> anyhow::Result<()> {
             let mut tagged = Vec::with_capacity(600);
             while let Ok((len, from)) = s.recv_from(&mut buf) {
                 let reply = match buf[..len].trim_ascii() {
+                    b"from?" => {
+                        tagged.clear();
+                        tagged.extend_from_slice(seen_from(&id, from.ip()).as_bytes());
+                        &tagged[..]
+                    }
                     token @ [b'#', ..] => {
                         tagged.clear();
                         tagged.extend_from_slice(id.as_bytes());
@@ -252,8 +282,8 @@ impl AcceptPool {
                 let pool = self.clone();
                 std::thread::spawn(move || pool.run());
             }
-            if let Ok((conn, _)) = conn {
-                answer_lines(conn, self.reply.as_bytes());
+            if let Ok((conn, peer)) = conn {
+                answer_lines(conn, self.reply.as_bytes(), peer.ip());
             }
             if self.idle.fetch_add(1, Ordering::SeqCst) >= ACCEPTORS {
                 self.idle.fetch_sub(1, Ordering::SeqCst);
@@ -263,21 +293,47 @@ impl AcceptPool {
     }
 }
 
-fn answer_lines(conn: TcpStream, reply: &[u8]) {
+fn answer_lines(conn: TcpStream, reply: &[u8], peer: IpAddr) {
     let mut writer = match conn.try_clone() {
         Ok(w) => w,
         Err(_) => return,
     };
+    let id = String::from_utf8_lossy(reply).trim().to_owned();
     for line in BufReader::new(conn).lines() {
-        if line.is_err() || writer.write_all(reply).is_err() {
+        let sent = match line {
+            Ok(l) if l == "from?" => writer.write_all(seen_from(&id, peer).as_bytes()),
+            Ok(_) => writer.write_all(reply),
+            Err(_) => return,
+        };
+        if sent.is_err() {
             return;
         }
     }
 }
 
+/// The answer to `from?`: the id and the client address this backend saw
+/// (an IPv4 client of a `::` socket arrives v4-mapped).
+fn seen_from(id: &str, peer: IpAddr) -> String {
+    format!("{id} from {}\n", peer.to_canonical())
+}
+
+/// The request line: `?`, or `from?` to learn the address the backend saw.
+fn ask(from: bool) -> &'static [u8] {
+    if from { b"from?\n" } else { b"?\n" }
+}
+
 /// One request on a connected stream; returns the backend id.
 fn request(stream: &mut TcpStream, reader: &mut BufReader<TcpStream>) -> io::Result<String> {
-    stream.write_all(b"?\n")?;
+    ask_with(stream, reader, ask(false))
+}
+
+/// Request `line` on a connected stream; returns the reply.
+fn ask_with(
+    stream: &mut TcpStream,
+    reader: &mut BufReader<TcpStream>,
+    line: &[u8],
+) -> io::Result<String> {
+    stream.write_all(line)?;
     let mut line = String::new();
     if reader.read_line(&mut line)? == 0 {
         return Err(io::ErrorKind::UnexpectedEof.into());
@@ -285,22 +341,22 @@ fn request(stream: &mut TcpStream, reader: &mut BufReader<TcpStream>) -> io::Res
     Ok(line.trim().to_owned())
 }
 
-fn tcp_once(to: SocketAddr, r: &mut Report) -> io::Result<()> {
+fn tcp_once(to: SocketAddr, r: &mut Report, line: &[u8]) -> io::Result<()> {
     let mut s = TcpStream::connect_timeout(&to, TIMEOUT)?;
     s.set_read_timeout(Some(TIMEOUT))?;
     let peer = s.peer_addr()?;
     *r.peers.entry(peer.to_string()).or_default() += 1;
     let mut reader = BufReader::new(s.try_clone()?);
-    let id = request(&mut s, &mut reader)?;
+    let id = ask_with(&mut s, &mut reader, line)?;
     *r.replies.entry(id).or_default() += 1;
     Ok(())
 }
 
-fn tcp(to: SocketAddr, n: u32) -> Report {
+fn tcp(to: SocketAddr, n: u32, line: &[u8]) -> Report {
     let start = Instant::now();
     let mut r = Report::default();
     for _ in 0..n {
-        if let Err(e) = tcp_once(to, &mut r) {
+        if let Err(e) = tcp_once(to, &mut r, line) {
             r.error(&e);
         }
     }
@@ -308,7 +364,7 @@ fn tcp(to: SocketAddr, n: u32) -> Report {
     r
 }
 
-fn udp(to: SocketAddr, n: u32, connected: bool) -> anyhow::Result<Report> {
+fn udp(to: SocketAddr, n: u32, connected: bool, line: &[u8]) -> anyhow::Result<Report> {
     let start = Instant::now();
     let mut r = Report::default();
     let s = UdpSocket::bind(sock::any_port_of_family(&to))?;
@@ -324,10 +380,11 @@ fn udp(to: SocketAddr, n: u32, connected: bool) -> anyhow::Result<Report> {
     }
     let mut buf = [0u8; 512];
     for _ in 0..n {
+        let line = line.trim_ascii_end();
         let sent = if connected {
-            s.send(b"?")
+            s.send(line)
         } else {
-            s.send_to(b"?", to)
+            s.send_to(line, to)
         };
         if let Err(e) = sent {
             r.error(&e);
@@ -429,7 +486,7 @@ fn churn(to: SocketAddr) -> anyhow::Result<Report> {
     });
     let mut r = Report::default();
     while rx.try_recv().is_err() {
-        if let Err(e) = tcp_once(to, &mut r) {
+        if let Err(e) = tcp_once(to, &mut r, ask(false)) {
             r.error(&e);
         }
     }

@@ -1,0 +1,143 @@
+//! The tc programs on the node's external devices: TCX links pinned under
+//! `links/` as `tc-in-<device>` and `tc-out-<device>`, so that they outlive
+//! the agent, replaced make-before-break like the socket programs (the new
+//! link is pinned, then renamed over the old pin, which detaches the old
+//! program), and removed for devices no longer wanted. Also the tc
+//! programs' settings (`LB_CONFIG`).
+
+use std::{collections::BTreeSet, fs, path::Path};
+
+use aya::{
+    Ebpf,
+    maps::{Array, MapData},
+    programs::{LinkOrder, SchedClassifier, TcAttachType, links::FdLink, tc::TcAttachOptions},
+};
+use lb_common::{CONFIG, DatapathConfig};
+
+use super::{
+    loader::{LoaderError, io_err, remove_if_present},
+    pins::Pins,
+};
+
+/// Each tc program: its function in the object, its hook, its pin prefix.
+const PROGRAMS: [(&str, TcAttachType, &str); 2] = [
+    ("lb_tc_ingress", TcAttachType::Ingress, "tc-in-"),
+    ("lb_tc_egress", TcAttachType::Egress, "tc-out-"),
+];
+
+/// A device's part of a pin name: bpffs refuses dots, which VLAN devices
+/// (`eth0.100`) have; `+` stands for them.
+fn pin_part(device: &str) -> String {
+    device.replace('.', "+")
+}
+
+/// The devices our tc links are pinned for (an earlier agent's, at start).
+pub fn linked_devices(pins: &Pins) -> Result<BTreeSet<String>, LoaderError> {
+    Ok(linked(pins)?
+        .iter()
+        .filter_map(|pin| pin.strip_prefix(PROGRAMS[0].2))
+        .map(|part| part.replace('+', "."))
+        .collect())
+}
+
+/// Attaches both tc programs to every device of `devices` (replacing our
+/// links there), and detaches them from devices we linked before that are
+/// not in `devices` any more.
+pub fn attach(ebpf: &mut Ebpf, pins: &Pins, devices: &BTreeSet<String>) -> Result<(), LoaderError> {
+    let links = pins.links_dir();
+    fs::create_dir_all(&links).map_err(io_err("creating", &links))?;
+    for (name, hook, prefix) in PROGRAMS {
+        let prog_err = |source| LoaderError::Program { name, source };
+        let program: &mut SchedClassifier = ebpf
+            .program_mut(name)
+            .ok_or(LoaderError::MissingProgram(name))?
+            .try_into()
+            .map_err(prog_err)?;
+        if program.fd().is_err() {
+            program.load().map_err(prog_err)?;
+        }
+        for device in devices {
+            let id = program
+                .attach_with_options(
+                    device,
+                    hook,
+                    TcAttachOptions::TcxOrder(LinkOrder::default()),
+                )
+                .map_err(prog_err)?;
+            let link: FdLink = program
+                .take_link(id)
+                .map_err(prog_err)?
+                .try_into()
+                .map_err(|source| LoaderError::Link { name, source })?;
+            let pin = format!("{prefix}{}", pin_part(device));
+            let (final_path, tmp_path) = (pins.link(&pin), pins.link(&format!("{pin}_new")));
+            remove_if_present(&tmp_path)?;
+            link.pin(&tmp_path).map_err(|source| LoaderError::Pin {
+                path: tmp_path.clone(),
+                source,
+            })?;
+            fs::rename(&tmp_path, &final_path)
+                .map_err(io_err("replacing link pin", &final_path))?;
+        }
+    }
+    let wanted: BTreeSet<String> = PROGRAMS
+        .iter()
+        .flat_map(|(_, _, prefix)| {
+            devices
+                .iter()
+                .map(move |d| format!("{prefix}{}", pin_part(d)))
+        })
+        .collect();
+    for pin in linked(pins)? {
+        if !wanted.contains(&pin) {
+            remove_if_present(&pins.link(&pin))?;
+        }
+    }
+    Ok(())
+}
+
+/// The pin names of our tc links.
+pub fn linked(pins: &Pins) -> Result<Vec<String>, LoaderError> {
+    let links = pins.links_dir();
+    let entries = match fs::read_dir(&links) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err("reading", &links)(e)),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let name = entry
+            .map_err(io_err("reading", &links))?
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
+        if PROGRAMS
+            .iter()
+            .any(|(_, _, prefix)| name.starts_with(prefix))
+        {
+            names.push(name);
+        }
+    }
+    Ok(names)
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("writing {pin}")]
+pub struct ConfigError {
+    pin: String,
+    #[source]
+    source: aya::maps::MapError,
+}
+
+/// Writes the tc programs' settings into the `LB_CONFIG` pinned in
+/// `maps_dir`.
+pub fn set_config(maps_dir: &Path, config: DatapathConfig) -> Result<(), ConfigError> {
+    let err = |source| ConfigError {
+        pin: CONFIG.pin.to_owned(),
+        source,
+    };
+    let data = MapData::from_pin(maps_dir.join(CONFIG.pin)).map_err(err)?;
+    let mut map: Array<MapData, DatapathConfig> =
+        Array::try_from(aya::maps::Map::Array(data)).map_err(err)?;
+    map.set(0, config, 0).map_err(err)
+}
