@@ -159,4 +159,8 @@ pub struct DumpArgs {
     /// instead of the frontends.
     #[arg(long)]
     pub stats: bool,
+    /// Print the tc programs' conntrack and SNAT entries instead of the
+    /// frontends.
+    #[arg(long, conflicts_with = "stats")]
+    pub conntrack: bool,
 }

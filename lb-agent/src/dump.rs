@@ -1,14 +1,19 @@
 //! `lb-agent dump`: the maps as an `ipvsadm -ln`-style listing, and the
 //! datapath counters.
 
-use std::{fmt::Write as _, net::SocketAddr};
+use std::{
+    fmt::Write as _,
+    net::{Ipv4Addr, SocketAddr},
+};
 
 use lb_common::{
-    FE_F_AFFINITY, FE_F_EXTERNAL_LOCAL, FE_F_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, FE_KIND_EXTERNAL_IP,
-    FE_KIND_LOAD_BALANCER, FE_KIND_MASK, FE_KIND_NODE_PORT, SCOPE_EXTERNAL,
+    CT_DIR_IN, CT_F_CLOSING, CT_F_ESTABLISHED, CT_F_SNAT, FE_F_AFFINITY, FE_F_EXTERNAL_LOCAL,
+    FE_F_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, FE_KIND_EXTERNAL_IP, FE_KIND_LOAD_BALANCER, FE_KIND_MASK,
+    FE_KIND_NODE_PORT, SCOPE_EXTERNAL,
 };
 
 use crate::{
+    datapath::conntrack::{self, Entries},
     model::{Frontend, Proto},
     reconcile::{LbView, SlotView},
 };
@@ -86,6 +91,81 @@ pub fn render(view: &LbView) -> String {
          {backends} backends; {} revisions retired",
         view.retired_revisions
     );
+    out
+}
+
+/// Renders the tc programs' conntrack and SNAT entries (`dump
+/// --conntrack`), as `cilium bpf ct list global` and `cilium bpf nat list`
+/// do, with each entry's time left at `now` (the programs' clock, seconds).
+pub fn render_conntrack(entries: &Entries, now: u32) -> String {
+    let mut out = String::new();
+    let sock = |addr: [u8; 4], port_be: u16| {
+        SocketAddr::from((Ipv4Addr::from(addr), u16::from_be(port_be))).to_string()
+    };
+    let proto = |p: u8| Proto::from_number(p).map_or_else(|| p.to_string(), |p| p.to_string());
+    let left = |expires: u32| {
+        if conntrack::expired(expires, now) {
+            "expired".to_owned()
+        } else {
+            format!("expires {}s", expires.wrapping_sub(now))
+        }
+    };
+    let state = |flags: u16| {
+        let mut s = String::new();
+        for (bit, name) in [
+            (CT_F_ESTABLISHED, " established"),
+            (CT_F_CLOSING, " closing"),
+            (CT_F_SNAT, " snat"),
+        ] {
+            if flags & bit != 0 {
+                s.push_str(name);
+            }
+        }
+        s
+    };
+    let mut ct = entries.ct.clone();
+    ct.sort_by_key(|(k, _)| (k.dir, *k));
+    let _ = writeln!(out, "# conntrack: {} entries", ct.len());
+    for (k, v) in &ct {
+        let flow = format!(
+            "{:<4} {} {} -> {}",
+            proto(k.proto),
+            if k.dir == CT_DIR_IN { "IN " } else { "OUT" },
+            sock(k.saddr_be, k.sport_be),
+            sock(k.daddr_be, k.dport_be)
+        );
+        let to = if k.dir == CT_DIR_IN {
+            format!(
+                "backend {} (id {})",
+                sock(v.addr_be, v.port_be),
+                v.backend_id
+            )
+        } else if v.nat_port_be != 0 {
+            format!(
+                "frontend {} nat {}",
+                sock(v.addr_be, v.port_be),
+                sock(v.nat_addr_be, v.nat_port_be)
+            )
+        } else {
+            format!("frontend {}", sock(v.addr_be, v.port_be))
+        };
+        let _ = writeln!(out, "{flow} {to} {}{}", left(v.expires), state(v.flags));
+    }
+    let mut nat = entries.nat.clone();
+    nat.sort_by_key(|(k, _)| *k);
+    let _ = writeln!(out, "# nat: {} entries", nat.len());
+    for (k, v) in &nat {
+        let _ = writeln!(
+            out,
+            "{:<4} {} -> {} client {} {}{}",
+            proto(k.proto),
+            sock(k.saddr_be, k.sport_be),
+            sock(k.daddr_be, k.dport_be),
+            sock(v.addr_be, v.port_be),
+            left(v.expires),
+            state(v.flags)
+        );
+    }
     out
 }
 
@@ -181,6 +261,75 @@ mod tests {
                 " NodePort eTP=Local from-outside"
             ],
             "{text}"
+        );
+    }
+
+    #[test]
+    fn conntrack_entries_are_listed_by_direction_with_their_time_left() {
+        use lb_common::{CT_DIR_OUT, Ct4Key, Ct4Value, Nat4Key, Nat4Value, PROTO_TCP};
+
+        let key = |dir, s: [u8; 4], sp: u16, d: [u8; 4], dp: u16| Ct4Key {
+            saddr_be: s,
+            daddr_be: d,
+            sport_be: sp.to_be(),
+            dport_be: dp.to_be(),
+            proto: PROTO_TCP,
+            dir,
+            _pad0: [0; 2],
+        };
+        let (client, node, pod) = ([198, 51, 100, 7], [192, 0, 2, 10], [10, 2, 0, 9]);
+        let entries = Entries {
+            ct: vec![
+                (
+                    key(CT_DIR_OUT, pod, 8080, client, 40000),
+                    Ct4Value {
+                        addr_be: node,
+                        port_be: 30080u16.to_be(),
+                        flags: CT_F_SNAT,
+                        nat_addr_be: node,
+                        nat_port_be: 61000u16.to_be(),
+                        expires: 50,
+                        ..Ct4Value::default()
+                    },
+                ),
+                (
+                    key(CT_DIR_IN, client, 40000, node, 30080),
+                    Ct4Value {
+                        addr_be: pod,
+                        port_be: 8080u16.to_be(),
+                        flags: CT_F_SNAT | CT_F_ESTABLISHED,
+                        backend_id: 7,
+                        expires: 1000,
+                        ..Ct4Value::default()
+                    },
+                ),
+            ],
+            nat: vec![(
+                Nat4Key {
+                    saddr_be: pod,
+                    daddr_be: node,
+                    sport_be: 8080u16.to_be(),
+                    dport_be: 61000u16.to_be(),
+                    proto: PROTO_TCP,
+                    _pad0: [0; 3],
+                },
+                Nat4Value {
+                    addr_be: client,
+                    port_be: 40000u16.to_be(),
+                    flags: 0,
+                    expires: 90,
+                },
+            )],
+        };
+        assert_eq!(
+            render_conntrack(&entries, 100),
+            "# conntrack: 2 entries\n\
+             TCP  IN  198.51.100.7:40000 -> 192.0.2.10:30080 backend 10.2.0.9:8080 (id 7) \
+             expires 900s established snat\n\
+             TCP  OUT 10.2.0.9:8080 -> 198.51.100.7:40000 frontend 192.0.2.10:30080 \
+             nat 192.0.2.10:61000 expired snat\n\
+             # nat: 1 entries\n\
+             TCP  10.2.0.9:8080 -> 192.0.2.10:61000 client 198.51.100.7:40000 expired\n"
         );
     }
 

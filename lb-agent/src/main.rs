@@ -8,7 +8,7 @@ use lb_agent::{
     cli::{Cli, Command},
     config::RunConfig,
     datapath::table::Bpf,
-    datapath::{pins::Pins, stats},
+    datapath::{conntrack, pins::Pins, stats},
     dump, memory,
     reconcile::{Family, LbTables, LbView, StoreError, Table as _},
 };
@@ -52,6 +52,11 @@ fn main() -> anyhow::Result<()> {
                     format!("reading the counters under {}", pins.maps_dir().display())
                 })?;
                 dump::render_stats(stats::named(&totals))
+            } else if args.conntrack {
+                let entries = conntrack::read(&pins.maps_dir()).with_context(|| {
+                    format!("reading the conntrack under {}", pins.maps_dir().display())
+                })?;
+                dump::render_conntrack(&entries, conntrack::now())
             } else {
                 dump::render(&read_view(&pins)?)
             };

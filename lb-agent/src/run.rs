@@ -23,7 +23,9 @@ use anyhow::Context as _;
 use futures::{FutureExt as _, StreamExt as _, stream::BoxStream};
 use lb_agent::{
     config::{RunConfig, Source},
-    datapath::{Datapath, Start, cgroup, grace::MembarrierGrace, pins::Pins, table::Bpf},
+    datapath::{
+        Datapath, Start, cgroup, conntrack, grace::MembarrierGrace, pins::Pins, table::Bpf,
+    },
     http::{self, Endpoints, Role},
     memory,
     model::{ExcludedCidrs, NodeContext},
@@ -440,6 +442,7 @@ impl Agent {
             }
         })
         .context("starting the socket reaper thread")?;
+        spawn_conntrack_gc(pins.maps_dir())?;
         let mut agent = Agent {
             pins,
             reaper,
@@ -614,4 +617,33 @@ fn devices_holding(ips: &[IpAddr]) -> BTreeSet<String> {
             BTreeSet::new()
         }
     }
+}
+
+/// How often expired conntrack and SNAT entries are deleted.
+const CONNTRACK_GC: Duration = Duration::from_secs(60);
+
+/// Deletes expired entries of the tc programs' maps every
+/// [`CONNTRACK_GC`], on a thread of its own: a large table takes a while
+/// to read, and nothing else waits for it.
+fn spawn_conntrack_gc(maps_dir: PathBuf) -> anyhow::Result<()> {
+    thread::Builder::new()
+        .name("conntrack-gc".into())
+        .spawn(move || {
+            loop {
+                thread::sleep(CONNTRACK_GC);
+                match conntrack::collect(&maps_dir, conntrack::now()) {
+                    Ok(c) if c.ct + c.nat > 0 => {
+                        debug!(conntrack = c.ct, nat = c.nat, "deleted expired entries");
+                    }
+                    Ok(_) => {}
+                    // During a migration from a layout without them, say.
+                    Err(e) => debug!(
+                        error = &e as &dyn std::error::Error,
+                        "conntrack garbage collection"
+                    ),
+                }
+            }
+        })
+        .context("starting the conntrack GC thread")?;
+    Ok(())
 }

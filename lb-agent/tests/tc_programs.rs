@@ -13,9 +13,9 @@ use etherparse::{
     icmpv4::DestUnreachableHeader,
 };
 use lb_common::{
-    CT_DIR_IN, CT_DIR_OUT, CT_F_SNAT, FE_F_EXTERNAL_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, Nat4Key,
-    Nat4Value, PROTO_TCP, PROTO_UDP, STAT_TC_DROP_NO_LOCAL, STAT_TC_DROP_SNAT_EXHAUSTED,
-    STAT_TC_NEW_FLOW, STAT_TC_REJECT_NO_ENDPOINTS,
+    CT_DIR_IN, CT_DIR_OUT, CT_F_SNAT, Ct4Key, Ct4Value, FE_F_EXTERNAL_LOCAL,
+    FE_F_NO_LOCAL_ENDPOINTS, Nat4Key, Nat4Value, PROTO_TCP, PROTO_UDP, STAT_TC_DROP_NO_LOCAL,
+    STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_NEW_FLOW, STAT_TC_REJECT_NO_ENDPOINTS,
 };
 
 #[test]
@@ -467,4 +467,47 @@ fn a_flow_whose_backend_was_removed_moves_to_a_current_one() {
     assert_eq!(seen(&moved).dst, other);
     let (_, reply) = bed.egress(&udp(other, CLIENT));
     assert_eq!(seen(&reply).src, FRONTEND);
+}
+
+#[test]
+fn the_collector_deletes_expired_entries_and_keeps_live_ones() {
+    use lb_agent::datapath::conntrack;
+
+    let mut bed = Bed::new();
+    bed.frontend(NODE_PORT, PROTO_UDP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD]);
+    bed.ingress(&udp(CLIENT, FRONTEND));
+    // The programs' clock is the collector's: a new UDP entry lives 60 s.
+    let now = conntrack::now();
+    for (_, v) in bed.ct() {
+        assert!((now + 59..=now + 61).contains(&v.expires), "{v:?} at {now}");
+    }
+    let dead = Ct4Key {
+        saddr_be: [198, 51, 100, 8],
+        ..bed.ct()[0].0
+    };
+    let expired = Ct4Value {
+        expires: now - 5,
+        ..bed.ct()[0].1
+    };
+    bed.ct.insert(dead, expired, 0).unwrap();
+    bed.nat
+        .insert(
+            Nat4Key::default(),
+            Nat4Value {
+                expires: now - 1,
+                ..Nat4Value::default()
+            },
+            0,
+        )
+        .unwrap();
+
+    let dir = std::path::Path::new("/sys/fs/bpf").join(format!("lbt-gc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    bed.pin_conntrack(&dir);
+    let collected = conntrack::collect(&dir, conntrack::now());
+    let _ = std::fs::remove_dir_all(&dir);
+    let collected = collected.unwrap();
+    assert_eq!((collected.ct, collected.nat), (1, 1));
+    assert_eq!(bed.ct().len(), 2, "both directions of the live flow stay");
+    assert!(bed.nat().is_empty());
 }

@@ -53,6 +53,21 @@ impl PinDir {
 }
 
 impl PinDir {
+    /// `lb-agent dump --conntrack`.
+    pub fn conntrack(&self) -> anyhow::Result<String> {
+        let out = Command::new(agent_bin())
+            .args(["dump", "--conntrack", "--bpffs-dir"])
+            .arg(&self.path)
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "lb-agent dump --conntrack: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8(out.stdout)?)
+    }
+
     /// `lb-agent dump --stats`: each datapath counter by name.
     pub fn stats(&self) -> anyhow::Result<std::collections::BTreeMap<String, u64>> {
         let out = Command::new(agent_bin())

@@ -335,6 +335,22 @@ fn nodeports_and_external_ips_reach_pods_on_both_nodes_from_outside() -> anyhow:
         "{dump}"
     );
 
+    // Each flow is listed, both ways, and a SNATed one with its port.
+    let ct = bed.pins.conntrack()?;
+    let inbound = format!(" -> {NODE1}:30081 backend 10.42.1.2:8080 ");
+    assert!(
+        ct.lines()
+            .any(|l| l.starts_with("TCP  IN  ") && l.contains(&inbound)),
+        "{ct}"
+    );
+    let snat = format!("10.42.2.2:8080 -> {NODE1}:");
+    assert!(
+        ct.lines().any(|l| l.starts_with("TCP  ")
+            && l.contains(&snat)
+            && l.contains(" client 203.0.113.2:")),
+        "{ct}"
+    );
+
     // An established connection outlives the agent: its programs and
     // conntrack stay pinned, and the next agent takes them over.
     let mut held = Held::open_in(&bed.nodes.ns("c"), None, &local)?;

@@ -6,6 +6,7 @@ mod batch;
 #[cfg(test)]
 pub(crate) use batch::test_map;
 pub mod cgroup;
+pub mod conntrack;
 pub mod decode;
 pub mod grace;
 pub mod layout;

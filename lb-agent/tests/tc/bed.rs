@@ -42,7 +42,7 @@ pub struct Bed {
     pub backends: HashMap<MapData, u32, Backend4>,
     config: Array<MapData, DatapathConfig>,
     stats: PerCpuArray<MapData, u64>,
-    ct: HashMap<MapData, Ct4Key, Ct4Value>,
+    pub ct: HashMap<MapData, Ct4Key, Ct4Value>,
     pub nat: HashMap<MapData, Nat4Key, Nat4Value>,
     next_id: u32,
 }
@@ -213,6 +213,14 @@ impl Bed {
 
     pub fn stat(&self, index: u32) -> u64 {
         self.stats.get(&index, 0).unwrap().iter().sum()
+    }
+
+    /// Pins the conntrack and SNAT maps under `dir` with their pin names,
+    /// as the agent's `maps/` holds them.
+    pub fn pin_conntrack(&self, dir: &std::path::Path) {
+        use aya::maps::IterableMap as _;
+        self.ct.map().pin(dir.join(lb_common::CT4.pin)).unwrap();
+        self.nat.map().pin(dir.join(lb_common::NAT4.pin)).unwrap();
     }
 
     pub fn ct(&self) -> Vec<(Ct4Key, Ct4Value)> {

@@ -1,0 +1,123 @@
+//! The tc programs' connection tracking (`LB4_CT`) and SNAT (`LB4_NAT`)
+//! entries: read whole for `lb-agent dump --conntrack`, and aged out by the
+//! agent. The maps are LRU, so they never fill up; the collector only
+//! removes what has expired, so that listings and capacity show live flows.
+
+use std::{hash::Hash, io, os::fd::AsFd as _, path::Path};
+
+use aya::maps::{HashMap, Map, MapData};
+use lb_common::{CT4, Ct4Key, Ct4Value, MapSpec, NAT4, Nat4Key, Nat4Value};
+
+use super::batch;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConntrackError {
+    #[error("opening {pin}")]
+    Open {
+        pin: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    #[error("reading {pin}")]
+    Read {
+        pin: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Every entry of both maps.
+#[derive(Debug, Default)]
+pub struct Entries {
+    pub ct: Vec<(Ct4Key, Ct4Value)>,
+    pub nat: Vec<(Nat4Key, Nat4Value)>,
+}
+
+/// The clock `expires` fields count in: `bpf_ktime_get_coarse_ns()` is
+/// `CLOCK_MONOTONIC_COARSE`; in seconds.
+pub fn now() -> u32 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; the clock id is valid on
+    // Linux, so the call cannot fail.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    ts.tv_sec as u32
+}
+
+/// Whether an entry expiring at `expires` is dead at `now`, as the
+/// programs decide it.
+pub fn expired(expires: u32, now: u32) -> bool {
+    (now.wrapping_sub(expires) as i32) > 0
+}
+
+fn open(maps_dir: &Path, spec: &MapSpec) -> Result<MapData, ConntrackError> {
+    let pin = spec.pin;
+    MapData::from_pin(maps_dir.join(pin)).map_err(|source| ConntrackError::Open { pin, source })
+}
+
+/// Both maps pinned in `maps_dir`, read whole.
+pub fn read(maps_dir: &Path) -> Result<Entries, ConntrackError> {
+    let read = |spec: &MapSpec| {
+        let pin = spec.pin;
+        move |source| ConntrackError::Read { pin, source }
+    };
+    let ct = open(maps_dir, &CT4)?;
+    let nat = open(maps_dir, &NAT4)?;
+    Ok(Entries {
+        ct: batch::lookup_all(ct.fd().as_fd()).map_err(read(&CT4))?,
+        nat: batch::lookup_all(nat.fd().as_fd()).map_err(read(&NAT4))?,
+    })
+}
+
+/// How many entries a collection removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Collected {
+    pub ct: usize,
+    pub nat: usize,
+}
+
+/// Deletes the entries of both maps that expired by `now`. An entry a
+/// packet refreshes between the read and the delete is kept: each is
+/// looked up again right before it goes.
+pub fn collect(maps_dir: &Path, now: u32) -> Result<Collected, ConntrackError> {
+    Ok(Collected {
+        ct: collect_map::<Ct4Key, Ct4Value>(maps_dir, &CT4, now, |v| v.expires)?,
+        nat: collect_map::<Nat4Key, Nat4Value>(maps_dir, &NAT4, now, |v| v.expires)?,
+    })
+}
+
+fn collect_map<K, V>(
+    maps_dir: &Path,
+    spec: &'static MapSpec,
+    now: u32,
+    expires: impl Fn(&V) -> u32,
+) -> Result<usize, ConntrackError>
+where
+    K: aya::Pod + Eq + Hash,
+    V: aya::Pod,
+{
+    let pin = spec.pin;
+    let data = open(maps_dir, spec)?;
+    let dead: Vec<K> = batch::lookup_all::<K, V>(data.fd().as_fd())
+        .map_err(|source| ConntrackError::Read { pin, source })?
+        .into_iter()
+        .filter(|(_, v)| expired(expires(v), now))
+        .map(|(k, _)| k)
+        .collect();
+    if dead.is_empty() {
+        return Ok(0);
+    }
+    let mut map: HashMap<MapData, K, V> = HashMap::try_from(Map::LruHashMap(data))
+        .map_err(|source| ConntrackError::Open { pin, source })?;
+    let mut removed = 0;
+    for key in dead {
+        let still = map.get(&key, 0).is_ok_and(|v| expired(expires(&v), now));
+        // Gone meanwhile (evicted, or deleted by another collector) is fine.
+        if still && map.remove(&key).is_ok() {
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
