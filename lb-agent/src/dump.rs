@@ -8,8 +8,8 @@ use std::{
 
 use lb_common::{
     CT_DIR_IN, CT_F_CLOSING, CT_F_ESTABLISHED, CT_F_SNAT, FE_F_AFFINITY, FE_F_EXTERNAL_LOCAL,
-    FE_F_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, FE_KIND_EXTERNAL_IP, FE_KIND_LOAD_BALANCER, FE_KIND_MASK,
-    FE_KIND_NODE_PORT, SCOPE_EXTERNAL,
+    FE_F_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, FE_F_SOURCE_RANGES, FE_KIND_EXTERNAL_IP,
+    FE_KIND_LOAD_BALANCER, FE_KIND_MASK, FE_KIND_NODE_PORT, SCOPE_EXTERNAL,
 };
 
 use crate::{
@@ -54,6 +54,9 @@ pub fn render(view: &LbView) -> String {
         });
         if fe.flags & FE_F_EXTERNAL_LOCAL != 0 {
             extra.push_str(" eTP=Local");
+        }
+        if fe.flags & FE_F_SOURCE_RANGES != 0 {
+            extra.push_str(" source-ranges");
         }
         if fe.scope == SCOPE_EXTERNAL {
             // The frontend as traffic from outside the node sees it (tc).

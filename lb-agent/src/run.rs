@@ -542,6 +542,16 @@ impl Agent {
             nat_port_min: DEFAULT_NAT_PORT_MIN,
             nat_port_max: DEFAULT_NAT_PORT_MAX,
         };
+        if let Some(guarded) = self.syncer.guarded() {
+            match self.datapath.set_source_ranges(guarded) {
+                Ok(()) => self.syncer.guarded_written(),
+                Err(e) => error!(
+                    error = &e as &dyn std::error::Error,
+                    "writing loadBalancerSourceRanges failed (their frontends admit nobody \
+                     meanwhile); retrying at the next sync"
+                ),
+            }
+        }
         if self.tc_config == Some(config) {
             return;
         }

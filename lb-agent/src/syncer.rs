@@ -12,6 +12,7 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
+use ipnet::IpNet;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tracing::{debug, error, info, warn};
 
@@ -19,7 +20,7 @@ use crate::{
     http::Endpoints,
     model::{
         Admission, Cache, ExcludedCidrs, Flush, Frontend, HealthCheck, NodeContext,
-        NodePortAddresses, ObjectRef, Proto, ServiceReport, service_ref, slice_ref,
+        NodePortAddresses, ObjectRef, Proto, Scope, ServiceReport, service_ref, slice_ref,
     },
     reconcile::{DualReconciler, GracePeriods, Outcome, Tables},
     sockets::UdpServing,
@@ -71,6 +72,12 @@ pub struct Syncer<T: Tables, G: GracePeriods> {
     /// UDP frontends whose sockets to gone endpoints are to be destroyed;
     /// taken after each sync.
     stale_udp: BTreeSet<Frontend>,
+    /// External-scope frontends guarded by `loadBalancerSourceRanges` ->
+    /// their ranges, as of the last sync.
+    guarded: BTreeMap<Frontend, Vec<IpNet>>,
+    /// `guarded` changed since it was last written (true at first, so
+    /// that what an earlier agent left is reconciled).
+    guarded_changed: bool,
     /// Every UDP frontend's serving IPs, kept for the socket reaper.
     udp_serving: Arc<UdpServing>,
     /// Every Service's `healthCheckNodePort`, published after each sync.
@@ -91,6 +98,8 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             primary_ips: Vec::new(),
             local_ips: Vec::new(),
             stale_udp: BTreeSet::new(),
+            guarded: BTreeMap::new(),
+            guarded_changed: true,
             udp_serving: Arc::default(),
             health_checks: BTreeMap::new(),
             reconciler,
@@ -222,6 +231,48 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         }
     }
 
+    /// The source ranges of every guarded external frontend, if they
+    /// changed since they were last [written](Self::guarded_written).
+    pub fn guarded(&self) -> Option<&BTreeMap<Frontend, Vec<IpNet>>> {
+        self.guarded_changed.then_some(&self.guarded)
+    }
+
+    /// What [`Self::guarded`] gave is in the maps.
+    pub fn guarded_written(&mut self) {
+        self.guarded_changed = false;
+    }
+
+    /// Brings `guarded` up to date for the frontends a sync wrote (`None`:
+    /// every frontend).
+    fn track_guarded(&mut self, touched: Option<&BTreeSet<Frontend>>) {
+        let all: Vec<Frontend>;
+        let frontends: Box<dyn Iterator<Item = &Frontend>> = match touched {
+            Some(t) => Box::new(t.iter()),
+            None => {
+                all = self
+                    .cache
+                    .programmed()
+                    .map(|(fe, _, _)| *fe)
+                    .chain(self.guarded.keys().copied())
+                    .collect();
+                Box::new(all.iter())
+            }
+        };
+        for fe in frontends.filter(|fe| fe.scope == Scope::External) {
+            let want = self
+                .cache
+                .desired(fe)
+                .map(|t| t.source_ranges.clone())
+                .unwrap_or_default();
+            let changed = if want.is_empty() {
+                self.guarded.remove(fe).is_some()
+            } else {
+                self.guarded.insert(*fe, want.clone()) != Some(want)
+            };
+            self.guarded_changed |= changed;
+        }
+    }
+
     /// The addresses that serve NodePorts now.
     pub fn node_port_ips(&self) -> &[IpAddr] {
         &self.cache.node().node_port_ips
@@ -280,6 +331,7 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             self.retries.room_freed(now);
         }
         self.track_owners(touched.as_ref());
+        self.track_guarded(touched.as_ref());
         self.udp_serving.narrow(serving_now(&self.cache, &udp));
         self.publish_health_checks(flush.services.keys());
         let took = start.elapsed();

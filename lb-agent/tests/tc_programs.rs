@@ -14,8 +14,9 @@ use etherparse::{
 };
 use lb_common::{
     CT_DIR_IN, CT_DIR_OUT, CT_F_SNAT, Ct4Key, Ct4Value, FE_F_EXTERNAL_LOCAL,
-    FE_F_NO_LOCAL_ENDPOINTS, Nat4Key, Nat4Value, PROTO_TCP, PROTO_UDP, STAT_TC_DROP_NO_LOCAL,
-    STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_NEW_FLOW, STAT_TC_REJECT_NO_ENDPOINTS,
+    FE_F_NO_LOCAL_ENDPOINTS, FE_F_SOURCE_RANGES, Nat4Key, Nat4Value, PROTO_TCP, PROTO_UDP,
+    STAT_TC_DROP_NO_LOCAL, STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_DROP_SOURCE_RANGE,
+    STAT_TC_NEW_FLOW, STAT_TC_REJECT_NO_ENDPOINTS,
 };
 
 #[test]
@@ -510,4 +511,34 @@ fn the_collector_deletes_expired_entries_and_keeps_live_ones() {
     assert_eq!((collected.ct, collected.nat), (1, 1));
     assert_eq!(bed.ct().len(), 2, "both directions of the live flow stay");
     assert!(bed.nat().is_empty());
+}
+
+#[test]
+fn source_ranges_admit_their_sources_only_and_come_before_the_reject() {
+    let mut bed = Bed::new();
+    bed.frontend(NODE_PORT, PROTO_TCP, FE_F_SOURCE_RANGES, &[LOCAL_POD]);
+    bed.frontend(NODE_PORT + 1, PROTO_TCP, FE_F_SOURCE_RANGES, &[]);
+    bed.admit(NODE_PORT, PROTO_TCP, [198, 51, 100, 0], 24);
+    bed.admit(NODE_PORT + 1, PROTO_TCP, [198, 51, 100, 0], 24);
+    // Another frontend's range admits nobody here.
+    bed.admit(NODE_PORT, PROTO_UDP, [203, 0, 113, 0], 24);
+
+    let (verdict, out) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
+    assert_eq!(verdict, PASS);
+    assert_eq!(seen(&out), flow(CLIENT, LOCAL_POD));
+    let stranger = ([203, 0, 113, 9], 40000);
+    let (verdict, _) = bed.ingress(&tcp(stranger, FRONTEND, Tcp::Syn));
+    assert_eq!(verdict, DROP);
+    // Without endpoints, a stranger is dropped, not rejected.
+    let (verdict, _) = bed.ingress(&tcp(stranger, (NODE, NODE_PORT + 1), Tcp::Syn));
+    assert_eq!(verdict, DROP);
+    let (verdict, _) = bed.ingress(&tcp(CLIENT, (NODE, NODE_PORT + 1), Tcp::Syn));
+    assert_eq!(verdict, REDIRECT, "an admitted source is rejected");
+    assert_eq!(bed.stat(STAT_TC_DROP_SOURCE_RANGE), 2);
+    assert_eq!(bed.stat(STAT_TC_REJECT_NO_ENDPOINTS), 1);
+
+    // A frontend with the flag and no range yet admits nobody.
+    bed.frontend(NODE_PORT + 2, PROTO_TCP, FE_F_SOURCE_RANGES, &[LOCAL_POD]);
+    let (verdict, _) = bed.ingress(&tcp(CLIENT, (NODE, NODE_PORT + 2), Tcp::Syn));
+    assert_eq!(verdict, DROP);
 }

@@ -1,5 +1,6 @@
 //! Connection tracking and source NAT for traffic from outside the node
-//! (the tc programs): `LB4_CT`, `LB4_NAT` and `LB_CONFIG`.
+//! (the tc programs): `LB4_CT`, `LB4_NAT`, `LB_CONFIG`, and the
+//! `loadBalancerSourceRanges` of external frontends, `LB4_SRC_RANGES`.
 //!
 //! A flow from a client to an external frontend (NodePort, externalIP,
 //! LoadBalancer IP) is translated by halves, as iptables does it in
@@ -146,6 +147,28 @@ pub const CT_SYN_TIMEOUT: u32 = 60;
 /// Seconds a TCP entry lives after a FIN or RST (Cilium's `…-fin`).
 pub const CT_CLOSING_TIMEOUT: u32 = 10;
 
+/// The data of an `LB4_SRC_RANGES` key (an LPM trie: the key is this
+/// behind a `u32` prefix length in bits): `loadBalancerSourceRanges` entry
+/// `src_be/n` of the external frontend `addr_be:port_be/proto` has prefix
+/// length [`SOURCE_RANGE_PREFIX`] + n. Network byte order. Written by the
+/// agent; the value (`u32`) is 1.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SourceRange4 {
+    pub addr_be: [u8; 4],
+    pub port_be: u16,
+    pub proto: u8,
+    pub _pad0: u8,
+    pub src_be: [u8; 4],
+}
+const _: () = assert!(size_of::<SourceRange4>() == 12);
+
+/// Bits of a [`SourceRange4`] before the source address: the frontend.
+pub const SOURCE_RANGE_PREFIX: u32 = 64;
+
+/// Default capacity of `LB4_SRC_RANGES`.
+pub const DEFAULT_SOURCE_RANGES_MAX: u32 = 16_384;
+
 /// Default capacity of `LB4_CT` (both directions of a flow count).
 pub const DEFAULT_CT_MAX: u32 = 262_144;
 /// Default capacity of `LB4_NAT`.
@@ -165,4 +188,6 @@ mod pod {
     unsafe impl aya::Pod for super::Nat4Value {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::DatapathConfig {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::SourceRange4 {}
 }

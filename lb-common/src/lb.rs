@@ -140,6 +140,11 @@ pub const FE_KIND_LOAD_BALANCER: u16 = 3 << 3;
 /// the same, as kube-proxy short-circuits such traffic.
 pub const FE_F_EXTERNAL_LOCAL: u16 = 1 << 5;
 
+/// The frontend admits new flows only from the sources of its
+/// `LB4_SRC_RANGES` entries (`loadBalancerSourceRanges`; tc only, and
+/// only `SCOPE_EXTERNAL` frontends have it).
+pub const FE_F_SOURCE_RANGES: u16 = 1 << 6;
+
 /// Port and protocol of a frontend key that stands for every other port and
 /// protocol of its address: a connect to a Service address on a port the
 /// Service does not define finds it (`count` 0) and is refused, as

@@ -9,7 +9,7 @@
 use crate::{
     AffinityKey, AffinityValue, Backend4, Backend6, Ct4Key, Ct4Value, DatapathConfig, Frontend4Key,
     Frontend4State, Frontend6Key, Frontend6State, FrontendId, Member, MemberKey, Nat4Key,
-    Nat4Value, RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value, Slot, SlotKey,
+    Nat4Value, RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value, Slot, SlotKey, SourceRange4,
 };
 
 /// Version of the map layout; part of every pin name. Layout 1 (pins without
@@ -17,7 +17,7 @@ use crate::{
 /// and backend slots in one hash map updated in place. Layout 2 had no
 /// affinity, members or policy bits, and a 20-byte frontend state. Layout 3
 /// had no IPv6 maps. Layout 4 gained the tc programs' maps (`LB4_CT`,
-/// `LB4_NAT`, `LB_CONFIG`) and counters later: an agent that finds them
+/// `LB4_NAT`, `LB_CONFIG`, `LB4_SRC_RANGES`) and counters later: an agent that finds them
 /// missing or `LB_STATS` of another size migrates, as for a capacity change.
 pub const LAYOUT_VERSION: u32 = 4;
 
@@ -29,6 +29,8 @@ pub const MAP_TYPE_ARRAY: u32 = 2;
 pub const MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 /// `BPF_MAP_TYPE_LRU_HASH`.
 pub const MAP_TYPE_LRU_HASH: u32 = 9;
+/// `BPF_MAP_TYPE_LPM_TRIE`.
+pub const MAP_TYPE_LPM_TRIE: u32 = 11;
 /// `BPF_F_NO_PREALLOC`: elements are allocated on insert, so a large
 /// capacity costs no memory until it is used.
 pub const BPF_F_NO_PREALLOC: u32 = 1;
@@ -149,10 +151,38 @@ pub const NAT4: MapSpec = spec::<Nat4Key, Nat4Value>("LB4_NAT", "LB4_NAT_V4", MA
 pub const CONFIG: MapSpec =
     spec::<u32, DatapathConfig>("LB_CONFIG", "LB_CONFIG_V4", MAP_TYPE_ARRAY, 0);
 
+/// `loadBalancerSourceRanges` of external frontends: an LPM trie of
+/// `{u32 prefix length, SourceRange4}` -> `u32` (1). Written by the agent.
+pub const SOURCE_RANGES4: MapSpec = MapSpec {
+    name: "LB4_SRC_RANGES",
+    pin: "LB4_SRC_RANGES_V4",
+    map_type: MAP_TYPE_LPM_TRIE,
+    key_size: 4 + size_of::<SourceRange4>() as u32,
+    value_size: 4,
+    flags: BPF_F_NO_PREALLOC,
+};
+
 /// Every map of this layout.
-pub const ALL_MAPS: [MapSpec; 18] = [
-    FRONTENDS4, FE_STATE4, SLOTS4, BACKENDS4, MEMBERS4, AFFINITY4, REVNAT4, FRONTENDS6, FE_STATE6,
-    SLOTS6, BACKENDS6, MEMBERS6, AFFINITY6, REVNAT6, STATS, CT4, NAT4, CONFIG,
+pub const ALL_MAPS: [MapSpec; 19] = [
+    FRONTENDS4,
+    FE_STATE4,
+    SLOTS4,
+    BACKENDS4,
+    MEMBERS4,
+    AFFINITY4,
+    REVNAT4,
+    FRONTENDS6,
+    FE_STATE6,
+    SLOTS6,
+    BACKENDS6,
+    MEMBERS6,
+    AFFINITY6,
+    REVNAT6,
+    STATS,
+    CT4,
+    NAT4,
+    CONFIG,
+    SOURCE_RANGES4,
 ];
 
 /// Older layouts' reverse-NAT maps: their entries are byte-identical to

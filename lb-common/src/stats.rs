@@ -39,8 +39,12 @@ pub const STAT_TC_REJECT_NO_ENDPOINTS: u32 = 12;
 /// configured).
 pub const STAT_TC_DROP_SNAT_EXHAUSTED: u32 = 13;
 
+/// tc ingress dropped a new flow to a load-balancer IP from a source
+/// outside its `loadBalancerSourceRanges`.
+pub const STAT_TC_DROP_SOURCE_RANGE: u32 = 14;
+
 /// Number of counters (entries of `LB_STATS`).
-pub const STATS_COUNT: u32 = 14;
+pub const STATS_COUNT: u32 = 15;
 
 /// Each counter's name, indexed by its constant: the `reason` label on
 /// `/metrics` and the row name in `lb-agent dump --stats`.
@@ -59,4 +63,5 @@ pub const STAT_NAMES: [&str; STATS_COUNT as usize] = [
     "tc_drop_no_local_endpoints",
     "tc_reject_no_endpoints",
     "tc_drop_snat_exhausted",
+    "tc_drop_source_range",
 ];

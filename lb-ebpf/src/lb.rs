@@ -152,10 +152,10 @@ pub enum Selection<B> {
     /// A frontend that is being removed right now: leave the address alone,
     /// as it will be once the removal completes.
     Removed,
-    /// A frontend with no usable endpoint: refuse.
-    NoEndpoints,
+    /// A frontend with no usable endpoint: refuse. `flags`: its `FE_F_*`.
+    NoEndpoints { flags: u16 },
     /// `internalTrafficPolicy: Local` with endpoints, none on this node.
-    NoLocalEndpoints,
+    NoLocalEndpoints { flags: u16 },
     /// A Service address, on a port or protocol its Service does not define.
     UnknownPort,
     /// Send to this backend (`id` in the backends map); `flags` are the
@@ -219,10 +219,11 @@ pub fn select<F: Family>(
         return Selection::UnknownPort;
     }
     if snap.count == 0 {
-        return if snap.flags & FE_F_NO_LOCAL_ENDPOINTS != 0 {
-            Selection::NoLocalEndpoints
+        let flags = snap.flags;
+        return if flags & FE_F_NO_LOCAL_ENDPOINTS != 0 {
+            Selection::NoLocalEndpoints { flags }
         } else {
-            Selection::NoEndpoints
+            Selection::NoEndpoints { flags }
         };
     }
     if snap.flags & FE_F_AFFINITY == 0 {

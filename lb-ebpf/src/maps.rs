@@ -3,15 +3,16 @@
 //! load time (`--bpf-lb-*-map-max`).
 
 use aya_ebpf::{
-    btf_maps::{Array, HashMap, LruHashMap, PerCpuArray},
+    btf_maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray},
     macros::btf_map,
 };
 use lb_common::{
     AffinityKey, AffinityValue, BPF_F_NO_PREALLOC, Backend4, Backend6, Ct4Key, Ct4Value,
     DEFAULT_AFFINITY_MAX, DEFAULT_BACKENDS_MAX, DEFAULT_CT_MAX, DEFAULT_FRONTENDS_MAX,
-    DEFAULT_NAT_MAX, DEFAULT_REVNAT_MAX, DEFAULT_SLOTS_MAX, DatapathConfig, Frontend4Key,
-    Frontend4State, Frontend6Key, Frontend6State, FrontendId, Member, MemberKey, Nat4Key,
-    Nat4Value, RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value, STATS_COUNT, Slot, SlotKey,
+    DEFAULT_NAT_MAX, DEFAULT_REVNAT_MAX, DEFAULT_SLOTS_MAX, DEFAULT_SOURCE_RANGES_MAX,
+    DatapathConfig, Frontend4Key, Frontend4State, Frontend6Key, Frontend6State, FrontendId, Member,
+    MemberKey, Nat4Key, Nat4Value, RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value, STATS_COUNT,
+    Slot, SlotKey, SourceRange4,
 };
 
 pub const NO_PREALLOC: usize = BPF_F_NO_PREALLOC as usize;
@@ -98,3 +99,8 @@ pub static LB4_NAT: LruHashMap<Nat4Key, Nat4Value, { DEFAULT_NAT_MAX as usize }>
 /// The tc programs' settings, one entry. Written by the agent.
 #[btf_map]
 pub static LB_CONFIG: Array<DatapathConfig, 1> = Array::new();
+
+/// `loadBalancerSourceRanges` of external frontends. Written by the agent.
+#[btf_map]
+pub static LB4_SRC_RANGES: LpmTrie<SourceRange4, u32, { DEFAULT_SOURCE_RANGES_MAX as usize }> =
+    LpmTrie::new();

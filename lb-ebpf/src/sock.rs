@@ -138,8 +138,8 @@ fn choose<F: Family>(ctx: &SockAddrContext, key: &F::Key) -> Result<Option<F::Ba
             count(STAT_PASSED_REMOVED);
             Ok(None)
         }
-        Selection::NoEndpoints => Err(Refuse::NoEndpoints),
-        Selection::NoLocalEndpoints => Err(Refuse::NoLocalEndpoints),
+        Selection::NoEndpoints { .. } => Err(Refuse::NoEndpoints),
+        Selection::NoLocalEndpoints { .. } => Err(Refuse::NoLocalEndpoints),
         Selection::UnknownPort => Err(Refuse::UnknownPort),
         Selection::Inconsistent => Err(Refuse::Inconsistent),
         Selection::Backend {

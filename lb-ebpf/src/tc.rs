@@ -21,20 +21,22 @@
 
 use aya_ebpf::{
     bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC},
+    btf_maps::lpm_trie::Key,
     helpers::bpf_get_prandom_u32,
     macros::classifier,
     programs::TcContext,
 };
 use lb_common::{
     CT_DIR_IN, CT_DIR_OUT, CT_F_CLOSING, CT_F_SNAT, Ct4Key, Ct4Value, FE_F_EXTERNAL_LOCAL,
-    Frontend4Key, Nat4Key, Nat4Value, SCOPE_EXTERNAL, STAT_PASSED_REMOVED,
-    STAT_REFUSED_INCONSISTENT, STAT_TC_DROP_NO_LOCAL, STAT_TC_DROP_SNAT_EXHAUSTED,
-    STAT_TC_NEW_FLOW, STAT_TC_REJECT_NO_ENDPOINTS,
+    FE_F_SOURCE_RANGES, Frontend4Key, Nat4Key, Nat4Value, SCOPE_EXTERNAL, SOURCE_RANGE_PREFIX,
+    STAT_PASSED_REMOVED, STAT_REFUSED_INCONSISTENT, STAT_TC_DROP_NO_LOCAL,
+    STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_DROP_SOURCE_RANGE, STAT_TC_NEW_FLOW,
+    STAT_TC_REJECT_NO_ENDPOINTS, SourceRange4,
 };
 use lb_ebpf::{
     ct::{allocate_port, expired, lifetime, now},
     lb::{Selection, V4, select},
-    maps::{LB_CONFIG, LB4_BACKENDS, LB4_CT, LB4_NAT},
+    maps::{LB_CONFIG, LB4_BACKENDS, LB4_CT, LB4_NAT, LB4_SRC_RANGES},
     packet::{IcmpError4, Packet4, Parsed, TCP_ACK, TCP_SYN},
     reject::reject,
     stats::count,
@@ -141,6 +143,24 @@ fn backend_alive(ct: &Ct4Value) -> bool {
     })
 }
 
+/// Whether the packet's source is in one of its frontend's source ranges.
+/// A frontend that has them but no entry yet (the agent writes the state
+/// first) admits nobody: the firewall fails closed.
+#[inline(always)]
+fn admitted(p: &Packet4) -> bool {
+    let key = Key::new(
+        SOURCE_RANGE_PREFIX + 32,
+        SourceRange4 {
+            addr_be: p.daddr,
+            port_be: p.dport_be,
+            proto: p.proto,
+            _pad0: 0,
+            src_be: p.saddr,
+        },
+    );
+    LB4_SRC_RANGES.get(&key).is_some()
+}
+
 /// The first packet of a flow: pick a backend of its external frontend.
 #[inline(always)]
 fn new_flow(ctx: &TcContext, p: &mut Packet4, key: &Ct4Key, now: u32) -> Result<i32, i64> {
@@ -155,18 +175,30 @@ fn new_flow(ctx: &TcContext, p: &mut Packet4, key: &Ct4Key, now: u32) -> Result<
     // Session affinity by client address, as kube-proxy's ClientIP. The
     // external frontend has its own id, so no socket client shares these.
     let client = u64::from(u32::from_ne_bytes(p.saddr)) | 1 << 32;
-    let (backend, id, fe_flags) = match select::<V4>(&frontend, false, rand, || client) {
+    let selection = select::<V4>(&frontend, false, rand, || client);
+    // loadBalancerSourceRanges come first, as kube-proxy's firewall does:
+    // a source outside them is dropped, endpoints or not.
+    if let Selection::Backend { flags, .. }
+    | Selection::NoEndpoints { flags }
+    | Selection::NoLocalEndpoints { flags } = selection
+        && flags & FE_F_SOURCE_RANGES != 0
+        && !admitted(p)
+    {
+        count(STAT_TC_DROP_SOURCE_RANGE);
+        return Ok(DROP);
+    }
+    let (backend, id, fe_flags) = match selection {
         Selection::NotFrontend | Selection::UnknownPort => return Ok(PASS),
         Selection::Removed => {
             count(STAT_PASSED_REMOVED);
             return Ok(PASS);
         }
-        Selection::NoLocalEndpoints => {
+        Selection::NoLocalEndpoints { .. } => {
             // kube-proxy drops these too (externalTrafficPolicy: Local).
             count(STAT_TC_DROP_NO_LOCAL);
             return Ok(DROP);
         }
-        Selection::NoEndpoints => {
+        Selection::NoEndpoints { .. } => {
             // kube-proxy rejects these: a reset, or port unreachable.
             count(STAT_TC_REJECT_NO_ENDPOINTS);
             return reject(ctx, p);

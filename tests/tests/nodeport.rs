@@ -150,8 +150,10 @@ impl Drop for Nodes {
 
 /// Node `node-1` (InternalIP 203.0.113.1), and Services with one endpoint
 /// on each node: `cluster` (eTP Cluster, NodePort 30080 TCP and UDP, the
-/// external IP) and `local` (eTP Local, NodePort 30081); and `empty`
-/// (NodePort 30082), without endpoints.
+/// external IP), `local` (eTP Local, NodePort 30081), and the
+/// LoadBalancers `guarded` (198.51.100.20, source ranges holding the
+/// client's address) and `shut` (198.51.100.21, ranges without it); and
+/// `empty` (NodePort 30082), without endpoints.
 fn manifest() -> String {
     let slice = |svc: &str| {
         Slice::new("default", &format!("{svc}-1"))
@@ -181,6 +183,22 @@ fn manifest() -> String {
             .with_port(SvcPort::new("dns", 53, "UDP").node_port(30081))
             .into(),
         slice("local").into(),
+        Svc::new("default", "guarded")
+            .type_("LoadBalancer")
+            .cluster_ip("10.96.57.4")
+            .with_port(SvcPort::new("http", 80, "TCP").node_port(30083))
+            .lb_ingress("198.51.100.20", Some("VIP"))
+            .source_ranges(&["203.0.113.0/25"])
+            .into(),
+        slice("guarded").into(),
+        Svc::new("default", "shut")
+            .type_("LoadBalancer")
+            .cluster_ip("10.96.57.5")
+            .with_port(SvcPort::new("http", 80, "TCP").node_port(30084))
+            .lb_ingress("198.51.100.21", Some("VIP"))
+            .source_ranges(&["192.0.2.0/24"])
+            .into(),
+        slice("shut").into(),
         Svc::new("default", "empty")
             .type_("NodePort")
             .cluster_ip("10.96.57.3")
@@ -315,6 +333,22 @@ fn nodeports_and_external_ips_reach_pods_on_both_nodes_from_outside() -> anyhow:
         (r.ok(), r.failed()),
         (3, 0),
         "20 kB through a 1280-byte path: {r:?}"
+    );
+
+    // loadBalancerSourceRanges: the client's range gets in, others not
+    // (dropped, as kube-proxy's firewall drops: the connect times out).
+    let guarded = "198.51.100.20:80";
+    let r = bed.client(&["tcp", "--to", guarded, "-n", "20", "--from"])?;
+    assert_eq!(answers(&r, 20, guarded), both);
+    let before = bed.pins.stats()?["tc_drop_source_range"];
+    let r = bed.client(&["tcp", "--to", "198.51.100.21:80", "-n", "1"])?;
+    assert_eq!((r.ok(), r.failed()), (0, 1), "{r:?}");
+    assert!(bed.pins.stats()?["tc_drop_source_range"] > before);
+    let dump = bed.pins.dump()?;
+    assert!(
+        dump.lines().any(|l| l.starts_with("TCP  198.51.100.21:80 ")
+            && l.ends_with(" LoadBalancer source-ranges from-outside")),
+        "{dump}"
     );
 
     // No endpoints: refused at once, as kube-proxy's REJECT does.

@@ -10,8 +10,9 @@ use aya::maps::MapInfo;
 use lb_common::{
     AFFINITY4, AFFINITY6, ALL_MAPS, BACKENDS4, BACKENDS6, CONFIG, CT4, DEFAULT_AFFINITY_MAX,
     DEFAULT_BACKENDS_MAX, DEFAULT_CT_MAX, DEFAULT_FRONTENDS_MAX, DEFAULT_NAT_MAX,
-    DEFAULT_REVNAT_MAX, DEFAULT_SLOTS_MAX, FE_STATE4, FE_STATE6, FRONTENDS4, FRONTENDS6, MEMBERS4,
-    MEMBERS6, MapSpec, NAT4, REVNAT4, REVNAT6, SLOTS4, SLOTS6, STATS, STATS_COUNT,
+    DEFAULT_REVNAT_MAX, DEFAULT_SLOTS_MAX, DEFAULT_SOURCE_RANGES_MAX, FE_STATE4, FE_STATE6,
+    FRONTENDS4, FRONTENDS6, MEMBERS4, MEMBERS6, MapSpec, NAT4, REVNAT4, REVNAT6, SLOTS4, SLOTS6,
+    SOURCE_RANGES4, STATS, STATS_COUNT,
 };
 
 /// Map capacities, set at load time (`--bpf-lb-*-map-max`), the same for
@@ -61,6 +62,7 @@ impl Capacities {
             _ if spec.name == CT4.name => self.ct,
             _ if spec.name == NAT4.name => self.nat,
             _ if spec.name == CONFIG.name => 1,
+            _ if spec.name == SOURCE_RANGES4.name => DEFAULT_SOURCE_RANGES_MAX,
             other => unreachable!("map {} has no capacity", other.name),
         }
     }

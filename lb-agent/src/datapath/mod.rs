@@ -190,6 +190,15 @@ impl Datapath {
         tc::set_config(&self.maps_dir, config)
     }
 
+    /// The source ranges of the guarded external frontends, written into
+    /// the maps the tc programs use.
+    pub fn set_source_ranges(
+        &self,
+        guarded: &std::collections::BTreeMap<crate::model::Frontend, Vec<ipnet::IpNet>>,
+    ) -> Result<(), tc::ConfigError> {
+        tc::write_source_ranges(&self.maps_dir, guarded)
+    }
+
     /// The load-balancing tables this build's programs read.
     pub fn tables(&self) -> Result<DualTables, StoreError> {
         open_tables(&self.maps_dir)

@@ -24,12 +24,15 @@
 //! * each external frontend is claimed a second time in the external scope,
 //!   for traffic from outside the node (the tc programs), with
 //!   `externalTrafficPolicy` applied: `Local` takes this node's endpoints
-//!   only (with the terminating fallback) and drops without one.
+//!   only (with the terminating fallback) and drops without one; there an
+//!   LB VIP guarded by source ranges is claimed too, with its ranges.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
     net::IpAddr,
 };
+
+use ipnet::IpNet;
 
 use super::{
     Backend, ExcludedCidrs, Frontend, IpFamily, NodeContext, Proto, Scope,
@@ -54,6 +57,10 @@ pub struct Target {
     /// An external frontend of a Service with `externalTrafficPolicy:
     /// Local` (for listings: from this node it serves the cluster set).
     pub external_local: bool,
+    /// A load-balancer IP in the external scope guarded by
+    /// `loadBalancerSourceRanges`: the ranges of its family, the only
+    /// sources admitted. Empty: open.
+    pub source_ranges: Vec<IpNet>,
 }
 
 /// Which address of its Service a frontend is.
@@ -100,9 +107,15 @@ impl Claim {
 
     /// This claim at an address of `kind`.
     fn of_kind(&self, kind: FrontendKind) -> Self {
+        self.at(kind, &[])
+    }
+
+    /// This claim at an address of `kind` guarded by `ranges`.
+    fn at(&self, kind: FrontendKind, ranges: &[IpNet]) -> Self {
         let mut claim = self.clone();
         if let Claim::Program { target, .. } = &mut claim {
             target.kind = kind;
+            target.source_ranges = ranges.to_vec();
         }
         claim
     }
@@ -122,6 +135,14 @@ pub(super) fn service_claims(
     for &vip in &spec.cluster_ips {
         let family = IpFamily::of(vip);
         let external_ips = external_ips(spec, family);
+        // From outside, guarded LB VIPs too: the tc programs check ranges.
+        let outside_ips: BTreeSet<IpAddr> = spec
+            .external_ips
+            .iter()
+            .chain(&spec.lb_vips)
+            .copied()
+            .filter(|ip| IpFamily::of(*ip) == family)
+            .collect();
         let node_ips: Vec<IpAddr> = node
             .node_port_ips
             .iter()
@@ -156,15 +177,20 @@ pub(super) fn service_claims(
                 proto: port.proto,
                 scope: Scope::Internal,
             };
-            for &ip in &external_ips {
-                let kind = if spec.lb_vips.contains(&ip) {
+            let kind = |ip| {
+                if spec.lb_vips.contains(&ip) {
                     FrontendKind::LoadBalancer
                 } else {
                     FrontendKind::ExternalIp
-                };
-                let at = frontend(ip, port.port);
-                claims.push((at, external.of_kind(kind)));
-                claims.push((at.external(), outside.of_kind(kind)));
+                }
+            };
+            for &ip in &external_ips {
+                claims.push((frontend(ip, port.port), external.of_kind(kind(ip))));
+            }
+            for &ip in &outside_ips {
+                let ranges = guarding(spec, ip);
+                let at = frontend(ip, port.port).external();
+                claims.push((at, outside.at(kind(ip), &ranges)));
             }
             if let Some(node_port) = port.node_port {
                 for &ip in &node_ips {
@@ -180,6 +206,19 @@ pub(super) fn service_claims(
         }
     }
     claims
+}
+
+/// The source ranges of `spec` that guard `ip` (of its family), if it is
+/// one of its LB VIPs; kube-proxy's firewall guards LB VIPs only.
+fn guarding(spec: &ServiceSpec, ip: IpAddr) -> Vec<IpNet> {
+    if !spec.lb_vips.contains(&ip) {
+        return Vec::new();
+    }
+    spec.source_ranges
+        .iter()
+        .filter(|r| IpFamily::of(r.addr()) == IpFamily::of(ip))
+        .copied()
+        .collect()
 }
 
 /// The external IPs and unguarded LB VIPs of `spec` in `family`, each once.
@@ -399,7 +438,7 @@ fn targets(spec: &ServiceSpec, candidates: &[Candidate<'_>], node: &NodeContext)
         Target {
             backends: sets.local.clone(),
             no_local_endpoints: sets.local.is_empty() && sets.any,
-            ..external
+            ..external.clone()
         }
     } else {
         external.clone()

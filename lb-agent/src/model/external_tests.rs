@@ -142,8 +142,19 @@ fn lb_vips_in_proxy_mode_or_behind_source_ranges_of_their_family_are_left_alone(
     c.apply_slice(&slice("web-6", "IPv6", &[Ep::new("fd00::1")]));
     let flush = c.flush();
     // Guarded by an IPv4 range: its firewall is not built at the socket
-    // hooks, so the VIP is not intercepted at all.
+    // hooks, so the VIP is not intercepted there; from outside (tc) it is,
+    // with the ranges of its family, and the state says to check them.
     assert_eq!(backends(&c, fe("198.51.100.1", 80, Proto::Tcp)), None);
+    let outside = c
+        .desired(&fe("198.51.100.1", 80, Proto::Tcp).external())
+        .expect("served from outside");
+    assert_eq!(outside.backends, vec![be("10.0.0.1", 8080)]);
+    assert_eq!(
+        outside.source_ranges,
+        vec!["203.0.113.0/24".parse::<ipnet::IpNet>().unwrap()]
+    );
+    let open = c.desired(&fe("2001:db8::1", 80, Proto::Tcp).external());
+    assert!(open.is_some_and(|t| t.source_ranges.is_empty()), "{open:?}");
     // ipMode Proxy: kube-proxy never intercepts it.
     assert_eq!(backends(&c, fe("198.51.100.2", 80, Proto::Tcp)), None);
     // No IPv6 range: the IPv6 VIP is open, so it is served.

@@ -269,7 +269,8 @@ impl Feature {
                 "its IPv6 load-balancer IPs serve pods and processes on this node only, not traffic from outside"
             }
             Feature::LoadBalancerSourceRanges => {
-                "its load-balancer IPs guarded by source ranges are not intercepted: their traffic goes to the load balancer"
+                "its load-balancer IPs guarded by source ranges enforce them for IPv4 traffic from outside only; \
+                 pods and processes on this node are not intercepted (their traffic goes to the load balancer)"
             }
         }
     }

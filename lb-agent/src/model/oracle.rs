@@ -85,8 +85,13 @@ pub fn naive<'a>(
             .flat_map(|lb| lb.ingress.iter().flatten())
             .filter(|i| matches!(i.ip_mode.as_deref(), None | Some("VIP")))
             .filter_map(|i| i.ip.as_deref().filter(|ip| !ip.is_empty()))
-            .map(|ip| ip.parse::<IpAddr>().unwrap())
-            .filter(|vip| !ranges.iter().any(|r| r.addr().is_ipv4() == vip.is_ipv4()));
+            .map(|ip| ip.parse::<IpAddr>().unwrap());
+        // Guarded VIPs (source ranges of their family) serve from outside
+        // only.
+        let guarded: BTreeSet<IpAddr> = vips
+            .clone()
+            .filter(|vip| ranges.iter().any(|r| r.addr().is_ipv4() == vip.is_ipv4()))
+            .collect();
         let external: BTreeSet<IpAddr> = spec
             .external_ips
             .iter()
@@ -193,7 +198,8 @@ pub fn naive<'a>(
                     };
                     // Seen from outside too; the generators make no
                     // externalTrafficPolicy: Local, so with the same claim.
-                    for at in [at, at.external()] {
+                    let inside = (!guarded.contains(&ip)).then_some(at);
+                    for at in inside.into_iter().chain([at.external()]) {
                         claims
                             .entry(at)
                             .or_default()

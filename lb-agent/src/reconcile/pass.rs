@@ -20,8 +20,8 @@ use std::{
 };
 
 use lb_common::{
-    FE_F_AFFINITY, FE_F_EXTERNAL_LOCAL, FE_F_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, FE_KIND_CLUSTER_IP,
-    FE_KIND_EXTERNAL_IP, FE_KIND_LOAD_BALANCER, FE_KIND_NODE_PORT, FrontendId,
+    FE_F_AFFINITY, FE_F_EXTERNAL_LOCAL, FE_F_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, FE_F_SOURCE_RANGES,
+    FE_KIND_CLUSTER_IP, FE_KIND_EXTERNAL_IP, FE_KIND_LOAD_BALANCER, FE_KIND_NODE_PORT, FrontendId,
     MAX_BACKENDS_PER_FRONTEND, Member, MemberKey, Slot, SlotKey,
 };
 
@@ -82,6 +82,7 @@ fn state_bits(t: &Target) -> (u16, u32) {
     set(t.local, FE_F_LOCAL);
     set(t.no_local_endpoints, FE_F_NO_LOCAL_ENDPOINTS);
     set(t.external_local, FE_F_EXTERNAL_LOCAL);
+    set(!t.source_ranges.is_empty(), FE_F_SOURCE_RANGES);
     flags |= match t.kind {
         FrontendKind::ClusterIp => FE_KIND_CLUSTER_IP,
         FrontendKind::NodePort => FE_KIND_NODE_PORT,

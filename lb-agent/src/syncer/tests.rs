@@ -196,7 +196,7 @@ fn with_room_for_one_more_frontend_a_services_port_goes_before_its_wildcard() {
         vip,
         port: 80,
         proto: Proto::Tcp,
-        scope: crate::model::Scope::Internal,
+        scope: Scope::Internal,
     };
     assert!(s.reconciler.has(&port));
     assert!(!s.reconciler.has(&Frontend::wildcard(vip)));
@@ -262,7 +262,7 @@ fn prune_repairs_an_entry_deleted_behind_the_agents_back() {
         vip: "10.96.0.1".parse().unwrap(),
         port: 80,
         proto: Proto::Tcp,
-        scope: crate::model::Scope::Internal,
+        scope: Scope::Internal,
     }));
     // Not while revisions wait for their grace period; then, with nothing
     // drifted, a prune changes nothing.

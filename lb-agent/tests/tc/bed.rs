@@ -5,7 +5,10 @@
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap, Map, MapData, PerCpuArray},
+    maps::{
+        Array, HashMap, Map, MapData, PerCpuArray,
+        lpm_trie::{Key, LpmTrie},
+    },
     programs::{SchedClassifier, TestRun as _, TestRunOptions},
 };
 use etherparse::{
@@ -15,8 +18,8 @@ use etherparse::{
 use lb_agent::datapath::loader;
 use lb_common::{
     BACKEND_STATE_ACTIVE, Backend4, Ct4Key, Ct4Value, DatapathConfig, FE_KIND_NODE_PORT,
-    Frontend4Key, Frontend4State, FrontendId, Nat4Key, Nat4Value, SCOPE_EXTERNAL, Slot, SlotKey,
-    SpinLock,
+    Frontend4Key, Frontend4State, FrontendId, Nat4Key, Nat4Value, SCOPE_EXTERNAL,
+    SOURCE_RANGE_PREFIX, Slot, SlotKey, SourceRange4, SpinLock,
 };
 
 /// What the programs return: pass on (TCX "next"), or drop.
@@ -44,6 +47,7 @@ pub struct Bed {
     stats: PerCpuArray<MapData, u64>,
     pub ct: HashMap<MapData, Ct4Key, Ct4Value>,
     pub nat: HashMap<MapData, Nat4Key, Nat4Value>,
+    ranges: LpmTrie<MapData, SourceRange4, u32>,
     next_id: u32,
 }
 
@@ -103,6 +107,7 @@ impl Bed {
             stats: take(&mut ebpf, "LB_STATS"),
             ct: take(&mut ebpf, "LB4_CT"),
             nat: take(&mut ebpf, "LB4_NAT"),
+            ranges: take(&mut ebpf, "LB4_SRC_RANGES"),
             ebpf,
             next_id: 1,
         }
@@ -153,6 +158,20 @@ impl Bed {
         self.frontends
             .insert(key, FrontendId { id: fe_id }, 0)
             .unwrap();
+    }
+
+    /// Admits sources in `net/len` to the frontend `NODE:port/proto`, as
+    /// the agent writes `loadBalancerSourceRanges`.
+    pub fn admit(&mut self, port: u16, proto: u8, net: [u8; 4], len: u32) {
+        let data = SourceRange4 {
+            addr_be: NODE,
+            port_be: port.to_be(),
+            proto,
+            _pad0: 0,
+            src_be: net,
+        };
+        let key = Key::new(SOURCE_RANGE_PREFIX + len, data);
+        self.ranges.insert(&key, 1, 0).unwrap();
     }
 
     pub fn snat(&mut self, addr: [u8; 4], min: u16, max: u16) {
