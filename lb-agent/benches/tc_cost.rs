@@ -48,12 +48,12 @@ fn main() {
         ("ingress, conntrack hit (DNAT)", "lb_tc_ingress", &ack),
         ("egress, reply (reverse NAT)", "lb_tc_egress", &reply),
         (
-            "ingress, not ours (3 lookups, passed on)",
+            "ingress, not ours (2 misses, passed on)",
             "lb_tc_ingress",
             &other,
         ),
         (
-            "egress, not ours (2 lookups, passed on)",
+            "egress, not ours (2 misses, passed on)",
             "lb_tc_egress",
             &other,
         ),

@@ -81,7 +81,22 @@ fn ct_key(p: &Packet4, dir: u8) -> Ct4Key {
 fn ingress(ctx: &TcContext, p: &mut Packet4) -> Result<i32, i64> {
     let now = now();
     // A reply from a backend on another node to the port its flow was
-    // SNATed to: back to the client. Egress restores the frontend.
+    // SNATed to: back to the client. Egress restores the frontend. Only
+    // packets to the SNAT address and port range pay the lookup.
+    let snated = LB_CONFIG.get(0).is_some_and(|c| {
+        let port = u16::from_be(p.dport_be);
+        c.snat4_be == p.daddr && c.nat_port_min <= port && port <= c.nat_port_max
+    });
+    if snated && let Some(client) = reverse_snat(p, now) {
+        p.rewrite(ctx, true, client.addr_be, client.port_be)?;
+        return Ok(PASS);
+    }
+    ingress_flow(ctx, p, now)
+}
+
+/// The client of an SNATed flow whose reply `p` is, its entry refreshed.
+#[inline(always)]
+fn reverse_snat(p: &Packet4, now: u32) -> Option<Nat4Value> {
     let nat_key = Nat4Key {
         saddr_be: p.saddr,
         daddr_be: p.daddr,
@@ -90,25 +105,27 @@ fn ingress(ctx: &TcContext, p: &mut Packet4) -> Result<i32, i64> {
         proto: p.proto,
         _pad0: [0; 3],
     };
-    if let Some(nat) = LB4_NAT.get_ptr_mut(nat_key) {
-        // SAFETY: the value stays mapped while the program runs (RCU); if
-        // the LRU recycles it meanwhile the fields are another flow's and
-        // this packet goes astray, as it would have with the entry gone.
-        let client = unsafe { *nat };
-        let (flags, expires) = lifetime(p.proto, p.tcp_flags, client.flags, now);
-        // SAFETY: plain stores to a live element; a racing update of the
-        // same flow writes the same kind of value.
-        unsafe {
-            (*nat).flags = flags;
-            (*nat).expires = expires;
-        }
-        p.rewrite(ctx, true, client.addr_be, client.port_be)?;
-        return Ok(PASS);
+    let nat = LB4_NAT.get_ptr_mut(nat_key)?;
+    // SAFETY: the value stays mapped while the program runs (RCU); if the
+    // LRU recycles it meanwhile the fields are another flow's and this
+    // packet goes astray, as it would have with the entry gone.
+    let client = unsafe { *nat };
+    let (flags, expires) = lifetime(p.proto, p.tcp_flags, client.flags, now);
+    // SAFETY: plain stores to a live element; a racing update of the same
+    // flow writes the same kind of value.
+    unsafe {
+        (*nat).flags = flags;
+        (*nat).expires = expires;
     }
+    Some(client)
+}
 
+/// A packet from a client: its flow's backend, or a new flow's.
+#[inline(always)]
+fn ingress_flow(ctx: &TcContext, p: &mut Packet4, now: u32) -> Result<i32, i64> {
     let key = ct_key(p, CT_DIR_IN);
     if let Some(entry) = LB4_CT.get_ptr_mut(key) {
-        // SAFETY: as above.
+        // SAFETY: as in `reverse_snat`.
         let ct = unsafe { *entry };
         let syn = p.tcp_flags & (TCP_SYN | TCP_ACK) == TCP_SYN;
         // A new connection on the port of a closed or dead one is a new
@@ -118,7 +135,7 @@ fn ingress(ctx: &TcContext, p: &mut Packet4) -> Result<i32, i64> {
         // current one (a TCP peer there resets it, a UDP one answers).
         if !reopened && backend_alive(&ct) {
             let (flags, expires) = lifetime(p.proto, p.tcp_flags, ct.flags, now);
-            // SAFETY: as above.
+            // SAFETY: as in `reverse_snat`.
             unsafe {
                 (*entry).flags = flags;
                 (*entry).expires = expires;
@@ -259,10 +276,10 @@ fn egress(ctx: &TcContext, p: &mut Packet4) -> Result<i32, i64> {
     let now = now();
     // A reply to a client: restore the frontend it sent to.
     if let Some(entry) = LB4_CT.get_ptr_mut(ct_key(p, CT_DIR_OUT)) {
-        // SAFETY: as in `ingress`.
+        // SAFETY: as in `reverse_snat`.
         let ct = unsafe { *entry };
         let (flags, expires) = lifetime(p.proto, p.tcp_flags, ct.flags, now);
-        // SAFETY: as in `ingress`.
+        // SAFETY: as in `reverse_snat`.
         unsafe {
             (*entry).flags = flags;
             (*entry).expires = expires;
@@ -284,7 +301,7 @@ fn egress(ctx: &TcContext, p: &mut Packet4) -> Result<i32, i64> {
     let Some(entry) = LB4_CT.get_ptr_mut(reply) else {
         return Ok(PASS);
     };
-    // SAFETY: as in `ingress`.
+    // SAFETY: as in `reverse_snat`.
     let ct = unsafe { *entry };
     if ct.flags & CT_F_SNAT == 0 {
         return Ok(PASS);
@@ -310,7 +327,7 @@ fn egress(ctx: &TcContext, p: &mut Packet4) -> Result<i32, i64> {
             count(STAT_TC_DROP_SNAT_EXHAUSTED);
             return Ok(DROP);
         };
-        // SAFETY: as in `ingress`. Two CPUs allocating for the same flow at
+        // SAFETY: as in `reverse_snat`. Two CPUs allocating for the same flow at
         // once each store a port; the later one wins and the earlier port's
         // entry ages out unused.
         unsafe {
@@ -329,7 +346,7 @@ fn egress(ctx: &TcContext, p: &mut Packet4) -> Result<i32, i64> {
         _pad0: [0; 3],
     };
     if let Some(nat) = LB4_NAT.get_ptr_mut(nat_key) {
-        // SAFETY: as in `ingress`.
+        // SAFETY: as in `reverse_snat`.
         unsafe {
             let sending = lifetime(p.proto, p.tcp_flags, (*nat).flags, now).1;
             // Only ever extended: the replies' own state may be closing.
@@ -356,7 +373,7 @@ fn ingress_icmp(ctx: &TcContext, e: &mut IcmpError4) -> Result<i32, i64> {
         _pad0: [0; 3],
     };
     if let Some(nat) = LB4_NAT.get_ptr(nat_key) {
-        // SAFETY: as in `ingress`.
+        // SAFETY: as in `reverse_snat`.
         let client = unsafe { *nat };
         e.rewrite_inner(ctx, false, client.addr_be, client.port_be)?;
         e.rewrite_outer(ctx, true, client.addr_be)?;
@@ -377,7 +394,7 @@ fn ingress_icmp(ctx: &TcContext, e: &mut IcmpError4) -> Result<i32, i64> {
     let Some(entry) = LB4_CT.get_ptr(inbound) else {
         return Ok(PASS);
     };
-    // SAFETY: as in `ingress`.
+    // SAFETY: as in `reverse_snat`.
     let backend = unsafe { *entry };
     e.rewrite_inner(ctx, false, backend.addr_be, backend.port_be)?;
     // A SNATed flow's backend sent its reply to the node's port.
@@ -391,7 +408,7 @@ fn ingress_icmp(ctx: &TcContext, e: &mut IcmpError4) -> Result<i32, i64> {
         _pad0: [0; 2],
     };
     if let Some(out) = LB4_CT.get_ptr(outbound) {
-        // SAFETY: as in `ingress`.
+        // SAFETY: as in `reverse_snat`.
         let (nat_addr, nat_port) = unsafe { ((*out).nat_addr_be, (*out).nat_port_be) };
         if nat_port != 0 {
             e.rewrite_inner(ctx, true, nat_addr, nat_port)?;
@@ -417,7 +434,7 @@ fn egress_icmp(ctx: &TcContext, e: &mut IcmpError4) -> Result<i32, i64> {
     let Some(entry) = LB4_CT.get_ptr(outbound) else {
         return Ok(PASS);
     };
-    // SAFETY: as in `ingress`.
+    // SAFETY: as in `reverse_snat`.
     let frontend = unsafe { *entry };
     let backend = e.inner_daddr;
     e.rewrite_inner(ctx, true, frontend.addr_be, frontend.port_be)?;
