@@ -347,7 +347,7 @@ struct Agent {
     cgroup: PathBuf,
     attached: bool,
     waiting_logged: bool,
-    /// `--devices`; empty: the devices holding the NodePort addresses.
+    /// `--devices`; empty: the devices holding the Node's primary addresses.
     devices: Vec<String>,
     /// What `LB_CONFIG` holds, once written.
     tc_config: Option<DatapathConfig>,
@@ -504,17 +504,17 @@ impl Agent {
     }
 
     /// Points the tc programs at the devices wanted now (`--devices`, else
-    /// those holding the Node's primary addresses) and gives them the
-    /// node's primary IPv4 address to SNAT to (else its first IPv4
+    /// those holding the Node's primary addresses), writes the guarded
+    /// frontends' source ranges if they changed, and gives the programs
+    /// the node's primary IPv4 address to SNAT to (else its first IPv4
     /// NodePort address); a failure is logged and retried at the next
     /// sync.
     fn sync_tc(&mut self) {
-        let primary = self.syncer.primary_ips();
         // Not the NodePort addresses: without a Node they fall back to
         // every address of the host, and the programs would land on
         // devices nobody chose.
         let devices: BTreeSet<String> = if self.devices.is_empty() {
-            devices_holding(primary)
+            devices_holding(self.syncer.primary_ips())
         } else {
             self.devices.iter().cloned().collect()
         };
@@ -529,7 +529,19 @@ impl Agent {
                 "attaching the tc programs failed; retrying at the next sync"
             ),
         }
-        let snat4_be = primary
+        if let Some(guarded) = self.syncer.guarded() {
+            match self.datapath.set_source_ranges(guarded) {
+                Ok(()) => self.syncer.guarded_written(),
+                Err(e) => error!(
+                    error = &e as &dyn std::error::Error,
+                    "writing loadBalancerSourceRanges failed (their frontends admit nobody \
+                     meanwhile); retrying at the next sync"
+                ),
+            }
+        }
+        let snat4_be = self
+            .syncer
+            .primary_ips()
             .iter()
             .chain(self.syncer.node_port_ips())
             .find_map(|ip| match ip {
@@ -542,16 +554,6 @@ impl Agent {
             nat_port_min: DEFAULT_NAT_PORT_MIN,
             nat_port_max: DEFAULT_NAT_PORT_MAX,
         };
-        if let Some(guarded) = self.syncer.guarded() {
-            match self.datapath.set_source_ranges(guarded) {
-                Ok(()) => self.syncer.guarded_written(),
-                Err(e) => error!(
-                    error = &e as &dyn std::error::Error,
-                    "writing loadBalancerSourceRanges failed (their frontends admit nobody \
-                     meanwhile); retrying at the next sync"
-                ),
-            }
-        }
         if self.tc_config == Some(config) {
             return;
         }
