@@ -9,11 +9,11 @@ use std::{
 use lb_common::{
     CT_DIR_IN, CT_F_CLOSING, CT_F_ESTABLISHED, CT_F_SNAT, FE_F_AFFINITY, FE_F_EXTERNAL_LOCAL,
     FE_F_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, FE_F_SOURCE_RANGES, FE_KIND_EXTERNAL_IP,
-    FE_KIND_LOAD_BALANCER, FE_KIND_MASK, FE_KIND_NODE_PORT, SCOPE_EXTERNAL,
+    FE_KIND_LOAD_BALANCER, FE_KIND_MASK, FE_KIND_NODE_PORT, SCOPE_EXTERNAL, ct_expired,
 };
 
 use crate::{
-    datapath::conntrack::{self, Entries},
+    datapath::conntrack::Entries,
     model::{Frontend, Proto},
     reconcile::{LbView, SlotView},
 };
@@ -107,7 +107,7 @@ pub fn render_conntrack(entries: &Entries, now: u32) -> String {
     };
     let proto = |p: u8| Proto::from_number(p).map_or_else(|| p.to_string(), |p| p.to_string());
     let left = |expires: u32| {
-        if conntrack::expired(expires, now) {
+        if ct_expired(expires, now) {
             "expired".to_owned()
         } else {
             format!("expires {}s", expires.wrapping_sub(now))

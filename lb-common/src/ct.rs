@@ -130,6 +130,15 @@ pub struct DatapathConfig {
 }
 const _: () = assert!(size_of::<DatapathConfig>() == 8);
 
+/// Whether an entry whose `expires` is `expires` is dead at `now` (both in
+/// the programs' clock, seconds). Compared as a signed difference, so it
+/// holds across the counter's wrap. The programs and the agent's collector
+/// decide alike.
+#[inline(always)]
+pub const fn ct_expired(expires: u32, now: u32) -> bool {
+    (now.wrapping_sub(expires) as i32) > 0
+}
+
 /// Default SNAT port range: Cilium's, above Linux's ephemeral ports.
 pub const DEFAULT_NAT_PORT_MIN: u16 = 61_000;
 /// See [`DEFAULT_NAT_PORT_MIN`].

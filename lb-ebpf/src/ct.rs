@@ -47,13 +47,6 @@ pub fn lifetime(proto: u8, tcp_flags: u8, flags: u16, now: u32) -> (u16, u32) {
     (flags, now.wrapping_add(timeout))
 }
 
-/// Whether an entry that expires at `expires` is dead at `now` (the clock
-/// wraps after 136 years of uptime; compare as a signed difference anyway).
-#[inline(always)]
-pub fn expired(expires: u32, now: u32) -> bool {
-    (now.wrapping_sub(expires) as i32) > 0
-}
-
 /// Allocates a SNAT port of `cfg`'s range for a flow from `client` to
 /// `backend` and records the reply mapping; the port (network byte order),
 /// or `None` when `NAT_PORT_TRIES` random ports were all taken.

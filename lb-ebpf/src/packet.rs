@@ -12,7 +12,7 @@ use aya_ebpf::{
 use lb_common::{PROTO_ICMP, PROTO_TCP, PROTO_UDP};
 
 /// Ethernet header length: the programs run on Ethernet devices.
-const ETH_HLEN: usize = 14;
+pub const ETH_HLEN: usize = 14;
 /// `ETH_P_IP` as the frame holds it.
 const ETH_P_IP_BE: u16 = 0x0800_u16.to_be();
 /// Offsets in the IPv4 header.
@@ -119,6 +119,16 @@ impl Packet4 {
     /// Offset of the TCP or UDP header.
     pub fn l4(&self) -> usize {
         self.l4
+    }
+
+    /// Source address and port, as the packet holds them.
+    pub fn src(&self) -> ([u8; 4], u16) {
+        (self.saddr, self.sport_be)
+    }
+
+    /// Destination address and port, as the packet holds them.
+    pub fn dst(&self) -> ([u8; 4], u16) {
+        (self.daddr, self.dport_be)
     }
 
     /// Offset of the L4 checksum, and the flags its updates take: UDP's
@@ -228,6 +238,16 @@ impl IcmpError4 {
             inner_sport_be: ctx.load(inner_l4).ok()?,
             inner_dport_be: ctx.load(inner_l4 + 2).ok()?,
         })
+    }
+
+    /// The quoted packet's source address and port.
+    pub fn inner_src(&self) -> ([u8; 4], u16) {
+        (self.inner_saddr, self.inner_sport_be)
+    }
+
+    /// The quoted packet's destination address and port.
+    pub fn inner_dst(&self) -> ([u8; 4], u16) {
+        (self.inner_daddr, self.inner_dport_be)
     }
 
     /// Rewrites the outer source (`dst` false) or destination address.

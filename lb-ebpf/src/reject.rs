@@ -14,9 +14,8 @@ use aya_ebpf::{
 };
 use lb_common::{PROTO_ICMP, PROTO_TCP};
 
-use crate::packet::{Packet4, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
+use crate::packet::{ETH_HLEN, Packet4, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
 
-const ETH_HLEN: usize = 14;
 const IP_HLEN: usize = 20;
 const TCP_HLEN: usize = 20;
 /// What an ICMP error quotes of a UDP datagram: its IPv4 and UDP headers.

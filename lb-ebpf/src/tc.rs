@@ -31,10 +31,10 @@ use lb_common::{
     FE_F_SOURCE_RANGES, Frontend4Key, Nat4Key, Nat4Value, SCOPE_EXTERNAL, SOURCE_RANGE_PREFIX,
     STAT_PASSED_REMOVED, STAT_REFUSED_INCONSISTENT, STAT_TC_DROP_NO_LOCAL,
     STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_DROP_SOURCE_RANGE, STAT_TC_NEW_FLOW,
-    STAT_TC_REJECT_NO_ENDPOINTS, SourceRange4,
+    STAT_TC_REJECT_NO_ENDPOINTS, SourceRange4, ct_expired,
 };
 use lb_ebpf::{
-    ct::{allocate_port, expired, lifetime, now},
+    ct::{allocate_port, lifetime, now},
     lb::{Selection, V4, select},
     maps::{LB_CONFIG, LB4_BACKENDS, LB4_CT, LB4_NAT, LB4_SRC_RANGES},
     packet::{IcmpError4, Packet4, Parsed, TCP_ACK, TCP_SYN},
@@ -64,14 +64,16 @@ pub fn lb_tc_egress(ctx: TcContext) -> i32 {
     }
 }
 
+/// The `LB4_CT` key of a packet from `src` to `dst` (address, port; as the
+/// packet holds them) in direction `dir`.
 #[inline(always)]
-fn ct_key(p: &Packet4, dir: u8) -> Ct4Key {
+fn ct_key(src: ([u8; 4], u16), dst: ([u8; 4], u16), proto: u8, dir: u8) -> Ct4Key {
     Ct4Key {
-        saddr_be: p.saddr,
-        daddr_be: p.daddr,
-        sport_be: p.sport_be,
-        dport_be: p.dport_be,
-        proto: p.proto,
+        saddr_be: src.0,
+        daddr_be: dst.0,
+        sport_be: src.1,
+        dport_be: dst.1,
+        proto,
         dir,
         _pad0: [0; 2],
     }
@@ -123,14 +125,14 @@ fn reverse_snat(p: &Packet4, now: u32) -> Option<Nat4Value> {
 /// A packet from a client: its flow's backend, or a new flow's.
 #[inline(always)]
 fn ingress_flow(ctx: &TcContext, p: &mut Packet4, now: u32) -> Result<i32, i64> {
-    let key = ct_key(p, CT_DIR_IN);
+    let key = ct_key(p.src(), p.dst(), p.proto, CT_DIR_IN);
     if let Some(entry) = LB4_CT.get_ptr_mut(key) {
         // SAFETY: as in `reverse_snat`.
         let ct = unsafe { *entry };
         let syn = p.tcp_flags & (TCP_SYN | TCP_ACK) == TCP_SYN;
         // A new connection on the port of a closed or dead one is a new
         // flow: it picks a backend again, as in Cilium.
-        let reopened = syn && (ct.flags & CT_F_CLOSING != 0 || expired(ct.expires, now));
+        let reopened = syn && (ct.flags & CT_F_CLOSING != 0 || ct_expired(ct.expires, now));
         // So is a flow whose backend the agent removed: it goes to a
         // current one (a TCP peer there resets it, a UDP one answers).
         if !reopened && backend_alive(&ct) {
@@ -251,15 +253,12 @@ fn new_flow(ctx: &TcContext, p: &mut Packet4, key: &Ct4Key, now: u32) -> Result<
         expires: out_expires,
         ..Ct4Value::default()
     };
-    let out_key = Ct4Key {
-        saddr_be: backend.addr_be,
-        daddr_be: p.saddr,
-        sport_be: backend.port_be,
-        dport_be: p.sport_be,
-        proto: p.proto,
-        dir: CT_DIR_OUT,
-        _pad0: [0; 2],
-    };
+    let out_key = ct_key(
+        (backend.addr_be, backend.port_be),
+        p.src(),
+        p.proto,
+        CT_DIR_OUT,
+    );
     // Reply side first: a reply can only follow once the packet is sent.
     // An LRU insert fails only without memory; the flow then goes untracked
     // and is dropped rather than sent where its replies cannot be reversed.
@@ -275,7 +274,7 @@ fn new_flow(ctx: &TcContext, p: &mut Packet4, key: &Ct4Key, now: u32) -> Result<
 fn egress(ctx: &TcContext, p: &mut Packet4) -> Result<i32, i64> {
     let now = now();
     // A reply to a client: restore the frontend it sent to.
-    if let Some(entry) = LB4_CT.get_ptr_mut(ct_key(p, CT_DIR_OUT)) {
+    if let Some(entry) = LB4_CT.get_ptr_mut(ct_key(p.src(), p.dst(), p.proto, CT_DIR_OUT)) {
         // SAFETY: as in `reverse_snat`.
         let ct = unsafe { *entry };
         let (flags, expires) = lifetime(p.proto, p.tcp_flags, ct.flags, now);
@@ -289,15 +288,7 @@ fn egress(ctx: &TcContext, p: &mut Packet4) -> Result<i32, i64> {
     }
     // A DNATed packet leaving towards its backend: its flow's reply entry
     // is this packet's tuple reversed.
-    let reply = Ct4Key {
-        saddr_be: p.daddr,
-        daddr_be: p.saddr,
-        sport_be: p.dport_be,
-        dport_be: p.sport_be,
-        proto: p.proto,
-        dir: CT_DIR_OUT,
-        _pad0: [0; 2],
-    };
+    let reply = ct_key(p.dst(), p.src(), p.proto, CT_DIR_OUT);
     let Some(entry) = LB4_CT.get_ptr_mut(reply) else {
         return Ok(PASS);
     };
@@ -350,7 +341,7 @@ fn egress(ctx: &TcContext, p: &mut Packet4) -> Result<i32, i64> {
         unsafe {
             let sending = lifetime(p.proto, p.tcp_flags, (*nat).flags, now).1;
             // Only ever extended: the replies' own state may be closing.
-            if expired((*nat).expires, sending) {
+            if ct_expired((*nat).expires, sending) {
                 (*nat).expires = sending;
             }
         }
@@ -382,15 +373,7 @@ fn ingress_icmp(ctx: &TcContext, e: &mut IcmpError4) -> Result<i32, i64> {
     }
     // About a reply the client got (the quote runs frontend -> client): it
     // is for the backend, whose socket sent the reply.
-    let inbound = Ct4Key {
-        saddr_be: e.inner_daddr,
-        daddr_be: e.inner_saddr,
-        sport_be: e.inner_dport_be,
-        dport_be: e.inner_sport_be,
-        proto: e.proto,
-        dir: CT_DIR_IN,
-        _pad0: [0; 2],
-    };
+    let inbound = ct_key(e.inner_dst(), e.inner_src(), e.proto, CT_DIR_IN);
     let Some(entry) = LB4_CT.get_ptr(inbound) else {
         return Ok(PASS);
     };
@@ -398,15 +381,12 @@ fn ingress_icmp(ctx: &TcContext, e: &mut IcmpError4) -> Result<i32, i64> {
     let backend = unsafe { *entry };
     e.rewrite_inner(ctx, false, backend.addr_be, backend.port_be)?;
     // A SNATed flow's backend sent its reply to the node's port.
-    let outbound = Ct4Key {
-        saddr_be: backend.addr_be,
-        daddr_be: e.inner_daddr,
-        sport_be: backend.port_be,
-        dport_be: e.inner_dport_be,
-        proto: e.proto,
-        dir: CT_DIR_OUT,
-        _pad0: [0; 2],
-    };
+    let outbound = ct_key(
+        (backend.addr_be, backend.port_be),
+        e.inner_dst(),
+        e.proto,
+        CT_DIR_OUT,
+    );
     if let Some(out) = LB4_CT.get_ptr(outbound) {
         // SAFETY: as in `reverse_snat`.
         let (nat_addr, nat_port) = unsafe { ((*out).nat_addr_be, (*out).nat_port_be) };
@@ -422,15 +402,7 @@ fn ingress_icmp(ctx: &TcContext, e: &mut IcmpError4) -> Result<i32, i64> {
 /// (the quote runs client -> backend): the client must see its frontend.
 #[inline(always)]
 fn egress_icmp(ctx: &TcContext, e: &mut IcmpError4) -> Result<i32, i64> {
-    let outbound = Ct4Key {
-        saddr_be: e.inner_daddr,
-        daddr_be: e.inner_saddr,
-        sport_be: e.inner_dport_be,
-        dport_be: e.inner_sport_be,
-        proto: e.proto,
-        dir: CT_DIR_OUT,
-        _pad0: [0; 2],
-    };
+    let outbound = ct_key(e.inner_dst(), e.inner_src(), e.proto, CT_DIR_OUT);
     let Some(entry) = LB4_CT.get_ptr(outbound) else {
         return Ok(PASS);
     };

@@ -41,46 +41,35 @@ impl PinDir {
     }
 
     pub fn dump(&self) -> anyhow::Result<String> {
-        let out = Command::new(agent_bin())
-            .args(["dump", "--bpffs-dir"])
-            .arg(&self.path)
-            .output()?;
-        if !out.status.success() {
-            bail!("lb-agent dump: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        Ok(String::from_utf8(out.stdout)?)
+        self.dump_with(&[])
     }
-}
 
-impl PinDir {
-    /// `lb-agent dump --conntrack`.
-    pub fn conntrack(&self) -> anyhow::Result<String> {
+    /// `lb-agent dump` with `flags`: its output.
+    fn dump_with(&self, flags: &[&str]) -> anyhow::Result<String> {
         let out = Command::new(agent_bin())
-            .args(["dump", "--conntrack", "--bpffs-dir"])
+            .arg("dump")
+            .args(flags)
+            .arg("--bpffs-dir")
             .arg(&self.path)
             .output()?;
         if !out.status.success() {
             bail!(
-                "lb-agent dump --conntrack: {}",
+                "lb-agent dump {}: {}",
+                flags.join(" "),
                 String::from_utf8_lossy(&out.stderr)
             );
         }
         Ok(String::from_utf8(out.stdout)?)
+    }
+
+    /// `lb-agent dump --conntrack`.
+    pub fn conntrack(&self) -> anyhow::Result<String> {
+        self.dump_with(&["--conntrack"])
     }
 
     /// `lb-agent dump --stats`: each datapath counter by name.
     pub fn stats(&self) -> anyhow::Result<std::collections::BTreeMap<String, u64>> {
-        let out = Command::new(agent_bin())
-            .args(["dump", "--stats", "--bpffs-dir"])
-            .arg(&self.path)
-            .output()?;
-        if !out.status.success() {
-            bail!(
-                "lb-agent dump --stats: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        String::from_utf8(out.stdout)?
+        self.dump_with(&["--stats"])?
             .lines()
             .map(|l| {
                 let (name, n) = l.split_once(' ').context("a counter line")?;

@@ -6,7 +6,7 @@
 use std::{hash::Hash, io, os::fd::AsFd as _, path::Path};
 
 use aya::maps::{HashMap, Map, MapData};
-use lb_common::{CT4, Ct4Key, Ct4Value, MapSpec, NAT4, Nat4Key, Nat4Value};
+use lb_common::{CT4, Ct4Key, Ct4Value, MapSpec, NAT4, Nat4Key, Nat4Value, ct_expired};
 
 use super::batch;
 
@@ -44,12 +44,6 @@ pub fn now() -> u32 {
     // Linux, so the call cannot fail.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
     ts.tv_sec as u32
-}
-
-/// Whether an entry expiring at `expires` is dead at `now`, as the
-/// programs decide it.
-pub fn expired(expires: u32, now: u32) -> bool {
-    (now.wrapping_sub(expires) as i32) > 0
 }
 
 fn open(maps_dir: &Path, spec: &MapSpec) -> Result<MapData, ConntrackError> {
@@ -103,7 +97,7 @@ where
     let dead: Vec<K> = batch::lookup_all::<K, V>(data.fd().as_fd())
         .map_err(|source| ConntrackError::Read { pin, source })?
         .into_iter()
-        .filter(|(_, v)| expired(expires(v), now))
+        .filter(|(_, v)| ct_expired(expires(v), now))
         .map(|(k, _)| k)
         .collect();
     if dead.is_empty() {
@@ -113,7 +107,7 @@ where
         .map_err(|source| ConntrackError::Open { pin, source })?;
     let mut removed = 0;
     for key in dead {
-        let still = map.get(&key, 0).is_ok_and(|v| expired(expires(&v), now));
+        let still = map.get(&key, 0).is_ok_and(|v| ct_expired(expires(&v), now));
         // Gone meanwhile (evicted, or deleted by another collector) is fine.
         if still && map.remove(&key).is_ok() {
             removed += 1;

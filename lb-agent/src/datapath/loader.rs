@@ -152,17 +152,24 @@ pub fn attach(
             .map_err(prog_err)?
             .try_into()
             .map_err(|source| LoaderError::Link { name, source })?;
-        let final_path = pins.link(p.link);
-        // bpffs rejects names containing a dot.
-        let tmp_path = pins.link(&format!("{}_new", p.link));
-        remove_if_present(&tmp_path)?;
-        link.pin(&tmp_path).map_err(|source| LoaderError::Pin {
-            path: tmp_path.clone(),
-            source,
-        })?;
-        fs::rename(&tmp_path, &final_path).map_err(io_err("replacing link pin", &final_path))?;
+        pin_replacing(link, pins, p.link)?;
     }
     Ok(())
+}
+
+/// Pins `link` as `links/<pin>`, replacing the link pinned there, which
+/// detaches its program: the new one is pinned beside it first, then
+/// renamed over it, so one of the two is always attached.
+pub fn pin_replacing(link: FdLink, pins: &Pins, pin: &str) -> Result<(), LoaderError> {
+    let final_path = pins.link(pin);
+    // bpffs rejects names containing a dot.
+    let tmp_path = pins.link(&format!("{pin}_new"));
+    remove_if_present(&tmp_path)?;
+    link.pin(&tmp_path).map_err(|source| LoaderError::Pin {
+        path: tmp_path.clone(),
+        source,
+    })?;
+    fs::rename(&tmp_path, &final_path).map_err(io_err("replacing link pin", &final_path))
 }
 
 pub fn remove_if_present(path: &Path) -> Result<(), LoaderError> {

@@ -24,7 +24,7 @@ use ipnet::IpNet;
 use lb_common::{CONFIG, DatapathConfig, SOURCE_RANGE_PREFIX, SOURCE_RANGES4, SourceRange4};
 
 use super::{
-    loader::{LoaderError, io_err, remove_if_present},
+    loader::{LoaderError, io_err, pin_replacing, remove_if_present},
     pins::Pins,
 };
 use crate::model::Frontend;
@@ -79,15 +79,7 @@ pub fn attach(ebpf: &mut Ebpf, pins: &Pins, devices: &BTreeSet<String>) -> Resul
                 .map_err(prog_err)?
                 .try_into()
                 .map_err(|source| LoaderError::Link { name, source })?;
-            let pin = format!("{prefix}{}", pin_part(device));
-            let (final_path, tmp_path) = (pins.link(&pin), pins.link(&format!("{pin}_new")));
-            remove_if_present(&tmp_path)?;
-            link.pin(&tmp_path).map_err(|source| LoaderError::Pin {
-                path: tmp_path.clone(),
-                source,
-            })?;
-            fs::rename(&tmp_path, &final_path)
-                .map_err(io_err("replacing link pin", &final_path))?;
+            pin_replacing(link, pins, &format!("{prefix}{}", pin_part(device)))?;
         }
     }
     let wanted: BTreeSet<String> = PROGRAMS

@@ -183,19 +183,24 @@ impl Bed {
         self.config.set(0, cfg, 0).unwrap();
     }
 
-    /// Runs program `name` on `packet`: its verdict and the packet after it.
-    pub fn run(&self, name: &str, packet: &[u8]) -> (i32, Vec<u8>) {
-        let prog: &SchedClassifier = self
-            .ebpf
+    fn program(&self, name: &str) -> &SchedClassifier {
+        self.ebpf
             .program(name)
             .expect("program in the object")
             .try_into()
-            .expect("a tc program");
+            .expect("a tc program")
+    }
+
+    /// Runs program `name` on `packet`: its verdict and the packet after it.
+    pub fn run(&self, name: &str, packet: &[u8]) -> (i32, Vec<u8>) {
         let mut out = vec![0u8; packet.len() + 256];
         let mut opts = TestRunOptions::new();
         opts.data_in = Some(packet);
         opts.data_out = Some(&mut out);
-        let result = prog.test_run(opts).expect("BPF_PROG_TEST_RUN");
+        let result = self
+            .program(name)
+            .test_run(opts)
+            .expect("BPF_PROG_TEST_RUN");
         out.truncate(result.data_size_out as usize);
         (result.return_value as i32, out)
     }
@@ -210,16 +215,14 @@ impl Bed {
     /// Runs program `name` `repeat` times on `packet`, each run on what the
     /// one before left: the mean time per run, as the kernel measured it.
     pub fn time_repeated(&self, name: &str, packet: &[u8], repeat: u32) -> std::time::Duration {
-        let prog: &SchedClassifier = self
-            .ebpf
-            .program(name)
-            .expect("program in the object")
-            .try_into()
-            .expect("a tc program");
         let mut opts = TestRunOptions::new();
         opts.data_in = Some(packet);
         opts.repeat = repeat;
-        prog.test_run(opts).expect("BPF_PROG_TEST_RUN").duration
+        let result = self
+            .program(name)
+            .test_run(opts)
+            .expect("BPF_PROG_TEST_RUN");
+        result.duration
     }
 
     pub fn ingress(&self, packet: &[u8]) -> (i32, Vec<u8>) {
