@@ -384,22 +384,11 @@ fn open_netns(name: &str) -> anyhow::Result<std::fs::File> {
     std::fs::File::open(format!("/run/netns/{name}")).with_context(|| format!("netns {name}"))
 }
 
-/// An HTTP GET from inside network namespace `netns` (from a thread of its
-/// own, which alone enters it), or from ours.
+/// An HTTP GET from inside network namespace `netns`, or from ours.
 fn get_in(netns: Option<&str>, addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
-    let Some(ns) = netns else {
-        return crate::http::get(addr, path);
+    let a = match netns {
+        Some(ns) => crate::http::request_in(ns, addr, "GET", path)?,
+        None => crate::http::request(addr, "GET", path)?,
     };
-    let file = open_netns(ns)?;
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            // SAFETY: a valid netns fd; setns moves only this thread.
-            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                bail!("setns {ns}: {}", std::io::Error::last_os_error());
-            }
-            crate::http::get(addr, path)
-        })
-        .join()
-        .map_err(|_| anyhow::anyhow!("the HTTP thread panicked"))?
-    })
+    Ok((a.status, a.body))
 }

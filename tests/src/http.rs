@@ -1,4 +1,5 @@
-//! A tiny HTTP/1.1 GET client for the agent's loopback endpoints.
+//! A tiny HTTP/1.1 client for the agent's loopback endpoints, and for
+//! addresses inside a test's own network namespaces (health-check ports).
 
 use std::{
     io::{Read as _, Write as _},
@@ -37,6 +38,21 @@ pub fn request(addr: SocketAddr, method: &str, path: &str) -> anyhow::Result<Ans
         addr.ip().is_loopback(),
         "refusing to connect to non-loopback {addr}"
     );
+    send(addr, method, path)
+}
+
+/// [`request`] from inside network namespace `netns`, where any address is
+/// one of the test's own namespaces.
+pub fn request_in(
+    netns: &str,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+) -> anyhow::Result<Answer> {
+    crate::netns::within(netns, || send(addr, method, path))
+}
+
+fn send(addr: SocketAddr, method: &str, path: &str) -> anyhow::Result<Answer> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     write!(

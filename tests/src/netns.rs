@@ -80,6 +80,30 @@ pub fn exec(ns: &str, cmd: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// Runs `f` on a thread of its own that has entered network namespace `ns`
+/// (under /run/netns) with setns(2): only that thread moves, so the caller's
+/// sockets stay where they are.
+pub fn within<T: Send>(
+    ns: &str,
+    f: impl FnOnce() -> anyhow::Result<T> + Send,
+) -> anyhow::Result<T> {
+    let file =
+        std::fs::File::open(format!("/run/netns/{ns}")).with_context(|| format!("netns {ns}"))?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            use std::os::fd::AsRawFd as _;
+            // SAFETY: a valid netns fd, open for the call; setns moves only
+            // this thread.
+            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                bail!("setns {ns}: {}", std::io::Error::last_os_error());
+            }
+            f()
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the thread in {ns} panicked"))?
+    })
+}
+
 /// The namespaces of one test; all removed on drop.
 pub struct Topology {
     prefix: String,

@@ -1,23 +1,31 @@
 //! Traffic from outside the node through the tc programs, with real sockets
-//! in network namespaces and the real `lb-agent` running in its node's
+//! in network namespaces and two real `lb-agent`s, one in each node's
 //! namespace. Needs root; fails loudly without it.
 //!
 //! ```text
-//! client 203.0.113.2 --eth0-- node-1 203.0.113.1 --eth1 192.168.57.1/.2-- node-2
-//!                               |  (agent, --devices eth0,eth1)             |
-//!                              pod p1 10.42.1.2                            pod p2 10.42.2.2
+//!                   client 203.0.113.2
+//!                          |
+//!                   router 203.0.113.1, 192.168.57.254 (bridge)
+//!                     /                          \
+//!   node-1 eth0 192.168.57.1 (agent)     node-2 eth0 192.168.57.2 (agent)
+//!        |                                        |
+//!   pod p1 10.42.1.2                         pod p2 10.42.2.2
 //! ```
 //!
 //! The client is in no test cgroup, so no socket hook touches its
-//! connections: only the tc programs on node-1's devices can reach a pod
-//! through node-1's NodePort or the external IP 198.51.100.10 (which no
-//! namespace owns). node-2 runs no agent; it routes node-1's addresses back
-//! to node-1, so a backend there answers a flow from the client directly to
-//! node-1 whether or not it was SNATed: which address the backend saw tells.
+//! connections: only the tc programs on a node's `eth0` can reach a pod
+//! through that node's NodePort, or through the external and load-balancer
+//! IPs (198.51.100.0/24, which the router sends to node-1 and no namespace
+//! owns). Each agent finds its device itself (the one holding its Node's
+//! address). Nodes route the other node's pods to it directly, so a backend
+//! answers a flow it got unSNATed straight to the client through the
+//! router, and one it got SNATed to the node that sent it: which address
+//! the backend saw tells.
 
 use std::{
     collections::BTreeSet,
     fs,
+    net::SocketAddr,
     path::PathBuf,
     time::{Duration, Instant},
 };
@@ -27,16 +35,26 @@ use lb_fixtures::{Ep, Node, Object, Slice, Svc, SvcPort, yaml};
 use lb_tests::{
     agent::{Agent, PinDir},
     cgroup::TestCgroup,
+    http,
     netns::{exec, ip},
-    probe::{Held, Report, Server, outside_client},
+    probe::{self, Held, Report, Server, outside_client},
     require_root, unique,
 };
 
 const CLIENT: &str = "203.0.113.2";
-const NODE1: &str = "203.0.113.1";
+const NODE1: &str = "192.168.57.1";
+const NODE2: &str = "192.168.57.2";
 const EXTERNAL_IP: &str = "198.51.100.10";
+/// `proxied`'s load-balancer IP (`ipMode: Proxy`): node-1 routes it to p1,
+/// which owns it and answers on port 80 as `proxy`, as a proxying load
+/// balancer would.
+const PROXY_IP: &str = "198.51.100.30";
+/// `lonely`'s health-check port.
+const HC_PORT: u16 = 32100;
 
-/// Namespaces `<name>-{c,n1,n2,p1,p2}`, deleted on drop.
+const HOSTS: [&str; 6] = ["c", "r", "n1", "n2", "p1", "p2"];
+
+/// Namespaces `<name>-{c,r,n1,n2,p1,p2}`, deleted on drop.
 struct Nodes {
     name: String,
 }
@@ -50,58 +68,70 @@ impl Nodes {
         let nodes = Self {
             name: name.to_owned(),
         };
-        for host in ["c", "n1", "n2", "p1", "p2"] {
+        for host in HOSTS {
             let ns = nodes.ns(host);
             ip(&["netns", "add", &ns])?;
             ip(&["-n", &ns, "link", "set", "lo", "up"])?;
         }
-        let (c, n1, n2, p1, p2) = (
-            nodes.ns("c"),
-            nodes.ns("n1"),
-            nodes.ns("n2"),
-            nodes.ns("p1"),
-            nodes.ns("p2"),
-        );
+        let [c, r, n1, n2, p1, p2] = HOSTS.map(|h| nodes.ns(h));
         nodes.link(
             &c,
             "eth0",
-            &format!("{CLIENT}/24"),
-            &n1,
+            Some(&format!("{CLIENT}/24")),
+            &r,
             "eth0",
-            &format!("{NODE1}/24"),
+            Some("203.0.113.1/24"),
+        )?;
+        ip(&["-n", &r, "link", "add", "br0", "type", "bridge"])?;
+        ip(&["-n", &r, "addr", "add", "192.168.57.254/24", "dev", "br0"])?;
+        ip(&["-n", &r, "link", "set", "br0", "up"])?;
+        for (node, addr, port) in [(&n1, NODE1, "n1"), (&n2, NODE2, "n2")] {
+            nodes.link(node, "eth0", Some(&format!("{addr}/24")), &r, port, None)?;
+            ip(&["-n", &r, "link", "set", port, "master", "br0"])?;
+        }
+        nodes.link(
+            &p1,
+            "eth0",
+            Some("10.42.1.2/24"),
+            &n1,
+            "p1",
+            Some("10.42.1.1/24"),
         )?;
         nodes.link(
-            &n1,
-            "eth1",
-            "192.168.57.1/24",
+            &p2,
+            "eth0",
+            Some("10.42.2.2/24"),
             &n2,
-            "eth1",
-            "192.168.57.2/24",
+            "p2",
+            Some("10.42.2.1/24"),
         )?;
-        nodes.link(&p1, "eth0", "10.42.1.2/24", &n1, "p1", "10.42.1.1/24")?;
-        nodes.link(&p2, "eth0", "10.42.2.2/24", &n2, "p2", "10.42.2.1/24")?;
-        for (ns, via) in [(&c, NODE1), (&p1, "10.42.1.1"), (&p2, "10.42.2.1")] {
+        for (ns, via) in [
+            (&c, "203.0.113.1"),
+            (&n1, "192.168.57.254"),
+            (&n2, "192.168.57.254"),
+            (&p1, "10.42.1.1"),
+            (&p2, "10.42.2.1"),
+        ] {
             ip(&["-n", ns, "route", "add", "default", "via", via])?;
+        }
+        for (ns, to, via) in [
+            (&r, "198.51.100.0/24", NODE1),
+            (&n1, "10.42.2.0/24", NODE2),
+            (&n2, "10.42.1.0/24", NODE1),
+            (&n1, &format!("{PROXY_IP}/32"), "10.42.1.2"),
+        ] {
+            ip(&["-n", ns, "route", "add", to, "via", via])?;
         }
         ip(&[
             "-n",
-            &n1,
-            "route",
+            &p1,
+            "addr",
             "add",
-            "10.42.2.0/24",
-            "via",
-            "192.168.57.2",
+            &format!("{PROXY_IP}/32"),
+            "dev",
+            "lo",
         ])?;
-        ip(&[
-            "-n",
-            &n2,
-            "route",
-            "add",
-            "203.0.113.0/24",
-            "via",
-            "192.168.57.1",
-        ])?;
-        for ns in [&n1, &n2] {
+        for ns in [&r, &n1, &n2] {
             exec(
                 ns,
                 &[
@@ -116,15 +146,15 @@ impl Nodes {
         Ok(nodes)
     }
 
-    /// A veth pair: `a_if` in `a` with `a_addr`, `b_if` in `b` with `b_addr`.
+    /// A veth pair: `a_if` in `a`, `b_if` in `b`, with their addresses.
     fn link(
         &self,
         a: &str,
         a_if: &str,
-        a_addr: &str,
+        a_addr: Option<&str>,
         b: &str,
         b_if: &str,
-        b_addr: &str,
+        b_addr: Option<&str>,
     ) -> anyhow::Result<()> {
         ip(&[
             "link", "add", "name", "lbtveth0", "netns", a, "type", "veth", "peer", "name",
@@ -133,7 +163,9 @@ impl Nodes {
         ip(&["-n", a, "link", "set", "lbtveth0", "name", a_if])?;
         ip(&["-n", b, "link", "set", "lbtveth1", "name", b_if])?;
         for (ns, dev, addr) in [(a, a_if, a_addr), (b, b_if, b_addr)] {
-            ip(&["-n", ns, "addr", "add", addr, "dev", dev])?;
+            if let Some(addr) = addr {
+                ip(&["-n", ns, "addr", "add", addr, "dev", dev])?;
+            }
             ip(&["-n", ns, "link", "set", dev, "up"])?;
         }
         Ok(())
@@ -142,31 +174,40 @@ impl Nodes {
 
 impl Drop for Nodes {
     fn drop(&mut self) {
-        for host in ["c", "n1", "n2", "p1", "p2"] {
+        for host in HOSTS {
             let _ = ip(&["netns", "del", &self.ns(host)]);
         }
     }
 }
 
-/// Node `node-1` (InternalIP 203.0.113.1), and Services with one endpoint
-/// on each node: `cluster` (eTP Cluster, NodePort 30080 TCP and UDP, the
-/// external IP), `local` (eTP Local, NodePort 30081), and the
-/// LoadBalancers `guarded` (198.51.100.20, source ranges holding the
-/// client's address) and `shut` (198.51.100.21, ranges without it); and
-/// `empty` (NodePort 30082), without endpoints.
+/// Nodes `node-1` and `node-2`, and Services with one endpoint on each node
+/// (unless said otherwise): `cluster` (eTP Cluster, NodePort 30080 TCP and
+/// UDP, the external IP), `local` (eTP Local, NodePort 30081), `lonely`
+/// (a LoadBalancer with eTP Local, NodePort 30085, health check on
+/// [`HC_PORT`], its one endpoint on node-1), the LoadBalancers `guarded`
+/// (198.51.100.20, source ranges holding the client's address), `shut`
+/// (198.51.100.21, ranges without it) and `proxied` ([`PROXY_IP`] with
+/// `ipMode: Proxy`); and `empty` (NodePort 30082), without endpoints.
 fn manifest() -> String {
-    let slice = |svc: &str| {
+    let p1 = || Ep::new("10.42.1.2").ready(true).node("node-1");
+    let slice = |svc: &str, endpoints: Vec<Ep>| {
         Slice::new("default", &format!("{svc}-1"))
             .service(svc)
             .port("http", 8080, "TCP")
             .port("dns", 5353, "UDP")
-            .endpoints([
-                Ep::new("10.42.1.2").ready(true).node("node-1"),
-                Ep::new("10.42.2.2").ready(true).node("node-2"),
-            ])
+            .endpoints(endpoints)
+    };
+    let both = || vec![p1(), Ep::new("10.42.2.2").ready(true).node("node-2")];
+    let lb = |name: &str, vip: &str, node_port: i32, ip: &str, mode: &str| {
+        Svc::new("default", name)
+            .type_("LoadBalancer")
+            .cluster_ip(vip)
+            .with_port(SvcPort::new("http", 80, "TCP").node_port(node_port))
+            .lb_ingress(ip, Some(mode))
     };
     yaml([
         Object::from(Node::new("node-1").address("InternalIP", NODE1)),
+        Node::new("node-2").address("InternalIP", NODE2).into(),
         Svc::new("default", "cluster")
             .type_("NodePort")
             .cluster_ip("10.96.57.1")
@@ -174,7 +215,7 @@ fn manifest() -> String {
             .with_port(SvcPort::new("http", 80, "TCP").node_port(30080))
             .with_port(SvcPort::new("dns", 53, "UDP").node_port(30080))
             .into(),
-        slice("cluster").into(),
+        slice("cluster", both()).into(),
         Svc::new("default", "local")
             .type_("NodePort")
             .cluster_ip("10.96.57.2")
@@ -182,23 +223,22 @@ fn manifest() -> String {
             .with_port(SvcPort::new("http", 80, "TCP").node_port(30081))
             .with_port(SvcPort::new("dns", 53, "UDP").node_port(30081))
             .into(),
-        slice("local").into(),
-        Svc::new("default", "guarded")
-            .type_("LoadBalancer")
-            .cluster_ip("10.96.57.4")
-            .with_port(SvcPort::new("http", 80, "TCP").node_port(30083))
-            .lb_ingress("198.51.100.20", Some("VIP"))
+        slice("local", both()).into(),
+        lb("lonely", "10.96.57.6", 30085, "198.51.100.40", "VIP")
+            .external_traffic_policy("Local")
+            .health_check_node_port(HC_PORT.into())
+            .into(),
+        slice("lonely", vec![p1()]).into(),
+        lb("guarded", "10.96.57.4", 30083, "198.51.100.20", "VIP")
             .source_ranges(&["203.0.113.0/25"])
             .into(),
-        slice("guarded").into(),
-        Svc::new("default", "shut")
-            .type_("LoadBalancer")
-            .cluster_ip("10.96.57.5")
-            .with_port(SvcPort::new("http", 80, "TCP").node_port(30084))
-            .lb_ingress("198.51.100.21", Some("VIP"))
+        slice("guarded", both()).into(),
+        lb("shut", "10.96.57.5", 30084, "198.51.100.21", "VIP")
             .source_ranges(&["192.0.2.0/24"])
             .into(),
-        slice("shut").into(),
+        slice("shut", both()).into(),
+        lb("proxied", "10.96.57.7", 30086, PROXY_IP, "Proxy").into(),
+        slice("proxied", both()).into(),
         Svc::new("default", "empty")
             .type_("NodePort")
             .cluster_ip("10.96.57.3")
@@ -217,10 +257,19 @@ fn answers<'a>(r: &'a Report, n: u32, to: &str) -> BTreeSet<&'a str> {
     r.replies.keys().map(String::as_str).collect()
 }
 
-struct Bed {
-    nodes: Nodes,
+/// One node of the bed: its namespace's short name, Node name, and the
+/// agent's pins and cgroup.
+struct NodeBed {
+    host: &'static str,
+    name: &'static str,
     pins: PinDir,
     cgroup: TestCgroup,
+}
+
+struct Bed {
+    nodes: Nodes,
+    node1: NodeBed,
+    node2: NodeBed,
     manifest: PathBuf,
     _servers: Vec<Server>,
 }
@@ -230,30 +279,42 @@ impl Bed {
         require_root();
         let name = unique("np");
         let nodes = Nodes::new(&name)?;
+        let (p1, p2) = (nodes.ns("p1"), nodes.ns("p2"));
         let servers = vec![
-            Server::start(&nodes.ns("p1"), "p1", &[8080], &[5353])?,
-            Server::start(&nodes.ns("p2"), "p2", &[8080], &[5353])?,
+            Server::start(&p1, "p1", &[8080], &[5353])?,
+            Server::start(&p2, "p2", &[8080], &[5353])?,
+            Server::start(&p1, "proxy", &[80], &[])?,
         ];
         let dir = std::env::temp_dir().join(&name);
         fs::create_dir_all(&dir)?;
         let path = dir.join("services.yaml");
         fs::write(&path, manifest())?;
+        let node = |host, node_name| -> anyhow::Result<NodeBed> {
+            let id = format!("{name}-{host}");
+            Ok(NodeBed {
+                host,
+                name: node_name,
+                pins: PinDir::new(&id),
+                cgroup: TestCgroup::new(&id)?,
+            })
+        };
         Ok(Self {
-            pins: PinDir::new(&name),
-            cgroup: TestCgroup::new(&name)?,
+            node1: node("n1", "node-1")?,
+            node2: node("n2", "node-2")?,
             manifest: path,
             _servers: servers,
             nodes,
         })
     }
 
-    fn agent(&self) -> anyhow::Result<Agent> {
+    /// Starts `node`'s agent in its namespace, on the devices it finds.
+    fn agent(&self, node: &NodeBed) -> anyhow::Result<Agent> {
         let mut agent = Agent::start_in(
-            &self.nodes.ns("n1"),
+            &self.nodes.ns(node.host),
             &self.manifest,
-            self.cgroup.path(),
-            self.pins.path(),
-            &["--hostname-override=node-1", "--devices=eth0,eth1"],
+            node.cgroup.path(),
+            node.pins.path(),
+            &[&format!("--hostname-override={}", node.name)],
         )?;
         agent.wait_syncs(1)?;
         Ok(agent)
@@ -274,12 +335,30 @@ impl Bed {
         }
         Ok(())
     }
+
+    /// The client's GET of a node's health-check port, once it answers
+    /// `status` (the listeners follow the syncs), for at most 20 s.
+    fn health(&self, node: &str, status: u16) -> anyhow::Result<http::Answer> {
+        let addr: SocketAddr = format!("{node}:{HC_PORT}").parse()?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let last = http::request_in(&self.nodes.ns("c"), addr, "GET", "/healthz");
+            match &last {
+                Ok(a) if a.status == status => return last,
+                _ if Instant::now() > deadline => {
+                    bail!("{addr} never answered {status}; last: {last:?}")
+                }
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
 }
 
 #[test]
 fn nodeports_and_external_ips_reach_pods_on_both_nodes_from_outside() -> anyhow::Result<()> {
     let bed = Bed::new()?;
-    let mut agent = bed.agent()?;
+    let mut agent = bed.agent(&bed.node1)?;
+    let _agent2 = bed.agent(&bed.node2)?;
     let node_port = format!("{NODE1}:30080");
     bed.wait_reachable(&node_port)?;
 
@@ -340,11 +419,11 @@ fn nodeports_and_external_ips_reach_pods_on_both_nodes_from_outside() -> anyhow:
     let guarded = "198.51.100.20:80";
     let r = bed.client(&["tcp", "--to", guarded, "-n", "20", "--from"])?;
     assert_eq!(answers(&r, 20, guarded), both);
-    let before = bed.pins.stats()?["tc_drop_source_range"];
+    let before = bed.node1.pins.stats()?["tc_drop_source_range"];
     let r = bed.client(&["tcp", "--to", "198.51.100.21:80", "-n", "1"])?;
     assert_eq!((r.ok(), r.failed()), (0, 1), "{r:?}");
-    assert!(bed.pins.stats()?["tc_drop_source_range"] > before);
-    let dump = bed.pins.dump()?;
+    assert!(bed.node1.pins.stats()?["tc_drop_source_range"] > before);
+    let dump = bed.node1.pins.dump()?;
     assert!(
         dump.lines().any(|l| l.starts_with("TCP  198.51.100.21:80 ")
             && l.ends_with(" LoadBalancer source-ranges from-outside")),
@@ -359,18 +438,18 @@ fn nodeports_and_external_ips_reach_pods_on_both_nodes_from_outside() -> anyhow:
     assert_eq!(r.errors.get("ConnectionRefused"), Some(&1), "{r:?}");
 
     // Counted as new flows; listed as frontends seen from outside.
-    let stats = bed.pins.stats()?;
+    let stats = bed.node1.pins.stats()?;
     assert!(stats["tc_new_flow"] >= 160, "{stats:?}");
-    let dump = bed.pins.dump()?;
+    let dump = bed.node1.pins.dump()?;
     assert!(
         dump.lines()
-            .any(|l| l.starts_with("TCP  203.0.113.1:30081 ")
+            .any(|l| l.starts_with(&format!("TCP  {NODE1}:30081 "))
                 && l.ends_with(" NodePort eTP=Local from-outside")),
         "{dump}"
     );
 
     // Each flow is listed, both ways, and a SNATed one with its port.
-    let ct = bed.pins.conntrack()?;
+    let ct = bed.node1.pins.conntrack()?;
     let inbound = format!(" -> {NODE1}:30081 backend 10.42.1.2:8080 ");
     assert!(
         ct.lines()
@@ -391,9 +470,82 @@ fn nodeports_and_external_ips_reach_pods_on_both_nodes_from_outside() -> anyhow:
     assert_eq!(held.request()?, "p1");
     agent.kill();
     assert_eq!(held.request()?, "p1", "the programs outlive the agent");
-    let agent = bed.agent()?;
+    let agent = bed.agent(&bed.node1)?;
     assert_eq!(held.request()?, "p1", "a new agent keeps the flow");
     drop(agent);
     assert_eq!(held.request()?, "p1");
+    Ok(())
+}
+
+#[test]
+fn each_node_translates_its_own_traffic_and_answers_its_own_health_checks() -> anyhow::Result<()> {
+    let bed = Bed::new()?;
+    let _agent1 = bed.agent(&bed.node1)?;
+    let _agent2 = bed.agent(&bed.node2)?;
+    let node_port = format!("{NODE2}:30080");
+    bed.wait_reachable(&node_port)?;
+
+    // eTP Cluster through node-2: the mirror image of node-1's answers.
+    let r = bed.client(&["tcp", "--to", &node_port, "-n", "60", "--from"])?;
+    let (p1_sees_node2, p2_sees_client) = (format!("p1 from {NODE2}"), format!("p2 from {CLIENT}"));
+    assert_eq!(
+        answers(&r, 60, &node_port),
+        BTreeSet::from([p1_sees_node2.as_str(), p2_sees_client.as_str()])
+    );
+    // eTP Local: each node sends the client to its own pod only.
+    for (node, pod) in [(NODE1, "p1"), (NODE2, "p2")] {
+        let local = format!("{node}:30081");
+        let r = bed.client(&["tcp", "--to", &local, "-n", "20", "--from"])?;
+        let seen = format!("{pod} from {CLIENT}");
+        assert_eq!(answers(&r, 20, &local), BTreeSet::from([seen.as_str()]));
+    }
+
+    // `lonely` has its one endpoint on node-1: node-1's health check says
+    // 200 with it, node-2's says 503 with none, and node-2 drops what a
+    // load balancer that ignored that would still send it.
+    let a = bed.health(NODE1, 200)?;
+    assert!(a.body.contains("\"name\": \"lonely\""), "{a:?}");
+    assert!(a.body.contains("\"localEndpoints\": 1,"), "{a:?}");
+    assert!(a.body.contains("\"serviceProxyHealthy\": true"), "{a:?}");
+    let a = bed.health(NODE2, 503)?;
+    assert!(a.body.contains("\"localEndpoints\": 0,"), "{a:?}");
+    let lonely = format!("{NODE1}:30085");
+    let r = bed.client(&["tcp", "--to", &lonely, "-n", "5", "--from"])?;
+    let seen = format!("p1 from {CLIENT}");
+    assert_eq!(answers(&r, 5, &lonely), BTreeSet::from([seen.as_str()]));
+    let before = bed.node2.pins.stats()?["tc_drop_no_local_endpoints"];
+    let r = bed.client(&["tcp", "--to", &format!("{NODE2}:30085"), "-n", "1"])?;
+    assert_eq!((r.ok(), r.failed()), (0, 1), "{r:?}");
+    assert!(bed.node2.pins.stats()?["tc_drop_no_local_endpoints"] > before);
+
+    // ipMode Proxy: the load balancer's address is left alone, and reaches
+    // whatever owns it (here `proxy` in p1, on the Service's port), not a
+    // backend's target port.
+    let proxied = format!("{PROXY_IP}:80");
+    let r = bed.client(&["tcp", "--to", &proxied, "-n", "5", "--from"])?;
+    let seen = format!("proxy from {CLIENT}");
+    assert_eq!(answers(&r, 5, &proxied), BTreeSet::from([seen.as_str()]));
+    let dump = bed.node1.pins.dump()?;
+    assert!(!dump.contains(PROXY_IP), "{dump}");
+
+    // A pod reaching its own Service's NodePort is translated at its
+    // socket, to the cluster-wide endpoints, with no SNAT: both pods see it.
+    let p1 = bed.nodes.ns("p1");
+    let r = probe::client(
+        &p1,
+        bed.node1.cgroup.path(),
+        &[
+            "tcp",
+            "--to",
+            &format!("{NODE1}:30080"),
+            "-n",
+            "40",
+            "--from",
+        ],
+    )?;
+    assert_eq!(
+        answers(&r, 40, &format!("{NODE1}:30080")),
+        BTreeSet::from(["p1 from 10.42.1.2", "p2 from 10.42.1.2"])
+    );
     Ok(())
 }
