@@ -12,11 +12,12 @@ use etherparse::{
     Icmpv4Header, Icmpv4Type, NetHeaders, PacketHeaders, TransportHeader,
     icmpv4::DestUnreachableHeader,
 };
+use lb_agent::datapath::conntrack;
 use lb_common::{
-    CT_DIR_IN, CT_DIR_OUT, CT_F_SNAT, Ct4Key, Ct4Value, FE_F_EXTERNAL_LOCAL,
-    FE_F_NO_LOCAL_ENDPOINTS, FE_F_SOURCE_RANGES, Nat4Key, Nat4Value, PROTO_TCP, PROTO_UDP,
-    STAT_TC_DROP_NO_LOCAL, STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_DROP_SOURCE_RANGE,
-    STAT_TC_NEW_FLOW, STAT_TC_REJECT_NO_ENDPOINTS,
+    CT_CLOSING_TIMEOUT, CT_DIR_IN, CT_DIR_OUT, CT_F_CLOSING, CT_F_ESTABLISHED, CT_F_SNAT, Ct4Key,
+    Ct4Value, FE_F_EXTERNAL_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, FE_F_SOURCE_RANGES, Nat4Key, Nat4Value,
+    PROTO_TCP, PROTO_UDP, STAT_TC_DROP_NO_LOCAL, STAT_TC_DROP_SNAT_EXHAUSTED,
+    STAT_TC_DROP_SOURCE_RANGE, STAT_TC_NEW_FLOW, STAT_TC_REJECT_NO_ENDPOINTS,
 };
 
 #[test]
@@ -278,7 +279,12 @@ fn exhausted_snat_ports_drop_the_packet_and_are_counted() {
         proto: PROTO_TCP,
         _pad0: [0; 3],
     };
-    bed.nat.insert(taken, Nat4Value::default(), 0).unwrap();
+    let live = Nat4Value {
+        flags: CT_F_ESTABLISHED,
+        expires: conntrack::now() + 3600,
+        ..Nat4Value::default()
+    };
+    bed.nat.insert(taken, live, 0).unwrap();
 
     let (_, dnated) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
     let (verdict, _) = bed.egress(&dnated);
@@ -296,7 +302,7 @@ fn exhausted_snat_ports_drop_the_packet_and_are_counted() {
                 saddr_be: [10, 2, 0, 10],
                 ..taken
             },
-            Nat4Value::default(),
+            live,
             0,
         )
         .unwrap();
@@ -304,6 +310,54 @@ fn exhausted_snat_ports_drop_the_packet_and_are_counted() {
     let (verdict, out) = other.egress(&dnated);
     assert_eq!(verdict, PASS);
     assert_eq!(seen(&out).src, (NODE, 61_000));
+}
+
+#[test]
+fn a_snat_port_goes_to_a_new_flow_a_second_after_its_flow_closed() {
+    let mut bed = Bed::new();
+    // One port, so every flow to the backend needs the same one.
+    bed.snat(NODE, 61_000, 61_000);
+    bed.frontend(NODE_PORT, PROTO_TCP, 0, &[REMOTE_POD]);
+    let snated = |bed: &Bed, client: Addr, flags: Tcp| {
+        let (_, dnated) = bed.ingress(&tcp(client, FRONTEND, flags));
+        bed.egress(&dnated)
+    };
+    let (verdict, out) = snated(&bed, CLIENT, Tcp::Syn);
+    assert_eq!(verdict, PASS);
+    assert_eq!(seen(&out).src, (NODE, 61_000));
+    let (verdict, _) = bed.ingress(&tcp(REMOTE_POD, (NODE, 61_000), Tcp::SynAck));
+    assert_eq!(verdict, PASS);
+    assert_eq!(snated(&bed, CLIENT, Tcp::Ack).0, PASS);
+
+    // The client resets its connection: the mapping is closing...
+    assert_eq!(snated(&bed, CLIENT, Tcp::Rst).0, PASS);
+    let [(key, nat)] = bed.nat()[..] else {
+        panic!("one mapping: {:?}", bed.nat());
+    };
+    let now = conntrack::now();
+    assert_ne!(nat.flags & CT_F_CLOSING, 0, "{nat:?}");
+    assert!(
+        (now + 9..=now + 11).contains(&nat.expires),
+        "{nat:?} at {now}"
+    );
+    // ...but not yet for a second: another client's flow finds no port.
+    let other: Addr = ([198, 51, 100, 8], 41000);
+    assert_eq!(snated(&bed, other, Tcp::Syn).0, DROP);
+    assert_eq!(bed.stat(STAT_TC_DROP_SNAT_EXHAUSTED), 1);
+
+    // Two seconds into closing, the port is the new flow's, and the
+    // backend's replies on it go to the new client.
+    let aged = Nat4Value {
+        expires: now + CT_CLOSING_TIMEOUT - 2,
+        ..nat
+    };
+    bed.nat.insert(key, aged, 0).unwrap();
+    let (verdict, out) = snated(&bed, other, Tcp::Syn);
+    assert_eq!(verdict, PASS);
+    assert_eq!(seen(&out).src, (NODE, 61_000));
+    let (verdict, back) = bed.ingress(&tcp(REMOTE_POD, (NODE, 61_000), Tcp::SynAck));
+    assert_eq!(verdict, PASS);
+    assert_eq!(seen(&back).dst, other);
 }
 
 #[test]
@@ -472,8 +526,6 @@ fn a_flow_whose_backend_was_removed_moves_to_a_current_one() {
 
 #[test]
 fn the_collector_deletes_expired_entries_and_keeps_live_ones() {
-    use lb_agent::datapath::conntrack;
-
     let mut bed = Bed::new();
     bed.frontend(NODE_PORT, PROTO_UDP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD]);
     bed.ingress(&udp(CLIENT, FRONTEND));

@@ -139,6 +139,19 @@ pub const fn ct_expired(expires: u32, now: u32) -> bool {
     (now.wrapping_sub(expires) as i32) > 0
 }
 
+/// Whether the SNAT port of `LB4_NAT` entry `nat` may go to a new flow at
+/// `now`: its flow is dead, or has been closing (FIN or RST seen) for more
+/// than a second, so that only its last segments could still be on the
+/// way; Linux's NAT likewise reuses a tuple in TIME_WAIT. Without this a
+/// backend's ports would stay taken for the whole closing timeout, and a
+/// busy NodePort would run out of them.
+#[inline(always)]
+pub const fn nat_port_reusable(nat: &Nat4Value, now: u32) -> bool {
+    ct_expired(nat.expires, now)
+        || (nat.flags & CT_F_CLOSING != 0
+            && ct_expired(nat.expires, now.wrapping_add(CT_CLOSING_TIMEOUT - 1)))
+}
+
 /// Default SNAT port range: Cilium's, above Linux's ephemeral ports.
 pub const DEFAULT_NAT_PORT_MIN: u16 = 61_000;
 /// See [`DEFAULT_NAT_PORT_MIN`].

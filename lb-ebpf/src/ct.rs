@@ -2,12 +2,12 @@
 //! programs (`LB4_CT`, `LB4_NAT`; the types are in `lb_common::ct`).
 
 use aya_ebpf::{
-    bindings::BPF_NOEXIST,
+    bindings::{BPF_ANY, BPF_NOEXIST},
     helpers::{bpf_get_prandom_u32, bpf_ktime_get_coarse_ns},
 };
 use lb_common::{
     CT_CLOSING_TIMEOUT, CT_F_CLOSING, CT_F_ESTABLISHED, CT_SYN_TIMEOUT, CT_TCP_TIMEOUT,
-    DatapathConfig, NAT_PORT_TRIES, Nat4Key, Nat4Value, PROTO_TCP,
+    DatapathConfig, NAT_PORT_TRIES, Nat4Key, Nat4Value, PROTO_TCP, nat_port_reusable,
 };
 
 use crate::{
@@ -49,13 +49,15 @@ pub fn lifetime(proto: u8, tcp_flags: u8, flags: u16, now: u32) -> (u16, u32) {
 
 /// Allocates a SNAT port of `cfg`'s range for a flow from `client` to
 /// `backend` and records the reply mapping; the port (network byte order),
-/// or `None` when `NAT_PORT_TRIES` random ports were all taken.
+/// or `None` when `NAT_PORT_TRIES` random ports were all taken by live
+/// flows.
 #[inline(always)]
 pub fn allocate_port(
     cfg: &DatapathConfig,
     backend: ([u8; 4], u16),
     proto: u8,
     client: Nat4Value,
+    now: u32,
 ) -> Option<u16> {
     let span = u32::from(cfg.nat_port_max.checked_sub(cfg.nat_port_min)?) + 1;
     let mut key = Nat4Key {
@@ -75,6 +77,16 @@ pub fn allocate_port(
         // A port is taken for this backend only: the key holds the backend,
         // so one port serves many flows, as Linux's own SNAT does.
         if LB4_NAT.insert(key, client, u64::from(BPF_NOEXIST)).is_ok() {
+            return Some(key.dport_be);
+        }
+        // A port whose flow is over goes to this one. Two CPUs taking the
+        // same port at the same instant would both get it (the later
+        // mapping wins), the price of not locking.
+        let over = LB4_NAT.get_ptr(key).is_some_and(|nat| {
+            // SAFETY: the value stays mapped while the program runs (RCU).
+            nat_port_reusable(unsafe { &*nat }, now)
+        });
+        if over && LB4_NAT.insert(key, client, u64::from(BPF_ANY)).is_ok() {
             return Some(key.dport_be);
         }
     }

@@ -312,7 +312,7 @@ fn egress(ctx: &TcContext, p: &mut Packet4) -> Result<i32, i64> {
         let port = if cfg.snat4_be == [0; 4] {
             None
         } else {
-            allocate_port(cfg, (p.daddr, p.dport_be), p.proto, client)
+            allocate_port(cfg, (p.daddr, p.dport_be), p.proto, client, now)
         };
         let Some(port) = port else {
             count(STAT_TC_DROP_SNAT_EXHAUSTED);
@@ -339,9 +339,14 @@ fn egress(ctx: &TcContext, p: &mut Packet4) -> Result<i32, i64> {
     if let Some(nat) = LB4_NAT.get_ptr_mut(nat_key) {
         // SAFETY: as in `reverse_snat`.
         unsafe {
-            let sending = lifetime(p.proto, p.tcp_flags, (*nat).flags, now).1;
-            // Only ever extended: the replies' own state may be closing.
-            if ct_expired((*nat).expires, sending) {
+            let (flags, sending) = lifetime(p.proto, p.tcp_flags, (*nat).flags, now);
+            // The client closing closes the mapping (its port is free a
+            // second on); otherwise it is only ever extended: the replies'
+            // own state may be closing.
+            if flags & CT_F_CLOSING > (*nat).flags & CT_F_CLOSING
+                || ct_expired((*nat).expires, sending)
+            {
+                (*nat).flags = flags;
                 (*nat).expires = sending;
             }
         }
