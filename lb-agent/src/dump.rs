@@ -7,9 +7,10 @@ use std::{
 };
 
 use lb_common::{
-    CT_DIR_IN, CT_F_CLOSING, CT_F_ESTABLISHED, CT_F_SNAT, FE_F_AFFINITY, FE_F_EXTERNAL_LOCAL,
-    FE_F_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, FE_F_SOURCE_RANGES, FE_KIND_EXTERNAL_IP,
-    FE_KIND_LOAD_BALANCER, FE_KIND_MASK, FE_KIND_NODE_PORT, SCOPE_EXTERNAL, ct_expired,
+    CT_DIR_IN, CT_F_CLOSING, CT_F_ESTABLISHED, CT_F_RESET, CT_F_SNAT, FE_F_AFFINITY,
+    FE_F_EXTERNAL_LOCAL, FE_F_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, FE_F_SOURCE_RANGES,
+    FE_KIND_EXTERNAL_IP, FE_KIND_LOAD_BALANCER, FE_KIND_MASK, FE_KIND_NODE_PORT, SCOPE_EXTERNAL,
+    ct_expired,
 };
 
 use crate::{
@@ -118,6 +119,7 @@ pub fn render_conntrack(entries: &Entries, now: u32) -> String {
         for (bit, name) in [
             (CT_F_ESTABLISHED, " established"),
             (CT_F_CLOSING, " closing"),
+            (CT_F_RESET, " reset"),
             (CT_F_SNAT, " snat"),
         ] {
             if flags & bit != 0 {

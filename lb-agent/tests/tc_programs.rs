@@ -14,9 +14,9 @@ use etherparse::{
 };
 use lb_agent::datapath::conntrack;
 use lb_common::{
-    CT_CLOSING_TIMEOUT, CT_DIR_IN, CT_DIR_OUT, CT_F_CLOSING, CT_F_ESTABLISHED, CT_F_SNAT, Ct4Key,
-    Ct4Value, FE_F_EXTERNAL_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, FE_F_SOURCE_RANGES, Nat4Key, Nat4Value,
-    PROTO_TCP, PROTO_UDP, STAT_TC_DROP_NO_LOCAL, STAT_TC_DROP_SNAT_EXHAUSTED,
+    CT_CLOSING_TIMEOUT, CT_DIR_IN, CT_DIR_OUT, CT_F_CLOSING, CT_F_ESTABLISHED, CT_F_RESET,
+    CT_F_SNAT, Ct4Key, Ct4Value, FE_F_EXTERNAL_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, FE_F_SOURCE_RANGES,
+    Nat4Key, Nat4Value, PROTO_TCP, PROTO_UDP, STAT_TC_DROP_NO_LOCAL, STAT_TC_DROP_SNAT_EXHAUSTED,
     STAT_TC_DROP_SOURCE_RANGE, STAT_TC_NEW_FLOW, STAT_TC_REJECT_NO_ENDPOINTS,
 };
 
@@ -313,7 +313,7 @@ fn exhausted_snat_ports_drop_the_packet_and_are_counted() {
 }
 
 #[test]
-fn a_snat_port_goes_to_a_new_flow_a_second_after_its_flow_closed() {
+fn a_snat_port_goes_to_a_new_flow_once_its_flow_is_reset_or_closed_for_a_second() {
     let mut bed = Bed::new();
     // One port, so every flow to the backend needs the same one.
     bed.snat(NODE, 61_000, 61_000);
@@ -322,6 +322,12 @@ fn a_snat_port_goes_to_a_new_flow_a_second_after_its_flow_closed() {
         let (_, dnated) = bed.ingress(&tcp(client, FRONTEND, flags));
         bed.egress(&dnated)
     };
+    let mapping = |bed: &Bed| {
+        let [(key, nat)] = bed.nat()[..] else {
+            panic!("one mapping: {:?}", bed.nat());
+        };
+        (key, nat)
+    };
     let (verdict, out) = snated(&bed, CLIENT, Tcp::Syn);
     assert_eq!(verdict, PASS);
     assert_eq!(seen(&out).src, (NODE, 61_000));
@@ -329,20 +335,22 @@ fn a_snat_port_goes_to_a_new_flow_a_second_after_its_flow_closed() {
     assert_eq!(verdict, PASS);
     assert_eq!(snated(&bed, CLIENT, Tcp::Ack).0, PASS);
 
-    // The client resets its connection: the mapping is closing...
-    assert_eq!(snated(&bed, CLIENT, Tcp::Rst).0, PASS);
-    let [(key, nat)] = bed.nat()[..] else {
-        panic!("one mapping: {:?}", bed.nat());
-    };
+    // The client closes its connection: the mapping is closing...
+    assert_eq!(snated(&bed, CLIENT, Tcp::Fin).0, PASS);
+    let (key, nat) = mapping(&bed);
     let now = conntrack::now();
-    assert_ne!(nat.flags & CT_F_CLOSING, 0, "{nat:?}");
+    assert_eq!(
+        nat.flags & (CT_F_CLOSING | CT_F_RESET),
+        CT_F_CLOSING,
+        "{nat:?}"
+    );
     assert!(
         (now + 9..=now + 11).contains(&nat.expires),
         "{nat:?} at {now}"
     );
     // ...but not yet for a second: another client's flow finds no port.
-    let other: Addr = ([198, 51, 100, 8], 41000);
-    assert_eq!(snated(&bed, other, Tcp::Syn).0, DROP);
+    let second: Addr = ([198, 51, 100, 8], 41000);
+    assert_eq!(snated(&bed, second, Tcp::Syn).0, DROP);
     assert_eq!(bed.stat(STAT_TC_DROP_SNAT_EXHAUSTED), 1);
 
     // Two seconds into closing, the port is the new flow's, and the
@@ -352,12 +360,22 @@ fn a_snat_port_goes_to_a_new_flow_a_second_after_its_flow_closed() {
         ..nat
     };
     bed.nat.insert(key, aged, 0).unwrap();
-    let (verdict, out) = snated(&bed, other, Tcp::Syn);
+    let (verdict, out) = snated(&bed, second, Tcp::Syn);
     assert_eq!(verdict, PASS);
     assert_eq!(seen(&out).src, (NODE, 61_000));
     let (verdict, back) = bed.ingress(&tcp(REMOTE_POD, (NODE, 61_000), Tcp::SynAck));
     assert_eq!(verdict, PASS);
-    assert_eq!(seen(&back).dst, other);
+    assert_eq!(seen(&back).dst, second);
+
+    // A reset frees the port at once.
+    assert_eq!(snated(&bed, second, Tcp::Rst).0, PASS);
+    let (_, nat) = mapping(&bed);
+    assert_ne!(nat.flags & CT_F_RESET, 0, "{nat:?}");
+    let third: Addr = ([198, 51, 100, 9], 42000);
+    let (verdict, out) = snated(&bed, third, Tcp::Syn);
+    assert_eq!(verdict, PASS);
+    assert_eq!(seen(&out).src, (NODE, 61_000));
+    assert_eq!(bed.stat(STAT_TC_DROP_SNAT_EXHAUSTED), 1);
 }
 
 #[test]

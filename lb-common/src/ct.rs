@@ -80,6 +80,9 @@ pub const CT_F_CLOSING: u16 = 1 << 1;
 /// TCP: a packet without SYN was seen in this direction, so the handshake
 /// is done; the entry lives [`CT_TCP_TIMEOUT`].
 pub const CT_F_ESTABLISHED: u16 = 1 << 2;
+/// TCP: a RST was seen in this direction (with [`CT_F_CLOSING`]): the
+/// connection is gone at both ends.
+pub const CT_F_RESET: u16 = 1 << 3;
 
 /// Key of `LB4_NAT`: a reply from a remote backend to the node address and
 /// port its flow was SNATed to. Network byte order.
@@ -140,14 +143,15 @@ pub const fn ct_expired(expires: u32, now: u32) -> bool {
 }
 
 /// Whether the SNAT port of `LB4_NAT` entry `nat` may go to a new flow at
-/// `now`: its flow is dead, or has been closing (FIN or RST seen) for more
-/// than a second, so that only its last segments could still be on the
-/// way; Linux's NAT likewise reuses a tuple in TIME_WAIT. Without this a
-/// backend's ports would stay taken for the whole closing timeout, and a
+/// `now`: its flow is dead, was reset, or has been closing (a FIN seen) for
+/// more than a second, so that only its last segments could still be on
+/// the way; Linux's NAT likewise reuses a tuple in TIME_WAIT. Without this
+/// a backend's ports would stay taken for the whole closing timeout, and a
 /// busy NodePort would run out of them.
 #[inline(always)]
 pub const fn nat_port_reusable(nat: &Nat4Value, now: u32) -> bool {
     ct_expired(nat.expires, now)
+        || nat.flags & CT_F_RESET != 0
         || (nat.flags & CT_F_CLOSING != 0
             && ct_expired(nat.expires, now.wrapping_add(CT_CLOSING_TIMEOUT - 1)))
 }

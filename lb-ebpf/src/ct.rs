@@ -6,7 +6,7 @@ use aya_ebpf::{
     helpers::{bpf_get_prandom_u32, bpf_ktime_get_coarse_ns},
 };
 use lb_common::{
-    CT_CLOSING_TIMEOUT, CT_F_CLOSING, CT_F_ESTABLISHED, CT_SYN_TIMEOUT, CT_TCP_TIMEOUT,
+    CT_CLOSING_TIMEOUT, CT_F_CLOSING, CT_F_ESTABLISHED, CT_F_RESET, CT_SYN_TIMEOUT, CT_TCP_TIMEOUT,
     DatapathConfig, NAT_PORT_TRIES, Nat4Key, Nat4Value, PROTO_TCP, nat_port_reusable,
 };
 
@@ -25,14 +25,17 @@ pub fn now() -> u32 {
 /// The flags and expiry of an entry after a packet with `tcp_flags` of
 /// protocol `proto` went through it: TCP entries live 60 s until their
 /// direction sends a packet without SYN (the handshake is done), 6 h then,
-/// and 10 s once a FIN or RST was seen; everything else lives 60 s.
+/// and 10 s once a FIN or RST was seen (a RST also sets `CT_F_RESET`);
+/// everything else lives 60 s.
 #[inline(always)]
 pub fn lifetime(proto: u8, tcp_flags: u8, flags: u16, now: u32) -> (u16, u32) {
     if proto != PROTO_TCP {
         return (flags, now.wrapping_add(CT_SYN_TIMEOUT));
     }
     let mut flags = flags;
-    if tcp_flags & (TCP_FIN | TCP_RST) != 0 {
+    if tcp_flags & TCP_RST != 0 {
+        flags |= CT_F_CLOSING | CT_F_RESET;
+    } else if tcp_flags & TCP_FIN != 0 {
         flags |= CT_F_CLOSING;
     } else if tcp_flags & TCP_SYN == 0 {
         flags |= CT_F_ESTABLISHED;

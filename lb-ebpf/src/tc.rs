@@ -27,9 +27,9 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use lb_common::{
-    CT_DIR_IN, CT_DIR_OUT, CT_F_CLOSING, CT_F_SNAT, Ct4Key, Ct4Value, FE_F_EXTERNAL_LOCAL,
-    FE_F_SOURCE_RANGES, Frontend4Key, Nat4Key, Nat4Value, SCOPE_EXTERNAL, SOURCE_RANGE_PREFIX,
-    STAT_PASSED_REMOVED, STAT_REFUSED_INCONSISTENT, STAT_TC_DROP_NO_LOCAL,
+    CT_DIR_IN, CT_DIR_OUT, CT_F_CLOSING, CT_F_RESET, CT_F_SNAT, Ct4Key, Ct4Value,
+    FE_F_EXTERNAL_LOCAL, FE_F_SOURCE_RANGES, Frontend4Key, Nat4Key, Nat4Value, SCOPE_EXTERNAL,
+    SOURCE_RANGE_PREFIX, STAT_PASSED_REMOVED, STAT_REFUSED_INCONSISTENT, STAT_TC_DROP_NO_LOCAL,
     STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_DROP_SOURCE_RANGE, STAT_TC_NEW_FLOW,
     STAT_TC_REJECT_NO_ENDPOINTS, SourceRange4, ct_expired,
 };
@@ -340,12 +340,11 @@ fn egress(ctx: &TcContext, p: &mut Packet4) -> Result<i32, i64> {
         // SAFETY: as in `reverse_snat`.
         unsafe {
             let (flags, sending) = lifetime(p.proto, p.tcp_flags, (*nat).flags, now);
-            // The client closing closes the mapping (its port is free a
-            // second on); otherwise it is only ever extended: the replies'
-            // own state may be closing.
-            if flags & CT_F_CLOSING > (*nat).flags & CT_F_CLOSING
-                || ct_expired((*nat).expires, sending)
-            {
+            // The client closing closes the mapping (its port is free at
+            // once after a RST, a second on after a FIN); otherwise it is
+            // only ever extended: the replies' own state may be closing.
+            let ends = CT_F_CLOSING | CT_F_RESET;
+            if flags & ends != (*nat).flags & ends || ct_expired((*nat).expires, sending) {
                 (*nat).flags = flags;
                 (*nat).expires = sending;
             }
