@@ -401,6 +401,33 @@ fn a_new_connection_on_a_closed_flows_port_picks_again() {
 }
 
 #[test]
+fn a_packet_with_ip_options_is_translated_too() {
+    let mut bed = Bed::new();
+    bed.frontend(NODE_PORT, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD]);
+    // Four option bytes (NOP NOP NOP EOL) after the 20-byte IPv4 header:
+    // the programs read such headers by copy, not in place.
+    let plain = tcp(CLIENT, FRONTEND, Tcp::Syn);
+    let mut packet = plain[..34].to_vec();
+    packet.extend([1, 1, 1, 0]);
+    packet.extend(&plain[34..]);
+    packet[14] = 0x46;
+    let total = u16::from_be_bytes([packet[16], packet[17]]) + 4;
+    packet[16..18].copy_from_slice(&total.to_be_bytes());
+    packet[24..26].copy_from_slice(&[0, 0]);
+    let sum = packet[14..38]
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum::<u32>();
+    let folded = (sum & 0xffff) + (sum >> 16);
+    packet[24..26].copy_from_slice(&(!((folded & 0xffff) + (folded >> 16)) as u16).to_be_bytes());
+
+    let (verdict, out) = bed.ingress(&packet);
+    assert_eq!(verdict, PASS);
+    assert_eq!(seen(&out), flow(CLIENT, LOCAL_POD));
+    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 1);
+}
+
+#[test]
 fn other_traffic_passes_untouched() {
     let mut bed = Bed::new();
     bed.snat(NODE, 61_000, 61_010);

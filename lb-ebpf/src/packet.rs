@@ -53,25 +53,49 @@ pub enum Parsed {
     IcmpError(IcmpError4),
 }
 
+/// The `T` at `off` in the packet, before any rewrite. `IN_PLACE` (only
+/// with constant offsets, which the verifier can check against the
+/// packet's end): read straight from the packet when its linear part holds
+/// it, no helper call; else, and always without `IN_PLACE`, copied out by
+/// `bpf_skb_load_bytes`.
+#[inline(always)]
+fn read<const IN_PLACE: bool, T: Copy>(ctx: &TcContext, off: usize) -> Option<T> {
+    let (start, end) = (ctx.data(), ctx.data_end());
+    if !IN_PLACE || start + off + size_of::<T>() > end {
+        return ctx.load(off).ok();
+    }
+    // SAFETY: the packet holds `size_of::<T>()` bytes at `off`, just
+    // checked against its end (and proven so to the verifier); any `T` the
+    // programs read is plain bytes, read unaligned.
+    Some(unsafe { core::ptr::read_unaligned((start + off) as *const T) })
+}
+
+/// `ver_ihl` of an IPv4 header without options, the common case: every
+/// offset after it is a constant, and the headers are read in place.
+const IPV4_NO_OPTIONS: u8 = 0x45;
+
 /// The fields of the IPv4 header at `l3` the programs use: header length,
 /// protocol, addresses. `None` unless IPv4 with the ports in this packet
 /// (every fragment but the first lacks them).
 #[inline(always)]
-fn ipv4(ctx: &TcContext, l3: usize) -> Option<(usize, u8, [u8; 4], [u8; 4])> {
-    let ver_ihl: u8 = ctx.load(l3).ok()?;
+fn ipv4<const IN_PLACE: bool>(
+    ctx: &TcContext,
+    l3: usize,
+    ver_ihl: u8,
+) -> Option<(usize, u8, [u8; 4], [u8; 4])> {
     let ihl = usize::from(ver_ihl & 0x0f) * 4;
     if ver_ihl >> 4 != 4 || ihl < 20 {
         return None;
     }
-    let frag_off: u16 = ctx.load(l3 + IP_FRAG_OFF).ok()?;
+    let frag_off: u16 = read::<IN_PLACE, _>(ctx, l3 + IP_FRAG_OFF)?;
     if u16::from_be(frag_off) & IP_OFFSET_MASK != 0 {
         return None;
     }
     Some((
         ihl,
-        ctx.load(l3 + IP_PROTO).ok()?,
-        ctx.load(l3 + IP_SADDR).ok()?,
-        ctx.load(l3 + IP_DADDR).ok()?,
+        read::<IN_PLACE, _>(ctx, l3 + IP_PROTO)?,
+        read::<IN_PLACE, _>(ctx, l3 + IP_SADDR)?,
+        read::<IN_PLACE, _>(ctx, l3 + IP_DADDR)?,
     ))
 }
 
@@ -79,12 +103,22 @@ impl Parsed {
     /// The packet's headers, if it is one the programs translate.
     #[inline(always)]
     pub fn parse(ctx: &TcContext) -> Option<Self> {
-        let ethertype: u16 = ctx.load(12).ok()?;
+        let ethertype: u16 = read::<true, _>(ctx, 12)?;
         if ethertype != ETH_P_IP_BE {
             return None;
         }
+        let ver_ihl: u8 = read::<true, _>(ctx, ETH_HLEN)?;
+        if ver_ihl == IPV4_NO_OPTIONS {
+            Self::parse_ipv4::<true>(ctx, IPV4_NO_OPTIONS)
+        } else {
+            Self::parse_ipv4::<false>(ctx, ver_ihl)
+        }
+    }
+
+    #[inline(always)]
+    fn parse_ipv4<const IN_PLACE: bool>(ctx: &TcContext, ver_ihl: u8) -> Option<Self> {
         let l3 = ETH_HLEN;
-        let (ihl, proto, saddr, daddr) = ipv4(ctx, l3)?;
+        let (ihl, proto, saddr, daddr) = ipv4::<IN_PLACE>(ctx, l3, ver_ihl)?;
         let l4 = l3 + ihl;
         if proto == PROTO_ICMP {
             return IcmpError4::parse(ctx, l3, l4, saddr, daddr).map(Self::IcmpError);
@@ -93,7 +127,7 @@ impl Parsed {
             return None;
         }
         let tcp_flags = if proto == PROTO_TCP {
-            ctx.load(l4 + 13).ok()?
+            read::<IN_PLACE, _>(ctx, l4 + 13)?
         } else {
             0
         };
@@ -104,8 +138,8 @@ impl Parsed {
             tcp_flags,
             saddr,
             daddr,
-            sport_be: ctx.load(l4).ok()?,
-            dport_be: ctx.load(l4 + 2).ok()?,
+            sport_be: read::<IN_PLACE, _>(ctx, l4)?,
+            dport_be: read::<IN_PLACE, _>(ctx, l4 + 2)?,
         }))
     }
 }
@@ -215,12 +249,14 @@ impl IcmpError4 {
         saddr: [u8; 4],
         daddr: [u8; 4],
     ) -> Option<Self> {
+        // A rare packet, at offsets the verifier cannot bound: copied out.
         let icmp_type: u8 = ctx.load(l4).ok()?;
         if icmp_type != ICMP_DEST_UNREACH && icmp_type != ICMP_TIME_EXCEEDED {
             return None;
         }
         let inner_l3 = l4 + ICMP_QUOTE;
-        let (ihl, proto, inner_saddr, inner_daddr) = ipv4(ctx, inner_l3)?;
+        let ver_ihl: u8 = ctx.load(inner_l3).ok()?;
+        let (ihl, proto, inner_saddr, inner_daddr) = ipv4::<false>(ctx, inner_l3, ver_ihl)?;
         if proto != PROTO_TCP && proto != PROTO_UDP {
             return None;
         }
