@@ -115,6 +115,11 @@ pub fn bench(netns: &str, cgroup: &Path, args: &[&str]) -> anyhow::Result<BenchR
     run_report(netns, Some(cgroup), args)
 }
 
+/// [`bench`] outside every test cgroup, as a client on another host.
+pub fn outside_bench(netns: &str, args: &[&str]) -> anyhow::Result<BenchReport> {
+    run_report(netns, None, args)
+}
+
 /// A backend that answers with its id; killed on drop.
 pub struct Server(Child);
 

@@ -39,6 +39,7 @@ fn spec(
             .iter()
             .map(|(ip, p)| (ip.parse().expect("endpoint"), *p))
             .collect(),
+        node_port: None,
     }
 }
 
@@ -274,6 +275,7 @@ fn thousand_services_of_four_endpoints_load_completely() -> anyhow::Result<()> {
         endpoints: (1..=E as u8)
             .map(|i| (Ipv4Addr::new(10, 99, 1, i), 8080))
             .collect(),
+        node_port: None,
     });
     // Rules only; no traffic. The hub is a namespace of our own.
     let topo = Topology::new(&unique("kp"))?;

@@ -1,15 +1,23 @@
 //! kube-proxy **v1.31** iptables mode (`pkg/proxy/iptables/proxier.go`,
-//! `syncProxyRules` on a full sync) for ClusterIP services.
+//! `syncProxyRules` on a full sync) for ClusterIP services and NodePorts with
+//! `externalTrafficPolicy: Cluster`.
 //!
 //! Reproduced: the `filter` and `nat` tables kube-proxy restores
 //! (`KUBE-SERVICES`, `KUBE-NODEPORTS`, `KUBE-POSTROUTING`, `KUBE-MARK-MASQ`,
 //! `KUBE-EXTERNAL-SERVICES`, `KUBE-FORWARD`, `KUBE-PROXY-FIREWALL`,
-//! `KUBE-FIREWALL`, one `KUBE-SVC-<hash>` per service port and one
+//! `KUBE-FIREWALL`, one `KUBE-SVC-<hash>` per service port, one
+//! `KUBE-EXT-<hash>` per service port with a NodePort and one
 //! `KUBE-SEP-<hash>` per endpoint), rule for rule and in kube-proxy's order;
 //! comments as kube-proxy writes them, including "large cluster mode" (more
 //! than 1000 endpoints: no comments on the endpoint rules); probabilities
-//! with `%0.10f`; `REJECT` rules for services without endpoints; the jump
-//! rules from the built-in chains and the `KUBE-PROXY-CANARY` chains.
+//! with `%0.10f`; `REJECT` rules for services without endpoints (in
+//! `KUBE-SERVICES` for the ClusterIP, in `KUBE-EXTERNAL-SERVICES` with
+//! `-m addrtype --dst-type LOCAL` for the NodePort); the jump rules from the
+//! built-in chains and the `KUBE-PROXY-CANARY` chains. A NodePort is a
+//! `KUBE-NODEPORTS` rule in `nat` to the `KUBE-EXT` chain, which marks for
+//! masquerade and jumps to `KUBE-SVC` (eTP Cluster); filter's
+//! `KUBE-NODEPORTS` stays empty (it only accepts eTP Local health-check
+//! ports).
 //!
 //! Also the *partial* sync kube-proxy writes after an endpoint change
 //! ([`iptables_partial_restore`]).
@@ -21,8 +29,11 @@
 //! fresh namespace; it also names `mangle`, for the canary chain). The
 //! `nfacct` accounting matches v1.31 adds when the kernel offers nfacct
 //! (`ct_state_invalid_dropped_pkts`, `localhost_nps_accepted_pkts`) are left
-//! out, as kube-proxy does without nfacct. No NodePort/LoadBalancer/
-//! externalIPs, session affinity, traffic policies or terminating endpoints.
+//! out, as kube-proxy does without nfacct (so there is no `-d 127.0.0.0/8`
+//! NodePort rule either). NodePorts only with `externalTrafficPolicy:
+//! Cluster`: no eTP Local (`KUBE-SVL`, health-check ports), LoadBalancer or
+//! externalIPs; no session affinity, internal traffic policy or terminating
+//! endpoints.
 
 use std::{collections::HashMap, fmt::Write as _};
 
@@ -124,7 +135,8 @@ const JUMPS: [(&str, &str, &str, &str, &str); 14] = [
 const NEW: &str = "-m conntrack --ctstate NEW";
 
 /// `iptables-restore` input equivalent to kube-proxy v1.31's full sync of
-/// `services` (ClusterIP only), with `cluster_cidr` as `--cluster-cidr`.
+/// `services` (ClusterIP, plus an eTP Cluster NodePort where
+/// [`SvcSpec::node_port`] is set), with `cluster_cidr` as `--cluster-cidr`.
 /// See the module documentation for what is simplified.
 pub fn iptables_restore(services: &[SvcSpec], cluster_cidr: &str) -> String {
     render(services, cluster_cidr, None)
@@ -133,8 +145,9 @@ pub fn iptables_restore(services: &[SvcSpec], cluster_cidr: &str) -> String {
 /// The `iptables-restore --noflush` input of a v1.31 *partial* sync
 /// (`MinimizeIPTablesRestore`) after the endpoints of `changed` (indices into
 /// `services`) changed: the top-level filter and nat chains are rewritten
-/// whole, `KUBE-SERVICES` with every service's rule, but only the changed
-/// services' `KUBE-SVC-*` / `KUBE-SEP-*` chains are declared and written. In
+/// whole, `KUBE-SERVICES` and `KUBE-NODEPORTS` with every service's rule, but
+/// only the changed services' `KUBE-SVC-*` / `KUBE-EXT-*` / `KUBE-SEP-*` chains
+/// are declared and written. In
 /// large-cluster mode (more than 1000 endpoints) kube-proxy skips the
 /// `iptables-save` that finds stale chains, so the replaced endpoint's chain
 /// stays behind, unreferenced, as here. Load with [`super::load_iptables_partial`].
@@ -211,23 +224,59 @@ fn render(services: &[SvcSpec], cluster_cidr: &str, partial: Option<&[usize]>) -
                 "-A KUBE-SERVICES -m comment --comment \"{name} has no endpoints\" \
                  -m {proto} -p {proto} -d {vip} --dport {port} -j REJECT"
             );
+            if let Some(node_port) = svc.node_port {
+                let _ = writeln!(
+                    filter_rules,
+                    "-A KUBE-EXTERNAL-SERVICES -m comment --comment \"{name} has no endpoints\" \
+                     -m addrtype --dst-type LOCAL -m {proto} -p {proto} --dport {node_port} \
+                     -j REJECT"
+                );
+            }
             continue;
         }
-        let svc_chain = format!("KUBE-SVC-{}", hash_b32(&format!("{name}{proto}"), 16));
+        // servicePortPolicyClusterChain and serviceExternalChainName hash the
+        // same string.
+        let hash = hash_b32(&format!("{name}{proto}"), 16);
+        let svc_chain = format!("KUBE-SVC-{hash}");
+        // The "external destinations" chain, only for a NodePort here.
+        let ext_chain = svc.node_port.map(|_| format!("KUBE-EXT-{hash}"));
         let match_vip = format!(
             "-m comment --comment \"{name} cluster IP\" -m {proto} -p {proto} -d {vip} --dport {port}"
         );
         let _ = writeln!(nat_rules, "-A KUBE-SERVICES {match_vip} -j {svc_chain}");
+        if let (Some(node_port), Some(ext)) = (svc.node_port, &ext_chain) {
+            // The localhost variant with `-m nfacct` is written only when the
+            // kernel has nfacct (see the module documentation).
+            let _ = writeln!(
+                nat_rules,
+                "-A KUBE-NODEPORTS -m comment --comment {name} -m {proto} -p {proto} \
+                 --dport {node_port} -j {ext}"
+            );
+        }
         // A partial sync leaves unchanged services' chains as they are.
         if partial.is_some_and(|changed| !changed.contains(&index)) {
             continue;
         }
 
+        // Chain lines go to their own buffer: the EXT chain's is written
+        // before the SVC chain's, its rules after the SVC masquerade rule.
+        if let Some(ext) = &ext_chain {
+            chain_line(&mut nat_chains, ext);
+        }
         chain_line(&mut nat_chains, &svc_chain);
         let _ = writeln!(
             nat_rules,
             "-A {svc_chain} {match_vip} ! -s {cluster_cidr} -j KUBE-MARK-MASQ"
         );
+        if let Some(ext) = &ext_chain {
+            // externalTrafficPolicy: Cluster.
+            let _ = write!(
+                nat_rules,
+                "-A {ext} -m comment --comment \"masquerade traffic for {name} external \
+                 destinations\" -j KUBE-MARK-MASQ\n\
+                 -A {ext} -j {svc_chain}\n"
+            );
+        }
         let eps: Vec<(String, String)> = svc
             .endpoints
             .iter()

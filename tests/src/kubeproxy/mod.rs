@@ -8,15 +8,17 @@
 //! * [`iptables_partial_restore`], [`nft_partial_sync`]: what each mode
 //!   writes on the partial sync that follows an endpoint change.
 //!
-//! Both reproduce a sync of a node that has only ClusterIP services,
-//! with kube-proxy's defaults: masquerade bit 14 (mark `0x00004000`, which is
+//! Both reproduce a sync of a node that has ClusterIP services, some of them
+//! with a NodePort ([`SvcSpec::node_port`]) and `externalTrafficPolicy:
+//! Cluster`, with kube-proxy's defaults: masquerade bit 14 (mark `0x00004000`, which is
 //! how kube-proxy's `%#08x` prints it), `--cluster-cidr` local-traffic
 //! detection, no `--masquerade-all`, empty `--nodeport-addresses` (so all
 //! local addresses accept NodePorts), IPv4 only. Chain names are kube-proxy's
 //! exact sha256/base32 names. Services are written in input order (kube-proxy
 //! iterates a Go map, i.e. in random order), so a benchmark can put the
 //! service it measures last: the worst case for the linear `KUBE-SERVICES`
-//! chain. What each layout simplifies is listed in its module.
+//! chain. eTP Local, LoadBalancer and externalIPs are not reproduced; what
+//! else each layout simplifies is listed in its module.
 //!
 //! Load the output only into a network namespace the test created
 //! ([`load_iptables`], [`load_nft`]); never into the root namespace.
@@ -54,8 +56,9 @@ impl Proto {
     }
 }
 
-/// One service port (kube-proxy's `ServicePortName` + ClusterIP) and its
-/// ready endpoints, in the order kube-proxy would list them.
+/// One service port (kube-proxy's `ServicePortName` + ClusterIP, and
+/// optionally its NodePort) and its ready endpoints, in the order kube-proxy
+/// would list them.
 #[derive(Clone, Debug)]
 pub struct SvcSpec {
     pub namespace: String,
@@ -66,6 +69,10 @@ pub struct SvcSpec {
     pub port: u16,
     pub proto: Proto,
     pub endpoints: Vec<(Ipv4Addr, u16)>,
+    /// The service port's NodePort, with `externalTrafficPolicy: Cluster`;
+    /// `None`: ClusterIP only. Any port number: the generators do not assume
+    /// the apiserver's default 30000-32767 range.
+    pub node_port: Option<u16>,
 }
 
 impl SvcSpec {
@@ -84,6 +91,7 @@ impl SvcSpec {
 /// each (port 8080). VIPs count up from 10.96.0.1 and endpoints from
 /// 10.128.0.1 (0.0 and .255 host bytes included: they are only matched, never
 /// sent to). Append the service under test after these to make it last.
+/// They are ClusterIP only; [`filler_node_ports`] gives them NodePorts.
 pub fn filler_services(n: usize, e: usize) -> Vec<SvcSpec> {
     let vip_base = u32::from(Ipv4Addr::new(10, 96, 0, 1));
     let ep_base = u32::from(Ipv4Addr::new(10, 128, 0, 1));
@@ -99,8 +107,21 @@ pub fn filler_services(n: usize, e: usize) -> Vec<SvcSpec> {
             endpoints: (0..e)
                 .map(|j| (Ipv4Addr::from(ep_base + (i * e + j) as u32), 8080))
                 .collect(),
+            node_port: None,
         })
         .collect()
+}
+
+/// [`filler_services`] with eTP Cluster NodePorts `first_port`,
+/// `first_port + 1`, ... (e.g. 20000.. for 10,000 services: any range that
+/// fits in a `u16`).
+pub fn filler_node_ports(n: usize, e: usize, first_port: u16) -> Vec<SvcSpec> {
+    let mut services = filler_services(n, e);
+    for (i, s) in services.iter_mut().enumerate() {
+        let port = u16::try_from(usize::from(first_port) + i).expect("NodePort range exhausted");
+        s.node_port = Some(port);
+    }
+    services
 }
 
 /// Loads `rules` with `iptables-restore` (which flushes the tables it names)
@@ -269,6 +290,20 @@ mod tests {
             port: 80,
             proto: Proto::Tcp,
             endpoints: eps.iter().map(|ip| ((*ip).into(), 80)).collect(),
+            node_port: None,
+        }
+    }
+
+    fn node_port_svc(
+        ns: &str,
+        name: &str,
+        vip: [u8; 4],
+        node_port: u16,
+        eps: &[[u8; 4]],
+    ) -> SvcSpec {
+        SvcSpec {
+            node_port: Some(node_port),
+            ..svc(ns, name, "p80", vip, eps)
         }
     }
 
@@ -448,6 +483,187 @@ mod tests {
         assert!(!nft.contains("service-ips { 172.30.0.46"));
     }
 
+    /// kube-proxy's `TestNodePort` (iptables proxier_test.go): ns1/svc1:p80,
+    /// ClusterIP 172.30.0.41, NodePort 3001, endpoint 10.180.0.1:80, eTP
+    /// Cluster. Its expected output is sorted; the order checked here is the
+    /// one `syncProxyRules` writes.
+    #[test]
+    fn iptables_node_port_matches_kube_proxy_fixture() {
+        let s = node_port_svc("ns1", "svc1", [172, 30, 0, 41], 3001, &[[10, 180, 0, 1]]);
+        let out = iptables_restore(&[s], "10.0.0.0/8");
+        let nat = &out[out.find("*nat\n").expect("nat")..];
+        let chains: Vec<&str> = nat
+            .lines()
+            .filter(|l| l.starts_with(":KUBE-EXT-") || l.starts_with(":KUBE-SVC-"))
+            .collect();
+        assert_eq!(
+            chains,
+            [
+                ":KUBE-EXT-XPGD46QRK7WJZT7O - [0:0]",
+                ":KUBE-SVC-XPGD46QRK7WJZT7O - [0:0]"
+            ]
+        );
+        let rules: Vec<&str> = nat
+            .lines()
+            .filter(|l| {
+                l.starts_with("-A KUBE-SERVICES ")
+                    || l.starts_with("-A KUBE-NODEPORTS ")
+                    || l.starts_with("-A KUBE-EXT-")
+                    || l.starts_with("-A KUBE-SVC-")
+            })
+            .collect();
+        assert_eq!(
+            rules,
+            [
+                "-A KUBE-SERVICES -m comment --comment \"ns1/svc1:p80 cluster IP\" -m tcp -p tcp \
+                 -d 172.30.0.41 --dport 80 -j KUBE-SVC-XPGD46QRK7WJZT7O",
+                "-A KUBE-NODEPORTS -m comment --comment ns1/svc1:p80 -m tcp -p tcp --dport 3001 \
+                 -j KUBE-EXT-XPGD46QRK7WJZT7O",
+                "-A KUBE-SVC-XPGD46QRK7WJZT7O -m comment --comment \"ns1/svc1:p80 cluster IP\" \
+                 -m tcp -p tcp -d 172.30.0.41 --dport 80 ! -s 10.0.0.0/8 -j KUBE-MARK-MASQ",
+                "-A KUBE-EXT-XPGD46QRK7WJZT7O -m comment --comment \"masquerade traffic for \
+                 ns1/svc1:p80 external destinations\" -j KUBE-MARK-MASQ",
+                "-A KUBE-EXT-XPGD46QRK7WJZT7O -j KUBE-SVC-XPGD46QRK7WJZT7O",
+                "-A KUBE-SVC-XPGD46QRK7WJZT7O -m comment --comment \"ns1/svc1:p80 -> \
+                 10.180.0.1:80\" -j KUBE-SEP-SXIVWICOYRO3J4NJ",
+                "-A KUBE-SERVICES -m comment --comment \"kubernetes service nodeports; NOTE: this \
+                 must be the last rule in this chain\" -m addrtype --dst-type LOCAL \
+                 -j KUBE-NODEPORTS",
+            ]
+        );
+        // eTP Cluster: nothing in filter but the fixed rules.
+        let filter = &out[..out.find("*nat\n").expect("nat")];
+        assert!(!filter.contains("-A KUBE-NODEPORTS"), "{filter}");
+        assert!(!filter.contains("-A KUBE-EXTERNAL-SERVICES"), "{filter}");
+        assert!(!filter.contains("svc1"), "{filter}");
+
+        // TestOverallIPTablesRules' ns3/svc3 (NodePort 3003).
+        let s = node_port_svc("ns3", "svc3", [172, 30, 0, 43], 3003, &[[10, 180, 0, 3]]);
+        let out = iptables_restore(&[s], "10.0.0.0/8");
+        for line in [
+            ":KUBE-EXT-X27LE4BHSL4DOUIK - [0:0]",
+            ":KUBE-SEP-OYPFS5VJICHGATKP - [0:0]",
+            "-A KUBE-NODEPORTS -m comment --comment ns3/svc3:p80 -m tcp -p tcp --dport 3003 \
+             -j KUBE-EXT-X27LE4BHSL4DOUIK",
+            "-A KUBE-EXT-X27LE4BHSL4DOUIK -m comment --comment \"masquerade traffic for \
+             ns3/svc3:p80 external destinations\" -j KUBE-MARK-MASQ",
+            "-A KUBE-EXT-X27LE4BHSL4DOUIK -j KUBE-SVC-X27LE4BHSL4DOUIK",
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line}\n{out}");
+        }
+    }
+
+    /// kube-proxy's `TestOverallNFTablesRules` (nftables proxier_test.go):
+    /// ns3/svc3:p80, ClusterIP 172.30.0.43, NodePort 3003, endpoint
+    /// 10.180.0.3:80. Its expected dump is grouped by object; the order here
+    /// is the transaction's.
+    #[test]
+    fn nft_node_port_matches_kube_proxy_fixture() {
+        let s = node_port_svc("ns3", "svc3", [172, 30, 0, 43], 3003, &[[10, 180, 0, 3]]);
+        let nft = nft_ruleset(&[s], "10.0.0.0/8");
+        let svc = &nft[nft.find("add chain ip kube-proxy endpoint-").expect("svc")..];
+        let ep = "endpoint-UEIP74TE-ns3/svc3/tcp/p80__10.180.0.3/80";
+        let chain = "service-4AT6LBPK-ns3/svc3/tcp/p80";
+        let ext = "external-4AT6LBPK-ns3/svc3/tcp/p80";
+        let t = "ip kube-proxy";
+        assert_eq!(
+            svc.lines().collect::<Vec<_>>(),
+            [
+                format!("add chain {t} {ep}"),
+                format!("flush chain {t} {ep}"),
+                format!("add chain {t} {chain}"),
+                format!("flush chain {t} {chain}"),
+                format!("add chain {t} {ext}"),
+                format!("flush chain {t} {ext}"),
+                format!("add element {t} cluster-ips {{ 172.30.0.43 }}"),
+                format!("add element {t} service-ips {{ 172.30.0.43 . tcp . 80 : goto {chain} }}"),
+                format!("add element {t} service-nodeports {{ tcp . 3003 : goto {ext} }}"),
+                format!(
+                    "add rule {t} {chain} ip daddr 172.30.0.43 tcp dport 80 \
+                     ip saddr != 10.0.0.0/8 jump mark-for-masquerade"
+                ),
+                format!("add rule {t} {ext} jump mark-for-masquerade"),
+                format!("add rule {t} {ext} goto {chain}"),
+                format!("add rule {t} {chain} numgen random mod 1 vmap {{ 0 : goto {ep} }}"),
+                format!("add rule {t} {ep} ip saddr 10.180.0.3 jump mark-for-masquerade"),
+                format!("add rule {t} {ep} meta l4proto tcp dnat to 10.180.0.3:80"),
+            ]
+        );
+    }
+
+    /// kube-proxy's `TestHealthCheckNodePort` (iptables): ns1/svc1:p80 with
+    /// NodePort 3001 and no endpoints is rejected on the NodePort too (that
+    /// service is eTP Local, but without any endpoint both policies write the
+    /// same `REJECT`; its health-check rule is eTP Local's and not here).
+    #[test]
+    fn node_ports_without_endpoints_are_rejected_like_kube_proxy() {
+        let s = node_port_svc("ns1", "svc1", [172, 30, 0, 42], 3001, &[]);
+        let ipt = iptables_restore(std::slice::from_ref(&s), "10.0.0.0/8");
+        assert!(ipt.contains(
+            "-A KUBE-SERVICES -m comment --comment \"ns1/svc1:p80 has no endpoints\" -m tcp -p tcp \
+             -d 172.30.0.42 --dport 80 -j REJECT\n\
+             -A KUBE-EXTERNAL-SERVICES -m comment --comment \"ns1/svc1:p80 has no endpoints\" \
+             -m addrtype --dst-type LOCAL -m tcp -p tcp --dport 3001 -j REJECT\n"
+        ));
+        assert!(!ipt.contains("KUBE-EXT-"), "{ipt}");
+        assert!(!ipt.contains("-A KUBE-NODEPORTS"), "{ipt}");
+        let nft = nft_ruleset(&[s], "10.0.0.0/8");
+        assert!(nft.contains(
+            "add element ip kube-proxy no-endpoint-services { 172.30.0.42 . tcp . 80 comment \
+             \"ns1/svc1:p80\" : goto reject-chain }\n\
+             add element ip kube-proxy no-endpoint-nodeports { tcp . 3001 comment \
+             \"ns1/svc1:p80\" : goto reject-chain }\n"
+        ));
+        assert!(!nft.contains("external-"), "{nft}");
+        assert!(
+            !nft.contains("add element ip kube-proxy service-nodeports"),
+            "{nft}"
+        );
+    }
+
+    /// A NodePort only adds lines: the ClusterIP-only layout is a subsequence.
+    #[test]
+    fn node_ports_only_add_lines() {
+        let plain = filler_services(20, 3);
+        let with_ports = filler_node_ports(20, 3, 32760);
+        assert_eq!(with_ports[7].node_port, Some(32767));
+        assert_eq!(with_ports[19].node_port, Some(32779));
+        let is_subsequence = |small: &str, big: &str| {
+            let mut big = big.lines();
+            small.lines().all(|l| big.any(|b| b == l))
+        };
+        let (a, b) = (
+            iptables_restore(&plain, "10.0.0.0/8"),
+            iptables_restore(&with_ports, "10.0.0.0/8"),
+        );
+        assert!(is_subsequence(&a, &b));
+        assert_eq!(b.lines().count() - a.lines().count(), 20 * 4);
+        let (a, b) = (
+            nft_ruleset(&plain, "10.0.0.0/8"),
+            nft_ruleset(&with_ports, "10.0.0.0/8"),
+        );
+        assert!(is_subsequence(&a, &b));
+        assert_eq!(b.lines().count() - a.lines().count(), 20 * 5);
+    }
+
+    /// On a partial sync only the changed service's KUBE-EXT / external chain
+    /// is rewritten; `KUBE-NODEPORTS` keeps every service's rule.
+    #[test]
+    fn partial_syncs_rewrite_the_changed_external_chain() {
+        let services = filler_node_ports(3, 2, 30000);
+        let ipt = iptables_partial_restore(&services, &[1], "10.0.0.0/8");
+        let count = |out: &str, prefix: &str| out.lines().filter(|l| l.starts_with(prefix)).count();
+        assert_eq!(count(&ipt, "-A KUBE-NODEPORTS "), 3);
+        assert_eq!(count(&ipt, ":KUBE-EXT-"), 1);
+        assert_eq!(count(&ipt, "-A KUBE-EXT-"), 2);
+        assert!(ipt.contains("masquerade traffic for bench/svc-1:http external destinations"));
+        let nft = nft_partial_sync(&services, &[1], &[], "10.0.0.0/8");
+        assert_eq!(count(&nft, "add chain ip kube-proxy external-"), 1);
+        assert_eq!(count(&nft, "add rule ip kube-proxy external-"), 2);
+        assert!(nft.contains("-bench/svc-1/tcp/http jump mark-for-masquerade\n"));
+        assert!(!nft.contains("add element"), "{nft}");
+    }
+
     /// kube-proxy drops per-endpoint comments above 1000 endpoints.
     #[test]
     fn large_clusters_drop_endpoint_comments() {
@@ -486,5 +702,28 @@ mod tests {
             count(&nft, "add element ip kube-proxy service-ips "),
             10_000
         );
+    }
+
+    /// 10,000 NodePort services (ports 20000..30000, below the default range).
+    #[test]
+    fn ten_thousand_node_port_services_of_ten_endpoints() {
+        let services = filler_node_ports(10_000, 10, 20_000);
+        let ipt = iptables_restore(&services, "10.0.0.0/8");
+        let nft = nft_ruleset(&services, "10.0.0.0/8");
+        let count = |out: &str, prefix: &str| out.lines().filter(|l| l.starts_with(prefix)).count();
+        assert_eq!(count(&ipt, ":KUBE-EXT-"), 10_000);
+        assert_eq!(count(&ipt, ":KUBE-SVC-"), 10_000);
+        assert_eq!(count(&ipt, "-A KUBE-EXT-"), 20_000);
+        assert_eq!(count(&ipt, "-A KUBE-NODEPORTS "), 10_000);
+        assert_eq!(count(&ipt, "-A KUBE-SERVICES "), 10_001);
+        assert!(ipt.contains("--dport 20000 -j KUBE-EXT-"));
+        assert!(ipt.contains("--dport 29999 -j KUBE-EXT-"));
+        assert_eq!(count(&nft, "add chain ip kube-proxy external-"), 10_000);
+        assert_eq!(count(&nft, "add rule ip kube-proxy external-"), 20_000);
+        assert_eq!(
+            count(&nft, "add element ip kube-proxy service-nodeports "),
+            10_000
+        );
+        assert!(nft.contains("service-nodeports { tcp . 29999 : goto external-"));
     }
 }

@@ -1,6 +1,7 @@
 //! kube-proxy **v1.31** nftables mode (`pkg/proxy/nftables/proxier.go`,
 //! `setupNFTables` + `syncProxyRules` on the first full sync) for ClusterIP
-//! services, written the way knftables serializes a transaction.
+//! services and NodePorts with `externalTrafficPolicy: Cluster`, written the
+//! way knftables serializes a transaction.
 //!
 //! Reproduced: `table ip kube-proxy` with all eight base chains and their
 //! v1.31 priorities (`filter-*` at dstnat-10, `filter-output-post-dnat` at
@@ -11,14 +12,21 @@
 //! `service-ips`, `service-nodeports`, `no-endpoint-services`,
 //! `no-endpoint-nodeports` and `firewall-ips` maps (filled as kube-proxy fills
 //! them), one `service-<hash>-ns/name/proto/port` chain per service port with
-//! the `numgen random mod N vmap` dispatch, and one
+//! the `numgen random mod N vmap` dispatch, one
+//! `external-<hash>-ns/name/proto/port` chain per service port with a NodePort
+//! (eTP Cluster: `jump mark-for-masquerade`, then `goto` the service chain;
+//! reached from its `service-nodeports` element, or, without endpoints, a
+//! `no-endpoint-nodeports` element `goto reject-chain`), and one
 //! `endpoint-<hash>-...__ip/port` chain per endpoint; the first sync's
 //! add+delete of the base chains and the flushes, in kube-proxy's order.
 //! Also the *partial* sync that follows an endpoint change
 //! ([`nft_partial_sync`]), with the stale-chain handling of v1.31.
 //!
-//! Simplified: no NodePort/LoadBalancer/externalIPs, session affinity,
-//! traffic policies or terminating endpoints. `cluster-ips-check` has no
+//! Simplified: NodePorts only with `externalTrafficPolicy: Cluster` (empty
+//! `--nodeport-addresses`, so `services` matches them with `fib daddr type
+//! local`); no eTP Local (`local-` chains, health-check ports), LoadBalancer
+//! or externalIPs; no session affinity, internal traffic policy or
+//! terminating endpoints. `cluster-ips-check` has no
 //! "drop traffic to unallocated ClusterIPs" rule: v1.31 writes it only from
 //! ServiceCIDR objects (the MultiCIDRServiceAllocator gate, off by default).
 
@@ -27,7 +35,8 @@ use std::{fmt::Write as _, net::Ipv4Addr};
 use super::{MASQ_MARK, SvcSpec, hash_b32};
 
 /// `nft -f` input equivalent to kube-proxy v1.31's first full sync of
-/// `services` (ClusterIP only), with `cluster_cidr` as `--cluster-cidr`.
+/// `services` (ClusterIP, plus an eTP Cluster NodePort where
+/// [`SvcSpec::node_port`] is set), with `cluster_cidr` as `--cluster-cidr`.
 /// See the module documentation for what is simplified.
 pub fn nft_ruleset(services: &[SvcSpec], cluster_cidr: &str) -> String {
     let total_endpoints: usize = services.iter().map(|s| s.endpoints.len()).sum();
@@ -43,7 +52,8 @@ pub fn nft_ruleset(services: &[SvcSpec], cluster_cidr: &str) -> String {
 /// `changed` (indices into `services`) changed: `setupNFTables` is skipped,
 /// set and map elements are diffed in Go (an endpoint change alters none),
 /// unchanged services are not mentioned, and each changed service's chains
-/// are rewritten whole. Chains that fell out of use (`stale`) are flushed
+/// (`service-`, `external-`, `endpoint-`) are rewritten whole. Chains that
+/// fell out of use (`stale`) are flushed
 /// now; kube-proxy deletes them in a separate transaction at the start of a
 /// sync at least a second later, which is [`nft_delete_chains`].
 pub fn nft_partial_sync(
@@ -109,21 +119,34 @@ fn service(o: &mut String, svc: &SvcSpec, cluster_cidr: &str, elements: bool) {
     for ep in &eps {
         let _ = write!(o, "add chain {T} {ep}\nflush chain {T} {ep}\n");
     }
-    let chain = format!("service-{}", hash_and_truncate(&base_name(svc)));
+    let base = hash_and_truncate(&base_name(svc));
+    let chain = format!("service-{base}");
+    // The "external destinations" chain, only for a NodePort here.
+    let ext = svc.node_port.map(|_| format!("external-{base}"));
     if !eps.is_empty() {
         let _ = write!(o, "add chain {T} {chain}\nflush chain {T} {chain}\n");
+        if let Some(ext) = &ext {
+            let _ = write!(o, "add chain {T} {ext}\nflush chain {T} {ext}\n");
+        }
     }
     if elements {
         let _ = writeln!(o, "add element {T} cluster-ips {{ {vip} }}");
     }
     if eps.is_empty() {
         if elements {
+            let name = svc.port_name_string();
             let _ = writeln!(
                 o,
-                "add element {T} no-endpoint-services {{ {vip} . {proto} . {port} comment \"{}\" \
-                 : goto reject-chain }}",
-                svc.port_name_string()
+                "add element {T} no-endpoint-services {{ {vip} . {proto} . {port} \
+                 comment \"{name}\" : goto reject-chain }}"
             );
+            if let Some(node_port) = svc.node_port {
+                let _ = writeln!(
+                    o,
+                    "add element {T} no-endpoint-nodeports {{ {proto} . {node_port} \
+                     comment \"{name}\" : goto reject-chain }}"
+                );
+            }
         }
         return;
     }
@@ -132,12 +155,29 @@ fn service(o: &mut String, svc: &SvcSpec, cluster_cidr: &str, elements: bool) {
             o,
             "add element {T} service-ips {{ {vip} . {proto} . {port} : goto {chain} }}"
         );
+        if let (Some(node_port), Some(ext)) = (svc.node_port, &ext) {
+            let _ = writeln!(
+                o,
+                "add element {T} service-nodeports {{ {proto} . {node_port} : goto {ext} }}"
+            );
+        }
+    }
+    let _ = writeln!(
+        o,
+        "add rule {T} {chain} ip daddr {vip} {proto} dport {port} ip saddr != {cluster_cidr} \
+         jump mark-for-masquerade"
+    );
+    if let Some(ext) = &ext {
+        // externalTrafficPolicy: Cluster; kube-proxy puts no comment on these.
+        let _ = write!(
+            o,
+            "add rule {T} {ext} jump mark-for-masquerade\n\
+             add rule {T} {ext} goto {chain}\n"
+        );
     }
     let _ = write!(
         o,
-        "add rule {T} {chain} ip daddr {vip} {proto} dport {port} ip saddr != {cluster_cidr} \
-         jump mark-for-masquerade\n\
-         add rule {T} {chain} numgen random mod {} vmap {{ ",
+        "add rule {T} {chain} numgen random mod {} vmap {{ ",
         eps.len()
     );
     // knftables.Concat puts spaces around the commas too.

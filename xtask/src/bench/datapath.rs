@@ -197,7 +197,7 @@ fn program_runs(pins: &std::path::Path) -> anyhow::Result<Vec<(&'static str, Run
         .collect()
 }
 
-fn median(v: impl Iterator<Item = f64>) -> f64 {
+pub fn median(v: impl Iterator<Item = f64>) -> f64 {
     let mut v: Vec<f64> = v.collect();
     if v.is_empty() {
         return f64::NAN;
@@ -226,6 +226,7 @@ pub fn services(n: usize, pods: &[Ipv4Addr], filler_endpoints: usize) -> Vec<Svc
             port,
             proto,
             endpoints: pods.iter().map(|ip| (*ip, target)).collect(),
+            node_port: None,
         });
     }
     all
@@ -248,7 +249,7 @@ pub fn manifests(specs: &[SvcSpec]) -> String {
             &s.namespace,
             &name,
             &s.vip.to_string(),
-            &[(&s.port_name, u32::from(s.port), proto)],
+            &[(&s.port_name, u32::from(s.port), proto, s.node_port)],
         );
         let ips: Vec<String> = s.endpoints.iter().map(|(ip, _)| ip.to_string()).collect();
         let eps: Vec<(&str, bool)> = ips.iter().map(|ip| (ip.as_str(), true)).collect();
@@ -431,15 +432,29 @@ fn semantics_manifests(pods: &[Ipv4Addr]) -> String {
     out
 }
 
-/// A v1 Service manifest. `ports`: (name, port, protocol).
-pub fn service(ns: &str, name: &str, cluster_ip: &str, ports: &[(&str, u32, &str)]) -> String {
+/// A v1 Service manifest. `ports`: (name, port, protocol, NodePort); with
+/// NodePorts it is of type NodePort.
+pub fn service(
+    ns: &str,
+    name: &str,
+    cluster_ip: &str,
+    ports: &[(&str, u32, &str, Option<u16>)],
+) -> String {
     let ports: Vec<String> = ports
         .iter()
-        .map(|(n, p, proto)| format!("{{name: \"{n}\", port: {p}, protocol: {proto}}}"))
+        .map(|(n, p, proto, node_port)| {
+            let node_port = node_port.map_or(String::new(), |np| format!(", nodePort: {np}"));
+            format!("{{name: \"{n}\", port: {p}, protocol: {proto}{node_port}}}")
+        })
         .collect();
+    let ty = if ports.iter().any(|p| p.contains("nodePort")) {
+        "NodePort"
+    } else {
+        "ClusterIP"
+    };
     format!(
         "---\napiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {ns}}}\n\
-         spec:\n  type: ClusterIP\n  clusterIP: \"{cluster_ip}\"\n  ports: [{}]\n",
+         spec:\n  type: {ty}\n  clusterIP: \"{cluster_ip}\"\n  ports: [{}]\n",
         ports.join(", ")
     )
 }

@@ -5,6 +5,7 @@
 mod control;
 mod datapath;
 mod health;
+mod nodeport;
 mod realistic;
 mod report;
 mod scale;
@@ -49,6 +50,11 @@ pub struct BenchArgs {
     /// file and from the stand-in apiserver. Writes bench-scale.md and .svg.
     #[arg(long)]
     pub scale: bool,
+    /// Only the NodePort section: traffic from outside the node through
+    /// ours (tc), kube-proxy's iptables and nftables layouts, and direct,
+    /// and the tc programs' per-packet cost. Writes bench-nodeport.md.
+    #[arg(long, conflicts_with_all = ["control_only", "scale"])]
+    pub nodeport_only: bool,
     /// With --scale: the largest N measured.
     #[arg(long, value_name = "N", requires = "scale")]
     pub scale_max: Option<usize>,
@@ -67,6 +73,7 @@ impl BenchArgs {
             agent_bin: None,
             realistic_objects: false,
             scale: false,
+            nodeport_only: false,
             scale_max: None,
         }
     }
@@ -138,15 +145,33 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     }
     let cond = report::Conditions::now();
     let started = std::time::Instant::now();
+    let node_ports = || -> anyhow::Result<_> {
+        let mut rows = Vec::new();
+        for &n in &plan.scales {
+            eprintln!("== NodePort, N = {n}");
+            rows.extend(nodeport::measure(&plan, n)?);
+        }
+        eprintln!("== tc programs on crafted packets");
+        Ok(nodeport::render(&plan, &rows, &nodeport::tc_cost(&plan)?))
+    };
+    if args.nodeport_only {
+        let (section, targets) = node_ports()?;
+        return report::write_nodeport(&plan, &section, &targets, started.elapsed(), &cond);
+    }
     let mut rows = Vec::new();
     for &n in &plan.scales {
         eprintln!("== datapath, N = {n}");
         rows.extend(datapath::measure(&plan, n)?);
     }
+    let nodeport = if plan.control_only {
+        None
+    } else {
+        Some(node_ports()?)
+    };
     eprintln!("== control plane, {} x {}", plan.cold.0, plan.cold.1);
     let control = control::measure(&plan)?;
     let took = started.elapsed();
-    report::write(&plan, &rows, &control, took, &cond)?;
+    report::write(&plan, &rows, nodeport.as_ref(), &control, took, &cond)?;
     Ok(())
 }
 

@@ -25,9 +25,13 @@ impl Conditions {
     }
 }
 
+/// The NodePort section's markdown and its targets.
+pub type Section = (String, Vec<(bool, String)>);
+
 pub fn write(
     plan: &Plan,
     rows: &[Row],
+    nodeport: Option<&Section>,
     control: &Control,
     took: Duration,
     cond: &Conditions,
@@ -40,7 +44,15 @@ pub fn write(
     let md_path = plan.out_dir.join(format!("{name}.md"));
     let chart = (!plan.control_only).then(|| plan.out_dir.join(format!("{name}.svg")));
     let chart_name = chart.as_ref().map(|c| c.display().to_string());
-    let md = render(plan, rows, control, took, cond, chart_name.as_deref());
+    let md = render(
+        plan,
+        rows,
+        nodeport,
+        control,
+        took,
+        cond,
+        chart_name.as_deref(),
+    );
     print!("{md}");
     std::fs::write(&md_path, &md)?;
     match &chart {
@@ -67,9 +79,44 @@ fn find(rows: &[Row], mode: Mode, n: usize) -> &Row {
         .expect("every mode at every N")
 }
 
+/// `--nodeport-only`: the NodePort section alone, in bench-nodeport.md.
+pub fn write_nodeport(
+    plan: &Plan,
+    section: &str,
+    targets: &[(bool, String)],
+    took: Duration,
+    cond: &Conditions,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&plan.out_dir)?;
+    let mut o = String::new();
+    let _ = writeln!(o, "# lb-agent NodePort benchmark\n\n{}\n", machine());
+    let _ = writeln!(
+        o,
+        "Load average (1, 5, 15 min) at the start: {}, at the end: {}.\n",
+        cond.load_before,
+        loadavg()
+    );
+    o.push_str(section);
+    write_targets(&mut o, targets);
+    let _ = writeln!(o, "\nRun took {:.0} s.", took.as_secs_f64());
+    print!("{o}");
+    let path = plan.out_dir.join("bench-nodeport.md");
+    std::fs::write(&path, &o)?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
+fn write_targets(o: &mut String, targets: &[(bool, String)]) {
+    let _ = writeln!(o, "### Targets (measured, not asserted)\n");
+    for (ok, text) in targets {
+        let _ = writeln!(o, "- [{}] {text}", if *ok { "met" } else { "MISSED" });
+    }
+}
+
 fn render(
     plan: &Plan,
     rows: &[Row],
+    nodeport: Option<&Section>,
     c: &Control,
     took: Duration,
     cond: &Conditions,
@@ -102,11 +149,13 @@ fn render(
     if !plan.control_only {
         datapath_tables(&mut o, plan, rows);
     }
-    control_tables(&mut o, plan, c);
-    let _ = writeln!(o, "### Targets (measured, not asserted)\n");
-    for (ok, text) in targets(plan, rows, c) {
-        let _ = writeln!(o, "- [{}] {text}", if ok { "met" } else { "MISSED" });
+    if let Some((section, _)) = nodeport {
+        o.push_str(section);
     }
+    control_tables(&mut o, plan, c);
+    let mut all = targets(plan, rows, c);
+    all.extend(nodeport.into_iter().flat_map(|(_, t)| t.iter().cloned()));
+    write_targets(&mut o, &all);
     if let Some(chart) = chart {
         let _ = writeln!(o, "\nChart: {chart}.");
     }
