@@ -33,6 +33,9 @@ pub const TCP_ACK: u8 = 0x10;
 
 /// The parsed headers of an IPv4 TCP or UDP packet.
 pub struct Packet4 {
+    /// Whether the IPv4 header has no options, so that every header sits
+    /// at a constant offset and is read and written in place.
+    in_place: bool,
     /// Offset of the IPv4 header.
     l3: usize,
     /// Offset of the TCP or UDP header.
@@ -68,6 +71,21 @@ fn read<const IN_PLACE: bool, T: Copy>(ctx: &TcContext, off: usize) -> Option<T>
     // checked against its end (and proven so to the verifier); any `T` the
     // programs read is plain bytes, read unaligned.
     Some(unsafe { core::ptr::read_unaligned((start + off) as *const T) })
+}
+
+/// Stores `v` at `off` in the packet, as `read` reads: in place when
+/// `IN_PLACE` and the linear part holds it (the verifier then makes the
+/// packet private first, as `bpf_skb_store_bytes` does), else by the helper.
+#[inline(always)]
+fn write<const IN_PLACE: bool, T: Copy>(ctx: &TcContext, off: usize, v: T) -> Result<(), i64> {
+    let (start, end) = (ctx.data(), ctx.data_end());
+    if !IN_PLACE || start + off + size_of::<T>() > end {
+        return ctx.store(off, &v, 0);
+    }
+    // SAFETY: the packet holds `size_of::<T>()` bytes at `off`, just
+    // checked against its end; written unaligned.
+    unsafe { core::ptr::write_unaligned((start + off) as *mut T, v) };
+    Ok(())
 }
 
 /// `ver_ihl` of an IPv4 header without options, the common case: every
@@ -132,6 +150,7 @@ impl Parsed {
             0
         };
         Some(Self::Flow(Packet4 {
+            in_place: IN_PLACE,
             l3,
             l4,
             proto,
@@ -185,24 +204,48 @@ impl Packet4 {
         addr: [u8; 4],
         port_be: u16,
     ) -> Result<(), i64> {
+        if self.in_place {
+            // Constant offsets, as `parse` read them.
+            self.rewrite_at::<true>(ctx, ETH_HLEN, ETH_HLEN + 20, dst, addr, port_be)
+        } else {
+            self.rewrite_at::<false>(ctx, self.l3, self.l4, dst, addr, port_be)
+        }
+    }
+
+    #[inline(always)]
+    fn rewrite_at<const IN_PLACE: bool>(
+        &mut self,
+        ctx: &TcContext,
+        l3: usize,
+        l4: usize,
+        dst: bool,
+        addr: [u8; 4],
+        port_be: u16,
+    ) -> Result<(), i64> {
         let (addr_off, port_off, old_addr, old_port) = if dst {
             (IP_DADDR, 2, self.daddr, self.dport_be)
         } else {
             (IP_SADDR, 0, self.saddr, self.sport_be)
         };
         let (csum, mangled) = self.l4_csum();
-        let (from, to) = (
-            u64::from(u32::from_ne_bytes(old_addr)),
-            u64::from(u32::from_ne_bytes(addr)),
-        );
+        let (from, to) = (u32::from_ne_bytes(old_addr), u32::from_ne_bytes(addr));
         if from != to {
-            ctx.l4_csum_replace(csum, from, to, u64::from(BPF_F_PSEUDO_HDR) | mangled | 4)?;
-            ctx.l3_csum_replace(self.l3 + IP_CSUM, from, to, 4)?;
-            ctx.store(self.l3 + addr_off, &addr, 0)?;
+            // The IPv4 checksum is always complete: updated here. The L4
+            // one is the helper's, which knows whether the device finishes
+            // it (CHECKSUM_PARTIAL: only the pseudo-header part changes).
+            let ip_csum: u16 = read::<IN_PLACE, _>(ctx, l3 + IP_CSUM).ok_or(-1_i64)?;
+            write::<IN_PLACE, _>(ctx, l3 + addr_off, addr)?;
+            write::<IN_PLACE, _>(ctx, l3 + IP_CSUM, csum_replace4(ip_csum, from, to))?;
+            ctx.l4_csum_replace(
+                csum,
+                u64::from(from),
+                u64::from(to),
+                u64::from(BPF_F_PSEUDO_HDR) | mangled | 4,
+            )?;
         }
         if old_port != port_be {
+            write::<IN_PLACE, _>(ctx, l4 + port_off, port_be)?;
             ctx.l4_csum_replace(csum, u64::from(old_port), u64::from(port_be), mangled | 2)?;
-            ctx.store(self.l4 + port_off, &port_be, 0)?;
         }
         if dst {
             self.daddr = addr;

@@ -113,11 +113,15 @@ fn reverse_snat(p: &Packet4, now: u32) -> Option<Nat4Value> {
     // packet goes astray, as it would have with the entry gone.
     let client = unsafe { *nat };
     let (flags, expires) = lifetime(p.proto, p.tcp_flags, client.flags, now);
-    // SAFETY: plain stores to a live element; a racing update of the same
-    // flow writes the same kind of value.
-    unsafe {
-        (*nat).flags = flags;
-        (*nat).expires = expires;
+    // Most packets change neither (the expiry moves once a second):
+    // storing only then keeps the entry's cache line shared across CPUs.
+    if (flags, expires) != (client.flags, client.expires) {
+        // SAFETY: plain stores to a live element; a racing update of the
+        // same flow writes the same kind of value.
+        unsafe {
+            (*nat).flags = flags;
+            (*nat).expires = expires;
+        }
     }
     Some(client)
 }
@@ -137,10 +141,12 @@ fn ingress_flow(ctx: &TcContext, p: &mut Packet4, now: u32) -> Result<i32, i64> 
         // current one (a TCP peer there resets it, a UDP one answers).
         if !reopened && backend_alive(&ct) {
             let (flags, expires) = lifetime(p.proto, p.tcp_flags, ct.flags, now);
-            // SAFETY: as in `reverse_snat`.
-            unsafe {
-                (*entry).flags = flags;
-                (*entry).expires = expires;
+            if (flags, expires) != (ct.flags, ct.expires) {
+                // SAFETY: as in `reverse_snat`.
+                unsafe {
+                    (*entry).flags = flags;
+                    (*entry).expires = expires;
+                }
             }
             p.rewrite(ctx, true, ct.addr_be, ct.port_be)?;
             return Ok(PASS);
@@ -278,10 +284,12 @@ fn egress(ctx: &TcContext, p: &mut Packet4) -> Result<i32, i64> {
         // SAFETY: as in `reverse_snat`.
         let ct = unsafe { *entry };
         let (flags, expires) = lifetime(p.proto, p.tcp_flags, ct.flags, now);
-        // SAFETY: as in `reverse_snat`.
-        unsafe {
-            (*entry).flags = flags;
-            (*entry).expires = expires;
+        if (flags, expires) != (ct.flags, ct.expires) {
+            // SAFETY: as in `reverse_snat`.
+            unsafe {
+                (*entry).flags = flags;
+                (*entry).expires = expires;
+            }
         }
         p.rewrite(ctx, false, ct.addr_be, ct.port_be)?;
         return Ok(PASS);
