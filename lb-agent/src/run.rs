@@ -154,6 +154,10 @@ async fn sync_loop(
                     .syncer
                     .apply(Change::LocalAddresses(ips), Instant::now());
             }
+            // A device named but missing may have appeared.
+            if agent.attached && agent.datapath.devices_failed() {
+                agent.sync_tc();
+            }
             next_interfaces = Instant::now() + INTERFACES_POLL;
         }
         if !agent.syncer.ready() && !agent.waiting_logged {
@@ -500,6 +504,12 @@ impl Agent {
             old_pins_removed = done.removed.len(),
             "programs attached (links pinned; they stay when the agent exits)"
         );
+        if let Err(e) = done.tc {
+            error!(
+                error = &e as &dyn std::error::Error,
+                "attaching the tc programs failed; retrying at the next sync"
+            );
+        }
         Ok(())
     }
 

@@ -309,12 +309,21 @@ impl Bed {
 
     /// Starts `node`'s agent in its namespace, on the devices it finds.
     fn agent(&self, node: &NodeBed) -> anyhow::Result<Agent> {
+        self.agent_with(node, &[])
+    }
+
+    /// Starts `node`'s agent in its namespace with `args` besides its name.
+    fn agent_with(&self, node: &NodeBed, args: &[&str]) -> anyhow::Result<Agent> {
+        let name = format!("--hostname-override={}", node.name);
+        let args: Vec<&str> = std::iter::once(name.as_str())
+            .chain(args.iter().copied())
+            .collect();
         let mut agent = Agent::start_in(
             &self.nodes.ns(node.host),
             &self.manifest,
             node.cgroup.path(),
             node.pins.path(),
-            &[&format!("--hostname-override={}", node.name)],
+            &args,
         )?;
         agent.wait_syncs(1)?;
         Ok(agent)
@@ -547,5 +556,57 @@ fn each_node_translates_its_own_traffic_and_answers_its_own_health_checks() -> a
         answers(&r, 40, &format!("{NODE1}:30080")),
         BTreeSet::from(["p1 from 10.42.1.2", "p2 from 10.42.1.2"])
     );
+    Ok(())
+}
+
+/// The tc link pins of `node`'s agent.
+fn tc_links(node: &NodeBed) -> anyhow::Result<BTreeSet<String>> {
+    Ok(fs::read_dir(node.pins.path().join("links"))?
+        .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
+        .collect::<std::io::Result<BTreeSet<String>>>()?
+        .into_iter()
+        .filter(|name| name.starts_with("tc-"))
+        .collect())
+}
+
+#[test]
+fn a_device_named_but_missing_holds_back_neither_the_agent_nor_the_other_devices()
+-> anyhow::Result<()> {
+    let bed = Bed::new()?;
+    let _agent = bed.agent_with(&bed.node1, &["--devices=eth0,late0"])?;
+    let _agent2 = bed.agent(&bed.node2)?;
+    let node_port = format!("{NODE1}:30080");
+    bed.wait_reachable(&node_port)?;
+    // eth0 has both programs: DNAT in, SNAT out to node-2's pod, and the
+    // replies' frontend restored.
+    let r = bed.client(&["tcp", "--to", &node_port, "-n", "40", "--from"])?;
+    let both = [format!("p1 from {CLIENT}"), format!("p2 from {NODE1}")];
+    assert_eq!(
+        answers(&r, 40, &node_port),
+        both.iter().map(String::as_str).collect()
+    );
+    let eth0 = BTreeSet::from(["tc-in-eth0".to_owned(), "tc-out-eth0".to_owned()]);
+    assert_eq!(tc_links(&bed.node1)?, eth0);
+
+    // The device appears: the agent finds it within a few seconds, without
+    // any change from the apiserver.
+    let n1 = bed.nodes.ns("n1");
+    ip(&[
+        "-n", &n1, "link", "add", "late0", "type", "veth", "peer", "late1",
+    ])?;
+    let mut all = eth0;
+    all.extend(["tc-in-late0".to_owned(), "tc-out-late0".to_owned()]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tc_links(&bed.node1)? != all {
+        if Instant::now() > deadline {
+            bail!(
+                "late0 never got the tc programs: {:?}",
+                tc_links(&bed.node1)?
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let r = bed.client(&["tcp", "--to", &node_port, "-n", "20"])?;
+    assert_eq!((r.ok(), r.failed()), (20, 0), "{r:?}");
     Ok(())
 }

@@ -43,6 +43,8 @@ pub enum DatapathError {
     Loader(#[from] LoaderError),
     #[error(transparent)]
     Migrate(#[from] MigrateError),
+    #[error(transparent)]
+    Devices(#[from] tc::DevicesError),
 }
 
 /// How this build's maps relate to what was pinned.
@@ -65,17 +67,22 @@ pub struct Datapath {
     ebpf: Ebpf,
     maps_dir: PathBuf,
     start: Start,
-    /// The devices the tc programs are attached to.
+    /// The devices the tc programs are to be attached to.
     devices: BTreeSet<String>,
+    /// Whether attaching them failed on some device (retried at each sync).
+    devices_failed: bool,
 }
 
 /// What [`Datapath::attach`] did besides attaching.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Attached {
     /// Reverse-NAT entries carried over from older maps.
     pub revnat_carried: usize,
     /// Pins of older maps removed.
     pub removed: Vec<PathBuf>,
+    /// Whether the tc programs reached every device: a failure there
+    /// leaves the socket programs serving, and is retried at each sync.
+    pub tc: Result<(), DatapathError>,
 }
 
 /// Both families' load-balancing tables.
@@ -153,6 +160,7 @@ impl Datapath {
             // Until told otherwise, the devices an earlier agent attached
             // to: replacing its programs there leaves no gap.
             devices: tc::linked_devices(pins)?,
+            devices_failed: false,
         })
     }
 
@@ -168,21 +176,34 @@ impl Datapath {
     }
 
     /// Attaches the tc programs to `devices` (and detaches them from the
-    /// others) if that changes anything. Before [`Self::attach`], only
-    /// remembers them: the programs must not use maps still being filled.
+    /// others) if that changes anything, or if a device failed last time.
+    /// Before [`Self::attach`], only remembers them: the programs must not
+    /// use maps still being filled.
     pub fn set_devices(
         &mut self,
         devices: BTreeSet<String>,
         attached: bool,
     ) -> Result<bool, DatapathError> {
-        if devices == self.devices {
+        if devices == self.devices && !self.devices_failed {
             return Ok(false);
         }
-        if attached {
-            tc::attach(&mut self.ebpf, &self.pins, &devices)?;
-        }
         self.devices = devices;
+        if attached {
+            self.attach_tc()?;
+        }
         Ok(true)
+    }
+
+    /// Whether the tc programs are missing from a device they should be on.
+    pub fn devices_failed(&self) -> bool {
+        self.devices_failed
+    }
+
+    fn attach_tc(&mut self) -> Result<(), DatapathError> {
+        self.devices_failed = true;
+        tc::attach(&mut self.ebpf, &self.pins, &self.devices)??;
+        self.devices_failed = false;
+        Ok(())
     }
 
     /// The tc programs' settings, written into the maps they use.
@@ -213,13 +234,14 @@ impl Datapath {
         loader::attach(&mut self.ebpf, &self.pins, cgroup, &TRANSLATING)?;
         let revnat_carried = migrate::carry_revnat(&self.pins)?;
         loader::attach(&mut self.ebpf, &self.pins, cgroup, &REVERSING)?;
-        tc::attach(&mut self.ebpf, &self.pins, &self.devices)?;
+        let tc = self.attach_tc();
         let removed = migrate::finish(&self.pins)?;
         self.maps_dir = self.pins.maps_dir();
         self.start = Start::Adopted;
         Ok(Attached {
             revnat_carried,
             removed,
+            tc,
         })
     }
 }

@@ -50,36 +50,45 @@ pub fn linked_devices(pins: &Pins) -> Result<BTreeSet<String>, LoaderError> {
         .collect())
 }
 
+/// Devices the tc programs could not be attached to (missing, or refused
+/// by the kernel); every other device of the set got them.
+#[derive(Debug, thiserror::Error)]
+#[error("the tc programs are not attached to {devices:?}")]
+pub struct DevicesError {
+    pub devices: Vec<String>,
+    /// What failed on the first of them.
+    #[source]
+    pub source: Box<LoaderError>,
+}
+
 /// Attaches both tc programs to every device of `devices` (replacing our
 /// links there), and detaches them from devices we linked before that are
-/// not in `devices` any more.
-pub fn attach(ebpf: &mut Ebpf, pins: &Pins, devices: &BTreeSet<String>) -> Result<(), LoaderError> {
+/// not in `devices` any more. A device that fails keeps whatever it had
+/// and does not hold the others back: `Ok(Err(_))` names it.
+pub fn attach(
+    ebpf: &mut Ebpf,
+    pins: &Pins,
+    devices: &BTreeSet<String>,
+) -> Result<Result<(), DevicesError>, LoaderError> {
     let links = pins.links_dir();
     fs::create_dir_all(&links).map_err(io_err("creating", &links))?;
-    for (name, hook, prefix) in PROGRAMS {
-        let prog_err = |source| LoaderError::Program { name, source };
-        let program: &mut SchedClassifier = ebpf
-            .program_mut(name)
-            .ok_or(LoaderError::MissingProgram(name))?
-            .try_into()
-            .map_err(prog_err)?;
+    for (name, ..) in PROGRAMS {
+        let program = program(ebpf, name)?;
         if program.fd().is_err() {
-            program.load().map_err(prog_err)?;
+            program
+                .load()
+                .map_err(|source| LoaderError::Program { name, source })?;
         }
-        for device in devices {
-            let id = program
-                .attach_with_options(
-                    device,
-                    hook,
-                    TcAttachOptions::TcxOrder(LinkOrder::default()),
-                )
-                .map_err(prog_err)?;
-            let link: FdLink = program
-                .take_link(id)
-                .map_err(prog_err)?
-                .try_into()
-                .map_err(|source| LoaderError::Link { name, source })?;
-            pin_replacing(link, pins, &format!("{prefix}{}", pin_part(device)))?;
+    }
+    let mut failed = Vec::new();
+    for device in devices {
+        // Egress first: alone it translates only flows ingress recorded,
+        // so no device ever DNATs a flow whose replies it cannot reverse.
+        let done = PROGRAMS.iter().rev().try_for_each(|&(name, hook, prefix)| {
+            attach_one(ebpf, pins, name, hook, device, prefix)
+        });
+        if let Err(e) = done {
+            failed.push((device.clone(), e));
         }
     }
     let wanted: BTreeSet<String> = PROGRAMS
@@ -95,7 +104,53 @@ pub fn attach(ebpf: &mut Ebpf, pins: &Pins, devices: &BTreeSet<String>) -> Resul
             remove_if_present(&pins.link(&pin))?;
         }
     }
-    Ok(())
+    let mut failed = failed.into_iter();
+    Ok(match failed.next() {
+        None => Ok(()),
+        Some((first, source)) => Err(DevicesError {
+            devices: std::iter::once(first)
+                .chain(failed.map(|(d, _)| d))
+                .collect(),
+            source: Box::new(source),
+        }),
+    })
+}
+
+fn program<'a>(
+    ebpf: &'a mut Ebpf,
+    name: &'static str,
+) -> Result<&'a mut SchedClassifier, LoaderError> {
+    ebpf.program_mut(name)
+        .ok_or(LoaderError::MissingProgram(name))?
+        .try_into()
+        .map_err(|source| LoaderError::Program { name, source })
+}
+
+/// Attaches the loaded program `name` to `device`'s `hook`, pinned
+/// make-before-break as `<prefix><device>`.
+fn attach_one(
+    ebpf: &mut Ebpf,
+    pins: &Pins,
+    name: &'static str,
+    hook: TcAttachType,
+    device: &str,
+    prefix: &str,
+) -> Result<(), LoaderError> {
+    let prog_err = |source| LoaderError::Program { name, source };
+    let program = program(ebpf, name)?;
+    let id = program
+        .attach_with_options(
+            device,
+            hook,
+            TcAttachOptions::TcxOrder(LinkOrder::default()),
+        )
+        .map_err(prog_err)?;
+    let link: FdLink = program
+        .take_link(id)
+        .map_err(prog_err)?
+        .try_into()
+        .map_err(|source| LoaderError::Link { name, source })?;
+    pin_replacing(link, pins, &format!("{prefix}{}", pin_part(device)))
 }
 
 /// The pin names of our tc links.
