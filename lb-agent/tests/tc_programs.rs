@@ -599,15 +599,71 @@ fn the_collector_deletes_expired_entries_and_keeps_live_ones() {
         )
         .unwrap();
 
-    let dir = std::path::Path::new("/sys/fs/bpf").join(format!("lbt-gc-{}", std::process::id()));
+    let collected = collect(&bed);
+    assert_eq!((collected.ct, collected.nat), (1, 1));
+    assert_eq!(bed.ct().len(), 2, "both directions of the live flow stay");
+    assert!(bed.nat().is_empty());
+}
+
+/// Runs the collector on `bed`'s maps, pinned for it.
+fn collect(bed: &Bed) -> conntrack::Collected {
+    let dir = std::path::Path::new("/sys/fs/bpf").join(format!(
+        "lbt-gc-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     bed.pin_conntrack(&dir);
     let collected = conntrack::collect(&dir, conntrack::now());
     let _ = std::fs::remove_dir_all(&dir);
-    let collected = collected.unwrap();
-    assert_eq!((collected.ct, collected.nat), (1, 1));
-    assert_eq!(bed.ct().len(), 2, "both directions of the live flow stay");
-    assert!(bed.nat().is_empty());
+    collected.unwrap()
+}
+
+#[test]
+fn the_collector_deletes_the_flows_of_a_removed_backend_and_keeps_the_others() {
+    let mut bed = Bed::new();
+    let remote = ([10, 1, 0, 6], 8080);
+    bed.frontend(
+        NODE_PORT,
+        PROTO_TCP,
+        FE_F_EXTERNAL_LOCAL,
+        &[LOCAL_POD, remote],
+    );
+    let mut flows = Vec::new();
+    for port in 0..32 {
+        let client = (CLIENT.0, 20_000 + port);
+        let (_, out) = bed.ingress(&tcp(client, FRONTEND, Tcp::Syn));
+        flows.push((client, seen(&out).dst));
+    }
+    let to_local = flows.iter().filter(|(_, b)| *b == LOCAL_POD).count();
+    assert!(0 < to_local && to_local < 32, "{flows:?}");
+    assert_eq!(bed.ct().len(), 64);
+
+    // The agent deletes LOCAL_POD's id (its grace period over).
+    let id = bed
+        .backends
+        .iter()
+        .map(Result::unwrap)
+        .find(|(_, b)| (b.addr_be, u16::from_be(b.port_be)) == LOCAL_POD)
+        .map(|(id, _)| id)
+        .expect("LOCAL_POD's backend entry");
+    bed.backends.remove(&id).unwrap();
+
+    let collected = collect(&bed);
+    assert_eq!(collected.ct, 2 * to_local, "both directions of each flow");
+    for (k, v) in bed.ct() {
+        let backend = if k.dir == CT_DIR_IN {
+            (v.addr_be, u16::from_be(v.port_be))
+        } else {
+            (k.saddr_be, u16::from_be(k.sport_be))
+        };
+        assert_eq!(backend, remote, "{k:?} {v:?}");
+    }
+    // The others' flows go on where they were.
+    for (client, backend) in flows.iter().filter(|(_, b)| *b == remote) {
+        let (_, out) = bed.ingress(&tcp(*client, FRONTEND, Tcp::Ack));
+        assert_eq!(seen(&out), flow(*client, *backend));
+    }
 }
 
 #[test]

@@ -62,8 +62,9 @@ pub struct Ct4Value {
     pub nat_addr_be: [u8; 4],
     pub nat_port_be: u16,
     pub _pad0: [u8; 2],
-    /// `CT_DIR_IN`: the backend's id in `LB4_BACKENDS` when the flow was
-    /// created (host byte order), for listings and the GC.
+    /// The backend's id in `LB4_BACKENDS` when the flow was created (host
+    /// byte order), for listings and the GC, in both directions (0 in
+    /// `CT_DIR_OUT` entries written by programs older than that: unknown).
     pub backend_id: u32,
     /// `bpf_ktime_get_coarse_ns()` in seconds (the boot-time monotonic
     /// clock) after which the entry is dead; host byte order.

@@ -256,6 +256,7 @@ fn new_flow(ctx: &TcContext, p: &mut Packet4, key: &Ct4Key, now: u32) -> Result<
         addr_be: p.daddr,
         port_be: p.dport_be,
         flags: out_flags,
+        backend_id: id,
         expires: out_expires,
         ..Ct4Value::default()
     };

@@ -243,6 +243,10 @@ impl Bed {
         use aya::maps::IterableMap as _;
         self.ct.map().pin(dir.join(lb_common::CT4.pin)).unwrap();
         self.nat.map().pin(dir.join(lb_common::NAT4.pin)).unwrap();
+        self.backends
+            .map()
+            .pin(dir.join(lb_common::BACKENDS4.pin))
+            .unwrap();
     }
 
     pub fn ct(&self) -> Vec<(Ct4Key, Ct4Value)> {
