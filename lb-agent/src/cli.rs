@@ -70,6 +70,11 @@ pub struct RunArgs {
     /// (a tunnel device, say): packets SNATed for them leave through it.
     #[arg(long, value_name = "DEV,...", value_delimiter = ',')]
     pub devices: Vec<String>,
+    /// Attach the tc programs with TCX links where the kernel has them
+    /// (6.6+), as Cilium's flag. `false`, or an older kernel: cls_bpf
+    /// filters on a clsact qdisc.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub enable_tcx: bool,
     /// Accepted for kube-proxy compatibility. The socket LB needs no
     /// masquerade, so the pod CIDR changes nothing.
     #[arg(long, value_name = "CIDR")]

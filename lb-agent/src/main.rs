@@ -43,6 +43,12 @@ fn main() -> anyhow::Result<()> {
                 removed.maps.len(),
                 pins.dir().display()
             );
+            // clsact filters (`--enable-tcx=false`, or kernels before 6.6)
+            // have no pins: ours are found by name on every interface.
+            let devices = lb_agent::datapath::tc::detach_clsact_everywhere();
+            if !devices.is_empty() {
+                println!("removed the tc filters from {}", devices.join(", "));
+            }
             Ok(())
         }
         Command::Dump(args) => {

@@ -25,6 +25,7 @@ use lb_agent::{
     config::{RunConfig, Source},
     datapath::{
         Datapath, Start, cgroup, conntrack, grace::MembarrierGrace, pins::Pins, table::Bpf,
+        tc::TcHook,
     },
     http::{self, Endpoints, Role},
     memory,
@@ -367,7 +368,8 @@ impl Agent {
                 .context("finding the cgroup2 mount (or pass --cgroup-path)")?,
         };
         let pins = Pins::new(&config.bpffs_dir);
-        let datapath = Datapath::open(&pins, &config.capacities).with_context(|| {
+        let hook = TcHook::choose(config.enable_tcx);
+        let datapath = Datapath::open(&pins, &config.capacities, hook).with_context(|| {
             format!(
                 "loading the programs and maps under {}",
                 pins.dir().display()

@@ -30,10 +30,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::bail;
+use anyhow::{Context as _, bail};
 use lb_fixtures::{Ep, Node, Object, Slice, Svc, SvcPort, yaml};
 use lb_tests::{
-    agent::{Agent, PinDir},
+    agent::{self, Agent, PinDir},
     cgroup::TestCgroup,
     http,
     netns::{exec, ip},
@@ -608,5 +608,83 @@ fn a_device_named_but_missing_holds_back_neither_the_agent_nor_the_other_devices
     }
     let r = bed.client(&["tcp", "--to", &node_port, "-n", "20"])?;
     assert_eq!((r.ok(), r.failed()), (20, 0), "{r:?}");
+    Ok(())
+}
+
+/// The program ids of the tc filters (clsact) on node-1's eth0 at `hook`
+/// that run `program`.
+fn filters(bed: &Bed, hook: &str, program: &str) -> anyhow::Result<Vec<u32>> {
+    let out = exec(
+        &bed.nodes.ns("n1"),
+        &["tc", "filter", "show", "dev", "eth0", hook],
+    )?;
+    // One line per filter: `... handle 0xb1 <name> direct-action ... id <id> name <name> ...`.
+    out.lines()
+        .filter(|l| l.contains(program))
+        .map(|l| {
+            let mut words = l.split_whitespace().skip_while(|w| *w != "id").skip(1);
+            Ok(words.next().context("no program id")?.parse()?)
+        })
+        .collect()
+}
+
+#[test]
+fn without_tcx_the_programs_are_clsact_filters_that_outlive_the_agent() -> anyhow::Result<()> {
+    let bed = Bed::new()?;
+    let no_tcx = ["--enable-tcx=false"];
+    let mut agent = bed.agent_with(&bed.node1, &no_tcx)?;
+    let _agent2 = bed.agent(&bed.node2)?;
+    let node_port = format!("{NODE1}:30080");
+    bed.wait_reachable(&node_port)?;
+    // Both halves work: DNAT in, SNAT out to node-2's pod, both reversed.
+    let both = [format!("p1 from {CLIENT}"), format!("p2 from {NODE1}")];
+    let both: BTreeSet<&str> = both.iter().map(String::as_str).collect();
+    let r = bed.client(&["tcp", "--to", &node_port, "-n", "40", "--from"])?;
+    assert_eq!(answers(&r, 40, &node_port), both);
+    assert!(tc_links(&bed.node1)?.is_empty(), "no TCX link");
+    let ours = || -> anyhow::Result<[u32; 2]> {
+        let (i, e) = (
+            filters(&bed, "ingress", "lb_tc_ingress")?,
+            filters(&bed, "egress", "lb_tc_egress")?,
+        );
+        match (i.as_slice(), e.as_slice()) {
+            ([i], [e]) => Ok([*i, *e]),
+            _ => bail!("one filter per hook expected: {i:?} {e:?}"),
+        }
+    };
+    let first = ours()?;
+
+    // The filters outlive the agent, and the next one replaces them in
+    // place: an established connection goes on throughout.
+    let local = format!("{NODE1}:30081");
+    let mut held = Held::open_in(&bed.nodes.ns("c"), None, &local)?;
+    assert_eq!(held.request()?, "p1");
+    agent.kill();
+    assert_eq!(held.request()?, "p1", "the filters outlive the agent");
+    let r = bed.client(&["tcp", "--to", &node_port, "-n", "20", "--from"])?;
+    assert_eq!(answers(&r, 20, &node_port), both);
+    let agent = bed.agent_with(&bed.node1, &no_tcx)?;
+    assert_eq!(held.request()?, "p1", "a new agent keeps the flow");
+    let second = ours()?;
+    assert!(
+        second[0] != first[0] && second[1] != first[1],
+        "replaced by the new agent's programs: {first:?} -> {second:?}"
+    );
+    let r = bed.client(&["tcp", "--to", &node_port, "-n", "20", "--from"])?;
+    assert_eq!(answers(&r, 20, &node_port), both);
+
+    // `lb-agent cleanup` in the node finds them without pins.
+    drop(agent);
+    let bin = agent::agent_bin();
+    let pins = bed.node1.pins.path().to_string_lossy().into_owned();
+    exec(
+        &bed.nodes.ns("n1"),
+        &[&bin.to_string_lossy(), "cleanup", "--bpffs-dir", &pins],
+    )?;
+    assert_eq!(
+        filters(&bed, "ingress", "lb_tc_ingress")?,
+        Vec::<u32>::new()
+    );
+    assert_eq!(filters(&bed, "egress", "lb_tc_egress")?, Vec::<u32>::new());
     Ok(())
 }

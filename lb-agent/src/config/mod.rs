@@ -38,6 +38,8 @@ pub struct RunConfig {
     pub node_port_addresses: NodePortAddresses,
     /// `--devices`; empty: the devices holding the NodePort addresses.
     pub devices: Vec<String>,
+    /// `--enable-tcx`.
+    pub enable_tcx: bool,
     /// `None`: the cgroup2 mount root, found at start.
     pub cgroup: Option<PathBuf>,
     pub bpffs_dir: PathBuf,
@@ -132,6 +134,7 @@ impl RunConfig {
             excluded,
             node_port_addresses,
             devices: args.devices.into_iter().filter(|d| !d.is_empty()).collect(),
+            enable_tcx: args.enable_tcx,
             cgroup: args.cgroup_path,
             bpffs_dir: args.bpffs_dir,
             capacities: capacities(&args.maps),

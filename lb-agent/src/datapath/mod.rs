@@ -71,6 +71,10 @@ pub struct Datapath {
     devices: BTreeSet<String>,
     /// Whether attaching them failed on some device (retried at each sync).
     devices_failed: bool,
+    /// How they are attached.
+    tc_hook: tc::TcHook,
+    /// The devices this agent put clsact filters on.
+    clsact: BTreeSet<String>,
 }
 
 /// What [`Datapath::attach`] did besides attaching.
@@ -137,7 +141,11 @@ impl Datapath {
     /// Recovers from an interrupted migration, compares the pinned maps with
     /// what `caps` asks for, and loads the object: against the pinned maps
     /// when they match, else against new maps pinned beside them.
-    pub fn open(pins: &Pins, caps: &Capacities) -> Result<Self, DatapathError> {
+    pub fn open(
+        pins: &Pins,
+        caps: &Capacities,
+        tc_hook: tc::TcHook,
+    ) -> Result<Self, DatapathError> {
         let (maps_dir, start) = match migrate::recover(pins)? {
             Leftover::Switched => (pins.next_dir(), Start::Resuming),
             Leftover::None => {
@@ -161,6 +169,8 @@ impl Datapath {
             // to: replacing its programs there leaves no gap.
             devices: tc::linked_devices(pins)?,
             devices_failed: false,
+            tc_hook,
+            clsact: BTreeSet::new(),
         })
     }
 
@@ -201,7 +211,13 @@ impl Datapath {
 
     fn attach_tc(&mut self) -> Result<(), DatapathError> {
         self.devices_failed = true;
-        tc::attach(&mut self.ebpf, &self.pins, &self.devices)??;
+        tc::attach(
+            &mut self.ebpf,
+            &self.pins,
+            self.tc_hook,
+            &self.devices,
+            &mut self.clsact,
+        )??;
         self.devices_failed = false;
         Ok(())
     }

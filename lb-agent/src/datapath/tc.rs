@@ -18,7 +18,15 @@ use aya::{
         Array, MapData,
         lpm_trie::{Key, LpmTrie},
     },
-    programs::{LinkOrder, SchedClassifier, TcAttachType, links::FdLink, tc::TcAttachOptions},
+    programs::{
+        LinkOrder, SchedClassifier, TcAttachType,
+        links::FdLink,
+        tc::{
+            NlOptions, SchedClassifierLink, TcAttachOptions, TcError, TcHandle, qdisc_add_clsact,
+            qdisc_detach_program,
+        },
+    },
+    util::KernelVersion,
 };
 use ipnet::IpNet;
 use lb_common::{CONFIG, DatapathConfig, SOURCE_RANGE_PREFIX, SOURCE_RANGES4, SourceRange4};
@@ -50,6 +58,36 @@ pub fn linked_devices(pins: &Pins) -> Result<BTreeSet<String>, LoaderError> {
         .collect())
 }
 
+/// How the tc programs are attached to a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TcHook {
+    /// TCX links, pinned under `links/` (kernel 6.6+).
+    Tcx,
+    /// cls_bpf filters in direct-action mode on a clsact qdisc, at a fixed
+    /// priority and handle: they stay when the agent exits, and a new
+    /// agent replaces them in one netlink request.
+    Clsact,
+}
+
+impl TcHook {
+    /// TCX where the kernel has it and `enable_tcx` allows it, else clsact.
+    pub fn choose(enable_tcx: bool) -> Self {
+        // An unreadable version is taken for an old kernel: clsact works
+        // everywhere.
+        let tcx = KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0));
+        if enable_tcx && tcx {
+            Self::Tcx
+        } else {
+            Self::Clsact
+        }
+    }
+}
+
+/// Our clsact filters' priority and handle: fixed, so that a new agent
+/// finds an earlier one's filters to replace.
+const CLSACT_PRIORITY: u16 = 1;
+const CLSACT_HANDLE: TcHandle = TcHandle::new(0, 0xb1);
+
 /// Devices the tc programs could not be attached to (missing, or refused
 /// by the kernel); every other device of the set got them.
 #[derive(Debug, thiserror::Error)]
@@ -61,14 +99,17 @@ pub struct DevicesError {
     pub source: Box<LoaderError>,
 }
 
-/// Attaches both tc programs to every device of `devices` (replacing our
-/// links there), and detaches them from devices we linked before that are
-/// not in `devices` any more. A device that fails keeps whatever it had
-/// and does not hold the others back: `Ok(Err(_))` names it.
+/// Attaches both tc programs to every device of `devices` with `hook`
+/// (replacing ours there), and detaches them from devices we linked before
+/// (TCX pins; clsact filters this agent placed, in `clsact`) that are not
+/// in `devices` any more. A device that fails keeps whatever it had and
+/// does not hold the others back: `Ok(Err(_))` names it.
 pub fn attach(
     ebpf: &mut Ebpf,
     pins: &Pins,
+    hook: TcHook,
     devices: &BTreeSet<String>,
+    clsact: &mut BTreeSet<String>,
 ) -> Result<Result<(), DevicesError>, LoaderError> {
     let links = pins.links_dir();
     fs::create_dir_all(&links).map_err(io_err("creating", &links))?;
@@ -84,21 +125,35 @@ pub fn attach(
     for device in devices {
         // Egress first: alone it translates only flows ingress recorded,
         // so no device ever DNATs a flow whose replies it cannot reverse.
-        let done = PROGRAMS.iter().rev().try_for_each(|&(name, hook, prefix)| {
-            attach_one(ebpf, pins, name, hook, device, prefix)
-        });
-        if let Err(e) = done {
-            failed.push((device.clone(), e));
+        let done = PROGRAMS
+            .iter()
+            .rev()
+            .try_for_each(|&(name, attach_type, prefix)| match hook {
+                TcHook::Tcx => attach_tcx(ebpf, pins, name, attach_type, device, prefix),
+                TcHook::Clsact => attach_clsact(ebpf, name, attach_type, device),
+            });
+        match done {
+            Ok(()) if hook == TcHook::Clsact => {
+                clsact.insert(device.clone());
+            }
+            Ok(()) => {}
+            Err(e) => failed.push((device.clone(), e)),
         }
     }
-    let wanted: BTreeSet<String> = PROGRAMS
-        .iter()
-        .flat_map(|(_, _, prefix)| {
-            devices
-                .iter()
-                .map(move |d| format!("{prefix}{}", pin_part(d)))
-        })
-        .collect();
+    for device in clsact.extract_if(.., |d| hook == TcHook::Tcx || !devices.contains(d)) {
+        detach_clsact(&device);
+    }
+    let wanted: BTreeSet<String> = match hook {
+        TcHook::Tcx => PROGRAMS
+            .iter()
+            .flat_map(|(_, _, prefix)| {
+                devices
+                    .iter()
+                    .map(move |d| format!("{prefix}{}", pin_part(d)))
+            })
+            .collect(),
+        TcHook::Clsact => BTreeSet::new(),
+    };
     for pin in linked(pins)? {
         if !wanted.contains(&pin) {
             remove_if_present(&pins.link(&pin))?;
@@ -126,9 +181,9 @@ fn program<'a>(
         .map_err(|source| LoaderError::Program { name, source })
 }
 
-/// Attaches the loaded program `name` to `device`'s `hook`, pinned
-/// make-before-break as `<prefix><device>`.
-fn attach_one(
+/// Attaches the loaded program `name` to `device`'s `hook` with a TCX
+/// link, pinned make-before-break as `<prefix><device>`.
+fn attach_tcx(
     ebpf: &mut Ebpf,
     pins: &Pins,
     name: &'static str,
@@ -151,6 +206,94 @@ fn attach_one(
         .try_into()
         .map_err(|source| LoaderError::Link { name, source })?;
     pin_replacing(link, pins, &format!("{prefix}{}", pin_part(device)))
+}
+
+/// Attaches the loaded program `name` to `device`'s `hook` as our clsact
+/// filter: replacing the one there in place (an earlier agent's), else
+/// created, with the qdisc if the device has none.
+fn attach_clsact(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    hook: TcAttachType,
+    device: &str,
+) -> Result<(), LoaderError> {
+    let prog_err = |source| LoaderError::Program { name, source };
+    let program = program(ebpf, name)?;
+    let ours = SchedClassifierLink::attached(device, hook, CLSACT_PRIORITY, CLSACT_HANDLE, None)
+        .map_err(|e| prog_err(TcError::IoError(e).into()))?;
+    let id = match program.attach_to_link(ours) {
+        Ok(id) => id,
+        // None there yet. An existing qdisc is fine; any other failure to
+        // add one shows as the attach's.
+        Err(_) => {
+            let _ = qdisc_add_clsact(device);
+            program
+                .attach_with_options(
+                    device,
+                    hook,
+                    TcAttachOptions::Netlink(NlOptions {
+                        priority: CLSACT_PRIORITY,
+                        handle: CLSACT_HANDLE,
+                        ..NlOptions::default()
+                    }),
+                )
+                .map_err(prog_err)?
+        }
+    };
+    // The filter stays when the agent exits, as a pinned link does: a
+    // dropped link would detach it.
+    std::mem::forget(program.take_link(id).map_err(prog_err)?);
+    Ok(())
+}
+
+/// Removes our clsact filters from `device`, if it has any.
+fn detach_clsact(device: &str) {
+    for (name, hook, _) in PROGRAMS {
+        // Not found (or no qdisc, or no device) leaves nothing to remove.
+        let _ = qdisc_detach_program(device, hook, name);
+    }
+}
+
+/// Removes our clsact filters from every interface of this network
+/// namespace (`lb-agent cleanup`: an earlier agent's devices are not
+/// recorded anywhere else); the interfaces that had some.
+pub fn detach_clsact_everywhere() -> Vec<String> {
+    let mut had = Vec::new();
+    for device in interface_names() {
+        let found = PROGRAMS
+            .iter()
+            .filter(|(name, hook, _)| qdisc_detach_program(&device, *hook, name).is_ok())
+            .count();
+        if found > 0 {
+            had.push(device);
+        }
+    }
+    had
+}
+
+/// The names of this network namespace's interfaces.
+fn interface_names() -> Vec<String> {
+    let mut names = Vec::new();
+    // SAFETY: `if_nameindex` returns null or an array ending in an entry
+    // with index 0; its names are C strings; it is freed once, after the
+    // last read.
+    unsafe {
+        let list = libc::if_nameindex();
+        if list.is_null() {
+            return names;
+        }
+        let mut entry = list;
+        while (*entry).if_index != 0 && !(*entry).if_name.is_null() {
+            names.push(
+                std::ffi::CStr::from_ptr((*entry).if_name)
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+            entry = entry.add(1);
+        }
+        libc::if_freenameindex(list);
+    }
+    names
 }
 
 /// The pin names of our tc links.
