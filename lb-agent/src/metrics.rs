@@ -137,6 +137,9 @@ pub struct Metrics {
     pub udp_socket_destroy_errors: Counter,
     /// `healthCheckNodePort` listeners open now, one per port and family.
     pub service_health_listeners: Gauge,
+    /// Devices the tc programs should be on but could not be attached to
+    /// (missing, say); retried at each sync and every 5 s.
+    pub tc_devices_unattached: Gauge,
     /// Health-check listeners that could not be opened, once per failure
     /// until they open.
     pub service_health_listen_errors: Counter,
@@ -173,6 +176,7 @@ impl Default for Metrics {
             udp_sockets_destroyed: Counter::default(),
             udp_socket_destroy_errors: Counter::default(),
             service_health_listeners: Gauge::default(),
+            tc_devices_unattached: Gauge::default(),
             service_health_listen_errors: Counter::default(),
             datapath_maps: Arc::default(),
             registry: Registry::default(),
@@ -365,6 +369,11 @@ impl Metrics {
             "lbagent_service_health_check_listeners",
             "healthCheckNodePort listeners open, one per port and family",
             self.service_health_listeners.clone(),
+        );
+        r.register(
+            "lbagent_tc_devices_unattached",
+            "Devices the tc programs should be on but could not be attached to (retried every 5 s)",
+            self.tc_devices_unattached.clone(),
         );
         r.register(
             "lbagent_service_health_check_listen_errors",

@@ -29,6 +29,7 @@ use lb_agent::{
     },
     http::{self, Endpoints, Role},
     memory,
+    metrics::Gauge,
     model::{ExcludedCidrs, NodeContext},
     reconcile::DualReconciler,
     service_health,
@@ -156,7 +157,7 @@ async fn sync_loop(
                     .apply(Change::LocalAddresses(ips), Instant::now());
             }
             // A device named but missing may have appeared.
-            if agent.attached && agent.datapath.devices_failed() {
+            if agent.attached && agent.datapath.unattached_devices() > 0 {
                 agent.sync_tc();
             }
             next_interfaces = Instant::now() + INTERFACES_POLL;
@@ -356,12 +357,15 @@ struct Agent {
     devices: Vec<String>,
     /// What `LB_CONFIG` holds, once written.
     tc_config: Option<DatapathConfig>,
+    /// `lbagent_tc_devices_unattached`.
+    tc_unattached: Gauge,
 }
 
 impl Agent {
     /// Loads the programs and maps (migrating older ones), and attaches
     /// the programs unless a migration must fill new maps first.
     fn start(config: &RunConfig, endpoints: Arc<Endpoints>) -> anyhow::Result<Self> {
+        let tc_unattached = endpoints.metrics.tc_devices_unattached.clone();
         let cgroup = match &config.cgroup {
             Some(p) => p.clone(),
             None => cgroup::cgroup2_mount()
@@ -459,6 +463,7 @@ impl Agent {
             waiting_logged: false,
             devices: config.devices.clone(),
             tc_config: None,
+            tc_unattached,
         };
         if !agent.devices.is_empty() {
             let devices = agent.devices.iter().cloned().collect();
@@ -512,6 +517,8 @@ impl Agent {
                 "attaching the tc programs failed; retrying at the next sync"
             );
         }
+        self.tc_unattached
+            .set(self.datapath.unattached_devices() as f64);
         Ok(())
     }
 
@@ -541,6 +548,8 @@ impl Agent {
                 "attaching the tc programs failed; retrying at the next sync"
             ),
         }
+        self.tc_unattached
+            .set(self.datapath.unattached_devices() as f64);
         if let Some(guarded) = self.syncer.guarded() {
             match self.datapath.set_source_ranges(guarded) {
                 Ok(()) => self.syncer.guarded_written(),

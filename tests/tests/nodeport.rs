@@ -573,7 +573,7 @@ fn tc_links(node: &NodeBed) -> anyhow::Result<BTreeSet<String>> {
 fn a_device_named_but_missing_holds_back_neither_the_agent_nor_the_other_devices()
 -> anyhow::Result<()> {
     let bed = Bed::new()?;
-    let _agent = bed.agent_with(&bed.node1, &["--devices=eth0,late0"])?;
+    let mut agent = bed.agent_with(&bed.node1, &["--devices=eth0,late0"])?;
     let _agent2 = bed.agent(&bed.node2)?;
     let node_port = format!("{NODE1}:30080");
     bed.wait_reachable(&node_port)?;
@@ -587,6 +587,7 @@ fn a_device_named_but_missing_holds_back_neither_the_agent_nor_the_other_devices
     );
     let eth0 = BTreeSet::from(["tc-in-eth0".to_owned(), "tc-out-eth0".to_owned()]);
     assert_eq!(tc_links(&bed.node1)?, eth0);
+    assert_eq!(agent.metric("lbagent_tc_devices_unattached")?, 1.0);
 
     // The device appears: the agent finds it within a few seconds, without
     // any change from the apiserver.
@@ -606,6 +607,7 @@ fn a_device_named_but_missing_holds_back_neither_the_agent_nor_the_other_devices
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+    agent.wait_metric("lbagent_tc_devices_unattached", 0.0)?;
     let r = bed.client(&["tcp", "--to", &node_port, "-n", "20"])?;
     assert_eq!((r.ok(), r.failed()), (20, 0), "{r:?}");
     Ok(())

@@ -69,12 +69,13 @@ pub struct Datapath {
     start: Start,
     /// The devices the tc programs are to be attached to.
     devices: BTreeSet<String>,
-    /// Whether attaching them failed on some device (retried at each sync).
-    devices_failed: bool,
+    /// How many of them lack the programs, attaching having failed there
+    /// (retried at each sync).
+    unattached: usize,
     /// How they are attached.
     tc_hook: tc::TcHook,
-    /// The devices this agent put clsact filters on.
-    clsact: BTreeSet<String>,
+    /// The devices this agent attached them to.
+    attached: BTreeSet<String>,
 }
 
 /// What [`Datapath::attach`] did besides attaching.
@@ -168,9 +169,9 @@ impl Datapath {
             // Until told otherwise, the devices an earlier agent attached
             // to: replacing its programs there leaves no gap.
             devices: tc::linked_devices(pins)?,
-            devices_failed: false,
+            unattached: 0,
             tc_hook,
-            clsact: BTreeSet::new(),
+            attached: BTreeSet::new(),
         })
     }
 
@@ -194,7 +195,7 @@ impl Datapath {
         devices: BTreeSet<String>,
         attached: bool,
     ) -> Result<bool, DatapathError> {
-        if devices == self.devices && !self.devices_failed {
+        if devices == self.devices && self.unattached == 0 {
             return Ok(false);
         }
         self.devices = devices;
@@ -204,22 +205,25 @@ impl Datapath {
         Ok(true)
     }
 
-    /// Whether the tc programs are missing from a device they should be on.
-    pub fn devices_failed(&self) -> bool {
-        self.devices_failed
+    /// How many devices the tc programs should be on but are not.
+    pub fn unattached_devices(&self) -> usize {
+        self.unattached
     }
 
     fn attach_tc(&mut self) -> Result<(), DatapathError> {
-        self.devices_failed = true;
-        tc::attach(
+        let done = tc::attach(
             &mut self.ebpf,
             &self.pins,
             self.tc_hook,
             &self.devices,
-            &mut self.clsact,
-        )??;
-        self.devices_failed = false;
-        Ok(())
+            &mut self.attached,
+        );
+        self.unattached = match &done {
+            Ok(Ok(())) => 0,
+            Ok(Err(e)) => e.devices.len(),
+            Err(_) => self.devices.len(),
+        };
+        Ok(done??)
     }
 
     /// The tc programs' settings, written into the maps they use.

@@ -100,16 +100,18 @@ pub struct DevicesError {
 }
 
 /// Attaches both tc programs to every device of `devices` with `hook`
-/// (replacing ours there), and detaches them from devices we linked before
-/// (TCX pins; clsact filters this agent placed, in `clsact`) that are not
-/// in `devices` any more. A device that fails keeps whatever it had and
-/// does not hold the others back: `Ok(Err(_))` names it.
+/// (replacing an earlier agent's there) that does not have them yet
+/// (`attached`: the devices this agent attached them to), and detaches
+/// them from devices we attached before (TCX pins, and this agent's clsact
+/// filters) that are not in `devices` any more. A device that fails keeps
+/// whatever it had and does not hold the others back: `Ok(Err(_))` names
+/// it.
 pub fn attach(
     ebpf: &mut Ebpf,
     pins: &Pins,
     hook: TcHook,
     devices: &BTreeSet<String>,
-    clsact: &mut BTreeSet<String>,
+    attached: &mut BTreeSet<String>,
 ) -> Result<Result<(), DevicesError>, LoaderError> {
     let links = pins.links_dir();
     fs::create_dir_all(&links).map_err(io_err("creating", &links))?;
@@ -122,7 +124,10 @@ pub fn attach(
         }
     }
     let mut failed = Vec::new();
-    for device in devices {
+    // A program attaches once per hook: a second TCX attach of the same
+    // program fails (EEXIST).
+    let new: Vec<String> = devices.difference(attached).cloned().collect();
+    for device in &new {
         // Egress first: alone it translates only flows ingress recorded,
         // so no device ever DNATs a flow whose replies it cannot reverse.
         let done = PROGRAMS
@@ -133,15 +138,16 @@ pub fn attach(
                 TcHook::Clsact => attach_clsact(ebpf, name, attach_type, device),
             });
         match done {
-            Ok(()) if hook == TcHook::Clsact => {
-                clsact.insert(device.clone());
+            Ok(()) => {
+                attached.insert(device.clone());
             }
-            Ok(()) => {}
             Err(e) => failed.push((device.clone(), e)),
         }
     }
-    for device in clsact.extract_if(.., |d| hook == TcHook::Tcx || !devices.contains(d)) {
-        detach_clsact(&device);
+    for device in attached.extract_if(.., |d| !devices.contains(d)) {
+        if hook == TcHook::Clsact {
+            detach_clsact(&device);
+        }
     }
     let wanted: BTreeSet<String> = match hook {
         TcHook::Tcx => PROGRAMS

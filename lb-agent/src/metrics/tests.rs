@@ -100,6 +100,7 @@ fn render_names_every_family_once_with_every_label() {
         "lbagent_udp_socket_destroy_errors",
         "lbagent_service_health_check_listeners",
         "lbagent_service_health_check_listen_errors",
+        "lbagent_tc_devices_unattached",
         "process_cpu_seconds",
         "process_virtual_memory_bytes",
         "process_resident_memory_bytes",
