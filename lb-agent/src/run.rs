@@ -156,8 +156,9 @@ async fn sync_loop(
                     .syncer
                     .apply(Change::LocalAddresses(ips), Instant::now());
             }
-            // A device named but missing may have appeared.
-            if agent.attached && agent.datapath.unattached_devices() > 0 {
+            // A device named but missing may have appeared, or one been
+            // created again (without our programs).
+            if agent.attached {
                 agent.sync_tc();
             }
             next_interfaces = Instant::now() + INTERFACES_POLL;

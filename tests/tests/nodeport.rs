@@ -31,12 +31,13 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
+use aya::programs::{SchedClassifier, TcAttachType};
 use lb_fixtures::{Ep, Node, Object, Slice, Svc, SvcPort, yaml};
 use lb_tests::{
     agent::{self, Agent, PinDir},
     cgroup::TestCgroup,
     http,
-    netns::{exec, ip},
+    netns::{self, exec, ip},
     probe::{self, Held, Report, Server, outside_client},
     require_root, unique,
 };
@@ -569,6 +570,23 @@ fn tc_links(node: &NodeBed) -> anyhow::Result<BTreeSet<String>> {
         .collect())
 }
 
+/// The names of the TCX programs on `device` in network namespace `ns`,
+/// ingress then egress.
+fn tcx_programs(ns: &str, device: &str) -> anyhow::Result<Vec<String>> {
+    netns::within(ns, || {
+        let mut names = Vec::new();
+        for hook in [TcAttachType::Ingress, TcAttachType::Egress] {
+            let (_, programs) = SchedClassifier::query_tcx(device, hook)?;
+            names.extend(
+                programs
+                    .iter()
+                    .map(|p| p.name_as_str().unwrap_or("?").to_owned()),
+            );
+        }
+        Ok(names)
+    })
+}
+
 #[test]
 fn a_device_named_but_missing_holds_back_neither_the_agent_nor_the_other_devices()
 -> anyhow::Result<()> {
@@ -610,6 +628,27 @@ fn a_device_named_but_missing_holds_back_neither_the_agent_nor_the_other_devices
     agent.wait_metric("lbagent_tc_devices_unattached", 0.0)?;
     let r = bed.client(&["tcp", "--to", &node_port, "-n", "20"])?;
     assert_eq!((r.ok(), r.failed()), (20, 0), "{r:?}");
+
+    // Deleted and created again, it has none of our programs (the pins
+    // stay, detached): the agent notices the new device and attaches again.
+    let late0_programs = || tcx_programs(&n1, "late0");
+    let has_both = |names: &[String]| names == ["lb_tc_ingress", "lb_tc_egress"];
+    assert!(has_both(&late0_programs()?), "{:?}", late0_programs()?);
+    ip(&["-n", &n1, "link", "del", "late0"])?;
+    ip(&[
+        "-n", &n1, "link", "add", "late0", "type", "veth", "peer", "late1",
+    ])?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !has_both(&late0_programs()?) {
+        if Instant::now() > deadline {
+            bail!(
+                "the new late0 never got the tc programs: {:?}",
+                late0_programs()?
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    agent.wait_metric("lbagent_tc_devices_unattached", 0.0)?;
     Ok(())
 }
 

@@ -18,7 +18,7 @@ pub mod table;
 pub mod tc;
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
 };
 
@@ -74,8 +74,8 @@ pub struct Datapath {
     unattached: usize,
     /// How they are attached.
     tc_hook: tc::TcHook,
-    /// The devices this agent attached them to.
-    attached: BTreeSet<String>,
+    /// The devices this agent attached them to, with their index then.
+    attached: BTreeMap<String, u32>,
 }
 
 /// What [`Datapath::attach`] did besides attaching.
@@ -171,7 +171,7 @@ impl Datapath {
             devices: tc::linked_devices(pins)?,
             unattached: 0,
             tc_hook,
-            attached: BTreeSet::new(),
+            attached: BTreeMap::new(),
         })
     }
 
@@ -187,7 +187,8 @@ impl Datapath {
     }
 
     /// Attaches the tc programs to `devices` (and detaches them from the
-    /// others) if that changes anything, or if a device failed last time.
+    /// others) if that changes anything, if a device failed last time, or
+    /// if one was deleted or created again since.
     /// Before [`Self::attach`], only remembers them: the programs must not
     /// use maps still being filled.
     pub fn set_devices(
@@ -195,7 +196,7 @@ impl Datapath {
         devices: BTreeSet<String>,
         attached: bool,
     ) -> Result<bool, DatapathError> {
-        if devices == self.devices && self.unattached == 0 {
+        if devices == self.devices && self.unattached == 0 && !tc::moved(&self.attached) {
             return Ok(false);
         }
         self.devices = devices;
@@ -235,7 +236,7 @@ impl Datapath {
     /// the maps the tc programs use.
     pub fn set_source_ranges(
         &self,
-        guarded: &std::collections::BTreeMap<crate::model::Frontend, Vec<ipnet::IpNet>>,
+        guarded: &BTreeMap<crate::model::Frontend, Vec<ipnet::IpNet>>,
     ) -> Result<(), tc::ConfigError> {
         tc::write_source_ranges(&self.maps_dir, guarded)
     }

@@ -101,7 +101,8 @@ pub struct DevicesError {
 
 /// Attaches both tc programs to every device of `devices` with `hook`
 /// (replacing an earlier agent's there) that does not have them yet
-/// (`attached`: the devices this agent attached them to), and detaches
+/// (`attached`: the devices this agent attached them to, with their index
+/// then: a device deleted and created again has a new one), and detaches
 /// them from devices we attached before (TCX pins, and this agent's clsact
 /// filters) that are not in `devices` any more. A device that fails keeps
 /// whatever it had and does not hold the others back: `Ok(Err(_))` names
@@ -111,7 +112,7 @@ pub fn attach(
     pins: &Pins,
     hook: TcHook,
     devices: &BTreeSet<String>,
-    attached: &mut BTreeSet<String>,
+    attached: &mut BTreeMap<String, u32>,
 ) -> Result<Result<(), DevicesError>, LoaderError> {
     let links = pins.links_dir();
     fs::create_dir_all(&links).map_err(io_err("creating", &links))?;
@@ -126,8 +127,12 @@ pub fn attach(
     let mut failed = Vec::new();
     // A program attaches once per hook: a second TCX attach of the same
     // program fails (EEXIST).
-    let new: Vec<String> = devices.difference(attached).cloned().collect();
-    for device in &new {
+    let new: Vec<(&String, u32)> = devices
+        .iter()
+        .map(|d| (d, if_index(d)))
+        .filter(|(d, index)| attached.get(*d) != Some(index))
+        .collect();
+    for (device, index) in new {
         // Egress first: alone it translates only flows ingress recorded,
         // so no device ever DNATs a flow whose replies it cannot reverse.
         let done = PROGRAMS
@@ -139,12 +144,12 @@ pub fn attach(
             });
         match done {
             Ok(()) => {
-                attached.insert(device.clone());
+                attached.insert(device.clone(), index);
             }
             Err(e) => failed.push((device.clone(), e)),
         }
     }
-    for device in attached.extract_if(.., |d| !devices.contains(d)) {
+    for (device, _) in attached.extract_if(.., |d, _| !devices.contains(d)) {
         if hook == TcHook::Clsact {
             detach_clsact(&device);
         }
@@ -275,6 +280,20 @@ pub fn detach_clsact_everywhere() -> Vec<String> {
         }
     }
     had
+}
+
+/// Whether a device of `attached` is gone or was created again since.
+pub fn moved(attached: &BTreeMap<String, u32>) -> bool {
+    attached.iter().any(|(d, index)| if_index(d) != *index)
+}
+
+/// `device`'s interface index; 0 if there is no such device.
+fn if_index(device: &str) -> u32 {
+    let Ok(name) = std::ffi::CString::new(device) else {
+        return 0;
+    };
+    // SAFETY: `name` is a valid C string for the call's duration.
+    unsafe { libc::if_nametoindex(name.as_ptr()) }
 }
 
 /// The names of this network namespace's interfaces.
