@@ -158,7 +158,7 @@ async fn sync_loop(
             }
             // A device named but missing may have appeared, or one been
             // created again (without our programs).
-            if agent.attached {
+            if agent.attached && agent.datapath.devices_stale() {
                 agent.sync_tc();
             }
             next_interfaces = Instant::now() + INTERFACES_POLL;

@@ -196,7 +196,7 @@ impl Datapath {
         devices: BTreeSet<String>,
         attached: bool,
     ) -> Result<bool, DatapathError> {
-        if devices == self.devices && self.unattached == 0 && !tc::moved(&self.attached) {
+        if devices == self.devices && !self.devices_stale() {
             return Ok(false);
         }
         self.devices = devices;
@@ -209,6 +209,12 @@ impl Datapath {
     /// How many devices the tc programs should be on but are not.
     pub fn unattached_devices(&self) -> usize {
         self.unattached
+    }
+
+    /// Whether a device lacks the tc programs it should have: attaching
+    /// failed there, or it was deleted or created again since.
+    pub fn devices_stale(&self) -> bool {
+        self.unattached > 0 || tc::moved(&self.attached)
     }
 
     fn attach_tc(&mut self) -> Result<(), DatapathError> {

@@ -170,16 +170,14 @@ pub fn attach(
             remove_if_present(&pins.link(&pin))?;
         }
     }
-    let mut failed = failed.into_iter();
-    Ok(match failed.next() {
-        None => Ok(()),
-        Some((first, source)) => Err(DevicesError {
-            devices: std::iter::once(first)
-                .chain(failed.map(|(d, _)| d))
-                .collect(),
-            source: Box::new(source),
-        }),
-    })
+    let (names, mut errors): (Vec<String>, Vec<LoaderError>) = failed.into_iter().unzip();
+    if errors.is_empty() {
+        return Ok(Ok(()));
+    }
+    Ok(Err(DevicesError {
+        devices: names,
+        source: Box::new(errors.swap_remove(0)),
+    }))
 }
 
 fn program<'a>(

@@ -11,14 +11,13 @@ use anyhow::Context as _;
 use lb_tests::{
     cgroup::TestCgroup,
     kubeproxy::{self, Proto, SvcSpec},
-    netns,
-    probe::{self, BenchReport},
+    netns, probe,
     progstats::{Runs, StatsOn},
     scenario::Bed,
     unique,
 };
 
-use super::Plan;
+use super::{Plan, rounds::Rounds};
 
 /// The pod network of the layouts: the clients (10.0.0.x) are pods, so
 /// neither layout masquerades, as for pod-to-Service traffic in a cluster.
@@ -138,39 +137,12 @@ pub const PROGRAMS: [&str; 4] = ["connect4", "sendmsg4", "recvmsg4", "connect6"]
 pub struct Row {
     pub mode: Mode,
     pub n: usize,
-    pub runs: Vec<(Load, BenchReport)>,
+    pub runs: Rounds<Load>,
     /// Ours: what each of [`PROGRAMS`] ran during each load, over all rounds.
     pub programs: Vec<(Load, &'static str, Runs)>,
 }
 
 impl Row {
-    fn reports(&self, load: Load) -> impl Iterator<Item = &BenchReport> {
-        self.runs
-            .iter()
-            .filter(move |(l, _)| *l == load)
-            .map(|(_, r)| r)
-    }
-    /// The median over rounds of requests (or connections) per second.
-    pub fn rate(&self, load: Load) -> f64 {
-        median(self.reports(load).map(|r| r.rate))
-    }
-    /// The median over rounds of each round's latency percentile.
-    pub fn p50(&self, load: Load) -> f64 {
-        median(self.reports(load).filter_map(BenchReport::p50_us))
-    }
-    pub fn p99(&self, load: Load) -> f64 {
-        median(self.reports(load).filter_map(BenchReport::p99_us))
-    }
-    /// (smallest, largest) round rate: the spread between rounds.
-    pub fn spread(&self, load: Load) -> (f64, f64) {
-        self.reports(load)
-            .map(|r| r.rate)
-            .fold((f64::INFINITY, 0.0), |(lo, hi), x| (lo.min(x), hi.max(x)))
-    }
-    pub fn failed(&self) -> u64 {
-        self.runs.iter().map(|(_, r)| r.failed).sum()
-    }
-
     fn add_programs(&mut self, load: Load, ran: Vec<(&'static str, Runs)>) {
         for (prog, r) in ran {
             match self
@@ -195,20 +167,6 @@ fn program_runs(pins: &std::path::Path) -> anyhow::Result<Vec<(&'static str, Run
         .iter()
         .map(|p| Ok((*p, Runs::of_link(&pins.join("links").join(p))?)))
         .collect()
-}
-
-pub fn median(v: impl Iterator<Item = f64>) -> f64 {
-    let mut v: Vec<f64> = v.collect();
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    if v.len().is_multiple_of(2) {
-        (v[m - 1] + v[m]) / 2.0
-    } else {
-        v[m]
-    }
 }
 
 /// N Services: N-1 fillers, then the measured UDP and TCP ports (TCP last,
@@ -310,7 +268,7 @@ pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
         .map(|&mode| Row {
             mode,
             n,
-            runs: Vec::new(),
+            runs: Rounds::default(),
             programs: Vec::new(),
         })
         .collect();
@@ -379,7 +337,7 @@ pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
                     .iter_mut()
                     .find(|r| r.mode == mode)
                     .expect("every mode has a row");
-                row.runs.push((load, r));
+                row.runs.push(load, r);
                 if let Some(ran) = ran {
                     row.add_programs(load, ran);
                 }

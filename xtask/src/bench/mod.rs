@@ -8,6 +8,7 @@ mod health;
 mod nodeport;
 mod realistic;
 mod report;
+mod rounds;
 mod scale;
 
 use std::{path::PathBuf, time::Duration};

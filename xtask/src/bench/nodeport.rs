@@ -23,12 +23,12 @@ use lb_tests::{
     cgroup::TestCgroup,
     kubeproxy::{self, Proto, SvcSpec},
     netns::{exec, ip},
-    probe::{self, BenchReport, Server},
+    probe::{self, Server},
     progstats::{Runs, StatsOn},
     unique,
 };
 
-use super::{Plan, datapath::median};
+use super::{Plan, rounds::Rounds};
 
 /// The node ours runs as; its Node object carries the NodePort address.
 const NODE: &str = "bench-node";
@@ -86,43 +86,11 @@ impl Load {
 pub struct Row {
     pub mode: Mode,
     pub n: usize,
-    pub runs: Vec<(Load, BenchReport)>,
+    pub runs: Rounds<Load>,
     pub tc: Vec<(Load, Runs, Runs)>,
 }
 
 impl Row {
-    fn rates(&self, load: Load) -> impl Iterator<Item = f64> + '_ {
-        self.runs
-            .iter()
-            .filter(move |(l, _)| *l == load)
-            .map(|(_, r)| r.rate)
-    }
-    pub fn rate(&self, load: Load) -> f64 {
-        median(self.rates(load))
-    }
-    pub fn p50(&self, load: Load) -> f64 {
-        median(
-            self.runs
-                .iter()
-                .filter(|(l, _)| *l == load)
-                .filter_map(|(_, r)| r.p50_us()),
-        )
-    }
-    pub fn p99(&self, load: Load) -> f64 {
-        median(
-            self.runs
-                .iter()
-                .filter(|(l, _)| *l == load)
-                .filter_map(|(_, r)| r.p99_us()),
-        )
-    }
-    pub fn spread(&self, load: Load) -> (f64, f64) {
-        self.rates(load)
-            .fold((f64::INFINITY, 0.0), |(lo, hi), x| (lo.min(x), hi.max(x)))
-    }
-    pub fn failed(&self) -> u64 {
-        self.runs.iter().map(|(_, r)| r.failed).sum()
-    }
     /// Mean ns per run of (ingress, egress) during `load`.
     pub fn tc_ns(&self, load: Load) -> (f64, f64) {
         let (mut i, mut e) = (Runs::default(), Runs::default());
@@ -352,7 +320,7 @@ pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
         .map(|&mode| Row {
             mode,
             n,
-            runs: Vec::new(),
+            runs: Rounds::default(),
             tc: Vec::new(),
         })
         .collect();
@@ -399,7 +367,7 @@ pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
                     r.p50_us().unwrap_or(f64::NAN),
                     r.failed
                 );
-                row.runs.push((load, r));
+                row.runs.push(load, r);
             }
             eprintln!("{line}");
         }
@@ -477,7 +445,7 @@ pub fn render(plan: &Plan, rows: &[Row], tc_cost: &str) -> (String, Vec<(bool, S
             let (d, us) = (find(Mode::Direct, n), find(Mode::Ours, n));
             for mode in Mode::ALL {
                 let r = find(mode, n);
-                let (lo, hi) = r.spread(load);
+                let (lo, hi) = r.runs.spread(load);
                 let tc = if mode == Mode::Ours {
                     let (i, e) = r.tc_ns(load);
                     format!("{i:.0}, {e:.0}")
@@ -488,17 +456,17 @@ pub fn render(plan: &Plan, rows: &[Row], tc_cost: &str) -> (String, Vec<(bool, S
                     o,
                     "| {n} | {} | {:.0} | {:.2} | {:.2} | {lo:.0}-{hi:.0} | {:.1} | {:.1} | {tc} |",
                     mode.name(),
-                    r.rate(load),
-                    r.rate(load) / d.rate(load),
-                    r.rate(load) / us.rate(load),
-                    r.p50(load),
-                    r.p99(load),
+                    r.runs.rate(load),
+                    r.runs.rate(load) / d.runs.rate(load),
+                    r.runs.rate(load) / us.runs.rate(load),
+                    r.runs.p50(load),
+                    r.runs.p99(load),
                 );
             }
         }
         o.push('\n');
     }
-    let failed: u64 = rows.iter().map(Row::failed).sum();
+    let failed: u64 = rows.iter().map(|r| r.runs.failed()).sum();
     let _ = writeln!(
         o,
         "Failed requests over all NodePort runs: {failed}. \"tc ns/packet\": the kernel's mean \
@@ -509,8 +477,8 @@ pub fn render(plan: &Plan, rows: &[Row], tc_cost: &str) -> (String, Vec<(bool, S
 
     let mut t = Vec::new();
     for &n in &plan.scales {
-        let us = find(Mode::Ours, n).rate(Load::Tcp);
-        let nft = find(Mode::Nftables, n).rate(Load::Tcp);
+        let us = find(Mode::Ours, n).runs.rate(Load::Tcp);
+        let nft = find(Mode::Nftables, n).runs.rate(Load::Tcp);
         t.push((
             us >= nft,
             format!(
@@ -520,8 +488,8 @@ pub fn render(plan: &Plan, rows: &[Row], tc_cost: &str) -> (String, Vec<(bool, S
         ));
     }
     if plan.scales.contains(&10_000) {
-        let ipt = find(Mode::Iptables, 10_000).rate(Load::Tcp);
-        let r = find(Mode::Ours, 10_000).rate(Load::Tcp) / ipt;
+        let ipt = find(Mode::Iptables, 10_000).runs.rate(Load::Tcp);
+        let r = find(Mode::Ours, 10_000).runs.rate(Load::Tcp) / ipt;
         t.push((
             r >= 2.0,
             format!("NodePort: ours >= 2x iptables at N=10000 (TCP): {r:.2}x"),

@@ -213,22 +213,22 @@ fn datapath_tables(o: &mut String, plan: &Plan, rows: &[Row]) {
             {
                 let r = find(rows, mode, n);
                 let d = find(rows, mode.direct(), n);
-                let (lo, hi) = r.spread(load);
+                let (lo, hi) = r.runs.spread(load);
                 let _ = writeln!(
                     o,
                     "| {n} | {} | {:.0} | {:.2} | {:.2} | {lo:.0}-{hi:.0} | {:.1} | {:.1} |",
                     mode.name(),
-                    r.rate(load),
-                    r.rate(load) / d.rate(load),
-                    r.rate(load) / us.rate(load),
-                    r.p50(load),
-                    r.p99(load),
+                    r.runs.rate(load),
+                    r.runs.rate(load) / d.runs.rate(load),
+                    r.runs.rate(load) / us.runs.rate(load),
+                    r.runs.p50(load),
+                    r.runs.p99(load),
                 );
             }
         }
         o.push('\n');
     }
-    let failed: u64 = rows.iter().map(Row::failed).sum();
+    let failed: u64 = rows.iter().map(|r| r.runs.failed()).sum();
     let _ = writeln!(o, "Failed requests over all datapath runs: {failed}.\n");
     program_costs(o, plan, rows);
 }
@@ -379,23 +379,23 @@ fn targets(plan: &Plan, rows: &[Row], c: &Control) -> Vec<(bool, String)> {
     let mut t = Vec::new();
     for &n in &plan.scales {
         let (d, us) = (find(rows, Mode::Direct, n), find(rows, Mode::Ours, n));
-        let r = us.rate(Load::Tcp) / d.rate(Load::Tcp);
+        let r = us.runs.rate(Load::Tcp) / d.runs.rate(Load::Tcp);
         t.push((
             r >= 0.95,
             format!("ours >= 95% of direct at N={n} (TCP): {:.1}%", r * 100.0),
         ));
-        let nft = find(rows, Mode::Nftables, n).rate(Load::Tcp);
+        let nft = find(rows, Mode::Nftables, n).runs.rate(Load::Tcp);
         t.push((
-            us.rate(Load::Tcp) >= nft,
+            us.runs.rate(Load::Tcp) >= nft,
             format!(
                 "ours >= nftables at N={n} (TCP): {:.2}x",
-                us.rate(Load::Tcp) / nft
+                us.runs.rate(Load::Tcp) / nft
             ),
         ));
     }
     for &n in &plan.scales {
         let ratio = |ours, direct| {
-            find(rows, ours, n).rate(Load::Tcp) / find(rows, direct, n).rate(Load::Tcp)
+            find(rows, ours, n).runs.rate(Load::Tcp) / find(rows, direct, n).runs.rate(Load::Tcp)
         };
         let (v4, v6) = (
             ratio(Mode::Ours, Mode::Direct),
@@ -411,8 +411,8 @@ fn targets(plan: &Plan, rows: &[Row], c: &Control) -> Vec<(bool, String)> {
         ));
     }
     if let Some(&n) = plan.scales.last() {
-        let us = find(rows, Mode::Ours, n).rate(Load::Tcp);
-        let r = find(rows, Mode::OursAffinity, n).rate(Load::Tcp) / us;
+        let us = find(rows, Mode::Ours, n).runs.rate(Load::Tcp);
+        let r = find(rows, Mode::OursAffinity, n).runs.rate(Load::Tcp) / us;
         t.push((
             r >= 0.97,
             format!(
@@ -423,8 +423,8 @@ fn targets(plan: &Plan, rows: &[Row], c: &Control) -> Vec<(bool, String)> {
     }
     // The 2x target is set at 10,000 Services; a smoke run does not go there.
     if plan.scales.contains(&10_000) {
-        let ipt = find(rows, Mode::Iptables, 10_000).rate(Load::Tcp);
-        let r = find(rows, Mode::Ours, 10_000).rate(Load::Tcp) / ipt;
+        let ipt = find(rows, Mode::Iptables, 10_000).runs.rate(Load::Tcp);
+        let r = find(rows, Mode::Ours, 10_000).runs.rate(Load::Tcp) / ipt;
         t.push((
             r >= 2.0,
             format!("ours >= 2x iptables at N=10000 (TCP): {r:.2}x"),
@@ -528,7 +528,11 @@ fn machine() -> String {
 fn draw(plan: &Plan, rows: &[Row], path: &std::path::Path) -> anyhow::Result<()> {
     let root = SVGBackend::new(path, (860, 520)).into_drawing_area();
     root.fill(&WHITE)?;
-    let ymax = rows.iter().map(|r| r.rate(Load::Tcp)).fold(0.0, f64::max) * 1.15;
+    let ymax = rows
+        .iter()
+        .map(|r| r.runs.rate(Load::Tcp))
+        .fold(0.0, f64::max)
+        * 1.15;
     let xs = plan.scales.len() as f64 - 1.0;
     let mut chart = ChartBuilder::on(&root)
         .caption(
@@ -559,7 +563,7 @@ fn draw(plan: &Plan, rows: &[Row], path: &std::path::Path) -> anyhow::Result<()>
             .scales
             .iter()
             .enumerate()
-            .map(|(i, &n)| (i as f64, find(rows, *mode, n).rate(Load::Tcp)))
+            .map(|(i, &n)| (i as f64, find(rows, *mode, n).runs.rate(Load::Tcp)))
             .collect();
         chart
             .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
