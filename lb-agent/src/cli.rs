@@ -102,12 +102,63 @@ pub struct RunArgs {
     pub map_prune_interval: std::time::Duration,
     #[command(flatten)]
     pub maps: MapSizeArgs,
+    #[command(flatten)]
+    pub conntrack: ConntrackArgs,
 }
 
 /// A duration such as `30m`, `1h30m`, `10s` or ISO 8601 `PT30M`.
 fn parse_interval(text: &str) -> Result<std::time::Duration, String> {
     let d: jiff::SignedDuration = text.parse().map_err(|e| format!("{e}"))?;
     std::time::Duration::try_from(d).map_err(|_| "must not be negative".to_owned())
+}
+
+/// A timeout of whole seconds, at least one, as [`parse_interval`] reads it.
+fn parse_timeout(text: &str) -> Result<u32, String> {
+    let d = parse_interval(text)?;
+    match u32::try_from(d.as_secs()) {
+        Ok(secs) if secs >= 1 && d.subsec_nanos() == 0 => Ok(secs),
+        _ => Err("must be a whole number of seconds from 1s to 136 years".to_owned()),
+    }
+}
+
+/// `MIN-MAX`, an inclusive port range with 1 <= MIN <= MAX.
+fn parse_port_range(text: &str) -> Result<(u16, u16), String> {
+    let (min, max) = text
+        .split_once('-')
+        .ok_or_else(|| "expected MIN-MAX".to_owned())?;
+    let port = |p: &str| p.trim().parse::<u16>().map_err(|e| format!("{p:?}: {e}"));
+    let (min, max) = (port(min)?, port(max)?);
+    if min == 0 || min > max {
+        return Err("expected 1 <= MIN <= MAX".to_owned());
+    }
+    Ok((min, max))
+}
+
+/// How the tc programs track flows from outside the node: Cilium's
+/// conntrack timeout flags, and the SNAT ports.
+#[derive(Args, Debug, Default, Clone, Copy)]
+pub struct ConntrackArgs {
+    /// How long an established TCP flow lives without traffic
+    /// [default: 6h].
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    pub bpf_ct_timeout_regular_tcp: Option<u32>,
+    /// How long a TCP flow lives before its handshake completes
+    /// [default: 60s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    pub bpf_ct_timeout_regular_tcp_syn: Option<u32>,
+    /// How long a closed TCP flow (both FINs, or a RST) is kept, with its
+    /// SNAT port; at least 60s (TIME_WAIT) when the backend closed first
+    /// [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    pub bpf_ct_timeout_regular_tcp_fin: Option<u32>,
+    /// How long a UDP flow lives without traffic either way [default: 60s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    pub bpf_ct_timeout_regular_any: Option<u32>,
+    /// The ports flows to backends on other nodes are SNATed to. Must not
+    /// overlap the node's `net.ipv4.ip_local_port_range`, whose ports its
+    /// own connections take [default: 1024-29999].
+    #[arg(long, value_name = "MIN-MAX", value_parser = parse_port_range)]
+    pub snat_port_range: Option<(u16, u16)>,
 }
 
 /// Map capacities, set when the maps are created (Cilium's flags where the
@@ -143,6 +194,9 @@ pub struct MapSizeArgs {
     /// SNAT entries of those flows (LRU) [default: 131072].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub bpf_nat_global_max: Option<u32>,
+    /// Datagrams whose later fragments are awaited (LRU) [default: 8192].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub bpf_fragments_map_max: Option<u32>,
 }
 
 #[derive(Args, Debug)]

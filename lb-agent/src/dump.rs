@@ -7,10 +7,10 @@ use std::{
 };
 
 use lb_common::{
-    CT_DIR_IN, CT_F_CLOSING, CT_F_ESTABLISHED, CT_F_RESET, CT_F_SNAT, FE_F_AFFINITY,
-    FE_F_EXTERNAL_LOCAL, FE_F_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, FE_F_SOURCE_RANGES,
-    FE_KIND_EXTERNAL_IP, FE_KIND_LOAD_BALANCER, FE_KIND_MASK, FE_KIND_NODE_PORT, SCOPE_EXTERNAL,
-    ct_expired,
+    CT_DIR_IN, CT_F_KERNEL, CT_F_SNAT, CT_SEEN, CT_SEEN_FIN, CT_SEEN_RST, Ct4Key, Ct4Value,
+    FE_F_AFFINITY, FE_F_EXTERNAL_LOCAL, FE_F_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, FE_F_SOURCE_RANGES,
+    FE_KIND_EXTERNAL_IP, FE_KIND_LOAD_BALANCER, FE_KIND_MASK, FE_KIND_NODE_PORT, PROTO_TCP,
+    SCOPE_EXTERNAL, ct_closed, ct_established, ct_expired,
 };
 
 use crate::{
@@ -114,19 +114,34 @@ pub fn render_conntrack(entries: &Entries, now: u32) -> String {
             format!("expires {}s", expires.wrapping_sub(now))
         }
     };
-    let state = |flags: u16| {
-        let mut s = String::new();
-        for (bit, name) in [
-            (CT_F_ESTABLISHED, " established"),
-            (CT_F_CLOSING, " closing"),
-            (CT_F_RESET, " reset"),
-            (CT_F_SNAT, " snat"),
-        ] {
-            if flags & bit != 0 {
-                s.push_str(name);
-            }
+    let kernel = |flags: u16| {
+        if flags & CT_F_KERNEL != 0 {
+            " kernel"
+        } else {
+            ""
         }
-        s
+    };
+    let state = |k: &Ct4Key, v: &Ct4Value| {
+        let (c, b) = (v.seen_client, v.seen_backend);
+        let state = if k.proto != PROTO_TCP {
+            if b & CT_SEEN != 0 { " replied" } else { "" }
+        } else if (c | b) & CT_SEEN_RST != 0 {
+            " reset"
+        } else if ct_closed(c, b) {
+            " closed"
+        } else if ct_established(c, b) && (c | b) & CT_SEEN_FIN != 0 {
+            " half-closed"
+        } else if ct_established(c, b) {
+            " established"
+        } else {
+            " syn"
+        };
+        let snat = if v.flags & CT_F_SNAT != 0 {
+            " snat"
+        } else {
+            ""
+        };
+        format!("{state}{snat}{}", kernel(v.flags))
     };
     let mut ct = entries.ct.clone();
     ct.sort_by_key(|(k, _)| (k.dir, *k));
@@ -154,7 +169,7 @@ pub fn render_conntrack(entries: &Entries, now: u32) -> String {
         } else {
             format!("frontend {}", sock(v.addr_be, v.port_be))
         };
-        let _ = writeln!(out, "{flow} {to} {}{}", left(v.expires), state(v.flags));
+        let _ = writeln!(out, "{flow} {to} {}{}", left(v.expires), state(k, v));
     }
     let mut nat = entries.nat.clone();
     nat.sort_by_key(|(k, _)| *k);
@@ -168,7 +183,7 @@ pub fn render_conntrack(entries: &Entries, now: u32) -> String {
             sock(k.daddr_be, k.dport_be),
             sock(v.addr_be, v.port_be),
             left(v.expires),
-            state(v.flags)
+            kernel(v.flags)
         );
     }
     out
@@ -196,7 +211,7 @@ mod tests {
             frontends: vec![FrontendView {
                 addr: Ipv4Addr::new(10, 0, 0, 1).into(),
                 port: 80,
-                proto: lb_common::PROTO_TCP,
+                proto: PROTO_TCP,
                 scope: 0,
                 id: 7,
                 live: true,
@@ -271,7 +286,7 @@ mod tests {
 
     #[test]
     fn conntrack_entries_are_listed_by_direction_with_their_time_left() {
-        use lb_common::{CT_DIR_OUT, Ct4Key, Ct4Value, Nat4Key, Nat4Value, PROTO_TCP};
+        use lb_common::{CT_DIR_OUT, CT_SEEN_ACK, Nat4Key, Nat4Value};
 
         let key = |dir, s: [u8; 4], sp: u16, d: [u8; 4], dp: u16| Ct4Key {
             saddr_be: s,
@@ -293,6 +308,8 @@ mod tests {
                         flags: CT_F_SNAT,
                         nat_addr_be: node,
                         nat_port_be: 61000u16.to_be(),
+                        seen_client: CT_SEEN | CT_SEEN_ACK | CT_SEEN_FIN,
+                        seen_backend: CT_SEEN | CT_SEEN_ACK | CT_SEEN_FIN,
                         expires: 50,
                         ..Ct4Value::default()
                     },
@@ -302,7 +319,9 @@ mod tests {
                     Ct4Value {
                         addr_be: pod,
                         port_be: 8080u16.to_be(),
-                        flags: CT_F_SNAT | CT_F_ESTABLISHED,
+                        flags: CT_F_SNAT,
+                        seen_client: CT_SEEN | CT_SEEN_ACK,
+                        seen_backend: CT_SEEN,
                         backend_id: 7,
                         expires: 1000,
                         ..Ct4Value::default()
@@ -332,7 +351,7 @@ mod tests {
              TCP  IN  198.51.100.7:40000 -> 192.0.2.10:30080 backend 10.2.0.9:8080 (id 7) \
              expires 900s established snat\n\
              TCP  OUT 10.2.0.9:8080 -> 198.51.100.7:40000 frontend 192.0.2.10:30080 \
-             nat 192.0.2.10:61000 expired snat\n\
+             nat 192.0.2.10:61000 expired closed snat\n\
              # nat: 1 entries\n\
              TCP  10.2.0.9:8080 -> 192.0.2.10:61000 client 198.51.100.7:40000 expired\n"
         );
@@ -352,7 +371,7 @@ mod tests {
         let key = Frontend4Key {
             addr_be: [10, 96, 0, 1],
             port_be: 80u16.to_be(),
-            proto: lb_common::PROTO_TCP,
+            proto: PROTO_TCP,
             scope: 0,
         };
         let state = Frontend4State {
@@ -377,7 +396,7 @@ mod tests {
         let backend = Backend4 {
             addr_be: [10, 0, 0, 5],
             port_be: 8080u16.to_be(),
-            proto: lb_common::PROTO_TCP,
+            proto: PROTO_TCP,
             state: 0,
         };
         let view = LbView::of::<V4>(

@@ -140,6 +140,13 @@ pub struct Metrics {
     /// Devices the tc programs should be on but could not be attached to
     /// (missing, say); retried at each sync and every 5 s.
     pub tc_devices_unattached: Gauge,
+    /// Entries of the tc programs' conntrack (`LB4_CT`, two per flow) and
+    /// SNAT (`LB4_NAT`) maps, as the collector last counted them.
+    pub conntrack_entries: Gauge,
+    pub nat_entries: Gauge,
+    /// Conntrack entries the collector deleted: expired, or of flows whose
+    /// endpoint stopped serving their frontend.
+    pub conntrack_collected: Counter,
     /// Health-check listeners that could not be opened, once per failure
     /// until they open.
     pub service_health_listen_errors: Counter,
@@ -177,6 +184,9 @@ impl Default for Metrics {
             udp_socket_destroy_errors: Counter::default(),
             service_health_listeners: Gauge::default(),
             tc_devices_unattached: Gauge::default(),
+            conntrack_entries: Gauge::default(),
+            nat_entries: Gauge::default(),
+            conntrack_collected: Counter::default(),
             service_health_listen_errors: Counter::default(),
             datapath_maps: Arc::default(),
             registry: Registry::default(),
@@ -374,6 +384,21 @@ impl Metrics {
             "lbagent_tc_devices_unattached",
             "Devices the tc programs should be on but could not be attached to (retried every 5 s)",
             self.tc_devices_unattached.clone(),
+        );
+        r.register(
+            "lbagent_conntrack_entries",
+            "Entries of the tc programs' conntrack map (two per flow from outside the node), as last counted (every 30 s and after syncs that stop an endpoint)",
+            self.conntrack_entries.clone(),
+        );
+        r.register(
+            "lbagent_nat_entries",
+            "Entries of the tc programs' SNAT map (one per SNATed flow), as last counted",
+            self.nat_entries.clone(),
+        );
+        r.register(
+            "lbagent_conntrack_collected",
+            "Conntrack entries deleted: expired, or of flows whose endpoint stopped serving",
+            self.conntrack_collected.clone(),
         );
         r.register(
             "lbagent_service_health_check_listen_errors",

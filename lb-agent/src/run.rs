@@ -14,13 +14,17 @@ use std::{
     future::Future,
     net::{IpAddr, SocketAddr},
     path::PathBuf,
-    sync::Arc,
+    sync::{
+        Arc,
+        mpsc::{RecvTimeoutError, SyncSender},
+    },
     thread,
     time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
 use futures::{FutureExt as _, StreamExt as _, stream::BoxStream};
+use lb_agent::{config::Conntrack, datapath::snat_ports};
 use lb_agent::{
     config::{RunConfig, Source},
     datapath::{
@@ -30,14 +34,14 @@ use lb_agent::{
     http::{self, Endpoints, Role},
     memory,
     metrics::Gauge,
-    model::{ExcludedCidrs, NodeContext},
+    model::{ExcludedCidrs, Frontend, NodeContext, Proto, Scope},
     reconcile::DualReconciler,
     service_health,
-    sockets::{NetnsSources, SocketReaper, StaleUdp},
+    sockets::{NetnsSources, Serving, SocketReaper, StaleUdp},
     source::{Change, NodeFacts, file, interfaces::Interfaces, kube},
     syncer::{SyncStats, Syncer},
 };
-use lb_common::{DEFAULT_NAT_PORT_MAX, DEFAULT_NAT_PORT_MIN, DatapathConfig};
+use lb_common::DatapathConfig;
 use tokio::{
     signal::unix::{SignalKind, signal},
     sync::oneshot,
@@ -358,6 +362,12 @@ struct Agent {
     devices: Vec<String>,
     /// What `LB_CONFIG` holds, once written.
     tc_config: Option<DatapathConfig>,
+    /// Conntrack timeouts and SNAT ports.
+    conntrack: Conntrack,
+    /// Asks the conntrack collector to run now.
+    collect_now: SyncSender<()>,
+    /// See [`snat_ports::seed`].
+    nat_seed: u32,
     /// `lbagent_tc_devices_unattached`.
     tc_unattached: Gauge,
 }
@@ -367,6 +377,7 @@ impl Agent {
     /// the programs unless a migration must fill new maps first.
     fn start(config: &RunConfig, endpoints: Arc<Endpoints>) -> anyhow::Result<Self> {
         let tc_unattached = endpoints.metrics.tc_devices_unattached.clone();
+        snat_ports::check(config.conntrack.snat_ports, snat_ports::ephemeral_range()?)?;
         let cgroup = match &config.cgroup {
             Some(p) => p.clone(),
             None => cgroup::cgroup2_mount()
@@ -413,6 +424,7 @@ impl Agent {
         );
         let excluded: ExcludedCidrs = config.excluded.clone();
         let metrics = endpoints.clone();
+        let endpoints_for_gc = endpoints.clone();
         let syncer = Syncer::new(
             reconciler,
             excluded,
@@ -453,7 +465,8 @@ impl Agent {
             }
         })
         .context("starting the socket reaper thread")?;
-        spawn_conntrack_gc(pins.maps_dir())?;
+        let collect_now =
+            spawn_conntrack_gc(pins.maps_dir(), syncer.external_serving(), endpoints_for_gc)?;
         let mut agent = Agent {
             pins,
             reaper,
@@ -464,6 +477,9 @@ impl Agent {
             waiting_logged: false,
             devices: config.devices.clone(),
             tc_config: None,
+            conntrack: config.conntrack,
+            collect_now,
+            nat_seed: snat_ports::seed(),
             tc_unattached,
         };
         if !agent.devices.is_empty() {
@@ -477,21 +493,26 @@ impl Agent {
     }
 
     /// Hands the UDP frontends whose endpoints stopped serving to the
-    /// reaper, now that the maps send new connects elsewhere. Before the
+    /// reaper, now that the maps send new connects elsewhere, and asks the
+    /// conntrack collector for the flows of external ones. Before the
     /// programs are attached, the sockets were translated by the old
     /// programs into older maps, which the next full sync's request would
     /// not find either: such a request is dropped.
-    fn destroy_stale_udp(&mut self) {
-        let stale: StaleUdp = self
-            .syncer
-            .take_stale_udp()
+    fn destroy_stale(&mut self) {
+        let stale = self.syncer.take_stale();
+        if stale.iter().any(|fe| fe.scope == Scope::External) {
+            // A full channel already holds a request, which covers this one.
+            let _ = self.collect_now.try_send(());
+        }
+        let udp: StaleUdp = stale
             .into_iter()
+            .filter(|fe| fe.proto == Proto::Udp)
             .map(|fe| SocketAddr::new(fe.vip, fe.port))
             .collect();
-        if stale.is_empty() || !self.attached {
+        if udp.is_empty() || !self.attached {
             return;
         }
-        if let Err(e) = self.reaper.submit(self.pins.maps_dir(), stale) {
+        if let Err(e) = self.reaper.submit(self.pins.maps_dir(), udp) {
             warn!(
                 error = &e as &dyn std::error::Error,
                 "stale UDP sockets left in place"
@@ -508,7 +529,7 @@ impl Agent {
         self.attached = true;
         info!(
             cgroup = %self.cgroup.display(),
-            revnat_carried = done.revnat_carried,
+            carried = done.carried,
             old_pins_removed = done.removed.len(),
             "programs attached (links pinned; they stay when the agent exits)"
         );
@@ -571,10 +592,17 @@ impl Agent {
                 IpAddr::V6(_) => None,
             })
             .unwrap_or_default();
+        let (ct, t) = (&self.conntrack, &self.conntrack.timeouts);
         let config = DatapathConfig {
             snat4_be,
-            nat_port_min: DEFAULT_NAT_PORT_MIN,
-            nat_port_max: DEFAULT_NAT_PORT_MAX,
+            nat_port_min: ct.snat_ports.0,
+            nat_port_max: ct.snat_ports.1,
+            nat_seed: self.nat_seed,
+            flags: 0,
+            timeout_tcp: t.tcp,
+            timeout_tcp_syn: t.tcp_syn,
+            timeout_tcp_fin: t.tcp_fin,
+            timeout_any: t.any,
         };
         if self.tc_config == Some(config) {
             return;
@@ -591,7 +619,7 @@ impl Agent {
     /// Logs a sync; during a migration, switches the programs once the new
     /// maps hold the whole state.
     fn after_sync(&mut self, s: &SyncStats, prune: bool) {
-        self.destroy_stale_udp();
+        self.destroy_stale();
         self.sync_tc();
         info!(
             prune,
@@ -653,23 +681,39 @@ fn devices_holding(ips: &[IpAddr]) -> BTreeSet<String> {
     }
 }
 
-/// How often expired conntrack and SNAT entries are deleted.
-const CONNTRACK_GC: Duration = Duration::from_secs(60);
+/// How often expired conntrack and SNAT entries are deleted, and the maps
+/// counted.
+const CONNTRACK_GC: Duration = Duration::from_secs(30);
 
-/// Deletes expired entries of the tc programs' maps every
-/// [`CONNTRACK_GC`], on a thread of its own: a large table takes a while
-/// to read, and nothing else waits for it.
-fn spawn_conntrack_gc(maps_dir: PathBuf) -> anyhow::Result<()> {
+/// Deletes expired entries of the tc programs' maps, and those of flows
+/// whose endpoint stopped serving, every [`CONNTRACK_GC`] and whenever
+/// asked through the returned sender (after a sync that stopped an
+/// endpoint of an external frontend), on a thread of its own: a large
+/// table takes a while to read, and nothing else waits for it.
+fn spawn_conntrack_gc(
+    maps_dir: PathBuf,
+    serving: Arc<Serving<Frontend>>,
+    endpoints: Arc<Endpoints>,
+) -> anyhow::Result<SyncSender<()>> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
     thread::Builder::new()
         .name("conntrack-gc".into())
         .spawn(move || {
+            let m = &endpoints.metrics;
             loop {
-                thread::sleep(CONNTRACK_GC);
-                match conntrack::collect(&maps_dir, conntrack::now()) {
-                    Ok(c) if c.ct + c.nat > 0 => {
-                        debug!(conntrack = c.ct, nat = c.nat, "deleted expired entries");
+                if let Err(RecvTimeoutError::Disconnected) = rx.recv_timeout(CONNTRACK_GC) {
+                    return;
+                }
+                let serves = |fe: &Frontend, ip| serving.serves(fe, ip);
+                match conntrack::collect(&maps_dir, conntrack::now(), serves) {
+                    Ok(c) => {
+                        m.conntrack_entries.set(c.ct_left as f64);
+                        m.nat_entries.set(c.nat_left as f64);
+                        m.conntrack_collected.inc_by(c.ct as u64);
+                        if c.ct + c.nat > 0 {
+                            debug!(conntrack = c.ct, nat = c.nat, "deleted stale entries");
+                        }
                     }
-                    Ok(_) => {}
                     // During a migration from a layout without them, say.
                     Err(e) => debug!(
                         error = &e as &dyn std::error::Error,
@@ -679,5 +723,5 @@ fn spawn_conntrack_gc(maps_dir: PathBuf) -> anyhow::Result<()> {
             }
         })
         .context("starting the conntrack GC thread")?;
-    Ok(())
+    Ok(tx)
 }

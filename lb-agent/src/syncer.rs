@@ -23,7 +23,7 @@ use crate::{
         NodePortAddresses, ObjectRef, Proto, Scope, ServiceReport, service_ref, slice_ref,
     },
     reconcile::{DualReconciler, GracePeriods, Outcome, Tables},
-    sockets::UdpServing,
+    sockets::{Serving, UdpServing},
     source::{Change, TRIGGER_TIME_ANNOTATION},
     syncer::retries::Retries,
 };
@@ -69,9 +69,9 @@ pub struct Syncer<T: Tables, G: GracePeriods> {
     /// each Service has: `lbagent_services_programmed` counts the latter.
     owner_of: HashMap<Frontend, ObjectRef>,
     owned: HashMap<ObjectRef, usize>,
-    /// UDP frontends whose sockets to gone endpoints are to be destroyed;
-    /// taken after each sync.
-    stale_udp: BTreeSet<Frontend>,
+    /// UDP frontends whose sockets, and external frontends whose flows,
+    /// to gone endpoints are to be destroyed; taken after each sync.
+    stale: BTreeSet<Frontend>,
     /// External-scope frontends guarded by `loadBalancerSourceRanges` ->
     /// their ranges, as of the last sync.
     guarded: BTreeMap<Frontend, Vec<IpNet>>,
@@ -80,6 +80,9 @@ pub struct Syncer<T: Tables, G: GracePeriods> {
     guarded_changed: bool,
     /// Every UDP frontend's serving IPs, kept for the socket reaper.
     udp_serving: Arc<UdpServing>,
+    /// Every external frontend's serving IPs, kept for the conntrack
+    /// collector.
+    external_serving: Arc<Serving<Frontend>>,
     /// Every Service's `healthCheckNodePort`, published after each sync.
     health_checks: BTreeMap<ObjectRef, HealthCheck>,
 }
@@ -97,10 +100,11 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             node_ports,
             primary_ips: Vec::new(),
             local_ips: Vec::new(),
-            stale_udp: BTreeSet::new(),
+            stale: BTreeSet::new(),
             guarded: BTreeMap::new(),
             guarded_changed: true,
             udp_serving: Arc::default(),
+            external_serving: Arc::default(),
             health_checks: BTreeMap::new(),
             reconciler,
             endpoints,
@@ -137,17 +141,25 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         self.retries.len()
     }
 
-    /// The UDP frontends whose connected sockets may point at endpoints that
-    /// stopped serving (see [`Self::udp_serving`]), since the last call.
-    /// Call after [`Self::sync`], once the maps send new connects elsewhere.
-    pub fn take_stale_udp(&mut self) -> BTreeSet<Frontend> {
-        std::mem::take(&mut self.stale_udp)
+    /// The UDP frontends whose connected sockets, and the external
+    /// frontends whose flows, may point at endpoints that stopped serving
+    /// (see [`Self::udp_serving`] and [`Self::external_serving`]), since
+    /// the last call. Call after [`Self::sync`], once the maps send new
+    /// connects elsewhere.
+    pub fn take_stale(&mut self) -> BTreeSet<Frontend> {
+        std::mem::take(&mut self.stale)
     }
 
     /// Every UDP frontend's serving endpoint IPs, widened before and
     /// narrowed after each map write (see [`UdpServing`]).
     pub fn udp_serving(&self) -> Arc<UdpServing> {
         self.udp_serving.clone()
+    }
+
+    /// Every external frontend's serving endpoint IPs, kept as
+    /// [`Self::udp_serving`].
+    pub fn external_serving(&self) -> Arc<Serving<Frontend>> {
+        self.external_serving.clone()
     }
 
     /// Takes a change into the model; nothing is written until [`Self::sync`].
@@ -293,7 +305,7 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         let start = Instant::now();
         let mut flush = self.cache.flush();
         self.report(&flush);
-        self.stale_udp.append(&mut flush.stale_udp);
+        self.stale.append(&mut flush.stale);
         // Connects reach new endpoints as soon as the maps are written, and
         // stop reaching old ones only then.
         let udp: Vec<Frontend> = flush
@@ -302,7 +314,15 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             .filter(|fe| fe.proto == Proto::Udp)
             .copied()
             .collect();
+        let external: Vec<Frontend> = flush
+            .touched
+            .iter()
+            .filter(|fe| fe.scope == Scope::External)
+            .copied()
+            .collect();
         self.udp_serving.widen(serving_now(&self.cache, &udp));
+        self.external_serving
+            .widen(external.iter().map(|fe| (*fe, self.cache.serving(fe))));
 
         let full = std::mem::take(&mut self.full_pending);
         let (touched, frontends, outcome) = if full {
@@ -333,6 +353,8 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         self.track_owners(touched.as_ref());
         self.track_guarded(touched.as_ref());
         self.udp_serving.narrow(serving_now(&self.cache, &udp));
+        self.external_serving
+            .narrow(external.iter().map(|fe| (*fe, self.cache.serving(fe))));
         self.publish_health_checks(flush.services.keys());
         let took = start.elapsed();
         let latency = self.received.iter().min().map_or(took, Instant::elapsed);

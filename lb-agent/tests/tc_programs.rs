@@ -14,10 +14,10 @@ use etherparse::{
 };
 use lb_agent::datapath::conntrack;
 use lb_common::{
-    CT_CLOSING_TIMEOUT, CT_DIR_IN, CT_DIR_OUT, CT_F_CLOSING, CT_F_ESTABLISHED, CT_F_RESET,
-    CT_F_SNAT, Ct4Key, Ct4Value, FE_F_EXTERNAL_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, FE_F_SOURCE_RANGES,
-    Nat4Key, Nat4Value, PROTO_TCP, PROTO_UDP, STAT_TC_DROP_NO_LOCAL, STAT_TC_DROP_SNAT_EXHAUSTED,
-    STAT_TC_DROP_SOURCE_RANGE, STAT_TC_NEW_FLOW, STAT_TC_REJECT_NO_ENDPOINTS,
+    CT_DIR_IN, CT_DIR_OUT, CT_F_SNAT, Ct4Key, Ct4Value, FE_F_EXTERNAL_LOCAL,
+    FE_F_NO_LOCAL_ENDPOINTS, FE_F_SOURCE_RANGES, Nat4Key, Nat4Value, PROTO_TCP, PROTO_UDP,
+    STAT_TC_DROP_NO_LOCAL, STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_DROP_SOURCE_RANGE,
+    STAT_TC_NEW_FLOW, STAT_TC_PASSED_UNTRACKED, STAT_TC_REJECT_NO_ENDPOINTS,
 };
 
 #[test]
@@ -212,13 +212,13 @@ fn no_endpoints_at_all_rejects_tcp_with_a_reset_from_the_frontend() {
     assert_eq!((t.sequence_number, t.acknowledgment_number), (0, 1010));
     assert_eq!(out.len(), 14 + 20 + 20, "no payload");
 
-    // A segment with ACK gets a bare reset at its acknowledgment.
-    let (verdict, out) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Ack));
-    assert_eq!(verdict, REDIRECT);
-    let t = tcp_header(&out);
-    assert!(t.rst && !t.ack, "{t:?}");
-    assert_eq!(t.sequence_number, 1001);
-    assert_eq!(bed.stat(STAT_TC_REJECT_NO_ENDPOINTS), 2);
+    // A segment without SYN starts no flow: the kernel answers it (a
+    // reset, from the node's own stack) or translates it (a flow of
+    // kube-proxy's it tracks).
+    let ack = tcp(CLIENT, FRONTEND, Tcp::Ack);
+    assert_eq!(bed.ingress(&ack), (PASS, ack));
+    assert_eq!(bed.stat(STAT_TC_REJECT_NO_ENDPOINTS), 1);
+    assert_eq!(bed.stat(STAT_TC_PASSED_UNTRACKED), 1);
     assert!(bed.ct().is_empty());
 }
 
@@ -253,8 +253,13 @@ fn no_endpoints_at_all_rejects_udp_with_a_port_unreachable_quoting_it() {
 fn a_reset_to_a_frontend_without_endpoints_is_not_answered() {
     let mut bed = Bed::new();
     bed.frontend(NODE_PORT, PROTO_TCP, 0, &[]);
-    let (verdict, _) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Rst));
-    assert_eq!(verdict, DROP);
+    let rst = tcp(CLIENT, FRONTEND, Tcp::Rst);
+    assert_eq!(
+        bed.ingress(&rst),
+        (PASS, rst),
+        "left to the kernel, unanswered"
+    );
+    assert_eq!(bed.stat(STAT_TC_REJECT_NO_ENDPOINTS), 0);
 }
 
 /// The TCP header of a packet.
@@ -280,7 +285,6 @@ fn exhausted_snat_ports_drop_the_packet_and_are_counted() {
         _pad0: [0; 3],
     };
     let live = Nat4Value {
-        flags: CT_F_ESTABLISHED,
         expires: conntrack::now() + 3600,
         ..Nat4Value::default()
     };
@@ -313,72 +317,6 @@ fn exhausted_snat_ports_drop_the_packet_and_are_counted() {
 }
 
 #[test]
-fn a_snat_port_goes_to_a_new_flow_once_its_flow_is_reset_or_closed_for_a_second() {
-    let mut bed = Bed::new();
-    // One port, so every flow to the backend needs the same one.
-    bed.snat(NODE, 61_000, 61_000);
-    bed.frontend(NODE_PORT, PROTO_TCP, 0, &[REMOTE_POD]);
-    let snated = |bed: &Bed, client: Addr, flags: Tcp| {
-        let (_, dnated) = bed.ingress(&tcp(client, FRONTEND, flags));
-        bed.egress(&dnated)
-    };
-    let mapping = |bed: &Bed| {
-        let [(key, nat)] = bed.nat()[..] else {
-            panic!("one mapping: {:?}", bed.nat());
-        };
-        (key, nat)
-    };
-    let (verdict, out) = snated(&bed, CLIENT, Tcp::Syn);
-    assert_eq!(verdict, PASS);
-    assert_eq!(seen(&out).src, (NODE, 61_000));
-    let (verdict, _) = bed.ingress(&tcp(REMOTE_POD, (NODE, 61_000), Tcp::SynAck));
-    assert_eq!(verdict, PASS);
-    assert_eq!(snated(&bed, CLIENT, Tcp::Ack).0, PASS);
-
-    // The client closes its connection: the mapping is closing...
-    assert_eq!(snated(&bed, CLIENT, Tcp::Fin).0, PASS);
-    let (key, nat) = mapping(&bed);
-    let now = conntrack::now();
-    assert_eq!(
-        nat.flags & (CT_F_CLOSING | CT_F_RESET),
-        CT_F_CLOSING,
-        "{nat:?}"
-    );
-    assert!(
-        (now + 9..=now + 11).contains(&nat.expires),
-        "{nat:?} at {now}"
-    );
-    // ...but not yet for a second: another client's flow finds no port.
-    let second: Addr = ([198, 51, 100, 8], 41000);
-    assert_eq!(snated(&bed, second, Tcp::Syn).0, DROP);
-    assert_eq!(bed.stat(STAT_TC_DROP_SNAT_EXHAUSTED), 1);
-
-    // Two seconds into closing, the port is the new flow's, and the
-    // backend's replies on it go to the new client.
-    let aged = Nat4Value {
-        expires: now + CT_CLOSING_TIMEOUT - 2,
-        ..nat
-    };
-    bed.nat.insert(key, aged, 0).unwrap();
-    let (verdict, out) = snated(&bed, second, Tcp::Syn);
-    assert_eq!(verdict, PASS);
-    assert_eq!(seen(&out).src, (NODE, 61_000));
-    let (verdict, back) = bed.ingress(&tcp(REMOTE_POD, (NODE, 61_000), Tcp::SynAck));
-    assert_eq!(verdict, PASS);
-    assert_eq!(seen(&back).dst, second);
-
-    // A reset frees the port at once.
-    assert_eq!(snated(&bed, second, Tcp::Rst).0, PASS);
-    let (_, nat) = mapping(&bed);
-    assert_ne!(nat.flags & CT_F_RESET, 0, "{nat:?}");
-    let third: Addr = ([198, 51, 100, 9], 42000);
-    let (verdict, out) = snated(&bed, third, Tcp::Syn);
-    assert_eq!(verdict, PASS);
-    assert_eq!(seen(&out).src, (NODE, 61_000));
-    assert_eq!(bed.stat(STAT_TC_DROP_SNAT_EXHAUSTED), 1);
-}
-
-#[test]
 fn without_a_snat_address_cluster_flows_to_remote_backends_are_dropped() {
     let mut bed = Bed::new();
     bed.frontend(NODE_PORT, PROTO_TCP, 0, &[REMOTE_POD]);
@@ -393,7 +331,13 @@ fn a_new_connection_on_a_closed_flows_port_picks_again() {
     let mut bed = Bed::new();
     bed.frontend(NODE_PORT, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD]);
     bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
+    bed.egress(&tcp(LOCAL_POD, CLIENT, Tcp::SynAck));
     bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Fin));
+    // Half-closed: a SYN is a retransmission or a confused peer, not a new
+    // flow.
+    bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
+    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 1);
+    bed.egress(&tcp(LOCAL_POD, CLIENT, Tcp::Fin));
     let (verdict, out) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
     assert_eq!(verdict, PASS);
     assert_eq!(seen(&out), flow(CLIENT, LOCAL_POD));
@@ -446,13 +390,6 @@ fn other_traffic_passes_untouched() {
             assert_eq!(&out, packet);
         }
     }
-    // A non-first fragment carries no ports: it is left alone.
-    let mut fragment = tcp(CLIENT, FRONTEND, Tcp::Ack);
-    fragment[20] = 0x00;
-    fragment[21] = 0x10;
-    let (verdict, out) = bed.ingress(&fragment);
-    assert_eq!(verdict, PASS);
-    assert_eq!(out, fragment);
     assert!(bed.ct().is_empty());
     assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 0);
 }
@@ -461,7 +398,7 @@ fn other_traffic_passes_untouched() {
 fn icmp_errors_about_a_dnated_packet_reach_the_client_quoting_its_frontend() {
     let mut bed = Bed::new();
     bed.frontend(NODE_PORT, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD]);
-    let (_, dnated) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Ack));
+    let (_, dnated) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
 
     // The node could not forward it whole (path MTU to the pod is lower).
     let error = icmp_error(NODE, CLIENT.0, FRAG_NEEDED, &dnated);
@@ -481,7 +418,7 @@ fn icmp_errors_about_a_snated_packet_go_back_to_the_client_quoting_its_frontend(
     let mut bed = Bed::new();
     bed.snat(NODE, 61_000, 61_010);
     bed.frontend(NODE_PORT, PROTO_TCP, 0, &[REMOTE_POD]);
-    let (_, dnated) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Ack));
+    let (_, dnated) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
     let (_, snated) = bed.egress(&dnated);
     let nat_port = seen(&snated).src.1;
 
@@ -529,7 +466,17 @@ fn icmp_errors_about_a_reply_reach_the_backend_that_sent_it() {
     let (_, reply) = bed.egress(&back);
     assert_eq!(seen(&reply), flow(frontend, CLIENT));
     let error = icmp_error(router, NODE, FRAG_NEEDED, &reply);
-    let (verdict, out) = bed.ingress(&error);
+    let (verdict, in_node) = bed.ingress(&error);
+    assert_eq!(verdict, PASS);
+    // In the node, between the halves, the quote is the flow as the
+    // kernel's conntrack saw it, so that a firewall takes the error for
+    // one of that flow's (RELATED, not INVALID)...
+    assert_eq!(
+        seen_icmp(&in_node),
+        (router, REMOTE_POD.0, flow(REMOTE_POD, CLIENT))
+    );
+    // ...and it leaves for the other node with the SNAT port restored.
+    let (verdict, out) = bed.egress(&in_node);
     assert_eq!(verdict, PASS);
     assert_eq!(
         seen_icmp(&out),
@@ -549,19 +496,24 @@ fn icmp_errors_about_other_flows_pass_untouched() {
 }
 
 #[test]
-fn a_flow_whose_backend_was_removed_moves_to_a_current_one() {
+fn a_flow_keeps_its_backend_until_the_collector_deletes_it() {
     let mut bed = Bed::new();
     bed.frontend(NODE_PORT, PROTO_UDP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD]);
     let (_, first) = bed.ingress(&udp(CLIENT, FRONTEND));
     assert_eq!(seen(&first).dst, LOCAL_POD);
 
-    // The agent replaces the endpoint: a new revision, the old backend
-    // deleted after its grace period.
+    // The agent replaces the endpoint, and deletes the old backend after
+    // its grace period: the flow goes on where it was (a terminating
+    // endpoint keeps its flows; the agent deletes the flows of one that
+    // stopped serving).
     let other = ([10, 1, 0, 6], 8080);
     bed.frontend(NODE_PORT, PROTO_UDP, FE_F_EXTERNAL_LOCAL, &[other]);
-    let (_, still) = bed.ingress(&udp(CLIENT, FRONTEND));
-    assert_eq!(seen(&still).dst, LOCAL_POD, "the backend is still there");
     bed.backends.remove(&100).unwrap();
+    let (_, still) = bed.ingress(&udp(CLIENT, FRONTEND));
+    assert_eq!(seen(&still).dst, LOCAL_POD);
+
+    let collected = collect_with(&bed, |_, ip| ip != std::net::IpAddr::from(LOCAL_POD.0));
+    assert_eq!(collected.ct, 2, "both directions");
     let (verdict, moved) = bed.ingress(&udp(CLIENT, FRONTEND));
     assert_eq!(verdict, PASS);
     assert_eq!(seen(&moved).dst, other);
@@ -605,8 +557,18 @@ fn the_collector_deletes_expired_entries_and_keeps_live_ones() {
     assert!(bed.nat().is_empty());
 }
 
-/// Runs the collector on `bed`'s maps, pinned for it.
+/// Runs the collector on `bed`'s maps, pinned for it, every endpoint
+/// serving.
 fn collect(bed: &Bed) -> conntrack::Collected {
+    collect_with(bed, |_, _| true)
+}
+
+/// Runs the collector on `bed`'s maps with `serves` as the frontends'
+/// serving endpoints.
+fn collect_with(
+    bed: &Bed,
+    serves: impl Fn(&lb_agent::model::Frontend, std::net::IpAddr) -> bool,
+) -> conntrack::Collected {
     let dir = std::path::Path::new("/sys/fs/bpf").join(format!(
         "lbt-gc-{}-{:?}",
         std::process::id(),
@@ -614,53 +576,58 @@ fn collect(bed: &Bed) -> conntrack::Collected {
     ));
     std::fs::create_dir_all(&dir).unwrap();
     bed.pin_conntrack(&dir);
-    let collected = conntrack::collect(&dir, conntrack::now());
+    let collected = conntrack::collect(&dir, conntrack::now(), serves);
     let _ = std::fs::remove_dir_all(&dir);
     collected.unwrap()
 }
 
 #[test]
-fn the_collector_deletes_the_flows_of_a_removed_backend_and_keeps_the_others() {
+fn the_collector_deletes_the_flows_of_an_endpoint_that_stopped_serving_and_keeps_the_others() {
     let mut bed = Bed::new();
-    let remote = ([10, 1, 0, 6], 8080);
-    bed.frontend(
-        NODE_PORT,
-        PROTO_TCP,
-        FE_F_EXTERNAL_LOCAL,
-        &[LOCAL_POD, remote],
-    );
+    bed.snat(NODE, 61_000, 61_100);
+    let remote = REMOTE_POD;
+    bed.frontend(NODE_PORT, PROTO_TCP, 0, &[LOCAL_POD, remote]);
     let mut flows = Vec::new();
     for port in 0..32 {
         let client = (CLIENT.0, 20_000 + port);
         let (_, out) = bed.ingress(&tcp(client, FRONTEND, Tcp::Syn));
+        // Those to the other node take a SNAT port on the way out (those
+        // to the pod here leave through its veth, where no program runs).
+        if seen(&out).dst == remote {
+            bed.egress(&out);
+        }
         flows.push((client, seen(&out).dst));
     }
-    let to_local = flows.iter().filter(|(_, b)| *b == LOCAL_POD).count();
-    assert!(0 < to_local && to_local < 32, "{flows:?}");
+    let to_remote = flows.iter().filter(|(_, b)| *b == remote).count();
+    assert!(0 < to_remote && to_remote < 32, "{flows:?}");
     assert_eq!(bed.ct().len(), 64);
+    assert_eq!(bed.nat().len(), to_remote);
 
-    // The agent deletes LOCAL_POD's id (its grace period over).
-    let id = bed
-        .backends
-        .iter()
-        .map(Result::unwrap)
-        .find(|(_, b)| (b.addr_be, u16::from_be(b.port_be)) == LOCAL_POD)
-        .map(|(id, _)| id)
-        .expect("LOCAL_POD's backend entry");
-    bed.backends.remove(&id).unwrap();
-
-    let collected = collect(&bed);
-    assert_eq!(collected.ct, 2 * to_local, "both directions of each flow");
+    // The remote endpoint stops serving (a terminating one that still
+    // serves would keep its flows).
+    let frontend = lb_agent::model::Frontend {
+        vip: std::net::IpAddr::from(NODE),
+        port: NODE_PORT,
+        proto: lb_agent::model::Proto::Tcp,
+        scope: lb_agent::model::Scope::External,
+    };
+    let collected = collect_with(&bed, |fe, ip| {
+        assert_eq!(*fe, frontend);
+        ip == std::net::IpAddr::from(LOCAL_POD.0)
+    });
+    assert_eq!(collected.ct, 2 * to_remote, "both directions of each flow");
+    assert_eq!(collected.nat, to_remote, "and its SNAT mapping");
     for (k, v) in bed.ct() {
         let backend = if k.dir == CT_DIR_IN {
             (v.addr_be, u16::from_be(v.port_be))
         } else {
             (k.saddr_be, u16::from_be(k.sport_be))
         };
-        assert_eq!(backend, remote, "{k:?} {v:?}");
+        assert_eq!(backend, LOCAL_POD, "{k:?} {v:?}");
     }
+    assert!(bed.nat().is_empty());
     // The others' flows go on where they were.
-    for (client, backend) in flows.iter().filter(|(_, b)| *b == remote) {
+    for (client, backend) in flows.iter().filter(|(_, b)| *b == LOCAL_POD) {
         let (_, out) = bed.ingress(&tcp(*client, FRONTEND, Tcp::Ack));
         assert_eq!(seen(&out), flow(*client, *backend));
     }

@@ -1,6 +1,5 @@
-//! Connection tracking and source NAT for traffic from outside the node
-//! (the tc programs): `LB4_CT`, `LB4_NAT`, `LB_CONFIG`, and the
-//! `loadBalancerSourceRanges` of external frontends, `LB4_SRC_RANGES`.
+//! Connection tracking of traffic from outside the node (the tc programs):
+//! `LB4_CT`, and the state machine every entry follows.
 //!
 //! A flow from a client to an external frontend (NodePort, externalIP,
 //! LoadBalancer IP) is translated by halves, as iptables does it in
@@ -10,16 +9,44 @@
 //!   flow) names the backend; the packet is DNATed and routed, to a local
 //!   pod or out again towards another node.
 //! * tc egress, client -> remote backend (`externalTrafficPolicy: Cluster`
-//!   only): SNAT to the node address and a port of `LB4_NAT`'s, so that the
-//!   backend's replies come back through this node.
+//!   only): SNAT to the node address and a port of `LB4_NAT`'s (see
+//!   [`crate::nat`]), so that the backend's replies come back through this
+//!   node.
 //! * tc ingress, backend -> node:port: `LB4_NAT` gives the client back.
 //! * tc egress, backend -> client: the `CT_DIR_OUT` entry restores the
 //!   frontend as the source, so the client sees the address it sent to.
 //!
-//! Entries are refreshed by the packets that hit them and age out by their
-//! `expires` time; the agent deletes expired entries and those of removed
-//! backends. All maps are LRU, so a full map evicts the oldest flows instead
-//! of failing new ones.
+//! # One lifetime per flow
+//!
+//! A flow's entries (`CT_DIR_IN`, `CT_DIR_OUT` and its `LB4_NAT` mapping)
+//! share one state and one expiry, as the kernel's conntrack keeps one
+//! entry per connection: each packet advances the state of the entry it
+//! hits ([`ct_advance`]), and when that changes anything (at most once a
+//! second for the expiry) the programs write the same into the flow's
+//! other entries. Each direction owns one byte of the state
+//! ([`Ct4Value::seen_client`], [`Ct4Value::seen_backend`]), so two CPUs
+//! taking a packet of each direction at once never undo each other's bits.
+//!
+//! * TCP: an entry is created by a SYN only (a packet without SYN and
+//!   without an entry belongs to a flow the kernel may know, kube-proxy's
+//!   for one, and is left to it), and lives the SYN timeout; the backend
+//!   answering does not extend it. Once the client acknowledged the
+//!   backend's answer, the flow is established and lives the TCP timeout,
+//!   also while half-closed. Once both sides sent a FIN, or either a RST,
+//!   it is closed: it lives the FIN timeout from then, and
+//!   [`CT_TIME_WAIT`] when the backend closed first (its socket then waits
+//!   in TIME_WAIT on the node's SNAT port, which must not go to another
+//!   client meanwhile). A closed flow's packets no longer extend it, and a
+//!   new SYN from its client reopens it as a new flow.
+//! * Other protocols: every packet, either way, gives the flow the
+//!   non-TCP timeout, so a one-way stream keeps its mapping while it flows.
+//!
+//! Timeouts are settings of the agent ([`crate::DatapathConfig`]), with
+//! Cilium's defaults and names. The agent deletes expired entries, and
+//! those of flows whose backend stopped serving their frontend; the map is
+//! LRU, so a full map evicts the oldest flows instead of failing new ones.
+
+use crate::PROTO_TCP;
 
 /// Key of `LB4_CT`: one direction of a translated flow, as the packet that
 /// looks it up carries it. Addresses and ports in network byte order.
@@ -45,7 +72,49 @@ pub const CT_DIR_IN: u8 = 0;
 /// names the frontend.
 pub const CT_DIR_OUT: u8 = 1;
 
-/// Value of `LB4_CT`. Written by the tc programs; deleted by the agent (GC).
+impl Ct4Key {
+    /// The key of the flow's other direction, given this entry's value:
+    /// `CT_DIR_IN` (client -> frontend, naming the backend) <-> `CT_DIR_OUT`
+    /// (backend -> client, naming the frontend).
+    #[inline(always)]
+    pub const fn partner(&self, value: &Ct4Value) -> Self {
+        let (saddr_be, sport_be, daddr_be, dport_be, dir) = if self.dir == CT_DIR_IN {
+            // Backend -> client.
+            (
+                value.addr_be,
+                value.port_be,
+                self.saddr_be,
+                self.sport_be,
+                CT_DIR_OUT,
+            )
+        } else {
+            // Client -> frontend.
+            (
+                self.daddr_be,
+                self.dport_be,
+                value.addr_be,
+                value.port_be,
+                CT_DIR_IN,
+            )
+        };
+        Self {
+            saddr_be,
+            daddr_be,
+            sport_be,
+            dport_be,
+            proto: self.proto,
+            dir,
+            _pad0: [0; 2],
+        }
+    }
+}
+
+/// Value of `LB4_CT`. Written by the tc programs (and by the agent when it
+/// carries entries into new maps or seeds a takeover); deleted by the agent.
+///
+/// Layout 4's value has the same size and fields but kept each direction's
+/// TCP state in `flags` ([`CT_LEGACY_MASK`]) and zero in the two `seen_*`
+/// bytes; [`Ct4Value::upgraded`] reads it as this one.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Ct4Value {
@@ -54,20 +123,25 @@ pub struct Ct4Value {
     pub addr_be: [u8; 4],
     /// The port that goes with `addr_be`, network byte order.
     pub port_be: u16,
-    /// `CT_F_*` bits.
+    /// `CT_F_*` bits, fixed when the flow is created.
     pub flags: u16,
     /// `CT_DIR_OUT` of a flow with [`CT_F_SNAT`]: the node address and port
     /// its packets to the backend leave with, once the first one has left
     /// (`nat_port_be` 0 before). Network byte order.
     pub nat_addr_be: [u8; 4],
     pub nat_port_be: u16,
-    pub _pad0: [u8; 2],
+    /// `CT_SEEN_*` bits of the packets the client sent; written only by
+    /// them.
+    pub seen_client: u8,
+    /// `CT_SEEN_*` bits of the packets the backend sent; written only by
+    /// them.
+    pub seen_backend: u8,
     /// The backend's id in `LB4_BACKENDS` when the flow was created (host
-    /// byte order), for listings and the GC, in both directions (0 in
-    /// `CT_DIR_OUT` entries written by programs older than that: unknown).
+    /// byte order), for listings; 0 when unknown (a kernel flow, or an
+    /// entry of an older program).
     pub backend_id: u32,
     /// `bpf_ktime_get_coarse_ns()` in seconds (the boot-time monotonic
-    /// clock) after which the entry is dead; host byte order.
+    /// clock) after which the flow is dead; host byte order.
     pub expires: u32,
 }
 const _: () = assert!(size_of::<Ct4Value>() == 24);
@@ -75,64 +149,74 @@ const _: () = assert!(size_of::<Ct4Value>() == 24);
 /// The flow's packets to the backend are SNATed when they leave through an
 /// external device (`externalTrafficPolicy: Cluster`).
 pub const CT_F_SNAT: u16 = 1;
-/// TCP: a FIN or RST was seen in this direction; the entry lives
-/// [`CT_CLOSING_TIMEOUT`] from then.
-pub const CT_F_CLOSING: u16 = 1 << 1;
-/// TCP: a packet without SYN was seen in this direction, so the handshake
-/// is done; the entry lives [`CT_TCP_TIMEOUT`].
-pub const CT_F_ESTABLISHED: u16 = 1 << 2;
-/// TCP: a RST was seen in this direction (with [`CT_F_CLOSING`]): the
-/// connection is gone at both ends.
-pub const CT_F_RESET: u16 = 1 << 3;
+/// A flow the kernel's conntrack translates (kube-proxy's, found when the
+/// agent took over): its packets are left to the kernel.
+pub const CT_F_KERNEL: u16 = 1 << 8;
+/// Layout 4's per-direction TCP state bits of `flags` (closing, established,
+/// reset), which [`Ct4Value::upgraded`] turns into `seen_*` bits. Never set
+/// by this layout's programs.
+pub const CT_LEGACY_MASK: u16 = 0b1110;
+const CT_LEGACY_CLOSING: u16 = 1 << 1;
+const CT_LEGACY_ESTABLISHED: u16 = 1 << 2;
+const CT_LEGACY_RESET: u16 = 1 << 3;
 
-/// Key of `LB4_NAT`: a reply from a remote backend to the node address and
-/// port its flow was SNATed to. Network byte order.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Nat4Key {
-    /// The backend.
-    pub saddr_be: [u8; 4],
-    /// The node address of [`DatapathConfig::snat4_be`].
-    pub daddr_be: [u8; 4],
-    pub sport_be: u16,
-    /// The port the SNAT allocated.
-    pub dport_be: u16,
-    /// IP protocol number.
-    pub proto: u8,
-    pub _pad0: [u8; 3],
-}
-const _: () = assert!(size_of::<Nat4Key>() == 16);
+/// A `seen_*` bit: any packet in that direction.
+pub const CT_SEEN: u8 = 1 << 4;
+/// TCP: a packet without SYN in that direction.
+pub const CT_SEEN_ACK: u8 = 1 << 5;
+/// TCP: a FIN in that direction.
+pub const CT_SEEN_FIN: u8 = 1 << 6;
+/// TCP: a RST in that direction.
+pub const CT_SEEN_RST: u8 = 1 << 7;
 
-/// Value of `LB4_NAT`: the client the reply goes back to. Written by tc
-/// egress when it allocates the port; deleted by the agent (GC).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Nat4Value {
-    /// The client address, network byte order.
-    pub addr_be: [u8; 4],
-    /// The client port, network byte order.
-    pub port_be: u16,
-    /// `CT_F_*` bits of the reply direction (TCP state).
-    pub flags: u16,
-    /// As [`Ct4Value::expires`].
-    pub expires: u32,
-}
-const _: () = assert!(size_of::<Nat4Value>() == 12);
+/// TCP flag bits (byte 13 of the header).
+pub const TCP_FIN: u8 = 0x01;
+pub const TCP_SYN: u8 = 0x02;
+pub const TCP_RST: u8 = 0x04;
+pub const TCP_ACK: u8 = 0x10;
 
-/// Value of `LB_CONFIG` (an array of one, key 0): settings of the tc
-/// programs. Written by the agent; all zero means "not configured", and the
-/// programs then translate nothing that needs SNAT.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct DatapathConfig {
-    /// The IPv4 address flows are SNATed to (the node's primary address),
-    /// network byte order; all zero: no SNAT, such flows are dropped.
-    pub snat4_be: [u8; 4],
-    /// The SNAT port range, inclusive, host byte order.
-    pub nat_port_min: u16,
-    pub nat_port_max: u16,
+/// Seconds the backend's socket waits in TIME_WAIT after closing first
+/// (Linux's `TCP_TIMEWAIT_LEN`): a flow closed that way is held that long,
+/// so that its SNAT port does not go to another client meanwhile.
+pub const CT_TIME_WAIT: u32 = 60;
+
+/// Seconds an established TCP flow lives without traffic (Cilium's
+/// `--bpf-ct-timeout-regular-tcp`).
+pub const DEFAULT_CT_TIMEOUT_TCP: u32 = 21_600;
+/// Seconds a TCP flow lives before its handshake completes (Cilium's
+/// `--bpf-ct-timeout-regular-tcp-syn`).
+pub const DEFAULT_CT_TIMEOUT_TCP_SYN: u32 = 60;
+/// Seconds a closed TCP flow lives (Cilium's
+/// `--bpf-ct-timeout-regular-tcp-fin`).
+pub const DEFAULT_CT_TIMEOUT_TCP_FIN: u32 = 10;
+/// Seconds a non-TCP flow lives without traffic (Cilium's
+/// `--bpf-ct-timeout-regular-any`).
+pub const DEFAULT_CT_TIMEOUT_ANY: u32 = 60;
+
+/// The conntrack timeouts, in seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    pub tcp: u32,
+    pub tcp_syn: u32,
+    pub tcp_fin: u32,
+    pub any: u32,
 }
-const _: () = assert!(size_of::<DatapathConfig>() == 8);
+
+impl Timeouts {
+    /// Cilium's defaults.
+    pub const DEFAULT: Self = Self {
+        tcp: DEFAULT_CT_TIMEOUT_TCP,
+        tcp_syn: DEFAULT_CT_TIMEOUT_TCP_SYN,
+        tcp_fin: DEFAULT_CT_TIMEOUT_TCP_FIN,
+        any: DEFAULT_CT_TIMEOUT_ANY,
+    };
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
 
 /// Whether an entry whose `expires` is `expires` is dead at `now` (both in
 /// the programs' clock, seconds). Compared as a signed difference, so it
@@ -143,63 +227,155 @@ pub const fn ct_expired(expires: u32, now: u32) -> bool {
     (now.wrapping_sub(expires) as i32) > 0
 }
 
-/// Whether the SNAT port of `LB4_NAT` entry `nat` may go to a new flow at
-/// `now`: its flow is dead, was reset, or has been closing (a FIN seen) for
-/// more than a second, so that only its last segments could still be on
-/// the way; Linux's NAT likewise reuses a tuple in TIME_WAIT. Without this
-/// a backend's ports would stay taken for the whole closing timeout, and a
-/// busy NodePort would run out of them.
+/// The `seen_*` bits a packet of `proto` with TCP flags `tcp_flags` sets in
+/// its direction's byte.
 #[inline(always)]
-pub const fn nat_port_reusable(nat: &Nat4Value, now: u32) -> bool {
-    ct_expired(nat.expires, now)
-        || nat.flags & CT_F_RESET != 0
-        || (nat.flags & CT_F_CLOSING != 0
-            && ct_expired(nat.expires, now.wrapping_add(CT_CLOSING_TIMEOUT - 1)))
+pub const fn seen_bits(proto: u8, tcp_flags: u8) -> u8 {
+    if proto != PROTO_TCP {
+        return CT_SEEN;
+    }
+    let mut bits = CT_SEEN;
+    if tcp_flags & TCP_SYN == 0 {
+        bits |= CT_SEEN_ACK;
+    }
+    if tcp_flags & TCP_FIN != 0 {
+        bits |= CT_SEEN_FIN;
+    }
+    if tcp_flags & TCP_RST != 0 {
+        bits |= CT_SEEN_RST;
+    }
+    bits
 }
 
-/// Default SNAT port range: Cilium's, above Linux's ephemeral ports.
-pub const DEFAULT_NAT_PORT_MIN: u16 = 61_000;
-/// See [`DEFAULT_NAT_PORT_MIN`].
-pub const DEFAULT_NAT_PORT_MAX: u16 = 65_535;
-/// How many random ports tc egress tries before it counts the SNAT ports
-/// as exhausted and drops the packet.
-pub const NAT_PORT_TRIES: u32 = 16;
-
-/// Seconds an established TCP entry lives without traffic (Cilium's
-/// `--bpf-ct-timeout-regular-tcp`).
-pub const CT_TCP_TIMEOUT: u32 = 21_600;
-/// Seconds a TCP entry lives before its handshake completes, and any
-/// non-TCP entry (Cilium's SYN and non-TCP timeouts).
-pub const CT_SYN_TIMEOUT: u32 = 60;
-/// Seconds a TCP entry lives after a FIN or RST (Cilium's `…-fin`).
-pub const CT_CLOSING_TIMEOUT: u32 = 10;
-
-/// The data of an `LB4_SRC_RANGES` key (an LPM trie: the key is this
-/// behind a `u32` prefix length in bits): `loadBalancerSourceRanges` entry
-/// `src_be/n` of the external frontend `addr_be:port_be/proto` has prefix
-/// length [`SOURCE_RANGE_PREFIX`] + n. Network byte order. Written by the
-/// agent; the value (`u32`) is 1.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SourceRange4 {
-    pub addr_be: [u8; 4],
-    pub port_be: u16,
-    pub proto: u8,
-    pub _pad0: u8,
-    pub src_be: [u8; 4],
+/// TCP: whether a flow whose directions saw `client` and `backend` is over:
+/// both sides sent a FIN, or either a RST.
+#[inline(always)]
+pub const fn ct_closed(client: u8, backend: u8) -> bool {
+    (client | backend) & CT_SEEN_RST != 0 || client & backend & CT_SEEN_FIN != 0
 }
-const _: () = assert!(size_of::<SourceRange4>() == 12);
 
-/// Bits of a [`SourceRange4`] before the source address: the frontend.
-pub const SOURCE_RANGE_PREFIX: u32 = 64;
+/// TCP: whether the handshake is done: the client sent a packet without
+/// SYN and the backend answered.
+#[inline(always)]
+pub const fn ct_established(client: u8, backend: u8) -> bool {
+    client & CT_SEEN_ACK != 0 && backend & CT_SEEN != 0
+}
 
-/// Default capacity of `LB4_SRC_RANGES`.
-pub const DEFAULT_SOURCE_RANGES_MAX: u32 = 16_384;
+/// A flow's state after one packet: its direction's new `seen_*` byte and
+/// the flow's new expiry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Advanced {
+    pub seen: u8,
+    pub expires: u32,
+}
+
+/// The state of a flow whose directions saw `client` and `backend` bits and
+/// which expires at `expires`, after a packet of `proto` with `tcp_flags`
+/// from the client (`from_client`) or the backend, at `now`. See the
+/// module's documentation for the rules.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the programs call it with values they hold in registers"
+)]
+#[inline(always)]
+pub const fn ct_advance(
+    t: &Timeouts,
+    proto: u8,
+    tcp_flags: u8,
+    from_client: bool,
+    client: u8,
+    backend: u8,
+    expires: u32,
+    now: u32,
+) -> Advanced {
+    let bits = seen_bits(proto, tcp_flags);
+    let (own, other) = if from_client {
+        (client, backend)
+    } else {
+        (backend, client)
+    };
+    let seen = own | bits;
+    if proto != PROTO_TCP {
+        return Advanced {
+            seen,
+            expires: now.wrapping_add(t.any),
+        };
+    }
+    let (c, b) = if from_client {
+        (seen, backend)
+    } else {
+        (client, seen)
+    };
+    let expires = if ct_closed(client, backend) {
+        // Closed already: its last segments do not extend it.
+        expires
+    } else if ct_closed(c, b) {
+        // The client's FIN closing a flow the backend closed first: the
+        // backend's socket waits in TIME_WAIT.
+        let backend_first = from_client && other & CT_SEEN_FIN != 0 && bits & CT_SEEN_RST == 0;
+        let hold = if backend_first && t.tcp_fin < CT_TIME_WAIT {
+            CT_TIME_WAIT
+        } else {
+            t.tcp_fin
+        };
+        now.wrapping_add(hold)
+    } else if ct_established(c, b) {
+        now.wrapping_add(t.tcp)
+    } else if from_client {
+        now.wrapping_add(t.tcp_syn)
+    } else {
+        // An answer to a handshake the client has not finished (a SYN from
+        // a spoofed source, say): only the client keeps it alive.
+        expires
+    };
+    Advanced { seen, expires }
+}
+
+/// The expiry of a new flow whose first packet is of `proto`: as if it
+/// were a SYN, whatever it is.
+#[inline(always)]
+pub const fn ct_new_expiry(t: &Timeouts, proto: u8, now: u32) -> u32 {
+    now.wrapping_add(if proto == PROTO_TCP { t.tcp_syn } else { t.any })
+}
+
+impl Ct4Value {
+    /// This entry as this layout keeps it. An entry of layout 4 kept only
+    /// its own direction's TCP state, in `flags` (`CT_DIR_IN`: the
+    /// client's; `CT_DIR_OUT`: the backend's): it becomes that direction's
+    /// `seen_*` byte, and an established one has seen both directions.
+    /// Other entries are returned as they are.
+    #[inline(always)]
+    pub const fn upgraded(mut self, dir: u8) -> Self {
+        let legacy = self.flags & CT_LEGACY_MASK;
+        if legacy == 0 {
+            return self;
+        }
+        let mut own = CT_SEEN;
+        if legacy & CT_LEGACY_ESTABLISHED != 0 {
+            own |= CT_SEEN_ACK;
+            if dir == CT_DIR_IN {
+                self.seen_backend |= CT_SEEN;
+            } else {
+                self.seen_client |= CT_SEEN | CT_SEEN_ACK;
+            }
+        }
+        if legacy & CT_LEGACY_RESET != 0 {
+            own |= CT_SEEN_RST;
+        } else if legacy & CT_LEGACY_CLOSING != 0 {
+            own |= CT_SEEN_FIN;
+        }
+        if dir == CT_DIR_IN {
+            self.seen_client |= own;
+        } else {
+            self.seen_backend |= own;
+        }
+        self.flags &= !CT_LEGACY_MASK;
+        self
+    }
+}
 
 /// Default capacity of `LB4_CT` (both directions of a flow count).
 pub const DEFAULT_CT_MAX: u32 = 262_144;
-/// Default capacity of `LB4_NAT`.
-pub const DEFAULT_NAT_MAX: u32 = 131_072;
 
 #[cfg(feature = "user")]
 mod pod {
@@ -209,12 +385,187 @@ mod pod {
     unsafe impl aya::Pod for super::Ct4Key {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Ct4Value {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for super::Nat4Key {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for super::Nat4Value {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for super::DatapathConfig {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for super::SourceRange4 {}
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::vec::Vec;
+
+    use super::*;
+    use crate::PROTO_UDP;
+
+    const T: Timeouts = Timeouts {
+        tcp: 1000,
+        tcp_syn: 60,
+        tcp_fin: 10,
+        any: 30,
+    };
+    const SYN: u8 = TCP_SYN;
+    const SYN_ACK: u8 = TCP_SYN | TCP_ACK;
+    const ACK: u8 = TCP_ACK;
+    const FIN: u8 = TCP_FIN | TCP_ACK;
+    const RST: u8 = TCP_RST;
+
+    /// Replays `packets` (from the client?, TCP flags, time) on a flow
+    /// created by a SYN at 0: the bytes and the expiry after each.
+    fn replay(packets: &[(bool, u8, u32)]) -> Vec<(u8, u8, u32)> {
+        let (mut c, mut b) = (seen_bits(PROTO_TCP, SYN), 0);
+        let mut expires = ct_new_expiry(&T, PROTO_TCP, 0);
+        packets
+            .iter()
+            .map(|&(from_client, flags, now)| {
+                let a = ct_advance(&T, PROTO_TCP, flags, from_client, c, b, expires, now);
+                if from_client {
+                    c = a.seen;
+                } else {
+                    b = a.seen;
+                }
+                expires = a.expires;
+                (c, b, expires)
+            })
+            .collect()
+    }
+
+    fn expiries(packets: &[(bool, u8, u32)]) -> Vec<u32> {
+        replay(packets).into_iter().map(|(.., e)| e).collect()
+    }
+
+    #[test]
+    fn a_handshake_moves_the_flow_from_the_syn_timeout_to_the_tcp_one() {
+        // The answer alone does not extend it; the client's ACK does.
+        assert_eq!(
+            expiries(&[(false, SYN_ACK, 1), (true, ACK, 2), (false, ACK, 3)]),
+            [60, 1002, 1003]
+        );
+    }
+
+    #[test]
+    fn answers_to_an_unfinished_handshake_do_not_keep_it_alive() {
+        assert_eq!(
+            expiries(&[
+                (false, SYN_ACK, 1),
+                (false, SYN_ACK, 3),
+                (false, SYN_ACK, 7)
+            ]),
+            [60, 60, 60]
+        );
+        // A retransmitted SYN does.
+        assert_eq!(expiries(&[(true, SYN, 5)]), [65]);
+    }
+
+    #[test]
+    fn a_bare_ack_without_an_answer_is_no_handshake() {
+        assert_eq!(expiries(&[(true, ACK, 2), (true, ACK, 4)]), [62, 64]);
+    }
+
+    #[test]
+    fn a_half_closed_flow_stays_established_until_the_other_fin() {
+        let e = expiries(&[
+            (false, SYN_ACK, 1),
+            (true, ACK, 2),
+            (true, FIN, 3),
+            (false, ACK, 20),
+            (false, ACK, 400),
+        ]);
+        assert_eq!(e, [60, 1002, 1003, 1020, 1400]);
+    }
+
+    #[test]
+    fn both_fins_close_the_flow_and_later_segments_do_not_extend_it() {
+        let e = expiries(&[
+            (false, SYN_ACK, 1),
+            (true, ACK, 2),
+            (true, FIN, 3),
+            (false, FIN, 5),
+            (true, ACK, 6),
+            (true, ACK, 9),
+        ]);
+        assert_eq!(e, [60, 1002, 1003, 15, 15, 15]);
+        let (c, b, _) = replay(&[(true, FIN, 3), (false, FIN, 5)])[1];
+        assert!(ct_closed(c, b));
+    }
+
+    #[test]
+    fn a_backend_that_closes_first_holds_the_flow_for_time_wait() {
+        let e = expiries(&[
+            (false, SYN_ACK, 1),
+            (true, ACK, 2),
+            (false, FIN, 3),
+            (true, FIN, 5),
+        ]);
+        assert_eq!(e, [60, 1002, 1003, 5 + CT_TIME_WAIT]);
+    }
+
+    #[test]
+    fn a_reset_from_either_side_closes_the_flow() {
+        for from_client in [true, false] {
+            let e = expiries(&[(false, SYN_ACK, 1), (true, ACK, 2), (from_client, RST, 4)]);
+            assert_eq!(e, [60, 1002, 14], "from the client: {from_client}");
+        }
+    }
+
+    #[test]
+    fn other_protocols_live_the_non_tcp_timeout_from_each_packet_either_way() {
+        assert_eq!(ct_new_expiry(&T, PROTO_UDP, 5), 35);
+        let a = ct_advance(&T, PROTO_UDP, 0, true, CT_SEEN, 0, 35, 9);
+        assert_eq!((a.seen, a.expires), (CT_SEEN, 39));
+        let a = ct_advance(&T, PROTO_UDP, 0, false, CT_SEEN, 0, 39, 50);
+        assert_eq!((a.seen, a.expires), (CT_SEEN, 80));
+    }
+
+    #[test]
+    fn a_layout_4_entry_becomes_its_directions_bits() {
+        let v = Ct4Value {
+            flags: CT_F_SNAT | CT_LEGACY_ESTABLISHED,
+            ..Ct4Value::default()
+        };
+        let u = v.upgraded(CT_DIR_OUT);
+        assert_eq!(u.flags, CT_F_SNAT);
+        assert_eq!(u.seen_backend, CT_SEEN | CT_SEEN_ACK);
+        assert!(ct_established(u.seen_client, u.seen_backend));
+        let v = Ct4Value {
+            flags: CT_LEGACY_CLOSING | CT_LEGACY_ESTABLISHED,
+            ..Ct4Value::default()
+        };
+        let u = v.upgraded(CT_DIR_IN);
+        assert_eq!(u.seen_client, CT_SEEN | CT_SEEN_ACK | CT_SEEN_FIN);
+        assert!(!ct_closed(u.seen_client, u.seen_backend));
+        // This layout's entries stay as they are.
+        let v = Ct4Value {
+            flags: CT_F_SNAT,
+            seen_client: CT_SEEN,
+            ..Ct4Value::default()
+        };
+        assert_eq!(v.upgraded(CT_DIR_IN), v);
+    }
+
+    #[test]
+    fn a_partner_key_leads_back() {
+        let k = Ct4Key {
+            saddr_be: [198, 51, 100, 7],
+            daddr_be: [192, 0, 2, 10],
+            sport_be: 40000u16.to_be(),
+            dport_be: 30080u16.to_be(),
+            proto: PROTO_TCP,
+            dir: CT_DIR_IN,
+            _pad0: [0; 2],
+        };
+        let to_backend = Ct4Value {
+            addr_be: [10, 1, 0, 5],
+            port_be: 8080u16.to_be(),
+            ..Ct4Value::default()
+        };
+        let out = k.partner(&to_backend);
+        assert_eq!(
+            (out.saddr_be, out.daddr_be, out.dir),
+            ([10, 1, 0, 5], [198, 51, 100, 7], CT_DIR_OUT)
+        );
+        let to_frontend = Ct4Value {
+            addr_be: k.daddr_be,
+            port_be: k.dport_be,
+            ..Ct4Value::default()
+        };
+        assert_eq!(out.partner(&to_frontend), k);
+    }
 }

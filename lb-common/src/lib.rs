@@ -8,8 +8,10 @@
 //!
 //! One file per map family: [`lb`] (frontends, their state, backend slots,
 //! backends, revision members), [`affinity`] (session affinity), [`revnat`]
-//! (socket reverse NAT), [`ct`] (conntrack and SNAT of the tc
-//! programs), [`stats`] (datapath counters); [`maps`] names
+//! (socket reverse NAT), and for the tc programs [`ct`] (conntrack),
+//! [`nat`] (source NAT), [`frag`] (fragments), [`src_ranges`]
+//! (`loadBalancerSourceRanges`), [`reject`] (reject rate limits) and
+//! [`config`] (their settings); [`stats`] (datapath counters); [`maps`] names
 //! them, with the layout version in every pin name.
 //! The IPv6 maps are parallel `*6` maps whose keys and values hold
 //! `[u8; 16]` addresses; slots, members and affinity entries are shared
@@ -17,17 +19,27 @@
 #![no_std]
 
 pub mod affinity;
+pub mod config;
 pub mod ct;
+pub mod frag;
 pub mod lb;
 pub mod lock;
 pub mod maps;
+pub mod nat;
+pub mod reject;
 pub mod revnat;
+pub mod src_ranges;
 pub mod stats;
 
 pub use affinity::*;
+pub use config::*;
 pub use ct::*;
+pub use frag::*;
 pub use lb::*;
 pub use lock::SpinLock;
 pub use maps::*;
+pub use nat::*;
+pub use reject::*;
 pub use revnat::*;
+pub use src_ranges::*;
 pub use stats::*;

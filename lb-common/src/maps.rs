@@ -7,19 +7,20 @@
 //! capacity is the configured one; anything else is a migration.
 
 use crate::{
-    AffinityKey, AffinityValue, Backend4, Backend6, Ct4Key, Ct4Value, DatapathConfig, Frontend4Key,
-    Frontend4State, Frontend6Key, Frontend6State, FrontendId, Member, MemberKey, Nat4Key,
-    Nat4Value, RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value, Slot, SlotKey, SourceRange4,
+    AffinityKey, AffinityValue, Backend4, Backend6, Ct4Key, Ct4Value, DatapathConfig, Frag4Key,
+    Frag4Value, Frontend4Key, Frontend4State, Frontend6Key, Frontend6State, FrontendId, Member,
+    MemberKey, Nat4Key, Nat4Value, RejectBucket, RevNat4Key, RevNat4Value, RevNat6Key,
+    RevNat6Value, Slot, SlotKey, SourceRange4,
 };
 
 /// Version of the map layout; part of every pin name. Layout 1 (pins without
 /// a version: `LB4_SERVICES`, `LB4_BACKENDS`, `LB4_REVNAT`) kept frontends
 /// and backend slots in one hash map updated in place. Layout 2 had no
 /// affinity, members or policy bits, and a 20-byte frontend state. Layout 3
-/// had no IPv6 maps. Layout 4 gained the tc programs' maps (`LB4_CT`,
-/// `LB4_NAT`, `LB_CONFIG`, `LB4_SRC_RANGES`) and counters later: an agent that finds them
-/// missing or `LB_STATS` of another size migrates, as for a capacity change.
-pub const LAYOUT_VERSION: u32 = 4;
+/// had no IPv6 maps. Layout 4 had no fragment, reject or previous-map
+/// maps, kept each direction's TCP state apart in conntrack entries, and a
+/// shorter `LB_CONFIG`.
+pub const LAYOUT_VERSION: u32 = 5;
 
 /// `BPF_MAP_TYPE_HASH`.
 pub const MAP_TYPE_HASH: u32 = 1;
@@ -31,6 +32,8 @@ pub const MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 pub const MAP_TYPE_LRU_HASH: u32 = 9;
 /// `BPF_MAP_TYPE_LPM_TRIE`.
 pub const MAP_TYPE_LPM_TRIE: u32 = 11;
+/// `BPF_MAP_TYPE_ARRAY_OF_MAPS`.
+pub const MAP_TYPE_ARRAY_OF_MAPS: u32 = 12;
 /// `BPF_F_NO_PREALLOC`: elements are allocated on insert, so a large
 /// capacity costs no memory until it is used.
 pub const BPF_F_NO_PREALLOC: u32 = 1;
@@ -62,25 +65,25 @@ const fn spec<K, V>(name: &'static str, pin: &'static str, map_type: u32, flags:
 /// Frontends: [`Frontend4Key`] -> [`FrontendId`]. Written by the agent.
 pub const FRONTENDS4: MapSpec = spec::<Frontend4Key, FrontendId>(
     "LB4_FRONTENDS",
-    "LB4_FRONTENDS_V4",
+    "LB4_FRONTENDS_V5",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// Frontend state, an array indexed by frontend id: [`Frontend4State`].
 /// Written by the agent with `BPF_F_LOCK`.
 pub const FE_STATE4: MapSpec =
-    spec::<u32, Frontend4State>("LB4_FE_STATE", "LB4_FE_STATE_V4", MAP_TYPE_ARRAY, 0);
+    spec::<u32, Frontend4State>("LB4_FE_STATE", "LB4_FE_STATE_V5", MAP_TYPE_ARRAY, 0);
 /// Backend slots of every revision: [`SlotKey`] -> [`Slot`]. Written by the agent.
 pub const SLOTS4: MapSpec = spec::<SlotKey, Slot>(
     "LB4_SLOTS",
-    "LB4_SLOTS_V4",
+    "LB4_SLOTS_V5",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// Backends: id (`u32`) -> [`Backend4`]. Written by the agent.
 pub const BACKENDS4: MapSpec = spec::<u32, Backend4>(
     "LB4_BACKENDS",
-    "LB4_BACKENDS_V4",
+    "LB4_BACKENDS_V5",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
@@ -88,82 +91,114 @@ pub const BACKENDS4: MapSpec = spec::<u32, Backend4>(
 /// for frontends with session affinity.
 pub const MEMBERS4: MapSpec = spec::<MemberKey, Member>(
     "LB4_MEMBERS",
-    "LB4_MEMBERS_V4",
+    "LB4_MEMBERS_V5",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// Session affinity: [`AffinityKey`] -> [`AffinityValue`]. Written by the
 /// programs; LRU, so a full map evicts the oldest clients.
 pub const AFFINITY4: MapSpec =
-    spec::<AffinityKey, AffinityValue>("LB4_AFFINITY", "LB4_AFFINITY_V4", MAP_TYPE_LRU_HASH, 0);
+    spec::<AffinityKey, AffinityValue>("LB4_AFFINITY", "LB4_AFFINITY_V5", MAP_TYPE_LRU_HASH, 0);
 /// Socket reverse NAT: [`RevNat4Key`] -> [`RevNat4Value`]. Written by the
 /// programs; LRU, so entries of closed sockets age out on their own.
 pub const REVNAT4: MapSpec =
-    spec::<RevNat4Key, RevNat4Value>("LB4_REVNAT", "LB4_REVNAT_V4", MAP_TYPE_LRU_HASH, 0);
+    spec::<RevNat4Key, RevNat4Value>("LB4_REVNAT", "LB4_REVNAT_V5", MAP_TYPE_LRU_HASH, 0);
 /// IPv6 frontends: [`Frontend6Key`] -> [`FrontendId`], ids of their own.
 pub const FRONTENDS6: MapSpec = spec::<Frontend6Key, FrontendId>(
     "LB6_FRONTENDS",
-    "LB6_FRONTENDS_V4",
+    "LB6_FRONTENDS_V5",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// IPv6 frontend state: [`Frontend6State`], as [`FE_STATE4`].
 pub const FE_STATE6: MapSpec =
-    spec::<u32, Frontend6State>("LB6_FE_STATE", "LB6_FE_STATE_V4", MAP_TYPE_ARRAY, 0);
+    spec::<u32, Frontend6State>("LB6_FE_STATE", "LB6_FE_STATE_V5", MAP_TYPE_ARRAY, 0);
 /// IPv6 backend slots, as [`SLOTS4`].
 pub const SLOTS6: MapSpec = spec::<SlotKey, Slot>(
     "LB6_SLOTS",
-    "LB6_SLOTS_V4",
+    "LB6_SLOTS_V5",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// IPv6 backends: id (`u32`) -> [`Backend6`].
 pub const BACKENDS6: MapSpec = spec::<u32, Backend6>(
     "LB6_BACKENDS",
-    "LB6_BACKENDS_V4",
+    "LB6_BACKENDS_V5",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// IPv6 revision members, as [`MEMBERS4`].
 pub const MEMBERS6: MapSpec = spec::<MemberKey, Member>(
     "LB6_MEMBERS",
-    "LB6_MEMBERS_V4",
+    "LB6_MEMBERS_V5",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// IPv6 session affinity, as [`AFFINITY4`].
 pub const AFFINITY6: MapSpec =
-    spec::<AffinityKey, AffinityValue>("LB6_AFFINITY", "LB6_AFFINITY_V4", MAP_TYPE_LRU_HASH, 0);
+    spec::<AffinityKey, AffinityValue>("LB6_AFFINITY", "LB6_AFFINITY_V5", MAP_TYPE_LRU_HASH, 0);
 /// IPv6 socket reverse NAT: [`RevNat6Key`] -> [`RevNat6Value`], as [`REVNAT4`].
 pub const REVNAT6: MapSpec =
-    spec::<RevNat6Key, RevNat6Value>("LB6_REVNAT", "LB6_REVNAT_V4", MAP_TYPE_LRU_HASH, 0);
+    spec::<RevNat6Key, RevNat6Value>("LB6_REVNAT", "LB6_REVNAT_V5", MAP_TYPE_LRU_HASH, 0);
 /// Datapath counters, per CPU: index (`u32`, see [`crate::stats`]) -> `u64`.
-pub const STATS: MapSpec = spec::<u32, u64>("LB_STATS", "LB_STATS_V4", MAP_TYPE_PERCPU_ARRAY, 0);
+pub const STATS: MapSpec = spec::<u32, u64>("LB_STATS", "LB_STATS_V5", MAP_TYPE_PERCPU_ARRAY, 0);
 
 /// Connection tracking of flows from outside the node: [`Ct4Key`] ->
 /// [`Ct4Value`]. Written by the tc programs, aged out by the agent; LRU.
-pub const CT4: MapSpec = spec::<Ct4Key, Ct4Value>("LB4_CT", "LB4_CT_V4", MAP_TYPE_LRU_HASH, 0);
+pub const CT4: MapSpec = spec::<Ct4Key, Ct4Value>("LB4_CT", "LB4_CT_V5", MAP_TYPE_LRU_HASH, 0);
 /// Source NAT of those flows, reply side: [`Nat4Key`] -> [`Nat4Value`].
 /// Written by tc egress, aged out by the agent; LRU.
-pub const NAT4: MapSpec = spec::<Nat4Key, Nat4Value>("LB4_NAT", "LB4_NAT_V4", MAP_TYPE_LRU_HASH, 0);
+pub const NAT4: MapSpec = spec::<Nat4Key, Nat4Value>("LB4_NAT", "LB4_NAT_V5", MAP_TYPE_LRU_HASH, 0);
 /// Settings of the tc programs, an array of one: [`DatapathConfig`].
 /// Written by the agent.
 pub const CONFIG: MapSpec =
-    spec::<u32, DatapathConfig>("LB_CONFIG", "LB_CONFIG_V4", MAP_TYPE_ARRAY, 0);
+    spec::<u32, DatapathConfig>("LB_CONFIG", "LB_CONFIG_V5", MAP_TYPE_ARRAY, 0);
 
 /// `loadBalancerSourceRanges` of external frontends: an LPM trie of
 /// `{u32 prefix length, SourceRange4}` -> `u32` (1). Written by the agent.
 pub const SOURCE_RANGES4: MapSpec = MapSpec {
     name: "LB4_SRC_RANGES",
-    pin: "LB4_SRC_RANGES_V4",
+    pin: "LB4_SRC_RANGES_V5",
     map_type: MAP_TYPE_LPM_TRIE,
     key_size: 4 + size_of::<SourceRange4>() as u32,
     value_size: 4,
     flags: BPF_F_NO_PREALLOC,
 };
 
+/// Fragments of translated datagrams: [`Frag4Key`] -> [`Frag4Value`].
+/// Written by the tc programs; LRU.
+pub const FRAG4: MapSpec =
+    spec::<Frag4Key, Frag4Value>("LB4_FRAG", "LB4_FRAG_V5", MAP_TYPE_LRU_HASH, 0);
+/// Reject rate limits of external frontends: [`Frontend4Key`] ->
+/// [`RejectBucket`]. Written by the tc programs; LRU.
+pub const REJECTS4: MapSpec =
+    spec::<Frontend4Key, RejectBucket>("LB4_REJECTS", "LB4_REJECTS_V5", MAP_TYPE_LRU_HASH, 0);
+
+/// A previous-map slot: an array of maps of one entry, which during a
+/// migration holds the map a stateful map replaces, so that the programs
+/// find there what their own map lacks until the agent has carried it
+/// over (see [`STATEFUL`]). Empty otherwise.
+const fn prev(name: &'static str, pin: &'static str) -> MapSpec {
+    MapSpec {
+        name,
+        pin,
+        map_type: MAP_TYPE_ARRAY_OF_MAPS,
+        key_size: 4,
+        value_size: 4,
+        flags: 0,
+    }
+}
+/// The slot for [`REVNAT4`]'s previous map.
+pub const REVNAT4_PREV: MapSpec = prev("LB4_REVNAT_PREV", "LB4_REVNAT_PREV_V5");
+/// The slot for [`REVNAT6`]'s previous map.
+pub const REVNAT6_PREV: MapSpec = prev("LB6_REVNAT_PREV", "LB6_REVNAT_PREV_V5");
+/// The slot for [`CT4`]'s previous map.
+pub const CT4_PREV: MapSpec = prev("LB4_CT_PREV", "LB4_CT_PREV_V5");
+/// The slot for [`NAT4`]'s previous map.
+pub const NAT4_PREV: MapSpec = prev("LB4_NAT_PREV", "LB4_NAT_PREV_V5");
+
 /// Every map of this layout.
-pub const ALL_MAPS: [MapSpec; 19] = [
+pub const ALL_MAPS: [MapSpec; 25] = [
     FRONTENDS4,
     FE_STATE4,
     SLOTS4,
@@ -183,11 +218,73 @@ pub const ALL_MAPS: [MapSpec; 19] = [
     NAT4,
     CONFIG,
     SOURCE_RANGES4,
+    FRAG4,
+    REJECTS4,
+    REVNAT4_PREV,
+    REVNAT6_PREV,
+    CT4_PREV,
+    NAT4_PREV,
 ];
 
-/// Older layouts' reverse-NAT maps: their entries are byte-identical to
-/// [`REVNAT4`]'s, so a migration carries them over.
-pub const OLD_REVNAT4_PINS: [&str; 3] = ["LB4_REVNAT", "LB4_REVNAT_V2", "LB4_REVNAT_V3"];
+/// A map the programs write, whose entries live with flows and sockets: a
+/// migration carries them into the new map (before the programs switch,
+/// and again after, for what the old programs wrote meanwhile).
+#[derive(Clone, Copy, Debug)]
+pub struct Stateful {
+    pub spec: MapSpec,
+    /// Pins of older layouts' maps whose entries are this map's (same key
+    /// and value sizes and meaning), oldest first.
+    pub older: &'static [&'static str],
+    /// The slot where the programs find the map this one replaces during a
+    /// migration: those whose miss would break a connection (a reply shown
+    /// from the backend's address, a flow reset). The others (affinity,
+    /// fragments) only lose a choice or a datagram in flight.
+    pub prev: Option<MapSpec>,
+}
+
+/// Every stateful map of this layout.
+pub const STATEFUL: [Stateful; 7] = [
+    Stateful {
+        spec: REVNAT4,
+        older: &[
+            "LB4_REVNAT",
+            "LB4_REVNAT_V2",
+            "LB4_REVNAT_V3",
+            "LB4_REVNAT_V4",
+        ],
+        prev: Some(REVNAT4_PREV),
+    },
+    Stateful {
+        spec: REVNAT6,
+        older: &["LB6_REVNAT_V4"],
+        prev: Some(REVNAT6_PREV),
+    },
+    Stateful {
+        spec: AFFINITY4,
+        older: &["LB4_AFFINITY_V3", "LB4_AFFINITY_V4"],
+        prev: None,
+    },
+    Stateful {
+        spec: AFFINITY6,
+        older: &["LB6_AFFINITY_V4"],
+        prev: None,
+    },
+    Stateful {
+        spec: CT4,
+        older: &["LB4_CT_V4"],
+        prev: Some(CT4_PREV),
+    },
+    Stateful {
+        spec: NAT4,
+        older: &["LB4_NAT_V4"],
+        prev: Some(NAT4_PREV),
+    },
+    Stateful {
+        spec: FRAG4,
+        older: &[],
+        prev: None,
+    },
+];
 
 /// Default capacity of `LB4_FRONTENDS` and `LB6_FRONTENDS` (each `FE_STATE` array has one entry more:
 /// id 0 is never used).

@@ -43,8 +43,21 @@ pub const STAT_TC_DROP_SNAT_EXHAUSTED: u32 = 13;
 /// outside its `loadBalancerSourceRanges`.
 pub const STAT_TC_DROP_SOURCE_RANGE: u32 = 14;
 
+/// tc dropped a fragment whose first fragment it had not seen (so it
+/// cannot know its ports, nor whether it is ours).
+pub const STAT_TC_DROP_FRAGMENT: u32 = 15;
+/// tc dropped a reject (TCP reset or port unreachable) its frontend had no
+/// tokens left for.
+pub const STAT_TC_DROP_REJECT_LIMIT: u32 = 16;
+/// tc left a packet to the kernel: TCP without SYN and without a flow of
+/// ours (a flow the kernel's conntrack may translate, kube-proxy's for
+/// one), or a flow found in the kernel's conntrack at the takeover.
+pub const STAT_TC_PASSED_UNTRACKED: u32 = 17;
+/// tc dropped the first packet of a flow it could not record.
+pub const STAT_TC_DROP_CT_FULL: u32 = 18;
+
 /// Number of counters (entries of `LB_STATS`).
-pub const STATS_COUNT: u32 = 15;
+pub const STATS_COUNT: u32 = 19;
 
 /// Each counter's name, indexed by its constant: the `reason` label on
 /// `/metrics` and the row name in `lb-agent dump --stats`.
@@ -64,4 +77,8 @@ pub const STAT_NAMES: [&str; STATS_COUNT as usize] = [
     "tc_reject_no_endpoints",
     "tc_drop_snat_exhausted",
     "tc_drop_source_range",
+    "tc_drop_fragment_unknown",
+    "tc_drop_reject_rate_limited",
+    "tc_passed_untracked",
+    "tc_drop_conntrack_insert",
 ];

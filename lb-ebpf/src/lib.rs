@@ -3,6 +3,10 @@
 //! programs' packet rewriting and connection tracking. The program
 //! entry points live in the binary (`main.rs`), one file per hook family.
 #![no_std]
+// `atomic_cxchg`: the BPF target has no compare-and-swap in `core::sync`
+// (`atomic-cas` is off in its spec), but the kernel has BPF_CMPXCHG.
+#![feature(core_intrinsics)]
+#![expect(internal_features, reason = "core_intrinsics, for atomic_cxchg")]
 
 pub mod ct;
 pub mod lb;

@@ -3,16 +3,17 @@
 //! load time (`--bpf-lb-*-map-max`).
 
 use aya_ebpf::{
-    btf_maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray},
+    btf_maps::{Array, ArrayOfMaps, HashMap, LpmTrie, LruHashMap, PerCpuArray},
     macros::btf_map,
 };
 use lb_common::{
     AffinityKey, AffinityValue, BPF_F_NO_PREALLOC, Backend4, Backend6, Ct4Key, Ct4Value,
-    DEFAULT_AFFINITY_MAX, DEFAULT_BACKENDS_MAX, DEFAULT_CT_MAX, DEFAULT_FRONTENDS_MAX,
-    DEFAULT_NAT_MAX, DEFAULT_REVNAT_MAX, DEFAULT_SLOTS_MAX, DEFAULT_SOURCE_RANGES_MAX,
-    DatapathConfig, Frontend4Key, Frontend4State, Frontend6Key, Frontend6State, FrontendId, Member,
-    MemberKey, Nat4Key, Nat4Value, RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value, STATS_COUNT,
-    Slot, SlotKey, SourceRange4,
+    DEFAULT_AFFINITY_MAX, DEFAULT_BACKENDS_MAX, DEFAULT_CT_MAX, DEFAULT_FRAG_MAX,
+    DEFAULT_FRONTENDS_MAX, DEFAULT_NAT_MAX, DEFAULT_REVNAT_MAX, DEFAULT_SLOTS_MAX,
+    DEFAULT_SOURCE_RANGES_MAX, DatapathConfig, Frag4Key, Frag4Value, Frontend4Key, Frontend4State,
+    Frontend6Key, Frontend6State, FrontendId, Member, MemberKey, Nat4Key, Nat4Value, REJECTS_MAX,
+    RejectBucket, RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value, STATS_COUNT, Slot, SlotKey,
+    SourceRange4,
 };
 
 pub const NO_PREALLOC: usize = BPF_F_NO_PREALLOC as usize;
@@ -104,3 +105,40 @@ pub static LB_CONFIG: Array<DatapathConfig, 1> = Array::new();
 #[btf_map]
 pub static LB4_SRC_RANGES: LpmTrie<SourceRange4, u32, { DEFAULT_SOURCE_RANGES_MAX as usize }> =
     LpmTrie::new();
+
+/// Fragments of datagrams the tc programs saw the first fragment of:
+/// (addresses, IP id, protocol) -> the first fragment's ports. LRU.
+#[btf_map]
+pub static LB4_FRAG: LruHashMap<Frag4Key, Frag4Value, { DEFAULT_FRAG_MAX as usize }> =
+    LruHashMap::new();
+
+/// Reject rate limits of external frontends. LRU.
+#[btf_map]
+pub static LB4_REJECTS: LruHashMap<Frontend4Key, RejectBucket, { REJECTS_MAX as usize }> =
+    LruHashMap::new();
+
+/// The capacity of a previous-map slot's template: the kernel checks an
+/// inner map's type, key and value sizes and flags, not its capacity.
+const PREV_TEMPLATE: usize = 64;
+
+/// During a migration, the reverse-NAT map `LB4_REVNAT` replaces (at index
+/// 0), read where `LB4_REVNAT` has no entry; empty otherwise.
+#[btf_map]
+pub static LB4_REVNAT_PREV: ArrayOfMaps<LruHashMap<RevNat4Key, RevNat4Value, PREV_TEMPLATE>, 1> =
+    ArrayOfMaps::new();
+
+/// As `LB4_REVNAT_PREV`, for `LB6_REVNAT`.
+#[btf_map]
+pub static LB6_REVNAT_PREV: ArrayOfMaps<LruHashMap<RevNat6Key, RevNat6Value, PREV_TEMPLATE>, 1> =
+    ArrayOfMaps::new();
+
+/// As `LB4_REVNAT_PREV`, for `LB4_CT` (an older layout's entries too: the
+/// value has kept its size and fields).
+#[btf_map]
+pub static LB4_CT_PREV: ArrayOfMaps<LruHashMap<Ct4Key, Ct4Value, PREV_TEMPLATE>, 1> =
+    ArrayOfMaps::new();
+
+/// As `LB4_CT_PREV`, for `LB4_NAT`.
+#[btf_map]
+pub static LB4_NAT_PREV: ArrayOfMaps<LruHashMap<Nat4Key, Nat4Value, PREV_TEMPLATE>, 1> =
+    ArrayOfMaps::new();

@@ -1,5 +1,6 @@
 //! Reading and rewriting the IPv4 and TCP/UDP headers of a packet at tc,
-//! checksums included.
+//! checksums included, on Ethernet devices (`L2` = [`ETH_HLEN`]) and on
+//! devices without a link-layer header (`L2` = 0: WireGuard, IPIP, TUN).
 //!
 //! Addresses and ports are kept exactly as the packet holds them (network
 //! byte order in memory, read as native integers), which is what the
@@ -9,13 +10,16 @@ use aya_ebpf::{
     bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR},
     programs::TcContext,
 };
-use lb_common::{PROTO_ICMP, PROTO_TCP, PROTO_UDP};
+use lb_common::{Frag4Key, Frag4Value, PROTO_ICMP, PROTO_TCP, PROTO_UDP};
 
-/// Ethernet header length: the programs run on Ethernet devices.
+use crate::maps::LB4_FRAG;
+
+/// Ethernet header length.
 pub const ETH_HLEN: usize = 14;
 /// `ETH_P_IP` as the frame holds it.
 const ETH_P_IP_BE: u16 = 0x0800_u16.to_be();
 /// Offsets in the IPv4 header.
+const IP_ID: usize = 4;
 const IP_FRAG_OFF: usize = 6;
 const IP_PROTO: usize = 9;
 const IP_CSUM: usize = 10;
@@ -24,12 +28,10 @@ const IP_DADDR: usize = 16;
 /// Fragment offset bits of `frag_off` (host order): non-zero on every
 /// fragment but the first, which alone carries the ports.
 const IP_OFFSET_MASK: u16 = 0x1fff;
-
-/// TCP flag bits (byte 13 of the header).
-pub const TCP_FIN: u8 = 0x01;
-pub const TCP_SYN: u8 = 0x02;
-pub const TCP_RST: u8 = 0x04;
-pub const TCP_ACK: u8 = 0x10;
+/// More fragments follow.
+const IP_MF: u16 = 0x2000;
+/// Length of an IPv4 header without options.
+pub const IP_HLEN: usize = 20;
 
 /// The parsed headers of an IPv4 TCP or UDP packet.
 pub struct Packet4 {
@@ -38,22 +40,32 @@ pub struct Packet4 {
     in_place: bool,
     /// Offset of the IPv4 header.
     l3: usize,
-    /// Offset of the TCP or UDP header.
+    /// Offset of the TCP or UDP header (none in a later fragment).
     l4: usize,
     pub proto: u8,
-    /// TCP flags; 0 for UDP.
+    /// TCP flags; 0 for UDP and for later fragments.
     pub tcp_flags: u8,
     pub saddr: [u8; 4],
     pub daddr: [u8; 4],
     pub sport_be: u16,
     pub dport_be: u16,
+    /// A fragment after the first: it carries no TCP or UDP header (the
+    /// ports above are its first fragment's), so only its addresses are
+    /// rewritten, and it never starts or advances a flow.
+    pub later_fragment: bool,
 }
 
-/// What the programs translate: a TCP or UDP packet, or an ICMP error
-/// about one.
-pub enum Parsed {
-    Flow(Packet4),
-    IcmpError(IcmpError4),
+/// What a program does with each kind of packet it translates (TCP or
+/// UDP; an ICMP error about one) or drops (a later fragment of a datagram
+/// whose first fragment it did not see): each returns the verdict.
+///
+/// The parser calls these where it built the packet, rather than
+/// returning it in an enum: LLVM would merge the paths that return none
+/// with an uninitialized payload, which the verifier refuses to read.
+pub trait Handler {
+    fn flow(self, p: &mut Packet4) -> i32;
+    fn icmp_error(self, e: &mut IcmpError4) -> i32;
+    fn unknown_fragment(self) -> i32;
 }
 
 /// The `T` at `off` in the packet, before any rewrite. `IN_PLACE` (only
@@ -92,75 +104,145 @@ fn write<const IN_PLACE: bool, T: Copy>(ctx: &TcContext, off: usize, v: T) -> Re
 /// offset after it is a constant, and the headers are read in place.
 const IPV4_NO_OPTIONS: u8 = 0x45;
 
-/// The fields of the IPv4 header at `l3` the programs use: header length,
-/// protocol, addresses. `None` unless IPv4 with the ports in this packet
-/// (every fragment but the first lacks them).
+/// The fields of an IPv4 header the programs use.
+struct Ipv4 {
+    ihl: usize,
+    proto: u8,
+    saddr: [u8; 4],
+    daddr: [u8; 4],
+    /// Fragment offset (in 8-byte units) and the more-fragments bit, host
+    /// order.
+    frag_off: u16,
+}
+
+/// The IPv4 header at `l3`; `None` unless it is one.
 #[inline(always)]
-fn ipv4<const IN_PLACE: bool>(
-    ctx: &TcContext,
-    l3: usize,
-    ver_ihl: u8,
-) -> Option<(usize, u8, [u8; 4], [u8; 4])> {
+fn ipv4<const IN_PLACE: bool>(ctx: &TcContext, l3: usize, ver_ihl: u8) -> Option<Ipv4> {
     let ihl = usize::from(ver_ihl & 0x0f) * 4;
-    if ver_ihl >> 4 != 4 || ihl < 20 {
+    if ver_ihl >> 4 != 4 || ihl < IP_HLEN {
         return None;
     }
     let frag_off: u16 = read::<IN_PLACE, _>(ctx, l3 + IP_FRAG_OFF)?;
-    if u16::from_be(frag_off) & IP_OFFSET_MASK != 0 {
-        return None;
-    }
-    Some((
+    Some(Ipv4 {
         ihl,
-        read::<IN_PLACE, _>(ctx, l3 + IP_PROTO)?,
-        read::<IN_PLACE, _>(ctx, l3 + IP_SADDR)?,
-        read::<IN_PLACE, _>(ctx, l3 + IP_DADDR)?,
-    ))
+        proto: read::<IN_PLACE, _>(ctx, l3 + IP_PROTO)?,
+        saddr: read::<IN_PLACE, _>(ctx, l3 + IP_SADDR)?,
+        daddr: read::<IN_PLACE, _>(ctx, l3 + IP_DADDR)?,
+        frag_off: u16::from_be(frag_off),
+    })
 }
 
-impl Parsed {
-    /// The packet's headers, if it is one the programs translate.
-    #[inline(always)]
-    pub fn parse(ctx: &TcContext) -> Option<Self> {
-        let ethertype: u16 = read::<true, _>(ctx, 12)?;
-        if ethertype != ETH_P_IP_BE {
-            return None;
-        }
-        let ver_ihl: u8 = read::<true, _>(ctx, ETH_HLEN)?;
-        if ver_ihl == IPV4_NO_OPTIONS {
-            Self::parse_ipv4::<true>(ctx, IPV4_NO_OPTIONS)
-        } else {
-            Self::parse_ipv4::<false>(ctx, ver_ihl)
+/// Parses the packet behind an `L2`-byte link-layer header and hands it to
+/// `h`; the verdict, or `pass` for a packet the programs do not translate
+/// or cannot parse.
+#[inline(always)]
+pub fn parse<const L2: usize, H: Handler>(ctx: &TcContext, pass: i32, h: H) -> i32 {
+    // Without a link-layer header, the IP version nibble tells.
+    if L2 == ETH_HLEN {
+        match read::<true, u16>(ctx, 12) {
+            Some(ETH_P_IP_BE) => {}
+            _ => return pass,
         }
     }
+    // At offset 0, LLVM turns the bounds check into `data >= data_end`,
+    // from which the verifier learns no length: copied out there instead.
+    let ver_ihl = if L2 == 0 {
+        ctx.load::<u8>(0).ok()
+    } else {
+        read::<true, u8>(ctx, L2)
+    };
+    let Some(ver_ihl) = ver_ihl else {
+        return pass;
+    };
+    if ver_ihl == IPV4_NO_OPTIONS {
+        parse_ipv4::<L2, true, H>(ctx, IPV4_NO_OPTIONS, pass, h)
+    } else {
+        parse_ipv4::<L2, false, H>(ctx, ver_ihl, pass, h)
+    }
+}
 
-    #[inline(always)]
-    fn parse_ipv4<const IN_PLACE: bool>(ctx: &TcContext, ver_ihl: u8) -> Option<Self> {
-        let l3 = ETH_HLEN;
-        let (ihl, proto, saddr, daddr) = ipv4::<IN_PLACE>(ctx, l3, ver_ihl)?;
-        let l4 = l3 + ihl;
-        if proto == PROTO_ICMP {
-            return IcmpError4::parse(ctx, l3, l4, saddr, daddr).map(Self::IcmpError);
+#[inline(always)]
+fn parse_ipv4<const L2: usize, const IN_PLACE: bool, H: Handler>(
+    ctx: &TcContext,
+    ver_ihl: u8,
+    pass: i32,
+    h: H,
+) -> i32 {
+    let l3 = L2;
+    let Some(ip) = ipv4::<IN_PLACE>(ctx, l3, ver_ihl) else {
+        return pass;
+    };
+    let l4 = l3 + ip.ihl;
+    let later = ip.frag_off & IP_OFFSET_MASK != 0;
+    if ip.proto == PROTO_ICMP {
+        if later {
+            return pass;
         }
-        if proto != PROTO_TCP && proto != PROTO_UDP {
-            return None;
-        }
-        let tcp_flags = if proto == PROTO_TCP {
-            read::<IN_PLACE, _>(ctx, l4 + 13)?
-        } else {
-            0
+        return match IcmpError4::parse(ctx, l3, l4, ip.saddr, ip.daddr) {
+            Some(mut e) => h.icmp_error(&mut e),
+            None => pass,
         };
-        Some(Self::Flow(Packet4 {
-            in_place: IN_PLACE,
-            l3,
-            l4,
-            proto,
-            tcp_flags,
-            saddr,
-            daddr,
-            sport_be: read::<IN_PLACE, _>(ctx, l4)?,
-            dport_be: read::<IN_PLACE, _>(ctx, l4 + 2)?,
-        }))
     }
+    if ip.proto != PROTO_TCP && ip.proto != PROTO_UDP {
+        return pass;
+    }
+    let Some(id_be) = read::<IN_PLACE, u16>(ctx, l3 + IP_ID) else {
+        return pass;
+    };
+    let frag = Frag4Key {
+        saddr_be: ip.saddr,
+        daddr_be: ip.daddr,
+        id_be,
+        proto: ip.proto,
+        _pad0: 0,
+    };
+    let mut p = Packet4 {
+        in_place: IN_PLACE,
+        l3,
+        l4,
+        proto: ip.proto,
+        tcp_flags: 0,
+        saddr: ip.saddr,
+        daddr: ip.daddr,
+        sport_be: 0,
+        dport_be: 0,
+        later_fragment: later,
+    };
+    if later {
+        // Its first fragment's ports, as the first fragment carried them
+        // when it passed here.
+        let Some(ports) = LB4_FRAG.get_ptr(frag) else {
+            return h.unknown_fragment();
+        };
+        // SAFETY: the value stays mapped while the program runs (RCU); if
+        // the LRU recycles it meanwhile, the fragment takes another
+        // datagram's ports and goes astray, as it would have unseen.
+        let ports = unsafe { *ports };
+        p.sport_be = ports.sport_be;
+        p.dport_be = ports.dport_be;
+        return h.flow(&mut p);
+    }
+    if p.proto == PROTO_TCP {
+        let Some(flags) = read::<IN_PLACE, u8>(ctx, l4 + 13) else {
+            return pass;
+        };
+        p.tcp_flags = flags;
+    }
+    let (Some(sport_be), Some(dport_be)) = (
+        read::<IN_PLACE, u16>(ctx, l4),
+        read::<IN_PLACE, u16>(ctx, l4 + 2),
+    ) else {
+        return pass;
+    };
+    p.sport_be = sport_be;
+    p.dport_be = dport_be;
+    if ip.frag_off & IP_MF != 0 {
+        // A first fragment: its later ones will need its ports. An LRU
+        // insert fails only without memory; they are then dropped.
+        let ports = Frag4Value { sport_be, dport_be };
+        let _ = LB4_FRAG.insert(frag, ports, 0);
+    }
+    h.flow(&mut p)
 }
 
 impl Packet4 {
@@ -184,6 +266,26 @@ impl Packet4 {
         (self.daddr, self.dport_be)
     }
 
+    /// Whether the IPv4 header checksum is right, where the header has no
+    /// options (read in place, cheaply); a header with options is taken as
+    /// it is. A packet the stack would drop must not start a flow.
+    #[inline(always)]
+    pub fn ipv4_checksum_ok<const L2: usize>(&self, ctx: &TcContext) -> bool {
+        if !self.in_place {
+            return true;
+        }
+        let Some(words) = read::<true, [u16; IP_HLEN / 2]>(ctx, L2) else {
+            return false;
+        };
+        let mut sum = 0u32;
+        for w in words {
+            sum += u32::from(w);
+        }
+        sum = (sum & 0xffff) + (sum >> 16);
+        sum = (sum & 0xffff) + (sum >> 16);
+        sum == 0xffff
+    }
+
     /// Offset of the L4 checksum, and the flags its updates take: UDP's
     /// checksum may be 0 (none), which must stay 0.
     #[inline(always)]
@@ -195,9 +297,10 @@ impl Packet4 {
         }
     }
 
-    /// Rewrites the source (`dst` false) or destination address and port.
+    /// Rewrites the source (`dst` false) or destination address and port
+    /// of a packet parsed behind an `L2`-byte link-layer header.
     #[inline(always)]
-    pub fn rewrite(
+    pub fn rewrite<const L2: usize>(
         &mut self,
         ctx: &TcContext,
         dst: bool,
@@ -206,7 +309,7 @@ impl Packet4 {
     ) -> Result<(), i64> {
         if self.in_place {
             // Constant offsets, as `parse` read them.
-            self.rewrite_at::<true>(ctx, ETH_HLEN, ETH_HLEN + 20, dst, addr, port_be)
+            self.rewrite_at::<true>(ctx, L2, L2 + IP_HLEN, dst, addr, port_be)
         } else {
             self.rewrite_at::<false>(ctx, self.l3, self.l4, dst, addr, port_be)
         }
@@ -236,14 +339,16 @@ impl Packet4 {
             let ip_csum: u16 = read::<IN_PLACE, _>(ctx, l3 + IP_CSUM).ok_or(-1_i64)?;
             write::<IN_PLACE, _>(ctx, l3 + addr_off, addr)?;
             write::<IN_PLACE, _>(ctx, l3 + IP_CSUM, csum_replace4(ip_csum, from, to))?;
-            ctx.l4_csum_replace(
-                csum,
-                u64::from(from),
-                u64::from(to),
-                u64::from(BPF_F_PSEUDO_HDR) | mangled | 4,
-            )?;
+            if !self.later_fragment {
+                ctx.l4_csum_replace(
+                    csum,
+                    u64::from(from),
+                    u64::from(to),
+                    u64::from(BPF_F_PSEUDO_HDR) | mangled | 4,
+                )?;
+            }
         }
-        if old_port != port_be {
+        if old_port != port_be && !self.later_fragment {
             write::<IN_PLACE, _>(ctx, l4 + port_off, port_be)?;
             ctx.l4_csum_replace(csum, u64::from(old_port), u64::from(port_be), mangled | 2)?;
         }
@@ -299,11 +404,14 @@ impl IcmpError4 {
         }
         let inner_l3 = l4 + ICMP_QUOTE;
         let ver_ihl: u8 = ctx.load(inner_l3).ok()?;
-        let (ihl, proto, inner_saddr, inner_daddr) = ipv4::<false>(ctx, inner_l3, ver_ihl)?;
-        if proto != PROTO_TCP && proto != PROTO_UDP {
+        let inner = ipv4::<false>(ctx, inner_l3, ver_ihl)?;
+        // A quoted later fragment carries no ports.
+        if inner.frag_off & IP_OFFSET_MASK != 0
+            || (inner.proto != PROTO_TCP && inner.proto != PROTO_UDP)
+        {
             return None;
         }
-        let inner_l4 = inner_l3 + ihl;
+        let inner_l4 = inner_l3 + inner.ihl;
         Some(Self {
             l3,
             l4,
@@ -311,9 +419,9 @@ impl IcmpError4 {
             inner_l4,
             saddr,
             daddr,
-            proto,
-            inner_saddr,
-            inner_daddr,
+            proto: inner.proto,
+            inner_saddr: inner.saddr,
+            inner_daddr: inner.daddr,
             inner_sport_be: ctx.load(inner_l4).ok()?,
             inner_dport_be: ctx.load(inner_l4 + 2).ok()?,
         })

@@ -4,50 +4,90 @@
 //! on (`bpf_redirect` to its egress), from the frontend's address.
 //!
 //! Only packets without IPv4 options are answered; others are dropped, as
-//! are resets (a reset is never answered).
+//! are resets (a reset is never answered), and rejects beyond the
+//! frontend's rate ([`lb_common::RejectBucket`]), so that a frontend
+//! without endpoints cannot be used to reflect spoofed traffic.
 
 use aya_ebpf::{
     EbpfContext as _,
     bindings::{TC_ACT_SHOT, bpf_adj_room_mode::BPF_ADJ_ROOM_MAC},
-    helpers::{bpf_redirect, bpf_skb_change_tail},
+    helpers::{bpf_ktime_get_ns, bpf_redirect, bpf_skb_change_tail},
     programs::TcContext,
 };
-use lb_common::{PROTO_ICMP, PROTO_TCP};
+use lb_common::{
+    Frontend4Key, PROTO_ICMP, PROTO_TCP, RejectBucket, SCOPE_EXTERNAL, STAT_TC_DROP_REJECT_LIMIT,
+    TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN,
+};
 
-use crate::packet::{ETH_HLEN, Packet4, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
+use crate::{
+    maps::LB4_REJECTS,
+    packet::{ETH_HLEN, IP_HLEN, Packet4},
+    stats::count,
+};
 
-const IP_HLEN: usize = 20;
 const TCP_HLEN: usize = 20;
 /// What an ICMP error quotes of a UDP datagram: its IPv4 and UDP headers.
 const QUOTE: usize = IP_HLEN + 8;
 const ICMP_HLEN: usize = 8;
 const DROP: i32 = TC_ACT_SHOT;
 
-/// The verdict of a rejected packet: sent back as a reset or an ICMP
-/// error, or dropped when it cannot be answered.
+/// The verdict of a rejected packet, behind an `L2`-byte link-layer
+/// header: sent back as a reset or an ICMP error, or dropped when it
+/// cannot be answered or its frontend has sent its share.
 #[inline(always)]
-pub fn reject(ctx: &TcContext, p: &Packet4) -> Result<i32, i64> {
-    if p.l4() - p.l3() != IP_HLEN {
+pub fn reject<const L2: usize>(ctx: &TcContext, p: &Packet4) -> Result<i32, i64> {
+    if p.l4() - p.l3() != IP_HLEN || p.later_fragment {
+        return Ok(DROP);
+    }
+    if p.proto == PROTO_TCP && p.tcp_flags & TCP_RST != 0 {
+        return Ok(DROP);
+    }
+    if !allowed(p) {
+        count(STAT_TC_DROP_REJECT_LIMIT);
         return Ok(DROP);
     }
     if p.proto == PROTO_TCP {
-        if p.tcp_flags & TCP_RST != 0 {
-            return Ok(DROP);
-        }
-        tcp_reset(ctx, p)?;
+        tcp_reset::<L2>(ctx, p)?;
     } else {
-        port_unreachable(ctx, p)?;
+        port_unreachable::<L2>(ctx, p)?;
     }
-    // The frame goes back where it came from.
-    let mac: [u8; 12] = ctx.load(0)?;
-    let mut swapped = [0u8; 12];
-    swapped[..6].copy_from_slice(&mac[6..]);
-    swapped[6..].copy_from_slice(&mac[..6]);
-    ctx.store(0, &swapped, 0)?;
+    if L2 == ETH_HLEN {
+        // The frame goes back where it came from.
+        let mac: [u8; 12] = ctx.load(0)?;
+        let mut swapped = [0u8; 12];
+        swapped[..6].copy_from_slice(&mac[6..]);
+        swapped[6..].copy_from_slice(&mac[..6]);
+        ctx.store(0, &swapped, 0)?;
+    }
     // SAFETY: the context is the program's own skb.
     let ifindex = unsafe { (*ctx.skb.skb).ifindex };
     // SAFETY: the helper has no preconditions; it returns the verdict.
     Ok(unsafe { bpf_redirect(ifindex, 0) } as i32)
+}
+
+/// Whether the packet's frontend may send one more reject now; takes its
+/// token.
+#[inline(always)]
+fn allowed(p: &Packet4) -> bool {
+    let key = Frontend4Key {
+        addr_be: p.daddr,
+        port_be: p.dport_be,
+        proto: p.proto,
+        scope: SCOPE_EXTERNAL,
+    };
+    // SAFETY: the helper has no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if let Some(bucket) = LB4_REJECTS.get_ptr_mut(key) {
+        // SAFETY: the value stays mapped while the program runs (RCU); a
+        // CPU racing on the same bucket may undo a token (the limit is
+        // approximate), never more.
+        return unsafe { (*bucket).take(now) };
+    }
+    let mut bucket = RejectBucket::default();
+    let allowed = bucket.take(now);
+    // An LRU insert fails only without memory: that reject goes uncounted.
+    let _ = LB4_REJECTS.insert(key, bucket, 0);
+    allowed
 }
 
 /// Rewrites the packet into the reset Linux's `REJECT --reject-with
@@ -55,7 +95,7 @@ pub fn reject(ctx: &TcContext, p: &Packet4) -> Result<i32, i64> {
 /// its acknowledgment as sequence number; else a RST+ACK acknowledging
 /// everything it carried.
 #[inline(always)]
-fn tcp_reset(ctx: &TcContext, p: &Packet4) -> Result<(), i64> {
+fn tcp_reset<const L2: usize>(ctx: &TcContext, p: &Packet4) -> Result<(), i64> {
     let total = u16::from_be(ctx.load(p.l3() + 2)?);
     let data_off: u8 = ctx.load(p.l4() + 12)?;
     let tcp_len = u32::from(data_off >> 4) * 4;
@@ -84,21 +124,21 @@ fn tcp_reset(ctx: &TcContext, p: &Packet4) -> Result<(), i64> {
     let mut sum = sum_words(&h[12..20], 0) + u32::from(PROTO_TCP) + TCP_HLEN as u32;
     sum = sum_words(&h[20..], sum);
     h[36..38].copy_from_slice(&fold(sum).to_be_bytes());
-    let len = (ETH_HLEN + IP_HLEN + TCP_HLEN) as u32;
+    let len = (L2 + IP_HLEN + TCP_HLEN) as u32;
     // SAFETY: the context is the program's own skb; the helper only
     // changes its length.
     let ret = unsafe { bpf_skb_change_tail(ctx.as_ptr().cast(), len, 0) };
     if ret != 0 {
         return Err(ret);
     }
-    ctx.store(ETH_HLEN, &h, 0)?;
+    ctx.store(L2, &h, 0)?;
     Ok(())
 }
 
 /// Rewrites the packet into an ICMP port unreachable quoting its IPv4 and
 /// UDP headers, as Linux's `REJECT` (`icmp-port-unreachable`) sends.
 #[inline(always)]
-fn port_unreachable(ctx: &TcContext, p: &Packet4) -> Result<(), i64> {
+fn port_unreachable<const L2: usize>(ctx: &TcContext, p: &Packet4) -> Result<(), i64> {
     let quote: [u8; QUOTE] = ctx.load(p.l3())?;
     let mut h = [0u8; IP_HLEN + ICMP_HLEN];
     ipv4_header(&mut h, (IP_HLEN + ICMP_HLEN + QUOTE) as u16, PROTO_ICMP, p);
@@ -106,14 +146,15 @@ fn port_unreachable(ctx: &TcContext, p: &Packet4) -> Result<(), i64> {
     h[21] = 3; // port unreachable
     let sum = sum_words(&quote, sum_words(&h[20..], 0));
     h[22..24].copy_from_slice(&fold(sum).to_be_bytes());
-    let len = (ETH_HLEN + QUOTE) as u32;
+    let len = (L2 + QUOTE) as u32;
     // SAFETY: as in `tcp_reset`.
     let ret = unsafe { bpf_skb_change_tail(ctx.as_ptr().cast(), len, 0) };
     if ret != 0 {
         return Err(ret);
     }
+    // Room below the link-layer header (none on an L3 device).
     ctx.adjust_room((IP_HLEN + ICMP_HLEN) as i32, BPF_ADJ_ROOM_MAC, 0)?;
-    ctx.store(ETH_HLEN, &h, 0)?;
+    ctx.store(L2, &h, 0)?;
     Ok(())
 }
 

@@ -29,7 +29,7 @@ use lb_common::{
 };
 use lb_ebpf::{
     lb::{Family, Selection, V4, V6, select},
-    maps::{LB4_REVNAT, LB6_REVNAT},
+    maps::{LB4_REVNAT, LB4_REVNAT_PREV, LB6_REVNAT, LB6_REVNAT_PREV},
     stats::count,
 };
 
@@ -327,7 +327,13 @@ fn reversed4(ctx: &SockAddrContext, addr_be: [u8; 4], port: u32) -> Option<RevNa
         port_be: port as u16,
         _pad0: [0; 2],
     };
-    let frontend = LB4_REVNAT.get_ptr(key)?;
+    // During a migration, a socket the old programs translated after the
+    // agent copied their map has its entry only in that map.
+    let frontend = LB4_REVNAT.get_ptr(key).or_else(|| {
+        LB4_REVNAT_PREV
+            .get_value_ptr_mut(0, &key)
+            .map(|p| p.cast_const())
+    })?;
     // SAFETY: the value stays mapped while the program runs (RCU). An LRU
     // map may recycle the element if it evicts this very entry meanwhile;
     // the address shown would then be wrong, the connection unaffected.
@@ -380,7 +386,12 @@ fn reverse6(ctx: &SockAddrContext) -> i32 {
         port_be: port as u16,
         _pad0: [0; 6],
     };
-    if let Some(frontend) = LB6_REVNAT.get_ptr(key) {
+    let frontend = LB6_REVNAT.get_ptr(key).or_else(|| {
+        LB6_REVNAT_PREV
+            .get_value_ptr_mut(0, &key)
+            .map(|p| p.cast_const())
+    });
+    if let Some(frontend) = frontend {
         // SAFETY: as in reversed4.
         let frontend = unsafe { *frontend };
         let words = bytes_to_words(&frontend.addr_be);

@@ -7,8 +7,10 @@ use std::{net::SocketAddr, path::PathBuf};
 
 pub use kube_proxy::{FileConfig, FileError};
 
+use lb_common::{DEFAULT_NAT_PORT_MAX, DEFAULT_NAT_PORT_MIN, Timeouts};
+
 use crate::{
-    cli::{MapSizeArgs, RunArgs},
+    cli::{ConntrackArgs, MapSizeArgs, RunArgs},
     datapath::layout::Capacities,
     model::{ExcludedCidrs, NodePortAddresses, NodePortAddressesError, ParseCidrError},
 };
@@ -29,6 +31,14 @@ pub enum Source {
     File(PathBuf),
 }
 
+/// How the tc programs track flows from outside the node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conntrack {
+    pub timeouts: Timeouts,
+    /// The SNAT port range, inclusive.
+    pub snat_ports: (u16, u16),
+}
+
 /// Validated settings for `run`.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
@@ -44,6 +54,7 @@ pub struct RunConfig {
     pub cgroup: Option<PathBuf>,
     pub bpffs_dir: PathBuf,
     pub capacities: Capacities,
+    pub conntrack: Conntrack,
     pub metrics_addr: SocketAddr,
     pub healthz_addr: SocketAddr,
     /// `None`: never prune.
@@ -138,6 +149,7 @@ impl RunConfig {
             cgroup: args.cgroup_path,
             bpffs_dir: args.bpffs_dir,
             capacities: capacities(&args.maps),
+            conntrack: conntrack(&args.conntrack),
             metrics_addr,
             healthz_addr,
             prune_interval: Some(args.map_prune_interval).filter(|d| !d.is_zero()),
@@ -159,6 +171,23 @@ fn capacities(args: &MapSizeArgs) -> Capacities {
         affinity: args.bpf_lb_affinity_map_max.unwrap_or(default.affinity),
         ct: args.bpf_ct_global_max.unwrap_or(default.ct),
         nat: args.bpf_nat_global_max.unwrap_or(default.nat),
+        frag: args.bpf_fragments_map_max.unwrap_or(default.frag),
+    }
+}
+
+/// The conntrack flags over the defaults.
+fn conntrack(args: &ConntrackArgs) -> Conntrack {
+    let t = Timeouts::DEFAULT;
+    Conntrack {
+        timeouts: Timeouts {
+            tcp: args.bpf_ct_timeout_regular_tcp.unwrap_or(t.tcp),
+            tcp_syn: args.bpf_ct_timeout_regular_tcp_syn.unwrap_or(t.tcp_syn),
+            tcp_fin: args.bpf_ct_timeout_regular_tcp_fin.unwrap_or(t.tcp_fin),
+            any: args.bpf_ct_timeout_regular_any.unwrap_or(t.any),
+        },
+        snat_ports: args
+            .snat_port_range
+            .unwrap_or((DEFAULT_NAT_PORT_MIN, DEFAULT_NAT_PORT_MAX)),
     }
 }
 

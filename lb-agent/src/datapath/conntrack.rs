@@ -1,18 +1,25 @@
 //! The tc programs' connection tracking (`LB4_CT`) and SNAT (`LB4_NAT`)
 //! entries: read whole for `lb-agent dump --conntrack`, and aged out by the
 //! agent. The maps are LRU, so they never fill up; the collector removes
-//! what has expired or lost its backend, so that listings and capacity
-//! show live flows.
+//! what has expired or whose endpoint stopped serving, so that listings
+//! and capacity show live flows.
 
-use std::{hash::Hash, io, os::fd::AsFd as _, path::Path};
+use std::{
+    collections::{HashMap, HashSet},
+    hash::Hash,
+    io,
+    net::{IpAddr, Ipv4Addr},
+    os::fd::AsFd as _,
+    path::Path,
+};
 
-use aya::maps::{HashMap, Map, MapData, MapError};
+use aya::maps::{HashMap as BpfHashMap, Map, MapData, MapError};
 use lb_common::{
-    BACKENDS4, Backend4, CT_DIR_IN, CT4, Ct4Key, Ct4Value, MapSpec, NAT4, Nat4Key, Nat4Value,
-    ct_expired,
+    CT_DIR_IN, CT_F_KERNEL, CT4, Ct4Key, Ct4Value, MapSpec, NAT4, Nat4Key, Nat4Value, ct_expired,
 };
 
 use super::batch;
+use crate::model::{Frontend, Proto, Scope};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConntrackError {
@@ -69,75 +76,114 @@ pub fn read(maps_dir: &Path) -> Result<Entries, ConntrackError> {
     })
 }
 
-/// How many entries a collection removed.
+/// What a collection did and found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Collected {
+    /// Entries removed.
     pub ct: usize,
     pub nat: usize,
+    /// Entries left.
+    pub ct_left: usize,
+    pub nat_left: usize,
 }
 
-/// Deletes the entries of both maps that expired by `now`, and the
-/// conntrack entries of flows whose backend is gone (its id no longer
-/// names its address: the agent deletes an id a grace period after the
-/// last revision naming it went), which the programs would move to a
-/// current backend at their next packet anyway. An entry a packet
-/// refreshes or moves between the read and the delete is kept: each is
-/// looked up again, its backend too, right before it goes.
-pub fn collect(maps_dir: &Path, now: u32) -> Result<Collected, ConntrackError> {
-    let pin = BACKENDS4.pin;
-    let backends: HashMap<MapData, u32, Backend4> =
-        HashMap::try_from(Map::HashMap(open(maps_dir, &BACKENDS4)?))
-            .map_err(|source| ConntrackError::Open { pin, source })?;
-    let gone = |k: &Ct4Key, v: &Ct4Value| {
-        let (addr_be, port_be) = if k.dir == CT_DIR_IN {
-            (v.addr_be, v.port_be)
-        } else {
-            (k.saddr_be, k.sport_be)
+/// Deletes the entries of both maps that expired by `now`, and those of
+/// flows whose endpoint no longer serves their frontend (`serves(frontend,
+/// backend IP)`: kube-proxy's `CleanStaleEntries`, for TCP too, since the
+/// programs keep sending a flow to its endpoint; a terminating endpoint
+/// that still serves keeps its flows), both directions and the SNAT
+/// mapping. A flow found in the kernel's conntrack (`CT_F_KERNEL`) only
+/// expires. An entry a packet refreshes or changes between the read and
+/// the delete is kept: each is looked up again right before it goes.
+pub fn collect(
+    maps_dir: &Path,
+    now: u32,
+    serves: impl Fn(&Frontend, IpAddr) -> bool,
+) -> Result<Collected, ConntrackError> {
+    let Entries { ct, nat } = read(maps_dir)?;
+    // A live inbound entry names its frontend (key) and endpoint (value).
+    let stale = |k: &Ct4Key, v: &Ct4Value| {
+        if k.dir != CT_DIR_IN || v.flags & CT_F_KERNEL != 0 {
+            return false;
+        }
+        let Some(proto) = Proto::from_number(k.proto) else {
+            return false;
         };
-        // Id 0 is never a backend's: an entry that does not know its own.
-        v.backend_id != 0
-            && match backends.get(&v.backend_id, 0) {
-                Ok(b) => (b.addr_be, b.port_be) != (addr_be, port_be),
-                Err(MapError::KeyNotFound) => true,
-                // Unreadable is not gone.
-                Err(_) => false,
-            }
+        let frontend = Frontend {
+            vip: Ipv4Addr::from(k.daddr_be).into(),
+            port: u16::from_be(k.dport_be),
+            proto,
+            scope: Scope::External,
+        };
+        !serves(&frontend, Ipv4Addr::from(v.addr_be).into())
     };
+    let values: HashMap<Ct4Key, Ct4Value> = ct.iter().copied().collect();
+    let mut dead_flows = HashSet::new();
+    for (k, v) in &ct {
+        if stale(k, v) {
+            dead_flows.insert(*k);
+            dead_flows.insert(k.partner(v));
+        }
+    }
+    // The SNAT mapping of a stale flow, named by its outbound entry.
+    let nat_of = |k: &Ct4Key, v: &Ct4Value| {
+        (k.dir != CT_DIR_IN && v.nat_port_be != 0).then_some(Nat4Key {
+            saddr_be: k.saddr_be,
+            daddr_be: v.nat_addr_be,
+            sport_be: k.sport_be,
+            dport_be: v.nat_port_be,
+            proto: k.proto,
+            _pad0: [0; 3],
+        })
+    };
+    let dead_nat: HashSet<Nat4Key> = dead_flows
+        .iter()
+        .filter_map(|k| nat_of(k, values.get(k)?))
+        .collect();
+    let ct_dead = |k: &Ct4Key, v: &Ct4Value| {
+        ct_expired(v.expires, now)
+            || (dead_flows.contains(k) && values.get(k).is_some_and(|old| old.addr_be == v.addr_be))
+    };
+    let nat_dead = |k: &Nat4Key, v: &Nat4Value| ct_expired(v.expires, now) || dead_nat.contains(k);
+    let ct_gone = delete(maps_dir, &CT4, &ct, ct_dead)?;
+    let nat_gone = delete(maps_dir, &NAT4, &nat, nat_dead)?;
     Ok(Collected {
-        ct: collect_map::<Ct4Key, Ct4Value>(maps_dir, &CT4, |k, v| {
-            ct_expired(v.expires, now) || gone(k, v)
-        })?,
-        nat: collect_map::<Nat4Key, Nat4Value>(maps_dir, &NAT4, |_, v| ct_expired(v.expires, now))?,
+        ct: ct_gone,
+        nat: nat_gone,
+        ct_left: ct.len() - ct_gone,
+        nat_left: nat.len() - nat_gone,
     })
 }
 
-fn collect_map<K, V>(
+/// Deletes the `entries` of the map `spec` that are `dead`, each read again
+/// right before it goes; how many went.
+fn delete<K, V>(
     maps_dir: &Path,
     spec: &'static MapSpec,
+    entries: &[(K, V)],
     dead: impl Fn(&K, &V) -> bool,
 ) -> Result<usize, ConntrackError>
 where
     K: aya::Pod + Eq + Hash,
     V: aya::Pod,
 {
-    let pin = spec.pin;
-    let data = open(maps_dir, spec)?;
-    let candidates: Vec<K> = batch::lookup_all::<K, V>(data.fd().as_fd())
-        .map_err(|source| ConntrackError::Read { pin, source })?
-        .into_iter()
+    let candidates: Vec<&K> = entries
+        .iter()
         .filter(|(k, v)| dead(k, v))
         .map(|(k, _)| k)
         .collect();
     if candidates.is_empty() {
         return Ok(0);
     }
-    let mut map: HashMap<MapData, K, V> = HashMap::try_from(Map::LruHashMap(data))
-        .map_err(|source| ConntrackError::Open { pin, source })?;
+    let pin = spec.pin;
+    let mut map: BpfHashMap<MapData, K, V> =
+        BpfHashMap::try_from(Map::LruHashMap(open(maps_dir, spec)?))
+            .map_err(|source| ConntrackError::Open { pin, source })?;
     let mut removed = 0;
     for key in candidates {
-        let still = map.get(&key, 0).is_ok_and(|v| dead(&key, &v));
+        let still = map.get(key, 0).is_ok_and(|v| dead(key, &v));
         // Gone meanwhile (evicted, or deleted by another collector) is fine.
-        if still && map.remove(&key).is_ok() {
+        if still && map.remove(key).is_ok() {
             removed += 1;
         }
     }

@@ -82,7 +82,7 @@ impl Shared {
 }
 
 /// Returns once every eBPF program running at the call has finished.
-fn wait_for_readers() {
+pub fn wait_for_readers() {
     // SAFETY: MEMBARRIER_CMD_GLOBAL takes no pointers; it only waits.
     let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) };
     if r != 0 || online_cpus() <= 1 {

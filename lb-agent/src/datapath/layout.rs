@@ -9,10 +9,10 @@ use std::{
 use aya::maps::MapInfo;
 use lb_common::{
     AFFINITY4, AFFINITY6, ALL_MAPS, BACKENDS4, BACKENDS6, CONFIG, CT4, DEFAULT_AFFINITY_MAX,
-    DEFAULT_BACKENDS_MAX, DEFAULT_CT_MAX, DEFAULT_FRONTENDS_MAX, DEFAULT_NAT_MAX,
-    DEFAULT_REVNAT_MAX, DEFAULT_SLOTS_MAX, DEFAULT_SOURCE_RANGES_MAX, FE_STATE4, FE_STATE6,
-    FRONTENDS4, FRONTENDS6, MEMBERS4, MEMBERS6, MapSpec, NAT4, REVNAT4, REVNAT6, SLOTS4, SLOTS6,
-    SOURCE_RANGES4, STATS, STATS_COUNT,
+    DEFAULT_BACKENDS_MAX, DEFAULT_CT_MAX, DEFAULT_FRAG_MAX, DEFAULT_FRONTENDS_MAX, DEFAULT_NAT_MAX,
+    DEFAULT_REVNAT_MAX, DEFAULT_SLOTS_MAX, DEFAULT_SOURCE_RANGES_MAX, FE_STATE4, FE_STATE6, FRAG4,
+    FRONTENDS4, FRONTENDS6, MAP_TYPE_ARRAY_OF_MAPS, MEMBERS4, MEMBERS6, MapSpec, NAT4, REJECTS_MAX,
+    REJECTS4, REVNAT4, REVNAT6, SLOTS4, SLOTS6, SOURCE_RANGES4, STATS, STATS_COUNT,
 };
 
 /// Map capacities, set at load time (`--bpf-lb-*-map-max`), the same for
@@ -31,6 +31,8 @@ pub struct Capacities {
     pub ct: u32,
     /// `LB4_NAT`.
     pub nat: u32,
+    /// `LB4_FRAG`.
+    pub frag: u32,
 }
 
 impl Default for Capacities {
@@ -43,6 +45,7 @@ impl Default for Capacities {
             affinity: DEFAULT_AFFINITY_MAX,
             ct: DEFAULT_CT_MAX,
             nat: DEFAULT_NAT_MAX,
+            frag: DEFAULT_FRAG_MAX,
         }
     }
 }
@@ -63,6 +66,10 @@ impl Capacities {
             _ if spec.name == NAT4.name => self.nat,
             _ if spec.name == CONFIG.name => 1,
             _ if spec.name == SOURCE_RANGES4.name => DEFAULT_SOURCE_RANGES_MAX,
+            _ if spec.name == FRAG4.name => self.frag,
+            _ if spec.name == REJECTS4.name => REJECTS_MAX,
+            // A previous-map slot: one map.
+            _ if spec.map_type == MAP_TYPE_ARRAY_OF_MAPS => 1,
             other => unreachable!("map {} has no capacity", other.name),
         }
     }

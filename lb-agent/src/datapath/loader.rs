@@ -100,6 +100,18 @@ pub enum LoaderError {
     },
     #[error("program {0} missing from the eBPF object")]
     MissingProgram(&'static str),
+    #[error("device {device}")]
+    Device {
+        device: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "device {device} has link type {link_type}, which the tc programs cannot parse \
+         (they take Ethernet devices and devices without a link-layer header: \
+         WireGuard, IPIP, GRE, TUN); leave it out of --devices"
+    )]
+    LinkType { device: String, link_type: u16 },
 }
 
 pub fn io_err(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> LoaderError {

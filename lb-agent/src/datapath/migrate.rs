@@ -1,16 +1,20 @@
 //! Moving from one set of pinned maps to another without a failed
 //! connection: the new maps are built in `maps-next/` beside the old ones
-//! and filled; the programs switch to them (translating programs first, so
-//! that no new reverse-NAT entry lands in the old map, then the entries are
-//! carried over, then the reversing programs); only then are the old pins
-//! removed and the new ones moved into `maps/`.
+//! and filled; the entries of the stateful maps (socket reverse NAT,
+//! affinity, conntrack, SNAT, fragments) are carried over, and the old
+//! reverse-NAT, conntrack and SNAT maps are put in the new maps'
+//! previous-map slots, where the new programs look for what their maps
+//! lack; the programs switch; a grace period later, when no old program
+//! runs any more, what the old programs wrote meanwhile is carried over
+//! too and the slots are emptied; only then are the old pins removed and
+//! the new ones moved into `maps/`.
 //!
 //! Every step can be interrupted. The programs attached through our links
 //! say which maps are in use, so [`recover`] can tell a `maps-next/` that
 //! was never switched to (removed and rebuilt) from one that was (finished).
 
 use std::{
-    collections::{BTreeSet, HashSet},
+    collections::{BTreeSet, HashMap, HashSet},
     fs,
     hash::Hash,
     io,
@@ -27,12 +31,13 @@ use aya::{
     },
 };
 use lb_common::{
-    ALL_MAPS, MapSpec, OLD_REVNAT4_PINS, REVNAT4, REVNAT6, RevNat4Key, RevNat4Value, RevNat6Key,
-    RevNat6Value,
+    AFFINITY4, AFFINITY6, ALL_MAPS, AffinityKey, AffinityValue, CT_F_KERNEL, CT4, Ct4Key, Ct4Value,
+    FRAG4, Frag4Key, Frag4Value, NAT4, Nat4Key, Nat4Value, REVNAT4, REVNAT6, RevNat4Key,
+    RevNat4Value, RevNat6Key, RevNat6Value, STATEFUL, Stateful,
 };
 
 use super::{
-    batch,
+    batch, elem,
     layout::{self, LayoutError},
     loader::{REVERSING, TRANSLATING},
     pins::Pins,
@@ -157,48 +162,89 @@ pub fn finish(pins: &Pins) -> Result<Vec<PathBuf>, MigrateError> {
     Ok(old)
 }
 
-/// Copies the entries of every older reverse-NAT map (older layouts', or
-/// this layout's in `maps/` when `maps-next/` replaces it) into this layout's,
-/// keeping entries it already has: they are newer. Call once no program
-/// writes the older maps any more, before the reversing programs switch.
-pub fn carry_revnat(pins: &Pins) -> Result<usize, MigrateError> {
-    // No older layout had IPv6 maps.
-    Ok(
-        carry::<RevNat4Key, RevNat4Value>(pins, &REVNAT4, &OLD_REVNAT4_PINS)?
-            + carry::<RevNat6Key, RevNat6Value>(pins, &REVNAT6, &[])?,
-    )
+/// Where a stateful map's entries come from: the map `maps-next/` holds
+/// (or, with no migration, `maps/`), and the maps it replaces, newest
+/// first: the same map in `maps/` when `maps-next/` replaces it, then
+/// older layouts' pins still in `maps/`.
+fn predecessors(pins: &Pins, s: &Stateful) -> (PathBuf, Vec<PathBuf>) {
+    let maps = pins.maps_dir();
+    let next = pins.next_dir().join(s.spec.pin);
+    let (target, mut sources) = if next.exists() {
+        (next, vec![maps.join(s.spec.pin)])
+    } else {
+        (maps.join(s.spec.pin), Vec::new())
+    };
+    sources.extend(s.older.iter().rev().map(|pin| maps.join(pin)));
+    sources.retain(|p| p.exists());
+    (target, sources)
 }
 
-/// [`carry_revnat`] for one family's map, `spec`, whose older layouts'
-/// pins are `old`.
-fn carry<K, V>(pins: &Pins, spec: &MapSpec, old: &[&str]) -> Result<usize, MigrateError>
-where
-    K: aya::Pod + Eq + Hash,
-    V: aya::Pod,
-{
-    let maps = pins.maps_dir();
-    let next = pins.next_dir();
-    let (target, sources) = if next.join(spec.pin).exists() {
-        (next.join(spec.pin), vec![maps.join(spec.pin)])
-    } else {
-        (maps.join(spec.pin), Vec::new())
-    };
+/// Copies the entries of the maps every stateful map replaces (an older
+/// layout's, or this layout's in `maps/` when `maps-next/` replaces it)
+/// into it, keeping the entries it already has: they are newer. Called
+/// before the programs switch, and again once no old program runs (a grace
+/// period after), for what they wrote meanwhile. Returns how many entries
+/// were carried.
+pub fn carry_stateful(pins: &Pins) -> Result<usize, MigrateError> {
     let mut carried = 0;
-    for source in sources
-        .into_iter()
-        .chain(old.iter().map(|pin| maps.join(pin)))
-    {
-        if source.exists() {
-            carried += copy_revnat::<K, V>(&source, &target, spec)?;
+    for s in &STATEFUL {
+        let (target, sources) = predecessors(pins, s);
+        for source in sources {
+            carried += match s.spec.name {
+                n if n == REVNAT4.name => {
+                    copy::<RevNat4Key, RevNat4Value>(&source, &target, s, |_| {})?
+                }
+                n if n == REVNAT6.name => {
+                    copy::<RevNat6Key, RevNat6Value>(&source, &target, s, |_| {})?
+                }
+                n if n == AFFINITY4.name || n == AFFINITY6.name => {
+                    copy::<AffinityKey, AffinityValue>(&source, &target, s, |_| {})?
+                }
+                n if n == CT4.name => copy::<Ct4Key, Ct4Value>(&source, &target, s, upgrade_ct)?,
+                n if n == NAT4.name => {
+                    copy::<Nat4Key, Nat4Value>(&source, &target, s, |entries| {
+                        // An older layout's TCP state bits: the expiry says all.
+                        for (_, v) in entries {
+                            v.flags &= CT_F_KERNEL;
+                        }
+                    })?
+                }
+                n if n == FRAG4.name => copy::<Frag4Key, Frag4Value>(&source, &target, s, |_| {})?,
+                other => unreachable!("stateful map {other} has no entry types"),
+            };
         }
     }
     Ok(carried)
 }
 
-/// Copies the entries of the reverse-NAT map at `from` that the one at `to`
-/// lacks. Both must have `spec`'s key and value sizes, as the older
-/// layouts' have.
-fn copy_revnat<K, V>(from: &Path, to: &Path, spec: &MapSpec) -> Result<usize, MigrateError>
+/// Layout 4's conntrack entries as this layout keeps them: each flow's two
+/// entries each knew one side's TCP state; both get both sides'.
+fn upgrade_ct(entries: &mut Vec<(Ct4Key, Ct4Value)>) {
+    for (k, v) in entries.iter_mut() {
+        *v = v.upgraded(k.dir);
+    }
+    let sides: HashMap<Ct4Key, (u8, u8)> = entries
+        .iter()
+        .map(|(k, v)| (*k, (v.seen_client, v.seen_backend)))
+        .collect();
+    for (k, v) in entries.iter_mut() {
+        if let Some((c, b)) = sides.get(&k.partner(v)) {
+            v.seen_client |= c;
+            v.seen_backend |= b;
+        }
+    }
+}
+
+/// Copies the entries of the map at `from` that the one at `to` lacks,
+/// after `convert`, each written only if still absent (a program may have
+/// written a newer one meanwhile). A map of other key or value sizes is
+/// not `s`'s predecessor: nothing is copied.
+fn copy<K, V>(
+    from: &Path,
+    to: &Path,
+    s: &Stateful,
+    convert: impl FnOnce(&mut Vec<(K, V)>),
+) -> Result<usize, MigrateError>
 where
     K: aya::Pod + Eq + Hash,
     V: aya::Pod,
@@ -213,7 +259,7 @@ where
         Ok::<_, MigrateError>((data, info))
     };
     let (src, info) = open(from)?;
-    if (info.key_size(), info.value_size()) != (spec.key_size, spec.value_size) {
+    if (info.key_size(), info.value_size()) != (s.spec.key_size, s.spec.value_size) {
         return Ok(0);
     }
     let (dst, _) = open(to)?;
@@ -222,19 +268,68 @@ where
         .into_iter()
         .map(|(k, _)| k)
         .collect();
-    let missing: Vec<(K, V)> = batch::lookup_all(src.fd().as_fd())
-        .map_err(io_err("reading", from))?
-        .into_iter()
-        .filter(|(k, _)| !have.contains(k))
-        .collect();
-    // A program may store an entry for the same socket and backend between
-    // the read above and this write, which would then overwrite it with the
-    // older value: harmless unless that socket also sent to another
-    // frontend with the same backend in those microseconds.
-    let (keys, values): (Vec<_>, Vec<_>) = missing.iter().copied().unzip();
-    batch::update(dst.fd().as_fd(), &keys, &values, 0)
-        .map_err(|(_, e)| io_err("writing", to)(e))?;
-    Ok(missing.len())
+    let mut entries: Vec<(K, V)> =
+        batch::lookup_all(src.fd().as_fd()).map_err(io_err("reading", from))?;
+    convert(&mut entries);
+    let mut copied = 0;
+    for (k, v) in entries.iter().filter(|(k, _)| !have.contains(k)) {
+        match elem::insert_absent(dst.fd().as_fd(), k, v) {
+            Ok(true) => copied += 1,
+            Ok(false) => {}
+            Err(e) => return Err(io_err("writing", to)(e)),
+        }
+    }
+    Ok(copied)
+}
+
+/// Points every stateful map's previous-map slot (in the directory of the
+/// map that replaces it) at the map it replaces, so that the programs find
+/// there what the new map lacks until the second carry. Returns how many
+/// slots were set; a predecessor the kernel refuses as an inner map (other
+/// sizes or flags) leaves its slot empty.
+pub fn set_prev(pins: &Pins) -> Result<usize, MigrateError> {
+    let mut set = 0;
+    for s in &STATEFUL {
+        let Some(prev) = s.prev else { continue };
+        let (target, sources) = predecessors(pins, s);
+        let (Some(source), Some(dir)) = (sources.first(), target.parent()) else {
+            continue;
+        };
+        let slot = dir.join(prev.pin);
+        let inner = MapData::from_pin(source).map_err(|source_err| MigrateError::Map {
+            path: source.clone(),
+            source: source_err,
+        })?;
+        let outer = MapData::from_pin(&slot).map_err(|source| MigrateError::Map {
+            path: slot.clone(),
+            source,
+        })?;
+        match elem::set_inner(outer.fd().as_fd(), inner.fd().as_fd()) {
+            Ok(()) => set += 1,
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            Err(e) => return Err(io_err("setting", &slot)(e)),
+        }
+    }
+    Ok(set)
+}
+
+/// Empties every previous-map slot pinned in `dir`: once the carry after
+/// the switch is done, the programs need no older map, and the old maps
+/// are freed when their pins go.
+pub fn clear_prev(dir: &Path) -> Result<(), MigrateError> {
+    for s in &STATEFUL {
+        let Some(prev) = s.prev else { continue };
+        let slot = dir.join(prev.pin);
+        if !slot.exists() {
+            continue;
+        }
+        let outer = MapData::from_pin(&slot).map_err(|source| MigrateError::Map {
+            path: slot.clone(),
+            source,
+        })?;
+        elem::clear_inner(outer.fd().as_fd()).map_err(io_err("clearing", &slot))?;
+    }
+    Ok(())
 }
 
 fn remove_if_present(path: &Path) -> Result<(), MigrateError> {

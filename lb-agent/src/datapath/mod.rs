@@ -8,11 +8,13 @@ pub(crate) use batch::test_map;
 pub mod cgroup;
 pub mod conntrack;
 pub mod decode;
+mod elem;
 pub mod grace;
 pub mod layout;
 pub mod loader;
 pub mod migrate;
 pub mod pins;
+pub mod snat_ports;
 pub mod stats;
 pub mod table;
 pub mod tc;
@@ -45,6 +47,8 @@ pub enum DatapathError {
     Migrate(#[from] MigrateError),
     #[error(transparent)]
     Devices(#[from] tc::DevicesError),
+    #[error(transparent)]
+    Config(#[from] tc::ConfigError),
 }
 
 /// How this build's maps relate to what was pinned.
@@ -76,13 +80,19 @@ pub struct Datapath {
     tc_hook: tc::TcHook,
     /// The devices this agent attached them to, with their index then.
     attached: BTreeMap<String, u32>,
+    /// The tc programs' settings as last asked for (`CFG_F_PREV` is this
+    /// module's to set).
+    config: Option<lb_common::DatapathConfig>,
+    /// Whether the previous-map slots are set: a migration is switching.
+    prev: bool,
 }
 
 /// What [`Datapath::attach`] did besides attaching.
 #[derive(Debug)]
 pub struct Attached {
-    /// Reverse-NAT entries carried over from older maps.
-    pub revnat_carried: usize,
+    /// Entries of the stateful maps (socket reverse NAT, affinity,
+    /// conntrack, SNAT, fragments) carried over from older maps.
+    pub carried: usize,
     /// Pins of older maps removed.
     pub removed: Vec<PathBuf>,
     /// Whether the tc programs reached every device: a failure there
@@ -172,6 +182,8 @@ impl Datapath {
             unattached: 0,
             tc_hook,
             attached: BTreeMap::new(),
+            config: None,
+            prev: false,
         })
     }
 
@@ -234,7 +246,18 @@ impl Datapath {
     }
 
     /// The tc programs' settings, written into the maps they use.
-    pub fn set_config(&self, config: lb_common::DatapathConfig) -> Result<(), tc::ConfigError> {
+    pub fn set_config(&mut self, config: lb_common::DatapathConfig) -> Result<(), tc::ConfigError> {
+        self.config = Some(config);
+        self.write_config()
+    }
+
+    fn write_config(&self) -> Result<(), tc::ConfigError> {
+        let Some(mut config) = self.config else {
+            return Ok(());
+        };
+        if self.prev {
+            config.flags |= lb_common::CFG_F_PREV;
+        }
         tc::set_config(&self.maps_dir, config)
     }
 
@@ -253,20 +276,39 @@ impl Datapath {
     }
 
     /// Attaches the programs to `cgroup`, replacing whatever is attached
-    /// through our links, make-before-break: the translating programs
-    /// first, so that no new reverse-NAT entry goes to an older map; then
-    /// those entries are carried over; then the reversing programs. Older
-    /// pins go last.
+    /// through our links, make-before-break, and finishes a migration
+    /// without losing what the old programs wrote: the stateful maps'
+    /// entries are carried into the new maps and the old maps put in the
+    /// new ones' previous-map slots first, so that the new programs find
+    /// what they lack there; once they are attached and a grace period has
+    /// passed (no old program runs any more), what the old programs wrote
+    /// meanwhile is carried too and the slots are emptied. Older pins go
+    /// last.
     pub fn attach(&mut self, cgroup: &Path) -> Result<Attached, DatapathError> {
+        let switching = !matches!(self.start, Start::Fresh | Start::Adopted);
+        let mut carried = migrate::carry_stateful(&self.pins)?;
+        if switching {
+            self.prev = migrate::set_prev(&self.pins)? > 0;
+            self.write_config()?;
+        } else {
+            // An earlier agent that died switching may have left them set.
+            migrate::clear_prev(&self.maps_dir)?;
+        }
         loader::attach(&mut self.ebpf, &self.pins, cgroup, &TRANSLATING)?;
-        let revnat_carried = migrate::carry_revnat(&self.pins)?;
         loader::attach(&mut self.ebpf, &self.pins, cgroup, &REVERSING)?;
         let tc = self.attach_tc();
+        if switching {
+            grace::wait_for_readers();
+            carried += migrate::carry_stateful(&self.pins)?;
+            migrate::clear_prev(&self.maps_dir)?;
+            self.prev = false;
+        }
         let removed = migrate::finish(&self.pins)?;
         self.maps_dir = self.pins.maps_dir();
         self.start = Start::Adopted;
+        self.write_config()?;
         Ok(Attached {
-            revnat_carried,
+            carried,
             removed,
             tc,
         })

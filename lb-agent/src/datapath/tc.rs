@@ -37,11 +37,80 @@ use super::{
 };
 use crate::model::Frontend;
 
-/// Each tc program: its function in the object, its hook, its pin prefix.
-const PROGRAMS: [(&str, TcAttachType, &str); 2] = [
-    ("lb_tc_ingress", TcAttachType::Ingress, "tc-in-"),
-    ("lb_tc_egress", TcAttachType::Egress, "tc-out-"),
+/// Each tc program: its function in the object for Ethernet devices and
+/// for devices without a link-layer header, its hook, its pin prefix.
+const PROGRAMS: [(&str, &str, TcAttachType, &str); 2] = [
+    (
+        "lb_tc_ingress",
+        "lb_tc_ingress_l3",
+        TcAttachType::Ingress,
+        "tc-in-",
+    ),
+    (
+        "lb_tc_egress",
+        "lb_tc_egress_l3",
+        TcAttachType::Egress,
+        "tc-out-",
+    ),
 ];
+
+/// `ARPHRD_ETHER`: a device whose packets start with an Ethernet header.
+const ARPHRD_ETHER: u16 = 1;
+/// Link types whose packets start with the IP header: `ARPHRD_NONE` (TUN,
+/// WireGuard), `ARPHRD_TUNNEL` (IPIP), `ARPHRD_TUNNEL6`, `ARPHRD_SIT`,
+/// `ARPHRD_IPGRE`, `ARPHRD_IP6GRE`, `ARPHRD_PPP`, `ARPHRD_RAWIP`.
+const ARPHRD_L3: [u16; 8] = [65534, 768, 769, 776, 778, 823, 512, 519];
+
+/// The program of a `PROGRAMS` row for `device`: the Ethernet one, the
+/// one without a link-layer header, or an error naming a link type the
+/// programs cannot parse.
+fn program_for(
+    row: &(&'static str, &'static str, TcAttachType, &'static str),
+    device: &str,
+) -> Result<&'static str, LoaderError> {
+    match link_type(device)? {
+        ARPHRD_ETHER => Ok(row.0),
+        t if ARPHRD_L3.contains(&t) => Ok(row.1),
+        link_type => Err(LoaderError::LinkType {
+            device: device.to_owned(),
+            link_type,
+        }),
+    }
+}
+
+/// `device`'s link type (`ARPHRD_*`), as `SIOCGIFHWADDR` reports it in
+/// this network namespace.
+fn link_type(device: &str) -> Result<u16, LoaderError> {
+    let io = |source| LoaderError::Device {
+        device: device.to_owned(),
+        source,
+    };
+    let name = device.as_bytes();
+    if name.len() >= libc::IFNAMSIZ {
+        return Err(io(std::io::Error::from_raw_os_error(libc::ENODEV)));
+    }
+    let socket =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).map_err(io)?;
+    // SAFETY: an all-zero ifreq is valid.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(name) {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFHWADDR reads the name and fills `ifr_hwaddr` of the
+    // ifreq it is given, which outlives the call.
+    let r = unsafe {
+        libc::ioctl(
+            std::os::fd::AsRawFd::as_raw_fd(&socket),
+            libc::SIOCGIFHWADDR,
+            &mut req,
+        )
+    };
+    if r != 0 {
+        return Err(io(std::io::Error::last_os_error()));
+    }
+    // SAFETY: SIOCGIFHWADDR filled the hwaddr member of the union.
+    Ok(unsafe { req.ifr_ifru.ifru_hwaddr.sa_family })
+}
 
 /// A device's part of a pin name: bpffs refuses dots, which VLAN devices
 /// (`eth0.100`) have; `+` stands for them.
@@ -53,7 +122,7 @@ fn pin_part(device: &str) -> String {
 pub fn linked_devices(pins: &Pins) -> Result<BTreeSet<String>, LoaderError> {
     Ok(linked(pins)?
         .iter()
-        .filter_map(|pin| pin.strip_prefix(PROGRAMS[0].2))
+        .filter_map(|pin| pin.strip_prefix(PROGRAMS[0].3))
         .map(|part| part.replace('+', "."))
         .collect())
 }
@@ -116,7 +185,7 @@ pub fn attach(
 ) -> Result<Result<(), DevicesError>, LoaderError> {
     let links = pins.links_dir();
     fs::create_dir_all(&links).map_err(io_err("creating", &links))?;
-    for (name, ..) in PROGRAMS {
+    for name in PROGRAMS.iter().flat_map(|(eth, l3, ..)| [*eth, *l3]) {
         let program = program(ebpf, name)?;
         if program.fd().is_err() {
             program
@@ -135,13 +204,22 @@ pub fn attach(
     for (device, index) in new {
         // Egress first: alone it translates only flows ingress recorded,
         // so no device ever DNATs a flow whose replies it cannot reverse.
-        let done = PROGRAMS
-            .iter()
-            .rev()
-            .try_for_each(|&(name, attach_type, prefix)| match hook {
-                TcHook::Tcx => attach_tcx(ebpf, pins, name, attach_type, device, prefix),
+        let done = PROGRAMS.iter().rev().try_for_each(|row| {
+            let name = program_for(row, device)?;
+            let (_, _, attach_type, prefix) = *row;
+            match hook {
+                TcHook::Tcx => {
+                    attach_tcx(ebpf, pins, name, attach_type, device, prefix)?;
+                    // Filters an earlier agent attached with clsact go once
+                    // the links run.
+                    for n in [row.0, row.1] {
+                        let _ = qdisc_detach_program(device, attach_type, n);
+                    }
+                    Ok(())
+                }
                 TcHook::Clsact => attach_clsact(ebpf, name, attach_type, device),
-            });
+            }
+        });
         match done {
             Ok(()) => {
                 attached.insert(device.clone(), index);
@@ -157,7 +235,7 @@ pub fn attach(
     let wanted: BTreeSet<String> = match hook {
         TcHook::Tcx => PROGRAMS
             .iter()
-            .flat_map(|(_, _, prefix)| {
+            .flat_map(|(_, _, _, prefix)| {
                 devices
                     .iter()
                     .map(move |d| format!("{prefix}{}", pin_part(d)))
@@ -257,9 +335,11 @@ fn attach_clsact(
 
 /// Removes our clsact filters from `device`, if it has any.
 fn detach_clsact(device: &str) {
-    for (name, hook, _) in PROGRAMS {
-        // Not found (or no qdisc, or no device) leaves nothing to remove.
-        let _ = qdisc_detach_program(device, hook, name);
+    for (eth, l3, hook, _) in PROGRAMS {
+        for name in [eth, l3] {
+            // Not found (or no qdisc, or no device) leaves nothing to remove.
+            let _ = qdisc_detach_program(device, hook, name);
+        }
     }
 }
 
@@ -271,7 +351,8 @@ pub fn detach_clsact_everywhere() -> Vec<String> {
     for device in interface_names() {
         let found = PROGRAMS
             .iter()
-            .filter(|(name, hook, _)| qdisc_detach_program(&device, *hook, name).is_ok())
+            .flat_map(|(eth, l3, hook, _)| [(*eth, *hook), (*l3, *hook)])
+            .filter(|(name, hook)| qdisc_detach_program(&device, *hook, name).is_ok())
             .count();
         if found > 0 {
             had.push(device);
@@ -336,7 +417,7 @@ pub fn linked(pins: &Pins) -> Result<Vec<String>, LoaderError> {
             .into_owned();
         if PROGRAMS
             .iter()
-            .any(|(_, _, prefix)| name.starts_with(prefix))
+            .any(|(_, _, _, prefix)| name.starts_with(prefix))
         {
             names.push(name);
         }

@@ -13,7 +13,7 @@ use std::{
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 
 use super::{
-    Backend, ExcludedCidrs, Feature, Frontend, Invalid, NodeContext, ObjectRef, Proto,
+    Backend, ExcludedCidrs, Feature, Frontend, Invalid, NodeContext, ObjectRef, Proto, Scope,
     claims::{Claim, Target, service_claims},
     few::Few,
     health_check::{HealthCheck, health_check},
@@ -40,10 +40,11 @@ pub struct Flush {
     /// Every recomputed Service, with what the model noticed about it now
     /// (empty for one that was deleted or is no longer programmed).
     pub services: BTreeMap<ObjectRef, ServiceReport>,
-    /// UDP frontends that stopped sending to some endpoint IP (or are
-    /// gone): connected sockets sent through them to an IP they no longer
+    /// UDP frontends, and frontends seen from outside the node, that
+    /// stopped sending to some endpoint IP (or are gone): connected sockets
+    /// and tc flows sent through them to an IP they no longer
     /// [serve](Cache::serving) are stale (kube-proxy's `CleanStaleEntries`).
-    pub stale_udp: BTreeSet<Frontend>,
+    pub stale: BTreeSet<Frontend>,
 }
 
 /// What the model noticed about one Service, besides its claims.
@@ -239,14 +240,14 @@ impl Cache {
     /// Recomputes the Services touched since the last flush.
     pub fn flush(&mut self) -> Flush {
         let mut out = Flush::default();
-        let mut udp_before: BTreeMap<Frontend, Vec<IpAddr>> = BTreeMap::new();
+        let mut before: BTreeMap<Frontend, Vec<IpAddr>> = BTreeMap::new();
         for object in std::mem::take(&mut self.dirty) {
             for fe in self.claimed_by.remove(&object).unwrap_or_default() {
                 if let Some(c) = self.claims.get_mut(&fe) {
                     if let Some(Claim::Program { serving, .. }) = c.remove(&object)
-                        && fe.proto == Proto::Udp
+                        && (fe.proto == Proto::Udp || fe.scope == Scope::External)
                     {
-                        udp_before.entry(fe).or_default().extend(serving);
+                        before.entry(fe).or_default().extend(serving);
                     }
                     if c.is_empty() {
                         self.claims.remove(&fe);
@@ -281,10 +282,10 @@ impl Cache {
             }
             self.claimed_by.insert(object, frontends);
         }
-        for (fe, before) in udp_before {
+        for (fe, before) in before {
             let now = self.serving(&fe);
             if before.iter().any(|ip| !now.contains(ip)) {
-                out.stale_udp.insert(fe);
+                out.stale.insert(fe);
             }
         }
         // A pass-through reported above may have lost to another Service.

@@ -86,9 +86,11 @@ impl Target {
 /// What a Service asks for at one frontend.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Claim {
-    /// Program the frontend. `serving` lists, for a UDP port, every endpoint
-    /// IP that is serving (kube-proxy's conntrack cleanup keeps flows to
-    /// these and flushes the rest); empty for other protocols.
+    /// Program the frontend. `serving` lists every endpoint IP that is
+    /// serving, for a UDP port (kube-proxy's conntrack cleanup keeps flows
+    /// to these and flushes the rest) and for every frontend seen from
+    /// outside the node (the tc programs' flows likewise, TCP too: a
+    /// terminating endpoint keeps its connections); empty otherwise.
     Program {
         target: Target,
         serving: Vec<IpAddr>,
@@ -158,17 +160,22 @@ pub(super) fn service_claims(
                     (Claim::PassThrough, Claim::PassThrough, Claim::PassThrough)
                 }
                 Some(c) => {
-                    let serving = if port.proto == Proto::Udp {
-                        serving_ips(&c)
+                    // Traffic from outside keeps per-flow state of every
+                    // protocol (the tc programs' conntrack); sockets only
+                    // UDP's.
+                    let serving = serving_ips(&c);
+                    let socket_serving = if port.proto == Proto::Udp {
+                        serving.clone()
                     } else {
                         Vec::new()
                     };
                     let [internal, external, outside] = targets(spec, &c, node);
-                    let claim = |target| Claim::Program {
-                        target,
-                        serving: serving.clone(),
-                    };
-                    (claim(internal), claim(external), claim(outside))
+                    let claim = |target, serving| Claim::Program { target, serving };
+                    (
+                        claim(internal, socket_serving.clone()),
+                        claim(external, socket_serving),
+                        claim(outside, serving),
+                    )
                 }
             };
             let frontend = |vip, number| Frontend {

@@ -97,9 +97,7 @@ fn node_ports_are_served_on_the_node_addresses_of_each_cluster_ip_family() {
         Some(vec![be("10.0.0.1", 5353)])
     );
     assert!(
-        flush
-            .stale_udp
-            .contains(&fe("192.0.2.10", 30053, Proto::Udp)),
+        flush.stale.contains(&fe("192.0.2.10", 30053, Proto::Udp)),
         "a UDP node port that went away has stale sockets"
     );
 }

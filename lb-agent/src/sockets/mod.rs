@@ -37,7 +37,7 @@ pub use netns::{DEFAULT_NETNS_DIR, NetnsSources};
 pub use reaper::SocketReaper;
 pub use request::StaleUdp;
 pub use scan::{Report, destroy_stale};
-pub use serving::UdpServing;
+pub use serving::{Serving, UdpServing};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SocketsError {

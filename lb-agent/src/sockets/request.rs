@@ -33,7 +33,7 @@ impl StaleUdp {
 
     /// Whether a socket sent through `frontend` to `backend` must go.
     pub fn is_stale(&self, serving: &UdpServing, frontend: SocketAddr, backend: IpAddr) -> bool {
-        self.frontends.contains(&frontend) && !serving.serves(frontend, backend)
+        self.frontends.contains(&frontend) && !serving.serves(&frontend, backend)
     }
 }
 

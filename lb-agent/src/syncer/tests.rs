@@ -317,26 +317,23 @@ fn udp_serving_follows_every_sync_and_forgets_gone_frontends() {
     let live = s.udp_serving();
     let fe: SocketAddr = "10.96.0.10:53".parse().unwrap();
     let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-    assert!(live.serves(fe, ip("10.0.0.1")) && live.serves(fe, ip("10.0.0.2")));
-    assert!(s.take_stale_udp().is_empty(), "nothing stopped serving");
+    assert!(live.serves(&fe, ip("10.0.0.1")) && live.serves(&fe, ip("10.0.0.2")));
+    assert!(s.take_stale().is_empty(), "nothing stopped serving");
 
     // 10.0.0.1 leaves: its sockets are stale, and stay stale for a pass
     // that runs late.
     s.apply(Change::Slice(Box::new(udp(&["10.0.0.2"]))), now);
     s.sync(now).unwrap();
-    assert!(!live.serves(fe, ip("10.0.0.1")));
-    assert_eq!(s.take_stale_udp().len(), 1);
+    assert!(!live.serves(&fe, ip("10.0.0.1")));
+    assert_eq!(s.take_stale().len(), 1);
     // It comes back before the pass runs: the pass must spare it.
     s.apply(Change::Slice(Box::new(udp(&["10.0.0.1", "10.0.0.2"]))), now);
     s.sync(now).unwrap();
-    assert!(live.serves(fe, ip("10.0.0.1")));
-    assert!(
-        s.take_stale_udp().is_empty(),
-        "an addition makes nothing stale"
-    );
+    assert!(live.serves(&fe, ip("10.0.0.1")));
+    assert!(s.take_stale().is_empty(), "an addition makes nothing stale");
 
     s.apply(deleted("dns"), now);
     s.sync(now).unwrap();
     assert_eq!(live.frontends(), 0, "a gone frontend serves nothing");
-    assert_eq!(s.take_stale_udp().len(), 1);
+    assert_eq!(s.take_stale().len(), 1);
 }

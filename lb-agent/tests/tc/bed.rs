@@ -6,14 +6,14 @@
 use aya::{
     Ebpf, EbpfLoader,
     maps::{
-        Array, HashMap, Map, MapData, PerCpuArray,
+        Array, ArrayOfMaps, HashMap, Map, MapData, PerCpuArray,
         lpm_trie::{Key, LpmTrie},
     },
     programs::{SchedClassifier, TestRun as _, TestRunOptions},
 };
 use etherparse::{
-    Icmpv4Header, Icmpv4Type, NetHeaders, PacketBuilder, PacketHeaders, TransportHeader,
-    icmpv4::DestUnreachableHeader,
+    Icmpv4Header, Icmpv4Type, IpNumber, Ipv4Header, NetHeaders, PacketBuilder, PacketHeaders,
+    TransportHeader, UdpHeader, icmpv4::DestUnreachableHeader,
 };
 use lb_agent::datapath::loader;
 use lb_common::{
@@ -48,6 +48,8 @@ pub struct Bed {
     pub ct: HashMap<MapData, Ct4Key, Ct4Value>,
     pub nat: HashMap<MapData, Nat4Key, Nat4Value>,
     ranges: LpmTrie<MapData, SourceRange4, u32>,
+    prev_ct: ArrayOfMaps<MapData, HashMap<MapData, Ct4Key, Ct4Value>>,
+    prev_nat: ArrayOfMaps<MapData, HashMap<MapData, Nat4Key, Nat4Value>>,
     next_id: u32,
 }
 
@@ -90,7 +92,12 @@ impl Bed {
         let mut ebpf = loader
             .load(loader::object())
             .expect("loading the agent's eBPF object (needs root: CAP_BPF)");
-        for name in ["lb_tc_ingress", "lb_tc_egress"] {
+        for name in [
+            "lb_tc_ingress",
+            "lb_tc_egress",
+            "lb_tc_ingress_l3",
+            "lb_tc_egress_l3",
+        ] {
             let prog: &mut SchedClassifier = ebpf
                 .program_mut(name)
                 .expect("program in the object")
@@ -108,6 +115,8 @@ impl Bed {
             ct: take(&mut ebpf, "LB4_CT"),
             nat: take(&mut ebpf, "LB4_NAT"),
             ranges: take(&mut ebpf, "LB4_SRC_RANGES"),
+            prev_ct: take(&mut ebpf, "LB4_CT_PREV"),
+            prev_nat: take(&mut ebpf, "LB4_NAT_PREV"),
             ebpf,
             next_id: 1,
         }
@@ -179,8 +188,30 @@ impl Bed {
             snat4_be: addr,
             nat_port_min: min,
             nat_port_max: max,
+            ..self.config()
         };
+        self.set_config(cfg);
+    }
+
+    pub fn config(&self) -> DatapathConfig {
+        self.config.get(&0, 0).unwrap()
+    }
+
+    pub fn set_config(&mut self, cfg: DatapathConfig) {
         self.config.set(0, cfg, 0).unwrap();
+    }
+
+    /// Puts `old`'s conntrack and SNAT maps in this bed's previous-map
+    /// slots and says so in the settings, as the agent does while it
+    /// switches to new maps.
+    pub fn migrating_from(&mut self, old: &Bed) {
+        self.prev_ct.set(0, &old.ct, 0).unwrap();
+        self.prev_nat.set(0, &old.nat, 0).unwrap();
+        let cfg = DatapathConfig {
+            flags: lb_common::CFG_F_PREV,
+            ..self.config()
+        };
+        self.set_config(cfg);
     }
 
     fn program(&self, name: &str) -> &SchedClassifier {
@@ -231,6 +262,12 @@ impl Bed {
 
     pub fn egress(&self, packet: &[u8]) -> (i32, Vec<u8>) {
         self.run("lb_tc_egress", packet)
+    }
+
+    /// Runs the ingress program of devices without a link-layer header on
+    /// `packet` (an IP packet).
+    pub fn ingress_l3(&self, packet: &[u8]) -> (i32, Vec<u8>) {
+        self.run("lb_tc_ingress_l3", packet)
     }
 
     pub fn stat(&self, index: u32) -> u64 {
@@ -293,6 +330,45 @@ pub fn udp(src: Addr, dst: Addr) -> Vec<u8> {
     let mut out = Vec::with_capacity(builder.size(payload.len()));
     builder.write(&mut out, payload).unwrap();
     out
+}
+
+/// A UDP datagram of `len` payload bytes from `src` to `dst` with IP id
+/// `id`, cut into IPv4 fragments of at most `mtu` bytes each, as Ethernet
+/// frames: the first carries the UDP header.
+pub fn udp_fragments(src: Addr, dst: Addr, id: u16, len: usize, mtu: usize) -> Vec<Vec<u8>> {
+    let payload: Vec<u8> = (0..len).map(|i| i as u8).collect();
+    let mut ip = Ipv4Header::new(0, 64, IpNumber::UDP, src.0, dst.0).unwrap();
+    let udp = UdpHeader::with_ipv4_checksum(src.1, dst.1, &ip, &payload).unwrap();
+    let mut datagram = udp.to_bytes().to_vec();
+    datagram.extend(&payload);
+    let per = (mtu - 20) / 8 * 8;
+    datagram
+        .chunks(per)
+        .enumerate()
+        .map(|(i, chunk)| {
+            ip.identification = id;
+            ip.fragment_offset = etherparse::IpFragOffset::try_new((i * per / 8) as u16).unwrap();
+            ip.more_fragments = (i + 1) * per < datagram.len();
+            ip.set_payload_len(chunk.len()).unwrap();
+            ip.header_checksum = ip.calc_header_checksum();
+            let mut frame = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 8, 0];
+            frame.extend(ip.to_bytes());
+            frame.extend(chunk);
+            frame
+        })
+        .collect()
+}
+
+/// The IPv4 header of a frame: addresses, and whether it is a fragment
+/// after the first; its checksum checked.
+pub fn seen_ip(packet: &[u8]) -> ([u8; 4], [u8; 4], bool) {
+    let (ip, _) = Ipv4Header::from_slice(&packet[14..]).expect("an IPv4 header");
+    assert_eq!(
+        ip.header_checksum,
+        ip.calc_header_checksum(),
+        "IPv4 checksum"
+    );
+    (ip.source, ip.destination, ip.fragment_offset.value() != 0)
 }
 
 /// A UDP datagram without a checksum (0), as IPv4 allows.

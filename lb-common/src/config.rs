@@ -1,0 +1,59 @@
+//! The tc programs' settings: `LB_CONFIG`, an array of one.
+
+use crate::{
+    DEFAULT_CT_TIMEOUT_ANY, DEFAULT_CT_TIMEOUT_TCP, DEFAULT_CT_TIMEOUT_TCP_FIN,
+    DEFAULT_CT_TIMEOUT_TCP_SYN, Timeouts,
+};
+
+/// Value of `LB_CONFIG` (key 0). Written by the agent; all zero means "not
+/// configured": the programs then SNAT nothing and use the default
+/// timeouts. Host byte order unless the name says otherwise.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DatapathConfig {
+    /// The IPv4 address flows are SNATed to (the node's primary address),
+    /// network byte order; all zero: no SNAT, such flows are dropped.
+    pub snat4_be: [u8; 4],
+    /// The SNAT port range, inclusive.
+    pub nat_port_min: u16,
+    pub nat_port_max: u16,
+    /// Mixed into where a client's SNAT ports land
+    /// ([`crate::nat_first_offset`]); random, chosen by the agent.
+    pub nat_seed: u32,
+    /// `CFG_F_*` bits.
+    pub flags: u32,
+    /// Conntrack timeouts in seconds (0: the default); see [`Timeouts`].
+    pub timeout_tcp: u32,
+    pub timeout_tcp_syn: u32,
+    pub timeout_tcp_fin: u32,
+    pub timeout_any: u32,
+}
+const _: () = assert!(size_of::<DatapathConfig>() == 32);
+
+/// A migration is in progress: the previous maps of the stateful maps are
+/// in their `*_PREV` slots, and the programs look there for what their own
+/// maps lack.
+pub const CFG_F_PREV: u32 = 1;
+
+impl DatapathConfig {
+    /// The conntrack timeouts, defaults for those not set.
+    #[inline(always)]
+    pub const fn timeouts(&self) -> Timeouts {
+        const fn or(v: u32, default: u32) -> u32 {
+            if v == 0 { default } else { v }
+        }
+        Timeouts {
+            tcp: or(self.timeout_tcp, DEFAULT_CT_TIMEOUT_TCP),
+            tcp_syn: or(self.timeout_tcp_syn, DEFAULT_CT_TIMEOUT_TCP_SYN),
+            tcp_fin: or(self.timeout_tcp_fin, DEFAULT_CT_TIMEOUT_TCP_FIN),
+            any: or(self.timeout_any, DEFAULT_CT_TIMEOUT_ANY),
+        }
+    }
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: repr(C), padded explicitly (the size assert equals the sum of
+    // the fields), and every bit pattern is valid.
+    unsafe impl aya::Pod for super::DatapathConfig {}
+}
