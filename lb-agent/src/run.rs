@@ -530,6 +530,7 @@ impl Agent {
         info!(
             cgroup = %self.cgroup.display(),
             carried = done.carried,
+            prev_slots = done.prev_slots,
             old_pins_removed = done.removed.len(),
             "programs attached (links pinned; they stay when the agent exits)"
         );

@@ -21,6 +21,9 @@ pub struct Report {
     pub errors: BTreeMap<String, u32>,
     pub peers: BTreeMap<String, u32>,
     pub elapsed_ms: u128,
+    /// `lbt udp-push`: the `push` datagrams sent (send() succeeded).
+    #[serde(default)]
+    pub sent: Option<u32>,
 }
 
 impl Report {

@@ -19,7 +19,7 @@ use lb_fixtures::{Object, Slice, Svc, yaml};
 use lb_tests::{
     install::Frontend,
     layout1, layout2, layout3,
-    probe::{self, BenchReport, Report},
+    probe::{self, BenchReport},
     scenario::Bed,
 };
 
@@ -65,35 +65,36 @@ fn bed() -> anyhow::Result<Bed> {
     Ok(bed)
 }
 
-/// Traffic that runs across an upgrade: TCP short connections back to
-/// back, and resolver-style UDP (a new connected socket per request).
+/// Traffic that runs across an upgrade at full rate: TCP short
+/// connections and resolver-style UDP (a new connected socket per request),
+/// two workers each. Every reply must come from the Service's address
+/// (`getpeername()`, `recvfrom()`): one from a backend's own address is a
+/// failure (`WrongPeer`), as it is to an application.
 struct Traffic {
-    tcp: probe::Churn,
+    tcp: std::thread::JoinHandle<anyhow::Result<BenchReport>>,
     udp: std::thread::JoinHandle<anyhow::Result<BenchReport>>,
 }
 
 impl Traffic {
     fn start(bed: &Bed, seconds: f64) -> anyhow::Result<Self> {
-        let tcp = bed.churn(TO)?;
-        let (ns, cg) = (bed.client_ns.clone(), bed.cgroup.path().to_owned());
-        let udp = std::thread::spawn(move || {
-            let secs = seconds.to_string();
-            let args = [
-                "bench-udp",
-                "--to",
-                DNS,
-                "--seconds",
-                &secs,
-                "--socket-per-request",
-            ];
-            probe::bench(&ns, &cg, &args)
-        });
-        Ok(Self { tcp, udp })
+        let run = |to: &'static str, proto: &'static str, extra: &'static [&'static str]| {
+            let (ns, cg) = (bed.client_ns.clone(), bed.cgroup.path().to_owned());
+            std::thread::spawn(move || {
+                let secs = seconds.to_string();
+                let mut args = vec![proto, "--to", to, "-c", "2", "--seconds", &secs];
+                args.extend(extra);
+                probe::bench(&ns, &cg, &args)
+            })
+        };
+        Ok(Self {
+            tcp: run(TO, "bench-tcp", &[]),
+            udp: run(DNS, "bench-udp", &["--socket-per-request"]),
+        })
     }
 
-    /// Stops the TCP client and waits for the UDP one; both reports.
-    fn finish(self) -> anyhow::Result<(Report, BenchReport)> {
-        let tcp = self.tcp.finish()?;
+    /// Waits for both clients; their reports.
+    fn finish(self) -> anyhow::Result<(BenchReport, BenchReport)> {
+        let tcp = self.tcp.join().expect("tcp client")?;
         let udp = self.udp.join().expect("udp client")?;
         Ok((tcp, udp))
     }
@@ -140,17 +141,19 @@ fn set(ids: &[&str]) -> BTreeSet<String> {
     ids.iter().map(|s| s.to_string()).collect()
 }
 
-fn assert_no_failure(tcp: &Report, udp: &BenchReport, what: &str) {
+fn assert_no_failure(tcp: &BenchReport, udp: &BenchReport, what: &str) {
     eprintln!(
-        "{what}: TCP {} connections, {} failed; UDP {} requests, {} failed",
-        tcp.ok() + tcp.failed(),
-        tcp.failed(),
+        "{what}: TCP {} connections ({:.0}/s), {} failed; UDP {} requests ({:.0}/s), {} failed",
+        tcp.ok + tcp.failed,
+        tcp.rate,
+        tcp.failed,
         udp.ok + udp.failed,
+        udp.rate,
         udp.failed
     );
-    assert_eq!(tcp.failed(), 0, "{what}: {tcp:?}");
+    assert_eq!(tcp.failed, 0, "{what}: {:?}", tcp.errors);
     assert_eq!(udp.failed, 0, "{what}: {:?}", udp.errors);
-    assert!(tcp.ok() > 500, "{what}: too little TCP traffic: {tcp:?}");
+    assert!(tcp.ok > 500, "{what}: too little TCP traffic: {tcp:?}");
     assert!(udp.ok > 500, "{what}: too little UDP traffic: {udp:?}");
 }
 

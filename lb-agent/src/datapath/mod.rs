@@ -93,6 +93,8 @@ pub struct Attached {
     /// Entries of the stateful maps (socket reverse NAT, affinity,
     /// conntrack, SNAT, fragments) carried over from older maps.
     pub carried: usize,
+    /// Previous-map slots the new programs read while they switched.
+    pub prev_slots: usize,
     /// Pins of older maps removed.
     pub removed: Vec<PathBuf>,
     /// Whether the tc programs reached every device: a failure there
@@ -287,15 +289,22 @@ impl Datapath {
     pub fn attach(&mut self, cgroup: &Path) -> Result<Attached, DatapathError> {
         let switching = !matches!(self.start, Start::Fresh | Start::Adopted);
         let mut carried = migrate::carry_stateful(&self.pins)?;
+        let mut prev_slots = 0;
         if switching {
-            self.prev = migrate::set_prev(&self.pins)? > 0;
+            prev_slots = migrate::set_prev(&self.pins)?;
+            self.prev = prev_slots > 0;
             self.write_config()?;
         } else {
             // An earlier agent that died switching may have left them set.
             migrate::clear_prev(&self.maps_dir)?;
         }
-        loader::attach(&mut self.ebpf, &self.pins, cgroup, &TRANSLATING)?;
+        // The reversing programs first: from then on a socket the old
+        // programs translated (into the old map) is reversed through the
+        // previous-map slot, and one the new ones translate through the new
+        // map. The other way round, the old reversing programs would miss
+        // every socket the new ones translated in between.
         loader::attach(&mut self.ebpf, &self.pins, cgroup, &REVERSING)?;
+        loader::attach(&mut self.ebpf, &self.pins, cgroup, &TRANSLATING)?;
         let tc = self.attach_tc();
         if switching {
             grace::wait_for_readers();
@@ -309,6 +318,7 @@ impl Datapath {
         self.write_config()?;
         Ok(Attached {
             carried,
+            prev_slots,
             removed,
             tc,
         })

@@ -10,15 +10,17 @@
 //!
 //! Both reproduce a sync of a node that has ClusterIP services, some of them
 //! with a NodePort ([`SvcSpec::node_port`]) and `externalTrafficPolicy:
-//! Cluster`, with kube-proxy's defaults: masquerade bit 14 (mark `0x00004000`, which is
+//! Cluster` (the iptables layout also `Local`, [`ExternalPolicy`]), with
+//! kube-proxy's defaults: masquerade bit 14 (mark `0x00004000`, which is
 //! how kube-proxy's `%#08x` prints it), `--cluster-cidr` local-traffic
 //! detection, no `--masquerade-all`, empty `--nodeport-addresses` (so all
 //! local addresses accept NodePorts), IPv4 only. Chain names are kube-proxy's
 //! exact sha256/base32 names. Services are written in input order (kube-proxy
 //! iterates a Go map, i.e. in random order), so a benchmark can put the
 //! service it measures last: the worst case for the linear `KUBE-SERVICES`
-//! chain. eTP Local, LoadBalancer and externalIPs are not reproduced; what
-//! else each layout simplifies is listed in its module.
+//! chain. LoadBalancer and externalIPs are not reproduced, nor eTP Local in
+//! the nftables layout; what else each layout simplifies is listed in its
+//! module.
 //!
 //! Load the output only into a network namespace the test created
 //! ([`load_iptables`], [`load_nft`]); never into the root namespace.
@@ -69,10 +71,73 @@ pub struct SvcSpec {
     pub port: u16,
     pub proto: Proto,
     pub endpoints: Vec<(Ipv4Addr, u16)>,
-    /// The service port's NodePort, with `externalTrafficPolicy: Cluster`;
-    /// `None`: ClusterIP only. Any port number: the generators do not assume
-    /// the apiserver's default 30000-32767 range.
-    pub node_port: Option<u16>,
+    /// The service port's NodePort and `externalTrafficPolicy` (a `u16`
+    /// converts to an eTP Cluster one); `None`: ClusterIP only.
+    pub node_port: Option<NodePort>,
+}
+
+/// A service port's NodePort (service `type: NodePort`) and its
+/// `externalTrafficPolicy`, as seen from the node the rules are generated
+/// for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodePort {
+    /// Any port number: the generators do not assume the apiserver's default
+    /// 30000-32767 range.
+    pub port: u16,
+    pub policy: ExternalPolicy,
+}
+
+/// `externalTrafficPolicy`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ExternalPolicy {
+    /// `Cluster` (the default): external traffic is masqueraded and may go to
+    /// any endpoint.
+    #[default]
+    Cluster,
+    /// `Local`: traffic from outside the node keeps its source address and
+    /// goes only to the endpoints running on this node, which are the
+    /// [`SvcSpec::endpoints`] whose IP is in `node_endpoints` (kube-proxy's
+    /// endpoints whose `nodeName` is this node). Empty: the node has none, so
+    /// such traffic is dropped. Traffic from pods (`--cluster-cidr`) or from
+    /// the node itself still goes to every endpoint.
+    Local { node_endpoints: Vec<Ipv4Addr> },
+}
+
+impl NodePort {
+    /// `externalTrafficPolicy: Cluster`.
+    pub fn cluster(port: u16) -> Self {
+        Self {
+            port,
+            policy: ExternalPolicy::Cluster,
+        }
+    }
+
+    /// `externalTrafficPolicy: Local`, on a node running the endpoints with
+    /// these IPs.
+    pub fn local(port: u16, node_endpoints: impl IntoIterator<Item = Ipv4Addr>) -> Self {
+        Self {
+            port,
+            policy: ExternalPolicy::Local {
+                node_endpoints: node_endpoints.into_iter().collect(),
+            },
+        }
+    }
+
+    /// The IPs of this node's endpoints with eTP Local; `None` with eTP
+    /// Cluster.
+    pub fn local_endpoints(&self) -> Option<&[Ipv4Addr]> {
+        match &self.policy {
+            ExternalPolicy::Cluster => None,
+            ExternalPolicy::Local { node_endpoints } => Some(node_endpoints),
+        }
+    }
+}
+
+impl From<u16> for NodePort {
+    /// An eTP Cluster NodePort.
+    fn from(port: u16) -> Self {
+        Self::cluster(port)
+    }
 }
 
 impl SvcSpec {
@@ -119,7 +184,7 @@ pub fn filler_node_ports(n: usize, e: usize, first_port: u16) -> Vec<SvcSpec> {
     let mut services = filler_services(n, e);
     for (i, s) in services.iter_mut().enumerate() {
         let port = u16::try_from(usize::from(first_port) + i).expect("NodePort range exhausted");
-        s.node_port = Some(port);
+        s.node_port = Some(port.into());
     }
     services
 }
@@ -302,9 +367,53 @@ mod tests {
         eps: &[[u8; 4]],
     ) -> SvcSpec {
         SvcSpec {
-            node_port: Some(node_port),
+            node_port: Some(node_port.into()),
             ..svc(ns, name, "p80", vip, eps)
         }
+    }
+
+    /// [`node_port_svc`] with eTP Local, on a node running the endpoints
+    /// `local`.
+    fn local_node_port_svc(
+        ns: &str,
+        name: &str,
+        vip: [u8; 4],
+        node_port: u16,
+        eps: &[[u8; 4]],
+        local: &[[u8; 4]],
+    ) -> SvcSpec {
+        SvcSpec {
+            node_port: Some(NodePort::local(
+                node_port,
+                local.iter().map(|ip| Ipv4Addr::from(*ip)),
+            )),
+            ..svc(ns, name, "p80", vip, eps)
+        }
+    }
+
+    /// The lines of `out`'s `nat` table (chain lines and rules) that belong
+    /// to services, and of its `filter` table that are not the fixed rules.
+    fn service_lines(out: &str) -> (Vec<&str>, Vec<&str>) {
+        let nat_at = out.find("*nat\n").expect("nat");
+        let filter = out[..nat_at]
+            .lines()
+            .filter(|l| {
+                l.starts_with("-A KUBE-")
+                    && !l.starts_with("-A KUBE-FORWARD ")
+                    && !l.starts_with("-A KUBE-FIREWALL ")
+            })
+            .collect();
+        let nat = out[nat_at..]
+            .lines()
+            .filter(|l| {
+                ["KUBE-EXT-", "KUBE-SVC-", "KUBE-SVL-", "KUBE-SEP-"]
+                    .iter()
+                    .any(|c| l.starts_with(&format!(":{c}")) || l.starts_with(&format!("-A {c}")))
+                    || l.starts_with("-A KUBE-SERVICES ")
+                    || l.starts_with("-A KUBE-NODEPORTS ")
+            })
+            .collect();
+        (nat, filter)
     }
 
     #[test]
@@ -621,13 +730,225 @@ mod tests {
         );
     }
 
+    /// kube-proxy's `TestOnlyLocalNodePorts` (iptables proxier_test.go):
+    /// ns1/svc1:p80, ClusterIP 172.30.0.41, NodePort 3001 with eTP Local,
+    /// endpoints 10.180.0.1:80 (on another node) and 10.180.2.1:80 (on this
+    /// one), `--cluster-cidr` 10.0.0.0/8. Its expected output is sorted (and
+    /// its `--nodeport-addresses` is 192.168.0.0/24, so its tail rule is
+    /// `-d 192.168.0.2`); the order checked here is the one `syncProxyRules`
+    /// writes.
+    #[test]
+    fn iptables_local_node_port_matches_kube_proxy_fixture() {
+        let s = local_node_port_svc(
+            "ns1",
+            "svc1",
+            [172, 30, 0, 41],
+            3001,
+            &[[10, 180, 0, 1], [10, 180, 2, 1]],
+            &[[10, 180, 2, 1]],
+        );
+        let out = iptables_restore(&[s], "10.0.0.0/8");
+        let (nat, filter) = service_lines(&out);
+        let (ext, svc, svl) = (
+            "KUBE-EXT-XPGD46QRK7WJZT7O",
+            "KUBE-SVC-XPGD46QRK7WJZT7O",
+            "KUBE-SVL-XPGD46QRK7WJZT7O",
+        );
+        let (remote, local) = ("KUBE-SEP-SXIVWICOYRO3J4NJ", "KUBE-SEP-ZX7GRIZKSNUQ3LAJ");
+        let c = "-m comment --comment";
+        assert_eq!(
+            nat,
+            [
+                format!(":{ext} - [0:0]"),
+                format!(":{svc} - [0:0]"),
+                format!(":{svl} - [0:0]"),
+                format!(":{remote} - [0:0]"),
+                format!(":{local} - [0:0]"),
+                format!(
+                    "-A KUBE-SERVICES {c} \"ns1/svc1:p80 cluster IP\" -m tcp -p tcp \
+                     -d 172.30.0.41 --dport 80 -j {svc}"
+                ),
+                format!("-A KUBE-NODEPORTS {c} ns1/svc1:p80 -m tcp -p tcp --dport 3001 -j {ext}"),
+                format!(
+                    "-A {svc} {c} \"ns1/svc1:p80 cluster IP\" -m tcp -p tcp -d 172.30.0.41 \
+                     --dport 80 ! -s 10.0.0.0/8 -j KUBE-MARK-MASQ"
+                ),
+                format!(
+                    "-A {ext} {c} \"pod traffic for ns1/svc1:p80 external destinations\" \
+                     -s 10.0.0.0/8 -j {svc}"
+                ),
+                format!(
+                    "-A {ext} {c} \"masquerade LOCAL traffic for ns1/svc1:p80 external \
+                     destinations\" -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ"
+                ),
+                format!(
+                    "-A {ext} {c} \"route LOCAL traffic for ns1/svc1:p80 external \
+                     destinations\" -m addrtype --src-type LOCAL -j {svc}"
+                ),
+                format!("-A {ext} -j {svl}"),
+                format!(
+                    "-A {svc} {c} \"ns1/svc1:p80 -> 10.180.0.1:80\" -m statistic --mode random \
+                     --probability 0.5000000000 -j {remote}"
+                ),
+                format!("-A {svc} {c} \"ns1/svc1:p80 -> 10.180.2.1:80\" -j {local}"),
+                format!("-A {svl} {c} \"ns1/svc1:p80 -> 10.180.2.1:80\" -j {local}"),
+                format!("-A {remote} {c} ns1/svc1:p80 -s 10.180.0.1 -j KUBE-MARK-MASQ"),
+                format!(
+                    "-A {remote} {c} ns1/svc1:p80 -m tcp -p tcp -j DNAT \
+                     --to-destination 10.180.0.1:80"
+                ),
+                format!("-A {local} {c} ns1/svc1:p80 -s 10.180.2.1 -j KUBE-MARK-MASQ"),
+                format!(
+                    "-A {local} {c} ns1/svc1:p80 -m tcp -p tcp -j DNAT \
+                     --to-destination 10.180.2.1:80"
+                ),
+                format!(
+                    "-A KUBE-SERVICES {c} \"kubernetes service nodeports; NOTE: this must be \
+                     the last rule in this chain\" -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS"
+                ),
+            ]
+        );
+        // A local endpoint: nothing dropped, and a NodePort service has no
+        // health-check port.
+        assert!(filter.is_empty(), "{filter:?}");
+    }
+
+    /// kube-proxy's `TestOverallIPTablesRules` service ns2/svc2:p80
+    /// (ClusterIP 172.30.0.42, NodePort 3001, eTP Local) with its one
+    /// endpoint 10.180.0.2:80 on another node. That service is `type:
+    /// LoadBalancer`; its load-balancer IP, external IP and health-check port
+    /// rules are not reproduced, the rest is.
+    #[test]
+    fn iptables_local_node_port_without_local_endpoints_matches_kube_proxy_fixture() {
+        let s = local_node_port_svc(
+            "ns2",
+            "svc2",
+            [172, 30, 0, 42],
+            3001,
+            &[[10, 180, 0, 2]],
+            &[],
+        );
+        let out = iptables_restore(&[s], "10.0.0.0/8");
+        let (nat, filter) = service_lines(&out);
+        let (ext, svc) = ("KUBE-EXT-GNZBNJ2PO5MGZ6GT", "KUBE-SVC-GNZBNJ2PO5MGZ6GT");
+        let sep = "KUBE-SEP-RS4RBKLTHTF2IUXJ";
+        let c = "-m comment --comment";
+        assert_eq!(
+            filter,
+            [format!(
+                "-A KUBE-EXTERNAL-SERVICES {c} \"ns2/svc2:p80 has no local endpoints\" \
+                 -m addrtype --dst-type LOCAL -m tcp -p tcp --dport 3001 -j DROP"
+            )]
+        );
+        // No KUBE-SVL chain and no fall-through rule in KUBE-EXT: pods and
+        // the node still reach the endpoint, the rest is dropped in filter.
+        assert_eq!(
+            nat,
+            [
+                format!(":{ext} - [0:0]"),
+                format!(":{svc} - [0:0]"),
+                format!(":{sep} - [0:0]"),
+                format!(
+                    "-A KUBE-SERVICES {c} \"ns2/svc2:p80 cluster IP\" -m tcp -p tcp \
+                     -d 172.30.0.42 --dport 80 -j {svc}"
+                ),
+                format!("-A KUBE-NODEPORTS {c} ns2/svc2:p80 -m tcp -p tcp --dport 3001 -j {ext}"),
+                format!(
+                    "-A {svc} {c} \"ns2/svc2:p80 cluster IP\" -m tcp -p tcp -d 172.30.0.42 \
+                     --dport 80 ! -s 10.0.0.0/8 -j KUBE-MARK-MASQ"
+                ),
+                format!(
+                    "-A {ext} {c} \"pod traffic for ns2/svc2:p80 external destinations\" \
+                     -s 10.0.0.0/8 -j {svc}"
+                ),
+                format!(
+                    "-A {ext} {c} \"masquerade LOCAL traffic for ns2/svc2:p80 external \
+                     destinations\" -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ"
+                ),
+                format!(
+                    "-A {ext} {c} \"route LOCAL traffic for ns2/svc2:p80 external \
+                     destinations\" -m addrtype --src-type LOCAL -j {svc}"
+                ),
+                format!("-A {svc} {c} \"ns2/svc2:p80 -> 10.180.0.2:80\" -j {sep}"),
+                format!("-A {sep} {c} ns2/svc2:p80 -s 10.180.0.2 -j KUBE-MARK-MASQ"),
+                format!(
+                    "-A {sep} {c} ns2/svc2:p80 -m tcp -p tcp -j DNAT \
+                     --to-destination 10.180.0.2:80"
+                ),
+                format!(
+                    "-A KUBE-SERVICES {c} \"kubernetes service nodeports; NOTE: this must be \
+                     the last rule in this chain\" -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS"
+                ),
+            ]
+        );
+    }
+
+    /// eTP Local in large-cluster mode and on a partial sync: the KUBE-SVL
+    /// dispatch loses its comments like KUBE-SVC's, and a partial sync
+    /// rewrites the changed service's KUBE-SVL chain while filter's "no local
+    /// endpoints" rules are all rewritten.
+    #[test]
+    fn iptables_local_node_ports_in_large_clusters_and_partial_syncs() {
+        let mut services = filler_services(251, 4);
+        // Endpoints 0 and 2 of svc-1 run on this node; svc-2 has none here.
+        for (i, local) in [(1, vec![0, 2]), (2, vec![])] {
+            let s = &mut services[i];
+            let ips: Vec<Ipv4Addr> = local.iter().map(|&e| s.endpoints[e].0).collect();
+            s.node_port = Some(NodePort::local(30_000 + i as u16, ips));
+        }
+        let out = iptables_restore(&services, "10.0.0.0/8");
+        let count = |out: &str, prefix: &str| out.lines().filter(|l| l.starts_with(prefix)).count();
+        assert_eq!(count(&out, ":KUBE-SVL-"), 1);
+        let svl: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("-A KUBE-SVL-"))
+            .collect();
+        assert_eq!(svl.len(), 2);
+        assert!(svl[0].contains(" -m statistic --mode random --probability 0.5000000000 -j "));
+        assert!(!svl[0].contains("--comment") && !svl[1].contains("--comment"));
+        assert_eq!(count(&out, "-A KUBE-EXTERNAL-SERVICES "), 1);
+        assert!(out.contains("\"bench/svc-2:http has no local endpoints\""));
+
+        let partial = iptables_partial_restore(&services, &[1], "10.0.0.0/8");
+        assert_eq!(count(&partial, ":KUBE-SVL-"), 1);
+        assert_eq!(count(&partial, "-A KUBE-SVL-"), 2);
+        assert_eq!(count(&partial, ":KUBE-EXT-"), 1);
+        assert_eq!(count(&partial, "-A KUBE-EXT-"), 4);
+        assert_eq!(count(&partial, "-A KUBE-NODEPORTS "), 2);
+        assert_eq!(count(&partial, "-A KUBE-EXTERNAL-SERVICES "), 1);
+        let partial = iptables_partial_restore(&services, &[0], "10.0.0.0/8");
+        assert_eq!(count(&partial, ":KUBE-SVL-"), 0);
+        assert_eq!(count(&partial, "-A KUBE-EXTERNAL-SERVICES "), 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "eTP Local is only reproduced by the iptables layout")]
+    fn nft_refuses_local_node_ports() {
+        let s = local_node_port_svc("ns", "svc", [10, 96, 0, 1], 30000, &[[10, 1, 0, 1]], &[]);
+        nft_ruleset(&[s], "10.0.0.0/8");
+    }
+
+    #[test]
+    #[should_panic(expected = "node endpoint 10.1.0.2 is not an endpoint")]
+    fn local_endpoints_must_be_endpoints() {
+        let s = local_node_port_svc(
+            "ns",
+            "svc",
+            [10, 96, 0, 1],
+            30000,
+            &[[10, 1, 0, 1]],
+            &[[10, 1, 0, 2]],
+        );
+        iptables_restore(&[s], "10.0.0.0/8");
+    }
+
     /// A NodePort only adds lines: the ClusterIP-only layout is a subsequence.
     #[test]
     fn node_ports_only_add_lines() {
         let plain = filler_services(20, 3);
         let with_ports = filler_node_ports(20, 3, 32760);
-        assert_eq!(with_ports[7].node_port, Some(32767));
-        assert_eq!(with_ports[19].node_port, Some(32779));
+        assert_eq!(with_ports[7].node_port, Some(NodePort::cluster(32767)));
+        assert_eq!(with_ports[19].node_port, Some(32779.into()));
         let is_subsequence = |small: &str, big: &str| {
             let mut big = big.lines();
             small.lines().all(|l| big.any(|b| b == l))

@@ -24,7 +24,8 @@
 //!
 //! Simplified: NodePorts only with `externalTrafficPolicy: Cluster` (empty
 //! `--nodeport-addresses`, so `services` matches them with `fib daddr type
-//! local`); no eTP Local (`local-` chains, health-check ports), LoadBalancer
+//! local`); no eTP Local (`local-` chains, health-check ports: the
+//! generators panic on an eTP Local NodePort with endpoints), LoadBalancer
 //! or externalIPs; no session affinity, internal traffic policy or
 //! terminating endpoints. `cluster-ips-check` has no
 //! "drop traffic to unallocated ClusterIPs" rule: v1.31 writes it only from
@@ -37,7 +38,8 @@ use super::{MASQ_MARK, SvcSpec, hash_b32};
 /// `nft -f` input equivalent to kube-proxy v1.31's first full sync of
 /// `services` (ClusterIP, plus an eTP Cluster NodePort where
 /// [`SvcSpec::node_port`] is set), with `cluster_cidr` as `--cluster-cidr`.
-/// See the module documentation for what is simplified.
+/// See the module documentation for what is simplified; panics on an eTP
+/// Local NodePort that has endpoints (not reproduced here).
 pub fn nft_ruleset(services: &[SvcSpec], cluster_cidr: &str) -> String {
     let total_endpoints: usize = services.iter().map(|s| s.endpoints.len()).sum();
     let mut o = String::with_capacity(500 * services.len() + 500 * total_endpoints + 8192);
@@ -122,7 +124,17 @@ fn service(o: &mut String, svc: &SvcSpec, cluster_cidr: &str, elements: bool) {
     let base = hash_and_truncate(&base_name(svc));
     let chain = format!("service-{base}");
     // The "external destinations" chain, only for a NodePort here.
-    let ext = svc.node_port.map(|_| format!("external-{base}"));
+    let ext = svc.node_port.as_ref().map(|_| format!("external-{base}"));
+    // Without endpoints both policies write the same reject element.
+    assert!(
+        eps.is_empty()
+            || svc
+                .node_port
+                .as_ref()
+                .is_none_or(|np| np.local_endpoints().is_none()),
+        "{}: eTP Local is only reproduced by the iptables layout",
+        svc.port_name_string()
+    );
     if !eps.is_empty() {
         let _ = write!(o, "add chain {T} {chain}\nflush chain {T} {chain}\n");
         if let Some(ext) = &ext {
@@ -140,7 +152,7 @@ fn service(o: &mut String, svc: &SvcSpec, cluster_cidr: &str, elements: bool) {
                 "add element {T} no-endpoint-services {{ {vip} . {proto} . {port} \
                  comment \"{name}\" : goto reject-chain }}"
             );
-            if let Some(node_port) = svc.node_port {
+            if let Some(node_port) = svc.node_port.as_ref().map(|np| np.port) {
                 let _ = writeln!(
                     o,
                     "add element {T} no-endpoint-nodeports {{ {proto} . {node_port} \
@@ -155,7 +167,7 @@ fn service(o: &mut String, svc: &SvcSpec, cluster_cidr: &str, elements: bool) {
             o,
             "add element {T} service-ips {{ {vip} . {proto} . {port} : goto {chain} }}"
         );
-        if let (Some(node_port), Some(ext)) = (svc.node_port, &ext) {
+        if let (Some(node_port), Some(ext)) = (svc.node_port.as_ref().map(|np| np.port), &ext) {
             let _ = writeln!(
                 o,
                 "add element {T} service-nodeports {{ {proto} . {node_port} : goto {ext} }}"

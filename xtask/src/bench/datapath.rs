@@ -207,7 +207,12 @@ pub fn manifests(specs: &[SvcSpec]) -> String {
             &s.namespace,
             &name,
             &s.vip.to_string(),
-            &[(&s.port_name, u32::from(s.port), proto, s.node_port)],
+            &[(
+                &s.port_name,
+                u32::from(s.port),
+                proto,
+                s.node_port.as_ref().map(|np| np.port),
+            )],
         );
         let ips: Vec<String> = s.endpoints.iter().map(|(ip, _)| ip.to_string()).collect();
         let eps: Vec<(&str, bool)> = ips.iter().map(|ip| (ip.as_str(), true)).collect();

@@ -114,7 +114,7 @@ impl Row {
 fn services(n: usize, pods: &[Ipv4Addr], filler_endpoints: usize) -> Vec<SvcSpec> {
     let mut all = kubeproxy::filler_services(n.saturating_sub(1), filler_endpoints);
     for (i, s) in all.iter_mut().enumerate() {
-        s.node_port = Some(FILLER_NODE_PORT + i as u16);
+        s.node_port = Some((FILLER_NODE_PORT + i as u16).into());
     }
     for (name, port, node_port, target, proto) in [
         ("dns", 53, UDP_NODE_PORT, 5353, Proto::Udp),
@@ -128,7 +128,7 @@ fn services(n: usize, pods: &[Ipv4Addr], filler_endpoints: usize) -> Vec<SvcSpec
             port,
             proto,
             endpoints: pods.iter().map(|ip| (*ip, target)).collect(),
-            node_port: Some(node_port),
+            node_port: Some(node_port.into()),
         });
     }
     all

@@ -18,10 +18,10 @@ mod soak;
 mod sock;
 
 use std::{
-    collections::BTreeMap,
-    fs,
+    collections::{BTreeMap, BTreeSet},
+    fmt, fs,
     io::{self, BufRead, BufReader, Write},
-    net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket},
+    net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket},
     os::fd::AsRawFd,
     path::PathBuf,
     sync::{
@@ -54,6 +54,16 @@ enum Cmd {
     /// datagram that starts with `#` (a token) gets `<id> <token>` back, so
     /// that a client on one long-lived socket can tell a late reply to an
     /// earlier request from the reply to its current one.
+    ///
+    /// Other requests: `from?` (both) gets `<id> from <client ip>`. A TCP
+    /// `bytes N` gets `<id> `, N bytes of `x` and a newline (a download); a
+    /// TCP `later S` gets the id line S seconds later, and then the
+    /// connection closes (for a client that half-closed meanwhile). A
+    /// datagram of more than 512 bytes that starts with `?` gets a reply as
+    /// long: `<id>`, a newline, `x` padding. `push` gets no reply but is
+    /// counted, per UDP port, with its source IP; `pushed?` gets `<id>
+    /// pushed <count> from <ip>,<ip>...` (the distinct sources, sorted) and
+    /// forgets them.
     Serve {
         #[arg(long)]
         id: String,
@@ -76,6 +86,20 @@ enum Cmd {
         /// path-MTU discovery to work).
         #[arg(long, default_value_t = 0)]
         size: usize,
+        /// Ask `bytes N`: the reply is `<id> `, N bytes of `x` and a newline,
+        /// so the backend sends many full-sized segments; a reply of another
+        /// length counts as error `ShortReply` (and not in `replies`).
+        #[arg(long, value_name = "BYTES", conflicts_with_all = ["from", "size"])]
+        download: Option<u64>,
+        /// Send `later SECS`, shut down the write side (the client's FIN),
+        /// then wait for the reply the backend sends SECS s later: a
+        /// half-closed connection must still carry the backend's data.
+        #[arg(
+            long,
+            value_name = "SECS",
+            conflicts_with_all = ["from", "size", "download"]
+        )]
+        half_close_wait: Option<f64>,
     },
     /// N UDP requests, on one connected socket or as unconnected sendto.
     Udp {
@@ -88,6 +112,29 @@ enum Cmd {
         /// As for `tcp`.
         #[arg(long)]
         from: bool,
+        /// Send `?` padded with `x` to this many bytes (513 to 65527; 0 for
+        /// the plain `?`): the backend answers with as many bytes, so both
+        /// directions carry IP fragments past the MTU. A reply of another
+        /// length counts as error `ShortReply` (and not in `replies`; its
+        /// sender still in `peers`).
+        #[arg(long, default_value_t = 0, value_parser = udp_size, conflicts_with = "from")]
+        size: usize,
+    },
+    /// One-way UDP from one socket: `push` every `--interval-ms` for
+    /// `--seconds`, with no reply, then `pushed?`. Its reply (`<id> pushed
+    /// <count> from <ip>,...`: the pushes the backend received since it was
+    /// last asked, and their distinct sources) goes in `replies`; the number
+    /// of pushes sent (send() succeeded) in `sent`.
+    UdpPush {
+        #[arg(long)]
+        to: SocketAddr,
+        #[arg(long)]
+        seconds: f64,
+        #[arg(long)]
+        interval_ms: u64,
+        /// connect() the socket and send(); otherwise sendto().
+        #[arg(long)]
+        connected: bool,
     },
     /// One TCP connection kept open; each stdin line is one request, or
     /// `peer` for getpeername() now.
@@ -142,12 +189,39 @@ struct Report {
     /// What getpeername() (TCP) or recvfrom() (UDP) said -> count.
     peers: BTreeMap<String, u32>,
     elapsed_ms: u128,
+    /// `udp-push`: the pushes sent (absent for the other clients).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sent: Option<u32>,
 }
 
 impl Report {
+    /// Counts `e` by its `io::ErrorKind`, or as `ShortReply`.
     fn error(&mut self, e: &io::Error) {
-        *self.errors.entry(format!("{:?}", e.kind())).or_default() += 1;
+        let kind = if e.get_ref().is_some_and(|inner| inner.is::<ShortReply>()) {
+            "ShortReply".to_owned()
+        } else {
+            format!("{:?}", e.kind())
+        };
+        *self.errors.entry(kind).or_default() += 1;
     }
+}
+
+/// A reply that arrived but not at the length asked for (a truncated
+/// download, a large datagram answered short): counted apart from the
+/// `io::ErrorKind`s so a test can tell it from a lost reply.
+#[derive(Debug)]
+struct ShortReply;
+
+impl fmt::Display for ShortReply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("reply of the wrong length")
+    }
+}
+
+impl std::error::Error for ShortReply {}
+
+fn short_reply() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, ShortReply)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -166,22 +240,34 @@ fn main() -> anyhow::Result<()> {
     }
     match cli.cmd {
         Cmd::Serve { id, tcp, udp } => serve(&id, &tcp, &udp),
-        Cmd::Tcp { to, n, from, size } => {
-            let mut line = ask(from).to_vec();
-            if size > line.len() && !from {
-                // `?` and padding, then the newline.
-                line.truncate(1);
-                line.resize(size - 1, b'x');
-                line.push(b'\n');
-            }
-            print(tcp(to, n, &line))
-        }
+        Cmd::Tcp {
+            to,
+            n,
+            from,
+            size,
+            download,
+            half_close_wait,
+        } => print(tcp(to, n, &tcp_ask(from, size, download, half_close_wait)?)),
         Cmd::Udp {
             to,
             n,
             connected,
             from,
-        } => print(udp(to, n, connected, ask(from))?),
+            size,
+        } => {
+            let line = if size > 0 {
+                padded(size)
+            } else {
+                ask(from).to_vec()
+            };
+            print(udp(to, n, connected, &line, size > 0)?)
+        }
+        Cmd::UdpPush {
+            to,
+            seconds,
+            interval_ms,
+            connected,
+        } => print(udp_push(to, seconds, interval_ms, connected)?),
         Cmd::Hold { to } => hold(to),
         Cmd::HoldUdp { to } => hold_udp(to),
         Cmd::Churn { to } => print(churn(to)?),
@@ -224,28 +310,14 @@ fn serve(id: &str, tcp: &[u16], udp: &[u16]) -> anyhow::Result<()> {
     }
     for &port in udp {
         let s = UdpSocket::bind(("::", port)).with_context(|| format!("udp {port}"))?;
-        let (id, reply) = (id.to_owned(), reply.clone());
+        let mut port = UdpPort::new(id);
         std::thread::spawn(move || {
-            let mut buf = [0u8; 512];
-            let mut tagged = Vec::with_capacity(600);
+            let mut buf = vec![0u8; UDP_MAX];
+            let mut reply = Vec::with_capacity(UDP_MAX);
             while let Ok((len, from)) = s.recv_from(&mut buf) {
-                let reply = match buf[..len].trim_ascii() {
-                    b"from?" => {
-                        tagged.clear();
-                        tagged.extend_from_slice(seen_from(&id, from.ip()).as_bytes());
-                        &tagged[..]
-                    }
-                    token @ [b'#', ..] => {
-                        tagged.clear();
-                        tagged.extend_from_slice(id.as_bytes());
-                        tagged.push(b' ');
-                        tagged.extend_from_slice(token);
-                        tagged.push(b'\n');
-                        &tagged[..]
-                    }
-                    _ => reply.as_bytes(),
-                };
-                let _ = s.send_to(reply, from);
+                if port.answer(&buf[..len], from.ip(), &mut reply) {
+                    let _ = s.send_to(&reply, from);
+                }
             }
         });
     }
@@ -255,6 +327,78 @@ fn serve(id: &str, tcp: &[u16], udp: &[u16]) -> anyhow::Result<()> {
     // the process (and close the listener) once a burst had replaced them.
     loop {
         std::thread::park();
+    }
+}
+
+/// The largest datagram either side receives whole: a UDP payload can be
+/// at most 65535 - 8 bytes.
+const UDP_MAX: usize = 65535;
+
+/// A `?` datagram longer than this gets a reply as long as itself.
+const UDP_PLAIN_MAX: usize = 512;
+
+/// One UDP port's server: its replies, and the `push` datagrams it has
+/// received since the last `pushed?` (kept per port, as a test asks the
+/// port it pushed to).
+struct UdpPort {
+    id: String,
+    pushes: u64,
+    pushers: BTreeSet<IpAddr>,
+}
+
+impl UdpPort {
+    fn new(id: &str) -> Self {
+        Self {
+            id: id.to_owned(),
+            pushes: 0,
+            pushers: BTreeSet::new(),
+        }
+    }
+
+    /// Writes the reply to `req` from `from` into `out`; false when there is
+    /// none (`push`).
+    fn answer(&mut self, req: &[u8], from: IpAddr, out: &mut Vec<u8>) -> bool {
+        out.clear();
+        match req.trim_ascii() {
+            b"from?" => out.extend_from_slice(seen_from(&self.id, from).as_bytes()),
+            b"push" => {
+                self.pushes += 1;
+                self.pushers.insert(from.to_canonical());
+                return false;
+            }
+            b"pushed?" => out.extend_from_slice(self.pushed().as_bytes()),
+            token @ [b'#', ..] => {
+                out.extend_from_slice(self.id.as_bytes());
+                out.push(b' ');
+                out.extend_from_slice(token);
+                out.push(b'\n');
+            }
+            [b'?', ..] if req.len() > UDP_PLAIN_MAX => {
+                // `<id>\n` padded to the request's length (never cut: an id
+                // too long for it makes a reply of the wrong length).
+                out.extend_from_slice(self.id.as_bytes());
+                out.push(b'\n');
+                if out.len() < req.len() {
+                    out.resize(req.len(), b'x');
+                }
+            }
+            _ => {
+                out.extend_from_slice(self.id.as_bytes());
+                out.push(b'\n');
+            }
+        }
+        true
+    }
+
+    /// The answer to `pushed?`; forgets the pushes, so that the next
+    /// question covers only what came after this one.
+    fn pushed(&mut self) -> String {
+        let from: Vec<String> = self.pushers.iter().map(IpAddr::to_string).collect();
+        let (id, pushes) = (&self.id, self.pushes);
+        let line = format!("{id} pushed {pushes} from {}\n", from.join(","));
+        self.pushes = 0;
+        self.pushers.clear();
+        line
     }
 }
 
@@ -293,6 +437,35 @@ impl AcceptPool {
     }
 }
 
+/// What a TCP request line asks for.
+enum TcpRequest {
+    /// The id line.
+    Id,
+    /// `from?`: the id and the client address.
+    From,
+    /// `bytes N`: a download of N bytes.
+    Bytes(u64),
+    /// `later S`: the id line after S seconds, then close.
+    Later(Duration),
+}
+
+impl TcpRequest {
+    /// Anything unrecognised (a padded `?`, a bad number) asks for the id.
+    fn parse(line: &str) -> Self {
+        if line == "from?" {
+            return Self::From;
+        }
+        if let Some(n) = line.strip_prefix("bytes ").and_then(|n| n.parse().ok()) {
+            return Self::Bytes(n);
+        }
+        let later = line
+            .strip_prefix("later ")
+            .and_then(|s| s.parse().ok())
+            .and_then(|s| Duration::try_from_secs_f64(s).ok());
+        later.map_or(Self::Id, Self::Later)
+    }
+}
+
 fn answer_lines(conn: TcpStream, reply: &[u8], peer: IpAddr) {
     let mut writer = match conn.try_clone() {
         Ok(w) => w,
@@ -300,15 +473,47 @@ fn answer_lines(conn: TcpStream, reply: &[u8], peer: IpAddr) {
     };
     let id = String::from_utf8_lossy(reply).trim().to_owned();
     for line in BufReader::new(conn).lines() {
-        let sent = match line {
-            Ok(l) if l == "from?" => writer.write_all(seen_from(&id, peer).as_bytes()),
-            Ok(_) => writer.write_all(reply),
-            Err(_) => return,
+        let Ok(line) = line else { return };
+        let sent = match TcpRequest::parse(&line) {
+            TcpRequest::Id => writer.write_all(reply),
+            TcpRequest::From => writer.write_all(seen_from(&id, peer).as_bytes()),
+            TcpRequest::Bytes(n) => send_bytes(&mut writer, &id, n),
+            TcpRequest::Later(wait) => {
+                // This acceptor thread sleeps; the pool has already started
+                // another if it was the last idle one.
+                std::thread::sleep(wait);
+                let _ = writer.write_all(reply);
+                return;
+            }
         };
         if sent.is_err() {
             return;
         }
     }
+}
+
+/// `x` padding, written a slice at a time: a download of any size needs no
+/// buffer of its own.
+static PADDING: [u8; 64 * 1024] = [b'x'; 64 * 1024];
+
+/// The answer to `bytes n`: `<id> `, n bytes of `x`, a newline. write_all
+/// blocks while the client (or the path) is slow; the thread is this
+/// connection's alone.
+fn send_bytes(conn: &mut TcpStream, id: &str, n: u64) -> io::Result<()> {
+    // The last, short segment must not wait (Nagle) for the ACK of the
+    // others, which a delayed ACK holds back.
+    conn.set_nodelay(true)?;
+    let mut out = io::BufWriter::with_capacity(PADDING.len(), conn);
+    out.write_all(id.as_bytes())?;
+    out.write_all(b" ")?;
+    let mut left = n;
+    while left > 0 {
+        let chunk = left.min(PADDING.len() as u64);
+        out.write_all(&PADDING[..chunk as usize])?;
+        left -= chunk;
+    }
+    out.write_all(b"\n")?;
+    out.flush()
 }
 
 /// The answer to `from?`: the id and the client address this backend saw
@@ -334,6 +539,11 @@ fn ask_with(
     line: &[u8],
 ) -> io::Result<String> {
     stream.write_all(line)?;
+    read_reply(reader)
+}
+
+/// The next reply line, trimmed.
+fn read_reply(reader: &mut BufReader<TcpStream>) -> io::Result<String> {
     let mut line = String::new();
     if reader.read_line(&mut line)? == 0 {
         return Err(io::ErrorKind::UnexpectedEof.into());
@@ -341,22 +551,109 @@ fn ask_with(
     Ok(line.trim().to_owned())
 }
 
-fn tcp_once(to: SocketAddr, r: &mut Report, line: &[u8]) -> io::Result<()> {
+/// What each `tcp` connection asks.
+enum TcpAsk {
+    /// One line (`?`, `from?`, or a padded `?`), one reply line.
+    Line(Vec<u8>),
+    /// `bytes N`: a reply of `<id> ` and N bytes.
+    Download(u64),
+    /// `later S`, then a half-close; the reply comes S seconds later.
+    Later(Duration),
+}
+
+/// How much longer than the backend's wait a half-closed client waits for
+/// its reply: a late reply is then not mistaken for a lost one.
+const LATER_SLACK: Duration = Duration::from_secs(10);
+
+impl TcpAsk {
+    fn read_timeout(&self) -> Duration {
+        match self {
+            Self::Later(wait) => *wait + LATER_SLACK + TIMEOUT,
+            _ => TIMEOUT,
+        }
+    }
+}
+
+/// The request of `lbt tcp` from its flags (clap keeps them exclusive).
+fn tcp_ask(
+    from: bool,
+    size: usize,
+    download: Option<u64>,
+    half_close_wait: Option<f64>,
+) -> anyhow::Result<TcpAsk> {
+    if let Some(secs) = half_close_wait {
+        let wait = Duration::try_from_secs_f64(secs).context("--half-close-wait")?;
+        return Ok(TcpAsk::Later(wait));
+    }
+    if let Some(n) = download {
+        return Ok(TcpAsk::Download(n));
+    }
+    let mut line = ask(from).to_vec();
+    if size > line.len() && !from {
+        // `?` and padding, then the newline.
+        line.truncate(1);
+        line.resize(size - 1, b'x');
+        line.push(b'\n');
+    }
+    Ok(TcpAsk::Line(line))
+}
+
+/// `bytes n` on a connected stream: reads up to the newline, checks that
+/// `<id> ` is followed by exactly n bytes, and returns the id. A reply cut
+/// short (EOF before the newline) or too long is a `ShortReply`.
+fn download(
+    stream: &mut TcpStream,
+    reader: &mut BufReader<TcpStream>,
+    n: u64,
+) -> io::Result<String> {
+    stream.write_all(format!("bytes {n}\n").as_bytes())?;
+    let mut reply = Vec::new();
+    if reader.read_until(b'\n', &mut reply)? == 0 {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    let body = reply.strip_suffix(b"\n").ok_or_else(short_reply)?;
+    let space = body
+        .iter()
+        .position(|&b| b == b' ')
+        .ok_or_else(short_reply)?;
+    if (body.len() - space - 1) as u64 != n {
+        return Err(short_reply());
+    }
+    Ok(String::from_utf8_lossy(&body[..space]).into_owned())
+}
+
+/// `later` on a connected stream: sends it, shuts down the write side, and
+/// waits for the reply, which the backend sends only after `wait`.
+fn later(
+    stream: &mut TcpStream,
+    reader: &mut BufReader<TcpStream>,
+    wait: Duration,
+) -> io::Result<String> {
+    stream.write_all(format!("later {}\n", wait.as_secs_f64()).as_bytes())?;
+    stream.shutdown(Shutdown::Write)?;
+    read_reply(reader)
+}
+
+fn tcp_once(to: SocketAddr, r: &mut Report, ask: &TcpAsk) -> io::Result<()> {
     let mut s = TcpStream::connect_timeout(&to, TIMEOUT)?;
-    s.set_read_timeout(Some(TIMEOUT))?;
+    s.set_read_timeout(Some(ask.read_timeout()))?;
     let peer = s.peer_addr()?;
     *r.peers.entry(peer.to_string()).or_default() += 1;
     let mut reader = BufReader::new(s.try_clone()?);
-    let id = ask_with(&mut s, &mut reader, line)?;
+    let id = match ask {
+        TcpAsk::Line(line) => ask_with(&mut s, &mut reader, line)?,
+        TcpAsk::Download(n) => download(&mut s, &mut reader, *n)?,
+        TcpAsk::Later(wait) => later(&mut s, &mut reader, *wait)?,
+    };
     *r.replies.entry(id).or_default() += 1;
     Ok(())
 }
 
-fn tcp(to: SocketAddr, n: u32, line: &[u8]) -> Report {
+fn tcp(to: SocketAddr, n: u32, ask: &TcpAsk) -> Report {
     let start = Instant::now();
     let mut r = Report::default();
     for _ in 0..n {
-        if let Err(e) = tcp_once(to, &mut r, line) {
+        if let Err(e) = tcp_once(to, &mut r, ask) {
             r.error(&e);
         }
     }
@@ -364,7 +661,35 @@ fn tcp(to: SocketAddr, n: u32, line: &[u8]) -> Report {
     r
 }
 
-fn udp(to: SocketAddr, n: u32, connected: bool, line: &[u8]) -> anyhow::Result<Report> {
+/// `--size` of `lbt udp`: 0, or more than the 512 bytes below which the
+/// backend answers with the plain id (and at most a UDP payload over IPv6).
+fn udp_size(s: &str) -> Result<usize, String> {
+    let size: usize = s.parse().map_err(|e| format!("{e}"))?;
+    if size == 0 || (UDP_PLAIN_MAX + 1..=65527).contains(&size) {
+        Ok(size)
+    } else {
+        Err(format!("0, or {} to 65527", UDP_PLAIN_MAX + 1))
+    }
+}
+
+/// A `?` padded with `x` to `size` bytes.
+fn padded(size: usize) -> Vec<u8> {
+    let mut line = vec![b'x'; size];
+    if let Some(first) = line.first_mut() {
+        *first = b'?';
+    }
+    line
+}
+
+/// N requests of `line`; with `sized`, a reply must be as long as the
+/// request (else `ShortReply`). The id is the reply's first line.
+fn udp(
+    to: SocketAddr,
+    n: u32,
+    connected: bool,
+    line: &[u8],
+    sized: bool,
+) -> anyhow::Result<Report> {
     let start = Instant::now();
     let mut r = Report::default();
     let s = UdpSocket::bind(sock::any_port_of_family(&to))?;
@@ -378,9 +703,9 @@ fn udp(to: SocketAddr, n: u32, connected: bool, line: &[u8]) -> anyhow::Result<R
             .entry(format!("getpeername {}", s.peer_addr()?))
             .or_default() += 1;
     }
-    let mut buf = [0u8; 512];
+    let mut buf = vec![0u8; UDP_MAX];
+    let line = line.trim_ascii_end();
     for _ in 0..n {
-        let line = line.trim_ascii_end();
         let sent = if connected {
             s.send(line)
         } else {
@@ -392,12 +717,81 @@ fn udp(to: SocketAddr, n: u32, connected: bool, line: &[u8]) -> anyhow::Result<R
         }
         match s.recv_from(&mut buf) {
             Ok((len, from)) => {
-                let id = String::from_utf8_lossy(&buf[..len]).trim().to_owned();
-                *r.replies.entry(id).or_default() += 1;
                 *r.peers.entry(from.to_string()).or_default() += 1;
+                if sized && len != line.len() {
+                    r.error(&short_reply());
+                    continue;
+                }
+                *r.replies.entry(first_line(&buf[..len])).or_default() += 1;
             }
             Err(e) => r.error(&e),
         }
+    }
+    r.elapsed_ms = start.elapsed().as_millis();
+    Ok(r)
+}
+
+/// A datagram's first line, trimmed: the whole of a short reply, the id of
+/// a padded one.
+fn first_line(reply: &[u8]) -> String {
+    let line = reply.split(|&b| b == b'\n').next().unwrap_or_default();
+    String::from_utf8_lossy(line).trim().to_owned()
+}
+
+/// `udp-push`: `push` every `interval_ms` for `seconds` (the first at
+/// once), then `pushed?` and one reply, all from one socket, so the
+/// backend's count says how many one-way datagrams of this flow arrived.
+fn udp_push(
+    to: SocketAddr,
+    seconds: f64,
+    interval_ms: u64,
+    connected: bool,
+) -> anyhow::Result<Report> {
+    let run = Duration::try_from_secs_f64(seconds).context("--seconds")?;
+    if interval_ms == 0 {
+        bail!("--interval-ms must be positive");
+    }
+    let interval = Duration::from_millis(interval_ms);
+    let start = Instant::now();
+    let mut r = Report::default();
+    let s = UdpSocket::bind(sock::any_port_of_family(&to))?;
+    s.set_read_timeout(Some(TIMEOUT))?;
+    if connected {
+        if let Err(e) = s.connect(to) {
+            r.error(&e);
+            return Ok(r);
+        }
+        *r.peers
+            .entry(format!("getpeername {}", s.peer_addr()?))
+            .or_default() += 1;
+    }
+    let send = |msg: &[u8]| {
+        if connected {
+            s.send(msg)
+        } else {
+            s.send_to(msg, to)
+        }
+    };
+    let (end, mut next, mut sent) = (start + run, start, 0);
+    while next < end {
+        match send(b"push") {
+            Ok(_) => sent += 1,
+            Err(e) => r.error(&e),
+        }
+        // On a fixed schedule: a slow send() does not thin out the rest.
+        next += interval;
+        if let Some(wait) = next.min(end).checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+    }
+    r.sent = Some(sent);
+    let mut buf = vec![0u8; UDP_MAX];
+    match send(b"pushed?").and_then(|_| s.recv_from(&mut buf)) {
+        Ok((len, from)) => {
+            *r.replies.entry(first_line(&buf[..len])).or_default() += 1;
+            *r.peers.entry(from.to_string()).or_default() += 1;
+        }
+        Err(e) => r.error(&e),
     }
     r.elapsed_ms = start.elapsed().as_millis();
     Ok(r)
@@ -485,8 +879,9 @@ fn churn(to: SocketAddr) -> anyhow::Result<Report> {
         let _ = tx.send(());
     });
     let mut r = Report::default();
+    let ask = TcpAsk::Line(ask(false).to_vec());
     while rx.try_recv().is_err() {
-        if let Err(e) = tcp_once(to, &mut r, ask(false)) {
+        if let Err(e) = tcp_once(to, &mut r, &ask) {
             r.error(&e);
         }
     }
@@ -519,6 +914,12 @@ struct Tally {
 impl Tally {
     fn error(&mut self, e: &io::Error) {
         let kind = match e.kind() {
+            _ if e
+                .get_ref()
+                .is_some_and(|inner| inner.is::<sock::WrongPeer>()) =>
+            {
+                "WrongPeer".to_owned()
+            }
             // A timed-out blocking call on a socket with SO_{SND,RCV}TIMEO.
             io::ErrorKind::WouldBlock => "TimedOut".to_owned(),
             k => format!("{k:?}"),
@@ -671,7 +1072,9 @@ fn bench_udp_worker(
                 sock::ask_fresh_udp(addr, buf, UDP_TIMEOUT).map(|(len, _)| len)
             } else {
                 shared.send_to(b"?", addr)?;
-                Ok(shared.recv_from(buf)?.0)
+                let (len, from) = shared.recv_from(buf)?;
+                sock::check_peer(from, addr)?;
+                Ok(len)
             }
         };
         match once(&mut buf) {

@@ -335,6 +335,12 @@ fn ask_unconnected(
 /// A failure's cause, by `io::ErrorKind` name.
 fn cause(e: &io::Error) -> String {
     match e.kind() {
+        _ if e
+            .get_ref()
+            .is_some_and(|inner| inner.is::<sock::WrongPeer>()) =>
+        {
+            "WrongPeer".to_owned()
+        }
         // A timed-out blocking call on a socket with SO_{SND,RCV}TIMEO.
         io::ErrorKind::WouldBlock => "TimedOut".to_owned(),
         k => format!("{k:?}"),

@@ -108,9 +108,34 @@ pub fn connect_tcp(to: &SocketAddr) -> io::Result<(TcpStream, Duration)> {
     Ok((TcpStream::from(fd), took))
 }
 
-/// One connection: connect, "?\n", read the id line, close (RST).
+/// A reply that came from another address than the one asked, as
+/// `getpeername()` or `recvfrom()` show it: the load balancer failed to show
+/// the application its frontend (a missing reverse-NAT entry, say).
+#[derive(Debug)]
+pub struct WrongPeer(pub SocketAddr);
+
+impl std::fmt::Display for WrongPeer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "reply from {}", self.0)
+    }
+}
+
+impl std::error::Error for WrongPeer {}
+
+/// `Err(WrongPeer)` unless `seen` is `to`.
+pub fn check_peer(seen: SocketAddr, to: &SocketAddr) -> io::Result<()> {
+    if seen == *to {
+        Ok(())
+    } else {
+        Err(io::Error::other(WrongPeer(seen)))
+    }
+}
+
+/// One connection: connect, "?\n", read the id line, close (RST). A
+/// connection whose peer is not `to` fails as [`WrongPeer`].
 pub fn tcp_once(to: &SocketAddr, buf: &mut [u8]) -> io::Result<(usize, Duration)> {
     let (mut s, took) = connect_tcp(to)?;
+    check_peer(s.peer_addr()?, to)?;
     s.write_all(b"?\n")?;
     let mut len = 0;
     loop {
@@ -139,7 +164,8 @@ pub fn destroyed(e: &io::Error) -> bool {
 
 /// One request on a new connected UDP socket (socket, connect, send,
 /// receive, close: one flow per request, as a DNS resolver makes), into
-/// `buf`. An application reconnects after its socket was destroyed, and so
+/// `buf`; a reply from another address than `to` fails as [`WrongPeer`].
+/// An application reconnects after its socket was destroyed, and so
 /// does this; under heavy churn the new endpoint can leave too, so it tries
 /// up to [`UDP_DESTROYED_TRIES`] times. Returns the reply's length and how
 /// many destroyed sockets it reconnected after.
@@ -154,7 +180,9 @@ pub fn ask_fresh_udp(
         s.set_read_timeout(Some(timeout))?;
         s.connect(to)?;
         s.send(b"?")?;
-        s.recv(buf)
+        let (len, from) = s.recv_from(buf)?;
+        check_peer(from, to)?;
+        Ok(len)
     };
     let mut reconnected = 0;
     loop {
