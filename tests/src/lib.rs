@@ -24,6 +24,7 @@ pub mod procnet;
 pub mod progstats;
 pub mod scenario;
 pub mod soak;
+pub mod two_nodes;
 pub mod txtar;
 
 use std::path::PathBuf;

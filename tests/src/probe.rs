@@ -249,7 +249,12 @@ pub struct HeldUdp {
 
 impl HeldUdp {
     pub fn open(netns: &str, cgroup: &Path, to: &str) -> anyhow::Result<Self> {
-        let mut child = lbt(netns, Some(cgroup))
+        Self::open_in(netns, Some(cgroup), to)
+    }
+
+    /// [`Self::open`] in `cgroup`, or outside every test cgroup.
+    pub fn open_in(netns: &str, cgroup: Option<&Path>, to: &str) -> anyhow::Result<Self> {
+        let mut child = lbt(netns, cgroup)
             .args(["hold-udp", "--to", to])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
