@@ -10,9 +10,9 @@
 //! programs load on a blocking thread meanwhile.
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeSet, HashSet},
     future::Future,
-    net::{IpAddr, SocketAddr},
+    net::{IpAddr, SocketAddr, SocketAddrV4},
     path::PathBuf,
     sync::{
         Arc,
@@ -24,7 +24,10 @@ use std::{
 
 use anyhow::Context as _;
 use futures::{FutureExt as _, StreamExt as _, stream::BoxStream};
-use lb_agent::{config::Conntrack, datapath::snat_ports};
+use lb_agent::{
+    config::Conntrack,
+    datapath::{kernel_conntrack, snat_ports},
+};
 use lb_agent::{
     config::{RunConfig, Source},
     datapath::{
@@ -368,6 +371,9 @@ struct Agent {
     collect_now: SyncSender<()>,
     /// See [`snat_ports::seed`].
     nat_seed: u32,
+    /// Whether the kernel's flows were left to it (`take_over`), once,
+    /// around the tc programs' first attachment.
+    taken_over: bool,
     /// `lbagent_tc_devices_unattached`.
     tc_unattached: Gauge,
 }
@@ -480,6 +486,7 @@ impl Agent {
             conntrack: config.conntrack,
             collect_now,
             nat_seed: snat_ports::seed(),
+            taken_over: false,
             tc_unattached,
         };
         if !agent.devices.is_empty() {
@@ -552,6 +559,7 @@ impl Agent {
     /// NodePort address); a failure is logged and retried at the next
     /// sync.
     fn sync_tc(&mut self) {
+        self.write_tc_config();
         // Not the NodePort addresses: without a Node they fall back to
         // every address of the host, and the programs would land on
         // devices nobody chose.
@@ -560,6 +568,10 @@ impl Agent {
         } else {
             self.devices.iter().cloned().collect()
         };
+        let first = !self.taken_over;
+        if first {
+            self.take_over();
+        }
         match self.datapath.set_devices(devices.clone(), self.attached) {
             Ok(true) if self.attached => {
                 info!(?devices, "tc programs attached to these devices");
@@ -570,6 +582,11 @@ impl Agent {
                 ?devices,
                 "attaching the tc programs failed; retrying at the next sync"
             ),
+        }
+        if first {
+            // Flows the kernel made while the programs were attaching.
+            self.take_over();
+            self.taken_over = true;
         }
         self.tc_unattached
             .set(self.datapath.unattached_devices() as f64);
@@ -583,6 +600,13 @@ impl Agent {
                 ),
             }
         }
+    }
+
+    /// Gives the tc programs the node's primary IPv4 address to SNAT to
+    /// (else its first IPv4 NodePort address), the SNAT ports and the
+    /// conntrack timeouts; a failure is logged and retried at the next
+    /// sync.
+    fn write_tc_config(&mut self) {
         let snat4_be = self
             .syncer
             .primary_ips()
@@ -613,6 +637,49 @@ impl Agent {
             Err(e) => error!(
                 error = &e as &dyn std::error::Error,
                 "writing the tc programs' settings failed; retrying at the next sync"
+            ),
+        }
+    }
+
+    /// Leaves the UDP flows kube-proxy's rules made to our external
+    /// frontends, and the SNAT ports of its flows, to the kernel, whose
+    /// conntrack keeps translating them (`datapath/takeover.rs`): replacing
+    /// kube-proxy on a live node keeps its connections. TCP needs nothing:
+    /// a segment without SYN and without a flow of ours is the kernel's.
+    fn take_over(&mut self) {
+        let frontends: HashSet<(SocketAddrV4, u8)> = self
+            .syncer
+            .external_frontends()
+            .filter_map(|fe| match fe.vip {
+                IpAddr::V4(ip) => Some((SocketAddrV4::new(ip, fe.port), fe.proto.number())),
+                IpAddr::V6(_) => None,
+            })
+            .collect();
+        let flows = match kernel_conntrack::dump_ipv4() {
+            Ok(flows) => flows,
+            Err(e) => {
+                warn!(
+                    error = &e as &dyn std::error::Error,
+                    "reading the kernel's conntrack: UDP flows another proxy made are balanced \
+                     anew by the tc programs"
+                );
+                return;
+            }
+        };
+        let is_frontend = |addr, proto| frontends.contains(&(addr, proto));
+        match self
+            .datapath
+            .seed_kernel_flows(&flows, is_frontend, conntrack::now())
+        {
+            Ok(s) if s.flows + s.ports > 0 => info!(
+                udp_flows = s.flows,
+                snat_ports = s.ports,
+                "left flows the kernel's conntrack translates (kube-proxy's) to it"
+            ),
+            Ok(_) => {}
+            Err(e) => warn!(
+                error = &e as &dyn std::error::Error,
+                "leaving the kernel's flows to it"
             ),
         }
     }

@@ -285,6 +285,14 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         }
     }
 
+    /// The frontends programmed for traffic from outside the node.
+    pub fn external_frontends(&self) -> impl Iterator<Item = &Frontend> + '_ {
+        self.cache
+            .programmed()
+            .map(|(fe, ..)| fe)
+            .filter(|fe| fe.scope == Scope::External)
+    }
+
     /// The addresses that serve NodePorts now.
     pub fn node_port_ips(&self) -> &[IpAddr] {
         &self.cache.node().node_port_ips

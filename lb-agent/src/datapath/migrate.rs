@@ -219,7 +219,7 @@ pub fn carry_stateful(pins: &Pins) -> Result<usize, MigrateError> {
 
 /// Layout 4's conntrack entries as this layout keeps them: each flow's two
 /// entries each knew one side's TCP state; both get both sides'.
-fn upgrade_ct(entries: &mut Vec<(Ct4Key, Ct4Value)>) {
+fn upgrade_ct(entries: &mut [(Ct4Key, Ct4Value)]) {
     for (k, v) in entries.iter_mut() {
         *v = v.upgraded(k.dir);
     }
@@ -243,7 +243,7 @@ fn copy<K, V>(
     from: &Path,
     to: &Path,
     s: &Stateful,
-    convert: impl FnOnce(&mut Vec<(K, V)>),
+    convert: impl FnOnce(&mut [(K, V)]),
 ) -> Result<usize, MigrateError>
 where
     K: aya::Pod + Eq + Hash,

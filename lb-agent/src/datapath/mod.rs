@@ -10,6 +10,7 @@ pub mod conntrack;
 pub mod decode;
 mod elem;
 pub mod grace;
+pub mod kernel_conntrack;
 pub mod layout;
 pub mod loader;
 pub mod migrate;
@@ -17,6 +18,7 @@ pub mod pins;
 pub mod snat_ports;
 pub mod stats;
 pub mod table;
+pub mod takeover;
 pub mod tc;
 
 use std::{
@@ -270,6 +272,18 @@ impl Datapath {
         guarded: &BTreeMap<crate::model::Frontend, Vec<ipnet::IpNet>>,
     ) -> Result<(), tc::ConfigError> {
         tc::write_source_ranges(&self.maps_dir, guarded)
+    }
+
+    /// Leaves the kernel's NATed flows to our external frontends to the
+    /// kernel (see [`takeover`]), in the maps this build's programs use.
+    pub fn seed_kernel_flows(
+        &self,
+        kernel: &[kernel_conntrack::KernelFlow],
+        is_frontend: impl Fn(std::net::SocketAddrV4, u8) -> bool,
+        now: u32,
+    ) -> Result<takeover::Seeded, takeover::TakeoverError> {
+        let config = self.config.unwrap_or_default();
+        takeover::seed(&self.maps_dir, kernel, is_frontend, &config, now)
     }
 
     /// The load-balancing tables this build's programs read.
