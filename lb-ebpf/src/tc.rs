@@ -1,7 +1,9 @@
 //! Per-packet load balancing of traffic from outside the node, at tc on the
 //! node's external devices (`lb_common::ct` describes the halves and the
 //! state machine). Each program comes twice: for Ethernet devices, and
-//! (`_l3`) for devices without a link-layer header (WireGuard, IPIP, TUN).
+//! (`lb_tc_l3_*`) for devices without a link-layer header (WireGuard, IPIP,
+//! TUN). Program names stay within the kernel's 15 characters, by which
+//! clsact filters are found again.
 //!
 //! `lb_tc_ingress`: replies of SNATed flows get their client back; packets
 //! of known flows are DNATed to their backend; the first packet of a flow
@@ -63,12 +65,12 @@ pub fn lb_tc_egress(ctx: TcContext) -> i32 {
 }
 
 #[classifier]
-pub fn lb_tc_ingress_l3(ctx: TcContext) -> i32 {
+pub fn lb_tc_l3_in(ctx: TcContext) -> i32 {
     ingress_program::<0>(&ctx)
 }
 
 #[classifier]
-pub fn lb_tc_egress_l3(ctx: TcContext) -> i32 {
+pub fn lb_tc_l3_out(ctx: TcContext) -> i32 {
     egress_program::<0>(&ctx)
 }
 

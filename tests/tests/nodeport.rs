@@ -436,6 +436,32 @@ fn without_tcx_the_programs_are_clsact_filters_that_outlive_the_agent() -> anyho
     let r = bed.client(&["tcp", "--to", &node_port, "-n", "20", "--from"])?;
     assert_eq!(answers(&r, 20, &node_port), both);
 
+    // An agent with TCX takes over: its links first, then the filters go,
+    // and the held connection goes on through the links' programs.
+    drop(agent);
+    let agent = bed.agent(&bed.node1)?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !filters(&bed, "ingress", "lb_tc_ingress")?.is_empty()
+        || !filters(&bed, "egress", "lb_tc_egress")?.is_empty()
+    {
+        if Instant::now() > deadline {
+            bail!("clsact filters left beside the TCX links");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        tcx_programs(&bed.nodes.ns("n1"), "eth0")?,
+        ["lb_tc_ingress", "lb_tc_egress"]
+    );
+    assert_eq!(held.request()?, "p1", "the flow goes on through TCX");
+    drop(agent);
+    // Back to clsact, for the cleanup below.
+    let agent = bed.agent_with(&bed.node1, &no_tcx)?;
+    assert_eq!(
+        tcx_programs(&bed.nodes.ns("n1"), "eth0")?,
+        Vec::<String>::new()
+    );
+
     // `lb-agent cleanup` in the node finds them without pins.
     drop(agent);
     let bin = agent::agent_bin();
@@ -449,5 +475,27 @@ fn without_tcx_the_programs_are_clsact_filters_that_outlive_the_agent() -> anyho
         Vec::<u32>::new()
     );
     assert_eq!(filters(&bed, "egress", "lb_tc_egress")?, Vec::<u32>::new());
+    Ok(())
+}
+
+#[test]
+fn a_device_without_a_link_layer_header_gets_the_programs_for_it() -> anyhow::Result<()> {
+    let bed = Bed::new(&manifest())?;
+    // A TUN device, as WireGuard's: packets start with their IP header.
+    let n1 = bed.nodes.ns("n1");
+    ip(&["-n", &n1, "tuntap", "add", "tun0", "mode", "tun"])?;
+    ip(&["-n", &n1, "link", "set", "tun0", "up"])?;
+    let _agent = bed.agent_with(&bed.node1, &["--devices=eth0,tun0"])?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tcx_programs(&n1, "tun0")? != ["lb_tc_l3_in", "lb_tc_l3_out"] {
+        if Instant::now() > deadline {
+            bail!("tun0 got {:?}", tcx_programs(&n1, "tun0")?);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        tcx_programs(&n1, "eth0")?,
+        ["lb_tc_ingress", "lb_tc_egress"]
+    );
     Ok(())
 }

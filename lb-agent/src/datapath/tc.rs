@@ -42,13 +42,13 @@ use crate::model::Frontend;
 const PROGRAMS: [(&str, &str, TcAttachType, &str); 2] = [
     (
         "lb_tc_ingress",
-        "lb_tc_ingress_l3",
+        "lb_tc_l3_in",
         TcAttachType::Ingress,
         "tc-in-",
     ),
     (
         "lb_tc_egress",
-        "lb_tc_egress_l3",
+        "lb_tc_l3_out",
         TcAttachType::Egress,
         "tc-out-",
     ),

@@ -95,8 +95,8 @@ impl Bed {
         for name in [
             "lb_tc_ingress",
             "lb_tc_egress",
-            "lb_tc_ingress_l3",
-            "lb_tc_egress_l3",
+            "lb_tc_l3_in",
+            "lb_tc_l3_out",
         ] {
             let prog: &mut SchedClassifier = ebpf
                 .program_mut(name)
@@ -267,7 +267,7 @@ impl Bed {
     /// Runs the ingress program of devices without a link-layer header on
     /// `packet` (an IP packet).
     pub fn ingress_l3(&self, packet: &[u8]) -> (i32, Vec<u8>) {
-        self.run("lb_tc_ingress_l3", packet)
+        self.run("lb_tc_l3_in", packet)
     }
 
     pub fn stat(&self, index: u32) -> u64 {
