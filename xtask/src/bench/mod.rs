@@ -152,8 +152,15 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             eprintln!("== NodePort, N = {n}");
             rows.extend(nodeport::measure(&plan, n)?);
         }
+        eprintln!("== SNAT ports: fresh-port flows to one remote endpoint");
+        let capacity = nodeport::capacity(&plan)?;
         eprintln!("== tc programs on crafted packets");
-        Ok(nodeport::render(&plan, &rows, &nodeport::tc_cost(&plan)?))
+        Ok(nodeport::render(
+            &plan,
+            &rows,
+            &capacity,
+            &nodeport::tc_cost(&plan)?,
+        ))
     };
     if args.nodeport_only {
         let (section, targets) = node_ports()?;

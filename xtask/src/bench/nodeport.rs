@@ -23,7 +23,7 @@ use lb_tests::{
     cgroup::TestCgroup,
     kubeproxy::{self, Proto, SvcSpec},
     netns::{exec, ip},
-    probe::{self, Server},
+    probe::{self, BenchReport, Server},
     progstats::{Runs, StatsOn},
     unique,
 };
@@ -276,6 +276,11 @@ impl Bed {
         Ok(())
     }
 
+    /// Our tc programs' drops for want of a SNAT port, so far.
+    fn exhausted(&self) -> anyhow::Result<u64> {
+        Ok(self.pins.stats()?["tc_drop_snat_exhausted"])
+    }
+
     /// (ingress, egress) counters of our tc programs, summed over devices.
     fn tc_runs(&self) -> anyhow::Result<(Runs, Runs)> {
         let links = self.pins.path().join("links");
@@ -375,6 +380,84 @@ pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
     Ok(rows)
 }
 
+/// SNAT capacity: new flows to a NodePort whose one endpoint is on another
+/// node, each from a fresh client port (a DNS-style resolver; short TCP
+/// connections), for longer than the UDP timeout, through ours and
+/// kube-proxy's layouts: how many were answered, and how many failed.
+pub struct Capacity {
+    pub mode: Mode,
+    pub load: Load,
+    pub report: BenchReport,
+    /// Ours: packets dropped for want of a SNAT port meanwhile.
+    pub exhausted: Option<u64>,
+}
+
+/// Measures [`Capacity`] for ours, iptables and nftables.
+pub fn capacity(plan: &Plan) -> anyhow::Result<Vec<Capacity>> {
+    let pods = [Ipv4Addr::new(10, 42, 0, 1)];
+    let mut bed = Bed::new(&pods)?;
+    let specs = services(1, &pods, 1);
+    bed.start_agent(&super::datapath::manifests(&specs))?;
+    let node_ns = |m: Mode| bed.ns(&format!("n{}", m.k()));
+    kubeproxy::load_iptables(
+        &node_ns(Mode::Iptables),
+        &kubeproxy::iptables_restore(&specs, CLUSTER_CIDR),
+    )?;
+    kubeproxy::load_nft(
+        &node_ns(Mode::Nftables),
+        &kubeproxy::nft_ruleset(&specs, CLUSTER_CIDR),
+    )?;
+    let seconds = if plan.quick { "2" } else { CAPACITY_SECONDS };
+    let c = plan.concurrency.to_string();
+    let mut out = Vec::new();
+    for mode in [Mode::Ours, Mode::Iptables, Mode::Nftables] {
+        let client = bed.ns(&format!("c{}", mode.k()));
+        for load in Load::ALL {
+            if mode != Mode::Ours {
+                exec(&node_ns(mode), &["conntrack", "-F"]).context("flushing conntrack")?;
+            }
+            let (sub, port) = match load {
+                Load::Tcp => ("bench-tcp", TCP_NODE_PORT),
+                Load::Udp => ("bench-udp", UDP_NODE_PORT),
+            };
+            let to = format!("{}:{port}", mode.node_addr());
+            let args = [
+                sub,
+                "--to",
+                &to,
+                "-c",
+                &c,
+                "--seconds",
+                seconds,
+                "--socket-per-request",
+            ];
+            let before = bed.exhausted()?;
+            let report = probe::outside_bench(&client, &args)?;
+            let exhausted = (mode == Mode::Ours)
+                .then(|| Ok::<_, anyhow::Error>(bed.exhausted()? - before))
+                .transpose()?;
+            eprintln!(
+                "   {:<9} {load:?} {} flows ({:.0}/s), {} failed",
+                mode.name(),
+                report.ok,
+                report.rate,
+                report.failed
+            );
+            out.push(Capacity {
+                mode,
+                load,
+                report,
+                exhausted,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// How long each capacity run lasts: longer than the UDP timeout (60 s),
+/// so that mappings of the first flows expire while new ones keep coming.
+const CAPACITY_SECONDS: &str = "65";
+
 fn join(targets: impl Iterator<Item = String>) -> String {
     targets.collect::<Vec<_>>().join(",")
 }
@@ -401,7 +484,12 @@ pub fn tc_cost(plan: &Plan) -> anyhow::Result<String> {
 }
 
 /// The NodePort section of the report, and its targets.
-pub fn render(plan: &Plan, rows: &[Row], tc_cost: &str) -> (String, Vec<(bool, String)>) {
+pub fn render(
+    plan: &Plan,
+    rows: &[Row],
+    capacity: &[Capacity],
+    tc_cost: &str,
+) -> (String, Vec<(bool, String)>) {
     let find = |mode: Mode, n: usize| {
         rows.iter()
             .find(|r| r.mode == mode && r.n == n)
@@ -466,6 +554,31 @@ pub fn render(plan: &Plan, rows: &[Row], tc_cost: &str) -> (String, Vec<(bool, S
         }
         o.push('\n');
     }
+    let secs = if plan.quick { "2" } else { CAPACITY_SECONDS };
+    let _ = writeln!(
+        o,
+        "### SNAT ports: fresh-port flows to one remote endpoint\n\n\
+         New flows, each from a new client port (UDP: a new connected socket per request, \
+         as a resolver asks; TCP: short connections), to a NodePort whose one endpoint is \
+         on another node, so every flow takes a SNAT port of that endpoint's: {} concurrent \
+         clients for {secs} s, longer than the UDP timeout (ours 60 s, the kernel's 30 s).\n\n\
+         | mode | load | flows answered | flows/s | failed | dropped for want of a SNAT port |\n\
+         |---|---|---:|---:|---:|---:|",
+        plan.concurrency
+    );
+    for c in capacity {
+        let _ = writeln!(
+            o,
+            "| {} | {:?} | {} | {:.0} | {} | {} |",
+            c.mode.name(),
+            c.load,
+            c.report.ok,
+            c.report.rate,
+            c.report.failed,
+            c.exhausted.map_or_else(String::new, |n| n.to_string())
+        );
+    }
+    o.push('\n');
     let failed: u64 = rows.iter().map(|r| r.runs.failed()).sum();
     let _ = writeln!(
         o,
@@ -476,6 +589,24 @@ pub fn render(plan: &Plan, rows: &[Row], tc_cost: &str) -> (String, Vec<(bool, S
     );
 
     let mut t = Vec::new();
+    for load in Load::ALL {
+        let rate = |mode| {
+            capacity
+                .iter()
+                .find(|c| c.mode == mode && c.load == load)
+                .map(|c| (c.report.rate, c.report.failed))
+        };
+        if let (Some((us, us_failed)), Some((ipt, _))) = (rate(Mode::Ours), rate(Mode::Iptables)) {
+            t.push((
+                us_failed == 0 && us >= ipt * 0.9,
+                format!(
+                    "SNAT: fresh-port {load:?} flows to one remote endpoint without a failure, at \
+                     least kube-proxy's (iptables) rate within 10%: {us:.0}/s, {us_failed} failed; \
+                     iptables {ipt:.0}/s"
+                ),
+            ));
+        }
+    }
     for &n in &plan.scales {
         let us = find(Mode::Ours, n).runs.rate(Load::Tcp);
         let nft = find(Mode::Nftables, n).runs.rate(Load::Tcp);
