@@ -628,6 +628,9 @@ impl Agent {
             timeout_tcp_syn: t.tcp_syn,
             timeout_tcp_fin: t.tcp_fin,
             timeout_any: t.any,
+            // The datapath widens it to the ports earlier flows hold.
+            nat_reply_min: 0,
+            nat_reply_max: 0,
         };
         if self.tc_config == Some(config) {
             return;

@@ -14,7 +14,7 @@ pub struct DatapathConfig {
     /// The IPv4 address flows are SNATed to (the node's primary address),
     /// network byte order; all zero: no SNAT, such flows are dropped.
     pub snat4_be: [u8; 4],
-    /// The SNAT port range, inclusive.
+    /// The SNAT port range, inclusive: where new flows take their ports.
     pub nat_port_min: u16,
     pub nat_port_max: u16,
     /// Mixed into where a client's SNAT ports land
@@ -27,8 +27,14 @@ pub struct DatapathConfig {
     pub timeout_tcp_syn: u32,
     pub timeout_tcp_fin: u32,
     pub timeout_any: u32,
+    /// The ports replies to the SNAT address are looked up in `LB4_NAT`
+    /// for, inclusive: the SNAT range, widened to every port an earlier
+    /// range's flows may still hold (after a change of range or an
+    /// upgrade). 0, 0: the SNAT range.
+    pub nat_reply_min: u16,
+    pub nat_reply_max: u16,
 }
-const _: () = assert!(size_of::<DatapathConfig>() == 32);
+const _: () = assert!(size_of::<DatapathConfig>() == 36);
 
 /// A migration is in progress: the previous maps of the stateful maps are
 /// in their `*_PREV` slots, and the programs look there for what their own
@@ -36,6 +42,18 @@ const _: () = assert!(size_of::<DatapathConfig>() == 32);
 pub const CFG_F_PREV: u32 = 1;
 
 impl DatapathConfig {
+    /// Whether a reply to the SNAT address on `port` (host order) may be
+    /// one of a SNATed flow's.
+    #[inline(always)]
+    pub const fn nat_reply_port(&self, port: u16) -> bool {
+        let (min, max) = if self.nat_reply_max == 0 {
+            (self.nat_port_min, self.nat_port_max)
+        } else {
+            (self.nat_reply_min, self.nat_reply_max)
+        };
+        min <= port && port <= max
+    }
+
     /// The conntrack timeouts, defaults for those not set.
     #[inline(always)]
     pub const fn timeouts(&self) -> Timeouts {

@@ -226,6 +226,11 @@ pub const ALL_MAPS: [MapSpec; 25] = [
     NAT4_PREV,
 ];
 
+/// Older layouts' `LB_CONFIG` pins. Every layout's value starts as
+/// [`DatapathConfig`] does (SNAT address, port range): a migration keeps
+/// the replies of flows on an older range's ports found.
+pub const OLD_CONFIG_PINS: [&str; 1] = ["LB_CONFIG_V4"];
+
 /// A map the programs write, whose entries live with flows and sockets: a
 /// migration carries them into the new map (before the programs switch,
 /// and again after, for what the old programs wrote meanwhile).

@@ -25,10 +25,11 @@ pub fn now() -> u32 {
     (unsafe { bpf_ktime_get_coarse_ns() } / 1_000_000_000) as u32
 }
 
-/// The agent's settings; all zero before it wrote any.
+/// The agent's settings (all zero before it wrote any), read in place.
+/// `None` cannot happen: an array of one always has index 0.
 #[inline(always)]
-pub fn config() -> DatapathConfig {
-    LB_CONFIG.get(0).copied().unwrap_or_default()
+pub fn config() -> Option<&'static DatapathConfig> {
+    LB_CONFIG.get(0)
 }
 
 /// The `LB4_CT` entry of `key`. During a migration (`CFG_F_PREV`) an entry
@@ -74,8 +75,13 @@ pub fn nat_entry(key: &Nat4Key, cfg: &DatapathConfig) -> Option<*mut Nat4Value> 
 /// whether anything changed (then the flow's other entries need it too).
 /// Most packets change nothing (the expiry moves once a second): storing
 /// only then keeps the entry's cache line shared across CPUs.
+///
+/// # Safety
+///
+/// `entry` is a value of `LB4_CT` this program looked up: it stays mapped
+/// while the program runs (RCU).
 #[inline(always)]
-pub fn advance(
+pub unsafe fn advance(
     entry: *mut Ct4Value,
     t: &Timeouts,
     proto: u8,
@@ -83,9 +89,9 @@ pub fn advance(
     from_client: bool,
     now: u32,
 ) -> (Ct4Value, bool) {
-    // SAFETY: the value stays mapped while the program runs (RCU); if the
-    // LRU recycles it meanwhile the fields are another flow's and this
-    // packet goes astray, as it would have with the entry gone.
+    // SAFETY: mapped (the caller's contract); if the LRU recycles it
+    // meanwhile the fields are another flow's and this packet goes astray,
+    // as it would have with the entry gone.
     let mut v = unsafe { *entry };
     let (c, b) = (v.seen_client, v.seen_backend);
     let a = ct_advance(t, proto, tcp_flags, from_client, c, b, v.expires, now);
@@ -120,7 +126,7 @@ pub fn mirror(key: &Ct4Key, value: &Ct4Value, from_client: bool, cfg: &DatapathC
     let Some(entry) = ct_entry(key, cfg) else {
         return;
     };
-    // SAFETY: as in `advance`.
+    // SAFETY: looked up by this run: mapped while it runs (RCU).
     unsafe {
         if from_client {
             (*entry).seen_client = value.seen_client;
@@ -131,19 +137,35 @@ pub fn mirror(key: &Ct4Key, value: &Ct4Value, from_client: bool, cfg: &DatapathC
     }
 }
 
-/// Gives the SNAT mapping of a flow from `client` the flow's expiry,
-/// unless the mapping is another flow's.
+/// Gives the SNAT mapping `key` of a flow from `client` the flow's expiry,
+/// writing it again if it went (an LRU eviction); whether the mapping is
+/// the flow's, not another's.
 #[inline(always)]
-pub fn mirror_nat(key: &Nat4Key, client: &([u8; 4], u16), expires: u32, cfg: &DatapathConfig) {
+pub fn hold_nat(
+    key: &Nat4Key,
+    client: &([u8; 4], u16),
+    expires: u32,
+    cfg: &DatapathConfig,
+) -> bool {
     let Some(nat) = nat_entry(key, cfg) else {
-        return;
+        let value = Nat4Value {
+            addr_be: client.0,
+            port_be: client.1,
+            flags: 0,
+            expires,
+        };
+        return LB4_NAT.insert(key, value, u64::from(BPF_NOEXIST)).is_ok();
     };
-    // SAFETY: as in `advance`.
+    // SAFETY: looked up by this run: mapped while it runs (RCU).
     unsafe {
-        if (*nat).addr_be == client.0 && (*nat).port_be == client.1 && (*nat).expires != expires {
+        if (*nat).addr_be != client.0 || (*nat).port_be != client.1 || (*nat).flags != 0 {
+            return false;
+        }
+        if (*nat).expires != expires {
             (*nat).expires = expires;
         }
     }
+    true
 }
 
 /// Allocates a SNAT port of `cfg`'s range for a flow from `client` to
@@ -210,7 +232,7 @@ fn claim(
     let Some(nat) = nat_entry(key, cfg) else {
         return LB4_NAT.insert(key, *value, u64::from(BPF_NOEXIST)).is_ok();
     };
-    // SAFETY: as in `advance`.
+    // SAFETY: looked up by this run: mapped while it runs (RCU).
     let old = unsafe { *nat };
     match nat_claim(&old, client, now) {
         PortClaim::Same => {}
@@ -231,7 +253,8 @@ fn claim(
         }
         PortClaim::Taken => return false,
     }
-    // SAFETY: as in `advance`; the port is this flow's now.
+    // SAFETY: looked up by this run: mapped while it runs (RCU); the port
+    // is this flow's now.
     unsafe { (*nat).expires = value.expires };
     true
 }

@@ -43,7 +43,7 @@ use lb_common::{
     ct_new_expiry, seen_bits,
 };
 use lb_ebpf::{
-    ct::{advance, allocate_port, config, ct_entry, mirror, mirror_nat, nat_entry, now},
+    ct::{advance, allocate_port, config, ct_entry, hold_nat, mirror, nat_entry, now},
     lb::{Selection, V4, select},
     maps::{LB4_CT, LB4_FRONTENDS, LB4_SRC_RANGES},
     packet::{ETH_HLEN, Handler, IcmpError4, Packet4, parse},
@@ -164,27 +164,29 @@ fn nat_key(src: ([u8; 4], u16), dst: ([u8; 4], u16), proto: u8) -> Nat4Key {
 #[inline(always)]
 fn ingress<const L2: usize>(ctx: &TcContext, p: &mut Packet4) -> Result<i32, i64> {
     let now = now();
-    let cfg = config();
+    let Some(cfg) = config() else {
+        return Ok(PASS);
+    };
     // A reply from a backend on another node to the port its flow was
     // SNATed to: back to the client. Egress then restores the frontend and
-    // advances the flow. Only packets to the SNAT address and port range
-    // pay the lookup.
-    let port = u16::from_be(p.dport_be);
-    if cfg.snat4_be == p.daddr && cfg.nat_port_min <= port && port <= cfg.nat_port_max {
-        if let Some(nat) = nat_entry(&nat_key(p.src(), p.dst(), p.proto), &cfg) {
-            // SAFETY: as in `lb_ebpf::ct::advance`.
-            let client = unsafe { *nat };
-            if !ct_expired(client.expires, now) {
-                if client.flags & CT_F_KERNEL != 0 {
-                    count(STAT_TC_PASSED_UNTRACKED);
-                    return Ok(PASS);
-                }
-                p.rewrite::<L2>(ctx, true, client.addr_be, client.port_be)?;
+    // advances the flow. Only packets to the SNAT address and the ports
+    // flows may hold pay the lookup.
+    if cfg.snat4_be == p.daddr
+        && cfg.nat_reply_port(u16::from_be(p.dport_be))
+        && let Some(nat) = nat_entry(&nat_key(p.src(), p.dst(), p.proto), cfg)
+    {
+        // SAFETY: looked up by this run: mapped while it runs (RCU).
+        let client = unsafe { *nat };
+        if !ct_expired(client.expires, now) {
+            if client.flags & CT_F_KERNEL != 0 {
+                count(STAT_TC_PASSED_UNTRACKED);
                 return Ok(PASS);
             }
+            p.rewrite::<L2>(ctx, true, client.addr_be, client.port_be)?;
+            return Ok(PASS);
         }
     }
-    ingress_flow::<L2>(ctx, p, &cfg, now)
+    ingress_flow::<L2>(ctx, p, cfg, now)
 }
 
 /// A packet from a client: its flow's backend, or a new flow's.
@@ -199,7 +201,7 @@ fn ingress_flow<const L2: usize>(
     let key = ct_key(p.src(), p.dst(), p.proto, CT_DIR_IN);
     let syn = p.proto == PROTO_TCP && p.tcp_flags & (TCP_SYN | TCP_ACK) == TCP_SYN;
     if let Some(entry) = ct_entry(&key, cfg) {
-        // SAFETY: as in `lb_ebpf::ct::advance`.
+        // SAFETY: looked up by this run: mapped while it runs (RCU).
         let ct = unsafe { *entry };
         let kernel = ct.flags & CT_F_KERNEL != 0;
         // A new connection on the port of a closed flow, or of one the
@@ -207,7 +209,9 @@ fn ingress_flow<const L2: usize>(
         let reopened = syn && (kernel || ct_closed(ct.seen_client, ct.seen_backend));
         if !ct_expired(ct.expires, now) && !reopened {
             if !p.later_fragment {
-                let (after, changed) = advance(entry, &t, p.proto, p.tcp_flags, true, now);
+                // SAFETY: `entry` was looked up in `LB4_CT` by this run.
+                let (after, changed) =
+                    unsafe { advance(entry, &t, p.proto, p.tcp_flags, true, now) };
                 if changed && !kernel {
                     mirror(&key.partner(&ct), &after, true, cfg);
                 }
@@ -365,22 +369,26 @@ fn new_flow<const L2: usize>(
 #[inline(always)]
 fn egress<const L2: usize>(ctx: &TcContext, p: &mut Packet4) -> Result<i32, i64> {
     let now = now();
-    let cfg = config();
+    let Some(cfg) = config() else {
+        return Ok(PASS);
+    };
     // A reply to a client: restore the frontend it sent to, and advance
     // the flow in all its entries.
     let key = ct_key(p.src(), p.dst(), p.proto, CT_DIR_OUT);
-    if let Some(entry) = ct_entry(&key, &cfg) {
-        // SAFETY: as in `lb_ebpf::ct::advance`.
+    if let Some(entry) = ct_entry(&key, cfg) {
+        // SAFETY: looked up by this run: mapped while it runs (RCU).
         let ct = unsafe { *entry };
         if !ct_expired(ct.expires, now) {
             if !p.later_fragment {
                 let t = cfg.timeouts();
-                let (after, changed) = advance(entry, &t, p.proto, p.tcp_flags, false, now);
+                // SAFETY: `entry` was looked up in `LB4_CT` by this run.
+                let (after, changed) =
+                    unsafe { advance(entry, &t, p.proto, p.tcp_flags, false, now) };
                 if changed {
-                    mirror(&key.partner(&ct), &after, false, &cfg);
+                    mirror(&key.partner(&ct), &after, false, cfg);
                     if ct.nat_port_be != 0 {
                         let nat = nat_key(p.src(), (ct.nat_addr_be, ct.nat_port_be), p.proto);
-                        mirror_nat(&nat, &p.dst(), after.expires, &cfg);
+                        hold_nat(&nat, &p.dst(), after.expires, cfg);
                     }
                 }
             }
@@ -391,10 +399,10 @@ fn egress<const L2: usize>(ctx: &TcContext, p: &mut Packet4) -> Result<i32, i64>
     // A DNATed packet leaving towards its backend: its flow's reply entry
     // is this packet's tuple reversed.
     let reply = ct_key(p.dst(), p.src(), p.proto, CT_DIR_OUT);
-    let Some(entry) = ct_entry(&reply, &cfg) else {
+    let Some(entry) = ct_entry(&reply, cfg) else {
         return Ok(PASS);
     };
-    // SAFETY: as in `lb_ebpf::ct::advance`.
+    // SAFETY: looked up by this run: mapped while it runs (RCU).
     let ct = unsafe { *entry };
     if ct.flags & CT_F_SNAT == 0 || ct_expired(ct.expires, now) {
         return Ok(PASS);
@@ -409,11 +417,11 @@ fn egress<const L2: usize>(ctx: &TcContext, p: &mut Packet4) -> Result<i32, i64>
         {
             return Ok(DROP);
         }
-        let Some(port) = allocate_port(&cfg, p.dst(), p.proto, client, ct.expires, now) else {
+        let Some(port) = allocate_port(cfg, p.dst(), p.proto, client, ct.expires, now) else {
             count(STAT_TC_DROP_SNAT_EXHAUSTED);
             return Ok(DROP);
         };
-        // SAFETY: as in `lb_ebpf::ct::advance`. Two CPUs taking a flow's
+        // SAFETY: looked up by this run: mapped while it runs (RCU). Two CPUs taking a flow's
         // first packets at once start from the same port, and the second
         // takes over the first's mapping as the same client's: both store
         // the same port.
@@ -423,13 +431,16 @@ fn egress<const L2: usize>(ctx: &TcContext, p: &mut Packet4) -> Result<i32, i64>
         }
         (cfg.snat4_be, port)
     };
-    // The reply mapping lives as long as the flow.
-    mirror_nat(
-        &nat_key(p.dst(), (nat_addr, nat_port), p.proto),
-        &client,
-        ct.expires,
-        &cfg,
-    );
+    // The reply mapping lives as long as the flow. One lost to another
+    // flow (evicted from a full map, then taken) cannot be the flow's any
+    // more: its next packet takes a new port.
+    let nat = nat_key(p.dst(), (nat_addr, nat_port), p.proto);
+    if !hold_nat(&nat, &client, ct.expires, cfg) {
+        // SAFETY: looked up by this run: mapped while it runs (RCU).
+        unsafe { (*entry).nat_port_be = 0 };
+        count(STAT_TC_DROP_SNAT_EXHAUSTED);
+        return Ok(DROP);
+    }
     p.rewrite::<L2>(ctx, false, nat_addr, nat_port)?;
     Ok(PASS)
 }
@@ -437,11 +448,13 @@ fn egress<const L2: usize>(ctx: &TcContext, p: &mut Packet4) -> Result<i32, i64>
 /// An ICMP error arriving at the node about a packet of a translated flow.
 #[inline(always)]
 fn ingress_icmp(ctx: &TcContext, e: &mut IcmpError4) -> Result<i32, i64> {
-    let cfg = config();
+    let Some(cfg) = config() else {
+        return Ok(PASS);
+    };
     // About a packet SNATed towards a remote backend (the quote runs
     // node:port -> backend): it is for the client.
-    if let Some(nat) = nat_entry(&nat_key(e.inner_dst(), e.inner_src(), e.proto), &cfg) {
-        // SAFETY: as in `lb_ebpf::ct::advance`.
+    if let Some(nat) = nat_entry(&nat_key(e.inner_dst(), e.inner_src(), e.proto), cfg) {
+        // SAFETY: looked up by this run: mapped while it runs (RCU).
         let client = unsafe { *nat };
         if client.flags & CT_F_KERNEL != 0 {
             return Ok(PASS);
@@ -458,10 +471,10 @@ fn ingress_icmp(ctx: &TcContext, e: &mut IcmpError4) -> Result<i32, i64> {
     // that flow's only so (a firewall dropping INVALID packets would drop
     // it otherwise); egress undoes the SNAT half.
     let inbound = ct_key(e.inner_dst(), e.inner_src(), e.proto, CT_DIR_IN);
-    let Some(entry) = ct_entry(&inbound, &cfg) else {
+    let Some(entry) = ct_entry(&inbound, cfg) else {
         return Ok(PASS);
     };
-    // SAFETY: as in `lb_ebpf::ct::advance`.
+    // SAFETY: looked up by this run: mapped while it runs (RCU).
     let backend = unsafe { *entry };
     if backend.flags & CT_F_KERNEL != 0 {
         return Ok(PASS);
@@ -478,10 +491,12 @@ fn ingress_icmp(ctx: &TcContext, e: &mut IcmpError4) -> Result<i32, i64> {
 /// see the node's SNAT port it sent to.
 #[inline(always)]
 fn egress_icmp(ctx: &TcContext, e: &mut IcmpError4) -> Result<i32, i64> {
-    let cfg = config();
+    let Some(cfg) = config() else {
+        return Ok(PASS);
+    };
     let outbound = ct_key(e.inner_dst(), e.inner_src(), e.proto, CT_DIR_OUT);
-    if let Some(entry) = ct_entry(&outbound, &cfg) {
-        // SAFETY: as in `lb_ebpf::ct::advance`.
+    if let Some(entry) = ct_entry(&outbound, cfg) {
+        // SAFETY: looked up by this run: mapped while it runs (RCU).
         let frontend = unsafe { *entry };
         let backend = e.inner_daddr;
         e.rewrite_inner(ctx, true, frontend.addr_be, frontend.port_be)?;
@@ -496,10 +511,10 @@ fn egress_icmp(ctx: &TcContext, e: &mut IcmpError4) -> Result<i32, i64> {
         return Ok(PASS);
     }
     let reply = ct_key(e.inner_src(), e.inner_dst(), e.proto, CT_DIR_OUT);
-    let Some(entry) = ct_entry(&reply, &cfg) else {
+    let Some(entry) = ct_entry(&reply, cfg) else {
         return Ok(PASS);
     };
-    // SAFETY: as in `lb_ebpf::ct::advance`.
+    // SAFETY: looked up by this run: mapped while it runs (RCU).
     let (nat_addr, nat_port) = unsafe { ((*entry).nat_addr_be, (*entry).nat_port_be) };
     if nat_port != 0 {
         e.rewrite_inner(ctx, true, nat_addr, nat_port)?;

@@ -16,6 +16,9 @@ pub struct Frontend {
     pub port: u16,
     /// 6 (TCP) or 17 (UDP).
     pub proto: u8,
+    /// 0: as seen from inside (the socket hooks); 1: from outside the node
+    /// (the tc programs, since layout 4; eTP Cluster).
+    pub scope: u8,
     pub backends: Vec<(Ipv4Addr, u16)>,
 }
 

@@ -136,7 +136,8 @@ pub fn install(pins: &Path, cgroup: &Path, frontends: &[Frontend]) -> anyhow::Re
 /// Loads `object` (named `what`) with its maps pinned as `maps` (symbol,
 /// pin name) under `pins`' `maps/`, writes `frontends` with states made by
 /// `state` (owner, count), and attaches its programs to `cgroup`. Layouts 2
-/// and 3 differ only in these.
+/// and 3 differ only in these; layout 4 loads its object itself, for its tc
+/// programs, and writes its frontends with [`write`].
 pub(crate) fn install_object<S: Pod>(
     object: &[u8],
     maps: &[(&str, &str)],
@@ -159,11 +160,11 @@ pub(crate) fn install_object<S: Pod>(
     crate::install::attach(&mut ebpf, pins, cgroup, what)
 }
 
-/// Writes `frontends` as the agents of layouts 2 and 3 did, make before
+/// Writes `frontends` as the agents of layouts 2 to 4 did, make before
 /// break, one map at a time: the backends, the slots of each frontend's
 /// first revision, the states naming it, and last the entries naming the
 /// states.
-fn write<S: Pod>(
+pub(crate) fn write<S: Pod>(
     ebpf: &mut Ebpf,
     frontends: &[Frontend],
     state: impl Fn(Frontend4Key, u16) -> S,
@@ -172,7 +173,7 @@ fn write<S: Pod>(
         addr_be: f.vip.octets(),
         port_be: f.port.to_be(),
         proto: f.proto,
-        scope: 0,
+        scope: f.scope,
     };
     let mut backends = hash::<u32, Backend4>(ebpf, "LB4_BACKENDS")?;
     for (_, f, first) in ids(frontends) {

@@ -15,6 +15,7 @@ use aya::maps::MapInfo;
 use lb_common::{CT4, NAT4};
 use lb_fixtures::{Ep, Node, Object, Slice, Svc, SvcPort, yaml};
 use lb_tests::{
+    layout4,
     probe::{Held, HeldUdp, UdpAnswer, outside_bench},
     two_nodes::{Bed, CLIENT, EXTERNAL_IP, NODE1, NODE2, answers},
 };
@@ -364,5 +365,73 @@ fn a_terminating_endpoint_keeps_its_flows_while_new_ones_avoid_it() -> anyhow::R
     }
     let ct = bed.node1.pins.conntrack()?;
     assert!(!ct.contains("backend 10.42.2.2:8080"), "{ct}");
+    Ok(())
+}
+
+#[test]
+fn an_upgrade_from_layout_4_keeps_every_flow_from_outside() -> anyhow::Result<()> {
+    let bed = Bed::new(&manifest(ready_p2()))?;
+    let _agent2 = bed.agent(&bed.node2)?;
+    // node-1 runs the first layout with tc programs, as its agent left it:
+    // `remote` and `local`'s NodePorts seen from outside.
+    let node1: std::net::Ipv4Addr = NODE1.parse()?;
+    let (p1, p2) = ("10.42.1.2".parse()?, "10.42.2.2".parse()?);
+    let frontend = |port, proto, backend, target| layout4::Frontend {
+        vip: node1,
+        port,
+        proto,
+        scope: 1,
+        backends: vec![(backend, target)],
+    };
+    layout4::install(
+        bed.node1.pins.path(),
+        bed.node1.cgroup.path(),
+        &[
+            frontend(REMOTE, 6, p2, 8080),
+            frontend(REMOTE, 17, p2, 5353),
+            frontend(LOCAL, 6, p1, 8080),
+        ],
+        &bed.nodes.ns("n1"),
+        "eth0",
+        node1,
+    )?;
+    let c = bed.nodes.ns("c");
+    let mut tcp = [
+        Held::open_in(&c, None, &format!("{NODE1}:{REMOTE}"))?,
+        Held::open_in(&c, None, &format!("{NODE1}:{LOCAL}"))?,
+    ];
+    let mut udp = HeldUdp::open_in(&c, None, &format!("{NODE1}:{REMOTE}"))?;
+    let before: Vec<String> = tcp
+        .iter_mut()
+        .map(Held::request)
+        .collect::<Result<_, _>>()?;
+    assert_eq!(before, ["p2", "p1"]);
+    assert_eq!(udp.request()?, UdpAnswer::Reply("p2".into()));
+
+    // Today's agent migrates: every conntrack and SNAT entry carried over
+    // (the TCP state of each side merged), the old maps read meanwhile.
+    let _agent1 = bed.agent(&bed.node1)?;
+    let maps = bed.node1.pins.path().join("maps");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !maps.join(CT4.pin).exists() || bed.node1.pins.path().join("maps-next").exists() {
+        if Instant::now() > deadline {
+            bail!("no migration");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!maps.join("LB4_CT_V4").exists(), "the old maps are gone");
+    for _ in 0..3 {
+        for (held, pod) in tcp.iter_mut().zip(["p2", "p1"]) {
+            assert_eq!(held.request()?, pod, "the same backend, the same SNAT port");
+        }
+        assert_eq!(udp.request()?, UdpAnswer::Reply("p2".into()));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let ct = bed.node1.pins.conntrack()?;
+    assert!(ct.contains(&format!("TCP  IN  {CLIENT}:")), "{ct}");
+    assert!(ct.contains(" established snat"), "{ct}");
+    // New flows are the new programs'.
+    let r = bed.client(&["tcp", "--to", &format!("{NODE1}:{REMOTE}"), "-n", "10"])?;
+    assert_eq!((r.ok(), r.failed()), (10, 0), "{r:?}");
     Ok(())
 }

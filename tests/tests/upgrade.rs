@@ -177,12 +177,14 @@ fn old_frontends() -> Vec<Frontend> {
             vip: ip("10.96.100.1"),
             port: 80,
             proto: 6,
+            scope: 0,
             backends: vec![(ip("10.42.0.1"), 8080), (ip("10.42.0.2"), 8080)],
         },
         Frontend {
             vip: ip("10.96.0.10"),
             port: 53,
             proto: 17,
+            scope: 0,
             backends: vec![(ip("10.42.2.1"), 53)],
         },
     ]

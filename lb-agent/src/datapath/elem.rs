@@ -1,13 +1,15 @@
 //! Single-element `bpf()` commands that aya 0.14 has no fitting API for:
 //! an insert that must not replace a newer entry (`BPF_NOEXIST`, reporting
-//! a present key as such rather than as an error), and setting or emptying
-//! slot 0 of an array of maps (aya's `ArrayOfMaps` cannot delete).
+//! a present key as such rather than as an error), setting or emptying
+//! slot 0 of an array of maps (aya's `ArrayOfMaps` cannot delete), and
+//! reading a value whose size only the map knows (an older layout's).
 
 use std::{
     io,
     os::fd::{AsRawFd as _, BorrowedFd},
 };
 
+const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
 const BPF_ANY: u64 = 0;
@@ -31,7 +33,7 @@ fn call(
     cmd: libc::c_long,
     map: BorrowedFd<'_>,
     key: *const u8,
-    value: *const u8,
+    value: *mut u8,
     flags: u64,
 ) -> io::Result<()> {
     let attr = ElemAttr {
@@ -43,7 +45,7 @@ fn call(
     };
     // SAFETY: attr is a valid `bpf_attr.elem`; the caller passes a key (and
     // value) of the map's key (and value) size that outlive the call, which
-    // only reads them.
+    // reads them (and writes the value of a lookup).
     let r = unsafe {
         libc::syscall(
             libc::SYS_bpf,
@@ -68,10 +70,26 @@ pub fn insert_absent<K: aya::Pod, V: aya::Pod>(
     value: &V,
 ) -> io::Result<bool> {
     let k = (key as *const K).cast::<u8>();
-    let v = (value as *const V).cast::<u8>();
+    let v = (value as *const V).cast::<u8>().cast_mut();
     match call(BPF_MAP_UPDATE_ELEM, map, k, v, BPF_NOEXIST) {
         Ok(()) => Ok(true),
         Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The value of `key` in `map`, as `value_size` bytes (the map's value
+/// size, which the caller read from the map); `None` if absent.
+pub fn lookup_raw<K: aya::Pod>(
+    map: BorrowedFd<'_>,
+    key: &K,
+    value_size: usize,
+) -> io::Result<Option<Vec<u8>>> {
+    let mut value = vec![0u8; value_size];
+    let k = (key as *const K).cast::<u8>();
+    match call(BPF_MAP_LOOKUP_ELEM, map, k, value.as_mut_ptr(), 0) {
+        Ok(()) => Ok(Some(value)),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
         Err(e) => Err(e),
     }
 }
@@ -86,7 +104,7 @@ pub fn set_inner(outer: BorrowedFd<'_>, inner: BorrowedFd<'_>) -> io::Result<()>
         BPF_MAP_UPDATE_ELEM,
         outer,
         (&key as *const u32).cast(),
-        (&fd as *const u32).cast(),
+        (&fd as *const u32).cast::<u8>().cast_mut(),
         BPF_ANY,
     )
 }
@@ -98,7 +116,7 @@ pub fn clear_inner(outer: BorrowedFd<'_>) -> io::Result<()> {
         BPF_MAP_DELETE_ELEM,
         outer,
         (&key as *const u32).cast(),
-        std::ptr::null(),
+        std::ptr::null_mut(),
         0,
     ) {
         Err(e) if e.raw_os_error() != Some(libc::ENOENT) => Err(e),

@@ -31,9 +31,9 @@ use aya::{
     },
 };
 use lb_common::{
-    AFFINITY4, AFFINITY6, ALL_MAPS, AffinityKey, AffinityValue, CT_F_KERNEL, CT4, Ct4Key, Ct4Value,
-    FRAG4, Frag4Key, Frag4Value, NAT4, Nat4Key, Nat4Value, REVNAT4, REVNAT6, RevNat4Key,
-    RevNat4Value, RevNat6Key, RevNat6Value, STATEFUL, Stateful,
+    AFFINITY4, AFFINITY6, ALL_MAPS, AffinityKey, AffinityValue, CONFIG, CT_F_KERNEL, CT4, Ct4Key,
+    Ct4Value, FRAG4, Frag4Key, Frag4Value, NAT4, Nat4Key, Nat4Value, OLD_CONFIG_PINS, REVNAT4,
+    REVNAT6, RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value, STATEFUL, Stateful,
 };
 
 use super::{
@@ -280,6 +280,53 @@ where
         }
     }
     Ok(copied)
+}
+
+/// The ports replies to the SNAT address may come back on: the hull of
+/// `range` (the SNAT range), of the ports the live mappings in `maps_dir`
+/// hold, and of the ranges of the configurations `maps_dir`'s replaces
+/// (an older layout's, or this one's in `maps/` during a migration), whose
+/// programs may still be giving out ports. A change of range, or an
+/// upgrade, thus keeps every flow's replies found; anything unreadable
+/// counts for nothing.
+pub fn reply_ports(pins: &Pins, maps_dir: &Path, range: (u16, u16)) -> (u16, u16) {
+    let (mut min, mut max) = range;
+    let mut widen = |lo: u16, hi: u16| {
+        if lo <= hi && hi != 0 {
+            min = min.min(lo);
+            max = max.max(hi);
+        }
+    };
+    if let Ok(data) = MapData::from_pin(maps_dir.join(NAT4.pin))
+        && let Ok(entries) = batch::lookup_all::<Nat4Key, Nat4Value>(data.fd().as_fd())
+    {
+        for (k, _) in entries.iter().filter(|(_, v)| v.flags & CT_F_KERNEL == 0) {
+            let port = u16::from_be(k.dport_be);
+            widen(port, port);
+        }
+    }
+    let maps = pins.maps_dir();
+    let mut older: Vec<PathBuf> = OLD_CONFIG_PINS.iter().map(|pin| maps.join(pin)).collect();
+    if maps_dir != maps {
+        older.push(maps.join(CONFIG.pin));
+    }
+    for path in &older {
+        let Ok(data) = MapData::from_pin(path) else {
+            continue;
+        };
+        let Ok(info) = data.info() else { continue };
+        // Every layout's configuration starts with the SNAT address and
+        // the range, as two ports in host order.
+        if let Ok(Some(v)) = elem::lookup_raw(data.fd().as_fd(), &0u32, info.value_size() as usize)
+            && v.len() >= 8
+        {
+            widen(
+                u16::from_ne_bytes([v[4], v[5]]),
+                u16::from_ne_bytes([v[6], v[7]]),
+            );
+        }
+    }
+    (min, max)
 }
 
 /// Points every stateful map's previous-map slot (in the directory of the

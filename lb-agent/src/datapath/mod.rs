@@ -262,6 +262,9 @@ impl Datapath {
         if self.prev {
             config.flags |= lb_common::CFG_F_PREV;
         }
+        let range = (config.nat_port_min, config.nat_port_max);
+        (config.nat_reply_min, config.nat_reply_max) =
+            migrate::reply_ports(&self.pins, &self.maps_dir, range);
         tc::set_config(&self.maps_dir, config)
     }
 
