@@ -10,7 +10,9 @@ use aya_ebpf::{
     bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR},
     programs::TcContext,
 };
-use lb_common::{Frag4Key, Frag4Value, PROTO_ICMP, PROTO_TCP, PROTO_UDP};
+use lb_common::{
+    Frag4Key, Frag4Value, Frontend4Key, PROTO_ICMP, PROTO_TCP, PROTO_UDP, SCOPE_EXTERNAL,
+};
 
 use crate::maps::LB4_FRAG;
 
@@ -264,6 +266,16 @@ impl Packet4 {
     /// Destination address and port, as the packet holds them.
     pub fn dst(&self) -> ([u8; 4], u16) {
         (self.daddr, self.dport_be)
+    }
+
+    /// The external frontend the packet is addressed to, if it is one.
+    pub fn frontend(&self) -> Frontend4Key {
+        Frontend4Key {
+            addr_be: self.daddr,
+            port_be: self.dport_be,
+            proto: self.proto,
+            scope: SCOPE_EXTERNAL,
+        }
     }
 
     /// Whether the IPv4 header checksum is right, where the header has no

@@ -15,8 +15,8 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use lb_common::{
-    Frontend4Key, PROTO_ICMP, PROTO_TCP, RejectBucket, SCOPE_EXTERNAL, STAT_TC_DROP_REJECT_LIMIT,
-    TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN,
+    PROTO_ICMP, PROTO_TCP, RejectBucket, STAT_TC_DROP_REJECT_LIMIT, TCP_ACK, TCP_FIN, TCP_RST,
+    TCP_SYN,
 };
 
 use crate::{
@@ -69,12 +69,7 @@ pub fn reject<const L2: usize>(ctx: &TcContext, p: &Packet4) -> Result<i32, i64>
 /// token.
 #[inline(always)]
 fn allowed(p: &Packet4) -> bool {
-    let key = Frontend4Key {
-        addr_be: p.daddr,
-        port_be: p.dport_be,
-        proto: p.proto,
-        scope: SCOPE_EXTERNAL,
-    };
+    let key = p.frontend();
     // SAFETY: the helper has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     if let Some(bucket) = LB4_REJECTS.get_ptr_mut(key) {

@@ -35,12 +35,11 @@ use aya_ebpf::{
 };
 use lb_common::{
     CT_DIR_IN, CT_DIR_OUT, CT_F_KERNEL, CT_F_SNAT, Ct4Key, Ct4Value, DatapathConfig,
-    FE_F_EXTERNAL_LOCAL, FE_F_SOURCE_RANGES, Frontend4Key, Nat4Key, PROTO_TCP, SCOPE_EXTERNAL,
-    SOURCE_RANGE_PREFIX, STAT_PASSED_REMOVED, STAT_REFUSED_INCONSISTENT, STAT_TC_DROP_CT_FULL,
-    STAT_TC_DROP_FRAGMENT, STAT_TC_DROP_NO_LOCAL, STAT_TC_DROP_SNAT_EXHAUSTED,
-    STAT_TC_DROP_SOURCE_RANGE, STAT_TC_NEW_FLOW, STAT_TC_PASSED_UNTRACKED,
-    STAT_TC_REJECT_NO_ENDPOINTS, SourceRange4, TCP_ACK, TCP_SYN, Timeouts, ct_closed, ct_expired,
-    ct_new_expiry, seen_bits,
+    FE_F_EXTERNAL_LOCAL, FE_F_SOURCE_RANGES, Nat4Key, PROTO_TCP, SOURCE_RANGE_PREFIX,
+    STAT_PASSED_REMOVED, STAT_REFUSED_INCONSISTENT, STAT_TC_DROP_CT_FULL, STAT_TC_DROP_FRAGMENT,
+    STAT_TC_DROP_NO_LOCAL, STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_DROP_SOURCE_RANGE,
+    STAT_TC_NEW_FLOW, STAT_TC_PASSED_UNTRACKED, STAT_TC_REJECT_NO_ENDPOINTS, SourceRange4, TCP_ACK,
+    TCP_SYN, Timeouts, ct_closed, ct_expired, ct_new_expiry, seen_bits,
 };
 use lb_ebpf::{
     ct::{advance, allocate_port, config, ct_entry, hold_nat, mirror, nat_entry, now},
@@ -245,13 +244,7 @@ fn ingress_flow<const L2: usize>(
 /// Whether the packet is addressed to an external frontend.
 #[inline(always)]
 fn is_frontend(p: &Packet4) -> bool {
-    let frontend = Frontend4Key {
-        addr_be: p.daddr,
-        port_be: p.dport_be,
-        proto: p.proto,
-        scope: SCOPE_EXTERNAL,
-    };
-    LB4_FRONTENDS.get_ptr(frontend).is_some()
+    LB4_FRONTENDS.get_ptr(p.frontend()).is_some()
 }
 
 /// Whether the packet's source is in one of its frontend's source ranges.
@@ -281,12 +274,7 @@ fn new_flow<const L2: usize>(
     t: &Timeouts,
     now: u32,
 ) -> Result<i32, i64> {
-    let frontend = Frontend4Key {
-        addr_be: p.daddr,
-        port_be: p.dport_be,
-        proto: p.proto,
-        scope: SCOPE_EXTERNAL,
-    };
+    let frontend = p.frontend();
     // SAFETY: the helper has no preconditions.
     let rand = unsafe { bpf_get_prandom_u32() };
     // Session affinity by client address, as kube-proxy's ClientIP. The

@@ -29,10 +29,10 @@ const MAPS: [(&str, &str); 8] = [
     ("LB_STATS", "LB_STATS_V3"),
 ];
 
-/// Value of layout 3's `LB4_FE_STATE`.
+/// Value of layout 3's `LB4_FE_STATE`, layout 4's too.
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct Frontend4State {
+pub(crate) struct Frontend4State {
     /// The `bpf_spin_lock`; written as 0.
     lock: u32,
     owner: Frontend4Key,
@@ -52,7 +52,13 @@ unsafe impl Pod for Frontend4State {}
 /// Installs layout 3 under the pin directory `pins`, programs `frontends`,
 /// and attaches its programs to `cgroup`.
 pub fn install(pins: &Path, cgroup: &Path, frontends: &[Frontend]) -> anyhow::Result<()> {
-    let state = |owner, count| Frontend4State {
+    install_object(OBJECT, &MAPS, "layout 3", state, pins, cgroup, frontends)
+}
+
+/// The state of a frontend `owner` with `count` backends in its first
+/// revision, as the agents of layouts 3 and 4 wrote it.
+pub(crate) fn state(owner: Frontend4Key, count: u16) -> Frontend4State {
+    Frontend4State {
         lock: 0,
         owner,
         rev: FIRST_REV,
@@ -60,6 +66,5 @@ pub fn install(pins: &Path, cgroup: &Path, frontends: &[Frontend]) -> anyhow::Re
         flags: 0,
         _pad0: [0; 2],
         affinity_timeout: 0,
-    };
-    install_object(OBJECT, &MAPS, "layout 3", state, pins, cgroup, frontends)
+    }
 }

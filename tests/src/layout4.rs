@@ -19,10 +19,7 @@ use aya::{
 };
 
 pub use crate::install::Frontend;
-use crate::{
-    layout2::{FIRST_REV, Frontend4Key, write},
-    netns,
-};
+use crate::{layout2::write, layout3, netns};
 
 /// The object of layout 4, as built then (at layout 4's default
 /// capacities).
@@ -51,20 +48,6 @@ const MAPS: [&str; 19] = [
     "LB4_SRC_RANGES",
 ];
 
-/// Value of layout 4's `LB4_FE_STATE` (layout 3's).
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Frontend4State {
-    /// The `bpf_spin_lock`; written as 0.
-    lock: u32,
-    owner: Frontend4Key,
-    rev: u16,
-    count: u16,
-    flags: u16,
-    _pad0: [u8; 2],
-    affinity_timeout: u32,
-}
-
 /// Value of layout 4's `LB_CONFIG`.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -74,13 +57,10 @@ struct Config {
     nat_port_max: u16,
 }
 
-const _: () = assert!(size_of::<Frontend4State>() == 24);
 const _: () = assert!(size_of::<Config>() == 8);
 
-// SAFETY: each is repr(C) with its padding spelled out as fields (the size
-// asserts equal the sums of the fields), and any bit pattern is valid.
-unsafe impl Pod for Frontend4State {}
-// SAFETY: as above.
+// SAFETY: repr(C) without padding (the size assert equals the sum of the
+// fields), and any bit pattern is valid.
 unsafe impl Pod for Config {}
 
 /// Installs layout 4 under the pin directory `pins`: `frontends` (each of
@@ -106,16 +86,7 @@ pub fn install(
             loader.map_pin_path(name, dir.join(format!("{name}_V4")));
         }
         let mut ebpf = loader.load(OBJECT).context("loading layout 4")?;
-        let state = |owner, count| Frontend4State {
-            lock: 0,
-            owner,
-            rev: FIRST_REV,
-            count,
-            flags: 0,
-            _pad0: [0; 2],
-            affinity_timeout: 0,
-        };
-        write(&mut ebpf, frontends, state)?;
+        write(&mut ebpf, frontends, layout3::state)?;
         let mut config: Array<_, Config> =
             Array::try_from(ebpf.map_mut("LB_CONFIG").context("LB_CONFIG")?)?;
         let value = Config {

@@ -262,21 +262,41 @@ fn a_one_way_stream_keeps_its_snat_mapping_beyond_the_udp_timeout() -> anyhow::R
     Ok(())
 }
 
+/// Flows from outside through node-1, held open: TCP to `remote` (SNATed
+/// to p2) and `local` (p1), UDP to `remote`.
+struct Held3 {
+    tcp: [Held; 2],
+    udp: HeldUdp,
+}
+
+impl Held3 {
+    fn open(bed: &Bed) -> anyhow::Result<Self> {
+        let c = bed.nodes.ns("c");
+        let mut held = Self {
+            tcp: [
+                Held::open_in(&c, None, &format!("{NODE1}:{REMOTE}"))?,
+                Held::open_in(&c, None, &format!("{NODE1}:{LOCAL}"))?,
+            ],
+            udp: HeldUdp::open_in(&c, None, &format!("{NODE1}:{REMOTE}"))?,
+        };
+        held.still_answer()?;
+        Ok(held)
+    }
+
+    /// Each flow is answered by its backend, as when it was opened.
+    fn still_answer(&mut self) -> anyhow::Result<()> {
+        for (held, pod) in self.tcp.iter_mut().zip(["p2", "p1"]) {
+            assert_eq!(held.request()?, pod, "the same backend, the same SNAT port");
+        }
+        assert_eq!(self.udp.request()?, UdpAnswer::Reply("p2".into()));
+        Ok(())
+    }
+}
+
 #[test]
 fn a_restart_with_other_capacities_keeps_every_established_flow() -> anyhow::Result<()> {
     let (bed, [mut agent, _agent2]) = bed_with(&[])?;
-    let c = bed.nodes.ns("c");
-    let mut tcp = [
-        Held::open_in(&c, None, &format!("{NODE1}:{REMOTE}"))?,
-        Held::open_in(&c, None, &format!("{NODE1}:{LOCAL}"))?,
-    ];
-    let mut udp = HeldUdp::open_in(&c, None, &format!("{NODE1}:{REMOTE}"))?;
-    let before: Vec<String> = tcp
-        .iter_mut()
-        .map(Held::request)
-        .collect::<Result<_, _>>()?;
-    assert_eq!(before, ["p2", "p1"]);
-    assert_eq!(udp.request()?, UdpAnswer::Reply("p2".into()));
+    let mut held = Held3::open(&bed)?;
 
     // Another conntrack and SNAT capacity: new maps, filled and switched
     // to while the old programs serve; every flow carried over.
@@ -301,10 +321,7 @@ fn a_restart_with_other_capacities_keeps_every_established_flow() -> anyhow::Res
         MapInfo::from_pin(maps.join(NAT4.pin))?.max_entries(),
         32_768
     );
-    for (held, pod) in tcp.iter_mut().zip(["p2", "p1"]) {
-        assert_eq!(held.request()?, pod, "the same backend, the same SNAT port");
-    }
-    assert_eq!(udp.request()?, UdpAnswer::Reply("p2".into()));
+    held.still_answer()?;
     let ct = bed.node1.pins.conntrack()?;
     assert!(
         ct.contains(&format!(" -> {NODE1}:{REMOTE} backend 10.42.2.2:8080")),
@@ -395,18 +412,7 @@ fn an_upgrade_from_layout_4_keeps_every_flow_from_outside() -> anyhow::Result<()
         "eth0",
         node1,
     )?;
-    let c = bed.nodes.ns("c");
-    let mut tcp = [
-        Held::open_in(&c, None, &format!("{NODE1}:{REMOTE}"))?,
-        Held::open_in(&c, None, &format!("{NODE1}:{LOCAL}"))?,
-    ];
-    let mut udp = HeldUdp::open_in(&c, None, &format!("{NODE1}:{REMOTE}"))?;
-    let before: Vec<String> = tcp
-        .iter_mut()
-        .map(Held::request)
-        .collect::<Result<_, _>>()?;
-    assert_eq!(before, ["p2", "p1"]);
-    assert_eq!(udp.request()?, UdpAnswer::Reply("p2".into()));
+    let mut held = Held3::open(&bed)?;
 
     // Today's agent migrates: every conntrack and SNAT entry carried over
     // (the TCP state of each side merged), the old maps read meanwhile.
@@ -421,10 +427,7 @@ fn an_upgrade_from_layout_4_keeps_every_flow_from_outside() -> anyhow::Result<()
     }
     assert!(!maps.join("LB4_CT_V4").exists(), "the old maps are gone");
     for _ in 0..3 {
-        for (held, pod) in tcp.iter_mut().zip(["p2", "p1"]) {
-            assert_eq!(held.request()?, pod, "the same backend, the same SNAT port");
-        }
-        assert_eq!(udp.request()?, UdpAnswer::Reply("p2".into()));
+        held.still_answer()?;
         std::thread::sleep(Duration::from_millis(200));
     }
     let ct = bed.node1.pins.conntrack()?;

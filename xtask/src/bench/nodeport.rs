@@ -250,6 +250,23 @@ impl Bed {
         Ok(bed)
     }
 
+    /// The bed with `specs` programmed in every mode's node: our agent's,
+    /// and kube-proxy's iptables and nftables rules.
+    fn programmed(pods: &[Ipv4Addr], specs: &[SvcSpec]) -> anyhow::Result<Self> {
+        let mut bed = Self::new(pods)?;
+        bed.start_agent(&super::datapath::manifests(specs))?;
+        let node_ns = |m: Mode| bed.ns(&format!("n{}", m.k()));
+        kubeproxy::load_iptables(
+            &node_ns(Mode::Iptables),
+            &kubeproxy::iptables_restore(specs, CLUSTER_CIDR),
+        )?;
+        kubeproxy::load_nft(
+            &node_ns(Mode::Nftables),
+            &kubeproxy::nft_ruleset(specs, CLUSTER_CIDR),
+        )?;
+        Ok(bed)
+    }
+
     /// Our agent in ours' node, on both devices, from `manifest`.
     fn start_agent(&mut self, manifest: &str) -> anyhow::Result<()> {
         let dir = std::env::temp_dir().join(&self.prefix);
@@ -301,19 +318,8 @@ pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
     let pods: Vec<Ipv4Addr> = (0..plan.endpoints)
         .map(|i| Ipv4Addr::new(10, 42, 0, i as u8 + 1))
         .collect();
-    let mut bed = Bed::new(&pods)?;
-    let specs = services(n, &pods, plan.endpoints);
-    bed.start_agent(&super::datapath::manifests(&specs))?;
+    let bed = Bed::programmed(&pods, &services(n, &pods, plan.endpoints))?;
     let node_ns = |m: Mode| bed.ns(&format!("n{}", m.k()));
-    kubeproxy::load_iptables(
-        &node_ns(Mode::Iptables),
-        &kubeproxy::iptables_restore(&specs, CLUSTER_CIDR),
-    )?;
-    kubeproxy::load_nft(
-        &node_ns(Mode::Nftables),
-        &kubeproxy::nft_ruleset(&specs, CLUSTER_CIDR),
-    )?;
-
     let targets = |mode: Mode, load: Load| match (mode, load) {
         (Mode::Direct, Load::Tcp) => join(pods.iter().map(|p| format!("{p}:8080"))),
         (Mode::Direct, Load::Udp) => join(pods.iter().map(|p| format!("{p}:5353"))),
@@ -395,18 +401,8 @@ pub struct Capacity {
 /// Measures [`Capacity`] for ours, iptables and nftables.
 pub fn capacity(plan: &Plan) -> anyhow::Result<Vec<Capacity>> {
     let pods = [Ipv4Addr::new(10, 42, 0, 1)];
-    let mut bed = Bed::new(&pods)?;
-    let specs = services(1, &pods, 1);
-    bed.start_agent(&super::datapath::manifests(&specs))?;
+    let bed = Bed::programmed(&pods, &services(1, &pods, 1))?;
     let node_ns = |m: Mode| bed.ns(&format!("n{}", m.k()));
-    kubeproxy::load_iptables(
-        &node_ns(Mode::Iptables),
-        &kubeproxy::iptables_restore(&specs, CLUSTER_CIDR),
-    )?;
-    kubeproxy::load_nft(
-        &node_ns(Mode::Nftables),
-        &kubeproxy::nft_ruleset(&specs, CLUSTER_CIDR),
-    )?;
     let seconds = if plan.quick { "2" } else { CAPACITY_SECONDS };
     let c = plan.concurrency.to_string();
     let mut out = Vec::new();
