@@ -409,10 +409,10 @@ fn egress<const L2: usize>(ctx: &TcContext, p: &mut Packet4) -> Result<i32, i64>
             count(STAT_TC_DROP_SNAT_EXHAUSTED);
             return Ok(DROP);
         };
-        // SAFETY: looked up by this run: mapped while it runs (RCU). Two CPUs taking a flow's
-        // first packets at once start from the same port, and the second
-        // takes over the first's mapping as the same client's: both store
-        // the same port.
+        // SAFETY: looked up by this run: mapped while it runs (RCU). Two
+        // CPUs taking a flow's first packets at once start from the same
+        // port, and the second takes over the first's mapping as the same
+        // client's: both store the same port.
         unsafe {
             (*entry).nat_addr_be = cfg.snat4_be;
             (*entry).nat_port_be = port;

@@ -692,17 +692,9 @@ fn udp(
 ) -> anyhow::Result<Report> {
     let start = Instant::now();
     let mut r = Report::default();
-    let s = UdpSocket::bind(sock::any_port_of_family(&to))?;
-    s.set_read_timeout(Some(TIMEOUT))?;
-    if connected {
-        if let Err(e) = s.connect(to) {
-            r.error(&e);
-            return Ok(r);
-        }
-        *r.peers
-            .entry(format!("getpeername {}", s.peer_addr()?))
-            .or_default() += 1;
-    }
+    let Some(s) = udp_client(to, connected, &mut r)? else {
+        return Ok(r);
+    };
     let mut buf = vec![0u8; UDP_MAX];
     let line = line.trim_ascii_end();
     for _ in 0..n {
@@ -731,6 +723,27 @@ fn udp(
     Ok(r)
 }
 
+/// A UDP socket for `to`, connected if `connected` (its getpeername()
+/// counted in `r`); `None` with the error counted if connect() fails.
+fn udp_client(
+    to: SocketAddr,
+    connected: bool,
+    r: &mut Report,
+) -> anyhow::Result<Option<UdpSocket>> {
+    let s = UdpSocket::bind(sock::any_port_of_family(&to))?;
+    s.set_read_timeout(Some(TIMEOUT))?;
+    if connected {
+        if let Err(e) = s.connect(to) {
+            r.error(&e);
+            return Ok(None);
+        }
+        *r.peers
+            .entry(format!("getpeername {}", s.peer_addr()?))
+            .or_default() += 1;
+    }
+    Ok(Some(s))
+}
+
 /// A datagram's first line, trimmed: the whole of a short reply, the id of
 /// a padded one.
 fn first_line(reply: &[u8]) -> String {
@@ -754,17 +767,9 @@ fn udp_push(
     let interval = Duration::from_millis(interval_ms);
     let start = Instant::now();
     let mut r = Report::default();
-    let s = UdpSocket::bind(sock::any_port_of_family(&to))?;
-    s.set_read_timeout(Some(TIMEOUT))?;
-    if connected {
-        if let Err(e) = s.connect(to) {
-            r.error(&e);
-            return Ok(r);
-        }
-        *r.peers
-            .entry(format!("getpeername {}", s.peer_addr()?))
-            .or_default() += 1;
-    }
+    let Some(s) = udp_client(to, connected, &mut r)? else {
+        return Ok(r);
+    };
     let send = |msg: &[u8]| {
         if connected {
             s.send(msg)
