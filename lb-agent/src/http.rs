@@ -28,21 +28,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
 
 use self::conns::Conns;
-use crate::{
-    health::Health,
-    log_budget::LogBudget,
-    metrics::{self, Metrics},
-    model::IpFamily,
-    service_health::{self, ServiceHealth},
-};
-
-/// What the listeners answer from.
-#[derive(Debug, Default)]
-pub struct Endpoints {
-    pub metrics: Metrics,
-    pub health: Health,
-    pub service_health: ServiceHealth,
-}
+use crate::{log_budget::LogBudget, metrics, model::IpFamily, service_health, shared::Shared};
 
 /// Which set of paths a listener serves.
 #[derive(Clone, Copy, Debug)]
@@ -83,27 +69,21 @@ impl Default for Limits {
 const MAX_HEAD: usize = 16 * 1024;
 
 /// Binds now (so a bad address fails the start), then serves in the background.
-pub async fn serve(
-    addr: SocketAddr,
-    role: Role,
-    endpoints: Arc<Endpoints>,
-) -> io::Result<SocketAddr> {
-    Ok(serve_with(addr, role, endpoints, Limits::default())
-        .await?
-        .0)
+pub async fn serve(addr: SocketAddr, role: Role, shared: Arc<Shared>) -> io::Result<SocketAddr> {
+    Ok(serve_with(addr, role, shared, Limits::default()).await?.0)
 }
 
 /// Serves `listener` in the background until the task is aborted.
 pub fn spawn(
     listener: TcpListener,
     role: Role,
-    endpoints: Arc<Endpoints>,
+    shared: Arc<Shared>,
 ) -> io::Result<tokio::task::JoinHandle<()>> {
     let local = listener.local_addr()?;
     let limits = Limits::default();
     let conns = Arc::new(Conns::new(limits.max_connections));
     Ok(tokio::spawn(accept(
-        listener, local, role, endpoints, limits, conns,
+        listener, local, role, shared, limits, conns,
     )))
 }
 
@@ -111,20 +91,13 @@ pub fn spawn(
 async fn serve_with(
     addr: SocketAddr,
     role: Role,
-    endpoints: Arc<Endpoints>,
+    shared: Arc<Shared>,
     limits: Limits,
 ) -> io::Result<(SocketAddr, Arc<Conns>)> {
     let listener = bind(addr)?;
     let local = listener.local_addr()?;
     let conns = Arc::new(Conns::new(limits.max_connections));
-    tokio::spawn(accept(
-        listener,
-        local,
-        role,
-        endpoints,
-        limits,
-        conns.clone(),
-    ));
+    tokio::spawn(accept(listener, local, role, shared, limits, conns.clone()));
     Ok((local, conns))
 }
 
@@ -173,7 +146,7 @@ async fn accept(
     listener: TcpListener,
     local: SocketAddr,
     role: Role,
-    endpoints: Arc<Endpoints>,
+    shared: Arc<Shared>,
     limits: Limits,
     conns: Arc<Conns>,
 ) {
@@ -189,7 +162,7 @@ async fn accept(
                 tokio::spawn(connection(
                     stream,
                     role,
-                    endpoints.clone(),
+                    shared.clone(),
                     http.clone(),
                     &conns,
                 ));
@@ -214,14 +187,14 @@ async fn accept(
 fn connection(
     stream: TcpStream,
     role: Role,
-    endpoints: Arc<Endpoints>,
+    shared: Arc<Shared>,
     http: http1::Builder,
     conns: &Arc<Conns>,
 ) -> impl Future<Output = ()> + use<> {
     let (ticket, evicted) = Conns::admit(conns);
     let svc = service_fn(move |req| {
         ticket.requested();
-        let answer = answer(role, &endpoints, &req);
+        let answer = answer(role, &shared, &req);
         async move { Ok::<_, Infallible>(answer) }
     });
     async move {
@@ -233,7 +206,7 @@ fn connection(
     }
 }
 
-fn answer<B>(role: Role, e: &Endpoints, req: &Request<B>) -> Response<Full<Bytes>> {
+fn answer<B>(role: Role, e: &Shared, req: &Request<B>) -> Response<Full<Bytes>> {
     if let Role::ServiceHealth { port, family } = role {
         return service_health_answer(e, port, family);
     }
@@ -256,7 +229,7 @@ fn answer<B>(role: Role, e: &Endpoints, req: &Request<B>) -> Response<Full<Bytes
 }
 
 /// Any method and path: kube-proxy's health-check handler has no mux.
-fn service_health_answer(e: &Endpoints, port: u16, family: IpFamily) -> Response<Full<Bytes>> {
+fn service_health_answer(e: &Shared, port: u16, family: IpFamily) -> Response<Full<Bytes>> {
     let Some(entry) = e.service_health.lookup(port, family) else {
         // The Service is gone and its listener about to close.
         return reply(503, "text/plain", "no such service\n".into());

@@ -1,5 +1,6 @@
 //! The node agent: sources -> pure model -> reconciler -> pinned BPF maps.
 
+pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod datapath;
@@ -13,6 +14,7 @@ pub mod metrics;
 pub mod model;
 pub mod reconcile;
 pub mod service_health;
+pub mod shared;
 pub mod sockets;
 pub mod source;
 pub mod syncer;

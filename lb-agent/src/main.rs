@@ -1,6 +1,5 @@
-//! `lb-agent`: the node agent binary.
-
-mod run;
+//! `lb-agent`: the node agent binary: parses the command line and calls
+//! into the library.
 
 use anyhow::Context as _;
 use clap::Parser as _;
@@ -32,7 +31,7 @@ fn main() -> anyhow::Result<()> {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?
-                .block_on(run::run(config))
+                .block_on(lb_agent::agent::run(config))
         }
         Command::Cleanup(args) => {
             let pins = Pins::new(&args.bpffs_dir);

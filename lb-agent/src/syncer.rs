@@ -16,13 +16,17 @@ use ipnet::IpNet;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tracing::{debug, error, info, warn};
 
+use lb_common::DatapathConfig;
+
 use crate::{
-    http::Endpoints,
     model::{
         Admission, Cache, ExcludedCidrs, Flush, Frontend, HealthCheck, NodeContext,
         NodePortAddresses, ObjectRef, Proto, Scope, ServiceReport, service_ref, slice_ref,
     },
-    reconcile::{DualReconciler, GracePeriods, Outcome, Tables},
+    reconcile::{
+        DualReconciler, GracePeriods, Outcome, Settings, SettingsStore, StoreError, Tables,
+    },
+    shared::Shared,
     sockets::{Serving, UdpServing},
     source::{Change, TRIGGER_TIME_ANNOTATION},
     syncer::retries::Retries,
@@ -41,7 +45,7 @@ pub struct SyncStats {
 }
 
 /// Cache, reconciler and the bookkeeping between syncs.
-pub struct Syncer<T: Tables, G: GracePeriods> {
+pub struct Syncer<T: Tables, G: GracePeriods, S> {
     cache: Cache,
     /// `--nodeport-addresses`, and what it selects from: the Node's
     /// primary addresses and the addresses on this node's interfaces.
@@ -49,7 +53,7 @@ pub struct Syncer<T: Tables, G: GracePeriods> {
     primary_ips: Vec<IpAddr>,
     local_ips: Vec<IpAddr>,
     reconciler: DualReconciler<T, G>,
-    endpoints: Arc<Endpoints>,
+    shared: Arc<Shared>,
     listed_services: bool,
     listed_slices: bool,
     /// The next sync reconciles everything.
@@ -75,9 +79,8 @@ pub struct Syncer<T: Tables, G: GracePeriods> {
     /// External-scope frontends guarded by `loadBalancerSourceRanges` ->
     /// their ranges, as of the last sync.
     guarded: BTreeMap<Frontend, Vec<IpNet>>,
-    /// `guarded` changed since it was last written (true at first, so
-    /// that what an earlier agent left is reconciled).
-    guarded_changed: bool,
+    /// The tc programs' settings and `guarded`'s ranges, as written.
+    settings: Settings<S>,
     /// Every UDP frontend's serving IPs, kept for the socket reaper.
     udp_serving: Arc<UdpServing>,
     /// Every external frontend's serving IPs, kept for the conntrack
@@ -87,13 +90,14 @@ pub struct Syncer<T: Tables, G: GracePeriods> {
     health_checks: BTreeMap<ObjectRef, HealthCheck>,
 }
 
-impl<T: Tables, G: GracePeriods> Syncer<T, G> {
+impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
     pub fn new(
         reconciler: DualReconciler<T, G>,
+        settings: S,
         excluded: ExcludedCidrs,
         node: NodeContext,
         node_ports: NodePortAddresses,
-        endpoints: Arc<Endpoints>,
+        shared: Arc<Shared>,
     ) -> Self {
         Self {
             cache: Cache::new(excluded, node),
@@ -102,12 +106,12 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             local_ips: Vec::new(),
             stale: BTreeSet::new(),
             guarded: BTreeMap::new(),
-            guarded_changed: true,
+            settings: Settings::new(settings),
             udp_serving: Arc::default(),
             external_serving: Arc::default(),
             health_checks: BTreeMap::new(),
             reconciler,
-            endpoints,
+            shared,
             listed_services: false,
             listed_slices: false,
             full_pending: true,
@@ -164,8 +168,8 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
 
     /// Takes a change into the model; nothing is written until [`Self::sync`].
     pub fn apply(&mut self, change: Change, received: Instant) {
-        let endpoints = self.endpoints.clone();
-        let m = &endpoints.metrics;
+        let shared = self.shared.clone();
+        let m = &shared.metrics;
         let admissions = match change {
             Change::Service(svc) => {
                 m.service_changes.inc();
@@ -243,15 +247,22 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         }
     }
 
-    /// The source ranges of every guarded external frontend, if they
-    /// changed since they were last [written](Self::guarded_written).
-    pub fn guarded(&self) -> Option<&BTreeMap<Frontend, Vec<IpNet>>> {
-        self.guarded_changed.then_some(&self.guarded)
+    /// Writes the source ranges of every guarded external frontend if they
+    /// changed since they were last written; says whether it wrote. After
+    /// a failure the next call tries again.
+    pub fn write_source_ranges(&mut self) -> Result<bool, StoreError> {
+        self.settings.write_source_ranges(&self.guarded)
     }
 
-    /// What [`Self::guarded`] gave is in the maps.
-    pub fn guarded_written(&mut self) {
-        self.guarded_changed = false;
+    /// Writes the tc programs' settings unless they are what was written
+    /// last; says whether it wrote.
+    pub fn write_tc_config(&mut self, config: DatapathConfig) -> Result<bool, StoreError> {
+        self.settings.write_config(config)
+    }
+
+    /// The settings as written, to look at in tests.
+    pub fn settings(&self) -> &Settings<S> {
+        &self.settings
     }
 
     /// Brings `guarded` up to date for the frontends a sync wrote (`None`:
@@ -281,7 +292,9 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             } else {
                 self.guarded.insert(*fe, want.clone()) != Some(want)
             };
-            self.guarded_changed |= changed;
+            if changed {
+                self.settings.source_ranges_changed();
+            }
         }
     }
 
@@ -349,12 +362,8 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             let frontends = touched.len();
             (Some(touched), frontends, outcome)
         };
-        self.retries.track(
-            touched.as_ref(),
-            &outcome.failed,
-            now,
-            &self.endpoints.metrics,
-        );
+        self.retries
+            .track(touched.as_ref(), &outcome.failed, now, &self.shared.metrics);
         if outcome.deleted > 0 {
             self.retries.room_freed(now);
         }
@@ -388,7 +397,7 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             Ok(true) => {}
             Ok(false) => return None,
             Err(e) => {
-                self.endpoints.metrics.map_write_errors.inc();
+                self.shared.metrics.map_write_errors.inc();
                 error!(
                     error = &e as &dyn std::error::Error,
                     "re-reading the maps for the prune failed; trying again later"
@@ -406,9 +415,7 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         self.record_delete_errors(&outcome);
         if outcome.deleted > 0 {
             self.retries.room_freed(Instant::now());
-            self.endpoints
-                .metrics
-                .map_entries(&self.reconciler.entries());
+            self.shared.metrics.map_entries(&self.reconciler.entries());
         }
     }
 
@@ -420,7 +427,7 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
 
     fn record_delete_errors(&self, outcome: &Outcome) {
         for e in &outcome.delete_errors {
-            self.endpoints.metrics.map_write_errors.inc();
+            self.shared.metrics.map_write_errors.inc();
             warn!(
                 error = e as &dyn std::error::Error,
                 "stale entry left for the next sync"
@@ -431,7 +438,7 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
     /// Logs (and counts) what is new in the model's reports since they were
     /// last logged, and forgets what no longer applies.
     fn report(&mut self, flush: &Flush) {
-        let m = &self.endpoints.metrics;
+        let m = &self.shared.metrics;
         for (svc, now) in &flush.services {
             let before = self.reported.remove(svc).unwrap_or_default();
             for be in now.excluded.difference(&before.excluded) {
@@ -482,7 +489,7 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             changed |= before != now;
         }
         if changed {
-            self.endpoints.service_health.publish(&self.health_checks);
+            self.shared.service_health.publish(&self.health_checks);
         }
     }
 
@@ -529,7 +536,7 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
 
     fn record(&mut self, full: bool, outcome: &Outcome, took: Duration) {
         self.record_delete_errors(outcome);
-        let m = &self.endpoints.metrics;
+        let m = &self.shared.metrics;
         let now = Instant::now();
         for r in self.received.drain(..) {
             m.event_to_write.observe(now - r);
@@ -552,7 +559,7 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
         );
         m.map_entries(&self.reconciler.entries());
         m.services_programmed.set(self.owned.len() as f64);
-        self.endpoints.health.updated();
+        self.shared.health.updated();
     }
 }
 

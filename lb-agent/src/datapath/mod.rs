@@ -15,6 +15,7 @@ pub mod layout;
 pub mod loader;
 pub mod migrate;
 pub mod pins;
+pub mod settings;
 pub mod snat_ports;
 pub mod stats;
 pub mod table;
@@ -49,8 +50,6 @@ pub enum DatapathError {
     Migrate(#[from] MigrateError),
     #[error(transparent)]
     Devices(#[from] tc::DevicesError),
-    #[error(transparent)]
-    Config(#[from] tc::ConfigError),
 }
 
 /// How this build's maps relate to what was pinned.
@@ -82,11 +81,15 @@ pub struct Datapath {
     tc_hook: tc::TcHook,
     /// The devices this agent attached them to, with their index then.
     attached: BTreeMap<String, u32>,
-    /// The tc programs' settings as last asked for (`CFG_F_PREV` is this
-    /// module's to set).
-    config: Option<lb_common::DatapathConfig>,
     /// Whether the previous-map slots are set: a migration is switching.
     prev: bool,
+}
+
+/// What [`Datapath::prepare_attach`] did.
+#[derive(Debug)]
+pub struct Prepared {
+    carried: usize,
+    prev_slots: usize,
 }
 
 /// What [`Datapath::attach`] did besides attaching.
@@ -186,7 +189,6 @@ impl Datapath {
             unattached: 0,
             tc_hook,
             attached: BTreeMap::new(),
-            config: None,
             prev: false,
         })
     }
@@ -249,44 +251,39 @@ impl Datapath {
         Ok(done??)
     }
 
-    /// The tc programs' settings, written into the maps they use.
-    pub fn set_config(&mut self, config: lb_common::DatapathConfig) -> Result<(), tc::ConfigError> {
-        self.config = Some(config);
-        self.write_config()
-    }
-
-    fn write_config(&self) -> Result<(), tc::ConfigError> {
-        let Some(mut config) = self.config else {
-            return Ok(());
-        };
+    /// `config` with what only the datapath knows: whether the programs
+    /// are to read the previous-map slots (`CFG_F_PREV`, while a migration
+    /// switches), and the ports replies are looked up for (the SNAT range
+    /// widened to the ports earlier flows hold). It changes in
+    /// [`Self::prepare_attach`] and [`Self::attach`]: write it again after
+    /// each.
+    pub fn settings(&self, mut config: lb_common::DatapathConfig) -> lb_common::DatapathConfig {
         if self.prev {
             config.flags |= lb_common::CFG_F_PREV;
         }
         let range = (config.nat_port_min, config.nat_port_max);
         (config.nat_reply_min, config.nat_reply_max) =
             migrate::reply_ports(&self.pins, &self.maps_dir, range);
-        tc::set_config(&self.maps_dir, config)
+        config
     }
 
-    /// The source ranges of the guarded external frontends, written into
-    /// the maps the tc programs use.
-    pub fn set_source_ranges(
-        &self,
-        guarded: &BTreeMap<crate::model::Frontend, Vec<ipnet::IpNet>>,
-    ) -> Result<(), tc::ConfigError> {
-        tc::write_source_ranges(&self.maps_dir, guarded)
+    /// Where the reconciler writes the tc programs' settings: the maps this
+    /// build's programs use.
+    pub fn settings_store(&self) -> Result<settings::BpfSettings, StoreError> {
+        settings::BpfSettings::open(&self.maps_dir)
     }
 
     /// Leaves the kernel's NATed flows to our external frontends to the
-    /// kernel (see [`takeover`]), in the maps this build's programs use.
+    /// kernel (see [`takeover`]), in the maps this build's programs use;
+    /// `config` gives the SNAT ports.
     pub fn seed_kernel_flows(
         &self,
         kernel: &[kernel_conntrack::KernelFlow],
         is_frontend: impl Fn(std::net::SocketAddrV4, u8) -> bool,
+        config: &lb_common::DatapathConfig,
         now: u32,
     ) -> Result<takeover::Seeded, takeover::TakeoverError> {
-        let config = self.config.unwrap_or_default();
-        takeover::seed(&self.maps_dir, kernel, is_frontend, &config, now)
+        takeover::seed(&self.maps_dir, kernel, is_frontend, config, now)
     }
 
     /// The load-balancing tables this build's programs read.
@@ -294,27 +291,46 @@ impl Datapath {
         open_tables(&self.maps_dir)
     }
 
-    /// Attaches the programs to `cgroup`, replacing whatever is attached
-    /// through our links, make-before-break, and finishes a migration
-    /// without losing what the old programs wrote: the stateful maps'
-    /// entries are carried into the new maps and the old maps put in the
-    /// new ones' previous-map slots first, so that the new programs find
-    /// what they lack there; once they are attached and a grace period has
-    /// passed (no old program runs any more), what the old programs wrote
-    /// meanwhile is carried too and the slots are emptied. Older pins go
-    /// last.
-    pub fn attach(&mut self, cgroup: &Path) -> Result<Attached, DatapathError> {
-        let switching = !matches!(self.start, Start::Fresh | Start::Adopted);
-        let mut carried = migrate::carry_stateful(&self.pins)?;
-        let mut prev_slots = 0;
-        if switching {
-            prev_slots = migrate::set_prev(&self.pins)?;
-            self.prev = prev_slots > 0;
-            self.write_config()?;
+    /// The first half of attaching (see [`Self::attach`]): the stateful
+    /// maps' entries are carried into the new maps, and during a migration
+    /// the old maps are put in the new ones' previous-map slots, so that
+    /// the new programs find what they lack there. The settings (now with
+    /// `CFG_F_PREV`, see [`Self::settings`]) are to be written before
+    /// [`Self::attach`].
+    pub fn prepare_attach(&mut self) -> Result<Prepared, DatapathError> {
+        let mut prepared = Prepared {
+            carried: migrate::carry_stateful(&self.pins)?,
+            prev_slots: 0,
+        };
+        if self.switching() {
+            prepared.prev_slots = migrate::set_prev(&self.pins)?;
+            self.prev = prepared.prev_slots > 0;
         } else {
             // An earlier agent that died switching may have left them set.
             migrate::clear_prev(&self.maps_dir)?;
         }
+        Ok(prepared)
+    }
+
+    /// Whether attaching switches from a migration's old maps.
+    fn switching(&self) -> bool {
+        !matches!(self.start, Start::Fresh | Start::Adopted)
+    }
+
+    /// Attaches the programs to `cgroup`, replacing whatever is attached
+    /// through our links, make-before-break, and finishes a migration
+    /// without losing what the old programs wrote: after
+    /// [`Self::prepare_attach`], the new programs are attached; once a
+    /// grace period has passed (no old program runs any more), what the
+    /// old programs wrote meanwhile is carried too and the slots are
+    /// emptied. Older pins go last. The settings are to be written again
+    /// afterwards (`CFG_F_PREV` cleared, the reply ports of the new maps).
+    pub fn attach(&mut self, cgroup: &Path, prepared: Prepared) -> Result<Attached, DatapathError> {
+        let switching = self.switching();
+        let Prepared {
+            mut carried,
+            prev_slots,
+        } = prepared;
         // The reversing programs first: from then on a socket the old
         // programs translated (into the old map) is reversed through the
         // previous-map slot, and one the new ones translate through the new
@@ -332,7 +348,6 @@ impl Datapath {
         let removed = migrate::finish(&self.pins)?;
         self.maps_dir = self.pins.maps_dir();
         self.start = Start::Adopted;
-        self.write_config()?;
         Ok(Attached {
             carried,
             prev_slots,

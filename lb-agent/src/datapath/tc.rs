@@ -2,22 +2,15 @@
 //! `links/` as `tc-in-<device>` and `tc-out-<device>`, so that they outlive
 //! the agent, replaced make-before-break like the socket programs (the new
 //! link is pinned, then renamed over the old pin, which detaches the old
-//! program), and removed for devices no longer wanted. Also the tc
-//! programs' settings (`LB_CONFIG`) and source ranges (`LB4_SRC_RANGES`).
+//! program), and removed for devices no longer wanted.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
     fs,
-    net::IpAddr,
-    path::Path,
 };
 
 use aya::{
     Ebpf,
-    maps::{
-        Array, MapData,
-        lpm_trie::{Key, LpmTrie},
-    },
     programs::{
         LinkOrder, SchedClassifier, TcAttachType,
         links::FdLink,
@@ -28,14 +21,11 @@ use aya::{
     },
     util::KernelVersion,
 };
-use ipnet::IpNet;
-use lb_common::{CONFIG, DatapathConfig, SOURCE_RANGE_PREFIX, SOURCE_RANGES4, SourceRange4};
 
 use super::{
     loader::{LoaderError, io_err, pin_replacing, remove_if_present},
     pins::Pins,
 };
-use crate::model::Frontend;
 
 /// Each tc program: its function in the object for Ethernet devices and
 /// for devices without a link-layer header, its hook, its pin prefix.
@@ -423,68 +413,4 @@ pub fn linked(pins: &Pins) -> Result<Vec<String>, LoaderError> {
         }
     }
     Ok(names)
-}
-
-/// Makes `LB4_SRC_RANGES` in `maps_dir` hold exactly the IPv4 source
-/// ranges of `guarded`: new entries first, then the ones no longer wanted,
-/// so that a frontend whose ranges change never admits less than both.
-pub fn write_source_ranges(
-    maps_dir: &Path,
-    guarded: &BTreeMap<Frontend, Vec<IpNet>>,
-) -> Result<(), ConfigError> {
-    let err = |source| ConfigError {
-        pin: SOURCE_RANGES4.pin.to_owned(),
-        source,
-    };
-    let data = MapData::from_pin(maps_dir.join(SOURCE_RANGES4.pin)).map_err(err)?;
-    let mut trie: LpmTrie<MapData, SourceRange4, u32> =
-        LpmTrie::try_from(aya::maps::Map::LpmTrie(data)).map_err(err)?;
-    let mut want = BTreeSet::new();
-    for (fe, ranges) in guarded {
-        let IpAddr::V4(addr) = fe.vip else { continue };
-        for range in ranges {
-            let IpNet::V4(net) = range else { continue };
-            let data = SourceRange4 {
-                addr_be: addr.octets(),
-                port_be: fe.port.to_be(),
-                proto: fe.proto.number(),
-                _pad0: 0,
-                src_be: net.network().octets(),
-            };
-            want.insert((SOURCE_RANGE_PREFIX + u32::from(net.prefix_len()), data));
-        }
-    }
-    let have: BTreeSet<(u32, SourceRange4)> = trie
-        .keys()
-        .filter_map(Result::ok)
-        .map(|k| (k.prefix_len(), k.data()))
-        .collect();
-    for (len, data) in want.difference(&have) {
-        trie.insert(&Key::new(*len, *data), 1, 0).map_err(err)?;
-    }
-    for (len, data) in have.difference(&want) {
-        trie.remove(&Key::new(*len, *data)).map_err(err)?;
-    }
-    Ok(())
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("writing {pin}")]
-pub struct ConfigError {
-    pin: String,
-    #[source]
-    source: aya::maps::MapError,
-}
-
-/// Writes the tc programs' settings into the `LB_CONFIG` pinned in
-/// `maps_dir`.
-pub fn set_config(maps_dir: &Path, config: DatapathConfig) -> Result<(), ConfigError> {
-    let err = |source| ConfigError {
-        pin: CONFIG.pin.to_owned(),
-        source,
-    };
-    let data = MapData::from_pin(maps_dir.join(CONFIG.pin)).map_err(err)?;
-    let mut map: Array<MapData, DatapathConfig> =
-        Array::try_from(aya::maps::Map::Array(data)).map_err(err)?;
-    map.set(0, config, 0).map_err(err)
 }

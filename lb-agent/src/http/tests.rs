@@ -69,14 +69,14 @@ async fn healthz_answers_while_1000_idle_connections_are_held_open() {
         limit >= 2_100,
         "RLIMIT_NOFILE's hard limit {limit} is too low for this test"
     );
-    let endpoints = Arc::new(Endpoints::default());
+    let shared = Arc::new(Shared::default());
     // A head timeout longer than the test, so the flood stays whole even on
     // a slow machine.
     let limits = Limits {
         header_timeout: Duration::from_secs(120),
         ..Limits::default()
     };
-    let (addr, conns) = serve_with(ANY_PORT, Role::Healthz, endpoints.clone(), limits)
+    let (addr, conns) = serve_with(ANY_PORT, Role::Healthz, shared.clone(), limits)
         .await
         .expect("bind");
     let mut idle = Vec::with_capacity(1_000);
@@ -93,11 +93,7 @@ async fn healthz_answers_while_1000_idle_connections_are_held_open() {
         "/healthz answered in {:?} beside 1,000 idle connections",
         start.elapsed()
     );
-    assert_eq!(
-        status(&answer),
-        endpoints.health.healthz().status,
-        "{answer}"
-    );
+    assert_eq!(status(&answer), shared.health.healthz().status, "{answer}");
     assert!(idle.iter().all(held_open), "an idle connection was dropped");
 }
 
@@ -107,8 +103,8 @@ async fn a_partial_request_head_is_closed_after_the_header_timeout() {
         max_connections: 16,
         header_timeout: Duration::from_millis(300),
     };
-    let endpoints = Arc::new(Endpoints::default());
-    let (addr, conns) = serve_with(ANY_PORT, Role::Healthz, endpoints, limits)
+    let shared = Arc::new(Shared::default());
+    let (addr, conns) = serve_with(ANY_PORT, Role::Healthz, shared, limits)
         .await
         .expect("bind");
     let got = exchange(addr, "GET /healthz HTTP/1.1\r\nHost: t\r\n").await;
@@ -122,8 +118,8 @@ async fn an_idle_keep_alive_connection_is_closed_after_the_header_timeout() {
         max_connections: 16,
         header_timeout: Duration::from_millis(300),
     };
-    let endpoints = Arc::new(Endpoints::default());
-    let (addr, _) = serve_with(ANY_PORT, Role::Healthz, endpoints, limits)
+    let shared = Arc::new(Shared::default());
+    let (addr, _) = serve_with(ANY_PORT, Role::Healthz, shared, limits)
         .await
         .expect("bind");
     // HEAD: the answer is the head alone, so its end is plain to see.
@@ -141,8 +137,8 @@ async fn at_the_cap_the_oldest_connection_that_never_asked_is_closed() {
         max_connections: 4,
         header_timeout: Duration::from_secs(120),
     };
-    let endpoints = Arc::new(Endpoints::default());
-    let (addr, conns) = serve_with(ANY_PORT, Role::Healthz, endpoints.clone(), limits)
+    let shared = Arc::new(Shared::default());
+    let (addr, conns) = serve_with(ANY_PORT, Role::Healthz, shared.clone(), limits)
         .await
         .expect("bind");
     // A keep-alive client that has asked once, then three idle ones: full.
@@ -167,11 +163,7 @@ async fn at_the_cap_the_oldest_connection_that_never_asked_is_closed() {
 
     // A fifth client is answered ...
     let answer = exchange(addr, GET_HEALTHZ).await;
-    assert_eq!(
-        status(&answer),
-        endpoints.health.healthz().status,
-        "{answer}"
-    );
+    assert_eq!(status(&answer), shared.health.healthz().status, "{answer}");
     // ... at the expense of the oldest idle connection alone.
     assert_eq!(read_to_close(&mut idle[0]).await, "");
     assert!(idle[1..].iter().all(held_open));
@@ -181,7 +173,7 @@ async fn at_the_cap_the_oldest_connection_that_never_asked_is_closed() {
         .expect("answer")
         .expect("read");
     let again = String::from_utf8_lossy(&buf[..n]);
-    assert_eq!(status(&again), endpoints.health.livez().status, "{again}");
+    assert_eq!(status(&again), shared.health.livez().status, "{again}");
 }
 
 #[test]
@@ -208,8 +200,8 @@ fn eviction_prefers_connections_that_never_asked_then_the_longest_unused() {
 
 #[tokio::test]
 async fn a_request_head_of_16_kib_is_refused() {
-    let endpoints = Arc::new(Endpoints::default());
-    let (addr, _) = serve_with(ANY_PORT, Role::Healthz, endpoints, Limits::default())
+    let shared = Arc::new(Shared::default());
+    let (addr, _) = serve_with(ANY_PORT, Role::Healthz, shared, Limits::default())
         .await
         .expect("bind");
     // Exactly the limit and unfinished, so the server reads all of it (a
@@ -235,8 +227,8 @@ fn privileged_an_unspecified_address_answers_both_families() {
             .expect("runtime");
         rt.block_on(async {
             let any = SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0);
-            let endpoints = Arc::new(Endpoints::default());
-            let (addr, _) = serve_with(any, Role::Healthz, endpoints, Limits::default())
+            let shared = Arc::new(Shared::default());
+            let (addr, _) = serve_with(any, Role::Healthz, shared, Limits::default())
                 .await
                 .expect("bind");
             for ip in [Ipv4Addr::LOCALHOST.into(), Ipv6Addr::LOCALHOST.into()] {
@@ -252,22 +244,22 @@ fn privileged_an_unspecified_address_answers_both_families() {
 
 #[tokio::test]
 async fn a_service_health_check_answers_every_path_and_method_from_the_table() {
-    let endpoints = Arc::new(Endpoints::default());
+    let shared = Arc::new(Shared::default());
     let svc = crate::model::ObjectRef::service("shop", "web");
     let hc = crate::model::HealthCheck {
         port: 32000,
         v4: Some(2),
         v6: None,
     };
-    endpoints.service_health.publish([(&svc, &hc)]);
-    endpoints.health.updated();
+    shared.service_health.publish([(&svc, &hc)]);
+    shared.health.updated();
     let role = Role::ServiceHealth {
         port: 32000,
         family: IpFamily::V4,
     };
     let listener = TcpListener::bind(ANY_PORT).await.expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let task = spawn(listener, role, endpoints.clone()).expect("spawn");
+    let task = spawn(listener, role, shared.clone()).expect("spawn");
 
     for request in [
         "GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
@@ -285,13 +277,13 @@ async fn a_service_health_check_answers_every_path_and_method_from_the_table() {
 
     // No local endpoint left: 503, with the count.
     let none = crate::model::HealthCheck { v4: Some(0), ..hc };
-    endpoints.service_health.publish([(&svc, &none)]);
+    shared.service_health.publish([(&svc, &none)]);
     let r = exchange(addr, GET_HEALTHZ).await;
     assert_eq!(status(&r), 503, "{r}");
     assert!(r.contains("\"localEndpoints\": 0"), "{r}");
 
     // The Service is gone: its listener is about to close and answers 503.
-    endpoints.service_health.publish([]);
+    shared.service_health.publish([]);
     assert_eq!(status(&exchange(addr, GET_HEALTHZ).await), 503);
     task.abort();
 }

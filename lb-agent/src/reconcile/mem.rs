@@ -211,3 +211,40 @@ pub fn lb_tables<F: super::Family>(
         backends: MemTable::hash(lb_common::BACKENDS4.name, backends, journal),
     }
 }
+
+/// The tc programs' settings in memory.
+#[derive(Debug, Default)]
+pub struct MemSettings {
+    /// `LB_CONFIG`'s entry, once written.
+    pub config: Option<lb_common::DatapathConfig>,
+    /// `LB4_SRC_RANGES`' keys.
+    pub ranges: std::collections::BTreeSet<super::SourceRangeKey>,
+    /// How many writes each kind took: config, insert, remove.
+    pub writes: [usize; 3],
+}
+
+impl super::SettingsStore for MemSettings {
+    fn write_config(&mut self, config: &lb_common::DatapathConfig) -> Result<(), StoreError> {
+        self.config = Some(*config);
+        self.writes[0] += 1;
+        Ok(())
+    }
+
+    fn source_ranges(
+        &self,
+    ) -> Result<std::collections::BTreeSet<super::SourceRangeKey>, StoreError> {
+        Ok(self.ranges.clone())
+    }
+
+    fn insert_source_range(&mut self, key: &super::SourceRangeKey) -> Result<(), StoreError> {
+        self.ranges.insert(*key);
+        self.writes[1] += 1;
+        Ok(())
+    }
+
+    fn remove_source_range(&mut self, key: &super::SourceRangeKey) -> Result<(), StoreError> {
+        self.ranges.remove(key);
+        self.writes[2] += 1;
+        Ok(())
+    }
+}

@@ -21,21 +21,22 @@ use tokio::{net::TcpListener, task::JoinHandle};
 use tracing::{info, warn};
 
 use crate::{
-    http::{self, Endpoints, Role},
+    http::{self, Role},
     model::IpFamily,
+    shared::Shared,
 };
 
 /// How soon a listener that could not be opened is tried again.
 pub const RETRY: Duration = Duration::from_secs(5);
 
 /// Runs for the agent's lifetime.
-pub async fn serve(endpoints: Arc<Endpoints>) {
+pub async fn serve(shared: Arc<Shared>) {
     let mut open: BTreeMap<(u16, IpFamily), JoinHandle<()>> = BTreeMap::new();
     // Failing now, each logged and counted once until it opens.
     let mut failing: BTreeSet<(u16, IpFamily)> = BTreeSet::new();
     loop {
         let wanted: BTreeSet<(u16, IpFamily)> =
-            endpoints.service_health.wanted().into_iter().collect();
+            shared.service_health.wanted().into_iter().collect();
         open.retain(|key, task| {
             let keep = wanted.contains(key);
             if !keep {
@@ -47,7 +48,7 @@ pub async fn serve(endpoints: Arc<Endpoints>) {
         failing.retain(|key| wanted.contains(key));
         for &(port, family) in wanted.difference(&open.keys().copied().collect()) {
             let role = Role::ServiceHealth { port, family };
-            match bind(port, family).and_then(|l| http::spawn(l, role, endpoints.clone())) {
+            match bind(port, family).and_then(|l| http::spawn(l, role, shared.clone())) {
                 Ok(task) => {
                     open.insert((port, family), task);
                     failing.remove(&(port, family));
@@ -58,8 +59,8 @@ pub async fn serve(endpoints: Arc<Endpoints>) {
                 }
                 Err(e) => {
                     if failing.insert((port, family)) {
-                        endpoints.metrics.service_health_listen_errors.inc();
-                        let service = endpoints
+                        shared.metrics.service_health_listen_errors.inc();
+                        let service = shared
                             .service_health
                             .lookup(port, family)
                             .map(|e| e.service.to_string())
@@ -69,14 +70,14 @@ pub async fn serve(endpoints: Arc<Endpoints>) {
                 }
             }
         }
-        endpoints
+        shared
             .metrics
             .service_health_listeners
             .set(open.len() as f64);
         if failing.is_empty() {
-            endpoints.service_health.changed().await;
+            shared.service_health.changed().await;
         } else {
-            let _ = tokio::time::timeout(RETRY, endpoints.service_health.changed()).await;
+            let _ = tokio::time::timeout(RETRY, shared.service_health.changed()).await;
         }
     }
 }

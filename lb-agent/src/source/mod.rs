@@ -2,13 +2,18 @@
 //! sources hand to the sync loop.
 
 mod backoff;
+mod changes;
 pub mod file;
+mod file_poll;
 pub mod interfaces;
 pub mod kube;
 mod nesting;
 pub mod strip;
 
 use std::net::IpAddr;
+
+pub use changes::Changes;
+pub use file_poll::FilePoll;
 
 use k8s_openapi::api::{
     core::v1::{Node, Service},

@@ -13,7 +13,7 @@ use crate::{
     model::{Feature, ObjectKind},
     reconcile::{
         LbView, SlotView, Table as _, V4, V6,
-        mem::{Journal, ManualGrace, Mem, lb_tables},
+        mem::{Journal, ManualGrace, Mem, MemSettings, lb_tables},
     },
 };
 
@@ -41,7 +41,13 @@ fn deleted(name: &str) -> Change {
 }
 
 /// A syncer over in-memory maps holding at most `frontends` frontends.
-fn syncer(frontends: u32) -> (Syncer<Mem, ManualGrace>, Arc<Endpoints>, ManualGrace) {
+fn syncer(
+    frontends: u32,
+) -> (
+    Syncer<Mem, ManualGrace, MemSettings>,
+    Arc<Shared>,
+    ManualGrace,
+) {
     let journal = Journal::default();
     let grace = ManualGrace::new(&journal);
     let reconciler = DualReconciler::adopt(
@@ -50,24 +56,25 @@ fn syncer(frontends: u32) -> (Syncer<Mem, ManualGrace>, Arc<Endpoints>, ManualGr
         grace.clone(),
     )
     .unwrap();
-    let endpoints = Arc::new(Endpoints::default());
+    let shared = Arc::new(Shared::default());
     let excluded = ExcludedCidrs::parse(["10.244.0.0/16"]).unwrap();
     (
         Syncer::new(
             reconciler,
+            MemSettings::default(),
             excluded,
             NodeContext::named("node-a"),
             NodePortAddresses::default(),
-            endpoints.clone(),
+            shared.clone(),
         ),
-        endpoints,
+        shared,
         grace,
     )
 }
 
 /// Feeds both complete lists, as the file source does.
 fn list(
-    s: &mut Syncer<Mem, ManualGrace>,
+    s: &mut Syncer<Mem, ManualGrace, MemSettings>,
     services: Vec<Svc>,
     slices: Vec<EndpointSlice>,
     now: Instant,
@@ -336,4 +343,41 @@ fn udp_serving_follows_every_sync_and_forgets_gone_frontends() {
     s.sync(now).unwrap();
     assert_eq!(live.frontends(), 0, "a gone frontend serves nothing");
     assert_eq!(s.take_stale().len(), 1);
+}
+
+#[test]
+fn source_ranges_are_written_when_they_change_new_ones_before_old_ones_go() {
+    let (mut s, _, _) = syncer(64);
+    let now = Instant::now();
+    let lb = |ranges: &[&str]| {
+        Svc::new("default", "lb")
+            .type_("LoadBalancer")
+            .cluster_ip("10.96.0.9")
+            .lb_ingress_ip("192.0.2.9")
+            .source_ranges(ranges)
+            .port("http", 80, "TCP")
+    };
+    let ep = || slice("lb-1", "lb", &["10.0.0.1"]);
+    list(&mut s, vec![lb(&["198.51.100.0/24"])], vec![ep()], now);
+    s.sync(now).unwrap();
+    // Nothing written before the first sync's call; an earlier agent's
+    // entries would be reconciled by it.
+    assert!(s.write_source_ranges().unwrap());
+    let keys = |s: &Syncer<Mem, ManualGrace, MemSettings>| {
+        s.settings()
+            .store()
+            .ranges
+            .iter()
+            .map(|(len, r)| (*len, r.addr_be, r.src_be))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(keys(&s), [(64 + 24, [192, 0, 2, 9], [198, 51, 100, 0])]);
+    // Unchanged: nothing written.
+    assert!(!s.write_source_ranges().unwrap());
+
+    list(&mut s, vec![lb(&["203.0.113.0/25"])], vec![ep()], now);
+    s.sync(now).unwrap();
+    assert!(s.write_source_ranges().unwrap());
+    assert_eq!(keys(&s), [(64 + 25, [192, 0, 2, 9], [203, 0, 113, 0])]);
+    assert_eq!(s.settings().store().writes, [0, 2, 1]);
 }

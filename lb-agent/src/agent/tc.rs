@@ -1,0 +1,279 @@
+//! The tc programs: the devices they are on, the settings they are told,
+//! and the kernel's flows left to it when they first attach.
+
+use std::{
+    collections::{BTreeSet, HashSet},
+    net::{IpAddr, SocketAddrV4},
+};
+
+use lb_common::DatapathConfig;
+use tracing::{error, info, warn};
+
+use super::start::Agent;
+use crate::{
+    config::Conntrack,
+    datapath::{conntrack, kernel_conntrack, snat_ports},
+    reconcile::StoreError,
+};
+
+/// What the agent tells the tc programs, before the datapath adds its part
+/// ([`crate::datapath::Datapath::settings`]).
+pub(super) struct TcSettings {
+    /// Conntrack timeouts and SNAT ports.
+    conntrack: Conntrack,
+    /// See [`snat_ports::seed`].
+    nat_seed: u32,
+    /// The settings as last written.
+    written: Option<DatapathConfig>,
+    /// Whether the kernel's flows were left to it ([`Agent::take_over`]),
+    /// once, around the tc programs' first attachment.
+    taken_over: bool,
+}
+
+impl TcSettings {
+    /// Refuses a SNAT range that overlaps the node's ephemeral ports.
+    pub(super) fn new(conntrack: Conntrack) -> anyhow::Result<Self> {
+        snat_ports::check(conntrack.snat_ports, snat_ports::ephemeral_range()?)?;
+        Ok(Self {
+            conntrack,
+            nat_seed: snat_ports::seed(),
+            written: None,
+            taken_over: false,
+        })
+    }
+
+    /// The settings for a node with these primary and NodePort addresses:
+    /// flows are SNATed to the primary IPv4 address, else the first IPv4
+    /// NodePort address (none: such flows are dropped).
+    fn config(&self, primary_ips: &[IpAddr], node_port_ips: &[IpAddr]) -> DatapathConfig {
+        let snat4_be = primary_ips
+            .iter()
+            .chain(node_port_ips)
+            .find_map(|ip| match ip {
+                IpAddr::V4(v4) => Some(v4.octets()),
+                IpAddr::V6(_) => None,
+            })
+            .unwrap_or_default();
+        let (ct, t) = (&self.conntrack, &self.conntrack.timeouts);
+        DatapathConfig {
+            snat4_be,
+            nat_port_min: ct.snat_ports.0,
+            nat_port_max: ct.snat_ports.1,
+            nat_seed: self.nat_seed,
+            flags: 0,
+            timeout_tcp: t.tcp,
+            timeout_tcp_syn: t.tcp_syn,
+            timeout_tcp_fin: t.tcp_fin,
+            timeout_any: t.any,
+            // The datapath widens it to the ports earlier flows hold.
+            nat_reply_min: 0,
+            nat_reply_max: 0,
+        }
+    }
+}
+
+impl Agent {
+    /// Points the tc programs at the devices wanted now (`--devices`, else
+    /// those holding the Node's primary addresses), writes their settings
+    /// and the guarded frontends' source ranges if they changed; a failure
+    /// is logged and retried at the next sync.
+    pub(super) fn sync_tc(&mut self) {
+        if let Err(e) = self.write_tc_config() {
+            error!(
+                error = &e as &dyn std::error::Error,
+                "writing the tc programs' settings failed; retrying at the next sync"
+            );
+        }
+        // Not the NodePort addresses: without a Node they fall back to
+        // every address of the host, and the programs would land on
+        // devices nobody chose.
+        let devices: BTreeSet<String> = if self.devices.is_empty() {
+            devices_holding(self.syncer.primary_ips())
+        } else {
+            self.devices.iter().cloned().collect()
+        };
+        let first = !self.tc.taken_over;
+        if first {
+            self.take_over();
+        }
+        match self.datapath.set_devices(devices.clone(), self.attached()) {
+            Ok(true) if self.attached() => {
+                info!(?devices, "tc programs attached to these devices");
+            }
+            Ok(_) => {}
+            Err(e) => error!(
+                error = &e as &dyn std::error::Error,
+                ?devices,
+                "attaching the tc programs failed; retrying at the next sync"
+            ),
+        }
+        if first {
+            // Flows the kernel made while the programs were attaching.
+            self.take_over();
+            self.tc.taken_over = true;
+        }
+        self.tc_unattached
+            .set(self.datapath.unattached_devices() as f64);
+        if let Err(e) = self.syncer.write_source_ranges() {
+            error!(
+                error = &e as &dyn std::error::Error,
+                "writing loadBalancerSourceRanges failed (their frontends admit nobody \
+                 meanwhile); retrying at the next sync"
+            );
+        }
+    }
+
+    /// Writes the tc programs' settings if the node's addresses changed
+    /// them since they were last written.
+    fn write_tc_config(&mut self) -> Result<(), StoreError> {
+        let config = self
+            .tc
+            .config(self.syncer.primary_ips(), self.syncer.node_port_ips());
+        if self.tc.written == Some(config) {
+            return Ok(());
+        }
+        self.syncer
+            .write_tc_config(self.datapath.settings(config))?;
+        self.tc.written = Some(config);
+        Ok(())
+    }
+
+    /// Writes the settings last written again, with what the datapath adds
+    /// now (around [`crate::datapath::Datapath::attach`]); nothing before
+    /// the first sync wrote them: what an earlier agent left serves until
+    /// then.
+    pub(super) fn rewrite_tc_config(&mut self) -> Result<(), StoreError> {
+        if let Some(config) = self.tc.written {
+            self.syncer
+                .write_tc_config(self.datapath.settings(config))?;
+        }
+        Ok(())
+    }
+
+    /// Leaves the UDP flows kube-proxy's rules made to our external
+    /// frontends, and the SNAT ports of its flows, to the kernel, whose
+    /// conntrack keeps translating them (`datapath/takeover.rs`): replacing
+    /// kube-proxy on a live node keeps its connections. TCP needs nothing:
+    /// a segment without SYN and without a flow of ours is the kernel's.
+    fn take_over(&mut self) {
+        let frontends: HashSet<(SocketAddrV4, u8)> = self
+            .syncer
+            .external_frontends()
+            .filter_map(|fe| match fe.vip {
+                IpAddr::V4(ip) => Some((SocketAddrV4::new(ip, fe.port), fe.proto.number())),
+                IpAddr::V6(_) => None,
+            })
+            .collect();
+        let flows = match kernel_conntrack::dump_ipv4() {
+            Ok(flows) => flows,
+            Err(e) => {
+                warn!(
+                    error = &e as &dyn std::error::Error,
+                    "reading the kernel's conntrack: UDP flows another proxy made are balanced \
+                     anew by the tc programs"
+                );
+                return;
+            }
+        };
+        let is_frontend = |addr, proto| frontends.contains(&(addr, proto));
+        let config = self.tc.written.unwrap_or_default();
+        match self
+            .datapath
+            .seed_kernel_flows(&flows, is_frontend, &config, conntrack::now())
+        {
+            Ok(s) if s.flows + s.ports > 0 => info!(
+                udp_flows = s.flows,
+                snat_ports = s.ports,
+                "left flows the kernel's conntrack translates (kube-proxy's) to it"
+            ),
+            Ok(_) => {}
+            Err(e) => warn!(
+                error = &e as &dyn std::error::Error,
+                "leaving the kernel's flows to it"
+            ),
+        }
+    }
+}
+
+/// The devices that hold one of `ips`.
+fn devices_holding(ips: &[IpAddr]) -> BTreeSet<String> {
+    match if_addrs::get_if_addrs() {
+        Ok(addrs) => addrs
+            .into_iter()
+            .filter(|a| ips.contains(&a.ip()))
+            .map(|a| a.name)
+            .collect(),
+        Err(e) => {
+            warn!(
+                error = &e as &dyn std::error::Error,
+                "listing the interfaces"
+            );
+            BTreeSet::new()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lb_common::Timeouts;
+
+    use super::*;
+
+    fn settings() -> TcSettings {
+        TcSettings {
+            conntrack: Conntrack {
+                timeouts: Timeouts::DEFAULT,
+                snat_ports: (1024, 29999),
+            },
+            nat_seed: 7,
+            written: None,
+            taken_over: false,
+        }
+    }
+
+    fn ips(list: &[&str]) -> Vec<IpAddr> {
+        list.iter().map(|ip| ip.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn flows_are_snated_to_the_primary_ipv4_address_else_the_first_ipv4_node_port_address() {
+        let s = settings();
+        let primary = ips(&["fd00::1", "192.168.0.1"]);
+        let node_ports = ips(&["10.0.0.1"]);
+        assert_eq!(s.config(&primary, &node_ports).snat4_be, [192, 168, 0, 1]);
+        assert_eq!(
+            s.config(&ips(&["fd00::1"]), &node_ports).snat4_be,
+            [10, 0, 0, 1]
+        );
+        // Nowhere to SNAT to: such flows are dropped.
+        assert_eq!(s.config(&ips(&["fd00::1"]), &[]).snat4_be, [0; 4]);
+    }
+
+    #[test]
+    fn the_settings_carry_the_flags_ports_timeouts_and_seed() {
+        let c = settings().config(&[], &[]);
+        assert_eq!((c.nat_port_min, c.nat_port_max), (1024, 29999));
+        assert_eq!(c.nat_seed, 7);
+        let t = Timeouts::DEFAULT;
+        assert_eq!(
+            (
+                c.timeout_tcp,
+                c.timeout_tcp_syn,
+                c.timeout_tcp_fin,
+                c.timeout_any
+            ),
+            (t.tcp, t.tcp_syn, t.tcp_fin, t.any)
+        );
+        // The datapath's part is not the agent's to set.
+        assert_eq!((c.flags, c.nat_reply_min, c.nat_reply_max), (0, 0, 0));
+    }
+
+    #[test]
+    fn the_devices_holding_an_address_are_found() {
+        assert_eq!(
+            devices_holding(&ips(&["127.0.0.1"])),
+            BTreeSet::from(["lo".to_owned()])
+        );
+        assert!(devices_holding(&ips(&["192.0.2.255"])).is_empty());
+    }
+}

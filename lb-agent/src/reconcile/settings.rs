@@ -1,0 +1,192 @@
+//! The tc programs' settings: `LB_CONFIG`'s one entry, and the source
+//! ranges of the external frontends `loadBalancerSourceRanges` guards
+//! (`LB4_SRC_RANGES`). Written here, like every other map the agent
+//! fills, so that one place owns the maps' contents.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ipnet::IpNet;
+use lb_common::{DatapathConfig, SOURCE_RANGE_PREFIX, SourceRange4};
+
+use super::StoreError;
+use crate::model::Frontend;
+
+/// One `LB4_SRC_RANGES` key: prefix length in bits, and the data behind it.
+pub type SourceRangeKey = (u32, SourceRange4);
+
+/// Where the settings are kept: the pinned maps, or memory in tests.
+pub trait SettingsStore {
+    /// Replaces `LB_CONFIG`'s entry.
+    fn write_config(&mut self, config: &DatapathConfig) -> Result<(), StoreError>;
+    /// Every key of `LB4_SRC_RANGES`.
+    fn source_ranges(&self) -> Result<BTreeSet<SourceRangeKey>, StoreError>;
+    fn insert_source_range(&mut self, key: &SourceRangeKey) -> Result<(), StoreError>;
+    fn remove_source_range(&mut self, key: &SourceRangeKey) -> Result<(), StoreError>;
+}
+
+/// Writes the settings, each only when it differs from what was written.
+#[derive(Debug)]
+pub struct Settings<S> {
+    store: S,
+    /// `LB_CONFIG` as last written.
+    config: Option<DatapathConfig>,
+    /// The source ranges changed since they were last written (true at
+    /// first, so that what an earlier agent left is reconciled).
+    ranges_stale: bool,
+}
+
+impl<S: SettingsStore> Settings<S> {
+    pub fn new(store: S) -> Self {
+        Self {
+            store,
+            config: None,
+            ranges_stale: true,
+        }
+    }
+
+    /// Writes `config` unless it is what was written last; says whether
+    /// it wrote.
+    pub fn write_config(&mut self, config: DatapathConfig) -> Result<bool, StoreError> {
+        if self.config == Some(config) {
+            return Ok(false);
+        }
+        self.store.write_config(&config)?;
+        self.config = Some(config);
+        Ok(true)
+    }
+
+    /// The guarded frontends or their ranges changed: the next
+    /// [`Self::write_source_ranges`] writes.
+    pub fn source_ranges_changed(&mut self) {
+        self.ranges_stale = true;
+    }
+
+    /// Makes `LB4_SRC_RANGES` hold exactly the IPv4 source ranges of
+    /// `guarded`, if they changed since they were last written: new
+    /// entries first, then the ones no longer wanted, so that a frontend
+    /// whose ranges change never admits less than both. Says whether it
+    /// wrote; after a failure, the next call tries again.
+    pub fn write_source_ranges(
+        &mut self,
+        guarded: &BTreeMap<Frontend, Vec<IpNet>>,
+    ) -> Result<bool, StoreError> {
+        if !self.ranges_stale {
+            return Ok(false);
+        }
+        let want = source_range_keys(guarded);
+        let have = self.store.source_ranges()?;
+        for key in want.difference(&have) {
+            self.store.insert_source_range(key)?;
+        }
+        for key in have.difference(&want) {
+            self.store.remove_source_range(key)?;
+        }
+        self.ranges_stale = false;
+        Ok(true)
+    }
+
+    /// The store, to look at in tests.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+}
+
+/// The `LB4_SRC_RANGES` keys of `guarded`: `src/n` of frontend
+/// `addr:port/proto` has prefix length [`SOURCE_RANGE_PREFIX`] + n. IPv6
+/// frontends and ranges have no map at tc yet and are left out.
+pub fn source_range_keys(guarded: &BTreeMap<Frontend, Vec<IpNet>>) -> BTreeSet<SourceRangeKey> {
+    let mut keys = BTreeSet::new();
+    for (fe, ranges) in guarded {
+        let std::net::IpAddr::V4(addr) = fe.vip else {
+            continue;
+        };
+        for range in ranges {
+            let IpNet::V4(net) = range else { continue };
+            let data = SourceRange4 {
+                addr_be: addr.octets(),
+                port_be: fe.port.to_be(),
+                proto: fe.proto.number(),
+                _pad0: 0,
+                src_be: net.network().octets(),
+            };
+            keys.insert((SOURCE_RANGE_PREFIX + u32::from(net.prefix_len()), data));
+        }
+    }
+    keys
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        model::{Proto, Scope},
+        reconcile::mem::MemSettings,
+    };
+
+    fn external(vip: &str, port: u16) -> Frontend {
+        Frontend {
+            vip: vip.parse().unwrap(),
+            port,
+            proto: Proto::Tcp,
+            scope: Scope::External,
+        }
+    }
+
+    fn nets(list: &[&str]) -> Vec<IpNet> {
+        list.iter().map(|n| n.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn a_range_is_keyed_by_frontend_then_source_and_ipv6_is_left_out() {
+        let guarded = BTreeMap::from([
+            (
+                external("192.0.2.1", 443),
+                nets(&["10.1.0.0/16", "fd00::/8"]),
+            ),
+            (external("fd00::1", 443), nets(&["fd00::/8"])),
+        ]);
+        let keys: Vec<_> = source_range_keys(&guarded).into_iter().collect();
+        assert_eq!(
+            keys,
+            [(
+                SOURCE_RANGE_PREFIX + 16,
+                SourceRange4 {
+                    addr_be: [192, 0, 2, 1],
+                    port_be: 443u16.to_be(),
+                    proto: 6,
+                    _pad0: 0,
+                    src_be: [10, 1, 0, 0],
+                }
+            )]
+        );
+    }
+
+    #[test]
+    fn the_config_is_written_only_when_it_changes() {
+        let mut settings = Settings::new(MemSettings::default());
+        let config = DatapathConfig {
+            nat_port_min: 1024,
+            ..DatapathConfig::default()
+        };
+        assert!(settings.write_config(config).unwrap());
+        assert!(!settings.write_config(config).unwrap());
+        assert_eq!(settings.store().config, Some(config));
+        assert_eq!(settings.store().writes[0], 1);
+    }
+
+    #[test]
+    fn what_an_earlier_agent_left_is_reconciled_on_the_first_write() {
+        let mut store = MemSettings::default();
+        let stale = external("192.0.2.2", 80);
+        let stale = BTreeMap::from([(stale, nets(&["10.9.0.0/16"]))]);
+        store.ranges = source_range_keys(&stale);
+        let mut settings = Settings::new(store);
+        assert!(settings.write_source_ranges(&BTreeMap::new()).unwrap());
+        assert!(settings.store().ranges.is_empty());
+        // Nothing changed since: nothing read or written.
+        assert!(!settings.write_source_ranges(&stale).unwrap());
+        settings.source_ranges_changed();
+        assert!(settings.write_source_ranges(&stale).unwrap());
+        assert_eq!(settings.store().ranges, source_range_keys(&stale));
+    }
+}

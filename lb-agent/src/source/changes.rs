@@ -1,0 +1,83 @@
+//! Where the sync loop's changes come from: the apiserver's watch
+//! streams, or the files, polled.
+
+use std::{sync::Arc, time::Instant};
+
+use futures::{StreamExt as _, stream::BoxStream};
+use tracing::info;
+
+use super::{Change, NodeFacts, file_poll::FilePoll, kube};
+use crate::{
+    config::{RunConfig, Source},
+    shared::Shared,
+};
+
+/// The configured source, opened.
+pub enum Changes {
+    Kube {
+        events: BoxStream<'static, kube::Event>,
+        /// What the model has of the Node (nothing until one arrives): a
+        /// Node update that leaves it (taints, heartbeats) is no change for
+        /// the model.
+        node: NodeFacts,
+        shared: Arc<Shared>,
+    },
+    File {
+        poll: FilePoll,
+        shared: Arc<Shared>,
+    },
+}
+
+impl Changes {
+    /// Connects to the apiserver and starts the watches, or starts
+    /// polling the files.
+    pub async fn open(config: &RunConfig, shared: Arc<Shared>) -> anyhow::Result<Self> {
+        Ok(match &config.source {
+            Source::Kube { kubeconfig, master } => {
+                let client = kube::client(kubeconfig.as_deref(), master.as_deref()).await?;
+                info!(node = %config.node_name, "watching Services, EndpointSlices and this Node");
+                Self::Kube {
+                    events: kube::watch(client, &config.node_name),
+                    node: NodeFacts::default(),
+                    shared,
+                }
+            }
+            Source::File(path) => Self::File {
+                poll: FilePoll::new(path.clone(), config.node_name.clone()),
+                shared,
+            },
+        })
+    }
+
+    /// The next changes, each with the moment it was read. Cancel-safe:
+    /// it only waits on the stream or the poll timer.
+    pub async fn next(&mut self) -> anyhow::Result<Vec<(Change, Instant)>> {
+        match self {
+            Self::Kube {
+                events,
+                node,
+                shared,
+            } => loop {
+                match events.next().await {
+                    Some(kube::Event::Change(c)) => {
+                        // Pending from here: a sync thread that stops
+                        // keeping up shows on /healthz.
+                        shared.health.queued();
+                        return Ok(vec![(c, Instant::now())]);
+                    }
+                    Some(kube::Event::Node { eligible, facts }) => {
+                        shared.health.set_node_eligible(eligible);
+                        if *node != facts {
+                            node.clone_from(&facts);
+                            shared.health.queued();
+                            return Ok(vec![(Change::Node(facts), Instant::now())]);
+                        }
+                    }
+                    Some(kube::Event::NodeDeleted) => shared.health.set_node_eligible(false),
+                    None => anyhow::bail!("the watch streams ended"),
+                }
+            },
+            Self::File { poll, shared } => Ok(poll.next(shared).await),
+        }
+    }
+}
