@@ -6,7 +6,7 @@
 //! pinned maps hold; so is the sync after any relist, and after a prune.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet},
     net::{IpAddr, SocketAddr},
     sync::Arc,
     time::{Duration, Instant, SystemTime},
@@ -20,8 +20,8 @@ use lb_common::DatapathConfig;
 
 use crate::{
     model::{
-        Admission, Cache, ExcludedCidrs, Flush, Frontend, HealthCheck, NodeContext,
-        NodePortAddresses, ObjectRef, Proto, Scope, ServiceReport, service_ref, slice_ref,
+        Admission, Cache, ExcludedCidrs, Frontend, HealthCheck, NodeContext, NodePortAddresses,
+        ObjectRef, Proto, Scope, service_ref, slice_ref,
     },
     reconcile::{
         DualReconciler, GracePeriods, Outcome, Settings, SettingsStore, StoreError, Tables,
@@ -29,8 +29,27 @@ use crate::{
     shared::Shared,
     sockets::{Serving, UdpServing},
     source::{Change, TRIGGER_TIME_ANNOTATION},
-    syncer::retries::Retries,
+    syncer::{owners::Owners, reports::Reports, retries::Retries},
 };
+
+/// `--nodeport-addresses`, and what it selects from.
+#[derive(Debug)]
+struct Addresses {
+    node_ports: NodePortAddresses,
+    /// The Node's primary addresses.
+    primary: Vec<IpAddr>,
+    /// The addresses on this node's interfaces.
+    local: Vec<IpAddr>,
+}
+
+/// Changes taken in but not written yet, for the latency metrics.
+#[derive(Debug, Default)]
+struct Unwritten {
+    /// When each arrived.
+    received: Vec<Instant>,
+    /// Trigger times of slice changes.
+    triggers: Vec<SystemTime>,
+}
 
 /// What one sync did.
 #[derive(Debug)]
@@ -47,32 +66,19 @@ pub struct SyncStats {
 /// Cache, reconciler and the bookkeeping between syncs.
 pub struct Syncer<T: Tables, G: GracePeriods, S> {
     cache: Cache,
-    /// `--nodeport-addresses`, and what it selects from: the Node's
-    /// primary addresses and the addresses on this node's interfaces.
-    node_ports: NodePortAddresses,
-    primary_ips: Vec<IpAddr>,
-    local_ips: Vec<IpAddr>,
+    addresses: Addresses,
     reconciler: DualReconciler<T, G>,
     shared: Arc<Shared>,
-    listed_services: bool,
-    listed_slices: bool,
+    /// Which initial lists are in: services, slices.
+    listed: (bool, bool),
     /// The next sync reconciles everything.
     full_pending: bool,
-    /// When each not-yet-written event arrived.
-    received: Vec<Instant>,
-    /// Trigger times of not-yet-written slice changes.
-    triggers: Vec<SystemTime>,
+    /// What is not written yet.
+    unwritten: Unwritten,
     /// Frontends whose last write failed, retried with backoff.
     retries: Retries,
-    /// What was logged about each Service, so each thing is logged (and
-    /// counted) once; only Services with something to report have an entry.
-    reported: HashMap<ObjectRef, ServiceReport>,
-    /// Losers logged for each contested frontend.
-    reported_conflicts: HashMap<Frontend, BTreeSet<ObjectRef>>,
-    /// Each frontend in the maps -> the Service that owns it, and how many
-    /// each Service has: `lbagent_services_programmed` counts the latter.
-    owner_of: HashMap<Frontend, ObjectRef>,
-    owned: HashMap<ObjectRef, usize>,
+    reports: Reports,
+    owners: Owners,
     /// UDP frontends whose sockets, and external frontends whose flows,
     /// to gone endpoints are to be destroyed; taken after each sync.
     stale: BTreeSet<Frontend>,
@@ -101,9 +107,11 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
     ) -> Self {
         Self {
             cache: Cache::new(excluded, node),
-            node_ports,
-            primary_ips: Vec::new(),
-            local_ips: Vec::new(),
+            addresses: Addresses {
+                node_ports,
+                primary: Vec::new(),
+                local: Vec::new(),
+            },
             stale: BTreeSet::new(),
             guarded: BTreeMap::new(),
             settings: Settings::new(settings),
@@ -112,27 +120,25 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
             health_checks: BTreeMap::new(),
             reconciler,
             shared,
-            listed_services: false,
-            listed_slices: false,
+            listed: (false, false),
             full_pending: true,
-            received: Vec::new(),
-            triggers: Vec::new(),
+            unwritten: Unwritten::default(),
             retries: Retries::default(),
-            reported: HashMap::new(),
-            reported_conflicts: HashMap::new(),
-            owner_of: HashMap::new(),
-            owned: HashMap::new(),
+            reports: Reports::default(),
+            owners: Owners::default(),
         }
     }
 
     /// Both initial lists are in; syncing can start.
     pub fn ready(&self) -> bool {
-        self.listed_services && self.listed_slices
+        self.listed == (true, true)
     }
 
     /// Something is waiting to be written, or a retry is due at `now`.
     pub fn pending(&self, now: Instant) -> bool {
-        !self.received.is_empty() || self.full_pending || self.retries.due(now).next().is_some()
+        !self.unwritten.received.is_empty()
+            || self.full_pending
+            || self.retries.due(now).next().is_some()
     }
 
     /// When the earliest failed frontend is due for a retry.
@@ -183,7 +189,7 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
             Change::Slice(slice) => {
                 m.endpoint_changes.inc();
                 if let Some(t) = trigger_time(&slice) {
-                    self.triggers.push(t);
+                    self.unwritten.triggers.push(t);
                 }
                 vec![(slice_ref(&slice), self.cache.apply_slice(&slice))]
             }
@@ -193,12 +199,12 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
                 Vec::new()
             }
             Change::AllServices(all) => {
-                self.listed_services = true;
+                self.listed.0 = true;
                 self.full_pending = true;
                 self.cache.replace_services(all.iter())
             }
             Change::AllSlices(all) => {
-                self.listed_slices = true;
+                self.listed.1 = true;
                 self.full_pending = true;
                 self.cache.replace_slices(all.iter())
             }
@@ -210,12 +216,12 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
                     );
                 }
                 self.cache.set_zone(facts.zone);
-                self.primary_ips = facts.primary_ips;
+                self.addresses.primary = facts.primary_ips;
                 self.select_node_port_ips();
                 Vec::new()
             }
             Change::LocalAddresses(ips) => {
-                self.local_ips = ips;
+                self.addresses.local = ips;
                 self.select_node_port_ips();
                 Vec::new()
             }
@@ -233,14 +239,15 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
                 }
             }
         }
-        self.received.push(received);
+        self.unwritten.received.push(received);
     }
 
     /// Recomputes the addresses that serve NodePorts (logged when they change).
     fn select_node_port_ips(&mut self) {
         let ips = self
+            .addresses
             .node_ports
-            .select_all(&self.primary_ips, &self.local_ips);
+            .select_all(&self.addresses.primary, &self.addresses.local);
         if ips != self.cache.node().node_port_ips {
             info!(addresses = ?ips, "NodePorts are served on these addresses");
             self.cache.set_node_port_ips(ips);
@@ -313,7 +320,7 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
 
     /// The Node's primary addresses (none until its Node object is read).
     pub fn primary_ips(&self) -> &[IpAddr] {
-        &self.primary_ips
+        &self.addresses.primary
     }
 
     /// Writes what changed since the last sync, and retries the failed
@@ -325,7 +332,8 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
         }
         let start = Instant::now();
         let mut flush = self.cache.flush();
-        self.report(&flush);
+        self.reports
+            .report(&flush, &self.cache, &self.shared.metrics);
         self.stale.append(&mut flush.stale);
         // Connects reach new endpoints as soon as the maps are written, and
         // stop reaching old ones only then.
@@ -374,7 +382,12 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
             .narrow(external.iter().map(|fe| (*fe, self.cache.serving(fe))));
         self.publish_health_checks(flush.services.keys());
         let took = start.elapsed();
-        let latency = self.received.iter().min().map_or(took, Instant::elapsed);
+        let latency = self
+            .unwritten
+            .received
+            .iter()
+            .min()
+            .map_or(took, Instant::elapsed);
         self.record(full, &outcome, took);
         Some(SyncStats {
             full,
@@ -435,46 +448,6 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
         }
     }
 
-    /// Logs (and counts) what is new in the model's reports since they were
-    /// last logged, and forgets what no longer applies.
-    fn report(&mut self, flush: &Flush) {
-        let m = &self.shared.metrics;
-        for (svc, now) in &flush.services {
-            let before = self.reported.remove(svc).unwrap_or_default();
-            for be in now.excluded.difference(&before.excluded) {
-                m.excluded_endpoints.inc();
-                info!(service = %svc, endpoint = %be, "endpoint in excluded CIDR; not programmed");
-            }
-            for fe in now.passthrough.difference(&before.passthrough) {
-                info!(service = %svc, frontend = %fe, "all endpoints excluded; frontend left to its own CNI");
-            }
-            for f in now.unsupported.difference(&before.unsupported) {
-                m.unsupported(*f).inc();
-                warn!(
-                    service = %svc,
-                    feature = %f,
-                    "uses a feature this version does not program yet: {}",
-                    f.effect()
-                );
-            }
-            if !now.is_empty() {
-                self.reported.insert(svc.clone(), now.clone());
-            }
-        }
-        for fe in &flush.touched {
-            let losers: BTreeSet<ObjectRef> = self.cache.losers(fe).cloned().collect();
-            let before = self.reported_conflicts.remove(fe).unwrap_or_default();
-            if let Some((winner, _)) = self.cache.winner(fe) {
-                for loser in losers.difference(&before) {
-                    warn!(frontend = %fe, owner = %winner, object = %loser, "frontend claimed by two Services; the first by name wins");
-                }
-            }
-            if !losers.is_empty() {
-                self.reported_conflicts.insert(*fe, losers);
-            }
-        }
-    }
-
     /// Recomputes the health checks of the Services in `recomputed` and
     /// publishes them all, after the maps are written (kube-proxy updates
     /// its health-check servers after each successful sync).
@@ -498,12 +471,10 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
     fn track_owners(&mut self, touched: Option<&BTreeSet<Frontend>>) {
         match touched {
             None => {
-                self.owner_of.clear();
-                self.owned.clear();
-                let frontends: Vec<Frontend> = self.reconciler.frontends().collect();
-                for fe in frontends {
+                self.owners.clear();
+                for fe in self.reconciler.frontends() {
                     let owner = self.cache.winner(&fe).map(|(o, _)| o.clone());
-                    self.set_owner(&fe, owner);
+                    self.owners.set(&fe, owner);
                 }
             }
             Some(touched) => {
@@ -513,24 +484,9 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
                         .has(fe)
                         .then(|| self.cache.winner(fe).map(|(o, _)| o.clone()))
                         .flatten();
-                    self.set_owner(fe, owner);
+                    self.owners.set(fe, owner);
                 }
             }
-        }
-    }
-
-    fn set_owner(&mut self, fe: &Frontend, owner: Option<ObjectRef>) {
-        if let Some(old) = self.owner_of.remove(fe)
-            && let Some(n) = self.owned.get_mut(&old)
-        {
-            *n -= 1;
-            if *n == 0 {
-                self.owned.remove(&old);
-            }
-        }
-        if let Some(owner) = owner {
-            *self.owned.entry(owner.clone()).or_default() += 1;
-            self.owner_of.insert(*fe, owner);
         }
     }
 
@@ -538,11 +494,11 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
         self.record_delete_errors(outcome);
         let m = &self.shared.metrics;
         let now = Instant::now();
-        for r in self.received.drain(..) {
+        for r in self.unwritten.received.drain(..) {
             m.event_to_write.observe(now - r);
         }
         let wall = SystemTime::now();
-        for t in self.triggers.drain(..) {
+        for t in self.unwritten.triggers.drain(..) {
             m.network_programming
                 .observe(wall.duration_since(t).unwrap_or_default());
         }
@@ -558,7 +514,7 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
                 .as_secs_f64(),
         );
         m.map_entries(&self.reconciler.entries());
-        m.services_programmed.set(self.owned.len() as f64);
+        m.services_programmed.set(self.owners.len() as f64);
         self.shared.health.updated();
     }
 }
@@ -583,6 +539,8 @@ fn serving_now<'a>(
         .map(|fe| (SocketAddr::new(fe.vip, fe.port), cache.serving(fe)))
 }
 
+mod owners;
+mod reports;
 mod retries;
 #[cfg(test)]
 mod tests;

@@ -113,7 +113,10 @@ fn services_programmed_counts_only_services_with_entries_in_the_maps() {
     s.sync(now).unwrap();
     assert_eq!(e.metrics.services_programmed.get(), 2.0, "c and d");
     assert_eq!(
-        s.owned.keys().map(|o| &*o.name).collect::<BTreeSet<_>>(),
+        s.owners
+            .services()
+            .map(|o| &*o.name)
+            .collect::<BTreeSet<_>>(),
         BTreeSet::from(["c", "d"])
     );
 }
@@ -297,11 +300,11 @@ fn what_was_logged_is_forgotten_with_its_service_and_counted_once() {
     s.sync(now).unwrap();
     assert_eq!(e.metrics.unsupported(Feature::ExternalIps).get(), 1);
     assert_eq!(e.metrics.excluded_endpoints.get(), 1);
-    assert_eq!(s.reported.len(), 1);
+    assert_eq!(s.reports.entries(), (1, 0));
     s.apply(deleted("a"), now);
     s.sync(now).unwrap();
-    assert!(s.reported.is_empty() && s.reported_conflicts.is_empty());
-    assert!(s.owner_of.is_empty() && s.owned.is_empty());
+    assert_eq!(s.reports.entries(), (0, 0));
+    assert!(s.owners.is_empty());
     assert_eq!(e.metrics.invalid(ObjectKind::Service).get(), 0);
 }
 
