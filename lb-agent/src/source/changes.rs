@@ -6,11 +6,24 @@ use std::{sync::Arc, time::Instant};
 use futures::{StreamExt as _, stream::BoxStream};
 use tracing::info;
 
-use super::{Change, NodeFacts, file_poll::FilePoll, kube};
+use super::{
+    Change, NodeFacts,
+    file_poll::FilePoll,
+    kube::{self, KubeError},
+};
 use crate::{
     config::{RunConfig, Source},
     shared::Shared,
 };
+
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// Connecting to the apiserver.
+    #[error(transparent)]
+    Connect(#[from] KubeError),
+    #[error("the watch streams ended")]
+    WatchEnded,
+}
 
 /// The configured source, opened.
 pub enum Changes {
@@ -31,7 +44,7 @@ pub enum Changes {
 impl Changes {
     /// Connects to the apiserver and starts the watches, or starts
     /// polling the files.
-    pub async fn open(config: &RunConfig, shared: Arc<Shared>) -> anyhow::Result<Self> {
+    pub async fn open(config: &RunConfig, shared: Arc<Shared>) -> Result<Self, SourceError> {
         Ok(match &config.source {
             Source::Kube { kubeconfig, master } => {
                 let client = kube::client(kubeconfig.as_deref(), master.as_deref()).await?;
@@ -51,7 +64,7 @@ impl Changes {
 
     /// The next changes, each with the moment it was read. Cancel-safe:
     /// it only waits on the stream or the poll timer.
-    pub async fn next(&mut self) -> anyhow::Result<Vec<(Change, Instant)>> {
+    pub async fn next(&mut self) -> Result<Vec<(Change, Instant)>, SourceError> {
         match self {
             Self::Kube {
                 events,
@@ -74,7 +87,7 @@ impl Changes {
                         }
                     }
                     Some(kube::Event::NodeDeleted) => shared.health.set_node_eligible(false),
-                    None => anyhow::bail!("the watch streams ended"),
+                    None => return Err(SourceError::WatchEnded),
                 }
             },
             Self::File { poll, shared } => Ok(poll.next(shared).await),

@@ -12,7 +12,7 @@ pub mod strip;
 
 use std::net::IpAddr;
 
-pub use changes::Changes;
+pub use changes::{Changes, SourceError};
 pub use file_poll::FilePoll;
 
 use k8s_openapi::api::{
