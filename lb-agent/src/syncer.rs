@@ -22,7 +22,7 @@ use crate::{
         Admission, Cache, ExcludedCidrs, Flush, Frontend, HealthCheck, NodeContext,
         NodePortAddresses, ObjectRef, Proto, Scope, ServiceReport, service_ref, slice_ref,
     },
-    reconcile::{DualReconciler, GracePeriods, Outcome, Tables},
+    reconcile::{DualReconciler, GracePeriods, LbView, Outcome, Tables},
     sockets::{Serving, UdpServing},
     source::{Change, TRIGGER_TIME_ANNOTATION},
     syncer::retries::Retries,
@@ -291,6 +291,12 @@ impl<T: Tables, G: GracePeriods> Syncer<T, G> {
             .programmed()
             .map(|(fe, ..)| fe)
             .filter(|fe| fe.scope == Scope::External)
+    }
+
+    /// Both families' maps as the datapath sees them, as `lb-agent dump`
+    /// lists them.
+    pub fn view(&self) -> LbView {
+        self.reconciler.view()
     }
 
     /// The addresses that serve NodePorts now.
