@@ -50,8 +50,7 @@ pub trait Executor {
     fn metric(&mut self, sample: &str) -> anyhow::Result<f64>;
     /// Why this executor cannot check `command`, if it cannot: the whole
     /// scenario then fails before it starts, naming every such line.
-    fn unsupported(&self, command: &Command) -> Option<String> {
-        let _ = command;
+    fn unsupported(&self, _command: &Command) -> Option<String> {
         None
     }
 }
