@@ -24,7 +24,7 @@ use crate::{
         ObjectRef, Proto, Scope, service_ref, slice_ref,
     },
     reconcile::{
-        DualReconciler, GracePeriods, Outcome, Settings, SettingsStore, StoreError, Tables,
+        DualReconciler, GracePeriods, LbView, Outcome, Settings, SettingsStore, StoreError, Tables,
     },
     shared::Shared,
     sockets::{Serving, UdpServing},
@@ -311,6 +311,12 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
             .programmed()
             .map(|(fe, ..)| fe)
             .filter(|fe| fe.scope == Scope::External)
+    }
+
+    /// Both families' maps as the datapath sees them, as `lb-agent dump`
+    /// lists them.
+    pub fn view(&self) -> LbView {
+        self.reconciler.view()
     }
 
     /// The addresses that serve NodePorts now.

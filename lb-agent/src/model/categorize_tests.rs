@@ -18,6 +18,10 @@
 //! * `pkg/proxy/endpointslicecache.go` (`addEndpoints`) and the rules the
 //!   model documents: [`dedup_and_hint_edges`].
 //!
+//! The cases of those four tables are data, one txtar archive each in
+//! `categorize_tests/` (the format is in [`data`]); the several-Services
+//! scenarios of [`nftables_flows`] stay here.
+//!
 //! How kube-proxy's results map onto the cluster IP frontend: with
 //! `internalTrafficPolicy: Cluster` its backends are kube-proxy's
 //! `clusterEndpoints`; with `Local`, its `localEndpoints`. When
@@ -63,6 +67,8 @@
 //!   `tests.rs`); `TestLoadBalancerIngressRouteTypeProxy` and the chain-name
 //!   tests.
 
+mod data;
+
 use std::net::{IpAddr, SocketAddr};
 
 use lb_fixtures::{Ep, Slice, Svc, SvcPort};
@@ -75,7 +81,6 @@ const VIP: &str = "10.96.30.10";
 const LB_VIP: &str = "198.51.100.4";
 const TARGET: u16 = 8080;
 const THIS_NODE: &str = "node-here";
-const FAR_NODE: &str = "node-far";
 
 // ---------------------------------------------------------------- builders
 
@@ -139,30 +144,15 @@ fn terminating(ip: &str) -> Ep {
 trait EpExt {
     /// On this node.
     fn here(self) -> Self;
-    /// On another node.
-    fn far(self) -> Self;
     fn on(self, node: &str) -> Self;
-    /// `hints.forZones`.
-    fn zones(self, zones: &[&str]) -> Self;
-    /// `hints.forNodes`.
-    fn nodes(self, nodes: &[&str]) -> Self;
 }
 
 impl EpExt for Ep {
     fn here(self) -> Self {
         self.node(THIS_NODE)
     }
-    fn far(self) -> Self {
-        self.node(FAR_NODE)
-    }
     fn on(self, node: &str) -> Self {
         self.node(node)
-    }
-    fn zones(self, zones: &[&str]) -> Self {
-        zones.iter().fold(self, |e, z| e.hint_zone(z))
-    }
-    fn nodes(self, nodes: &[&str]) -> Self {
-        nodes.iter().fold(self, |e, n| e.hint_node(n))
     }
 }
 
@@ -232,9 +222,9 @@ fn assert_unique_names<'a>(table: &str, names: impl Iterator<Item = &'a str>) {
 /// One Service (`shop/cart`, port `http`), its slices, this node, and what
 /// its cluster IP frontend must get.
 struct Case {
-    name: &'static str,
+    name: String,
     /// This node's `topology.kubernetes.io/zone` label.
-    zone: Option<&'static str>,
+    zone: Option<String>,
     svc: Svc,
     /// One EndpointSlice per list (`cart-1`, `cart-2`, ...), port `http`
     /// 8080/TCP; none at all when empty.
@@ -248,11 +238,12 @@ struct Case {
 }
 
 /// What the cluster IP frontend gets. Endpoint IPs, on port [`TARGET`].
+#[derive(Debug, PartialEq)]
 enum Want {
     /// `internalTrafficPolicy: Cluster`: kube-proxy's `clusterEndpoints`.
-    Cluster(&'static [&'static str]),
+    Cluster(Vec<String>),
     /// `internalTrafficPolicy: Local`: kube-proxy's `localEndpoints`.
-    Local(&'static [&'static str]),
+    Local(Vec<String>),
     /// `Local`, none here, some elsewhere (`hasAnyEndpoints`): DROP, EHOSTUNREACH.
     NoLocal,
     /// No usable endpoint anywhere: REJECT, ECONNREFUSED.
@@ -261,7 +252,7 @@ enum Want {
 
 impl Want {
     fn target(&self, affinity: Option<u32>) -> Target {
-        let at = |ips: &[&str]| {
+        let at = |ips: &[String]| {
             let addrs: Vec<String> = ips.iter().map(|i| format!("{i}:{TARGET}")).collect();
             let refs: Vec<&str> = addrs.iter().map(String::as_str).collect();
             backends(&refs)
@@ -282,34 +273,7 @@ impl Want {
     }
 }
 
-fn case(name: &'static str, svc: Svc, slices: Vec<Vec<Ep>>, want: Want) -> Case {
-    Case {
-        name,
-        zone: None,
-        svc,
-        slices,
-        want,
-        affinity: None,
-        outside: None,
-    }
-}
-
 impl Case {
-    fn zone(mut self, zone: &'static str) -> Self {
-        self.zone = Some(zone);
-        self
-    }
-
-    fn affinity(mut self, secs: u32) -> Self {
-        self.affinity = Some(secs);
-        self
-    }
-
-    fn outside(mut self, want: Want) -> Self {
-        self.outside = Some(want);
-        self
-    }
-
     /// The LB VIP's frontend in the external scope (traffic from outside):
     /// `self.outside`'s endpoints, else those the LB VIP serves inside.
     fn check_outside(&self, d: &Desired) -> Result<(), String> {
@@ -360,7 +324,7 @@ impl Case {
             &services,
             &slices,
             &ExcludedCidrs::default(),
-            &node(self.zone),
+            &node(self.zone.as_deref()),
         );
         if !r.invalid.is_empty() {
             return Err(format!("objects rejected: {:?}", r.invalid));
@@ -407,8 +371,10 @@ impl Case {
     }
 }
 
-fn run_cases(table: &str, cases: &[Case]) {
-    assert_unique_names(table, cases.iter().map(|c| c.name));
+/// Runs every case of a table (a txtar archive, see [`data`]).
+fn run_cases(table: &str, archive: &str) {
+    let cases = data::cases(archive);
+    assert_unique_names(table, cases.iter().map(|c| c.name.as_str()));
     let failures = cases
         .iter()
         .filter_map(|c| c.check().err().map(|e| format!("{:?}: {e}", c.name)))
@@ -420,233 +386,10 @@ fn run_cases(table: &str, cases: &[Case]) {
 /// 10.1.2.3-6 are 10.70.1.3-6 here, its 10.0.0.0-3 are 10.70.0.10-13.
 #[test]
 fn categorize_endpoints() {
-    let zoned = || {
-        vec![
-            ready("10.70.1.3").zones(&["zone-a"]),
-            ready("10.70.1.4").zones(&["zone-b"]),
-            ready("10.70.1.5").zones(&["zone-c"]),
-            ready("10.70.1.6").zones(&["zone-a"]),
-        ]
-    };
-    // The first two local, hinted for different zones.
-    let zoned_local = || {
-        vec![
-            ready("10.70.1.3").zones(&["zone-a"]).here(),
-            ready("10.70.1.4").zones(&["zone-b"]).here(),
-            ready("10.70.1.5").zones(&["zone-c"]),
-            ready("10.70.1.6").zones(&["zone-a"]),
-        ]
-    };
-    let one_here_one_far = || vec![ready("10.70.0.10").here(), ready("10.70.0.11").far()];
-    let cases = vec![
-        case(
-            "should use topology since all endpoints have hints, node has a zone label and and there are endpoints for the node's zone",
-            svc(),
-            vec![zoned()],
-            Want::Cluster(&["10.70.1.3", "10.70.1.6"]),
-        )
-        .zone("zone-a"),
-        // Cluster IP half only: localEndpoints/allEndpoints serve the node port.
-        case(
-            "externalTrafficPolicy: Local, topology ignored for Local endpoints",
-            svc_node_port().etp_local(),
-            vec![zoned_local()],
-            Want::Cluster(&["10.70.1.3", "10.70.1.6"]),
-        )
-        .zone("zone-a"),
-        // Cluster IP half only: clusterEndpoints serve the node port.
-        case(
-            "internalTrafficPolicy: Local, topology ignored for Local endpoints",
-            svc_node_port().itp_local(),
-            vec![zoned_local()],
-            Want::Local(&["10.70.1.3", "10.70.1.4"]),
-        )
-        .zone("zone-a"),
-        case(
-            "empty node labels",
-            svc(),
-            vec![vec![ready("10.70.1.3").zones(&["zone-a"])]],
-            Want::Cluster(&["10.70.1.3"]),
-        ),
-        case(
-            "empty zone label",
-            svc(),
-            vec![vec![ready("10.70.1.3").zones(&["zone-a"])]],
-            Want::Cluster(&["10.70.1.3"]),
-        )
-        .zone(""),
-        case(
-            "node in different zone, no endpoint filtering",
-            svc(),
-            vec![vec![ready("10.70.1.3").zones(&["zone-a"])]],
-            Want::Cluster(&["10.70.1.3"]),
-        )
-        .zone("zone-b"),
-        case(
-            "unready endpoint",
-            svc(),
-            vec![vec![
-                ready("10.70.1.3").zones(&["zone-a"]),
-                ready("10.70.1.4").zones(&["zone-b"]),
-                ready("10.70.1.5").zones(&["zone-c"]),
-                unready("10.70.1.6").zones(&["zone-a"]),
-            ]],
-            Want::Cluster(&["10.70.1.3"]),
-        )
-        .zone("zone-a"),
-        case(
-            "only unready endpoints in same zone (should not filter)",
-            svc(),
-            vec![vec![
-                unready("10.70.1.3").zones(&["zone-a"]),
-                ready("10.70.1.4").zones(&["zone-b"]),
-                ready("10.70.1.5").zones(&["zone-c"]),
-                unready("10.70.1.6").zones(&["zone-a"]),
-            ]],
-            Want::Cluster(&["10.70.1.4", "10.70.1.5"]),
-        )
-        .zone("zone-a"),
-        case(
-            "missing hints, no filtering applied",
-            svc(),
-            vec![vec![
-                ready("10.70.1.3").zones(&["zone-a"]),
-                ready("10.70.1.4").zones(&["zone-b"]),
-                ready("10.70.1.5"),
-                ready("10.70.1.6").zones(&["zone-a"]),
-            ]],
-            Want::Cluster(&["10.70.1.3", "10.70.1.4", "10.70.1.5", "10.70.1.6"]),
-        )
-        .zone("zone-a"),
-        case(
-            "multiple hints per endpoint, filtering includes any endpoint with zone included",
-            svc(),
-            vec![vec![
-                ready("10.70.1.3").zones(&["zone-a", "zone-b", "zone-c"]),
-                ready("10.70.1.4").zones(&["zone-b", "zone-c"]),
-                ready("10.70.1.5").zones(&["zone-b", "zone-d"]),
-                ready("10.70.1.6").zones(&["zone-c"]),
-            ]],
-            Want::Cluster(&["10.70.1.3", "10.70.1.4", "10.70.1.6"]),
-        )
-        .zone("zone-c"),
-        // Cluster IP half only.
-        case(
-            "conflicting topology and localness require merging allEndpoints",
-            svc_node_port().etp_local(),
-            vec![vec![
-                ready("10.70.0.10").zones(&["zone-a"]).here(),
-                ready("10.70.0.11").zones(&["zone-b"]).here(),
-                ready("10.70.0.12").zones(&["zone-a"]).far(),
-                ready("10.70.0.13").zones(&["zone-b"]).far(),
-            ]],
-            Want::Cluster(&["10.70.0.10", "10.70.0.12"]),
-        )
-        .zone("zone-a"),
-        case(
-            "internalTrafficPolicy: Local, with empty endpoints",
-            svc().itp_local(),
-            vec![vec![]],
-            Want::Refused { local: true },
-        ),
-        case(
-            "internalTrafficPolicy: Local, but all endpoints are remote",
-            svc().itp_local(),
-            vec![vec![ready("10.70.0.10").far(), ready("10.70.0.11").far()]],
-            Want::NoLocal,
-        ),
-        case(
-            "internalTrafficPolicy: Local, all endpoints are local",
-            svc().itp_local(),
-            vec![vec![ready("10.70.0.10").here(), ready("10.70.0.11").here()]],
-            Want::Local(&["10.70.0.10", "10.70.0.11"]),
-        ),
-        case(
-            "internalTrafficPolicy: Local, some endpoints are local",
-            svc().itp_local(),
-            vec![one_here_one_far()],
-            Want::Local(&["10.70.0.10"]),
-        ),
-        case(
-            "Cluster traffic policy, endpoints not Ready",
-            svc(),
-            vec![vec![unready("10.70.0.10"), unready("10.70.0.11")]],
-            Want::Refused { local: false },
-        ),
-        case(
-            "Cluster traffic policy, some endpoints are Ready",
-            svc(),
-            vec![vec![unready("10.70.0.10"), ready("10.70.0.11")]],
-            Want::Cluster(&["10.70.0.11"]),
-        ),
-        case(
-            "Cluster traffic policy, all endpoints are terminating",
-            svc(),
-            vec![vec![
-                serving_terminating("10.70.0.10").here(),
-                serving_terminating("10.70.0.11").far(),
-            ]],
-            Want::Cluster(&["10.70.0.10", "10.70.0.11"]),
-        ),
-        case(
-            "iTP: Local, eTP: Cluster, some endpoints local",
-            svc_node_port().itp_local(),
-            vec![one_here_one_far()],
-            Want::Local(&["10.70.0.10"]),
-        ),
-        case(
-            "iTP: Cluster, eTP: Local, some endpoints local",
-            svc_node_port().etp_local(),
-            vec![one_here_one_far()],
-            Want::Cluster(&["10.70.0.10", "10.70.0.11"]),
-        ),
-        case(
-            "iTP: Local, eTP: Local, some endpoints local",
-            svc_node_port().itp_local().etp_local(),
-            vec![one_here_one_far()],
-            Want::Local(&["10.70.0.10"]),
-        ),
-        case(
-            "iTP: Local, eTP: Local, all endpoints remote",
-            svc_node_port().itp_local().etp_local(),
-            vec![vec![ready("10.70.0.10").far(), ready("10.70.0.11").far()]],
-            Want::NoLocal,
-        ),
-        // onlyRemoteEndpoints: hasAnyEndpoints with no local endpoint.
-        case(
-            "iTP: Local, eTP: Local, all endpoints remote and terminating",
-            svc_node_port().itp_local().etp_local(),
-            vec![vec![
-                serving_terminating("10.70.0.10").far(),
-                serving_terminating("10.70.0.11").far(),
-            ]],
-            Want::NoLocal,
-        ),
-        case(
-            "iTP: Cluster, eTP: Local, with terminating endpoints",
-            svc_node_port().etp_local(),
-            vec![vec![
-                ready("10.70.0.10").far(),
-                unready("10.70.0.11").here(),
-                serving_terminating("10.70.0.12").here(),
-                serving_terminating("10.70.0.13").far(),
-            ]],
-            Want::Cluster(&["10.70.0.10"]),
-        ),
-        case(
-            "externalTrafficPolicy ignored if not externally accessible",
-            svc().etp_local(),
-            vec![vec![ready("10.70.0.10").far(), ready("10.70.0.11").here()]],
-            Want::Cluster(&["10.70.0.10", "10.70.0.11"]),
-        ),
-        case(
-            "no cluster endpoints for iTP:Local internal-only service",
-            svc().itp_local(),
-            vec![vec![ready("10.70.0.10").far(), ready("10.70.0.11").here()]],
-            Want::Local(&["10.70.0.11"]),
-        ),
-    ];
-    run_cases("TestCategorizeEndpoints", &cases);
+    run_cases(
+        "TestCategorizeEndpoints",
+        include_str!("categorize_tests/categorize_endpoints.txtar"),
+    );
 }
 
 /// `topologyModeFromHints` with `PreferSameNode`: same-node when every ready
@@ -654,120 +397,10 @@ fn categorize_endpoints() {
 /// same rule; else no filtering. Written from `topology.go`, not ported.
 #[test]
 fn prefer_same_node() {
-    let cases = vec![
-        case(
-            "every ready endpoint has a node hint, one for this node: same-node wins over same-zone",
-            svc(),
-            vec![vec![
-                ready("10.70.2.1").nodes(&[THIS_NODE]).zones(&["zone-a"]).here(),
-                ready("10.70.2.2").nodes(&[FAR_NODE]).zones(&["zone-a"]).far(),
-                ready("10.70.2.3").nodes(&["node-3"]).zones(&["zone-b"]).on("node-3"),
-            ]],
-            Want::Cluster(&["10.70.2.1"]),
-        )
-        .zone("zone-a"),
-        case(
-            "an endpoint hinted for several nodes including this one is used",
-            svc(),
-            vec![vec![
-                ready("10.70.2.1").nodes(&[FAR_NODE, THIS_NODE]),
-                ready("10.70.2.2").nodes(&[FAR_NODE]),
-                ready("10.70.2.3").nodes(&[THIS_NODE]),
-            ]],
-            Want::Cluster(&["10.70.2.1", "10.70.2.3"]),
-        ),
-        case(
-            "node hints follow the hint, not where the endpoint runs",
-            svc(),
-            vec![vec![
-                ready("10.70.2.1").nodes(&[THIS_NODE]).far(),
-                ready("10.70.2.2").nodes(&[FAR_NODE]).here(),
-            ]],
-            Want::Cluster(&["10.70.2.1"]),
-        ),
-        case(
-            "node hints, none for this node: falls back to zone hints",
-            svc(),
-            vec![vec![
-                ready("10.70.2.1").nodes(&[FAR_NODE]).zones(&["zone-a"]),
-                ready("10.70.2.2").nodes(&["node-3"]).zones(&["zone-b"]),
-            ]],
-            Want::Cluster(&["10.70.2.1"]),
-        )
-        .zone("zone-a"),
-        case(
-            "node hints, none for this node, no zone hints: no filtering",
-            svc(),
-            vec![vec![
-                ready("10.70.2.1").nodes(&[FAR_NODE]),
-                ready("10.70.2.2").nodes(&["node-3"]),
-            ]],
-            Want::Cluster(&["10.70.2.1", "10.70.2.2"]),
-        )
-        .zone("zone-a"),
-        case(
-            "one ready endpoint without a node hint: same-node is off, same-zone applies",
-            svc(),
-            vec![vec![
-                ready("10.70.2.1").nodes(&[THIS_NODE]).zones(&["zone-a"]),
-                ready("10.70.2.2").zones(&["zone-a"]),
-                ready("10.70.2.3").nodes(&["node-3"]).zones(&["zone-b"]),
-            ]],
-            Want::Cluster(&["10.70.2.1", "10.70.2.2"]),
-        )
-        .zone("zone-a"),
-        case(
-            "one ready endpoint without a node hint and no zone hints: no filtering",
-            svc(),
-            vec![vec![
-                ready("10.70.2.1").nodes(&[THIS_NODE]),
-                ready("10.70.2.2"),
-            ]],
-            Want::Cluster(&["10.70.2.1", "10.70.2.2"]),
-        ),
-        case(
-            "an unready endpoint without hints does not turn same-node off",
-            svc(),
-            vec![vec![
-                ready("10.70.2.1").nodes(&[THIS_NODE]),
-                ready("10.70.2.2").nodes(&[FAR_NODE]),
-                unready("10.70.2.3"),
-                serving_terminating("10.70.2.4"),
-            ]],
-            Want::Cluster(&["10.70.2.1"]),
-        ),
-        case(
-            "only an unready endpoint is hinted for this node: no filtering",
-            svc(),
-            vec![vec![
-                unready("10.70.2.1").nodes(&[THIS_NODE]),
-                ready("10.70.2.2").nodes(&[FAR_NODE]),
-                ready("10.70.2.3").nodes(&["node-3"]),
-            ]],
-            Want::Cluster(&["10.70.2.2", "10.70.2.3"]),
-        ),
-        case(
-            "no ready endpoint: hints are ignored and every serving-terminating one is used",
-            svc(),
-            vec![vec![
-                serving_terminating("10.70.2.1").nodes(&[THIS_NODE]).zones(&["zone-a"]),
-                serving_terminating("10.70.2.2").nodes(&[FAR_NODE]).zones(&["zone-b"]),
-                terminating("10.70.2.3").nodes(&[THIS_NODE]),
-            ]],
-            Want::Cluster(&["10.70.2.1", "10.70.2.2"]),
-        )
-        .zone("zone-a"),
-        case(
-            "internalTrafficPolicy Local ignores node hints",
-            svc().itp_local(),
-            vec![vec![
-                ready("10.70.2.1").nodes(&[FAR_NODE]).here(),
-                ready("10.70.2.2").nodes(&[THIS_NODE]).far(),
-            ]],
-            Want::Local(&["10.70.2.1"]),
-        ),
-    ];
-    run_cases("PreferSameNode (topology.go)", &cases);
+    run_cases(
+        "PreferSameNode (topology.go)",
+        include_str!("categorize_tests/prefer_same_node.txtar"),
+    );
 }
 
 /// The cluster IP flows of the single-Service tests in
@@ -775,433 +408,19 @@ fn prefer_same_node() {
 /// as a case of its own per test. kube-proxy's 10.0.1.x are 10.71.1.x.
 #[test]
 fn nftables_single_service() {
-    let three_ready = |nodes: [&str; 3]| {
-        vec![vec![
-            ready("10.71.1.1").on(nodes[0]),
-            ready("10.71.1.2").on(nodes[1]),
-            ready("10.71.1.3").on(nodes[2]),
-        ]]
-    };
-    // TestTerminatingEndpointsTrafficPolicyLocal / ...Cluster slices.
-    let ready_exist = |remote: &str| {
-        vec![vec![
-            ready("10.71.1.1").here(),
-            ready("10.71.1.2").here(),
-            serving_terminating("10.71.1.3").on(remote),
-            terminating("10.71.1.4").on(remote),
-            ready("10.71.1.5").on("node-1"),
-        ]]
-    };
-    let no_usable = || {
-        vec![vec![
-            terminating("10.71.1.5").here(),
-            terminating("10.71.1.5").on("node-1"),
-        ]]
-    };
-    let cases = vec![
-        // TestInternalTrafficPolicy
-        case(
-            "TestInternalTrafficPolicy/internalTrafficPolicy is cluster",
-            svc().internal_traffic_policy("Cluster"),
-            three_ready([THIS_NODE, "node1", "node2"]),
-            Want::Cluster(&["10.71.1.1", "10.71.1.2", "10.71.1.3"]),
-        ),
-        case(
-            "TestInternalTrafficPolicy/internalTrafficPolicy is local and there is one local endpoint",
-            svc().itp_local(),
-            three_ready([THIS_NODE, "node1", "node2"]),
-            Want::Local(&["10.71.1.1"]),
-        ),
-        case(
-            "TestInternalTrafficPolicy/internalTrafficPolicy is local and there are multiple local endpoints",
-            svc().itp_local(),
-            three_ready([THIS_NODE, THIS_NODE, "node2"]),
-            Want::Local(&["10.71.1.1", "10.71.1.2"]),
-        ),
-        case(
-            "TestInternalTrafficPolicy/internalTrafficPolicy is local and there are no local endpoints",
-            svc().itp_local(),
-            three_ready(["node0", "node1", "node2"]),
-            Want::NoLocal,
-        ),
-        case(
-            "TestInternalTrafficPolicy/endpoints deleted (Cluster)",
-            svc().internal_traffic_policy("Cluster"),
-            vec![],
-            Want::Refused { local: false },
-        ),
-        case(
-            "TestInternalTrafficPolicy/endpoints deleted (Local)",
-            svc().itp_local(),
-            vec![],
-            Want::Refused { local: true },
-        ),
-        // TestTerminatingEndpointsTrafficPolicyLocal (eTP Local: only the
-        // pod-to-clusterIP flows apply).
-        case(
-            "TestTerminatingEndpointsTrafficPolicyLocal/ready endpoints exist",
-            svc_lb().etp_local(),
-            ready_exist(THIS_NODE),
-            Want::Cluster(&["10.71.1.1", "10.71.1.2", "10.71.1.5"]),
-        )
-        .outside(Want::Local(&["10.71.1.1", "10.71.1.2"])),
-        case(
-            "TestTerminatingEndpointsTrafficPolicyLocal/only terminating endpoints exist",
-            svc_lb().etp_local(),
-            vec![vec![
-                serving_terminating("10.71.1.2").here(),
-                serving_terminating("10.71.1.3").here(),
-                terminating("10.71.1.4").here(),
-                ready("10.71.1.5").on("node-1"),
-            ]],
-            Want::Cluster(&["10.71.1.5"]),
-        )
-        .outside(Want::Local(&["10.71.1.2", "10.71.1.3"])),
-        case(
-            "TestTerminatingEndpointsTrafficPolicyLocal/terminating endpoints on remote node",
-            svc_lb().etp_local(),
-            vec![vec![serving_terminating("10.71.1.5").on("node-1")]],
-            Want::Cluster(&["10.71.1.5"]),
-        )
-        .outside(Want::NoLocal),
-        case(
-            "TestTerminatingEndpointsTrafficPolicyLocal/no usable endpoints on any node",
-            svc_lb().etp_local(),
-            no_usable(),
-            Want::Refused { local: false },
-        ),
-        case(
-            "TestTerminatingEndpointsTrafficPolicyLocal/pod to clusterIP after endpoints deleted",
-            svc_lb().etp_local(),
-            vec![],
-            Want::Refused { local: false },
-        ),
-        // TestTerminatingEndpointsTrafficPolicyCluster
-        case(
-            "TestTerminatingEndpointsTrafficPolicyCluster/ready endpoints exist",
-            svc_lb(),
-            ready_exist("another-node"),
-            Want::Cluster(&["10.71.1.1", "10.71.1.2", "10.71.1.5"]),
-        ),
-        case(
-            "TestTerminatingEndpointsTrafficPolicyCluster/only terminating endpoints exist",
-            svc_lb(),
-            vec![vec![
-                serving_terminating("10.71.1.2").here(),
-                serving_terminating("10.71.1.3").here(),
-                terminating("10.71.1.4").on("another-node"),
-                serving_terminating("10.71.1.5").on("another-node"),
-            ]],
-            Want::Cluster(&["10.71.1.2", "10.71.1.3", "10.71.1.5"]),
-        ),
-        case(
-            "TestTerminatingEndpointsTrafficPolicyCluster/terminating endpoints on remote node",
-            svc_lb(),
-            vec![vec![serving_terminating("10.71.1.5").on("node-1")]],
-            Want::Cluster(&["10.71.1.5"]),
-        ),
-        case(
-            "TestTerminatingEndpointsTrafficPolicyCluster/no usable endpoints on any node",
-            svc_lb(),
-            no_usable(),
-            Want::Refused { local: false },
-        ),
-        case(
-            "TestTerminatingEndpointsTrafficPolicyCluster/pod to clusterIP after endpoints deleted",
-            svc_lb(),
-            vec![],
-            Want::Refused { local: false },
-        ),
-        // TestNoEndpointsMetric: sync_proxy_rules_no_local_endpoints_total
-        // {internal} counts exactly the DROP (EHOSTUNREACH) case.
-        case(
-            "TestNoEndpointsMetric/internalTrafficPolicy is set and there are local endpoints",
-            svc_node_port().itp_local(),
-            three_ready([THIS_NODE, "node1", "node2"]),
-            Want::Local(&["10.71.1.1"]),
-        ),
-        case(
-            "TestNoEndpointsMetric/externalTrafficPolicy is set and there are local endpoints",
-            svc_node_port().etp_local(),
-            three_ready([THIS_NODE, "node1", "node2"]),
-            Want::Cluster(&["10.71.1.1", "10.71.1.2", "10.71.1.3"]),
-        ),
-        case(
-            "TestNoEndpointsMetric/both policies are set and there are local endpoints",
-            svc_node_port().itp_local().etp_local(),
-            three_ready([THIS_NODE, "node1", "node2"]),
-            Want::Local(&["10.71.1.1"]),
-        ),
-        case(
-            "TestNoEndpointsMetric/internalTrafficPolicy is set and there are no local endpoints",
-            svc_node_port().itp_local(),
-            three_ready(["node0", "node1", "node2"]),
-            Want::NoLocal,
-        ),
-        case(
-            "TestNoEndpointsMetric/externalTrafficPolicy is set and there are no local endpoints",
-            svc_node_port().etp_local(),
-            three_ready(["node0", "node1", "node2"]),
-            Want::Cluster(&["10.71.1.1", "10.71.1.2", "10.71.1.3"]),
-        ),
-        case(
-            "TestNoEndpointsMetric/both policies are set and there are no local endpoints",
-            svc_node_port().itp_local().etp_local(),
-            three_ready(["node0", "node1", "node2"]),
-            Want::NoLocal,
-        ),
-        case(
-            "TestNoEndpointsMetric/both policies are set and there are no endpoints at all",
-            svc_node_port().itp_local().etp_local(),
-            vec![vec![]],
-            Want::Refused { local: true },
-        ),
-        // sessionAffinity (TestOverallNFTablesRules' svc5 sets 10800; the
-        // default and a custom timeout are the API's).
-        case(
-            "sessionAffinity ClientIP without a timeout gets the default",
-            svc().client_ip_affinity(None),
-            vec![vec![ready("10.71.1.1"), ready("10.71.1.2")]],
-            Want::Cluster(&["10.71.1.1", "10.71.1.2"]),
-        )
-        .affinity(10_800),
-        case(
-            "sessionAffinity ClientIP with a timeout",
-            svc().client_ip_affinity(Some(60)),
-            vec![vec![ready("10.71.1.1")]],
-            Want::Cluster(&["10.71.1.1"]),
-        )
-        .affinity(60),
-        case(
-            "sessionAffinity ClientIP on the serving-terminating fallback",
-            svc().client_ip_affinity(Some(30)),
-            vec![vec![
-                serving_terminating("10.71.1.1"),
-                terminating("10.71.1.2"),
-            ]],
-            Want::Cluster(&["10.71.1.1"]),
-        )
-        .affinity(30),
-        case(
-            "sessionAffinity ClientIP with internalTrafficPolicy Local",
-            svc().client_ip_affinity(None).itp_local(),
-            vec![vec![ready("10.71.1.1").here(), ready("10.71.1.2").far()]],
-            Want::Local(&["10.71.1.1"]),
-        )
-        .affinity(10_800),
-        case(
-            "sessionAffinity None",
-            svc().session_affinity("None"),
-            vec![vec![ready("10.71.1.1")]],
-            Want::Cluster(&["10.71.1.1"]),
-        ),
-    ];
-    run_cases("nftables proxier_test (single Service)", &cases);
+    run_cases(
+        "nftables proxier_test (single Service)",
+        include_str!("categorize_tests/nftables_single_service.txtar"),
+    );
 }
 
 /// Deduplication across slices and addresses, and hint edge cases.
 #[test]
 fn dedup_and_hint_edges() {
-    let cases = vec![
-        case(
-            "same IP:port in two slices, terminating copy first: the ready copy is kept",
-            svc(),
-            vec![
-                vec![serving_terminating("10.72.0.1"), ready("10.72.0.2")],
-                vec![ready("10.72.0.1")],
-            ],
-            Want::Cluster(&["10.72.0.1", "10.72.0.2"]),
-        ),
-        case(
-            "same IP:port in two slices, terminating copy second: the ready copy is kept",
-            svc(),
-            vec![
-                vec![ready("10.72.0.1"), ready("10.72.0.2")],
-                vec![serving_terminating("10.72.0.1")],
-            ],
-            Want::Cluster(&["10.72.0.1", "10.72.0.2"]),
-        ),
-        case(
-            "non-terminating beats local: a remote ready copy over a local terminating one",
-            svc().itp_local(),
-            vec![
-                vec![ready("10.72.0.1").far()],
-                vec![serving_terminating("10.72.0.1").here()],
-            ],
-            Want::NoLocal,
-        ),
-        case(
-            "non-terminating beats local, the other slice order",
-            svc().itp_local(),
-            vec![
-                vec![serving_terminating("10.72.0.1").here()],
-                vec![ready("10.72.0.1").far()],
-            ],
-            Want::NoLocal,
-        ),
-        case(
-            "same IP:port twice, both ready: the local copy wins",
-            svc().itp_local(),
-            vec![
-                vec![ready("10.72.0.1").far()],
-                vec![ready("10.72.0.1").here()],
-            ],
-            Want::Local(&["10.72.0.1"]),
-        ),
-        case(
-            "same IP:port twice, both ready: the local copy wins, the other slice order",
-            svc().itp_local(),
-            vec![
-                vec![ready("10.72.0.1").here()],
-                vec![ready("10.72.0.1").far()],
-            ],
-            Want::Local(&["10.72.0.1"]),
-        ),
-        case(
-            "same IP:port twice, both serving-terminating: the local copy wins",
-            svc().itp_local(),
-            vec![
-                vec![serving_terminating("10.72.0.1").far()],
-                vec![serving_terminating("10.72.0.1").here()],
-            ],
-            Want::Local(&["10.72.0.1"]),
-        ),
-        case(
-            "a non-terminating copy wins even when it is not ready",
-            svc(),
-            vec![
-                vec![serving_terminating("10.72.0.1")],
-                vec![unready("10.72.0.1")],
-            ],
-            Want::Refused { local: false },
-        ),
-        case(
-            "only addresses[0] of an endpoint counts",
-            svc(),
-            vec![vec![
-                ready("10.72.0.1").address("10.72.0.9"),
-                ready("10.72.0.2"),
-            ]],
-            Want::Cluster(&["10.72.0.1", "10.72.0.2"]),
-        ),
-        case(
-            "a second address equal to another endpoint's first does not merge them",
-            svc(),
-            vec![vec![
-                unready("10.72.0.1").address("10.72.0.2"),
-                ready("10.72.0.2"),
-            ]],
-            Want::Cluster(&["10.72.0.2"]),
-        ),
-        case(
-            "the same ready IP:port in two slices counts once",
-            svc(),
-            vec![vec![ready("10.72.0.1")], vec![ready("10.72.0.1")]],
-            Want::Cluster(&["10.72.0.1"]),
-        ),
-        case(
-            "a node without a zone label matches no zone hint",
-            svc(),
-            vec![vec![
-                ready("10.72.0.1").zones(&["zone-a"]),
-                ready("10.72.0.2").zones(&["zone-b"]),
-            ]],
-            Want::Cluster(&["10.72.0.1", "10.72.0.2"]),
-        ),
-        case(
-            "a node whose zone label is empty matches no zone hint, not even an empty one",
-            svc(),
-            vec![vec![
-                ready("10.72.0.1").zones(&["zone-a"]),
-                ready("10.72.0.2").zones(&["zone-b"]),
-            ]],
-            Want::Cluster(&["10.72.0.1", "10.72.0.2"]),
-        )
-        .zone(""),
-        case(
-            "zone hints on only some ready endpoints: no filtering",
-            svc(),
-            vec![vec![
-                ready("10.72.0.1").zones(&["zone-a"]),
-                ready("10.72.0.2").zones(&["zone-a"]),
-                ready("10.72.0.3"),
-            ]],
-            Want::Cluster(&["10.72.0.1", "10.72.0.2", "10.72.0.3"]),
-        )
-        .zone("zone-a"),
-        case(
-            "zone hints on every ready endpoint, in another slice than the unhinted unready one",
-            svc(),
-            vec![
-                vec![
-                    ready("10.72.0.1").zones(&["zone-a"]),
-                    ready("10.72.0.2").zones(&["zone-b"]),
-                ],
-                vec![unready("10.72.0.3")],
-            ],
-            Want::Cluster(&["10.72.0.1"]),
-        )
-        .zone("zone-a"),
-        case(
-            "topology filters across slices",
-            svc(),
-            vec![
-                vec![ready("10.72.0.1").zones(&["zone-a"])],
-                vec![ready("10.72.0.2").zones(&["zone-b"])],
-            ],
-            Want::Cluster(&["10.72.0.2"]),
-        )
-        .zone("zone-b"),
-        // The shape of TestHealthCheckNodePortWhenTerminating's 10.0.1.1
-        // after the update: serving but neither ready nor terminating.
-        case(
-            "serving, not ready, not terminating: neither ready nor the fallback",
-            svc(),
-            vec![vec![
-                Ep::new("10.72.0.1")
-                    .ready(false)
-                    .serving(true)
-                    .terminating(false)
-                    .here(),
-                serving_terminating("10.72.0.2").here(),
-                terminating("10.72.0.3").here(),
-            ]],
-            Want::Cluster(&["10.72.0.2"]),
-        ),
-        case(
-            "serving, not ready, not terminating, with Local: the local fallback skips it",
-            svc().itp_local(),
-            vec![vec![
-                Ep::new("10.72.0.1")
-                    .ready(false)
-                    .serving(true)
-                    .terminating(false)
-                    .here(),
-                serving_terminating("10.72.0.2").here(),
-                serving_terminating("10.72.0.3").far(),
-            ]],
-            Want::Local(&["10.72.0.2"]),
-        ),
-        case(
-            "Local falls back to local serving-terminating endpoints though others are ready elsewhere",
-            svc().itp_local(),
-            vec![vec![
-                serving_terminating("10.72.0.1").here(),
-                ready("10.72.0.2").far(),
-            ]],
-            Want::Local(&["10.72.0.1"]),
-        ),
-        case(
-            "a local endpoint not serving is not used; ready ones elsewhere make it unreachable",
-            svc().itp_local(),
-            vec![vec![
-                terminating("10.72.0.1").here(),
-                ready("10.72.0.2").far(),
-            ]],
-            Want::NoLocal,
-        ),
-    ];
-    run_cases("dedup and hint edges", &cases);
+    run_cases(
+        "dedup and hint edges",
+        include_str!("categorize_tests/dedup_and_hint_edges.txtar"),
+    );
 }
 
 // ---------------------------------------------------------------- several Services

@@ -53,12 +53,8 @@ impl FilePoll {
             self.seen = Some(now);
             match file::load(&self.path) {
                 Ok(objects) => {
-                    for s in &objects.skipped {
-                        warn!(document = %s.location, "skipping malformed document: {}", s.reason);
-                        shared.metrics.skipped_documents.inc();
-                    }
                     shared.health.queued();
-                    return changes(objects, &self.node_name, Instant::now());
+                    return changes(objects, &self.node_name, shared, Instant::now());
                 }
                 Err(e) => error!(
                     error = &e as &dyn std::error::Error,
@@ -69,8 +65,18 @@ impl FilePoll {
     }
 }
 
-/// The complete state `objects` holds, as read at `read`.
-fn changes(objects: file::Objects, node_name: &str, read: Instant) -> Vec<(Change, Instant)> {
+/// The complete state `objects` holds, as read at `read`, with this
+/// node's Node (`node_name`); its skipped documents are logged and counted.
+pub fn changes(
+    objects: file::Objects,
+    node_name: &str,
+    shared: &Shared,
+    read: Instant,
+) -> Vec<(Change, Instant)> {
+    for s in &objects.skipped {
+        warn!(document = %s.location, "skipping malformed document: {}", s.reason);
+        shared.metrics.skipped_documents.inc();
+    }
     let node = objects
         .nodes
         .iter()
@@ -141,7 +147,7 @@ spec: {ports: nope}
         let file = TempFile::new("whole", OBJECTS);
         let objects = file::load(file.path()).unwrap();
         let read = Instant::now();
-        let got = changes(objects, "node-a", read);
+        let got = changes(objects, "node-a", &Shared::default(), read);
         let [
             (Change::AllServices(services), t1),
             (Change::AllSlices(slices), t2),
@@ -163,7 +169,8 @@ spec: {ports: nope}
     #[test]
     fn without_this_nodes_node_the_node_is_empty() {
         let file = TempFile::new("other", OBJECTS);
-        let got = changes(file::load(file.path()).unwrap(), "node-c", Instant::now());
+        let objects = file::load(file.path()).unwrap();
+        let got = changes(objects, "node-c", &Shared::default(), Instant::now());
         assert!(matches!(&got[2], (Change::Node(n), _) if *n == NodeFacts::default()));
     }
 

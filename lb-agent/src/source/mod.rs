@@ -4,7 +4,7 @@
 mod backoff;
 mod changes;
 pub mod file;
-mod file_poll;
+pub mod file_poll;
 pub mod interfaces;
 pub mod kube;
 mod nesting;
@@ -13,7 +13,6 @@ pub mod strip;
 use std::net::IpAddr;
 
 pub use changes::{Changes, SourceError};
-pub use file_poll::FilePoll;
 
 use k8s_openapi::api::{
     core::v1::{Node, Service},
