@@ -23,6 +23,7 @@ mod orphans;
 pub mod probe;
 pub mod procnet;
 pub mod progstats;
+pub mod rig;
 pub mod scenario;
 pub mod soak;
 pub mod two_nodes;
