@@ -20,6 +20,7 @@ pub mod maps;
 pub mod metrics;
 pub mod netns;
 mod orphans;
+pub mod percentile;
 pub mod probe;
 pub mod procnet;
 pub mod progstats;
