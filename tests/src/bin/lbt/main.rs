@@ -919,18 +919,7 @@ struct Tally {
 
 impl Tally {
     fn error(&mut self, e: &io::Error) {
-        let kind = match e.kind() {
-            _ if e
-                .get_ref()
-                .is_some_and(|inner| inner.is::<sock::WrongPeer>()) =>
-            {
-                "WrongPeer".to_owned()
-            }
-            // A timed-out blocking call on a socket with SO_{SND,RCV}TIMEO.
-            io::ErrorKind::WouldBlock => "TimedOut".to_owned(),
-            k => format!("{k:?}"),
-        };
-        *self.errors.entry(kind).or_default() += 1;
+        *self.errors.entry(sock::cause(e)).or_default() += 1;
     }
 
     fn reply(&mut self, id: &[u8], lat: Duration) {
