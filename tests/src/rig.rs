@@ -36,6 +36,9 @@ pub struct Rig {
     pub cgroup: TestCgroup,
     /// Holds the manifest and the kubeconfig; removed on drop.
     dir: PathBuf,
+    /// The network namespace (under /run/netns) the agent runs in; `None`:
+    /// the test's own.
+    netns: Option<String>,
 }
 
 impl Rig {
@@ -51,7 +54,16 @@ impl Rig {
             pins: PinDir::new(name),
             cgroup: TestCgroup::new(name)?,
             dir,
+            netns: None,
         })
+    }
+
+    /// A rig whose agents run inside network namespace `netns`, as a
+    /// node's agent runs in its host's (see [`Agent::start_in`]).
+    pub fn in_netns(name: &str, netns: &str) -> anyhow::Result<Self> {
+        let mut rig = Self::new(name)?;
+        rig.netns = Some(netns.to_owned());
+        Ok(rig)
     }
 
     /// The file the agent reads with `--from-file`.
@@ -77,13 +89,19 @@ impl Rig {
 
     /// Starts the agent on the current manifest without waiting for it.
     pub fn spawn_agent(&mut self, extra: &[&str]) -> anyhow::Result<&mut Agent> {
-        let agent = Agent::start(
-            &self.manifest(),
-            self.cgroup.path(),
-            self.pins.path(),
-            extra,
-        )?;
+        let agent = self.launch(extra)?;
         Ok(self.agent.insert(agent))
+    }
+
+    /// Starts an agent on the current manifest without waiting for it or
+    /// keeping it, for a test that holds its agents itself (several at once,
+    /// or across a restart).
+    pub fn launch(&self, extra: &[&str]) -> anyhow::Result<Agent> {
+        let (manifest, cgroup, pins) = (&self.manifest(), self.cgroup.path(), self.pins.path());
+        match &self.netns {
+            Some(ns) => Agent::start_in(ns, manifest, cgroup, pins, extra),
+            None => Agent::start(manifest, cgroup, pins, extra),
+        }
     }
 
     /// The running agent; panics if it was never started.

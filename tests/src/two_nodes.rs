@@ -24,9 +24,8 @@
 
 use std::{
     collections::BTreeSet,
-    fs,
     net::SocketAddr,
-    path::PathBuf,
+    ops::Deref,
     time::{Duration, Instant},
 };
 
@@ -34,12 +33,13 @@ use anyhow::bail;
 use lb_fixtures::{Ep, Node, Object, Slice, Svc, SvcPort};
 
 use crate::{
-    agent::{Agent, PinDir},
-    cgroup::TestCgroup,
+    agent::Agent,
     http,
     netns::{Namespaces, exec, ip, sysctl, veth},
     probe::{Report, Server, outside_client},
-    require_root, unique,
+    require_root,
+    rig::Rig,
+    unique,
 };
 
 pub const CLIENT: &str = "203.0.113.2";
@@ -182,20 +182,27 @@ pub fn answers<'a>(r: &'a Report, n: u32, to: &str) -> BTreeSet<&'a str> {
     r.replies.keys().map(String::as_str).collect()
 }
 
-/// One node of the bed: its namespace's short name, Node name, and the
-/// agent's pins and cgroup.
+/// One node of the bed: its namespace's short name, its Node name, and
+/// the [`Rig`] of its agent, which runs in the node's namespace (the rig's
+/// fields and methods, `node.pins` ..., are the node's).
 pub struct NodeBed {
     pub host: &'static str,
     pub name: &'static str,
-    pub pins: PinDir,
-    pub cgroup: TestCgroup,
+    rig: Rig,
+}
+
+impl Deref for NodeBed {
+    type Target = Rig;
+
+    fn deref(&self) -> &Rig {
+        &self.rig
+    }
 }
 
 pub struct Bed {
     pub nodes: Nodes,
     pub node1: NodeBed,
     pub node2: NodeBed,
-    pub manifest: PathBuf,
     _servers: Vec<Server>,
 }
 
@@ -213,23 +220,18 @@ impl Bed {
             Server::start(&p2, "p2", &[8080], &[5353])?,
             Server::start(&p1, "proxy", &[80], &[])?,
         ];
-        let dir = std::env::temp_dir().join(&name);
-        fs::create_dir_all(&dir)?;
-        let path = dir.join("services.yaml");
-        fs::write(&path, manifest)?;
         let node = |host, node_name| -> anyhow::Result<NodeBed> {
-            let id = format!("{name}-{host}");
+            let rig = Rig::in_netns(&format!("{name}-{host}"), &nodes.ns(host))?;
+            rig.write_manifest(manifest)?;
             Ok(NodeBed {
                 host,
                 name: node_name,
-                pins: PinDir::new(&id),
-                cgroup: TestCgroup::new(&id)?,
+                rig,
             })
         };
         Ok(Self {
             node1: node("n1", "node-1")?,
             node2: node("n2", "node-2")?,
-            manifest: path,
             _servers: servers,
             nodes,
         })
@@ -240,19 +242,14 @@ impl Bed {
         self.agent_with(node, &[])
     }
 
-    /// Starts `node`'s agent in its namespace with `args` besides its name.
+    /// Starts `node`'s agent in its namespace with `args` besides its name,
+    /// and waits for its first sync.
     pub fn agent_with(&self, node: &NodeBed, args: &[&str]) -> anyhow::Result<Agent> {
         let name = format!("--hostname-override={}", node.name);
         let args: Vec<&str> = std::iter::once(name.as_str())
             .chain(args.iter().copied())
             .collect();
-        let mut agent = Agent::start_in(
-            &self.nodes.ns(node.host),
-            &self.manifest,
-            node.cgroup.path(),
-            node.pins.path(),
-            &args,
-        )?;
+        let mut agent = node.launch(&args)?;
         agent.wait_syncs(1)?;
         Ok(agent)
     }
@@ -290,10 +287,10 @@ impl Bed {
         }
     }
 
-    /// Replaces the agents' source; they read it within a second.
+    /// Replaces both agents' source; they read it within a second.
     pub fn write_manifest(&self, manifest: &str) -> anyhow::Result<()> {
-        fs::write(&self.manifest, manifest)?;
-        Ok(())
+        self.node1.write_manifest(manifest)?;
+        self.node2.write_manifest(manifest)
     }
 
     /// Runs `cmd` in `host`'s namespace (`c`, `r`, `n1`, `n2`, `p1`, `p2`).
