@@ -6,7 +6,7 @@
 //! # fn main() -> anyhow::Result<()> {
 //! let mut rig = lb_tests::rig::Rig::new(&lb_tests::unique("x"))?;
 //! rig.write_manifest("---\n")?;
-//! rig.start_agent(&["--flag=value"])?; // spawned, then its first sync awaited
+//! rig.start_agent(&["--map-prune-interval", "1s"])?; // and its first sync awaited
 //! let syncs = rig.agent().metric(lb_tests::agent::SYNCS)?;
 //! let dump = rig.pins.dump()?;
 //! rig.agent().kill();
@@ -29,6 +29,7 @@ use crate::{
     scenario::apply_yaml,
 };
 
+/// One agent and what it runs on; see the module docs.
 pub struct Rig {
     /// The running agent, once started.
     pub agent: Option<Agent>,
