@@ -1,6 +1,7 @@
 //! The real `lb-agent` binary as a child process, and its pin directory.
 
 use std::{
+    ffi::OsStr,
     io::{BufRead, BufReader},
     net::SocketAddr,
     os::{fd::AsRawFd as _, unix::process::CommandExt as _},
@@ -134,9 +135,7 @@ impl Agent {
         pins: &Path,
         extra: &[&str],
     ) -> anyhow::Result<Self> {
-        let mut args = vec![std::ffi::OsStr::new("--from-file"), manifest.as_os_str()];
-        args.extend(extra.iter().map(std::ffi::OsStr::new));
-        Self::spawn(&args, cgroup, pins, None)
+        Self::spawn(&from_file(manifest, extra), cgroup, pins, None)
     }
 
     /// `lb-agent run --from-file manifest` inside network namespace
@@ -149,9 +148,7 @@ impl Agent {
         pins: &Path,
         extra: &[&str],
     ) -> anyhow::Result<Self> {
-        let mut args = vec![std::ffi::OsStr::new("--from-file"), manifest.as_os_str()];
-        args.extend(extra.iter().map(std::ffi::OsStr::new));
-        Self::spawn(&args, cgroup, pins, Some(netns))
+        Self::spawn(&from_file(manifest, extra), cgroup, pins, Some(netns))
     }
 
     /// `lb-agent run --kubeconfig kubeconfig`, as node `node-1`.
@@ -162,16 +159,16 @@ impl Agent {
         extra: &[&str],
     ) -> anyhow::Result<Self> {
         let mut args = vec![
-            std::ffi::OsStr::new("--kubeconfig"),
+            OsStr::new("--kubeconfig"),
             kubeconfig.as_os_str(),
-            std::ffi::OsStr::new("--hostname-override=node-1"),
+            OsStr::new("--hostname-override=node-1"),
         ];
-        args.extend(extra.iter().map(std::ffi::OsStr::new));
+        args.extend(extra.iter().map(OsStr::new));
         Self::spawn(&args, cgroup, pins, None)
     }
 
     fn spawn(
-        args: &[&std::ffi::OsStr],
+        args: &[&OsStr],
         cgroup: &Path,
         pins: &Path,
         netns: Option<&str>,
@@ -378,6 +375,13 @@ impl Drop for Agent {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// `--from-file manifest` followed by `extra`.
+fn from_file<'a>(manifest: &'a Path, extra: &'a [&'a str]) -> Vec<&'a OsStr> {
+    let mut args = vec![OsStr::new("--from-file"), manifest.as_os_str()];
+    args.extend(extra.iter().map(OsStr::new));
+    args
 }
 
 fn open_netns(name: &str) -> anyhow::Result<std::fs::File> {

@@ -1,6 +1,16 @@
 //! Test harness: network namespaces, a test cgroup, the real `lb-agent`
 //! binary, and `lbt` (identity backends and clients) run inside the netns.
 //!
+//! * The harness: [`netns`] (the topology builder: namespaces, veths,
+//!   routes, cleanup; the star [`netns::Topology`]), [`rig`] (one agent and
+//!   its pins, cgroup and manifest: start, wait, metrics, dump, kill),
+//!   [`agent`] (the `lb-agent` process and its pin directory), [`cgroup`],
+//!   [`probe`] (`lbt` servers and clients), and the beds built from them:
+//!   [`scenario`] (one node) and [`two_nodes`] (traffic from outside).
+//! * Tools of their own: [`apiserver`] (the stand-in apiserver),
+//!   [`kubeproxy`] (kube-proxy's rule generators), [`soak`], and `lbt`
+//!   (`src/bin/lbt`).
+//!
 //! Network safety: every address used lives on veths inside namespaces the
 //! harness created; the root namespace gets no interface, route or packet.
 //! Everything is torn down by `Drop`, also when a test panics.
@@ -20,9 +30,11 @@ pub mod maps;
 pub mod metrics;
 pub mod netns;
 mod orphans;
+pub mod percentile;
 pub mod probe;
 pub mod procnet;
 pub mod progstats;
+pub mod rig;
 pub mod scenario;
 pub mod soak;
 pub mod two_nodes;

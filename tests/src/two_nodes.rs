@@ -24,21 +24,22 @@
 
 use std::{
     collections::BTreeSet,
-    fs,
     net::SocketAddr,
-    path::PathBuf,
+    ops::Deref,
     time::{Duration, Instant},
 };
 
 use anyhow::bail;
+use lb_fixtures::{Ep, Node, Object, Slice, Svc, SvcPort};
 
 use crate::{
-    agent::{Agent, PinDir},
-    cgroup::TestCgroup,
+    agent::Agent,
     http,
-    netns::{exec, ip},
+    netns::{Namespaces, exec, ip, sysctl, veth},
     probe::{Report, Server, outside_client},
-    require_root, unique,
+    require_root,
+    rig::Rig,
+    unique,
 };
 
 pub const CLIENT: &str = "203.0.113.2";
@@ -52,58 +53,47 @@ pub const PROXY_IP: &str = "198.51.100.30";
 /// `lonely`'s health-check port.
 pub const HC_PORT: u16 = 32100;
 
-pub const HOSTS: [&str; 6] = ["c", "r", "n1", "n2", "p1", "p2"];
-
 /// Namespaces `<name>-{c,r,n1,n2,p1,p2}`, deleted on drop.
 pub struct Nodes {
-    name: String,
+    namespaces: Namespaces,
 }
 
 impl Nodes {
     pub fn ns(&self, host: &str) -> String {
-        format!("{}-{host}", self.name)
+        self.namespaces.ns(host)
     }
 
     pub fn new(name: &str) -> anyhow::Result<Self> {
-        let nodes = Self {
-            name: name.to_owned(),
-        };
-        for host in HOSTS {
-            let ns = nodes.ns(host);
-            ip(&["netns", "add", &ns])?;
-            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
-        }
-        let [c, r, n1, n2, p1, p2] = HOSTS.map(|h| nodes.ns(h));
-        nodes.link(
-            &c,
-            "eth0",
-            Some(&format!("{CLIENT}/24")),
-            &r,
-            "eth0",
-            Some("203.0.113.1/24"),
+        let mut namespaces = Namespaces::new(name);
+        let [c, r, n1, n2, p1, p2] = [
+            namespaces.add("c")?,
+            namespaces.add("r")?,
+            namespaces.add("n1")?,
+            namespaces.add("n2")?,
+            namespaces.add("p1")?,
+            namespaces.add("p2")?,
+        ];
+        veth(
+            (&c, "eth0", Some(&format!("{CLIENT}/24"))),
+            (&r, "eth0", Some("203.0.113.1/24")),
         )?;
         ip(&["-n", &r, "link", "add", "br0", "type", "bridge"])?;
         ip(&["-n", &r, "addr", "add", "192.168.57.254/24", "dev", "br0"])?;
         ip(&["-n", &r, "link", "set", "br0", "up"])?;
         for (node, addr, port) in [(&n1, NODE1, "n1"), (&n2, NODE2, "n2")] {
-            nodes.link(node, "eth0", Some(&format!("{addr}/24")), &r, port, None)?;
+            veth(
+                (node, "eth0", Some(&format!("{addr}/24"))),
+                (&r, port, None),
+            )?;
             ip(&["-n", &r, "link", "set", port, "master", "br0"])?;
         }
-        nodes.link(
-            &p1,
-            "eth0",
-            Some("10.42.1.2/24"),
-            &n1,
-            "p1",
-            Some("10.42.1.1/24"),
+        veth(
+            (&p1, "eth0", Some("10.42.1.2/24")),
+            (&n1, "p1", Some("10.42.1.1/24")),
         )?;
-        nodes.link(
-            &p2,
-            "eth0",
-            Some("10.42.2.2/24"),
-            &n2,
-            "p2",
-            Some("10.42.2.1/24"),
+        veth(
+            (&p2, "eth0", Some("10.42.2.2/24")),
+            (&n2, "p2", Some("10.42.2.1/24")),
         )?;
         for (ns, via) in [
             (&c, "203.0.113.1"),
@@ -132,52 +122,55 @@ impl Nodes {
             "lo",
         ])?;
         for ns in [&r, &n1, &n2] {
-            exec(
+            sysctl(
                 ns,
                 &[
-                    "sysctl",
-                    "-qw",
                     "net.ipv4.ip_forward=1",
                     "net.ipv4.conf.all.send_redirects=0",
                     "net.ipv4.conf.all.rp_filter=0",
                 ],
             )?;
         }
-        Ok(nodes)
-    }
-
-    /// A veth pair: `a_if` in `a`, `b_if` in `b`, with their addresses.
-    pub fn link(
-        &self,
-        a: &str,
-        a_if: &str,
-        a_addr: Option<&str>,
-        b: &str,
-        b_if: &str,
-        b_addr: Option<&str>,
-    ) -> anyhow::Result<()> {
-        ip(&[
-            "link", "add", "name", "lbtveth0", "netns", a, "type", "veth", "peer", "name",
-            "lbtveth1", "netns", b,
-        ])?;
-        ip(&["-n", a, "link", "set", "lbtveth0", "name", a_if])?;
-        ip(&["-n", b, "link", "set", "lbtveth1", "name", b_if])?;
-        for (ns, dev, addr) in [(a, a_if, a_addr), (b, b_if, b_addr)] {
-            if let Some(addr) = addr {
-                ip(&["-n", ns, "addr", "add", addr, "dev", dev])?;
-            }
-            ip(&["-n", ns, "link", "set", dev, "up"])?;
-        }
-        Ok(())
+        Ok(Self { namespaces })
     }
 }
 
-impl Drop for Nodes {
-    fn drop(&mut self) {
-        for host in HOSTS {
-            let _ = ip(&["netns", "del", &self.ns(host)]);
-        }
-    }
+/// Pod `p1`, ready, on node-1.
+pub fn p1() -> Ep {
+    Ep::new("10.42.1.2").ready(true).node("node-1")
+}
+
+/// Pod `p2`, ready, on node-2.
+pub fn p2() -> Ep {
+    Ep::new("10.42.2.2").ready(true).node("node-2")
+}
+
+/// Node objects `node-1` and `node-2` with their addresses.
+pub fn node_objects() -> [Object; 2] {
+    [
+        Node::new("node-1").address("InternalIP", NODE1).into(),
+        Node::new("node-2").address("InternalIP", NODE2).into(),
+    ]
+}
+
+/// A NodePort Service on `ip`: `http` (TCP 80) and `dns` (UDP 53), both
+/// on `node_port`.
+pub fn node_port_svc(name: &str, ip: &str, node_port: u16) -> Svc {
+    Svc::new("default", name)
+        .type_("NodePort")
+        .cluster_ip(ip)
+        .with_port(SvcPort::new("http", 80, "TCP").node_port(node_port.into()))
+        .with_port(SvcPort::new("dns", 53, "UDP").node_port(node_port.into()))
+}
+
+/// `svc`'s slice `<svc>-1` on `endpoints`, with the ports the pods serve:
+/// `http` (TCP 8080) and `dns` (UDP 5353).
+pub fn slice(svc: &str, endpoints: Vec<Ep>) -> Slice {
+    Slice::new("default", &format!("{svc}-1"))
+        .service(svc)
+        .port("http", 8080, "TCP")
+        .port("dns", 5353, "UDP")
+        .endpoints(endpoints)
 }
 
 /// The `<pod> from <address>` answers of `r`, after checking that all `n`
@@ -189,20 +182,27 @@ pub fn answers<'a>(r: &'a Report, n: u32, to: &str) -> BTreeSet<&'a str> {
     r.replies.keys().map(String::as_str).collect()
 }
 
-/// One node of the bed: its namespace's short name, Node name, and the
-/// agent's pins and cgroup.
+/// One node of the bed: its namespace's short name, its Node name, and
+/// the [`Rig`] of its agent, which runs in the node's namespace (the rig's
+/// fields and methods, `node.pins` ..., are the node's).
 pub struct NodeBed {
     pub host: &'static str,
     pub name: &'static str,
-    pub pins: PinDir,
-    pub cgroup: TestCgroup,
+    rig: Rig,
+}
+
+impl Deref for NodeBed {
+    type Target = Rig;
+
+    fn deref(&self) -> &Rig {
+        &self.rig
+    }
 }
 
 pub struct Bed {
     pub nodes: Nodes,
     pub node1: NodeBed,
     pub node2: NodeBed,
-    pub manifest: PathBuf,
     _servers: Vec<Server>,
 }
 
@@ -220,23 +220,18 @@ impl Bed {
             Server::start(&p2, "p2", &[8080], &[5353])?,
             Server::start(&p1, "proxy", &[80], &[])?,
         ];
-        let dir = std::env::temp_dir().join(&name);
-        fs::create_dir_all(&dir)?;
-        let path = dir.join("services.yaml");
-        fs::write(&path, manifest)?;
         let node = |host, node_name| -> anyhow::Result<NodeBed> {
-            let id = format!("{name}-{host}");
+            let rig = Rig::in_netns(&format!("{name}-{host}"), &nodes.ns(host))?;
+            rig.write_manifest(manifest)?;
             Ok(NodeBed {
                 host,
                 name: node_name,
-                pins: PinDir::new(&id),
-                cgroup: TestCgroup::new(&id)?,
+                rig,
             })
         };
         Ok(Self {
             node1: node("n1", "node-1")?,
             node2: node("n2", "node-2")?,
-            manifest: path,
             _servers: servers,
             nodes,
         })
@@ -247,19 +242,14 @@ impl Bed {
         self.agent_with(node, &[])
     }
 
-    /// Starts `node`'s agent in its namespace with `args` besides its name.
+    /// Starts `node`'s agent in its namespace with `args` besides its name,
+    /// and waits for its first sync.
     pub fn agent_with(&self, node: &NodeBed, args: &[&str]) -> anyhow::Result<Agent> {
         let name = format!("--hostname-override={}", node.name);
         let args: Vec<&str> = std::iter::once(name.as_str())
             .chain(args.iter().copied())
             .collect();
-        let mut agent = Agent::start_in(
-            &self.nodes.ns(node.host),
-            &self.manifest,
-            node.cgroup.path(),
-            node.pins.path(),
-            &args,
-        )?;
+        let mut agent = node.launch(&args)?;
         agent.wait_syncs(1)?;
         Ok(agent)
     }
@@ -297,10 +287,10 @@ impl Bed {
         }
     }
 
-    /// Replaces the agents' source; they read it within a second.
+    /// Replaces both agents' source; they read it within a second.
     pub fn write_manifest(&self, manifest: &str) -> anyhow::Result<()> {
-        fs::write(&self.manifest, manifest)?;
-        Ok(())
+        self.node1.write_manifest(manifest)?;
+        self.node2.write_manifest(manifest)
     }
 
     /// Runs `cmd` in `host`'s namespace (`c`, `r`, `n1`, `n2`, `p1`, `p2`).

@@ -13,11 +13,13 @@ use std::{
 use anyhow::{Context as _, bail};
 use aya::maps::MapInfo;
 use lb_common::{CT4, NAT4};
-use lb_fixtures::{Ep, Node, Object, Slice, Svc, SvcPort, yaml};
+use lb_fixtures::{Ep, Svc, SvcPort, yaml};
 use lb_tests::{
     layout4,
     probe::{Held, HeldUdp, UdpAnswer, outside_bench},
-    two_nodes::{Bed, CLIENT, EXTERNAL_IP, NODE1, NODE2, answers},
+    two_nodes::{
+        Bed, CLIENT, EXTERNAL_IP, NODE1, NODE2, answers, node_objects, node_port_svc, p1, p2, slice,
+    },
 };
 
 /// `remote`'s NodePort: its one endpoint, p2, is on node-2, so every flow
@@ -36,33 +38,19 @@ const LB_IP: &str = "198.51.100.20";
 /// `p2_endpoint` in every slice that has it (ready, or terminating, or
 /// left out).
 fn manifest(p2_endpoint: Option<Ep>) -> String {
-    let p1 = || Ep::new("10.42.1.2").ready(true).node("node-1");
     let p2 = || p2_endpoint.clone().into_iter().collect::<Vec<_>>();
-    let slice = |svc: &str, endpoints: Vec<Ep>| {
-        Slice::new("default", &format!("{svc}-1"))
-            .service(svc)
-            .port("http", 8080, "TCP")
-            .port("dns", 5353, "UDP")
-            .endpoints(endpoints)
-    };
     let both = || [vec![p1()], p2()].concat();
-    let svc = |name: &str, ip: &str, node_port: i32| {
-        Svc::new("default", name)
-            .type_("NodePort")
-            .cluster_ip(ip)
-            .with_port(SvcPort::new("http", 80, "TCP").node_port(node_port))
-            .with_port(SvcPort::new("dns", 53, "UDP").node_port(node_port))
-    };
+    let [node1, node2] = node_objects();
     yaml([
-        Object::from(Node::new("node-1").address("InternalIP", NODE1)),
-        Node::new("node-2").address("InternalIP", NODE2).into(),
-        svc("remote", "10.96.58.1", REMOTE.into()).into(),
+        node1,
+        node2,
+        node_port_svc("remote", "10.96.58.1", REMOTE).into(),
         slice("remote", p2()).into(),
-        svc("local", "10.96.58.2", LOCAL.into())
+        node_port_svc("local", "10.96.58.2", LOCAL)
             .external_traffic_policy("Local")
             .into(),
         slice("local", both()).into(),
-        svc("cluster", "10.96.58.3", CLUSTER.into())
+        node_port_svc("cluster", "10.96.58.3", CLUSTER)
             .external_ips(&[EXTERNAL_IP])
             .into(),
         slice("cluster", both()).into(),
@@ -78,7 +66,7 @@ fn manifest(p2_endpoint: Option<Ep>) -> String {
 }
 
 fn ready_p2() -> Option<Ep> {
-    Some(Ep::new("10.42.2.2").ready(true).node("node-2"))
+    Some(p2())
 }
 
 /// The bed with an agent on each node (`args` for both); they are

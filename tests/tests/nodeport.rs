@@ -10,12 +10,15 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use aya::programs::{SchedClassifier, TcAttachType};
-use lb_fixtures::{Ep, Node, Object, Slice, Svc, SvcPort, yaml};
+use lb_fixtures::{Svc, SvcPort, yaml};
 use lb_tests::{
     agent,
     netns::{self, exec, ip},
     probe::{self, Held},
-    two_nodes::{Bed, CLIENT, EXTERNAL_IP, HC_PORT, NODE1, NODE2, NodeBed, PROXY_IP, answers},
+    two_nodes::{
+        Bed, CLIENT, EXTERNAL_IP, HC_PORT, NODE1, NODE2, NodeBed, PROXY_IP, answers, node_objects,
+        node_port_svc, p1, p2, slice,
+    },
 };
 
 /// Nodes `node-1` and `node-2`, and Services with one endpoint on each node
@@ -27,15 +30,7 @@ use lb_tests::{
 /// (198.51.100.21, ranges without it) and `proxied` ([`PROXY_IP`] with
 /// `ipMode: Proxy`); and `empty` (NodePort 30082), without endpoints.
 fn manifest() -> String {
-    let p1 = || Ep::new("10.42.1.2").ready(true).node("node-1");
-    let slice = |svc: &str, endpoints: Vec<Ep>| {
-        Slice::new("default", &format!("{svc}-1"))
-            .service(svc)
-            .port("http", 8080, "TCP")
-            .port("dns", 5353, "UDP")
-            .endpoints(endpoints)
-    };
-    let both = || vec![p1(), Ep::new("10.42.2.2").ready(true).node("node-2")];
+    let both = || vec![p1(), p2()];
     let lb = |name: &str, vip: &str, node_port: i32, ip: &str, mode: &str| {
         Svc::new("default", name)
             .type_("LoadBalancer")
@@ -43,23 +38,16 @@ fn manifest() -> String {
             .with_port(SvcPort::new("http", 80, "TCP").node_port(node_port))
             .lb_ingress(ip, Some(mode))
     };
+    let [node1, node2] = node_objects();
     yaml([
-        Object::from(Node::new("node-1").address("InternalIP", NODE1)),
-        Node::new("node-2").address("InternalIP", NODE2).into(),
-        Svc::new("default", "cluster")
-            .type_("NodePort")
-            .cluster_ip("10.96.57.1")
+        node1,
+        node2,
+        node_port_svc("cluster", "10.96.57.1", 30080)
             .external_ips(&[EXTERNAL_IP])
-            .with_port(SvcPort::new("http", 80, "TCP").node_port(30080))
-            .with_port(SvcPort::new("dns", 53, "UDP").node_port(30080))
             .into(),
         slice("cluster", both()).into(),
-        Svc::new("default", "local")
-            .type_("NodePort")
-            .cluster_ip("10.96.57.2")
+        node_port_svc("local", "10.96.57.2", 30081)
             .external_traffic_policy("Local")
-            .with_port(SvcPort::new("http", 80, "TCP").node_port(30081))
-            .with_port(SvcPort::new("dns", 53, "UDP").node_port(30081))
             .into(),
         slice("local", both()).into(),
         lb("lonely", "10.96.57.6", 30085, "198.51.100.40", "VIP")
@@ -77,12 +65,7 @@ fn manifest() -> String {
         slice("shut", both()).into(),
         lb("proxied", "10.96.57.7", 30086, PROXY_IP, "Proxy").into(),
         slice("proxied", both()).into(),
-        Svc::new("default", "empty")
-            .type_("NodePort")
-            .cluster_ip("10.96.57.3")
-            .with_port(SvcPort::new("http", 80, "TCP").node_port(30082))
-            .with_port(SvcPort::new("dns", 53, "UDP").node_port(30082))
-            .into(),
+        node_port_svc("empty", "10.96.57.3", 30082).into(),
     ])
 }
 

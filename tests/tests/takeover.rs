@@ -6,11 +6,11 @@
 
 use std::{net::Ipv4Addr, time::Duration};
 
-use lb_fixtures::{Ep, Node, Object, Slice, Svc, SvcPort, yaml};
+use lb_fixtures::yaml;
 use lb_tests::{
     kubeproxy::{self, NodePort, Proto, SvcSpec},
     probe::{Held, HeldUdp, UdpAnswer},
-    two_nodes::{Bed, NODE1, NODE2},
+    two_nodes::{Bed, NODE1, NODE2, node_objects, node_port_svc, p1, p2, slice},
 };
 
 const P1: Ipv4Addr = Ipv4Addr::new(10, 42, 1, 2);
@@ -21,32 +21,16 @@ const CLUSTER: u16 = 30080;
 const LOCAL: u16 = 30081;
 
 fn manifest() -> String {
-    let slice = |svc: &str| {
-        Slice::new("default", &format!("{svc}-1"))
-            .service(svc)
-            .port("http", 8080, "TCP")
-            .port("dns", 5353, "UDP")
-            .endpoints(vec![
-                Ep::new("10.42.1.2").ready(true).node("node-1"),
-                Ep::new("10.42.2.2").ready(true).node("node-2"),
-            ])
-    };
-    let svc = |name: &str, ip: &str, node_port: u16| {
-        Svc::new("default", name)
-            .type_("NodePort")
-            .cluster_ip(ip)
-            .with_port(SvcPort::new("http", 80, "TCP").node_port(node_port.into()))
-            .with_port(SvcPort::new("dns", 53, "UDP").node_port(node_port.into()))
-    };
+    let [node1, node2] = node_objects();
     yaml([
-        Object::from(Node::new("node-1").address("InternalIP", NODE1)),
-        Node::new("node-2").address("InternalIP", NODE2).into(),
-        svc("cluster", "10.96.59.1", CLUSTER).into(),
-        slice("cluster").into(),
-        svc("local", "10.96.59.2", LOCAL)
+        node1,
+        node2,
+        node_port_svc("cluster", "10.96.59.1", CLUSTER).into(),
+        slice("cluster", vec![p1(), p2()]).into(),
+        node_port_svc("local", "10.96.59.2", LOCAL)
             .external_traffic_policy("Local")
             .into(),
-        slice("local").into(),
+        slice("local", vec![p1(), p2()]).into(),
     ])
 }
 

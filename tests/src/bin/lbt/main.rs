@@ -33,6 +33,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
+use lb_tests::percentile::percentile;
 use serde::Serialize;
 use sock::TIMEOUT;
 
@@ -918,18 +919,7 @@ struct Tally {
 
 impl Tally {
     fn error(&mut self, e: &io::Error) {
-        let kind = match e.kind() {
-            _ if e
-                .get_ref()
-                .is_some_and(|inner| inner.is::<sock::WrongPeer>()) =>
-            {
-                "WrongPeer".to_owned()
-            }
-            // A timed-out blocking call on a socket with SO_{SND,RCV}TIMEO.
-            io::ErrorKind::WouldBlock => "TimedOut".to_owned(),
-            k => format!("{k:?}"),
-        };
-        *self.errors.entry(kind).or_default() += 1;
+        *self.errors.entry(sock::cause(e)).or_default() += 1;
     }
 
     fn reply(&mut self, id: &[u8], lat: Duration) {
@@ -1003,8 +993,8 @@ fn bench(a: &BenchArgs, in_netns: bool, proto: Proto) -> anyhow::Result<BenchRep
     }
     let seconds = start.elapsed().as_secs_f64();
     all.lat_ns.sort_unstable();
-    let p50 = percentile_us(&all.lat_ns, 0.50);
-    let p99 = percentile_us(&all.lat_ns, 0.99);
+    let p50 = percentile(&all.lat_ns, 50.0).map(us);
+    let p99 = percentile(&all.lat_ns, 99.0).map(us);
     let (tcp, udp) = match proto {
         Proto::Tcp => ((Some(p50), Some(p99)), (None, None)),
         Proto::Udp => ((None, None), (Some(p50), Some(p99))),
@@ -1027,14 +1017,9 @@ fn bench(a: &BenchArgs, in_netns: bool, proto: Proto) -> anyhow::Result<BenchRep
     })
 }
 
-/// Nearest-rank percentile of sorted nanoseconds, in µs (0.1 µs steps).
-fn percentile_us(sorted_ns: &[u64], p: f64) -> Option<f64> {
-    let n = sorted_ns.len();
-    if n == 0 {
-        return None;
-    }
-    let rank = ((p * n as f64).ceil() as usize).clamp(1, n);
-    Some((sorted_ns[rank - 1] as f64 / 100.0).round() / 10.0)
+/// Nanoseconds in µs, in 0.1 µs steps.
+fn us(ns: u64) -> f64 {
+    (ns as f64 / 100.0).round() / 10.0
 }
 
 fn bench_tcp_worker(to: &[SocketAddr], w: usize, deadline: Instant) -> anyhow::Result<Tally> {

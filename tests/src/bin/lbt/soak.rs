@@ -250,11 +250,11 @@ fn worker(shared: &Shared, socket: Socket, w: usize) -> anyhow::Result<()> {
             }
             (None, Socket::Tcp) => match sock::tcp_once(&target.to, &mut buf) {
                 Ok((len, _)) => identity(&buf[..len], 0),
-                Err(e) => Outcome::Failed(cause(&e)),
+                Err(e) => Outcome::Failed(sock::cause(&e)),
             },
             (None, _) => match sock::ask_fresh_udp(&target.to, &mut buf, TIMEOUT) {
                 Ok((len, reconnected)) => identity(&buf[..len], reconnected),
-                Err(e) => Outcome::Failed(cause(&e)),
+                Err(e) => Outcome::Failed(sock::cause(&e)),
             },
         };
         let end = now_ns();
@@ -300,7 +300,7 @@ fn ask_unconnected(
 ) -> Outcome {
     let want = format!("#{token}");
     if let Err(e) = s.send_to(want.as_bytes(), to) {
-        return Outcome::Failed(cause(&e));
+        return Outcome::Failed(sock::cause(&e));
     }
     let deadline = std::time::Instant::now() + TIMEOUT;
     loop {
@@ -309,11 +309,11 @@ fn ask_unconnected(
             return Outcome::Failed("TimedOut".into());
         }
         if let Err(e) = s.set_read_timeout(Some(left)) {
-            return Outcome::Failed(cause(&e));
+            return Outcome::Failed(sock::cause(&e));
         }
         let (len, from) = match s.recv_from(buf) {
             Ok(r) => r,
-            Err(e) => return Outcome::Failed(cause(&e)),
+            Err(e) => return Outcome::Failed(sock::cause(&e)),
         };
         let text = String::from_utf8_lossy(&buf[..len]);
         let mut words = text.split_whitespace();
@@ -329,20 +329,5 @@ fn ask_unconnected(
             Some(id) => Outcome::Reply(id.to_owned(), 0),
             None => Outcome::Failed("BadReply".into()),
         };
-    }
-}
-
-/// A failure's cause, by `io::ErrorKind` name.
-fn cause(e: &io::Error) -> String {
-    match e.kind() {
-        _ if e
-            .get_ref()
-            .is_some_and(|inner| inner.is::<sock::WrongPeer>()) =>
-        {
-            "WrongPeer".to_owned()
-        }
-        // A timed-out blocking call on a socket with SO_{SND,RCV}TIMEO.
-        io::ErrorKind::WouldBlock => "TimedOut".to_owned(),
-        k => format!("{k:?}"),
     }
 }

@@ -122,6 +122,17 @@ impl std::fmt::Display for WrongPeer {
 
 impl std::error::Error for WrongPeer {}
 
+/// A failure's cause, as the reports name it: the `io::ErrorKind`, or
+/// `WrongPeer`, or `TimedOut` for a socket timeout.
+pub fn cause(e: &io::Error) -> String {
+    match e.kind() {
+        _ if e.get_ref().is_some_and(|inner| inner.is::<WrongPeer>()) => "WrongPeer".to_owned(),
+        // A timed-out blocking call on a socket with SO_{SND,RCV}TIMEO.
+        io::ErrorKind::WouldBlock => "TimedOut".to_owned(),
+        k => format!("{k:?}"),
+    }
+}
+
 /// `Err(WrongPeer)` unless `seen` is `to`.
 pub fn check_peer(seen: SocketAddr, to: &SocketAddr) -> io::Result<()> {
     if seen == *to {

@@ -16,13 +16,9 @@ use super::outcome::Results;
 /// How a figure is written.
 pub(super) type Unit<'a> = &'a dyn Fn(f64) -> String;
 
-/// Nearest-rank percentile of sorted values.
+/// Nearest-rank percentile of sorted values; 0 without any.
 pub(super) fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
+    crate::percentile::percentile(sorted, p).unwrap_or(0)
 }
 
 pub(super) fn ms(ns: u64) -> String {
