@@ -6,102 +6,47 @@
 //! through its pure pipeline in-process.
 
 use std::{
-    fs,
-    path::{Path, PathBuf},
+    path::Path,
     time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
 use lb_fixtures::golden::{self, Executor};
 
-use crate::{
-    agent::{Agent, PinDir},
-    cgroup::TestCgroup,
-    require_root, unique,
-};
+use crate::{agent::Agent, rig::Rig, unique};
 
 /// Runs one scenario file; fails with every mismatch, each as a diff.
 pub fn run(path: &Path) -> anyhow::Result<()> {
-    require_root();
-    golden::run(path, &mut Rig::new()?)
+    golden::run(path, &mut Golden(Rig::new(&unique("g"))?))
 }
 
-/// A temporary directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The agent and what it runs on. Fields drop in order: the agent stops
-/// before its pins are cleaned up and its cgroup goes.
-struct Rig {
-    agent: Option<Agent>,
-    pins: PinDir,
-    cgroup: TestCgroup,
-    dir: TempDir,
-}
+/// The scenario's agent on a [`Rig`].
+struct Golden(Rig);
 
 /// How long the agent's grace periods may take to pass.
 const SETTLE: Duration = Duration::from_secs(10);
 
-impl Rig {
-    fn new() -> anyhow::Result<Self> {
-        let name = unique("g");
-        let dir = std::env::temp_dir().join(&name);
-        fs::create_dir_all(&dir)?;
-        Ok(Self {
-            agent: None,
-            pins: PinDir::new(&name),
-            cgroup: TestCgroup::new(&name)?,
-            dir: TempDir(dir),
-        })
-    }
-
-    fn manifest(&self) -> PathBuf {
-        self.dir.0.join("objects.yaml")
-    }
-
-    /// Writes the manifest atomically.
-    fn write(&self, text: &str) -> anyhow::Result<()> {
-        let tmp = self.dir.0.join("objects.yaml.tmp");
-        fs::write(&tmp, text)?;
-        fs::rename(&tmp, self.manifest())?;
-        Ok(())
-    }
-
+impl Golden {
     fn agent(&mut self) -> anyhow::Result<&mut Agent> {
-        self.agent
+        self.0
+            .agent
             .as_mut()
             .context("the agent is not started (`agent`)")
     }
 }
 
-impl Executor for Rig {
+impl Executor for Golden {
     fn start(&mut self, manifest: &str, flags: &[String]) -> anyhow::Result<()> {
-        self.write(manifest)?;
+        self.0.write_manifest(manifest)?;
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        let mut agent = Agent::start(
-            &self.manifest(),
-            self.cgroup.path(),
-            self.pins.path(),
-            &flags,
-        )?;
-        agent.wait_written(2)?;
-        self.agent = Some(agent);
-        Ok(())
+        self.0.spawn_agent(&flags)?.wait_written(2)
     }
 
     /// Writes the manifest and waits until the agent has written what it
     /// read.
     fn update(&mut self, manifest: &str) -> anyhow::Result<()> {
-        let before = self.agent()?.written()?;
-        self.write(manifest)?;
-        // The file source sends three changes per read: Services, slices,
-        // this node's zone.
-        self.agent()?.wait_written(before + 3)
+        self.agent()?;
+        self.0.update(manifest)
     }
 
     /// The dump once no revision waits for its grace period (until then
@@ -110,7 +55,7 @@ impl Executor for Rig {
         self.agent()?;
         let deadline = Instant::now() + SETTLE;
         loop {
-            let dump = self.pins.dump()?;
+            let dump = self.0.pins.dump()?;
             if dump.contains("; 0 revisions retired") {
                 return Ok(dump);
             }

@@ -38,7 +38,6 @@ pub mod rig;
 pub mod scenario;
 pub mod soak;
 pub mod two_nodes;
-pub mod txtar;
 
 use std::path::PathBuf;
 

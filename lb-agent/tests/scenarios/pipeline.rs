@@ -44,7 +44,7 @@ const IN_PROCESS_METRICS: &[&str] = &[
 
 /// The manifest's name, as the real runner's agent reads it: only the
 /// model's reports of skipped documents show it.
-const MANIFEST: &str = "objects.yaml";
+const MANIFEST: &str = "services.yaml";
 
 /// The pipeline, once `agent` started it.
 #[derive(Default)]
