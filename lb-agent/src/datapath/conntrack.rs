@@ -9,7 +9,6 @@ use std::{
     hash::Hash,
     io,
     net::{IpAddr, Ipv4Addr},
-    os::fd::AsFd as _,
     path::Path,
 };
 
@@ -18,7 +17,7 @@ use lb_common::{
     CT_DIR_IN, CT_F_KERNEL, CT4, Ct4Key, Ct4Value, MapSpec, NAT4, Nat4Key, Nat4Value, ct_expired,
 };
 
-use super::batch;
+use super::batch::Typed;
 use crate::model::{Frontend, Proto, Scope};
 
 #[derive(Debug, thiserror::Error)]
@@ -62,17 +61,23 @@ fn open(maps_dir: &Path, spec: &MapSpec) -> Result<MapData, ConntrackError> {
     MapData::from_pin(maps_dir.join(pin)).map_err(|source| ConntrackError::Open { pin, source })
 }
 
+/// The map `spec` pinned in `maps_dir`, read whole.
+fn read_all<K: aya::Pod, V: aya::Pod>(
+    maps_dir: &Path,
+    spec: &MapSpec,
+) -> Result<Vec<(K, V)>, ConntrackError> {
+    let pin = spec.pin;
+    Typed::new(open(maps_dir, spec)?)
+        .map_err(|source| ConntrackError::Open { pin, source })?
+        .lookup_all()
+        .map_err(|source| ConntrackError::Read { pin, source })
+}
+
 /// Both maps pinned in `maps_dir`, read whole.
 pub fn read(maps_dir: &Path) -> Result<Entries, ConntrackError> {
-    let read = |spec: &MapSpec| {
-        let pin = spec.pin;
-        move |source| ConntrackError::Read { pin, source }
-    };
-    let ct = open(maps_dir, &CT4)?;
-    let nat = open(maps_dir, &NAT4)?;
     Ok(Entries {
-        ct: batch::lookup_all(ct.fd().as_fd()).map_err(read(&CT4))?,
-        nat: batch::lookup_all(nat.fd().as_fd()).map_err(read(&NAT4))?,
+        ct: read_all(maps_dir, &CT4)?,
+        nat: read_all(maps_dir, &NAT4)?,
     })
 }
 

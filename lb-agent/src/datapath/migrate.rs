@@ -37,7 +37,8 @@ use lb_common::{
 };
 
 use super::{
-    batch, elem,
+    batch::Typed,
+    elem,
     layout::{self, LayoutError},
     loader::{REVERSING, TRANSLATING},
     pins::Pins,
@@ -249,31 +250,29 @@ where
     K: aya::Pod + Eq + Hash,
     V: aya::Pod,
 {
-    let open = |path: &Path| {
-        let map_err = |source| MigrateError::Map {
-            path: path.to_owned(),
-            source,
-        };
-        let data = MapData::from_pin(path).map_err(map_err)?;
-        let info = data.info().map_err(map_err)?;
-        Ok::<_, MigrateError>((data, info))
+    let map_err = |path: &Path| {
+        let path = path.to_owned();
+        move |source| MigrateError::Map { path, source }
     };
-    let (src, info) = open(from)?;
+    let src = MapData::from_pin(from).map_err(map_err(from))?;
+    let info = src.info().map_err(map_err(from))?;
     if (info.key_size(), info.value_size()) != (s.spec.key_size, s.spec.value_size) {
         return Ok(0);
     }
-    let (dst, _) = open(to)?;
-    let have: HashSet<K> = batch::lookup_all::<K, V>(dst.fd().as_fd())
+    let src = Typed::<K, V>::new(src).map_err(map_err(from))?;
+    let dst = MapData::from_pin(to).map_err(map_err(to))?;
+    let dst = Typed::<K, V>::new(dst).map_err(map_err(to))?;
+    let have: HashSet<K> = dst
+        .lookup_all()
         .map_err(io_err("reading", to))?
         .into_iter()
         .map(|(k, _)| k)
         .collect();
-    let mut entries: Vec<(K, V)> =
-        batch::lookup_all(src.fd().as_fd()).map_err(io_err("reading", from))?;
+    let mut entries = src.lookup_all().map_err(io_err("reading", from))?;
     convert(&mut entries);
     let mut copied = 0;
     for (k, v) in entries.iter().filter(|(k, _)| !have.contains(k)) {
-        match elem::insert_absent(dst.fd().as_fd(), k, v) {
+        match elem::insert_absent(&dst, k, v) {
             Ok(true) => copied += 1,
             Ok(false) => {}
             Err(e) => return Err(io_err("writing", to)(e)),
@@ -298,7 +297,8 @@ pub fn reply_ports(pins: &Pins, maps_dir: &Path, range: (u16, u16)) -> (u16, u16
         }
     };
     if let Ok(data) = MapData::from_pin(maps_dir.join(NAT4.pin))
-        && let Ok(entries) = batch::lookup_all::<Nat4Key, Nat4Value>(data.fd().as_fd())
+        && let Ok(nat) = Typed::<Nat4Key, Nat4Value>::new(data)
+        && let Ok(entries) = nat.lookup_all()
     {
         for (k, _) in entries.iter().filter(|(_, v)| v.flags & CT_F_KERNEL == 0) {
             let port = u16::from_be(k.dport_be);
@@ -314,10 +314,9 @@ pub fn reply_ports(pins: &Pins, maps_dir: &Path, range: (u16, u16)) -> (u16, u16
         let Ok(data) = MapData::from_pin(path) else {
             continue;
         };
-        let Ok(info) = data.info() else { continue };
         // Every layout's configuration starts with the SNAT address and
         // the range, as two ports in host order.
-        if let Ok(Some(v)) = elem::lookup_raw(data.fd().as_fd(), &0u32, info.value_size() as usize)
+        if let Ok(Some(v)) = elem::lookup_raw(&data, &0u32)
             && v.len() >= 8
         {
             widen(
@@ -347,11 +346,8 @@ pub fn set_prev(pins: &Pins) -> Result<usize, MigrateError> {
             path: source.clone(),
             source: source_err,
         })?;
-        let outer = MapData::from_pin(&slot).map_err(|source| MigrateError::Map {
-            path: slot.clone(),
-            source,
-        })?;
-        match elem::set_inner(outer.fd().as_fd(), inner.fd().as_fd()) {
+        let outer = slots(&slot)?;
+        match outer.set_inner(inner.fd().as_fd()) {
             Ok(()) => set += 1,
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
             Err(e) => return Err(io_err("setting", &slot)(e)),
@@ -370,13 +366,21 @@ pub fn clear_prev(dir: &Path) -> Result<(), MigrateError> {
         if !slot.exists() {
             continue;
         }
-        let outer = MapData::from_pin(&slot).map_err(|source| MigrateError::Map {
-            path: slot.clone(),
-            source,
-        })?;
-        elem::clear_inner(outer.fd().as_fd()).map_err(io_err("clearing", &slot))?;
+        slots(&slot)?
+            .clear_inner()
+            .map_err(io_err("clearing", &slot))?;
     }
     Ok(())
+}
+
+/// The previous-map slot pinned at `path`.
+fn slots(path: &Path) -> Result<elem::Slots, MigrateError> {
+    MapData::from_pin(path)
+        .and_then(elem::Slots::new)
+        .map_err(|source| MigrateError::Map {
+            path: path.to_owned(),
+            source,
+        })
 }
 
 fn remove_if_present(path: &Path) -> Result<(), MigrateError> {

@@ -17,7 +17,6 @@
 
 use std::{
     net::{Ipv4Addr, SocketAddrV4},
-    os::fd::AsFd as _,
     path::Path,
 };
 
@@ -27,7 +26,7 @@ use lb_common::{
     Nat4Value, PROTO_UDP,
 };
 
-use super::{elem, kernel_conntrack::KernelFlow};
+use super::{batch::Typed, elem, kernel_conntrack::KernelFlow};
 
 #[derive(Debug, thiserror::Error)]
 #[error("seeding {pin} with the kernel's flows")]
@@ -159,10 +158,12 @@ fn write<K: aya::Pod, V: aya::Pod>(
     if entries.is_empty() {
         return Ok(0);
     }
-    let map = MapData::from_pin(maps_dir.join(spec.pin)).map_err(|e| err(e.into()))?;
+    let map = MapData::from_pin(maps_dir.join(spec.pin))
+        .and_then(Typed::new)
+        .map_err(|e| err(e.into()))?;
     let mut written = 0;
     for (k, v) in entries {
-        if elem::insert_absent(map.fd().as_fd(), k, v).map_err(|e| err(e.into()))? {
+        if elem::insert_absent(&map, k, v).map_err(|e| err(e.into()))? {
             written += 1;
         }
     }
