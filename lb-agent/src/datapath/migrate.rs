@@ -39,35 +39,12 @@ use lb_common::{
 use super::{
     batch::Typed,
     elem,
-    layout::{self, LayoutError},
-    loader::{REVERSING, TRANSLATING},
+    error::{Error, io_err, map_err},
+    layout,
+    loader::{REVERSING, TRANSLATING, remove_if_present},
     pins::Pins,
     tc,
 };
-
-#[derive(Debug, thiserror::Error)]
-pub enum MigrateError {
-    #[error(transparent)]
-    Layout(#[from] LayoutError),
-    #[error("{what} {path}")]
-    Io {
-        what: &'static str,
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error("reading pinned map {path}")]
-    Map {
-        path: PathBuf,
-        #[source]
-        source: aya::maps::MapError,
-    },
-}
-
-fn io_err(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> MigrateError {
-    let path = path.to_owned();
-    move |source| MigrateError::Io { what, path, source }
-}
 
 /// Ids of the maps the programs attached through our links (socket and
 /// tc) use.
@@ -95,13 +72,10 @@ pub fn active_map_ids(pins: &Pins) -> BTreeSet<u32> {
 }
 
 /// The id of the map pinned at `path`.
-fn map_id(path: &Path) -> Result<u32, MigrateError> {
+fn map_id(path: &Path) -> Result<u32, Error> {
     MapInfo::from_pin(path)
         .map(|info| info.id())
-        .map_err(|source| MigrateError::Map {
-            path: path.to_owned(),
-            source,
-        })
+        .map_err(map_err(path))
 }
 
 /// What an earlier, interrupted migration left in `maps-next/`.
@@ -116,7 +90,7 @@ pub enum Leftover {
 /// Deals with a `maps-next/` left by an interrupted migration: if the
 /// programs never switched to its maps, removes it (a new migration
 /// rebuilds it); if they did, says so, and the caller finishes it.
-pub fn recover(pins: &Pins) -> Result<Leftover, MigrateError> {
+pub fn recover(pins: &Pins) -> Result<Leftover, Error> {
     let next = pins.next_dir();
     let names = layout::pinned(&next)?;
     let active = active_map_ids(pins);
@@ -138,7 +112,7 @@ pub fn recover(pins: &Pins) -> Result<Leftover, MigrateError> {
 /// layouts' maps, and maps `maps-next/` replaces) that no program uses, and
 /// moves the pins of `maps-next/` into `maps/`. Idempotent; returns the
 /// pins removed.
-pub fn finish(pins: &Pins) -> Result<Vec<PathBuf>, MigrateError> {
+pub fn finish(pins: &Pins) -> Result<Vec<PathBuf>, Error> {
     let maps = pins.maps_dir();
     let next = pins.next_dir();
     let active = active_map_ids(pins);
@@ -186,7 +160,7 @@ fn predecessors(pins: &Pins, s: &Stateful) -> (PathBuf, Vec<PathBuf>) {
 /// before the programs switch, and again once no old program runs (a grace
 /// period after), for what they wrote meanwhile. Returns how many entries
 /// were carried.
-pub fn carry_stateful(pins: &Pins) -> Result<usize, MigrateError> {
+pub fn carry_stateful(pins: &Pins) -> Result<usize, Error> {
     let mut carried = 0;
     for s in &STATEFUL {
         let (target, sources) = predecessors(pins, s);
@@ -245,15 +219,11 @@ fn copy<K, V>(
     to: &Path,
     s: &Stateful,
     convert: impl FnOnce(&mut [(K, V)]),
-) -> Result<usize, MigrateError>
+) -> Result<usize, Error>
 where
     K: aya::Pod + Eq + Hash,
     V: aya::Pod,
 {
-    let map_err = |path: &Path| {
-        let path = path.to_owned();
-        move |source| MigrateError::Map { path, source }
-    };
     let src = MapData::from_pin(from).map_err(map_err(from))?;
     let info = src.info().map_err(map_err(from))?;
     if (info.key_size(), info.value_size()) != (s.spec.key_size, s.spec.value_size) {
@@ -333,7 +303,7 @@ pub fn reply_ports(pins: &Pins, maps_dir: &Path, range: (u16, u16)) -> (u16, u16
 /// there what the new map lacks until the second carry. Returns how many
 /// slots were set; a predecessor the kernel refuses as an inner map (other
 /// sizes or flags) leaves its slot empty.
-pub fn set_prev(pins: &Pins) -> Result<usize, MigrateError> {
+pub fn set_prev(pins: &Pins) -> Result<usize, Error> {
     let mut set = 0;
     for s in &STATEFUL {
         let Some(prev) = s.prev else { continue };
@@ -342,10 +312,7 @@ pub fn set_prev(pins: &Pins) -> Result<usize, MigrateError> {
             continue;
         };
         let slot = dir.join(prev.pin);
-        let inner = MapData::from_pin(source).map_err(|source_err| MigrateError::Map {
-            path: source.clone(),
-            source: source_err,
-        })?;
+        let inner = MapData::from_pin(source).map_err(map_err(source))?;
         let outer = slots(&slot)?;
         match outer.set_inner(inner.fd().as_fd()) {
             Ok(()) => set += 1,
@@ -359,7 +326,7 @@ pub fn set_prev(pins: &Pins) -> Result<usize, MigrateError> {
 /// Empties every previous-map slot pinned in `dir`: once the carry after
 /// the switch is done, the programs need no older map, and the old maps
 /// are freed when their pins go.
-pub fn clear_prev(dir: &Path) -> Result<(), MigrateError> {
+pub fn clear_prev(dir: &Path) -> Result<(), Error> {
     for s in &STATEFUL {
         let Some(prev) = s.prev else { continue };
         let slot = dir.join(prev.pin);
@@ -374,23 +341,13 @@ pub fn clear_prev(dir: &Path) -> Result<(), MigrateError> {
 }
 
 /// The previous-map slot pinned at `path`.
-fn slots(path: &Path) -> Result<elem::Slots, MigrateError> {
+fn slots(path: &Path) -> Result<elem::Slots, Error> {
     MapData::from_pin(path)
         .and_then(elem::Slots::new)
-        .map_err(|source| MigrateError::Map {
-            path: path.to_owned(),
-            source,
-        })
+        .map_err(map_err(path))
 }
 
-fn remove_if_present(path: &Path) -> Result<(), MigrateError> {
-    match fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_err("removing", path)(e)),
-        _ => Ok(()),
-    }
-}
-
-fn remove_dir_if_present(path: &Path) -> Result<(), MigrateError> {
+fn remove_dir_if_present(path: &Path) -> Result<(), Error> {
     match fs::remove_dir(path) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_err("removing", path)(e)),
         _ => Ok(()),
