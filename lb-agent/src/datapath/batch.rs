@@ -236,13 +236,7 @@ mod test_support {
 
     /// A fresh BPF map (root only: fails loudly otherwise) for the tests.
     pub(crate) fn test_map(map_type: u32, key_size: u32, value_size: u32, max: u32) -> OwnedFd {
-        // SAFETY: geteuid has no preconditions.
-        let euid = unsafe { libc::geteuid() };
-        assert_eq!(
-            euid, 0,
-            "privileged test: needs root to create BPF maps; \
-             run the unprivileged set with `-- --skip privileged`"
-        );
+        crate::test_netns::require_root();
         // The leading fields of `union bpf_attr` for BPF_MAP_CREATE.
         #[repr(C)]
         struct CreateAttr {

@@ -15,6 +15,7 @@ use aya::maps::{HashMap as BpfHashMap, Map, MapData};
 use lb_common::{
     CT_DIR_IN, CT_F_KERNEL, CT4, Ct4Key, Ct4Value, MapSpec, NAT4, Nat4Key, Nat4Value, ct_expired,
 };
+use rustix::time::{ClockId, clock_gettime};
 
 use super::{
     batch::Typed,
@@ -32,14 +33,7 @@ pub struct Entries {
 /// The clock `expires` fields count in: `bpf_ktime_get_coarse_ns()` is
 /// `CLOCK_MONOTONIC_COARSE`; in seconds.
 pub fn now() -> u32 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec to write; the clock id is valid on
-    // Linux, so the call cannot fail.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    ts.tv_sec as u32
+    clock_gettime(ClockId::MonotonicCoarse).tv_sec as u32
 }
 
 fn open(maps_dir: &Path, spec: &MapSpec) -> Result<MapData, Error> {

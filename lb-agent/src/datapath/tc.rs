@@ -30,6 +30,7 @@ use aya::{
 };
 use ipnet::IpNet;
 use lb_common::{CONFIG, DatapathConfig, SOURCE_RANGE_PREFIX, SOURCE_RANGES4, SourceRange4};
+use rustix::net::{AddressFamily, SocketType, netdevice::name_to_index, socket};
 
 use super::{
     error::{Error, io_err},
@@ -355,11 +356,9 @@ pub fn moved(attached: &BTreeMap<String, u32>) -> bool {
 
 /// `device`'s interface index; 0 if there is no such device.
 fn if_index(device: &str) -> u32 {
-    let Ok(name) = std::ffi::CString::new(device) else {
-        return 0;
-    };
-    // SAFETY: `name` is a valid C string for the call's duration.
-    unsafe { libc::if_nametoindex(name.as_ptr()) }
+    socket(AddressFamily::INET, SocketType::DGRAM, None)
+        .and_then(|s| name_to_index(s, device))
+        .unwrap_or(0)
 }
 
 /// The names of this network namespace's interfaces.
