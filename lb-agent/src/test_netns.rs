@@ -14,10 +14,9 @@ use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
 use crate::sockets::DEFAULT_NETNS_DIR;
 
 pub fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
     assert_eq!(
-        euid, 0,
+        rustix::process::geteuid().as_raw(),
+        0,
         "privileged test: needs root for network namespaces, setns, BPF maps \
          and SOCK_DESTROY; run the unprivileged set with `-- --skip privileged`"
     );

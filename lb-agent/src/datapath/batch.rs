@@ -4,8 +4,11 @@
 
 use std::{
     io,
-    os::fd::{AsRawFd as _, BorrowedFd},
+    marker::PhantomData,
+    os::fd::{AsFd as _, AsRawFd as _},
 };
+
+use aya::maps::{MapData, MapError, MapType};
 
 use super::decode;
 
@@ -33,10 +36,17 @@ struct BatchAttr {
 const _: () = assert!(size_of::<BatchAttr>() == 56);
 
 /// Runs one batch command; returns the kernel's count with the result.
-fn call(cmd: libc::c_long, attr: &mut BatchAttr) -> (usize, io::Result<()>) {
-    // SAFETY: attr is a valid `bpf_attr.batch` whose pointers reference
-    // buffers the caller keeps alive and sized for `count` entries; the
-    // kernel reads or fills them and writes the processed count into attr.
+///
+/// # Safety
+///
+/// `attr`'s pointers must be null or reference live buffers of `count`
+/// entries at the map's own key and value sizes (the kernel steps through
+/// them by those, whatever the caller meant), and `in_batch`/`out_batch`
+/// must hold a resume token (at least the map's key size, and 4 bytes).
+unsafe fn call(cmd: libc::c_long, attr: &mut BatchAttr) -> (usize, io::Result<()>) {
+    // SAFETY: attr is a valid `bpf_attr.batch`; the kernel stays inside the
+    // buffers its pointers reference, which the caller sized and keeps
+    // alive, and writes the processed count into attr.
     let r = unsafe {
         libc::syscall(
             libc::SYS_bpf,
@@ -59,102 +69,158 @@ fn processed(count: usize, requested: usize) -> usize {
     if count >= requested { 0 } else { count }
 }
 
-/// Writes `keys[i] -> values[i]` in order with `elem_flags`. `K` and `V`
-/// must be the map's key and value layouts exactly: the kernel steps through
-/// the arrays by the map's sizes. On failure, returns how many were written.
-pub fn update<K: aya::Pod, V: aya::Pod>(
-    map: BorrowedFd<'_>,
-    keys: &[K],
-    values: &[V],
-    elem_flags: u64,
-) -> Result<(), (usize, io::Error)> {
-    assert_eq!(keys.len(), values.len(), "one value per key");
-    if keys.is_empty() {
-        return Ok(());
-    }
-    let count = u32::try_from(keys.len()).map_err(|_| (0, io::Error::other("batch too large")))?;
-    let mut attr = BatchAttr {
-        keys: keys.as_ptr() as u64,
-        values: values.as_ptr() as u64,
-        count,
-        map_fd: map.as_raw_fd() as u32,
-        elem_flags,
-        ..BatchAttr::default()
-    };
-    match call(BPF_MAP_UPDATE_BATCH, &mut attr) {
-        (_, Ok(())) => Ok(()),
-        (count, Err(e)) => Err((processed(count, keys.len()), e)),
-    }
+/// A map whose entries are `K -> V`: the kernel reported its key size as
+/// `K`'s and its value size as `V`'s, one value per key (not per CPU).
+/// The batch commands step through their buffers by the map's sizes, so
+/// only such a map may have them sized by `K` and `V`.
+#[derive(Debug)]
+pub struct Typed<K, V> {
+    map: MapData,
+    _entries: PhantomData<fn() -> (K, V)>,
 }
 
-/// Deletes `keys` in order (hash maps). A key that is absent is skipped,
-/// not an error. On failure, returns how many keys were processed.
-pub fn delete<K: aya::Pod>(map: BorrowedFd<'_>, keys: &[K]) -> Result<(), (usize, io::Error)> {
-    let mut start = 0;
-    while start < keys.len() {
-        let rest = &keys[start..];
+impl<K: aya::Pod, V: aya::Pod> Typed<K, V> {
+    /// `map`, if its sizes (as the kernel reports them) are `K`'s and `V`'s.
+    pub fn new(map: MapData) -> Result<Self, MapError> {
+        let info = map.info()?;
+        let map_type = info.map_type()?;
+        if matches!(
+            map_type,
+            MapType::PerCpuHash | MapType::PerCpuArray | MapType::LruPerCpuHash
+        ) {
+            return Err(MapError::InvalidMapType {
+                map_type: map_type as u32,
+            });
+        }
+        let (size, expected) = (size_of::<K>(), info.key_size() as usize);
+        if size != expected {
+            return Err(MapError::InvalidKeySize { size, expected });
+        }
+        let (size, expected) = (size_of::<V>(), info.value_size() as usize);
+        if size != expected {
+            return Err(MapError::InvalidValueSize { size, expected });
+        }
+        Ok(Self {
+            map,
+            _entries: PhantomData,
+        })
+    }
+
+    pub fn map(&self) -> &MapData {
+        &self.map
+    }
+
+    fn raw_fd(&self) -> u32 {
+        self.map.fd().as_fd().as_raw_fd() as u32
+    }
+
+    /// Writes `keys[i] -> values[i]` in order with `elem_flags`. On
+    /// failure, returns how many were written.
+    pub fn update(
+        &self,
+        keys: &[K],
+        values: &[V],
+        elem_flags: u64,
+    ) -> Result<(), (usize, io::Error)> {
+        assert_eq!(keys.len(), values.len(), "one value per key");
+        if keys.is_empty() {
+            return Ok(());
+        }
         let count =
-            u32::try_from(rest.len()).map_err(|_| (start, io::Error::other("batch too large")))?;
+            u32::try_from(keys.len()).map_err(|_| (0, io::Error::other("batch too large")))?;
         let mut attr = BatchAttr {
-            keys: rest.as_ptr() as u64,
+            keys: keys.as_ptr() as u64,
+            values: values.as_ptr() as u64,
             count,
-            map_fd: map.as_raw_fd() as u32,
+            map_fd: self.raw_fd(),
+            elem_flags,
             ..BatchAttr::default()
         };
-        let (count, result) = call(BPF_MAP_DELETE_BATCH, &mut attr);
-        match result {
-            Ok(()) => return Ok(()),
-            // The batch stops at a missing key: step over it and go on.
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => start += count + 1,
-            Err(e) => return Err((start + processed(count, rest.len()), e)),
+        // SAFETY: `keys` and `values` hold `count` entries each, at the
+        // map's key and value sizes (`Self::new` checked them), and
+        // outlive the call.
+        match unsafe { call(BPF_MAP_UPDATE_BATCH, &mut attr) } {
+            (_, Ok(())) => Ok(()),
+            (count, Err(e)) => Err((processed(count, keys.len()), e)),
         }
     }
-    Ok(())
-}
 
-/// Reads every entry of a hash or array map. The kernel fills byte buffers;
-/// [`decode::entries`] makes them entries.
-pub fn lookup_all<K: aya::Pod, V: aya::Pod>(map: BorrowedFd<'_>) -> io::Result<Vec<(K, V)>> {
-    let (ks, vs) = (size_of::<K>(), size_of::<V>());
-    let mut out = Vec::new();
-    let mut chunk = 4096usize;
-    // The resume token: a bucket index (hash) or the last key (array);
-    // 8-byte aligned and at least as large as either.
-    let mut token = vec![0u64; ks.div_ceil(8).max(1)];
-    let mut next = token.clone();
-    let mut first = true;
-    loop {
-        let mut keys = vec![0u8; chunk * ks];
-        let mut values = vec![0u8; chunk * vs];
-        let mut attr = BatchAttr {
-            in_batch: if first { 0 } else { token.as_ptr() as u64 },
-            out_batch: next.as_mut_ptr() as u64,
-            keys: keys.as_mut_ptr() as u64,
-            values: values.as_mut_ptr() as u64,
-            count: chunk as u32,
-            map_fd: map.as_raw_fd() as u32,
-            ..BatchAttr::default()
-        };
-        let (n, result) = call(BPF_MAP_LOOKUP_BATCH, &mut attr);
-        let last = match result {
-            Ok(()) => false,
-            // ENOENT: this was the last batch (possibly empty).
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => true,
-            // One hash bucket holds more entries than the chunk.
-            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
-                chunk *= 2;
-                continue;
+    /// Deletes `keys` in order (hash maps). A key that is absent is
+    /// skipped, not an error. On failure, returns how many keys were
+    /// processed.
+    pub fn delete(&self, keys: &[K]) -> Result<(), (usize, io::Error)> {
+        let mut start = 0;
+        while start < keys.len() {
+            let rest = &keys[start..];
+            let count = u32::try_from(rest.len())
+                .map_err(|_| (start, io::Error::other("batch too large")))?;
+            let mut attr = BatchAttr {
+                keys: rest.as_ptr() as u64,
+                count,
+                map_fd: self.raw_fd(),
+                ..BatchAttr::default()
+            };
+            // SAFETY: `rest` holds `count` keys at the map's key size
+            // (`Self::new` checked it) and outlives the call.
+            let (count, result) = unsafe { call(BPF_MAP_DELETE_BATCH, &mut attr) };
+            match result {
+                Ok(()) => return Ok(()),
+                // The batch stops at a missing key: step over it and go on.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => start += count + 1,
+                Err(e) => return Err((start + processed(count, rest.len()), e)),
             }
-            Err(e) => return Err(e),
-        };
-        let n = n.min(chunk);
-        let read = decode::entries(&keys[..n * ks], &values[..n * vs]).map_err(io::Error::other)?;
-        out.extend(read);
-        if last {
-            return Ok(out);
         }
-        token.copy_from_slice(&next);
-        first = false;
+        Ok(())
+    }
+
+    /// Reads every entry of a hash or array map. The kernel fills byte
+    /// buffers; [`decode::entries`] makes them entries.
+    pub fn lookup_all(&self) -> io::Result<Vec<(K, V)>> {
+        let (ks, vs) = (size_of::<K>(), size_of::<V>());
+        let mut out = Vec::new();
+        let mut chunk = 4096usize;
+        // The resume token: a bucket index (hash) or the last key (array);
+        // 8-byte aligned and at least as large as either.
+        let mut token = vec![0u64; ks.div_ceil(8).max(1)];
+        let mut next = token.clone();
+        let mut first = true;
+        loop {
+            let mut keys = vec![0u8; chunk * ks];
+            let mut values = vec![0u8; chunk * vs];
+            let mut attr = BatchAttr {
+                in_batch: if first { 0 } else { token.as_ptr() as u64 },
+                out_batch: next.as_mut_ptr() as u64,
+                keys: keys.as_mut_ptr() as u64,
+                values: values.as_mut_ptr() as u64,
+                count: chunk as u32,
+                map_fd: self.raw_fd(),
+                ..BatchAttr::default()
+            };
+            // SAFETY: `keys` and `values` hold `chunk` entries at the map's
+            // key and value sizes (`Self::new` checked them), the tokens at
+            // least one key and 8 bytes; all outlive the call.
+            let (n, result) = unsafe { call(BPF_MAP_LOOKUP_BATCH, &mut attr) };
+            let last = match result {
+                Ok(()) => false,
+                // ENOENT: this was the last batch (possibly empty).
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => true,
+                // One hash bucket holds more entries than the chunk.
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                    chunk *= 2;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let n = n.min(chunk);
+            let read =
+                decode::entries(&keys[..n * ks], &values[..n * vs]).map_err(io::Error::other)?;
+            out.extend(read);
+            if last {
+                return Ok(out);
+            }
+            token.copy_from_slice(&next);
+            first = false;
+        }
     }
 }
 
@@ -170,13 +236,7 @@ mod test_support {
 
     /// A fresh BPF map (root only: fails loudly otherwise) for the tests.
     pub(crate) fn test_map(map_type: u32, key_size: u32, value_size: u32, max: u32) -> OwnedFd {
-        // SAFETY: geteuid has no preconditions.
-        let euid = unsafe { libc::geteuid() };
-        assert_eq!(
-            euid, 0,
-            "privileged test: needs root to create BPF maps; \
-             run the unprivileged set with `-- --skip privileged`"
-        );
+        crate::test_netns::require_root();
         // The leading fields of `union bpf_attr` for BPF_MAP_CREATE.
         #[repr(C)]
         struct CreateAttr {
@@ -213,39 +273,78 @@ mod test_support {
 /// "Testing tiers").
 #[cfg(test)]
 mod privileged {
-    use std::os::fd::{AsFd as _, OwnedFd};
-
     use super::*;
 
     /// A fresh BPF map of `u32 -> u64` holding at most `max` entries.
-    fn map(map_type: u32, max: u32) -> OwnedFd {
-        test_map(map_type, 4, 8, max)
+    fn map(map_type: u32, max: u32) -> Typed<u32, u64> {
+        Typed::new(MapData::from_fd(test_map(map_type, 4, 8, max)).unwrap()).unwrap()
     }
 
     const HASH: u32 = 1;
     const ARRAY: u32 = 2;
+    const PERCPU_HASH: u32 = 5;
+
+    #[test]
+    fn a_type_whose_sizes_are_not_the_maps_is_refused() {
+        let data = |map_type, key_size, value_size| {
+            MapData::from_fd(test_map(map_type, key_size, value_size, 4)).unwrap()
+        };
+        // Keys or values smaller than the map's: the kernel would write
+        // past the buffers sized by them.
+        assert!(matches!(
+            Typed::<u32, u64>::new(data(HASH, 8, 8)),
+            Err(MapError::InvalidKeySize {
+                size: 4,
+                expected: 8
+            })
+        ));
+        assert!(matches!(
+            Typed::<u32, u32>::new(data(ARRAY, 4, 8)),
+            Err(MapError::InvalidValueSize {
+                size: 4,
+                expected: 8
+            })
+        ));
+        assert!(matches!(
+            Typed::<u64, u64>::new(data(HASH, 4, 8)),
+            Err(MapError::InvalidKeySize {
+                size: 8,
+                expected: 4
+            })
+        ));
+        // One value per CPU: not a `V`.
+        assert!(matches!(
+            Typed::<u32, u64>::new(data(PERCPU_HASH, 4, 8)),
+            Err(MapError::InvalidMapType {
+                map_type: PERCPU_HASH
+            })
+        ));
+        assert!(Typed::<u32, u64>::new(data(HASH, 4, 8)).is_ok());
+    }
 
     #[test]
     fn a_full_map_reports_how_many_entries_were_written() {
         let m = map(HASH, 4);
-        assert!(update(m.as_fd(), &[1u32, 2], &[10u64, 20], 0).is_ok());
+        assert!(m.update(&[1, 2], &[10, 20], 0).is_ok());
         // Replacing keys that exist needs no room; the fifth key does not fit.
-        let (written, e) = update(m.as_fd(), &[1u32, 2, 3, 4, 5, 6], &[1u64; 6], 0)
+        let (written, e) = m
+            .update(&[1, 2, 3, 4, 5, 6], &[1; 6], 0)
             .expect_err("the map holds four");
         assert_eq!(written, 4);
         assert_eq!(e.raw_os_error(), Some(libc::E2BIG), "{e}");
-        assert!(update(m.as_fd(), &[] as &[u32], &[] as &[u64], 0).is_ok());
+        assert!(m.update(&[], &[], 0).is_ok());
     }
 
     #[test]
     fn an_element_flag_other_than_lock_is_refused_before_any_write() {
         let m = map(HASH, 8);
         // BPF_NOEXIST: insert-only writes must be the caller's own guarantee.
-        let (written, e) = update(m.as_fd(), &[1u32, 2], &[10u64, 20], 1)
+        let (written, e) = m
+            .update(&[1, 2], &[10, 20], 1)
             .expect_err("the batch commands take no BPF_NOEXIST");
         assert_eq!(written, 0);
         assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
-        assert!(lookup_all::<u32, u64>(m.as_fd()).unwrap().is_empty());
+        assert!(m.lookup_all().unwrap().is_empty());
     }
 
     #[test]
@@ -253,13 +352,13 @@ mod privileged {
         let m = map(HASH, 10_000);
         let keys: Vec<u32> = (1..=9_000).collect();
         let values: Vec<u64> = keys.iter().map(|k| u64::from(*k) * 10).collect();
-        update(m.as_fd(), &keys, &values, 0).unwrap();
-        let all: Vec<(u32, u64)> = lookup_all(m.as_fd()).unwrap();
+        m.update(&keys, &values, 0).unwrap();
+        let all: Vec<(u32, u64)> = m.lookup_all().unwrap();
         assert_eq!(all.len(), 9_000, "more than one 4096-entry chunk");
         assert!(all.iter().all(|(k, v)| *v == u64::from(*k) * 10));
         // 5 and 7 twice: the second time they are absent.
-        delete(m.as_fd(), &[5u32, 7, 5, 7, 8]).unwrap();
-        let left: Vec<(u32, u64)> = lookup_all(m.as_fd()).unwrap();
+        m.delete(&[5, 7, 5, 7, 8]).unwrap();
+        let left: Vec<(u32, u64)> = m.lookup_all().unwrap();
         assert_eq!(left.len(), 8_997);
         assert!(!left.iter().any(|(k, _)| [5, 7, 8].contains(k)));
     }
@@ -267,10 +366,10 @@ mod privileged {
     #[test]
     fn lookup_reads_arrays_and_an_empty_hash() {
         let a = map(ARRAY, 3);
-        update(a.as_fd(), &[1u32], &[7u64], 0).unwrap();
-        let all: Vec<(u32, u64)> = lookup_all(a.as_fd()).unwrap();
+        a.update(&[1], &[7], 0).unwrap();
+        let all: Vec<(u32, u64)> = a.lookup_all().unwrap();
         assert_eq!(all, [(0, 0), (1, 7), (2, 0)]);
         let h = map(HASH, 3);
-        assert!(lookup_all::<u32, u64>(h.as_fd()).unwrap().is_empty());
+        assert!(h.lookup_all().unwrap().is_empty());
     }
 }

@@ -7,35 +7,21 @@
 use std::{
     collections::{HashMap, HashSet},
     hash::Hash,
-    io,
     net::{IpAddr, Ipv4Addr},
-    os::fd::AsFd as _,
     path::Path,
 };
 
-use aya::maps::{HashMap as BpfHashMap, Map, MapData, MapError};
+use aya::maps::{HashMap as BpfHashMap, Map, MapData};
 use lb_common::{
     CT_DIR_IN, CT_F_KERNEL, CT4, Ct4Key, Ct4Value, MapSpec, NAT4, Nat4Key, Nat4Value, ct_expired,
 };
+use rustix::time::{ClockId, clock_gettime};
 
-use super::batch;
+use super::{
+    batch::Typed,
+    error::{Error, io_err, map_err},
+};
 use crate::model::{Frontend, Proto, Scope};
-
-#[derive(Debug, thiserror::Error)]
-pub enum ConntrackError {
-    #[error("opening {pin}")]
-    Open {
-        pin: &'static str,
-        #[source]
-        source: MapError,
-    },
-    #[error("reading {pin}")]
-    Read {
-        pin: &'static str,
-        #[source]
-        source: io::Error,
-    },
-}
 
 /// Every entry of both maps.
 #[derive(Debug, Default)]
@@ -47,32 +33,31 @@ pub struct Entries {
 /// The clock `expires` fields count in: `bpf_ktime_get_coarse_ns()` is
 /// `CLOCK_MONOTONIC_COARSE`; in seconds.
 pub fn now() -> u32 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec to write; the clock id is valid on
-    // Linux, so the call cannot fail.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    ts.tv_sec as u32
+    clock_gettime(ClockId::MonotonicCoarse).tv_sec as u32
 }
 
-fn open(maps_dir: &Path, spec: &MapSpec) -> Result<MapData, ConntrackError> {
-    let pin = spec.pin;
-    MapData::from_pin(maps_dir.join(pin)).map_err(|source| ConntrackError::Open { pin, source })
+fn open(maps_dir: &Path, spec: &MapSpec) -> Result<MapData, Error> {
+    let path = maps_dir.join(spec.pin);
+    MapData::from_pin(&path).map_err(map_err(&path))
+}
+
+/// The map `spec` pinned in `maps_dir`, read whole.
+fn read_all<K: aya::Pod, V: aya::Pod>(
+    maps_dir: &Path,
+    spec: &MapSpec,
+) -> Result<Vec<(K, V)>, Error> {
+    let path = maps_dir.join(spec.pin);
+    Typed::new(open(maps_dir, spec)?)
+        .map_err(map_err(&path))?
+        .lookup_all()
+        .map_err(io_err("reading", &path))
 }
 
 /// Both maps pinned in `maps_dir`, read whole.
-pub fn read(maps_dir: &Path) -> Result<Entries, ConntrackError> {
-    let read = |spec: &MapSpec| {
-        let pin = spec.pin;
-        move |source| ConntrackError::Read { pin, source }
-    };
-    let ct = open(maps_dir, &CT4)?;
-    let nat = open(maps_dir, &NAT4)?;
+pub fn read(maps_dir: &Path) -> Result<Entries, Error> {
     Ok(Entries {
-        ct: batch::lookup_all(ct.fd().as_fd()).map_err(read(&CT4))?,
-        nat: batch::lookup_all(nat.fd().as_fd()).map_err(read(&NAT4))?,
+        ct: read_all(maps_dir, &CT4)?,
+        nat: read_all(maps_dir, &NAT4)?,
     })
 }
 
@@ -99,7 +84,7 @@ pub fn collect(
     maps_dir: &Path,
     now: u32,
     serves: impl Fn(&Frontend, IpAddr) -> bool,
-) -> Result<Collected, ConntrackError> {
+) -> Result<Collected, Error> {
     let Entries { ct, nat } = read(maps_dir)?;
     // A live inbound entry names its frontend (key) and endpoint (value).
     let stale = |k: &Ct4Key, v: &Ct4Value| {
@@ -162,7 +147,7 @@ fn delete<K, V>(
     spec: &'static MapSpec,
     entries: &[(K, V)],
     dead: impl Fn(&K, &V) -> bool,
-) -> Result<usize, ConntrackError>
+) -> Result<usize, Error>
 where
     K: aya::Pod + Eq + Hash,
     V: aya::Pod,
@@ -175,10 +160,9 @@ where
     if candidates.is_empty() {
         return Ok(0);
     }
-    let pin = spec.pin;
     let mut map: BpfHashMap<MapData, K, V> =
         BpfHashMap::try_from(Map::LruHashMap(open(maps_dir, spec)?))
-            .map_err(|source| ConntrackError::Open { pin, source })?;
+            .map_err(map_err(&maps_dir.join(spec.pin)))?;
     let mut removed = 0;
     for key in candidates {
         let still = map.get(key, 0).is_ok_and(|v| dead(key, &v));

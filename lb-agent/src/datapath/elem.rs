@@ -6,8 +6,15 @@
 
 use std::{
     io,
-    os::fd::{AsRawFd as _, BorrowedFd},
+    os::fd::{AsFd as _, AsRawFd as _, BorrowedFd},
 };
+
+use aya::{
+    maps::{MapData, MapError, MapType},
+    sys::SyscallError,
+};
+
+use super::batch::Typed;
 
 const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
@@ -29,7 +36,13 @@ const _: () = assert!(size_of::<ElemAttr>() == 32);
 
 /// Runs one element command on `map` with `key` and `value` (a null
 /// pointer for none).
-fn call(
+///
+/// # Safety
+///
+/// `key` must reference a live key of the map's key size, and `value`
+/// (unless null) a live value of the map's value size, writable for a
+/// lookup: the kernel reads (and writes) them at the map's sizes.
+unsafe fn call(
     cmd: libc::c_long,
     map: BorrowedFd<'_>,
     key: *const u8,
@@ -43,9 +56,9 @@ fn call(
         flags,
         ..ElemAttr::default()
     };
-    // SAFETY: attr is a valid `bpf_attr.elem`; the caller passes a key (and
-    // value) of the map's key (and value) size that outlive the call, which
-    // reads them (and writes the value of a lookup).
+    // SAFETY: attr is a valid `bpf_attr.elem`; its key (and value) are of
+    // the map's key (and value) size and outlive the call (the caller's
+    // obligation), which reads them (and writes the value of a lookup).
     let r = unsafe {
         libc::syscall(
             libc::SYS_bpf,
@@ -62,64 +75,113 @@ fn call(
 }
 
 /// Writes `key -> value` into `map` unless the key is present; whether it
-/// was written. `K` and `V` must be exactly the map's key and value sizes,
-/// which the caller checked against the map.
+/// was written.
 pub fn insert_absent<K: aya::Pod, V: aya::Pod>(
-    map: BorrowedFd<'_>,
+    map: &Typed<K, V>,
     key: &K,
     value: &V,
 ) -> io::Result<bool> {
     let k = (key as *const K).cast::<u8>();
     let v = (value as *const V).cast::<u8>().cast_mut();
-    match call(BPF_MAP_UPDATE_ELEM, map, k, v, BPF_NOEXIST) {
+    // SAFETY: the map's keys are `K`s and its values `V`s (`Typed`), and
+    // `key` and `value` outlive the call, which only reads them.
+    match unsafe {
+        call(
+            BPF_MAP_UPDATE_ELEM,
+            map.map().fd().as_fd(),
+            k,
+            v,
+            BPF_NOEXIST,
+        )
+    } {
         Ok(()) => Ok(true),
         Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(false),
         Err(e) => Err(e),
     }
 }
 
-/// The value of `key` in `map`, as `value_size` bytes (the map's value
-/// size, which the caller read from the map); `None` if absent.
-pub fn lookup_raw<K: aya::Pod>(
-    map: BorrowedFd<'_>,
-    key: &K,
-    value_size: usize,
-) -> io::Result<Option<Vec<u8>>> {
-    let mut value = vec![0u8; value_size];
+/// The value of `key` in `map`, as the bytes of the map's value size,
+/// whatever it is; `None` if absent.
+pub fn lookup_raw<K: aya::Pod>(map: &MapData, key: &K) -> Result<Option<Vec<u8>>, MapError> {
+    let info = map.info()?;
+    let (size, expected) = (size_of::<K>(), info.key_size() as usize);
+    if size != expected {
+        return Err(MapError::InvalidKeySize { size, expected });
+    }
+    let mut value = vec![0u8; info.value_size() as usize];
     let k = (key as *const K).cast::<u8>();
-    match call(BPF_MAP_LOOKUP_ELEM, map, k, value.as_mut_ptr(), 0) {
+    // SAFETY: `key` is of the map's key size and `value` holds the map's
+    // value size (both as the kernel reported them just now); both
+    // outlive the call.
+    match unsafe {
+        call(
+            BPF_MAP_LOOKUP_ELEM,
+            map.fd().as_fd(),
+            k,
+            value.as_mut_ptr(),
+            0,
+        )
+    } {
         Ok(()) => Ok(Some(value)),
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
-        Err(e) => Err(e),
+        Err(e) => Err(MapError::SyscallError(SyscallError {
+            call: "bpf_map_lookup_elem",
+            io_error: e,
+        })),
     }
 }
 
-/// Puts `inner` in slot 0 of the array of maps `outer`. The kernel refuses
-/// (`EINVAL`) a map whose type, key or value size or flags differ from the
-/// slot's template.
-pub fn set_inner(outer: BorrowedFd<'_>, inner: BorrowedFd<'_>) -> io::Result<()> {
-    let key = 0u32;
-    let fd = inner.as_raw_fd() as u32;
-    call(
-        BPF_MAP_UPDATE_ELEM,
-        outer,
-        (&key as *const u32).cast(),
-        (&fd as *const u32).cast::<u8>().cast_mut(),
-        BPF_ANY,
-    )
-}
+/// An array of maps (a previous-map slot): its keys are `u32` indices and
+/// its values `u32` map fds, whatever its inner maps.
+#[derive(Debug)]
+pub struct Slots(MapData);
 
-/// Empties slot 0 of the array of maps `outer`; an empty slot is fine.
-pub fn clear_inner(outer: BorrowedFd<'_>) -> io::Result<()> {
-    let key = 0u32;
-    match call(
-        BPF_MAP_DELETE_ELEM,
-        outer,
-        (&key as *const u32).cast(),
-        std::ptr::null_mut(),
-        0,
-    ) {
-        Err(e) if e.raw_os_error() != Some(libc::ENOENT) => Err(e),
-        _ => Ok(()),
+impl Slots {
+    /// `map`, if the kernel reports it as an array of maps.
+    pub fn new(map: MapData) -> Result<Self, MapError> {
+        match map.info()?.map_type()? {
+            MapType::ArrayOfMaps => Ok(Self(map)),
+            other => Err(MapError::InvalidMapType {
+                map_type: other as u32,
+            }),
+        }
+    }
+
+    /// Puts `inner` in slot 0. The kernel refuses (`EINVAL`) a map whose
+    /// type, key or value size or flags differ from the slot's template.
+    pub fn set_inner(&self, inner: BorrowedFd<'_>) -> io::Result<()> {
+        let key = 0u32;
+        let fd = inner.as_raw_fd() as u32;
+        // SAFETY: an array of maps has 4-byte keys and values (fds); `key`
+        // and `fd` outlive the call, which only reads them.
+        unsafe {
+            call(
+                BPF_MAP_UPDATE_ELEM,
+                self.0.fd().as_fd(),
+                (&key as *const u32).cast(),
+                (&fd as *const u32).cast::<u8>().cast_mut(),
+                BPF_ANY,
+            )
+        }
+    }
+
+    /// Empties slot 0; an empty slot is fine.
+    pub fn clear_inner(&self) -> io::Result<()> {
+        let key = 0u32;
+        // SAFETY: an array of maps has 4-byte keys; `key` outlives the
+        // call, which only reads it.
+        let done = unsafe {
+            call(
+                BPF_MAP_DELETE_ELEM,
+                self.0.fd().as_fd(),
+                (&key as *const u32).cast(),
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        match done {
+            Err(e) if e.raw_os_error() != Some(libc::ENOENT) => Err(e),
+            _ => Ok(()),
+        }
     }
 }

@@ -17,11 +17,9 @@ use std::{
     time::Duration,
 };
 
-use crate::reconcile::GracePeriods;
+use rustix::thread::{MembarrierCommand, membarrier, membarrier_query};
 
-/// `MEMBARRIER_CMD_QUERY` and `MEMBARRIER_CMD_GLOBAL` from `linux/membarrier.h`.
-const MEMBARRIER_CMD_QUERY: libc::c_int = 0;
-const MEMBARRIER_CMD_GLOBAL: libc::c_int = 1;
+use crate::reconcile::GracePeriods;
 
 /// The wait used where `membarrier` cannot stand for a grace period.
 const FALLBACK_WAIT: Duration = Duration::from_secs(1);
@@ -57,9 +55,7 @@ impl MembarrierGrace {
 
     /// Whether `membarrier` gives real RCU grace periods here (for logs).
     pub fn exact() -> bool {
-        // SAFETY: MEMBARRIER_CMD_QUERY only reports the supported commands.
-        let cmds = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) };
-        cmds > 0 && cmds & libc::c_long::from(MEMBARRIER_CMD_GLOBAL) != 0 && online_cpus() > 1
+        membarrier_query().contains_command(MembarrierCommand::Global) && online_cpus() > 1
     }
 }
 
@@ -83,13 +79,12 @@ impl Shared {
 
 /// Returns once every eBPF program running at the call has finished.
 pub fn wait_for_readers() {
-    // SAFETY: MEMBARRIER_CMD_GLOBAL takes no pointers; it only waits.
-    let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) };
-    if r != 0 || online_cpus() <= 1 {
+    if membarrier(MembarrierCommand::Global).is_err() || online_cpus() <= 1 {
         std::thread::sleep(FALLBACK_WAIT);
     }
 }
 
+/// The CPUs online (rustix has no `sysconf`; glibc reads sysfs for this).
 fn online_cpus() -> libc::c_long {
     // SAFETY: sysconf has no preconditions.
     unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }

@@ -15,6 +15,8 @@ use lb_common::{
     REJECTS4, REVNAT4, REVNAT6, SLOTS4, SLOTS6, SOURCE_RANGES4, STATS, STATS_COUNT,
 };
 
+use super::error::{Error, io_err, map_err};
+
 /// Map capacities, set at load time (`--bpf-lb-*-map-max`), the same for
 /// each family's map. A pinned map with another capacity is replaced by a
 /// migration.
@@ -118,31 +120,15 @@ impl Inspection {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum LayoutError {
-    #[error("reading {path}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error("reading pinned map {path}")]
-    Map {
-        path: PathBuf,
-        #[source]
-        source: aya::maps::MapError,
-    },
-}
-
 /// Compares the maps pinned in `dir` with what `caps` asks for.
-pub fn inspect(dir: &Path, caps: &Capacities) -> Result<Inspection, LayoutError> {
+pub fn inspect(dir: &Path, caps: &Capacities) -> Result<Inspection, Error> {
     let mut maps = Vec::new();
     for spec in ALL_MAPS {
         let path = dir.join(spec.pin);
         let found = match MapInfo::from_pin(&path) {
             Ok(info) => compare(&info, &spec, caps.max_entries(&spec)),
             Err(_) if !path.exists() => Found::Missing,
-            Err(source) => return Err(LayoutError::Map { path, source }),
+            Err(source) => return Err(map_err(&path)(source)),
         };
         maps.push((spec, found));
     }
@@ -156,21 +142,17 @@ pub fn inspect(dir: &Path, caps: &Capacities) -> Result<Inspection, LayoutError>
 }
 
 /// The file names in `dir` (none if it does not exist).
-pub fn pinned(dir: &Path) -> Result<Vec<String>, LayoutError> {
-    let io_err = |source| LayoutError::Io {
-        path: dir.to_owned(),
-        source,
-    };
+pub fn pinned(dir: &Path) -> Result<Vec<String>, Error> {
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io_err(e)),
+        Err(e) => return Err(io_err("reading", dir)(e)),
     };
     let mut names = Vec::new();
     for entry in entries {
         names.push(
             entry
-                .map_err(io_err)?
+                .map_err(io_err("reading", dir))?
                 .file_name()
                 .to_string_lossy()
                 .into_owned(),

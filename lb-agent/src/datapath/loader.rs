@@ -12,7 +12,11 @@ use aya::{
 };
 use lb_common::ALL_MAPS;
 
-use super::{layout::Capacities, pins::Pins};
+use super::{
+    error::{Error, io_err},
+    layout::Capacities,
+    pins::Pins,
+};
 
 /// The eBPF object built from `lb-ebpf` by build.rs.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lb-ebpf"));
@@ -69,59 +73,9 @@ pub const REVERSING: [Program; 4] = [
     },
 ];
 
-#[derive(Debug, thiserror::Error)]
-pub enum LoaderError {
-    #[error("{what} {path}")]
-    Io {
-        what: &'static str,
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error("loading the eBPF object")]
-    Load(#[from] aya::EbpfError),
-    #[error("program {name}")]
-    Program {
-        name: &'static str,
-        #[source]
-        source: aya::programs::ProgramError,
-    },
-    #[error("program {name}")]
-    Link {
-        name: &'static str,
-        #[source]
-        source: aya::programs::links::LinkError,
-    },
-    #[error("pinning link {path}")]
-    Pin {
-        path: PathBuf,
-        #[source]
-        source: aya::pin::PinError,
-    },
-    #[error("program {0} missing from the eBPF object")]
-    MissingProgram(&'static str),
-    #[error("device {device}")]
-    Device {
-        device: String,
-        #[source]
-        source: io::Error,
-    },
-    #[error(
-        "device {device} has link type {link_type}, which the tc programs cannot parse \
-         (they take Ethernet devices and devices without a link-layer header: \
-         WireGuard, IPIP, GRE, TUN); leave it out of --devices"
-    )]
-    LinkType { device: String, link_type: u16 },
-}
-
-pub fn io_err(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> LoaderError {
-    let path = path.to_owned();
-    move |source| LoaderError::Io { what, path, source }
-}
-
 /// Loads the object with every map pinned in `maps_dir`: maps pinned there
 /// already are used as they are, the others are created at `caps` and pinned.
-pub fn load(maps_dir: &Path, caps: &Capacities) -> Result<Ebpf, LoaderError> {
+pub fn load(maps_dir: &Path, caps: &Capacities) -> Result<Ebpf, Error> {
     fs::create_dir_all(maps_dir).map_err(io_err("creating", maps_dir))?;
     let mut loader = EbpfLoader::new();
     for spec in ALL_MAPS {
@@ -141,16 +95,16 @@ pub fn attach(
     pins: &Pins,
     cgroup: &Path,
     programs: &[Program],
-) -> Result<(), LoaderError> {
+) -> Result<(), Error> {
     let links = pins.links_dir();
     fs::create_dir_all(&links).map_err(io_err("creating", &links))?;
     let cgroup_dir = fs::File::open(cgroup).map_err(io_err("opening cgroup", cgroup))?;
     for p in programs {
         let name = p.function;
-        let prog_err = |source| LoaderError::Program { name, source };
+        let prog_err = |source| Error::Program { name, source };
         let program: &mut CgroupSockAddr = ebpf
             .program_mut(name)
-            .ok_or(LoaderError::MissingProgram(name))?
+            .ok_or(Error::MissingProgram(name))?
             .try_into()
             .map_err(prog_err)?;
         if program.fd().is_err() {
@@ -163,7 +117,7 @@ pub fn attach(
             .take_link(id)
             .map_err(prog_err)?
             .try_into()
-            .map_err(|source| LoaderError::Link { name, source })?;
+            .map_err(|source| Error::Link { name, source })?;
         pin_replacing(link, pins, p.link)?;
     }
     Ok(())
@@ -172,19 +126,20 @@ pub fn attach(
 /// Pins `link` as `links/<pin>`, replacing the link pinned there, which
 /// detaches its program: the new one is pinned beside it first, then
 /// renamed over it, so one of the two is always attached.
-pub fn pin_replacing(link: FdLink, pins: &Pins, pin: &str) -> Result<(), LoaderError> {
+pub fn pin_replacing(link: FdLink, pins: &Pins, pin: &str) -> Result<(), Error> {
     let final_path = pins.link(pin);
     // bpffs rejects names containing a dot.
     let tmp_path = pins.link(&format!("{pin}_new"));
     remove_if_present(&tmp_path)?;
-    link.pin(&tmp_path).map_err(|source| LoaderError::Pin {
+    link.pin(&tmp_path).map_err(|source| Error::Pin {
         path: tmp_path.clone(),
         source,
     })?;
     fs::rename(&tmp_path, &final_path).map_err(io_err("replacing link pin", &final_path))
 }
 
-pub fn remove_if_present(path: &Path) -> Result<(), LoaderError> {
+/// Removes the file at `path`, if there is one.
+pub fn remove_if_present(path: &Path) -> Result<(), Error> {
     match fs::remove_file(path) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_err("removing", path)(e)),
         _ => Ok(()),
@@ -200,7 +155,7 @@ pub struct Removed {
 
 /// Detaches the programs (by unpinning their links) and removes the maps,
 /// of this layout and any other.
-pub fn uninstall(pins: &Pins) -> Result<Removed, LoaderError> {
+pub fn uninstall(pins: &Pins) -> Result<Removed, Error> {
     let mut removed = Removed::default();
     // Links first: once they are gone nothing reads the maps.
     for (dir, is_link) in [

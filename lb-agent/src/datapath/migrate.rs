@@ -37,36 +37,14 @@ use lb_common::{
 };
 
 use super::{
-    batch, elem,
-    layout::{self, LayoutError},
-    loader::{REVERSING, TRANSLATING},
+    batch::Typed,
+    elem,
+    error::{Error, io_err, map_err},
+    layout,
+    loader::{REVERSING, TRANSLATING, remove_if_present},
     pins::Pins,
     tc,
 };
-
-#[derive(Debug, thiserror::Error)]
-pub enum MigrateError {
-    #[error(transparent)]
-    Layout(#[from] LayoutError),
-    #[error("{what} {path}")]
-    Io {
-        what: &'static str,
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error("reading pinned map {path}")]
-    Map {
-        path: PathBuf,
-        #[source]
-        source: aya::maps::MapError,
-    },
-}
-
-fn io_err(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> MigrateError {
-    let path = path.to_owned();
-    move |source| MigrateError::Io { what, path, source }
-}
 
 /// Ids of the maps the programs attached through our links (socket and
 /// tc) use.
@@ -94,13 +72,10 @@ pub fn active_map_ids(pins: &Pins) -> BTreeSet<u32> {
 }
 
 /// The id of the map pinned at `path`.
-fn map_id(path: &Path) -> Result<u32, MigrateError> {
+fn map_id(path: &Path) -> Result<u32, Error> {
     MapInfo::from_pin(path)
         .map(|info| info.id())
-        .map_err(|source| MigrateError::Map {
-            path: path.to_owned(),
-            source,
-        })
+        .map_err(map_err(path))
 }
 
 /// What an earlier, interrupted migration left in `maps-next/`.
@@ -115,7 +90,7 @@ pub enum Leftover {
 /// Deals with a `maps-next/` left by an interrupted migration: if the
 /// programs never switched to its maps, removes it (a new migration
 /// rebuilds it); if they did, says so, and the caller finishes it.
-pub fn recover(pins: &Pins) -> Result<Leftover, MigrateError> {
+pub fn recover(pins: &Pins) -> Result<Leftover, Error> {
     let next = pins.next_dir();
     let names = layout::pinned(&next)?;
     let active = active_map_ids(pins);
@@ -137,7 +112,7 @@ pub fn recover(pins: &Pins) -> Result<Leftover, MigrateError> {
 /// layouts' maps, and maps `maps-next/` replaces) that no program uses, and
 /// moves the pins of `maps-next/` into `maps/`. Idempotent; returns the
 /// pins removed.
-pub fn finish(pins: &Pins) -> Result<Vec<PathBuf>, MigrateError> {
+pub fn finish(pins: &Pins) -> Result<Vec<PathBuf>, Error> {
     let maps = pins.maps_dir();
     let next = pins.next_dir();
     let active = active_map_ids(pins);
@@ -185,7 +160,7 @@ fn predecessors(pins: &Pins, s: &Stateful) -> (PathBuf, Vec<PathBuf>) {
 /// before the programs switch, and again once no old program runs (a grace
 /// period after), for what they wrote meanwhile. Returns how many entries
 /// were carried.
-pub fn carry_stateful(pins: &Pins) -> Result<usize, MigrateError> {
+pub fn carry_stateful(pins: &Pins) -> Result<usize, Error> {
     let mut carried = 0;
     for s in &STATEFUL {
         let (target, sources) = predecessors(pins, s);
@@ -244,36 +219,30 @@ fn copy<K, V>(
     to: &Path,
     s: &Stateful,
     convert: impl FnOnce(&mut [(K, V)]),
-) -> Result<usize, MigrateError>
+) -> Result<usize, Error>
 where
     K: aya::Pod + Eq + Hash,
     V: aya::Pod,
 {
-    let open = |path: &Path| {
-        let map_err = |source| MigrateError::Map {
-            path: path.to_owned(),
-            source,
-        };
-        let data = MapData::from_pin(path).map_err(map_err)?;
-        let info = data.info().map_err(map_err)?;
-        Ok::<_, MigrateError>((data, info))
-    };
-    let (src, info) = open(from)?;
+    let src = MapData::from_pin(from).map_err(map_err(from))?;
+    let info = src.info().map_err(map_err(from))?;
     if (info.key_size(), info.value_size()) != (s.spec.key_size, s.spec.value_size) {
         return Ok(0);
     }
-    let (dst, _) = open(to)?;
-    let have: HashSet<K> = batch::lookup_all::<K, V>(dst.fd().as_fd())
+    let src = Typed::<K, V>::new(src).map_err(map_err(from))?;
+    let dst = MapData::from_pin(to).map_err(map_err(to))?;
+    let dst = Typed::<K, V>::new(dst).map_err(map_err(to))?;
+    let have: HashSet<K> = dst
+        .lookup_all()
         .map_err(io_err("reading", to))?
         .into_iter()
         .map(|(k, _)| k)
         .collect();
-    let mut entries: Vec<(K, V)> =
-        batch::lookup_all(src.fd().as_fd()).map_err(io_err("reading", from))?;
+    let mut entries = src.lookup_all().map_err(io_err("reading", from))?;
     convert(&mut entries);
     let mut copied = 0;
     for (k, v) in entries.iter().filter(|(k, _)| !have.contains(k)) {
-        match elem::insert_absent(dst.fd().as_fd(), k, v) {
+        match elem::insert_absent(&dst, k, v) {
             Ok(true) => copied += 1,
             Ok(false) => {}
             Err(e) => return Err(io_err("writing", to)(e)),
@@ -298,7 +267,8 @@ pub fn reply_ports(pins: &Pins, maps_dir: &Path, range: (u16, u16)) -> (u16, u16
         }
     };
     if let Ok(data) = MapData::from_pin(maps_dir.join(NAT4.pin))
-        && let Ok(entries) = batch::lookup_all::<Nat4Key, Nat4Value>(data.fd().as_fd())
+        && let Ok(nat) = Typed::<Nat4Key, Nat4Value>::new(data)
+        && let Ok(entries) = nat.lookup_all()
     {
         for (k, _) in entries.iter().filter(|(_, v)| v.flags & CT_F_KERNEL == 0) {
             let port = u16::from_be(k.dport_be);
@@ -314,10 +284,9 @@ pub fn reply_ports(pins: &Pins, maps_dir: &Path, range: (u16, u16)) -> (u16, u16
         let Ok(data) = MapData::from_pin(path) else {
             continue;
         };
-        let Ok(info) = data.info() else { continue };
         // Every layout's configuration starts with the SNAT address and
         // the range, as two ports in host order.
-        if let Ok(Some(v)) = elem::lookup_raw(data.fd().as_fd(), &0u32, info.value_size() as usize)
+        if let Ok(Some(v)) = elem::lookup_raw(&data, &0u32)
             && v.len() >= 8
         {
             widen(
@@ -334,7 +303,7 @@ pub fn reply_ports(pins: &Pins, maps_dir: &Path, range: (u16, u16)) -> (u16, u16
 /// there what the new map lacks until the second carry. Returns how many
 /// slots were set; a predecessor the kernel refuses as an inner map (other
 /// sizes or flags) leaves its slot empty.
-pub fn set_prev(pins: &Pins) -> Result<usize, MigrateError> {
+pub fn set_prev(pins: &Pins) -> Result<usize, Error> {
     let mut set = 0;
     for s in &STATEFUL {
         let Some(prev) = s.prev else { continue };
@@ -343,15 +312,9 @@ pub fn set_prev(pins: &Pins) -> Result<usize, MigrateError> {
             continue;
         };
         let slot = dir.join(prev.pin);
-        let inner = MapData::from_pin(source).map_err(|source_err| MigrateError::Map {
-            path: source.clone(),
-            source: source_err,
-        })?;
-        let outer = MapData::from_pin(&slot).map_err(|source| MigrateError::Map {
-            path: slot.clone(),
-            source,
-        })?;
-        match elem::set_inner(outer.fd().as_fd(), inner.fd().as_fd()) {
+        let inner = MapData::from_pin(source).map_err(map_err(source))?;
+        let outer = slots(&slot)?;
+        match outer.set_inner(inner.fd().as_fd()) {
             Ok(()) => set += 1,
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
             Err(e) => return Err(io_err("setting", &slot)(e)),
@@ -363,30 +326,28 @@ pub fn set_prev(pins: &Pins) -> Result<usize, MigrateError> {
 /// Empties every previous-map slot pinned in `dir`: once the carry after
 /// the switch is done, the programs need no older map, and the old maps
 /// are freed when their pins go.
-pub fn clear_prev(dir: &Path) -> Result<(), MigrateError> {
+pub fn clear_prev(dir: &Path) -> Result<(), Error> {
     for s in &STATEFUL {
         let Some(prev) = s.prev else { continue };
         let slot = dir.join(prev.pin);
         if !slot.exists() {
             continue;
         }
-        let outer = MapData::from_pin(&slot).map_err(|source| MigrateError::Map {
-            path: slot.clone(),
-            source,
-        })?;
-        elem::clear_inner(outer.fd().as_fd()).map_err(io_err("clearing", &slot))?;
+        slots(&slot)?
+            .clear_inner()
+            .map_err(io_err("clearing", &slot))?;
     }
     Ok(())
 }
 
-fn remove_if_present(path: &Path) -> Result<(), MigrateError> {
-    match fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_err("removing", path)(e)),
-        _ => Ok(()),
-    }
+/// The previous-map slot pinned at `path`.
+fn slots(path: &Path) -> Result<elem::Slots, Error> {
+    MapData::from_pin(path)
+        .and_then(elem::Slots::new)
+        .map_err(map_err(path))
 }
 
-fn remove_dir_if_present(path: &Path) -> Result<(), MigrateError> {
+fn remove_dir_if_present(path: &Path) -> Result<(), Error> {
     match fs::remove_dir(path) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_err("removing", path)(e)),
         _ => Ok(()),

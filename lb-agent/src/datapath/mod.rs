@@ -9,6 +9,7 @@ pub mod cgroup;
 pub mod conntrack;
 pub mod decode;
 mod elem;
+mod error;
 pub mod grace;
 pub mod kernel_conntrack;
 pub mod layout;
@@ -28,29 +29,18 @@ use std::{
 };
 
 use aya::Ebpf;
-use layout::{Capacities, LayoutError};
+pub use error::Error;
+use layout::Capacities;
 use lb_common::{
     BACKENDS4, BACKENDS6, FE_STATE4, FE_STATE6, FRONTENDS4, FRONTENDS6, MEMBERS4, MEMBERS6,
     MapSpec, SLOTS4, SLOTS6,
 };
-use loader::{LoaderError, REVERSING, TRANSLATING};
-use migrate::{Leftover, MigrateError};
+use loader::{REVERSING, TRANSLATING};
+use migrate::Leftover;
 use pins::Pins;
 use table::{Bpf, BpfTable};
 
 use crate::reconcile::{Family, LbTables, MapKey, MapValue, StoreError, V4, V6, WriteMode};
-
-#[derive(Debug, thiserror::Error)]
-pub enum DatapathError {
-    #[error(transparent)]
-    Layout(#[from] LayoutError),
-    #[error(transparent)]
-    Loader(#[from] LoaderError),
-    #[error(transparent)]
-    Migrate(#[from] MigrateError),
-    #[error(transparent)]
-    Devices(#[from] tc::DevicesError),
-}
 
 /// How this build's maps relate to what was pinned.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -104,7 +94,7 @@ pub struct Attached {
     pub removed: Vec<PathBuf>,
     /// Whether the tc programs reached every device: a failure there
     /// leaves the socket programs serving, and is retried at each sync.
-    pub tc: Result<(), DatapathError>,
+    pub tc: Result<(), Error>,
 }
 
 /// Both families' load-balancing tables.
@@ -159,11 +149,7 @@ impl Datapath {
     /// Recovers from an interrupted migration, compares the pinned maps with
     /// what `caps` asks for, and loads the object: against the pinned maps
     /// when they match, else against new maps pinned beside them.
-    pub fn open(
-        pins: &Pins,
-        caps: &Capacities,
-        tc_hook: tc::TcHook,
-    ) -> Result<Self, DatapathError> {
+    pub fn open(pins: &Pins, caps: &Capacities, tc_hook: tc::TcHook) -> Result<Self, Error> {
         let (maps_dir, start) = match migrate::recover(pins)? {
             Leftover::Switched => (pins.next_dir(), Start::Resuming),
             Leftover::None => {
@@ -213,7 +199,7 @@ impl Datapath {
         &mut self,
         devices: BTreeSet<String>,
         attached: bool,
-    ) -> Result<bool, DatapathError> {
+    ) -> Result<bool, Error> {
         if devices == self.devices && !self.devices_stale() {
             return Ok(false);
         }
@@ -235,7 +221,7 @@ impl Datapath {
         self.unattached > 0 || tc::moved(&self.attached)
     }
 
-    fn attach_tc(&mut self) -> Result<(), DatapathError> {
+    fn attach_tc(&mut self) -> Result<(), Error> {
         let done = tc::attach(
             &mut self.ebpf,
             &self.pins,
@@ -244,11 +230,11 @@ impl Datapath {
             &mut self.attached,
         );
         self.unattached = match &done {
-            Ok(Ok(())) => 0,
-            Ok(Err(e)) => e.devices.len(),
+            Ok(()) => 0,
+            Err(Error::Devices { devices, .. }) => devices.len(),
             Err(_) => self.devices.len(),
         };
-        Ok(done??)
+        done
     }
 
     /// `config` with what only the datapath knows: whether the programs
@@ -282,7 +268,7 @@ impl Datapath {
         is_frontend: impl Fn(std::net::SocketAddrV4, u8) -> bool,
         config: &lb_common::DatapathConfig,
         now: u32,
-    ) -> Result<takeover::Seeded, takeover::TakeoverError> {
+    ) -> Result<takeover::Seeded, Error> {
         takeover::seed(&self.maps_dir, kernel, is_frontend, config, now)
     }
 
@@ -297,7 +283,7 @@ impl Datapath {
     /// the new programs find what they lack there. The settings (now with
     /// `CFG_F_PREV`, see [`Self::settings`]) are to be written before
     /// [`Self::attach`].
-    pub fn prepare_attach(&mut self) -> Result<Prepared, DatapathError> {
+    pub fn prepare_attach(&mut self) -> Result<Prepared, Error> {
         let mut prepared = Prepared {
             carried: migrate::carry_stateful(&self.pins)?,
             prev_slots: 0,
@@ -325,7 +311,7 @@ impl Datapath {
     /// old programs wrote meanwhile is carried too and the slots are
     /// emptied. Older pins go last. The settings are to be written again
     /// afterwards (`CFG_F_PREV` cleared, the reply ports of the new maps).
-    pub fn attach(&mut self, cgroup: &Path, prepared: Prepared) -> Result<Attached, DatapathError> {
+    pub fn attach(&mut self, cgroup: &Path, prepared: Prepared) -> Result<Attached, Error> {
         let switching = self.switching();
         let Prepared {
             mut carried,

@@ -1,18 +1,12 @@
 //! [`Table`] over a pinned BPF map, with batched syscalls.
 
-use std::{
-    fmt::Debug,
-    io,
-    marker::PhantomData,
-    os::fd::{AsFd as _, OwnedFd},
-    path::Path,
-};
+use std::{fmt::Debug, io, path::Path};
 
 use aya::maps::MapData;
 use lb_common::{MAP_TYPE_ARRAY, MapSpec};
 
 use super::{
-    batch::{self, BPF_F_LOCK},
+    batch::{BPF_F_LOCK, Typed},
     decode,
 };
 use crate::reconcile::{BatchError, MapKey, MapValue, StoreError, Table, Tables, WriteMode};
@@ -29,11 +23,10 @@ impl Tables for Bpf {
 #[derive(Debug)]
 pub struct BpfTable<K, V> {
     name: &'static str,
-    fd: OwnedFd,
+    map: Typed<K, V>,
     mode: WriteMode,
     array: bool,
     capacity: u32,
-    _entries: PhantomData<(K, V)>,
 }
 
 impl<K: MapKey, V: MapValue> BpfTable<K, V> {
@@ -46,26 +39,15 @@ impl<K: MapKey, V: MapValue> BpfTable<K, V> {
         };
         let data = MapData::from_pin(path).map_err(|e| map_err("open pin", e))?;
         let info = data.info().map_err(|e| map_err("read info", e))?;
-        let fd = data
-            .fd()
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(|source| StoreError::Syscall {
-                map: spec.name,
-                op: "dup",
-                source,
-            })?;
-        debug_assert_eq!(
-            (info.key_size(), info.value_size()),
-            (spec.key_size, spec.value_size)
-        );
+        // The batch commands fill buffers sized by `K` and `V`: a map of
+        // other sizes is refused, in every build.
+        let map = Typed::new(data).map_err(|e| map_err("check sizes", e))?;
         Ok(Self {
             name: spec.name,
-            fd,
+            map,
             mode,
             array: spec.map_type == MAP_TYPE_ARRAY,
             capacity: info.max_entries(),
-            _entries: PhantomData,
         })
     }
 
@@ -109,8 +91,10 @@ impl<K: MapKey, V: MapValue> Table for BpfTable<K, V> {
     }
 
     fn read(&self) -> Result<Vec<(K, V)>, StoreError> {
-        let mut all: Vec<(K, V)> =
-            batch::lookup_all(self.fd.as_fd()).map_err(|e| self.error("lookup batch", e))?;
+        let mut all = self
+            .map
+            .lookup_all()
+            .map_err(|e| self.error("lookup batch", e))?;
         if self.array {
             decode::in_use(&mut all);
         }
@@ -119,21 +103,21 @@ impl<K: MapKey, V: MapValue> Table for BpfTable<K, V> {
 
     fn put(&mut self, entries: &[(K, V)]) -> Result<(), BatchError> {
         let (keys, values): (Vec<K>, Vec<V>) = entries.iter().copied().unzip();
-        batch::update(self.fd.as_fd(), &keys, &values, self.elem_flags()).map_err(|(written, e)| {
-            BatchError {
+        self.map
+            .update(&keys, &values, self.elem_flags())
+            .map_err(|(written, e)| BatchError {
                 written,
                 error: self.error("update batch", e),
-            }
-        })
+            })
     }
 
     fn delete(&mut self, keys: &[K]) -> Result<(), BatchError> {
         let result = if self.array {
             // An array element cannot go: free it by writing zeros in place.
             let zeros = vec![V::default(); keys.len()];
-            batch::update(self.fd.as_fd(), keys, &zeros, self.elem_flags())
+            self.map.update(keys, &zeros, self.elem_flags())
         } else {
-            batch::delete(self.fd.as_fd(), keys)
+            self.map.delete(keys)
         };
         result.map_err(|(written, e)| BatchError {
             written,

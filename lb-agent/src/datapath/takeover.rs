@@ -17,7 +17,6 @@
 
 use std::{
     net::{Ipv4Addr, SocketAddrV4},
-    os::fd::AsFd as _,
     path::Path,
 };
 
@@ -27,23 +26,12 @@ use lb_common::{
     Nat4Value, PROTO_UDP,
 };
 
-use super::{elem, kernel_conntrack::KernelFlow};
-
-#[derive(Debug, thiserror::Error)]
-#[error("seeding {pin} with the kernel's flows")]
-pub struct TakeoverError {
-    pin: &'static str,
-    #[source]
-    source: TakeoverCause,
-}
-
-#[derive(Debug, thiserror::Error)]
-enum TakeoverCause {
-    #[error(transparent)]
-    Map(#[from] aya::maps::MapError),
-    #[error(transparent)]
-    Io(#[from] std::io::Error),
-}
+use super::{
+    batch::Typed,
+    elem,
+    error::{Error, io_err, map_err},
+    kernel_conntrack::KernelFlow,
+};
 
 /// What [`seed`] wrote.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -65,7 +53,7 @@ pub fn seed(
     is_frontend: impl Fn(SocketAddrV4, u8) -> bool,
     cfg: &DatapathConfig,
     now: u32,
-) -> Result<Seeded, TakeoverError> {
+) -> Result<Seeded, Error> {
     let e = entries(kernel, is_frontend, cfg, now);
     Ok(Seeded {
         flows: write(maps_dir, &CT4, &e.flows)?,
@@ -151,18 +139,19 @@ fn write<K: aya::Pod, V: aya::Pod>(
     maps_dir: &Path,
     spec: &'static MapSpec,
     entries: &[(K, V)],
-) -> Result<usize, TakeoverError> {
-    let err = |source: TakeoverCause| TakeoverError {
-        pin: spec.pin,
-        source,
-    };
+) -> Result<usize, Error> {
     if entries.is_empty() {
         return Ok(0);
     }
-    let map = MapData::from_pin(maps_dir.join(spec.pin)).map_err(|e| err(e.into()))?;
+    let path = maps_dir.join(spec.pin);
+    let map = MapData::from_pin(&path)
+        .and_then(Typed::new)
+        .map_err(map_err(&path))?;
     let mut written = 0;
     for (k, v) in entries {
-        if elem::insert_absent(map.fd().as_fd(), k, v).map_err(|e| err(e.into()))? {
+        if elem::insert_absent(&map, k, v)
+            .map_err(io_err("seeding the kernel's flows into", &path))?
+        {
             written += 1;
         }
     }

@@ -21,9 +21,11 @@ use aya::{
     },
     util::KernelVersion,
 };
+use rustix::net::{AddressFamily, SocketType, netdevice::name_to_index, socket};
 
 use super::{
-    loader::{LoaderError, io_err, pin_replacing, remove_if_present},
+    error::{Error, io_err},
+    loader::{pin_replacing, remove_if_present},
     pins::Pins,
 };
 
@@ -57,11 +59,11 @@ const ARPHRD_L3: [u16; 8] = [65534, 768, 769, 776, 778, 823, 512, 519];
 fn program_for(
     row: &(&'static str, &'static str, TcAttachType, &'static str),
     device: &str,
-) -> Result<&'static str, LoaderError> {
+) -> Result<&'static str, Error> {
     match link_type(device)? {
         ARPHRD_ETHER => Ok(row.0),
         t if ARPHRD_L3.contains(&t) => Ok(row.1),
-        link_type => Err(LoaderError::LinkType {
+        link_type => Err(Error::LinkType {
             device: device.to_owned(),
             link_type,
         }),
@@ -70,8 +72,8 @@ fn program_for(
 
 /// `device`'s link type (`ARPHRD_*`), as `SIOCGIFHWADDR` reports it in
 /// this network namespace.
-fn link_type(device: &str) -> Result<u16, LoaderError> {
-    let io = |source| LoaderError::Device {
+fn link_type(device: &str) -> Result<u16, Error> {
+    let io = |source| Error::Device {
         device: device.to_owned(),
         source,
     };
@@ -109,7 +111,7 @@ fn pin_part(device: &str) -> String {
 }
 
 /// The devices our tc links are pinned for (an earlier agent's, at start).
-pub fn linked_devices(pins: &Pins) -> Result<BTreeSet<String>, LoaderError> {
+pub fn linked_devices(pins: &Pins) -> Result<BTreeSet<String>, Error> {
     Ok(linked(pins)?
         .iter()
         .filter_map(|pin| pin.strip_prefix(PROGRAMS[0].3))
@@ -147,32 +149,21 @@ impl TcHook {
 const CLSACT_PRIORITY: u16 = 1;
 const CLSACT_HANDLE: TcHandle = TcHandle::new(0, 0xb1);
 
-/// Devices the tc programs could not be attached to (missing, or refused
-/// by the kernel); every other device of the set got them.
-#[derive(Debug, thiserror::Error)]
-#[error("the tc programs are not attached to {devices:?}")]
-pub struct DevicesError {
-    pub devices: Vec<String>,
-    /// What failed on the first of them.
-    #[source]
-    pub source: Box<LoaderError>,
-}
-
 /// Attaches both tc programs to every device of `devices` with `hook`
 /// (replacing an earlier agent's there) that does not have them yet
 /// (`attached`: the devices this agent attached them to, with their index
 /// then: a device deleted and created again has a new one), and detaches
 /// them from devices we attached before (TCX pins, and this agent's clsact
 /// filters) that are not in `devices` any more. A device that fails keeps
-/// whatever it had and does not hold the others back: `Ok(Err(_))` names
-/// it.
+/// whatever it had and does not hold the others back: [`Error::Devices`]
+/// names it.
 pub fn attach(
     ebpf: &mut Ebpf,
     pins: &Pins,
     hook: TcHook,
     devices: &BTreeSet<String>,
     attached: &mut BTreeMap<String, u32>,
-) -> Result<Result<(), DevicesError>, LoaderError> {
+) -> Result<(), Error> {
     let links = pins.links_dir();
     fs::create_dir_all(&links).map_err(io_err("creating", &links))?;
     for name in PROGRAMS.iter().flat_map(|(eth, l3, ..)| [*eth, *l3]) {
@@ -180,7 +171,7 @@ pub fn attach(
         if program.fd().is_err() {
             program
                 .load()
-                .map_err(|source| LoaderError::Program { name, source })?;
+                .map_err(|source| Error::Program { name, source })?;
         }
     }
     let mut failed = Vec::new();
@@ -238,24 +229,21 @@ pub fn attach(
             remove_if_present(&pins.link(&pin))?;
         }
     }
-    let (names, mut errors): (Vec<String>, Vec<LoaderError>) = failed.into_iter().unzip();
+    let (names, mut errors): (Vec<String>, Vec<Error>) = failed.into_iter().unzip();
     if errors.is_empty() {
-        return Ok(Ok(()));
+        return Ok(());
     }
-    Ok(Err(DevicesError {
+    Err(Error::Devices {
         devices: names,
         source: Box::new(errors.swap_remove(0)),
-    }))
+    })
 }
 
-fn program<'a>(
-    ebpf: &'a mut Ebpf,
-    name: &'static str,
-) -> Result<&'a mut SchedClassifier, LoaderError> {
+fn program<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut SchedClassifier, Error> {
     ebpf.program_mut(name)
-        .ok_or(LoaderError::MissingProgram(name))?
+        .ok_or(Error::MissingProgram(name))?
         .try_into()
-        .map_err(|source| LoaderError::Program { name, source })
+        .map_err(|source| Error::Program { name, source })
 }
 
 /// Attaches the loaded program `name` to `device`'s `hook` with a TCX
@@ -267,8 +255,8 @@ fn attach_tcx(
     hook: TcAttachType,
     device: &str,
     prefix: &str,
-) -> Result<(), LoaderError> {
-    let prog_err = |source| LoaderError::Program { name, source };
+) -> Result<(), Error> {
+    let prog_err = |source| Error::Program { name, source };
     let program = program(ebpf, name)?;
     let id = program
         .attach_with_options(
@@ -281,7 +269,7 @@ fn attach_tcx(
         .take_link(id)
         .map_err(prog_err)?
         .try_into()
-        .map_err(|source| LoaderError::Link { name, source })?;
+        .map_err(|source| Error::Link { name, source })?;
     pin_replacing(link, pins, &format!("{prefix}{}", pin_part(device)))
 }
 
@@ -293,8 +281,8 @@ fn attach_clsact(
     name: &'static str,
     hook: TcAttachType,
     device: &str,
-) -> Result<(), LoaderError> {
-    let prog_err = |source| LoaderError::Program { name, source };
+) -> Result<(), Error> {
+    let prog_err = |source| Error::Program { name, source };
     let program = program(ebpf, name)?;
     let ours = SchedClassifierLink::attached(device, hook, CLSACT_PRIORITY, CLSACT_HANDLE, None)
         .map_err(|e| prog_err(TcError::IoError(e).into()))?;
@@ -358,11 +346,9 @@ pub fn moved(attached: &BTreeMap<String, u32>) -> bool {
 
 /// `device`'s interface index; 0 if there is no such device.
 fn if_index(device: &str) -> u32 {
-    let Ok(name) = std::ffi::CString::new(device) else {
-        return 0;
-    };
-    // SAFETY: `name` is a valid C string for the call's duration.
-    unsafe { libc::if_nametoindex(name.as_ptr()) }
+    socket(AddressFamily::INET, SocketType::DGRAM, None)
+        .and_then(|s| name_to_index(s, device))
+        .unwrap_or(0)
 }
 
 /// The names of this network namespace's interfaces.
@@ -391,7 +377,7 @@ fn interface_names() -> Vec<String> {
 }
 
 /// The pin names of our tc links.
-pub fn linked(pins: &Pins) -> Result<Vec<String>, LoaderError> {
+pub fn linked(pins: &Pins) -> Result<Vec<String>, Error> {
     let links = pins.links_dir();
     let entries = match fs::read_dir(&links) {
         Ok(e) => e,
