@@ -13,7 +13,7 @@ use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
 
 use crate::sockets::DEFAULT_NETNS_DIR;
 
-pub fn require_root() {
+pub(crate) fn require_root() {
     assert_eq!(
         rustix::process::geteuid().as_raw(),
         0,
@@ -24,7 +24,7 @@ pub fn require_root() {
 
 /// `lbt<pid><tag><n>`: the test harness's orphan sweep removes what a
 /// killed run leaves under such names.
-pub fn unique(tag: &str) -> String {
+pub(crate) fn unique(tag: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
     let n = N.fetch_add(1, Ordering::Relaxed);
     format!("lbt{}{tag}{n}", std::process::id())
@@ -42,25 +42,25 @@ fn ip(args: &[&str]) {
 
 /// A network namespace made with `ip netns add`, loopback up; deleted on
 /// drop, also when the test panics.
-pub struct TestNetns {
+pub(crate) struct TestNetns {
     name: String,
 }
 
 impl TestNetns {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let ns = Self { name: unique("sk") };
         ip(&["netns", "add", &ns.name]);
         ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
         ns
     }
 
-    pub fn path(&self) -> PathBuf {
+    pub(crate) fn path(&self) -> PathBuf {
         Path::new(DEFAULT_NETNS_DIR).join(&self.name)
     }
 
     /// Runs `f` on a thread inside the namespace: sockets it opens stay in
     /// the namespace. The test's own threads never move.
-    pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+    pub(crate) fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
         let file = File::open(self.path()).expect("open netns");
         std::thread::scope(|s| {
             s.spawn(move || {

@@ -40,42 +40,42 @@ const ECONNREFUSED: i32 = 111;
 const EHOSTUNREACH: i32 = 113;
 
 #[cgroup_sock_addr(connect4)]
-pub fn lb_connect4(ctx: SockAddrContext) -> i32 {
+pub(crate) fn lb_connect4(ctx: SockAddrContext) -> i32 {
     verdict(translate4(&ctx), STAT_CONNECT_TRANSLATED)
 }
 
 #[cgroup_sock_addr(sendmsg4)]
-pub fn lb_sendmsg4(ctx: SockAddrContext) -> i32 {
+pub(crate) fn lb_sendmsg4(ctx: SockAddrContext) -> i32 {
     verdict(translate4(&ctx), STAT_SENDMSG_TRANSLATED)
 }
 
 #[cgroup_sock_addr(recvmsg4)]
-pub fn lb_recvmsg4(ctx: SockAddrContext) -> i32 {
+pub(crate) fn lb_recvmsg4(ctx: SockAddrContext) -> i32 {
     reverse4(&ctx)
 }
 
 #[cgroup_sock_addr(getpeername4)]
-pub fn lb_getpeername4(ctx: SockAddrContext) -> i32 {
+pub(crate) fn lb_getpeername4(ctx: SockAddrContext) -> i32 {
     reverse4(&ctx)
 }
 
 #[cgroup_sock_addr(connect6)]
-pub fn lb_connect6(ctx: SockAddrContext) -> i32 {
+pub(crate) fn lb_connect6(ctx: SockAddrContext) -> i32 {
     verdict(translate6(&ctx), STAT_CONNECT_TRANSLATED)
 }
 
 #[cgroup_sock_addr(sendmsg6)]
-pub fn lb_sendmsg6(ctx: SockAddrContext) -> i32 {
+pub(crate) fn lb_sendmsg6(ctx: SockAddrContext) -> i32 {
     verdict(translate6(&ctx), STAT_SENDMSG_TRANSLATED)
 }
 
 #[cgroup_sock_addr(recvmsg6)]
-pub fn lb_recvmsg6(ctx: SockAddrContext) -> i32 {
+pub(crate) fn lb_recvmsg6(ctx: SockAddrContext) -> i32 {
     reverse6(&ctx)
 }
 
 #[cgroup_sock_addr(getpeername6)]
-pub fn lb_getpeername6(ctx: SockAddrContext) -> i32 {
+pub(crate) fn lb_getpeername6(ctx: SockAddrContext) -> i32 {
     reverse6(&ctx)
 }
 

@@ -54,22 +54,22 @@ const PASS: i32 = TC_ACT_UNSPEC;
 const DROP: i32 = TC_ACT_SHOT;
 
 #[classifier]
-pub fn lb_tc_ingress(ctx: TcContext) -> i32 {
+pub(crate) fn lb_tc_ingress(ctx: TcContext) -> i32 {
     ingress_program::<ETH_HLEN>(&ctx)
 }
 
 #[classifier]
-pub fn lb_tc_egress(ctx: TcContext) -> i32 {
+pub(crate) fn lb_tc_egress(ctx: TcContext) -> i32 {
     egress_program::<ETH_HLEN>(&ctx)
 }
 
 #[classifier]
-pub fn lb_tc_l3_in(ctx: TcContext) -> i32 {
+pub(crate) fn lb_tc_l3_in(ctx: TcContext) -> i32 {
     ingress_program::<0>(&ctx)
 }
 
 #[classifier]
-pub fn lb_tc_l3_out(ctx: TcContext) -> i32 {
+pub(crate) fn lb_tc_l3_out(ctx: TcContext) -> i32 {
     egress_program::<0>(&ctx)
 }
 

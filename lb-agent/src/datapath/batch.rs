@@ -18,7 +18,7 @@ const BPF_MAP_DELETE_BATCH: libc::c_long = 27;
 
 /// Element flag: write the value in place under its `bpf_spin_lock`. The
 /// only element flag the batch commands take (`BPF_NOEXIST` is EINVAL).
-pub const BPF_F_LOCK: u64 = 4;
+pub(super) const BPF_F_LOCK: u64 = 4;
 
 /// The `batch` member of `union bpf_attr`.
 #[repr(C)]
@@ -74,14 +74,14 @@ fn processed(count: usize, requested: usize) -> usize {
 /// The batch commands step through their buffers by the map's sizes, so
 /// only such a map may have them sized by `K` and `V`.
 #[derive(Debug)]
-pub struct Typed<K, V> {
+pub(super) struct Typed<K, V> {
     map: MapData,
     _entries: PhantomData<fn() -> (K, V)>,
 }
 
 impl<K: aya::Pod, V: aya::Pod> Typed<K, V> {
     /// `map`, if its sizes (as the kernel reports them) are `K`'s and `V`'s.
-    pub fn new(map: MapData) -> Result<Self, MapError> {
+    pub(super) fn new(map: MapData) -> Result<Self, MapError> {
         let info = map.info()?;
         let map_type = info.map_type()?;
         if matches!(
@@ -106,7 +106,7 @@ impl<K: aya::Pod, V: aya::Pod> Typed<K, V> {
         })
     }
 
-    pub fn map(&self) -> &MapData {
+    pub(super) fn map(&self) -> &MapData {
         &self.map
     }
 
@@ -116,7 +116,7 @@ impl<K: aya::Pod, V: aya::Pod> Typed<K, V> {
 
     /// Writes `keys[i] -> values[i]` in order with `elem_flags`. On
     /// failure, returns how many were written.
-    pub fn update(
+    pub(super) fn update(
         &self,
         keys: &[K],
         values: &[V],
@@ -148,7 +148,7 @@ impl<K: aya::Pod, V: aya::Pod> Typed<K, V> {
     /// Deletes `keys` in order (hash maps). A key that is absent is
     /// skipped, not an error. On failure, returns how many keys were
     /// processed.
-    pub fn delete(&self, keys: &[K]) -> Result<(), (usize, io::Error)> {
+    pub(super) fn delete(&self, keys: &[K]) -> Result<(), (usize, io::Error)> {
         let mut start = 0;
         while start < keys.len() {
             let rest = &keys[start..];
@@ -175,7 +175,7 @@ impl<K: aya::Pod, V: aya::Pod> Typed<K, V> {
 
     /// Reads every entry of a hash or array map. The kernel fills byte
     /// buffers; [`decode::entries`] makes them entries.
-    pub fn lookup_all(&self) -> io::Result<Vec<(K, V)>> {
+    pub(super) fn lookup_all(&self) -> io::Result<Vec<(K, V)>> {
         let (ks, vs) = (size_of::<K>(), size_of::<V>());
         let mut out = Vec::new();
         let mut chunk = 4096usize;

@@ -76,7 +76,7 @@ unsafe fn call(
 
 /// Writes `key -> value` into `map` unless the key is present; whether it
 /// was written.
-pub fn insert_absent<K: aya::Pod, V: aya::Pod>(
+pub(super) fn insert_absent<K: aya::Pod, V: aya::Pod>(
     map: &Typed<K, V>,
     key: &K,
     value: &V,
@@ -102,7 +102,7 @@ pub fn insert_absent<K: aya::Pod, V: aya::Pod>(
 
 /// The value of `key` in `map`, as the bytes of the map's value size,
 /// whatever it is; `None` if absent.
-pub fn lookup_raw<K: aya::Pod>(map: &MapData, key: &K) -> Result<Option<Vec<u8>>, MapError> {
+pub(super) fn lookup_raw<K: aya::Pod>(map: &MapData, key: &K) -> Result<Option<Vec<u8>>, MapError> {
     let info = map.info()?;
     let (size, expected) = (size_of::<K>(), info.key_size() as usize);
     if size != expected {
@@ -134,11 +134,11 @@ pub fn lookup_raw<K: aya::Pod>(map: &MapData, key: &K) -> Result<Option<Vec<u8>>
 /// An array of maps (a previous-map slot): its keys are `u32` indices and
 /// its values `u32` map fds, whatever its inner maps.
 #[derive(Debug)]
-pub struct Slots(MapData);
+pub(super) struct Slots(MapData);
 
 impl Slots {
     /// `map`, if the kernel reports it as an array of maps.
-    pub fn new(map: MapData) -> Result<Self, MapError> {
+    pub(super) fn new(map: MapData) -> Result<Self, MapError> {
         match map.info()?.map_type()? {
             MapType::ArrayOfMaps => Ok(Self(map)),
             other => Err(MapError::InvalidMapType {
@@ -149,7 +149,7 @@ impl Slots {
 
     /// Puts `inner` in slot 0. The kernel refuses (`EINVAL`) a map whose
     /// type, key or value size or flags differ from the slot's template.
-    pub fn set_inner(&self, inner: BorrowedFd<'_>) -> io::Result<()> {
+    pub(super) fn set_inner(&self, inner: BorrowedFd<'_>) -> io::Result<()> {
         let key = 0u32;
         let fd = inner.as_raw_fd() as u32;
         // SAFETY: an array of maps has 4-byte keys and values (fds); `key`
@@ -166,7 +166,7 @@ impl Slots {
     }
 
     /// Empties slot 0; an empty slot is fine.
-    pub fn clear_inner(&self) -> io::Result<()> {
+    pub(super) fn clear_inner(&self) -> io::Result<()> {
         let key = 0u32;
         // SAFETY: an array of maps has 4-byte keys; `key` outlives the
         // call, which only reads it.

@@ -79,13 +79,13 @@ pub enum Error {
 }
 
 /// [`Error::Io`] for `what` on `path`.
-pub fn io_err(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Error {
+pub(super) fn io_err(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Error {
     let path = path.to_owned();
     move |source| Error::Io { what, path, source }
 }
 
 /// [`Error::Map`] for the map pinned at `path`.
-pub fn map_err(path: &Path) -> impl FnOnce(MapError) -> Error {
+pub(super) fn map_err(path: &Path) -> impl FnOnce(MapError) -> Error {
     let path = path.to_owned();
     move |source| Error::Map { path, source }
 }

@@ -10,7 +10,7 @@ use std::borrow::Borrow;
 
 /// Entries sorted by key; lookups are binary searches.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Few<K, V>(Vec<(K, V)>);
+pub(super) struct Few<K, V>(Vec<(K, V)>);
 
 impl<K, V> Default for Few<K, V> {
     fn default() -> Self {
@@ -20,7 +20,7 @@ impl<K, V> Default for Few<K, V> {
 
 impl<K: Ord, V> Few<K, V> {
     /// Inserts or replaces `key`'s value.
-    pub fn insert(&mut self, key: K, value: V) {
+    pub(super) fn insert(&mut self, key: K, value: V) {
         match self.find(&key) {
             Ok(i) => self.0[i].1 = value,
             Err(i) => {
@@ -31,7 +31,7 @@ impl<K: Ord, V> Few<K, V> {
         }
     }
 
-    pub fn remove<Q: Ord + ?Sized>(&mut self, key: &Q) -> Option<V>
+    pub(super) fn remove<Q: Ord + ?Sized>(&mut self, key: &Q) -> Option<V>
     where
         K: Borrow<Q>,
     {
@@ -42,15 +42,15 @@ impl<K: Ord, V> Few<K, V> {
     }
 
     /// The entry with the smallest key.
-    pub fn first(&self) -> Option<(&K, &V)> {
+    pub(super) fn first(&self) -> Option<(&K, &V)> {
         self.0.first().map(|(k, v)| (k, v))
     }
 
-    pub fn keys(&self) -> impl Iterator<Item = &K> {
+    pub(super) fn keys(&self) -> impl Iterator<Item = &K> {
         self.0.iter().map(|(k, _)| k)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 

@@ -35,7 +35,7 @@ impl HealthCheck {
 /// terminating one does not, even while it still serves, so that load
 /// balancers drain the node. A slice without ports contributes nothing,
 /// as in kube-proxy's endpoints map.
-pub fn health_check(
+pub(super) fn health_check(
     spec: &ServiceSpec,
     slices: &[&SliceSpec],
     node: &NodeContext,

@@ -18,7 +18,7 @@ pub trait GracePeriods {
 
 /// Items waiting for their grace period, oldest first.
 #[derive(Debug)]
-pub struct Retired<T> {
+pub(super) struct Retired<T> {
     queue: VecDeque<(u64, T)>,
 }
 
@@ -32,12 +32,12 @@ impl<T> Default for Retired<T> {
 
 impl<T> Retired<T> {
     /// Queues `items`, unreachable since before `token` was marked.
-    pub fn push(&mut self, token: u64, items: impl IntoIterator<Item = T>) {
+    pub(super) fn push(&mut self, token: u64, items: impl IntoIterator<Item = T>) {
         self.queue.extend(items.into_iter().map(|i| (token, i)));
     }
 
     /// Takes the items whose grace period has passed.
-    pub fn take_passed(&mut self, grace: &impl GracePeriods) -> Vec<T> {
+    pub(super) fn take_passed(&mut self, grace: &impl GracePeriods) -> Vec<T> {
         let mut out = Vec::new();
         while let Some((token, _)) = self.queue.front() {
             if !grace.passed(*token) {
@@ -48,11 +48,11 @@ impl<T> Retired<T> {
         out
     }
 
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.queue.len()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &T> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = &T> {
         self.queue.iter().map(|(_, item)| item)
     }
 }

@@ -8,7 +8,7 @@ const MAX_INDEXED_GAP: u32 = 1 << 20;
 
 /// The ids in use, for handing out the lowest free one in O(log n).
 #[derive(Debug)]
-pub struct IdPool {
+pub(super) struct IdPool {
     /// Free ids below `next`.
     free: BTreeSet<u32>,
     /// Every id from here up is free, but for those in `far`.
@@ -29,7 +29,7 @@ impl Default for IdPool {
 
 impl IdPool {
     /// Marks `id` in use.
-    pub fn take(&mut self, id: u32) {
+    pub(super) fn take(&mut self, id: u32) {
         if id >= self.next {
             if id - self.next > MAX_INDEXED_GAP {
                 self.far.insert(id);
@@ -43,7 +43,7 @@ impl IdPool {
     }
 
     /// Marks `id` free.
-    pub fn release(&mut self, id: u32) {
+    pub(super) fn release(&mut self, id: u32) {
         if self.far.remove(&id) {
             return;
         }
@@ -53,7 +53,7 @@ impl IdPool {
     }
 
     /// Takes the lowest free id below `limit`, if there is one.
-    pub fn allocate(&mut self, limit: u32) -> Option<u32> {
+    pub(super) fn allocate(&mut self, limit: u32) -> Option<u32> {
         let mut id = self.free.first().copied().unwrap_or(self.next);
         while self.far.contains(&id) {
             id += 1;

@@ -6,50 +6,50 @@ use std::collections::BTreeMap;
 
 use super::table::{BatchError, StoreError, Table};
 
-pub struct Mirror<T: Table> {
+pub(super) struct Mirror<T: Table> {
     table: T,
     content: BTreeMap<T::Key, T::Value>,
 }
 
 impl<T: Table> Mirror<T> {
     /// Reads the whole table.
-    pub fn adopt(table: T) -> Result<Self, StoreError> {
+    pub(super) fn adopt(table: T) -> Result<Self, StoreError> {
         let content = table.read()?.into_iter().collect();
         Ok(Self { table, content })
     }
 
     /// Reads the table again, as it is now. On error the copy is unchanged.
-    pub fn reread(&self) -> Result<BTreeMap<T::Key, T::Value>, StoreError> {
+    pub(super) fn reread(&self) -> Result<BTreeMap<T::Key, T::Value>, StoreError> {
         Ok(self.table.read()?.into_iter().collect())
     }
 
     /// Replaces the copy with what [`Self::reread`] returned.
-    pub fn set_content(&mut self, content: BTreeMap<T::Key, T::Value>) {
+    pub(super) fn set_content(&mut self, content: BTreeMap<T::Key, T::Value>) {
         self.content = content;
     }
 
     /// The table itself, bypassing the copy: lets tests change the map
     /// behind the reconciler's back, as `bpftool` could.
     #[cfg(test)]
-    pub fn table_mut(&mut self) -> &mut T {
+    pub(super) fn table_mut(&mut self) -> &mut T {
         &mut self.table
     }
 
-    pub fn table(&self) -> &T {
+    pub(super) fn table(&self) -> &T {
         &self.table
     }
 
-    pub fn content(&self) -> &BTreeMap<T::Key, T::Value> {
+    pub(super) fn content(&self) -> &BTreeMap<T::Key, T::Value> {
         &self.content
     }
 
-    pub fn get(&self, key: &T::Key) -> Option<&T::Value> {
+    pub(super) fn get(&self, key: &T::Key) -> Option<&T::Value> {
         self.content.get(key)
     }
 
     /// Writes `entries` in order and records those the map took; on
     /// failure, `written` says how many that was.
-    pub fn put(&mut self, entries: &[(T::Key, T::Value)]) -> Result<(), BatchError> {
+    pub(super) fn put(&mut self, entries: &[(T::Key, T::Value)]) -> Result<(), BatchError> {
         let result = self.table.put(entries);
         let done = result
             .as_ref()
@@ -59,7 +59,7 @@ impl<T: Table> Mirror<T> {
     }
 
     /// Deletes `keys` in order and records those the map dropped.
-    pub fn delete(&mut self, keys: &[T::Key]) -> Result<(), BatchError> {
+    pub(super) fn delete(&mut self, keys: &[T::Key]) -> Result<(), BatchError> {
         let result = self.table.delete(keys);
         let done = result.as_ref().map_or_else(|e| e.written, |()| keys.len());
         for k in &keys[..done] {

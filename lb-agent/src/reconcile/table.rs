@@ -22,7 +22,7 @@ pub enum WriteMode {
 }
 
 /// A table's entries, as read.
-pub type Entries<T> = Vec<(<T as Table>::Key, <T as Table>::Value)>;
+pub(super) type Entries<T> = Vec<(<T as Table>::Key, <T as Table>::Value)>;
 
 /// Entry-level access to one map.
 pub trait Table {

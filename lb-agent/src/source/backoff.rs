@@ -23,15 +23,15 @@ use kube::runtime::{
 };
 
 /// How often an expired watch may relist without waiting.
-pub const AT_ONCE_EVERY: Duration = Duration::from_secs(10);
+pub(super) const AT_ONCE_EVERY: Duration = Duration::from_secs(10);
 
 /// Whether a watcher error is the apiserver expiring the watch's position.
-pub fn expired(e: &watcher::Error) -> bool {
+pub(super) fn expired(e: &watcher::Error) -> bool {
     matches!(e, watcher::Error::WatchError(status) if status.code == 410)
 }
 
 /// `watcher`'s stream with the backoff of this module.
-pub fn with_backoff<S, T>(stream: S) -> impl Stream<Item = watcher::Result<T>> + Send
+pub(super) fn with_backoff<S, T>(stream: S) -> impl Stream<Item = watcher::Result<T>> + Send
 where
     S: Stream<Item = watcher::Result<T>> + Send,
 {

@@ -4,14 +4,14 @@
 //! the agent reads nests beyond a few dozen levels.
 
 /// Documents that may nest deeper than this are skipped unparsed.
-pub const MAX_DEPTH: usize = 256;
+pub(super) const MAX_DEPTH: usize = 256;
 
 /// Whether `doc` may nest deeper than `max`. An upper bound, cheap and
 /// linear: every `[` and `{` counts, even inside a quoted scalar or a
 /// comment (telling those apart takes a parser), and so does the column
 /// where each line's content starts, after its `- ` and `? ` indicators
 /// (a block level needs at least one column more than its parent).
-pub fn deeper_than(doc: &str, max: usize) -> bool {
+pub(super) fn deeper_than(doc: &str, max: usize) -> bool {
     let mut flow = 0usize;
     for line in doc.lines() {
         let bytes = line.as_bytes();

@@ -52,16 +52,16 @@ impl Default for Retries {
 }
 
 impl Retries {
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.failed.len()
     }
 
     /// When the earliest failed frontend is due.
-    pub fn next(&self) -> Option<Instant> {
+    pub(super) fn next(&self) -> Option<Instant> {
         self.failed.values().map(|r| r.next).min()
     }
 
-    pub fn due(&self, now: Instant) -> impl Iterator<Item = Frontend> + '_ {
+    pub(super) fn due(&self, now: Instant) -> impl Iterator<Item = Frontend> + '_ {
         self.failed
             .iter()
             .filter(move |(_, r)| r.next <= now)
@@ -69,7 +69,7 @@ impl Retries {
     }
 
     /// Entries were deleted: what waits for room is due now.
-    pub fn room_freed(&mut self, now: Instant) {
+    pub(super) fn room_freed(&mut self, now: Instant) {
         for r in self.failed.values_mut().filter(|r| r.full.is_some()) {
             r.next = now;
         }
@@ -78,7 +78,7 @@ impl Retries {
     /// Forgets what was written (`touched`: the frontends a partial sync
     /// tried; `None`: a full sync, which tried everything), schedules what
     /// `failed`, and logs and counts it.
-    pub fn track(
+    pub(super) fn track(
         &mut self,
         touched: Option<&BTreeSet<Frontend>>,
         failed: &[(Frontend, Arc<StoreError>)],

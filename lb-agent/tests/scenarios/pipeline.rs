@@ -48,7 +48,7 @@ const MANIFEST: &str = "services.yaml";
 
 /// The pipeline, once `agent` started it.
 #[derive(Default)]
-pub struct Pipeline(Option<Agent>);
+pub(crate) struct Pipeline(Option<Agent>);
 
 struct Agent {
     syncer: Syncer<Mem, ManualGrace, MemSettings>,

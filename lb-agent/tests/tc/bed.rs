@@ -23,21 +23,21 @@ use lb_common::{
 };
 
 /// What the programs return: pass on (TCX "next"), or drop.
-pub const PASS: i32 = -1;
-pub const DROP: i32 = 2;
+pub(crate) const PASS: i32 = -1;
+pub(crate) const DROP: i32 = 2;
 /// `TC_ACT_REDIRECT`: sent on by `bpf_redirect`.
-pub const REDIRECT: i32 = 7;
+pub(crate) const REDIRECT: i32 = 7;
 
-pub type Addr = ([u8; 4], u16);
+pub(crate) type Addr = ([u8; 4], u16);
 
-pub const NODE: [u8; 4] = [192, 0, 2, 10];
-pub const NODE_PORT: u16 = 30080;
-pub const CLIENT: Addr = ([198, 51, 100, 7], 40000);
-pub const LOCAL_POD: Addr = ([10, 1, 0, 5], 8080);
-pub const REMOTE_POD: Addr = ([10, 2, 0, 9], 8080);
+pub(crate) const NODE: [u8; 4] = [192, 0, 2, 10];
+pub(crate) const NODE_PORT: u16 = 30080;
+pub(crate) const CLIENT: Addr = ([198, 51, 100, 7], 40000);
+pub(crate) const LOCAL_POD: Addr = ([10, 1, 0, 5], 8080);
+pub(crate) const REMOTE_POD: Addr = ([10, 2, 0, 9], 8080);
 
 /// The agent's object with small private maps and both tc programs loaded.
-pub struct Bed {
+pub(crate) struct Bed {
     ebpf: Ebpf,
     frontends: HashMap<MapData, Frontend4Key, FrontendId>,
     states: Array<MapData, Frontend4State>,
@@ -62,12 +62,12 @@ where
 }
 
 impl Bed {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::with_flows(2048)
     }
 
     /// A bed whose conntrack holds `flows` flows (two entries each).
-    pub fn with_flows(flows: u32) -> Self {
+    pub(crate) fn with_flows(flows: u32) -> Self {
         let mut loader = EbpfLoader::new();
         for (map, size) in [
             ("LB4_FRONTENDS", 64),
@@ -124,12 +124,18 @@ impl Bed {
 
     /// An external frontend `NODE:port/proto` with `backends`, written in
     /// the agent's order (backends, slots, state, then the key).
-    pub fn frontend(&mut self, port: u16, proto: u8, flags: u16, backends: &[Addr]) {
+    pub(crate) fn frontend(&mut self, port: u16, proto: u8, flags: u16, backends: &[Addr]) {
         self.frontend_at((NODE, port), proto, flags, backends);
     }
 
     /// An external frontend at any address.
-    pub fn frontend_at(&mut self, (addr, port): Addr, proto: u8, flags: u16, backends: &[Addr]) {
+    pub(crate) fn frontend_at(
+        &mut self,
+        (addr, port): Addr,
+        proto: u8,
+        flags: u16,
+        backends: &[Addr],
+    ) {
         let fe_id = self.next_id;
         self.next_id += 1;
         let key = Frontend4Key {
@@ -171,7 +177,7 @@ impl Bed {
 
     /// Admits sources in `net/len` to the frontend `NODE:port/proto`, as
     /// the agent writes `loadBalancerSourceRanges`.
-    pub fn admit(&mut self, port: u16, proto: u8, net: [u8; 4], len: u32) {
+    pub(crate) fn admit(&mut self, port: u16, proto: u8, net: [u8; 4], len: u32) {
         let data = SourceRange4 {
             addr_be: NODE,
             port_be: port.to_be(),
@@ -183,7 +189,7 @@ impl Bed {
         self.ranges.insert(&key, 1, 0).unwrap();
     }
 
-    pub fn snat(&mut self, addr: [u8; 4], min: u16, max: u16) {
+    pub(crate) fn snat(&mut self, addr: [u8; 4], min: u16, max: u16) {
         let cfg = DatapathConfig {
             snat4_be: addr,
             nat_port_min: min,
@@ -193,18 +199,18 @@ impl Bed {
         self.set_config(cfg);
     }
 
-    pub fn config(&self) -> DatapathConfig {
+    pub(crate) fn config(&self) -> DatapathConfig {
         self.config.get(&0, 0).unwrap()
     }
 
-    pub fn set_config(&mut self, cfg: DatapathConfig) {
+    pub(crate) fn set_config(&mut self, cfg: DatapathConfig) {
         self.config.set(0, cfg, 0).unwrap();
     }
 
     /// Puts `old`'s conntrack and SNAT maps in this bed's previous-map
     /// slots and says so in the settings, as the agent does while it
     /// switches to new maps.
-    pub fn migrating_from(&mut self, old: &Bed) {
+    pub(crate) fn migrating_from(&mut self, old: &Bed) {
         self.prev_ct.set(0, &old.ct, 0).unwrap();
         self.prev_nat.set(0, &old.nat, 0).unwrap();
         let cfg = DatapathConfig {
@@ -223,7 +229,7 @@ impl Bed {
     }
 
     /// Runs program `name` on `packet`: its verdict and the packet after it.
-    pub fn run(&self, name: &str, packet: &[u8]) -> (i32, Vec<u8>) {
+    pub(crate) fn run(&self, name: &str, packet: &[u8]) -> (i32, Vec<u8>) {
         let mut out = vec![0u8; packet.len() + 256];
         let mut opts = TestRunOptions::new();
         opts.data_in = Some(packet);
@@ -239,13 +245,18 @@ impl Bed {
     /// Runs program `name` once on `packet`: the time the kernel measured
     /// around the program alone. (A `repeat` run would feed the program its
     /// own output, which a translating program has already rewritten.)
-    pub fn time(&self, name: &str, packet: &[u8]) -> std::time::Duration {
+    pub(crate) fn time(&self, name: &str, packet: &[u8]) -> std::time::Duration {
         self.time_repeated(name, packet, 1)
     }
 
     /// Runs program `name` `repeat` times on `packet`, each run on what the
     /// one before left: the mean time per run, as the kernel measured it.
-    pub fn time_repeated(&self, name: &str, packet: &[u8], repeat: u32) -> std::time::Duration {
+    pub(crate) fn time_repeated(
+        &self,
+        name: &str,
+        packet: &[u8],
+        repeat: u32,
+    ) -> std::time::Duration {
         let mut opts = TestRunOptions::new();
         opts.data_in = Some(packet);
         opts.repeat = repeat;
@@ -256,27 +267,27 @@ impl Bed {
         result.duration
     }
 
-    pub fn ingress(&self, packet: &[u8]) -> (i32, Vec<u8>) {
+    pub(crate) fn ingress(&self, packet: &[u8]) -> (i32, Vec<u8>) {
         self.run("lb_tc_ingress", packet)
     }
 
-    pub fn egress(&self, packet: &[u8]) -> (i32, Vec<u8>) {
+    pub(crate) fn egress(&self, packet: &[u8]) -> (i32, Vec<u8>) {
         self.run("lb_tc_egress", packet)
     }
 
     /// Runs the ingress program of devices without a link-layer header on
     /// `packet` (an IP packet).
-    pub fn ingress_l3(&self, packet: &[u8]) -> (i32, Vec<u8>) {
+    pub(crate) fn ingress_l3(&self, packet: &[u8]) -> (i32, Vec<u8>) {
         self.run("lb_tc_l3_in", packet)
     }
 
-    pub fn stat(&self, index: u32) -> u64 {
+    pub(crate) fn stat(&self, index: u32) -> u64 {
         self.stats.get(&index, 0).unwrap().iter().sum()
     }
 
     /// Pins the conntrack and SNAT maps under `dir` with their pin names,
     /// as the agent's `maps/` holds them.
-    pub fn pin_conntrack(&self, dir: &std::path::Path) {
+    pub(crate) fn pin_conntrack(&self, dir: &std::path::Path) {
         use aya::maps::IterableMap as _;
         self.ct.map().pin(dir.join(lb_common::CT4.pin)).unwrap();
         self.nat.map().pin(dir.join(lb_common::NAT4.pin)).unwrap();
@@ -286,18 +297,18 @@ impl Bed {
             .unwrap();
     }
 
-    pub fn ct(&self) -> Vec<(Ct4Key, Ct4Value)> {
+    pub(crate) fn ct(&self) -> Vec<(Ct4Key, Ct4Value)> {
         self.ct.iter().map(Result::unwrap).collect()
     }
 
-    pub fn nat(&self) -> Vec<(Nat4Key, Nat4Value)> {
+    pub(crate) fn nat(&self) -> Vec<(Nat4Key, Nat4Value)> {
         self.nat.iter().map(Result::unwrap).collect()
     }
 }
 
 /// TCP flags of a crafted segment.
 #[derive(Clone, Copy)]
-pub enum Tcp {
+pub(crate) enum Tcp {
     Syn,
     SynAck,
     Ack,
@@ -305,7 +316,7 @@ pub enum Tcp {
     Rst,
 }
 
-pub fn tcp(src: Addr, dst: Addr, flags: Tcp) -> Vec<u8> {
+pub(crate) fn tcp(src: Addr, dst: Addr, flags: Tcp) -> Vec<u8> {
     let builder = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
         .ipv4(src.0, dst.0, 64)
         .tcp(src.1, dst.1, 1000, 64_240);
@@ -322,7 +333,7 @@ pub fn tcp(src: Addr, dst: Addr, flags: Tcp) -> Vec<u8> {
     out
 }
 
-pub fn udp(src: Addr, dst: Addr) -> Vec<u8> {
+pub(crate) fn udp(src: Addr, dst: Addr) -> Vec<u8> {
     let builder = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
         .ipv4(src.0, dst.0, 64)
         .udp(src.1, dst.1);
@@ -335,7 +346,7 @@ pub fn udp(src: Addr, dst: Addr) -> Vec<u8> {
 /// A UDP datagram of `len` payload bytes from `src` to `dst` with IP id
 /// `id`, cut into IPv4 fragments of at most `mtu` bytes each, as Ethernet
 /// frames: the first carries the UDP header.
-pub fn udp_fragments(src: Addr, dst: Addr, id: u16, len: usize, mtu: usize) -> Vec<Vec<u8>> {
+pub(crate) fn udp_fragments(src: Addr, dst: Addr, id: u16, len: usize, mtu: usize) -> Vec<Vec<u8>> {
     let payload: Vec<u8> = (0..len).map(|i| i as u8).collect();
     let mut ip = Ipv4Header::new(0, 64, IpNumber::UDP, src.0, dst.0).unwrap();
     let udp = UdpHeader::with_ipv4_checksum(src.1, dst.1, &ip, &payload).unwrap();
@@ -361,7 +372,7 @@ pub fn udp_fragments(src: Addr, dst: Addr, id: u16, len: usize, mtu: usize) -> V
 
 /// The IPv4 header of a frame: addresses, and whether it is a fragment
 /// after the first; its checksum checked.
-pub fn seen_ip(packet: &[u8]) -> ([u8; 4], [u8; 4], bool) {
+pub(crate) fn seen_ip(packet: &[u8]) -> ([u8; 4], [u8; 4], bool) {
     let (ip, _) = Ipv4Header::from_slice(&packet[14..]).expect("an IPv4 header");
     assert_eq!(
         ip.header_checksum,
@@ -372,7 +383,7 @@ pub fn seen_ip(packet: &[u8]) -> ([u8; 4], [u8; 4], bool) {
 }
 
 /// A UDP datagram without a checksum (0), as IPv4 allows.
-pub fn udp_no_checksum(src: Addr, dst: Addr) -> Vec<u8> {
+pub(crate) fn udp_no_checksum(src: Addr, dst: Addr) -> Vec<u8> {
     let mut out = udp(src, dst);
     let csum = 14 + 20 + 6;
     out[csum..csum + 2].copy_from_slice(&[0, 0]);
@@ -382,12 +393,12 @@ pub fn udp_no_checksum(src: Addr, dst: Addr) -> Vec<u8> {
 /// The addresses of a packet the programs returned, after checking that
 /// every checksum in it is right (a UDP checksum of 0 stays 0).
 #[derive(Debug, PartialEq, Eq)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub src: Addr,
     pub dst: Addr,
 }
 
-pub fn seen(packet: &[u8]) -> Seen {
+pub(crate) fn seen(packet: &[u8]) -> Seen {
     let headers = PacketHeaders::from_ethernet_slice(packet).expect("a valid packet");
     let Some(NetHeaders::Ipv4(ip, _)) = &headers.net else {
         panic!("not IPv4: {headers:?}");
@@ -419,13 +430,13 @@ pub fn seen(packet: &[u8]) -> Seen {
     }
 }
 
-pub fn flow(src: Addr, dst: Addr) -> Seen {
+pub(crate) fn flow(src: Addr, dst: Addr) -> Seen {
     Seen { src, dst }
 }
 
 /// An ICMP error from `src` to `dst` quoting `about` (an Ethernet frame of
 /// ours; the quote is its IP packet, as Linux quotes as much as fits).
-pub fn icmp_error(
+pub(crate) fn icmp_error(
     src: [u8; 4],
     dst: [u8; 4],
     kind: DestUnreachableHeader,
@@ -440,12 +451,12 @@ pub fn icmp_error(
     out
 }
 
-pub const FRAG_NEEDED: DestUnreachableHeader =
+pub(crate) const FRAG_NEEDED: DestUnreachableHeader =
     DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 };
 
 /// An ICMP error's outer addresses and the flow its quote shows, after
 /// checking the outer IPv4, ICMP and quoted IPv4 checksums.
-pub fn seen_icmp(packet: &[u8]) -> ([u8; 4], [u8; 4], Seen) {
+pub(crate) fn seen_icmp(packet: &[u8]) -> ([u8; 4], [u8; 4], Seen) {
     let headers = PacketHeaders::from_ethernet_slice(packet).expect("a valid packet");
     let Some(NetHeaders::Ipv4(ip, _)) = &headers.net else {
         panic!("not IPv4: {headers:?}");
@@ -480,4 +491,4 @@ pub fn seen_icmp(packet: &[u8]) -> ([u8; 4], [u8; 4], Seen) {
     (ip.source, ip.destination, flow)
 }
 
-pub const FRONTEND: Addr = (NODE, NODE_PORT);
+pub(crate) const FRONTEND: Addr = (NODE, NODE_PORT);

@@ -11,11 +11,11 @@ type Key = (String, String, String);
 
 /// Each object's document, in the order first applied.
 #[derive(Debug, Default)]
-pub struct Objects(Vec<(Key, String)>);
+pub(super) struct Objects(Vec<(Key, String)>);
 
 impl Objects {
     /// Adds or replaces every object of each of the archive's `files`.
-    pub fn apply(&mut self, archive: &Archive, files: &[String]) -> anyhow::Result<()> {
+    pub(super) fn apply(&mut self, archive: &Archive, files: &[String]) -> anyhow::Result<()> {
         for file in files {
             let text = archive
                 .file(file)
@@ -38,7 +38,7 @@ impl Objects {
         Ok(())
     }
 
-    pub fn delete(&mut self, kind: &str, namespace: &str, name: &str) -> anyhow::Result<()> {
+    pub(super) fn delete(&mut self, kind: &str, namespace: &str, name: &str) -> anyhow::Result<()> {
         let key = (kind.to_owned(), namespace.to_owned(), name.to_owned());
         let before = self.0.len();
         self.0.retain(|(k, _)| *k != key);
@@ -50,7 +50,7 @@ impl Objects {
     }
 
     /// Every object, one `---`-separated document each.
-    pub fn manifest(&self) -> String {
+    pub(super) fn manifest(&self) -> String {
         let mut text = String::new();
         for (_, doc) in &self.0 {
             text += "---\n";

@@ -18,7 +18,7 @@ use super::{
 /// old pod is deleted: its endpoint turns `ready: false, serving: true,
 /// terminating: true`, and after a while leaves the slice; its process
 /// stops after a grace period ([`StopPod`]).
-pub struct Rollout {
+pub(super) struct Rollout {
     svc: String,
     rng: fastrand::Rng,
     old: VecDeque<String>,
@@ -38,7 +38,7 @@ enum RolloutStep {
 
 impl Rollout {
     /// Starts a rolling update of `svc`, which must be idle.
-    pub fn start(cx: &mut Cx<'_>, svc: &str, rng: fastrand::Rng, now: u64) -> Task {
+    pub(super) fn start(cx: &mut Cx<'_>, svc: &str, rng: fastrand::Rng, now: u64) -> Task {
         cx.busy.insert(svc.to_owned(), Busy::Rolling);
         cx.counts.rollouts += 1;
         cx.event(now, format!("rolling update of {svc}"));
@@ -57,7 +57,7 @@ impl Rollout {
         })
     }
 
-    pub fn step(&mut self, cx: &mut Cx<'_>, now: u64) -> anyhow::Result<Next> {
+    pub(super) fn step(&mut self, cx: &mut Cx<'_>, now: u64) -> anyhow::Result<Next> {
         let svc = self.svc.as_str();
         match std::mem::replace(&mut self.step, RolloutStep::StartNew) {
             RolloutStep::StartNew => {
@@ -120,14 +120,14 @@ impl Rollout {
 /// A pod's process stops once the agent has stopped sending it new
 /// requests (the change `gate` is programmed) and its grace period is
 /// over; then its namespace goes.
-pub struct StopPod {
+pub(super) struct StopPod {
     pod: String,
     gate: Option<u64>,
     not_before: u64,
 }
 
 impl StopPod {
-    pub fn new(pod: String, gate: Option<u64>, not_before: u64) -> Self {
+    pub(super) fn new(pod: String, gate: Option<u64>, not_before: u64) -> Self {
         Self {
             pod,
             gate,
@@ -135,7 +135,7 @@ impl StopPod {
         }
     }
 
-    pub fn step(&mut self, cx: &mut Cx<'_>, now: u64) -> anyhow::Result<Next> {
+    pub(super) fn step(&mut self, cx: &mut Cx<'_>, now: u64) -> anyhow::Result<Next> {
         let gone = match self.gate {
             Some(id) => cx.observer.tracker().resolved(id),
             None => Some(now),
@@ -157,13 +157,13 @@ impl StopPod {
 /// A Service created with its pods: the pods start, the clients start
 /// sending to it (counted as "creating"), the Service and its slice are
 /// applied; once the maps show it, it is stable.
-pub struct Create {
+pub(super) struct Create {
     svc: String,
     expect: Option<u64>,
 }
 
 impl Create {
-    pub fn start(cx: &mut Cx<'_>, now: u64) -> Task {
+    pub(super) fn start(cx: &mut Cx<'_>, now: u64) -> Task {
         let svc = cx.world.add_service();
         cx.busy.insert(svc.clone(), Busy::Creating);
         cx.counts.created += 1;
@@ -171,7 +171,7 @@ impl Create {
         Task::Create(Create { svc, expect: None })
     }
 
-    pub fn step(&mut self, cx: &mut Cx<'_>, now: u64) -> anyhow::Result<Next> {
+    pub(super) fn step(&mut self, cx: &mut Cx<'_>, now: u64) -> anyhow::Result<Next> {
         let svc = self.svc.as_str();
         if let Some(id) = self.expect {
             if cx.observer.tracker().resolved(id).is_none() {
@@ -223,7 +223,7 @@ impl Create {
 /// A Service deleted: the clients count its requests as "deleting" from
 /// now; the Service and its slice go; once the maps no longer have it, the
 /// clients stop sending to it and its pods stop after their grace period.
-pub struct Delete {
+pub(super) struct Delete {
     svc: String,
     rng: fastrand::Rng,
     step: DeleteStep,
@@ -236,7 +236,7 @@ enum DeleteStep {
 }
 
 impl Delete {
-    pub fn start(cx: &mut Cx<'_>, svc: &str, rng: fastrand::Rng, now: u64) -> Task {
+    pub(super) fn start(cx: &mut Cx<'_>, svc: &str, rng: fastrand::Rng, now: u64) -> Task {
         cx.busy.insert(svc.to_owned(), Busy::Deleting);
         cx.counts.deleted += 1;
         cx.event(now, format!("deleting Service {svc}"));
@@ -247,7 +247,7 @@ impl Delete {
         })
     }
 
-    pub fn step(&mut self, cx: &mut Cx<'_>, now: u64) -> anyhow::Result<Next> {
+    pub(super) fn step(&mut self, cx: &mut Cx<'_>, now: u64) -> anyhow::Result<Next> {
         let svc = self.svc.as_str();
         match self.step {
             DeleteStep::Start => {

@@ -43,7 +43,7 @@ struct Client {
     acked: Arc<AtomicU64>,
 }
 
-pub struct Clients {
+pub(super) struct Clients {
     clients: Vec<Client>,
     received: Arc<Mutex<Received>>,
     seq: u64,
@@ -51,7 +51,7 @@ pub struct Clients {
 
 impl Clients {
     /// Starts one client in each namespace of `nss`, in `cgroup`.
-    pub fn start(nss: &[String], cgroup: &Path) -> anyhow::Result<Self> {
+    pub(super) fn start(nss: &[String], cgroup: &Path) -> anyhow::Result<Self> {
         let received = Arc::new(Mutex::new(Received::default()));
         let mut clients = Vec::new();
         for ns in nss {
@@ -90,7 +90,7 @@ impl Clients {
     }
 
     /// Starts sending to every port of `svc`.
-    pub fn add(&mut self, svc: &Service, phase: Phase) -> anyhow::Result<()> {
+    pub(super) fn add(&mut self, svc: &Service, phase: Phase) -> anyhow::Result<()> {
         for (proto, to) in svc.targets() {
             self.send(&Command::Add {
                 svc: svc.name.clone(),
@@ -104,7 +104,7 @@ impl Clients {
 
     /// Moves `svc` to `phase`; returns the sequence number to wait for
     /// with [`Self::acked`].
-    pub fn phase(&mut self, svc: &str, phase: Phase) -> anyhow::Result<u64> {
+    pub(super) fn phase(&mut self, svc: &str, phase: Phase) -> anyhow::Result<u64> {
         self.seq += 1;
         let seq = self.seq;
         self.send(&Command::Phase {
@@ -116,7 +116,7 @@ impl Clients {
     }
 
     /// Stops sending to `svc`.
-    pub fn remove(&mut self, svc: &str) -> anyhow::Result<u64> {
+    pub(super) fn remove(&mut self, svc: &str) -> anyhow::Result<u64> {
         self.seq += 1;
         let seq = self.seq;
         self.send(&Command::Remove {
@@ -127,14 +127,14 @@ impl Clients {
     }
 
     /// Whether every client has acknowledged `seq`.
-    pub fn acked(&self, seq: u64) -> bool {
+    pub(super) fn acked(&self, seq: u64) -> bool {
         self.clients
             .iter()
             .all(|c| c.acked.load(Ordering::SeqCst) >= seq)
     }
 
     /// Fails if a client has exited.
-    pub fn check(&mut self) -> anyhow::Result<()> {
+    pub(super) fn check(&mut self) -> anyhow::Result<()> {
         for c in &mut self.clients {
             if let Some(status) = c.child.try_wait()? {
                 anyhow::bail!("a soak client exited early ({status})");
@@ -145,7 +145,7 @@ impl Clients {
 
     /// Closes the clients' stdin, waits for their last tallies, and
     /// returns everything they reported.
-    pub fn finish(mut self) -> anyhow::Result<Received> {
+    pub(super) fn finish(mut self) -> anyhow::Result<Received> {
         for c in &mut self.clients {
             drop(c.stdin.take());
         }

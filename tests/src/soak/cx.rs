@@ -26,7 +26,7 @@ pub struct Life {
 
 /// What a Service is busy with; it takes one change at a time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Busy {
+pub(super) enum Busy {
     Rolling,
     Creating,
     Deleting,
@@ -74,7 +74,7 @@ pub struct Counts {
     pub late_ns: Vec<u64>,
 }
 
-pub struct Cx<'a> {
+pub(super) struct Cx<'a> {
     pub plan: &'a Plan,
     pub bed: &'a mut Bed,
     pub api: &'a ApiServer,
@@ -95,7 +95,7 @@ pub struct Cx<'a> {
 }
 
 impl Cx<'_> {
-    pub fn event(&mut self, now: u64, what: String) {
+    pub(super) fn event(&mut self, now: u64, what: String) {
         self.events.push((now, what));
     }
 
@@ -103,7 +103,7 @@ impl Cx<'_> {
     /// (if the maps must change at all), then applies its EndpointSlice.
     /// Returns the expectation. The change is timed from now, whatever the
     /// caller was doing before.
-    pub fn publish_slice(&mut self, svc: &str, kind: Kind) -> anyhow::Result<Option<u64>> {
+    pub(super) fn publish_slice(&mut self, svc: &str, kind: Kind) -> anyhow::Result<Option<u64>> {
         let s = self.world.service(svc);
         let want = Want::Serving(s.frontends());
         let id = {
@@ -123,7 +123,7 @@ impl Cx<'_> {
 
     /// Deletes `svc`'s Service and slice from the apiserver; returns the
     /// expectation that its cluster IP goes.
-    pub fn delete_service(&mut self, svc: &str) -> anyhow::Result<u64> {
+    pub(super) fn delete_service(&mut self, svc: &str) -> anyhow::Result<u64> {
         let now = now_ns();
         let s = self.world.service(svc);
         let id =
@@ -138,7 +138,7 @@ impl Cx<'_> {
     }
 
     /// Services free for a new change.
-    pub fn idle_services(&self) -> Vec<String> {
+    pub(super) fn idle_services(&self) -> Vec<String> {
         self.world
             .services
             .keys()
@@ -149,6 +149,6 @@ impl Cx<'_> {
 }
 
 /// `now` plus `d`, in nanoseconds.
-pub fn after(now: u64, d: Duration) -> u64 {
+pub(super) fn after(now: u64, d: Duration) -> u64 {
     now + d.as_nanos() as u64
 }

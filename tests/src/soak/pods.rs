@@ -19,14 +19,14 @@ struct Pod {
 
 /// The pods running now, by name.
 #[derive(Default)]
-pub struct Pods {
+pub(super) struct Pods {
     live: BTreeMap<String, Pod>,
 }
 
 impl Pods {
     /// Starts pod `name` at `ip`; returns once it listens, with how long
     /// that took.
-    pub fn start(
+    pub(super) fn start(
         &mut self,
         topo: &mut Topology,
         name: &str,
@@ -42,7 +42,7 @@ impl Pods {
     }
 
     /// Stops pod `name`'s process, then removes its namespace.
-    pub fn stop(&mut self, topo: &mut Topology, name: &str) -> anyhow::Result<()> {
+    pub(super) fn stop(&mut self, topo: &mut Topology, name: &str) -> anyhow::Result<()> {
         let Some(pod) = self.live.remove(name) else {
             anyhow::bail!("no pod {name} is running");
         };
@@ -50,7 +50,7 @@ impl Pods {
         topo.remove_host(&pod.ns)
     }
 
-    pub fn count(&self) -> usize {
+    pub(super) fn count(&self) -> usize {
         self.live.len()
     }
 }

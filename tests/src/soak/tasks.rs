@@ -11,13 +11,13 @@ use super::{
 };
 
 /// When a task runs next.
-pub enum Next {
+pub(super) enum Next {
     /// At this time (`now_ns`).
     At(u64),
     Done,
 }
 
-pub enum Task {
+pub(super) enum Task {
     Agent(AgentTrack),
     Api(ApiTrack),
     Workload(WorkloadTrack),
@@ -29,7 +29,7 @@ pub enum Task {
 }
 
 impl Task {
-    pub fn step(&mut self, cx: &mut Cx<'_>, now: u64) -> anyhow::Result<Next> {
+    pub(super) fn step(&mut self, cx: &mut Cx<'_>, now: u64) -> anyhow::Result<Next> {
         match self {
             Task::Agent(t) => t.step(cx, now),
             Task::Api(t) => t.step(cx, now),
@@ -44,4 +44,4 @@ impl Task {
 }
 
 /// How soon a task waiting for the agent looks again.
-pub const POLL_NS: u64 = 10_000_000;
+pub(super) const POLL_NS: u64 = 10_000_000;

@@ -23,7 +23,7 @@ use lb_tests::soak::wire::{
 use crate::sock;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Workers making short TCP connections.
     #[arg(long, default_value_t = 2)]
     tcp: usize,
@@ -143,7 +143,7 @@ fn emit(r: &Report) {
     );
 }
 
-pub fn run(args: &Args) -> anyhow::Result<()> {
+pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
     let shared = Arc::new(Shared {
         targets: RwLock::new(Vec::new()),
         acc: Mutex::new(Acc::default()),

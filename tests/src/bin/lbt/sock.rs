@@ -10,11 +10,11 @@ use std::{
 };
 
 /// connect() and read timeout of a TCP request.
-pub const TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(2);
 /// Attempts of one request whose socket the agent destroyed as stale.
-pub const UDP_DESTROYED_TRIES: u32 = 3;
+pub(crate) const UDP_DESTROYED_TRIES: u32 = 3;
 
-pub fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+pub(crate) fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -22,7 +22,12 @@ pub fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
-pub fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, v: &T) -> io::Result<()> {
+pub(crate) fn setsockopt<T>(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    v: &T,
+) -> io::Result<()> {
     // SAFETY: `v` points to a live T of the given size.
     cvt(unsafe {
         libc::setsockopt(
@@ -36,7 +41,7 @@ pub fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, v: &T) ->
     .map(drop)
 }
 
-pub fn timeval(d: Duration) -> libc::timeval {
+pub(crate) fn timeval(d: Duration) -> libc::timeval {
     libc::timeval {
         tv_sec: d.as_secs() as libc::time_t,
         tv_usec: libc::suseconds_t::from(d.subsec_micros()),
@@ -44,7 +49,7 @@ pub fn timeval(d: Duration) -> libc::timeval {
 }
 
 /// `to` as a sockaddr for connect(2).
-pub fn sockaddr(to: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+pub(crate) fn sockaddr(to: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     // SAFETY: all-zero is a valid sockaddr_storage.
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let len = match to {
@@ -73,7 +78,7 @@ pub fn sockaddr(to: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
 /// Connects with a plain blocking connect(2) (SO_SNDTIMEO bounds it) and
 /// returns the stream and how long connect() took. The socket closes with
 /// an RST (SO_LINGER {1, 0}): no TIME_WAIT, no port exhaustion.
-pub fn connect_tcp(to: &SocketAddr) -> io::Result<(TcpStream, Duration)> {
+pub(crate) fn connect_tcp(to: &SocketAddr) -> io::Result<(TcpStream, Duration)> {
     let family = if to.is_ipv4() {
         libc::AF_INET
     } else {
@@ -112,7 +117,7 @@ pub fn connect_tcp(to: &SocketAddr) -> io::Result<(TcpStream, Duration)> {
 /// `getpeername()` or `recvfrom()` show it: the load balancer failed to show
 /// the application its frontend (a missing reverse-NAT entry, say).
 #[derive(Debug)]
-pub struct WrongPeer(pub SocketAddr);
+pub(crate) struct WrongPeer(pub SocketAddr);
 
 impl std::fmt::Display for WrongPeer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -124,7 +129,7 @@ impl std::error::Error for WrongPeer {}
 
 /// A failure's cause, as the reports name it: the `io::ErrorKind`, or
 /// `WrongPeer`, or `TimedOut` for a socket timeout.
-pub fn cause(e: &io::Error) -> String {
+pub(crate) fn cause(e: &io::Error) -> String {
     match e.kind() {
         _ if e.get_ref().is_some_and(|inner| inner.is::<WrongPeer>()) => "WrongPeer".to_owned(),
         // A timed-out blocking call on a socket with SO_{SND,RCV}TIMEO.
@@ -134,7 +139,7 @@ pub fn cause(e: &io::Error) -> String {
 }
 
 /// `Err(WrongPeer)` unless `seen` is `to`.
-pub fn check_peer(seen: SocketAddr, to: &SocketAddr) -> io::Result<()> {
+pub(crate) fn check_peer(seen: SocketAddr, to: &SocketAddr) -> io::Result<()> {
     if seen == *to {
         Ok(())
     } else {
@@ -144,7 +149,7 @@ pub fn check_peer(seen: SocketAddr, to: &SocketAddr) -> io::Result<()> {
 
 /// One connection: connect, "?\n", read the id line, close (RST). A
 /// connection whose peer is not `to` fails as [`WrongPeer`].
-pub fn tcp_once(to: &SocketAddr, buf: &mut [u8]) -> io::Result<(usize, Duration)> {
+pub(crate) fn tcp_once(to: &SocketAddr, buf: &mut [u8]) -> io::Result<(usize, Duration)> {
     let (mut s, took) = connect_tcp(to)?;
     check_peer(s.peer_addr()?, to)?;
     s.write_all(b"?\n")?;
@@ -166,7 +171,7 @@ pub fn tcp_once(to: &SocketAddr, buf: &mut [u8]) -> io::Result<(usize, Duration)
 /// stale-UDP cleanup, kube-proxy's conntrack flush). recv() reports
 /// ECONNABORTED, send() (when the destroy came between connect and send)
 /// EDESTADDRREQ.
-pub fn destroyed(e: &io::Error) -> bool {
+pub(crate) fn destroyed(e: &io::Error) -> bool {
     matches!(
         e.raw_os_error(),
         Some(libc::ECONNABORTED | libc::EDESTADDRREQ)
@@ -180,7 +185,7 @@ pub fn destroyed(e: &io::Error) -> bool {
 /// does this; under heavy churn the new endpoint can leave too, so it tries
 /// up to [`UDP_DESTROYED_TRIES`] times. Returns the reply's length and how
 /// many destroyed sockets it reconnected after.
-pub fn ask_fresh_udp(
+pub(crate) fn ask_fresh_udp(
     to: &SocketAddr,
     buf: &mut [u8],
     timeout: Duration,
@@ -206,7 +211,7 @@ pub fn ask_fresh_udp(
 
 /// The wildcard address of `to`'s family, any port: where a client socket
 /// for `to` binds.
-pub fn any_port_of_family(to: &SocketAddr) -> SocketAddr {
+pub(crate) fn any_port_of_family(to: &SocketAddr) -> SocketAddr {
     if to.is_ipv4() {
         (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
     } else {

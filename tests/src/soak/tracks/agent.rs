@@ -15,7 +15,7 @@ use crate::{
 
 /// SIGKILLs the agent every 20 to 40 s and starts a new one; the pinned
 /// programs and maps serve meanwhile, and the new agent adopts them.
-pub struct AgentTrack {
+pub(crate) struct AgentTrack {
     rng: fastrand::Rng,
     state: AgentState,
     next_kill: u64,
@@ -34,7 +34,7 @@ const CHECK_NS: u64 = 1_000_000_000;
 
 impl AgentTrack {
     /// For the agent running now.
-    pub fn new(cx: &Cx<'_>, mut rng: fastrand::Rng, now: u64) -> Self {
+    pub(crate) fn new(cx: &Cx<'_>, mut rng: fastrand::Rng, now: u64) -> Self {
         let next_kill = after(now, draw(&mut rng, cx.plan.agent_every));
         Self {
             rng,
@@ -44,7 +44,7 @@ impl AgentTrack {
         }
     }
 
-    pub fn step(&mut self, cx: &mut Cx<'_>, now: u64) -> anyhow::Result<Next> {
+    pub(crate) fn step(&mut self, cx: &mut Cx<'_>, now: u64) -> anyhow::Result<Next> {
         match self.state {
             AgentState::Down => {
                 let agent = cx.bed.spawn_agent_kube(cx.api, &[])?;

@@ -12,7 +12,7 @@ use crate::soak::{
 
 /// Takes the apiserver down for a while, or holds its watches back and
 /// forces a relist (410 Gone), in random order.
-pub struct ApiTrack {
+pub(crate) struct ApiTrack {
     rng: fastrand::Rng,
     state: ApiState,
     /// The kinds of the first disturbances, so that a short run has both.
@@ -27,7 +27,7 @@ enum ApiState {
 }
 
 impl ApiTrack {
-    pub fn new(cx: &Cx<'_>, mut rng: fastrand::Rng, now: u64) -> Self {
+    pub(crate) fn new(cx: &Cx<'_>, mut rng: fastrand::Rng, now: u64) -> Self {
         let mut first = vec![true, false];
         rng.shuffle(&mut first);
         let next = after(now, draw(&mut rng, cx.plan.api_gap));
@@ -39,7 +39,7 @@ impl ApiTrack {
         }
     }
 
-    pub fn step(&mut self, cx: &mut Cx<'_>, now: u64) -> anyhow::Result<Next> {
+    pub(crate) fn step(&mut self, cx: &mut Cx<'_>, now: u64) -> anyhow::Result<Next> {
         match self.state {
             ApiState::Idle if cx.ending => Ok(Next::Done),
             ApiState::Idle if now < self.next => Ok(Next::At(self.next)),

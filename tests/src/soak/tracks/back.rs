@@ -14,7 +14,7 @@ use crate::{
 /// watches both Services and EndpointSlices again: a watch request since
 /// the disturbance (two after a forced relist: the one that gets the 410,
 /// then the one after the relist), and a watch of each kind open.
-pub struct WatchesBack {
+pub(crate) struct WatchesBack {
     at: usize,
     before: [u64; 2],
     need: u64,
@@ -23,7 +23,7 @@ pub struct WatchesBack {
 const WATCHED: [&str; 2] = ["services", "endpointslices"];
 
 impl WatchesBack {
-    pub fn start(cx: &mut Cx<'_>, after: Kind, now: u64) -> Task {
+    pub(crate) fn start(cx: &mut Cx<'_>, after: Kind, now: u64) -> Task {
         cx.observer.tracker().catch_up(true);
         cx.counts.back.push((after, now, None));
         Task::WatchesBack(Self {
@@ -33,7 +33,7 @@ impl WatchesBack {
         })
     }
 
-    pub fn step(&mut self, cx: &mut Cx<'_>, now: u64) -> anyhow::Result<Next> {
+    pub(crate) fn step(&mut self, cx: &mut Cx<'_>, now: u64) -> anyhow::Result<Next> {
         let back = WATCHED.iter().zip(self.before).all(|(w, before)| {
             cx.api.request_count(w, Verb::Watch) >= before + self.need && cx.api.open_watches(w) > 0
         });

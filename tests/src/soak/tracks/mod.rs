@@ -9,10 +9,10 @@ mod apiserver;
 mod back;
 mod workload;
 
-pub use agent::AgentTrack;
-pub use apiserver::ApiTrack;
-pub use back::WatchesBack;
-pub use workload::WorkloadTrack;
+pub(super) use agent::AgentTrack;
+pub(super) use apiserver::ApiTrack;
+pub(super) use back::WatchesBack;
+pub(super) use workload::WorkloadTrack;
 
 /// One of `from`, at random.
 fn pick(rng: &mut fastrand::Rng, mut from: Vec<String>) -> Option<String> {

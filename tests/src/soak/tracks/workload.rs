@@ -9,7 +9,7 @@ use crate::soak::{
 };
 
 /// Rolling updates, Services created and deleted, at random gaps.
-pub struct WorkloadTrack {
+pub(crate) struct WorkloadTrack {
     rng: fastrand::Rng,
     /// The first changes (0: rolling update, 1: create, 2: delete), so
     /// that a short run has each.
@@ -17,13 +17,13 @@ pub struct WorkloadTrack {
 }
 
 impl WorkloadTrack {
-    pub fn new(mut rng: fastrand::Rng) -> Self {
+    pub(crate) fn new(mut rng: fastrand::Rng) -> Self {
         let mut first = vec![0, 1, 2];
         rng.shuffle(&mut first);
         Self { rng, first }
     }
 
-    pub fn step(&mut self, cx: &mut Cx<'_>, now: u64) -> anyhow::Result<Next> {
+    pub(crate) fn step(&mut self, cx: &mut Cx<'_>, now: u64) -> anyhow::Result<Next> {
         if cx.ending {
             return Ok(Next::Done);
         }
