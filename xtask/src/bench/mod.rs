@@ -10,6 +10,7 @@ mod realistic;
 mod report;
 mod rounds;
 mod scale;
+mod target;
 
 use std::{path::PathBuf, time::Duration};
 

@@ -28,7 +28,11 @@ use lb_tests::{
     unique,
 };
 
-use super::{Plan, rounds::Rounds};
+use super::{
+    Plan,
+    rounds::Rounds,
+    target::{Measured, Target},
+};
 
 /// The node ours runs as; its Node object carries the NodePort address.
 const NODE: &str = "bench-node";
@@ -485,7 +489,7 @@ pub fn render(
     rows: &[Row],
     capacity: &[Capacity],
     tc_cost: &str,
-) -> (String, Vec<(bool, String)>) {
+) -> (String, Vec<Target>) {
     let find = |mode: Mode, n: usize| {
         rows.iter()
             .find(|r| r.mode == mode && r.n == n)
@@ -593,33 +597,36 @@ pub fn render(
                 .map(|c| (c.report.rate, c.report.failed))
         };
         if let (Some((us, us_failed)), Some((ipt, _))) = (rate(Mode::Ours), rate(Mode::Iptables)) {
-            t.push((
-                us_failed == 0 && us >= ipt * 0.9,
+            t.push(Target::new(
                 format!(
                     "SNAT: fresh-port {load:?} flows to one remote endpoint without a failure, at \
-                     least kube-proxy's (iptables) rate within 10%: {us:.0}/s, {us_failed} failed; \
-                     iptables {ipt:.0}/s"
+                     least kube-proxy's (iptables) rate within 10%"
                 ),
+                Measured::Text(format!(
+                    "{us:.0}/s, {us_failed} failed; iptables {ipt:.0}/s"
+                )),
+                us_failed == 0 && us >= ipt * 0.9,
             ));
         }
     }
     for &n in &plan.scales {
         let us = find(Mode::Ours, n).runs.rate(Load::Tcp);
         let nft = find(Mode::Nftables, n).runs.rate(Load::Tcp);
-        t.push((
-            us >= nft,
-            format!(
-                "NodePort: ours >= nftables at N={n} (TCP): {:.2}x",
-                us / nft
-            ),
+        t.push(Target::at_least(
+            format!("NodePort: ours >= nftables at N={n} (TCP)"),
+            us,
+            nft,
+            Measured::Times(us / nft),
         ));
     }
     if plan.scales.contains(&10_000) {
         let ipt = find(Mode::Iptables, 10_000).runs.rate(Load::Tcp);
         let r = find(Mode::Ours, 10_000).runs.rate(Load::Tcp) / ipt;
-        t.push((
-            r >= 2.0,
-            format!("NodePort: ours >= 2x iptables at N=10000 (TCP): {r:.2}x"),
+        t.push(Target::at_least(
+            "NodePort: ours >= 2x iptables at N=10000 (TCP)",
+            r,
+            2.0,
+            Measured::Times(r),
         ));
     }
     // The repeat table's conntrack-hit row, the kernel's mean.
@@ -628,13 +635,13 @@ pub fn render(
         .find(|l| l.starts_with("ingress, conntrack hit (DNAT)"))
         .and_then(|l| l.split_whitespace().last()?.parse::<f64>().ok());
     t.push(match hit {
-        Some(ns) => (
-            ns <= 150.0,
-            format!(
-                "tc ingress <= 150 ns per packet on a conntrack hit (BPF_PROG_TEST_RUN): {ns:.0} ns"
-            ),
+        Some(ns) => Target::at_most(
+            "tc ingress <= 150 ns per packet on a conntrack hit (BPF_PROG_TEST_RUN)",
+            ns,
+            150.0,
+            Measured::Nanos(ns),
         ),
-        None => (false, "tc ingress per-packet cost: not measured".into()),
+        None => Target::new("tc ingress per-packet cost", Measured::Missing, false),
     });
     (o, t)
 }

@@ -10,6 +10,7 @@ use super::{
     control::Control,
     datapath::{Load, Mode, Row},
     percentile,
+    target::{Measured, Target},
 };
 
 /// What the machine was doing when the run started.
@@ -26,7 +27,7 @@ impl Conditions {
 }
 
 /// The NodePort section's markdown and its targets.
-pub type Section = (String, Vec<(bool, String)>);
+pub type Section = (String, Vec<Target>);
 
 pub fn write(
     plan: &Plan,
@@ -83,7 +84,7 @@ fn find(rows: &[Row], mode: Mode, n: usize) -> &Row {
 pub fn write_nodeport(
     plan: &Plan,
     section: &str,
-    targets: &[(bool, String)],
+    targets: &[Target],
     took: Duration,
     cond: &Conditions,
 ) -> anyhow::Result<()> {
@@ -106,10 +107,28 @@ pub fn write_nodeport(
     Ok(())
 }
 
-fn write_targets(o: &mut String, targets: &[(bool, String)]) {
+fn write_targets(o: &mut String, targets: &[Target]) {
     let _ = writeln!(o, "### Targets (measured, not asserted)\n");
-    for (ok, text) in targets {
-        let _ = writeln!(o, "- [{}] {text}", if *ok { "met" } else { "MISSED" });
+    for t in targets {
+        let _ = writeln!(
+            o,
+            "- [{}] {}: {}",
+            if t.met { "met" } else { "MISSED" },
+            t.goal,
+            measured(&t.measured)
+        );
+    }
+}
+
+/// A measured figure as the targets list shows it.
+fn measured(m: &Measured) -> String {
+    match m {
+        Measured::Times(x) => format!("{x:.2}x"),
+        Measured::Percent(f) => format!("{:.1}%", f * 100.0),
+        Measured::Time(d) => ms(*d),
+        Measured::Nanos(ns) => format!("{ns:.0} ns"),
+        Measured::Text(s) => s.clone(),
+        Measured::Missing => "not measured".into(),
     }
 }
 
@@ -375,22 +394,24 @@ fn health_table(o: &mut String, c: &Control) {
     o.push('\n');
 }
 
-fn targets(plan: &Plan, rows: &[Row], c: &Control) -> Vec<(bool, String)> {
+fn targets(plan: &Plan, rows: &[Row], c: &Control) -> Vec<Target> {
     let mut t = Vec::new();
     for &n in &plan.scales {
         let (d, us) = (find(rows, Mode::Direct, n), find(rows, Mode::Ours, n));
         let r = us.runs.rate(Load::Tcp) / d.runs.rate(Load::Tcp);
-        t.push((
-            r >= 0.95,
-            format!("ours >= 95% of direct at N={n} (TCP): {:.1}%", r * 100.0),
+        t.push(Target::at_least(
+            format!("ours >= 95% of direct at N={n} (TCP)"),
+            r,
+            0.95,
+            Measured::Percent(r),
         ));
         let nft = find(rows, Mode::Nftables, n).runs.rate(Load::Tcp);
-        t.push((
-            us.runs.rate(Load::Tcp) >= nft,
-            format!(
-                "ours >= nftables at N={n} (TCP): {:.2}x",
-                us.runs.rate(Load::Tcp) / nft
-            ),
+        let ours = us.runs.rate(Load::Tcp);
+        t.push(Target::at_least(
+            format!("ours >= nftables at N={n} (TCP)"),
+            ours,
+            nft,
+            Measured::Times(ours / nft),
         ));
     }
     for &n in &plan.scales {
@@ -401,79 +422,73 @@ fn targets(plan: &Plan, rows: &[Row], c: &Control) -> Vec<(bool, String)> {
             ratio(Mode::Ours, Mode::Direct),
             ratio(Mode::Ours6, Mode::Direct6),
         );
-        t.push((
-            v6 >= v4 - 0.05,
-            format!(
-                "IPv6: ours/direct within 5 points of IPv4's at N={n} (TCP): {:.1}% vs {:.1}%",
-                v6 * 100.0,
-                v4 * 100.0
-            ),
+        t.push(Target::at_least(
+            format!("IPv6: ours/direct within 5 points of IPv4's at N={n} (TCP)"),
+            v6,
+            v4 - 0.05,
+            Measured::Text(format!("{:.1}% vs {:.1}%", v6 * 100.0, v4 * 100.0)),
         ));
     }
     if let Some(&n) = plan.scales.last() {
         let us = find(rows, Mode::Ours, n).runs.rate(Load::Tcp);
         let r = find(rows, Mode::OursAffinity, n).runs.rate(Load::Tcp) / us;
-        t.push((
+        t.push(Target::new(
+            format!("ClientIP affinity costs <= 3% of ours' rate at N={n} (TCP)"),
+            Measured::Percent(1.0 - r),
             r >= 0.97,
-            format!(
-                "ClientIP affinity costs <= 3% of ours' rate at N={n} (TCP): {:.1}%",
-                (1.0 - r) * 100.0
-            ),
         ));
     }
     // The 2x target is set at 10,000 Services; a smoke run does not go there.
     if plan.scales.contains(&10_000) {
         let ipt = find(rows, Mode::Iptables, 10_000).runs.rate(Load::Tcp);
         let r = find(rows, Mode::Ours, 10_000).runs.rate(Load::Tcp) / ipt;
-        t.push((
-            r >= 2.0,
-            format!("ours >= 2x iptables at N=10000 (TCP): {r:.2}x"),
+        t.push(Target::at_least(
+            "ours >= 2x iptables at N=10000 (TCP)",
+            r,
+            2.0,
+            Measured::Times(r),
         ));
     }
     for x in c.cold.iter().filter(|x| x.what.starts_with("ours")) {
-        t.push((
-            x.wall <= Duration::from_secs(1),
+        t.push(Target::within(
             format!(
-                "cold programming of {}x{} <= 1 s ({}): {}",
-                c.services,
-                c.endpoints,
-                x.what,
-                ms(x.wall)
+                "cold programming of {}x{} <= 1 s ({})",
+                c.services, c.endpoints, x.what
             ),
+            x.wall,
+            Duration::from_secs(1),
         ));
     }
     for x in &c.cold {
         for p in x.health.iter().filter(|p| p.path == "/livez") {
             let max = p.latencies.last().copied().unwrap_or_default();
-            t.push((
-                p.failed == 0 && max <= Duration::from_millis(100),
+            t.push(Target::new(
                 format!(
-                    "/livez answers within 100 ms at every moment after the listener binds ({}): \
-                     max {}, {} without an answer",
-                    x.what,
-                    ms(max),
-                    p.failed
+                    "/livez answers within 100 ms at every moment after the listener binds ({})",
+                    x.what
                 ),
+                Measured::Text(format!("max {}, {} without an answer", ms(max), p.failed)),
+                p.failed == 0 && max <= Duration::from_millis(100),
             ));
         }
     }
     if let Some(u) = c.updates.first() {
-        let p99 = percentile(&u.samples, 99.0);
-        t.push((
-            p99 <= Duration::from_millis(10),
-            format!("one-endpoint update p99 <= 10 ms: {}", ms(p99)),
+        t.push(Target::within(
+            "one-endpoint update p99 <= 10 ms",
+            percentile(&u.samples, 99.0),
+            Duration::from_millis(10),
         ));
     }
     for x in &c.cold {
         if let Some(rss) = &x.rss {
-            t.push((
-                rss.current <= 150_000_000,
-                format!(
-                    "RSS <= 150 MB ({}): {:.1} MiB (peak {:.1} MiB)",
-                    x.what,
+            t.push(Target::new(
+                format!("RSS <= 150 MB ({})", x.what),
+                Measured::Text(format!(
+                    "{:.1} MiB (peak {:.1} MiB)",
                     mib(rss.current),
                     mib(rss.peak)
-                ),
+                )),
+                rss.current <= 150_000_000,
             ));
         }
     }
