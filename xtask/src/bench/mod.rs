@@ -11,6 +11,7 @@ mod report;
 mod rounds;
 mod scale;
 mod target;
+mod tc_cost;
 
 use std::{path::PathBuf, time::Duration};
 
@@ -160,7 +161,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             &plan,
             &rows,
             &capacity,
-            &nodeport::tc_cost(&plan)?,
+            &tc_cost::run(&plan)?,
         ))
     };
     if args.nodeport_only {

@@ -15,7 +15,7 @@
 //! own measure of our tc programs per packet: during our runs, and on
 //! crafted packets (`BPF_PROG_TEST_RUN`, the `tc_cost` bench).
 
-use std::{fmt::Write as _, net::Ipv4Addr, path::Path, process::Command};
+use std::{fmt::Write as _, net::Ipv4Addr};
 
 use anyhow::{Context as _, ensure};
 use lb_tests::{
@@ -32,6 +32,7 @@ use super::{
     Plan,
     rounds::Rounds,
     target::{Measured, Target},
+    tc_cost::{self, TcCost},
 };
 
 /// The node ours runs as; its Node object carries the NodePort address.
@@ -462,33 +463,12 @@ fn join(targets: impl Iterator<Item = String>) -> String {
     targets.collect::<Vec<_>>().join(",")
 }
 
-/// The `tc_cost` bench's table: our tc programs on crafted packets.
-pub fn tc_cost(plan: &Plan) -> anyhow::Result<String> {
-    let runs = if plan.quick { "20000" } else { "200000" };
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask sits in the workspace");
-    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .current_dir(root)
-        .args([
-            "bench", "-q", "-p", "lb-agent", "--bench", "tc_cost", "--", runs,
-        ])
-        .output()
-        .context("running cargo bench --bench tc_cost")?;
-    ensure!(
-        out.status.success(),
-        "tc_cost failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8(out.stdout)?)
-}
-
 /// The NodePort section of the report, and its targets.
 pub fn render(
     plan: &Plan,
     rows: &[Row],
     capacity: &[Capacity],
-    tc_cost: &str,
+    tc_cost: &TcCost,
 ) -> (String, Vec<Target>) {
     let find = |mode: Mode, n: usize| {
         rows.iter()
@@ -585,7 +565,8 @@ pub fn render(
         "Failed requests over all NodePort runs: {failed}. \"tc ns/packet\": the kernel's mean \
          run time of our tc programs during our runs (`bpf_stats_enabled`), over every packet \
          both devices saw: client side and pod side, new flows and conntrack hits alike.\n\n\
-         ### Our tc programs on crafted packets (`BPF_PROG_TEST_RUN`)\n\n```text\n{tc_cost}```\n"
+         ### Our tc programs on crafted packets (`BPF_PROG_TEST_RUN`)\n\n```text\n{}```\n",
+        tc_cost.table
     );
 
     let mut t = Vec::new();
@@ -630,11 +611,8 @@ pub fn render(
         ));
     }
     // The repeat table's conntrack-hit row, the kernel's mean.
-    let hit = tc_cost
-        .lines()
-        .find(|l| l.starts_with("ingress, conntrack hit (DNAT)"))
-        .and_then(|l| l.split_whitespace().last()?.parse::<f64>().ok());
-    t.push(match hit {
+    let hit = tc_cost.figures.repeat_ns(tc_cost::INGRESS_HIT);
+    t.push(match hit.map(|ns| ns as f64) {
         Some(ns) => Target::at_most(
             "tc ingress <= 150 ns per packet on a conntrack hit (BPF_PROG_TEST_RUN)",
             ns,
