@@ -5,39 +5,8 @@
 use std::{path::Path, process::Command};
 
 use anyhow::{Context as _, ensure};
-use serde::Deserialize;
 
-use super::Plan;
-
-/// What the bench printed, and its figures.
-pub struct TcCost {
-    /// The human-readable table, as printed.
-    pub table: String,
-    pub figures: Figures,
-}
-
-/// The part of the bench's JSON the report uses.
-#[derive(Deserialize)]
-pub struct Figures {
-    /// One run of many repetitions per case: the kernel's mean.
-    repeat: Vec<Repeat>,
-}
-
-#[derive(Deserialize)]
-struct Repeat {
-    id: String,
-    ns: u64,
-}
-
-impl Figures {
-    /// The kernel's mean ns per packet of the repeated case `id`.
-    pub fn repeat_ns(&self, id: &str) -> Option<u64> {
-        self.repeat.iter().find(|r| r.id == id).map(|r| r.ns)
-    }
-}
-
-/// The repeated case of a DNATed packet on a conntrack hit.
-pub const INGRESS_HIT: &str = "ingress_hit";
+use super::{Plan, results::nodeport::TcCost};
 
 /// Runs the bench, fewer repetitions in a smoke run.
 pub fn run(plan: &Plan) -> anyhow::Result<TcCost> {

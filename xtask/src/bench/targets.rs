@@ -1,8 +1,15 @@
 //! A target of the bench: what is aimed at, what was measured, and whether
 //! it was met. Measured, not asserted: the report lists each as met or
-//! missed.
+//! missed. Each section's are evaluated from its results alone.
+
+pub mod control;
+pub mod datapath;
+pub mod nodeport;
+pub mod scale;
 
 use std::time::Duration;
+
+use super::{Plan, results::Results};
 
 /// One target, evaluated.
 #[derive(Clone, Debug, PartialEq)]
@@ -22,6 +29,10 @@ pub enum Measured {
     Percent(f64),
     /// A time, shown in ms.
     Time(Duration),
+    /// A time, shown in s.
+    Seconds(Duration),
+    /// Bytes, shown in MiB.
+    Mib(u64),
     /// Nanoseconds per packet.
     Nanos(f64),
     /// Several figures at once, already worded.
@@ -53,4 +64,14 @@ impl Target {
     pub fn within(goal: impl Into<String>, took: Duration, bound: Duration) -> Self {
         Self::new(goal, Measured::Time(took), took <= bound)
     }
+}
+
+/// Every target of a run of the main bench, in report order.
+pub fn of(plan: &Plan, results: &Results) -> Vec<Target> {
+    let mut t = datapath::targets(plan, &results.datapath);
+    t.extend(control::targets(&results.control));
+    if let Some(np) = &results.nodeport {
+        t.extend(nodeport::targets(plan, np));
+    }
+    t
 }
