@@ -25,6 +25,8 @@ mod scale;
 mod stats;
 mod targets;
 mod tc_cost;
+#[cfg(test)]
+mod tests;
 
 use std::path::PathBuf;
 

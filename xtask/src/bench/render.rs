@@ -28,7 +28,7 @@ fn write_targets(o: &mut String, targets: &[Target]) {
 }
 
 /// A measured figure as the targets list shows it.
-fn measured(m: &Measured) -> String {
+pub fn measured(m: &Measured) -> String {
     match m {
         Measured::Times(x) => format!("{x:.2}x"),
         Measured::Percent(f) => format!("{:.1}%", f * 100.0),
