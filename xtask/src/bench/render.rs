@@ -11,7 +11,30 @@ pub mod scale_chart;
 
 use std::{fmt::Write as _, time::Duration};
 
-use super::targets::{Measured, Target};
+use super::{
+    rounds::Rounds,
+    targets::{Measured, Target},
+};
+
+/// The cells a rate table shows of one mode at `n` for `load`: its rate
+/// (the median over rounds), that against direct's and ours', the spread
+/// between rounds, its latency p50 and p99.
+fn rate_cells<L: Copy + PartialEq>(
+    n: usize,
+    name: &str,
+    load: L,
+    [r, direct, ours]: [&Rounds<L>; 3],
+) -> String {
+    let (lo, hi) = r.spread(load);
+    format!(
+        "| {n} | {name} | {:.0} | {:.2} | {:.2} | {lo:.0}-{hi:.0} | {:.1} | {:.1} |",
+        r.rate(load),
+        r.rate(load) / direct.rate(load),
+        r.rate(load) / ours.rate(load),
+        r.p50(load),
+        r.p99(load),
+    )
+}
 
 /// The targets list of the report.
 fn write_targets(o: &mut String, targets: &[Target]) {

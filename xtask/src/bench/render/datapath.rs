@@ -6,6 +6,7 @@ use super::super::{
     Plan,
     results::datapath::{Load, Mode, Row, find},
 };
+use super::rate_cells;
 
 /// The datapath tables, one per load, and our programs' cost per call.
 pub fn tables(o: &mut String, plan: &Plan, rows: &[Row]) {
@@ -58,17 +59,8 @@ pub fn tables(o: &mut String, plan: &Plan, rows: &[Row]) {
             {
                 let r = find(rows, mode, n);
                 let d = find(rows, mode.direct(), n);
-                let (lo, hi) = r.runs.spread(load);
-                let _ = writeln!(
-                    o,
-                    "| {n} | {} | {:.0} | {:.2} | {:.2} | {lo:.0}-{hi:.0} | {:.1} | {:.1} |",
-                    mode.name(),
-                    r.runs.rate(load),
-                    r.runs.rate(load) / d.runs.rate(load),
-                    r.runs.rate(load) / us.runs.rate(load),
-                    r.runs.p50(load),
-                    r.runs.p99(load),
-                );
+                let cells = rate_cells(n, mode.name(), load, [&r.runs, &d.runs, &us.runs]);
+                let _ = writeln!(o, "{cells}");
             }
         }
         o.push('\n');

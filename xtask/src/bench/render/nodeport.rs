@@ -6,12 +6,13 @@ use super::super::{
     Plan,
     results::nodeport::{Load, Mode, NodePort, find},
 };
+use super::rate_cells;
 
 /// The NodePort section: its tables and the `tc_cost` bench's.
 pub fn section(o: &mut String, plan: &Plan, np: &NodePort) {
     let row = |mode: Mode, n: usize| find(&np.rows, mode, n);
     let _ = writeln!(
-        *o,
+        o,
         "## NodePort from outside the node (externalTrafficPolicy: Cluster)\n\n\
          A client in its own namespace reaches the NodePort of a node namespace: ours runs \
          the agent with its tc programs on both of the node's devices; iptables and nftables \
@@ -47,30 +48,21 @@ pub fn section(o: &mut String, plan: &Plan, np: &NodePort) {
             let (d, us) = (row(Mode::Direct, n), row(Mode::Ours, n));
             for mode in Mode::ALL {
                 let r = row(mode, n);
-                let (lo, hi) = r.runs.spread(load);
                 let tc = if mode == Mode::Ours {
                     let (i, e) = r.tc_ns(load);
                     format!("{i:.0}, {e:.0}")
                 } else {
                     String::new()
                 };
-                let _ = writeln!(
-                    o,
-                    "| {n} | {} | {:.0} | {:.2} | {:.2} | {lo:.0}-{hi:.0} | {:.1} | {:.1} | {tc} |",
-                    mode.name(),
-                    r.runs.rate(load),
-                    r.runs.rate(load) / d.runs.rate(load),
-                    r.runs.rate(load) / us.runs.rate(load),
-                    r.runs.p50(load),
-                    r.runs.p99(load),
-                );
+                let cells = rate_cells(n, mode.name(), load, [&r.runs, &d.runs, &us.runs]);
+                let _ = writeln!(o, "{cells} {tc} |");
             }
         }
         o.push('\n');
     }
     let secs = np.capacity_seconds;
     let _ = writeln!(
-        *o,
+        o,
         "### SNAT ports: fresh-port flows to one remote endpoint\n\n\
          New flows, each from a new client port (UDP: a new connected socket per request, \
          as a resolver asks; TCP: short connections), to a NodePort whose one endpoint is \
@@ -95,7 +87,7 @@ pub fn section(o: &mut String, plan: &Plan, np: &NodePort) {
     o.push('\n');
     let failed: u64 = np.rows.iter().map(|r| r.runs.failed()).sum();
     let _ = writeln!(
-        *o,
+        o,
         "Failed requests over all NodePort runs: {failed}. \"tc ns/packet\": the kernel's mean \
          run time of our tc programs during our runs (`bpf_stats_enabled`), over every packet \
          both devices saw: client side and pod side, new flows and conntrack hits alike.\n\n\
