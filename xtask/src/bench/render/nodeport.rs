@@ -10,7 +10,6 @@ use super::rate_cells;
 
 /// The NodePort section: its tables and the `tc_cost` bench's.
 pub fn section(o: &mut String, plan: &Plan, np: &NodePort) {
-    let row = |mode: Mode, n: usize| find(&np.rows, mode, n);
     let _ = writeln!(
         o,
         "## NodePort from outside the node (externalTrafficPolicy: Cluster)\n\n\
@@ -24,6 +23,22 @@ pub fn section(o: &mut String, plan: &Plan, np: &NodePort) {
          kube-proxy nodes flushed before each measurement.\n",
         plan.endpoints, plan.concurrency, plan.seconds, plan.rounds
     );
+    rate_tables(o, plan, np);
+    capacity_table(o, plan, np);
+    let failed: u64 = np.rows.iter().map(|r| r.runs.failed()).sum();
+    let _ = writeln!(
+        o,
+        "Failed requests over all NodePort runs: {failed}. \"tc ns/packet\": the kernel's mean \
+         run time of our tc programs during our runs (`bpf_stats_enabled`), over every packet \
+         both devices saw: client side and pod side, new flows and conntrack hits alike.\n\n\
+         ### Our tc programs on crafted packets (`BPF_PROG_TEST_RUN`)\n\n```text\n{}```\n",
+        np.tc_cost.table
+    );
+}
+
+/// Rates and latencies of every mode at each N, one table per load.
+fn rate_tables(o: &mut String, plan: &Plan, np: &NodePort) {
+    let row = |mode: Mode, n: usize| find(&np.rows, mode, n);
     for (load, title, unit, lat) in [
         (
             Load::Tcp,
@@ -60,6 +75,10 @@ pub fn section(o: &mut String, plan: &Plan, np: &NodePort) {
         }
         o.push('\n');
     }
+}
+
+/// The SNAT capacity runs.
+fn capacity_table(o: &mut String, plan: &Plan, np: &NodePort) {
     let secs = np.capacity_seconds;
     let _ = writeln!(
         o,
@@ -85,13 +104,4 @@ pub fn section(o: &mut String, plan: &Plan, np: &NodePort) {
         );
     }
     o.push('\n');
-    let failed: u64 = np.rows.iter().map(|r| r.runs.failed()).sum();
-    let _ = writeln!(
-        o,
-        "Failed requests over all NodePort runs: {failed}. \"tc ns/packet\": the kernel's mean \
-         run time of our tc programs during our runs (`bpf_stats_enabled`), over every packet \
-         both devices saw: client side and pod side, new flows and conntrack hits alike.\n\n\
-         ### Our tc programs on crafted packets (`BPF_PROG_TEST_RUN`)\n\n```text\n{}```\n",
-        np.tc_cost.table
-    );
 }
