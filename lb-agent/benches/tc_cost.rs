@@ -4,6 +4,10 @@
 //!
 //! `cargo bench -p lb-agent --bench tc_cost [-- RUNS]`
 //!
+//! With `TC_COST_JSON=PATH` set, it also writes the figures to PATH as JSON
+//! (`runs`; `repeat`: `id`, `case`, `ns`; `single`: `id`, `case`, `p50`,
+//! `p99`, `mean`), which `cargo xtask bench` reads.
+//!
 //! Two methods:
 //! * **repeat**: one run of `RUNS` repetitions, the kernel's mean. Each
 //!   repetition sees what the one before left, so a translated packet must
@@ -27,6 +31,10 @@ use std::time::Duration;
 
 use bed::{Bed, CLIENT, FRONTEND, NODE, NODE_PORT, Tcp, tcp};
 use lb_common::{FE_F_EXTERNAL_LOCAL, PROTO_TCP};
+use serde_json::{Value, json};
+
+/// Where to write the figures as JSON, besides printing them.
+const JSON_ENV: &str = "TC_COST_JSON";
 
 fn main() {
     let runs: u32 = std::env::args()
@@ -48,27 +56,41 @@ fn main() {
     let ack = tcp(CLIENT, a, Tcp::Ack);
     let reply = tcp(b, CLIENT, Tcp::Ack);
     let other = tcp(CLIENT, (NODE, 22), Tcp::Ack);
-    println!(
-        "{:<52} {:>8}",
+    let (floor, empty) = (
         "empty program (the repeat loop's floor)",
-        empty_program_ns(&ack, runs)
+        empty_program_ns(&ack, runs),
     );
-    for (case, prog, packet) in [
-        ("ingress, conntrack hit (DNAT)", "lb_tc_ingress", &ack),
-        ("egress, reply (reverse NAT)", "lb_tc_egress", &reply),
+    println!("{floor:<52} {empty:>8}");
+    let mut repeat = vec![json!({ "id": "empty", "case": floor, "ns": empty })];
+    for (id, case, prog, packet) in [
         (
+            "ingress_hit",
+            "ingress, conntrack hit (DNAT)",
+            "lb_tc_ingress",
+            &ack,
+        ),
+        (
+            "egress_reply",
+            "egress, reply (reverse NAT)",
+            "lb_tc_egress",
+            &reply,
+        ),
+        (
+            "ingress_not_ours",
             "ingress, not ours (2 misses, passed on)",
             "lb_tc_ingress",
             &other,
         ),
         (
+            "egress_not_ours",
             "egress, not ours (2 misses, passed on)",
             "lb_tc_egress",
             &other,
         ),
     ] {
-        let mean = bed.time_repeated(prog, packet, runs);
-        println!("{case:<52} {:>8}", mean.as_nanos());
+        let ns = bed.time_repeated(prog, packet, runs).as_nanos() as u64;
+        println!("{case:<52} {ns:>8}");
+        repeat.push(json!({ "id": id, "case": case, "ns": ns }));
     }
 
     println!(
@@ -83,14 +105,29 @@ fn main() {
         );
         bed.time("lb_tc_ingress", &tcp(client, FRONTEND, Tcp::Syn))
     });
-    report("ingress, conntrack miss (new flow, 16 backends)", new);
+    let mut single = vec![report(
+        "ingress_miss",
+        "ingress, conntrack miss (new flow, 16 backends)",
+        new,
+    )];
     let hit = (0..runs).map(|_| bed.time("lb_tc_ingress", &ack));
-    report("ingress, conntrack hit (DNAT)", hit);
+    single.push(report("ingress_hit", "ingress, conntrack hit (DNAT)", hit));
     let pass = (0..runs).map(|_| bed.time("lb_tc_ingress", &other));
-    report("ingress, not ours (per-run overhead reference)", pass);
+    single.push(report(
+        "ingress_not_ours",
+        "ingress, not ours (per-run overhead reference)",
+        pass,
+    ));
+
+    if let Some(path) = std::env::var_os(JSON_ENV) {
+        let all = json!({ "runs": runs, "repeat": repeat, "single": single });
+        std::fs::write(&path, all.to_string())
+            .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    }
 }
 
-fn report(case: &str, samples: impl Iterator<Item = Duration>) {
+/// Prints one single-runs row; returns it as JSON.
+fn report(id: &str, case: &str, samples: impl Iterator<Item = Duration>) -> Value {
     let mut ns: Vec<u64> = samples.map(|d| d.as_nanos() as u64).collect();
     ns.sort_unstable();
     let pick = |p: f64| ns[((ns.len() - 1) as f64 * p) as usize];
@@ -101,6 +138,7 @@ fn report(case: &str, samples: impl Iterator<Item = Duration>) {
         pick(0.99),
         mean
     );
+    json!({ "id": id, "case": case, "p50": pick(0.5), "p99": pick(0.99), "mean": mean })
 }
 
 /// The kernel's mean time per run of a `return TC_ACT_UNSPEC` classifier on

@@ -18,41 +18,10 @@ use lb_tests::{
 use super::{
     Plan,
     datapath::{self, CLUSTER_CIDR},
-    health::{self, Probes},
-    realistic,
+    health, realistic,
+    results::control::{Cold, Control, Rss, Update},
+    stats::percentile,
 };
-
-/// One way of programming, with its timings.
-pub struct Cold {
-    pub what: &'static str,
-    /// Until the dataplane holds everything, from the start of the step.
-    pub wall: Duration,
-    /// The part spent computing and writing (ours: the first full sync).
-    pub write: Option<Duration>,
-    /// Ours: the agent's memory once programmed.
-    pub rss: Option<Rss>,
-    /// Ours: `/livez` and `/healthz` latencies during the cold start.
-    pub health: Vec<Probes>,
-}
-
-/// Per-change latencies until the dataplane reflects one endpoint change.
-pub struct Update {
-    pub what: &'static str,
-    pub samples: Vec<Duration>,
-}
-
-pub struct Control {
-    pub services: usize,
-    pub endpoints: usize,
-    pub cold: Vec<Cold>,
-    pub updates: Vec<Update>,
-}
-
-/// Resident set size in bytes: now, and the peak so far.
-pub struct Rss {
-    pub current: u64,
-    pub peak: u64,
-}
 
 pub fn measure(plan: &Plan) -> anyhow::Result<Control> {
     let (n, e) = plan.cold;
@@ -279,7 +248,7 @@ pub fn ours_cold(
             p.path,
             p.latencies.len(),
             p.latencies.last().copied().unwrap_or_default(),
-            super::percentile(&p.latencies, 99.0),
+            percentile(&p.latencies, 99.0),
             p.failed,
             p.skipped
         );

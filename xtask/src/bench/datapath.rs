@@ -17,7 +17,11 @@ use lb_tests::{
     unique,
 };
 
-use super::{Plan, rounds::Rounds};
+use super::{
+    Plan,
+    results::datapath::{Load, Mode, Row},
+    rounds,
+};
 
 /// The pod network of the layouts: the clients (10.0.0.x) are pods, so
 /// neither layout masquerades, as for pod-to-Service traffic in a cluster.
@@ -35,92 +39,7 @@ const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x100, 0, 0, 0, 0, 0, 1);
 /// The agent's node name, which the Local Service's endpoints name.
 const NODE: &str = "bench-node";
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    Direct,
-    Ours,
-    /// Ours, through the `sessionAffinity: ClientIP` Service.
-    OursAffinity,
-    /// Ours, through the `internalTrafficPolicy: Local` Service.
-    OursLocal,
-    Iptables,
-    Nftables,
-    /// The pods over IPv6.
-    Direct6,
-    /// Ours, through the IPv6 Service.
-    Ours6,
-}
-
-impl Mode {
-    /// The modes every load runs through.
-    pub const ALL: [Mode; 4] = [Mode::Direct, Mode::Ours, Mode::Iptables, Mode::Nftables];
-    /// Every mode, in round order; the semantics and IPv6 modes run TCP
-    /// only.
-    pub const EVERY: [Mode; 8] = [
-        Mode::Direct,
-        Mode::Ours,
-        Mode::OursAffinity,
-        Mode::OursLocal,
-        Mode::Iptables,
-        Mode::Nftables,
-        Mode::Direct6,
-        Mode::Ours6,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Direct => "direct",
-            Mode::Ours => "ours",
-            Mode::OursAffinity => "ours, ClientIP affinity",
-            Mode::OursLocal => "ours, iTP Local",
-            Mode::Iptables => "iptables",
-            Mode::Nftables => "nftables",
-            Mode::Direct6 => "direct, IPv6",
-            Mode::Ours6 => "ours, IPv6",
-        }
-    }
-
-    /// What this mode is compared with: direct over the same family.
-    pub fn direct(self) -> Mode {
-        match self {
-            Mode::Direct6 | Mode::Ours6 => Mode::Direct6,
-            _ => Mode::Direct,
-        }
-    }
-
-    /// Through our programs.
-    pub fn is_ours(self) -> bool {
-        matches!(
-            self,
-            Mode::Ours | Mode::OursAffinity | Mode::OursLocal | Mode::Ours6
-        )
-    }
-
-    /// The loads measured through this mode.
-    pub fn loads(self) -> &'static [Load] {
-        match self {
-            Mode::OursAffinity | Mode::OursLocal | Mode::Direct6 | Mode::Ours6 => &[Load::Tcp],
-            _ => &Load::ALL,
-        }
-    }
-}
-
-/// One kind of client load.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Load {
-    /// Connect, one request/response, close (RST): one new flow each.
-    Tcp,
-    /// A new connected UDP socket per request/response, as a DNS resolver
-    /// uses: one new flow each.
-    UdpFresh,
-    /// One unconnected UDP socket per worker, `sendto` per request: after
-    /// the first datagram, only per-packet costs remain.
-    UdpLong,
-}
-
 impl Load {
-    pub const ALL: [Load; 3] = [Load::Tcp, Load::UdpFresh, Load::UdpLong];
-
     fn args(self) -> &'static [&'static str] {
         match self {
             Load::Tcp => &["bench-tcp"],
@@ -131,34 +50,7 @@ impl Load {
 }
 
 /// Our programs whose cost per call the bench reports (their link pins).
-pub const PROGRAMS: [&str; 4] = ["connect4", "sendmsg4", "recvmsg4", "connect6"];
-
-/// One mode at one N: every round's report, per load.
-pub struct Row {
-    pub mode: Mode,
-    pub n: usize,
-    pub runs: Rounds<Load>,
-    /// Ours: what each of [`PROGRAMS`] ran during each load, over all rounds.
-    pub programs: Vec<(Load, &'static str, Runs)>,
-}
-
-impl Row {
-    fn add_programs(&mut self, load: Load, ran: Vec<(&'static str, Runs)>) {
-        for (prog, r) in ran {
-            match self
-                .programs
-                .iter_mut()
-                .find(|(l, p, _)| *l == load && *p == prog)
-            {
-                Some((_, _, total)) => {
-                    total.time += r.time;
-                    total.count += r.count;
-                }
-                None => self.programs.push((load, prog, r)),
-            }
-        }
-    }
-}
+const PROGRAMS: [&str; 4] = ["connect4", "sendmsg4", "recvmsg4", "connect6"];
 
 /// Each of [`PROGRAMS`]' counters now, as attached by the agent pinned in
 /// `pins`.
@@ -268,89 +160,78 @@ pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
         Mode::OursLocal => format!("{LOCAL_VIP}:{port}"),
         Mode::Ours | Mode::Iptables | Mode::Nftables => format!("{VIP}:{port}"),
     };
-    let mut rows: Vec<Row> = Mode::EVERY
-        .iter()
-        .map(|&mode| Row {
+    // Ours: what each of [`PROGRAMS`] ran during each load, over all rounds.
+    let mut programs: Vec<(Mode, Load, &'static str, Runs)> = Vec::new();
+    let (c, t) = (plan.concurrency.to_string(), plan.seconds.to_string());
+    let modes = rounds::drive(plan.rounds, n, "", |mode: Mode, load| {
+        let (ns, cgroup) = match mode {
+            Mode::Direct | Mode::Direct6 => (&bed.client_ns, plain.path()),
+            Mode::Ours | Mode::OursAffinity | Mode::OursLocal | Mode::Ours6 => {
+                (&bed.client_ns, bed.cgroup.path())
+            }
+            Mode::Iptables => (&ipt_ns, plain.path()),
+            Mode::Nftables => (&nft_ns, plain.path()),
+        };
+        if matches!(mode, Mode::Iptables | Mode::Nftables) {
+            // Each measurement starts from an empty conntrack table:
+            // new flows by the 100,000 would otherwise fill it.
+            netns::exec(ns, &["conntrack", "-F"]).context("flushing conntrack")?;
+        }
+        let to = match load {
+            Load::Tcp => targets(mode, 80, 8080),
+            Load::UdpFresh | Load::UdpLong => targets(mode, 53, 5353),
+        };
+        let mut args = load.args().to_vec();
+        args.extend(["--to", &to, "-c", &c, "--seconds", &t]);
+        // The kernel times our programs during our runs only: the
+        // two clock reads per call it adds stay out of the others.
+        let stats = mode
+            .is_ours()
+            .then(|| -> anyhow::Result<_> {
+                let on = StatsOn::enable()?;
+                Ok((on, program_runs(bed.pins.path())?))
+            })
+            .transpose()?;
+        let r = probe::bench(ns, cgroup, &args)?;
+        if let Some((_on, before)) = stats {
+            let after = program_runs(bed.pins.path())?;
+            for ((prog, a), (_, b)) in after.into_iter().zip(before) {
+                add_runs(&mut programs, (mode, load, prog), a.since(b));
+            }
+        }
+        Ok(r)
+    })?;
+    Ok(modes
+        .into_iter()
+        .map(|(mode, runs)| Row {
             mode,
             n,
-            runs: Rounds::default(),
-            programs: Vec::new(),
+            runs,
+            programs: programs
+                .iter()
+                .filter(|(m, ..)| *m == mode)
+                .map(|&(_, load, prog, r)| (load, prog, r))
+                .collect(),
         })
-        .collect();
-    let (c, t) = (plan.concurrency.to_string(), plan.seconds.to_string());
-    for round in 0..plan.rounds {
-        // ABBA order, so drift over the run favours no mode.
-        let mut order = Mode::EVERY;
-        if round % 2 == 1 {
-            order.reverse();
+        .collect())
+}
+
+/// Adds `ran` to the total of `(mode, load, program)`.
+fn add_runs(
+    totals: &mut Vec<(Mode, Load, &'static str, Runs)>,
+    (mode, load, prog): (Mode, Load, &'static str),
+    ran: Runs,
+) {
+    match totals
+        .iter_mut()
+        .find(|(m, l, p, _)| (*m, *l, *p) == (mode, load, prog))
+    {
+        Some((.., total)) => {
+            total.time += ran.time;
+            total.count += ran.count;
         }
-        for mode in order {
-            let (ns, cgroup) = match mode {
-                Mode::Direct | Mode::Direct6 => (&bed.client_ns, plain.path()),
-                Mode::Ours | Mode::OursAffinity | Mode::OursLocal | Mode::Ours6 => {
-                    (&bed.client_ns, bed.cgroup.path())
-                }
-                Mode::Iptables => (&ipt_ns, plain.path()),
-                Mode::Nftables => (&nft_ns, plain.path()),
-            };
-            let mut line = format!("   {:<9} N={n:<6}", mode.name());
-            for &load in mode.loads() {
-                if matches!(mode, Mode::Iptables | Mode::Nftables) {
-                    // Each measurement starts from an empty conntrack table:
-                    // new flows by the 100,000 would otherwise fill it.
-                    netns::exec(ns, &["conntrack", "-F"]).context("flushing conntrack")?;
-                }
-                let to = match load {
-                    Load::Tcp => targets(mode, 80, 8080),
-                    Load::UdpFresh | Load::UdpLong => targets(mode, 53, 5353),
-                };
-                let mut args = load.args().to_vec();
-                args.extend(["--to", &to, "-c", &c, "--seconds", &t]);
-                // The kernel times our programs during our runs only: the
-                // two clock reads per call it adds stay out of the others.
-                let stats = mode
-                    .is_ours()
-                    .then(|| -> anyhow::Result<_> {
-                        let on = StatsOn::enable()?;
-                        Ok((on, program_runs(bed.pins.path())?))
-                    })
-                    .transpose()?;
-                let r = probe::bench(ns, cgroup, &args)?;
-                let ran = stats
-                    .map(|(_on, before)| -> anyhow::Result<_> {
-                        let after = program_runs(bed.pins.path())?;
-                        Ok(after
-                            .into_iter()
-                            .zip(before)
-                            .map(|((p, a), (_, b))| (p, a.since(b)))
-                            .collect::<Vec<_>>())
-                    })
-                    .transpose()?;
-                anyhow::ensure!(
-                    r.ok > 0,
-                    "{} {load:?} at N={n} answered nothing",
-                    mode.name()
-                );
-                let _ = write!(
-                    line,
-                    "  {load:?} {:>6.0}/s (p50 {:>5.1} us, {} failed)",
-                    r.rate,
-                    r.p50_us().unwrap_or(f64::NAN),
-                    r.failed
-                );
-                let row = rows
-                    .iter_mut()
-                    .find(|r| r.mode == mode)
-                    .expect("every mode has a row");
-                row.runs.push(load, r);
-                if let Some(ran) = ran {
-                    row.add_programs(load, ran);
-                }
-            }
-            eprintln!("{line}");
-        }
+        None => totals.push((mode, load, prog, ran)),
     }
-    Ok(rows)
 }
 
 /// The TCP Service on [`AFFINITY_VIP`] with `sessionAffinity: ClientIP`

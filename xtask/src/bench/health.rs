@@ -25,6 +25,8 @@ use std::{
 
 use lb_tests::agent::Agent;
 
+use super::results::control::Probes;
+
 /// Time between two probes of one path.
 const PERIOD: Duration = Duration::from_millis(10);
 /// How long to keep probing after the first sync is done.
@@ -39,19 +41,6 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A probe under way: which path, and its (status, latency) once answered.
 type Pending = (usize, JoinHandle<Option<(u16, Duration)>>);
-
-/// The answers one path gave.
-pub struct Probes {
-    pub path: &'static str,
-    /// Latencies of the answered probes, sorted.
-    pub latencies: Vec<Duration>,
-    /// How many answers had each status.
-    pub statuses: BTreeMap<u16, usize>,
-    /// Probes that got no answer (refused, reset, or none within [`TIMEOUT`]).
-    pub failed: usize,
-    /// Probes not sent because [`IN_FLIGHT`] were pending.
-    pub skipped: usize,
-}
 
 /// What a cold start looked like from outside.
 pub struct ColdStart {

@@ -2,18 +2,37 @@
 //! nftables layouts and against the direct path, on the same machine, in one
 //! run, with the same Services and backends.
 
+//!
+//! Layers: [`plan`] (what a run measures, from the flags); the measuring
+//! modules ([`datapath`], [`nodeport`], [`control`], [`scale`] and their
+//! helpers), which build the namespaces, drive the load through
+//! [`rounds::drive`] and return [`results`]; [`targets`], evaluated from
+//! results alone; [`render`], the Markdown and charts of results and
+//! targets; [`output`], the files written.
+
+mod conditions;
 mod control;
 mod datapath;
 mod health;
 mod nodeport;
+mod output;
+mod plan;
 mod realistic;
-mod report;
+mod render;
+mod results;
 mod rounds;
 mod scale;
+mod stats;
+mod targets;
+mod tc_cost;
+#[cfg(test)]
+mod tests;
 
-use std::{path::PathBuf, time::Duration};
+use std::path::PathBuf;
 
 use clap::Args;
+
+use self::{conditions::Started, plan::Plan, results::Results};
 
 #[derive(Args, Clone, Debug)]
 pub struct BenchArgs {
@@ -80,91 +99,20 @@ impl BenchArgs {
     }
 }
 
-/// What one run measures, derived from the flags.
-pub struct Plan {
-    pub quick: bool,
-    /// No datapath rounds.
-    pub control_only: bool,
-    /// No kube-proxy rule loads in the control plane part.
-    pub ours_only: bool,
-    /// Control plane objects carry what a real cluster adds to them.
-    pub realistic: bool,
-    /// The lb-agent binary measured.
-    pub agent_bin: PathBuf,
-    pub scales: Vec<usize>,
-    pub endpoints: usize,
-    pub concurrency: u32,
-    pub seconds: f64,
-    /// Datapath rounds per mode, alternating in ABBA order.
-    pub rounds: usize,
-    /// Control plane: Services and endpoints each.
-    pub cold: (usize, usize),
-    /// Control plane: one-endpoint changes for ours, and kube-proxy partial
-    /// syncs for the others.
-    pub updates: usize,
-    pub partial_syncs: usize,
-    pub out_dir: PathBuf,
-}
-
-impl Plan {
-    fn new(a: &BenchArgs) -> Self {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("xtask sits in the workspace")
-            .to_path_buf();
-        let (scales, seconds, rounds, cold, updates, partial_syncs) = if a.quick {
-            (vec![1, 100], 1.0, 2, (500, 10), 20, 5)
-        } else {
-            (vec![1, 1000, 10_000], 3.0, 4, (10_000, 10), 200, 10)
-        };
-        Self {
-            quick: a.quick,
-            control_only: a.control_only,
-            ours_only: a.ours_only,
-            realistic: a.realistic_objects,
-            agent_bin: lb_tests::agent::agent_bin(),
-            scales: if a.control_only { Vec::new() } else { scales },
-            endpoints: a.endpoints,
-            concurrency: a.concurrency,
-            seconds: a.seconds.unwrap_or(seconds),
-            rounds,
-            cold,
-            updates,
-            partial_syncs,
-            out_dir: root.join("target/bench"),
-        }
-    }
-}
-
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     lb_tests::require_root();
     let plan = Plan::new(args);
     if args.scale {
         let max = args.scale_max.unwrap_or(usize::MAX);
         let scales: Vec<usize> = scale::SCALES.into_iter().filter(|&n| n <= max).collect();
-        return scale::run(&plan.out_dir, &scales);
+        let started = std::time::Instant::now();
+        let rows = scale::measure(&scales)?;
+        return output::write_scale(&plan.out_dir, &rows, started.elapsed());
     }
-    let cond = report::Conditions::now();
-    let started = std::time::Instant::now();
-    let node_ports = || -> anyhow::Result<_> {
-        let mut rows = Vec::new();
-        for &n in &plan.scales {
-            eprintln!("== NodePort, N = {n}");
-            rows.extend(nodeport::measure(&plan, n)?);
-        }
-        eprintln!("== SNAT ports: fresh-port flows to one remote endpoint");
-        let capacity = nodeport::capacity(&plan)?;
-        eprintln!("== tc programs on crafted packets");
-        Ok(nodeport::render(
-            &plan,
-            &rows,
-            &capacity,
-            &nodeport::tc_cost(&plan)?,
-        ))
-    };
+    let started = Started::now();
     if args.nodeport_only {
-        let (section, targets) = node_ports()?;
-        return report::write_nodeport(&plan, &section, &targets, started.elapsed(), &cond);
+        let np = nodeport::measure(&plan)?;
+        return output::write_nodeport(&plan, &np, &started.end());
     }
     let mut rows = Vec::new();
     for &n in &plan.scales {
@@ -174,20 +122,14 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let nodeport = if plan.control_only {
         None
     } else {
-        Some(node_ports()?)
+        Some(nodeport::measure(&plan)?)
     };
     eprintln!("== control plane, {} x {}", plan.cold.0, plan.cold.1);
     let control = control::measure(&plan)?;
-    let took = started.elapsed();
-    report::write(&plan, &rows, nodeport.as_ref(), &control, took, &cond)?;
-    Ok(())
-}
-
-/// Percentile (nearest rank) of sorted samples.
-pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
+    let results = Results {
+        datapath: rows,
+        nodeport,
+        control,
+    };
+    output::write(&plan, &results, &started.end())
 }

@@ -15,20 +15,24 @@
 //! own measure of our tc programs per packet: during our runs, and on
 //! crafted packets (`BPF_PROG_TEST_RUN`, the `tc_cost` bench).
 
-use std::{fmt::Write as _, net::Ipv4Addr, path::Path, process::Command};
+use std::net::Ipv4Addr;
 
-use anyhow::{Context as _, ensure};
+use anyhow::Context as _;
 use lb_tests::{
     agent::{Agent, PinDir},
     cgroup::TestCgroup,
     kubeproxy::{self, Proto, SvcSpec},
     netns::{exec, ip},
-    probe::{self, BenchReport, Server},
+    probe::{self, Server},
     progstats::{Runs, StatsOn},
     unique,
 };
 
-use super::{Plan, rounds::Rounds};
+use super::{
+    Plan,
+    results::nodeport::{Capacity, Load, Mode, NodePort, Row},
+    rounds, tc_cost,
+};
 
 /// The node ours runs as; its Node object carries the NodePort address.
 const NODE: &str = "bench-node";
@@ -39,26 +43,7 @@ const FILLER_NODE_PORT: u16 = 20000;
 /// The pods' network: kube-proxy's `--cluster-cidr`.
 const CLUSTER_CIDR: &str = "10.42.0.0/16";
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    Direct,
-    Ours,
-    Iptables,
-    Nftables,
-}
-
 impl Mode {
-    pub const ALL: [Mode; 4] = [Mode::Direct, Mode::Ours, Mode::Iptables, Mode::Nftables];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Direct => "direct",
-            Mode::Ours => "ours (tc)",
-            Mode::Iptables => "iptables",
-            Mode::Nftables => "nftables",
-        }
-    }
-
     /// The index of this mode's node and client (`172.16.k.0/24`).
     fn k(self) -> u8 {
         self as u8
@@ -66,45 +51,6 @@ impl Mode {
 
     fn node_addr(self) -> Ipv4Addr {
         Ipv4Addr::new(172, 16, self.k(), 1)
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Load {
-    /// Connect, one request/response, close (RST): one new flow each.
-    Tcp,
-    /// One UDP socket per client worker, request/response on it.
-    Udp,
-}
-
-impl Load {
-    pub const ALL: [Load; 2] = [Load::Tcp, Load::Udp];
-}
-
-/// One mode at one N: every round's report per load, and for ours what the
-/// tc programs ran meanwhile (ingress, egress; over both devices).
-pub struct Row {
-    pub mode: Mode,
-    pub n: usize,
-    pub runs: Rounds<Load>,
-    pub tc: Vec<(Load, Runs, Runs)>,
-}
-
-impl Row {
-    /// Mean ns per run of (ingress, egress) during `load`.
-    pub fn tc_ns(&self, load: Load) -> (f64, f64) {
-        let (mut i, mut e) = (Runs::default(), Runs::default());
-        for (_, ri, re) in self.tc.iter().filter(|(l, ..)| *l == load) {
-            i = Runs {
-                time: i.time + ri.time,
-                count: i.count + ri.count,
-            };
-            e = Runs {
-                time: e.time + re.time,
-                count: e.count + re.count,
-            };
-        }
-        (i.ns_per_run(), e.ns_per_run())
     }
 }
 
@@ -314,7 +260,27 @@ impl Bed {
     }
 }
 
-pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
+/// The whole NodePort section: every mode at each N, the SNAT capacity
+/// runs, and the `tc_cost` bench.
+pub fn measure(plan: &Plan) -> anyhow::Result<NodePort> {
+    let mut rows = Vec::new();
+    for &n in &plan.scales {
+        eprintln!("== NodePort, N = {n}");
+        rows.extend(every_mode(plan, n)?);
+    }
+    eprintln!("== SNAT ports: fresh-port flows to one remote endpoint");
+    let capacity = capacity(plan)?;
+    eprintln!("== tc programs on crafted packets");
+    Ok(NodePort {
+        rows,
+        capacity,
+        capacity_seconds: capacity_seconds(plan),
+        tc_cost: tc_cost::run(plan)?,
+    })
+}
+
+/// Every mode at one N, over the plan's rounds.
+fn every_mode(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
     let pods: Vec<Ipv4Addr> = (0..plan.endpoints)
         .map(|i| Ipv4Addr::new(10, 42, 0, i as u8 + 1))
         .collect();
@@ -326,76 +292,43 @@ pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
         (_, Load::Tcp) => format!("{}:{TCP_NODE_PORT}", mode.node_addr()),
         (_, Load::Udp) => format!("{}:{UDP_NODE_PORT}", mode.node_addr()),
     };
-    let mut rows: Vec<Row> = Mode::ALL
-        .iter()
-        .map(|&mode| Row {
+    // Ours: what the tc programs ran during each measurement.
+    let mut tc: Vec<(Load, Runs, Runs)> = Vec::new();
+    let (c, t) = (plan.concurrency.to_string(), plan.seconds.to_string());
+    let modes = rounds::drive(plan.rounds, n, "NodePort ", |mode: Mode, load| {
+        let client = bed.ns(&format!("c{}", mode.k()));
+        if matches!(mode, Mode::Iptables | Mode::Nftables) {
+            exec(&node_ns(mode), &["conntrack", "-F"]).context("flushing conntrack")?;
+        }
+        let to = targets(mode, load);
+        let sub = match load {
+            Load::Tcp => "bench-tcp",
+            Load::Udp => "bench-udp",
+        };
+        let args = [sub, "--to", &to, "-c", &c, "--seconds", &t];
+        let stats = (mode == Mode::Ours)
+            .then(|| -> anyhow::Result<_> { Ok((StatsOn::enable()?, bed.tc_runs()?)) })
+            .transpose()?;
+        let r = probe::outside_bench(&client, &args)?;
+        if let Some((_on, (i0, e0))) = stats {
+            let (i1, e1) = bed.tc_runs()?;
+            tc.push((load, i1.since(i0), e1.since(e0)));
+        }
+        Ok(r)
+    })?;
+    Ok(modes
+        .into_iter()
+        .map(|(mode, runs)| Row {
             mode,
             n,
-            runs: Rounds::default(),
-            tc: Vec::new(),
+            runs,
+            tc: if mode == Mode::Ours {
+                std::mem::take(&mut tc)
+            } else {
+                Vec::new()
+            },
         })
-        .collect();
-    let (c, t) = (plan.concurrency.to_string(), plan.seconds.to_string());
-    for round in 0..plan.rounds {
-        let mut order = Mode::ALL;
-        if round % 2 == 1 {
-            order.reverse();
-        }
-        for mode in order {
-            let client = bed.ns(&format!("c{}", mode.k()));
-            let mut line = format!("   {:<9} N={n:<6}", mode.name());
-            for load in Load::ALL {
-                if matches!(mode, Mode::Iptables | Mode::Nftables) {
-                    exec(&node_ns(mode), &["conntrack", "-F"]).context("flushing conntrack")?;
-                }
-                let to = targets(mode, load);
-                let sub = match load {
-                    Load::Tcp => "bench-tcp",
-                    Load::Udp => "bench-udp",
-                };
-                let args = [sub, "--to", &to, "-c", &c, "--seconds", &t];
-                let stats = (mode == Mode::Ours)
-                    .then(|| -> anyhow::Result<_> { Ok((StatsOn::enable()?, bed.tc_runs()?)) })
-                    .transpose()?;
-                let r = probe::outside_bench(&client, &args)?;
-                let row = rows
-                    .iter_mut()
-                    .find(|r| r.mode == mode)
-                    .expect("every mode has a row");
-                if let Some((_on, (i0, e0))) = stats {
-                    let (i1, e1) = bed.tc_runs()?;
-                    row.tc.push((load, i1.since(i0), e1.since(e0)));
-                }
-                ensure!(
-                    r.ok > 0,
-                    "NodePort {} {load:?} at N={n} answered nothing",
-                    mode.name()
-                );
-                let _ = write!(
-                    line,
-                    "  {load:?} {:>6.0}/s (p50 {:>5.1} us, {} failed)",
-                    r.rate,
-                    r.p50_us().unwrap_or(f64::NAN),
-                    r.failed
-                );
-                row.runs.push(load, r);
-            }
-            eprintln!("{line}");
-        }
-    }
-    Ok(rows)
-}
-
-/// SNAT capacity: new flows to a NodePort whose one endpoint is on another
-/// node, each from a fresh client port (a DNS-style resolver; short TCP
-/// connections), for longer than the UDP timeout, through ours and
-/// kube-proxy's layouts: how many were answered, and how many failed.
-pub struct Capacity {
-    pub mode: Mode,
-    pub load: Load,
-    pub report: BenchReport,
-    /// Ours: packets dropped for want of a SNAT port meanwhile.
-    pub exhausted: Option<u64>,
+        .collect())
 }
 
 /// Measures [`Capacity`] for ours, iptables and nftables.
@@ -403,7 +336,7 @@ pub fn capacity(plan: &Plan) -> anyhow::Result<Vec<Capacity>> {
     let pods = [Ipv4Addr::new(10, 42, 0, 1)];
     let bed = Bed::programmed(&pods, &services(1, &pods, 1))?;
     let node_ns = |m: Mode| bed.ns(&format!("n{}", m.k()));
-    let seconds = if plan.quick { "2" } else { CAPACITY_SECONDS };
+    let seconds = capacity_seconds(plan);
     let c = plan.concurrency.to_string();
     let mut out = Vec::new();
     for mode in [Mode::Ours, Mode::Iptables, Mode::Nftables] {
@@ -451,190 +384,12 @@ pub fn capacity(plan: &Plan) -> anyhow::Result<Vec<Capacity>> {
 }
 
 /// How long each capacity run lasts: longer than the UDP timeout (60 s),
-/// so that mappings of the first flows expire while new ones keep coming.
-const CAPACITY_SECONDS: &str = "65";
+/// so that mappings of the first flows expire while new ones keep coming;
+/// 2 s in a smoke run.
+fn capacity_seconds(plan: &Plan) -> &'static str {
+    if plan.quick { "2" } else { "65" }
+}
 
 fn join(targets: impl Iterator<Item = String>) -> String {
     targets.collect::<Vec<_>>().join(",")
-}
-
-/// The `tc_cost` bench's table: our tc programs on crafted packets.
-pub fn tc_cost(plan: &Plan) -> anyhow::Result<String> {
-    let runs = if plan.quick { "20000" } else { "200000" };
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask sits in the workspace");
-    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .current_dir(root)
-        .args([
-            "bench", "-q", "-p", "lb-agent", "--bench", "tc_cost", "--", runs,
-        ])
-        .output()
-        .context("running cargo bench --bench tc_cost")?;
-    ensure!(
-        out.status.success(),
-        "tc_cost failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8(out.stdout)?)
-}
-
-/// The NodePort section of the report, and its targets.
-pub fn render(
-    plan: &Plan,
-    rows: &[Row],
-    capacity: &[Capacity],
-    tc_cost: &str,
-) -> (String, Vec<(bool, String)>) {
-    let find = |mode: Mode, n: usize| {
-        rows.iter()
-            .find(|r| r.mode == mode && r.n == n)
-            .expect("every mode at every N")
-    };
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "## NodePort from outside the node (externalTrafficPolicy: Cluster)\n\n\
-         A client in its own namespace reaches the NodePort of a node namespace: ours runs \
-         the agent with its tc programs on both of the node's devices; iptables and nftables \
-         run kube-proxy v1.31's layouts (`KUBE-NODEPORTS` -> `KUBE-EXT-*`, `service-nodeports`) \
-         for the same N NodePort Services ({} endpoints each; the measured ones last); direct \
-         goes through a plain router to the pods. The pods are on other nodes as far as every \
-         layout knows, so every flow is SNATed and answered through the node. {} concurrent \
-         clients, {} s per measurement, {} rounds in ABBA order, medians; conntrack of the \
-         kube-proxy nodes flushed before each measurement.\n",
-        plan.endpoints, plan.concurrency, plan.seconds, plan.rounds
-    );
-    for (load, title, unit, lat) in [
-        (
-            Load::Tcp,
-            "TCP short connections to a NodePort",
-            "conn/s",
-            "connect",
-        ),
-        (
-            Load::Udp,
-            "UDP request/response to a NodePort, one socket per client",
-            "req/s",
-            "round trip",
-        ),
-    ] {
-        let _ = writeln!(o, "### {title}\n");
-        let _ = writeln!(
-            o,
-            "| N | mode | {unit} | vs direct | vs ours | spread | {lat} p50 µs | {lat} p99 µs | tc ns/packet in, out |"
-        );
-        let _ = writeln!(o, "|---:|---|---:|---:|---:|---:|---:|---:|---:|");
-        for &n in &plan.scales {
-            let (d, us) = (find(Mode::Direct, n), find(Mode::Ours, n));
-            for mode in Mode::ALL {
-                let r = find(mode, n);
-                let (lo, hi) = r.runs.spread(load);
-                let tc = if mode == Mode::Ours {
-                    let (i, e) = r.tc_ns(load);
-                    format!("{i:.0}, {e:.0}")
-                } else {
-                    String::new()
-                };
-                let _ = writeln!(
-                    o,
-                    "| {n} | {} | {:.0} | {:.2} | {:.2} | {lo:.0}-{hi:.0} | {:.1} | {:.1} | {tc} |",
-                    mode.name(),
-                    r.runs.rate(load),
-                    r.runs.rate(load) / d.runs.rate(load),
-                    r.runs.rate(load) / us.runs.rate(load),
-                    r.runs.p50(load),
-                    r.runs.p99(load),
-                );
-            }
-        }
-        o.push('\n');
-    }
-    let secs = if plan.quick { "2" } else { CAPACITY_SECONDS };
-    let _ = writeln!(
-        o,
-        "### SNAT ports: fresh-port flows to one remote endpoint\n\n\
-         New flows, each from a new client port (UDP: a new connected socket per request, \
-         as a resolver asks; TCP: short connections), to a NodePort whose one endpoint is \
-         on another node, so every flow takes a SNAT port of that endpoint's: {} concurrent \
-         clients for {secs} s, longer than the UDP timeout (ours 60 s, the kernel's 30 s).\n\n\
-         | mode | load | flows answered | flows/s | failed | dropped for want of a SNAT port |\n\
-         |---|---|---:|---:|---:|---:|",
-        plan.concurrency
-    );
-    for c in capacity {
-        let _ = writeln!(
-            o,
-            "| {} | {:?} | {} | {:.0} | {} | {} |",
-            c.mode.name(),
-            c.load,
-            c.report.ok,
-            c.report.rate,
-            c.report.failed,
-            c.exhausted.map_or_else(String::new, |n| n.to_string())
-        );
-    }
-    o.push('\n');
-    let failed: u64 = rows.iter().map(|r| r.runs.failed()).sum();
-    let _ = writeln!(
-        o,
-        "Failed requests over all NodePort runs: {failed}. \"tc ns/packet\": the kernel's mean \
-         run time of our tc programs during our runs (`bpf_stats_enabled`), over every packet \
-         both devices saw: client side and pod side, new flows and conntrack hits alike.\n\n\
-         ### Our tc programs on crafted packets (`BPF_PROG_TEST_RUN`)\n\n```text\n{tc_cost}```\n"
-    );
-
-    let mut t = Vec::new();
-    for load in Load::ALL {
-        let rate = |mode| {
-            capacity
-                .iter()
-                .find(|c| c.mode == mode && c.load == load)
-                .map(|c| (c.report.rate, c.report.failed))
-        };
-        if let (Some((us, us_failed)), Some((ipt, _))) = (rate(Mode::Ours), rate(Mode::Iptables)) {
-            t.push((
-                us_failed == 0 && us >= ipt * 0.9,
-                format!(
-                    "SNAT: fresh-port {load:?} flows to one remote endpoint without a failure, at \
-                     least kube-proxy's (iptables) rate within 10%: {us:.0}/s, {us_failed} failed; \
-                     iptables {ipt:.0}/s"
-                ),
-            ));
-        }
-    }
-    for &n in &plan.scales {
-        let us = find(Mode::Ours, n).runs.rate(Load::Tcp);
-        let nft = find(Mode::Nftables, n).runs.rate(Load::Tcp);
-        t.push((
-            us >= nft,
-            format!(
-                "NodePort: ours >= nftables at N={n} (TCP): {:.2}x",
-                us / nft
-            ),
-        ));
-    }
-    if plan.scales.contains(&10_000) {
-        let ipt = find(Mode::Iptables, 10_000).runs.rate(Load::Tcp);
-        let r = find(Mode::Ours, 10_000).runs.rate(Load::Tcp) / ipt;
-        t.push((
-            r >= 2.0,
-            format!("NodePort: ours >= 2x iptables at N=10000 (TCP): {r:.2}x"),
-        ));
-    }
-    // The repeat table's conntrack-hit row, the kernel's mean.
-    let hit = tc_cost
-        .lines()
-        .find(|l| l.starts_with("ingress, conntrack hit (DNAT)"))
-        .and_then(|l| l.split_whitespace().last()?.parse::<f64>().ok());
-    t.push(match hit {
-        Some(ns) => (
-            ns <= 150.0,
-            format!(
-                "tc ingress <= 150 ns per packet on a conntrack hit (BPF_PROG_TEST_RUN): {ns:.0} ns"
-            ),
-        ),
-        None => (false, "tc ingress per-packet cost: not measured".into()),
-    });
-    (o, t)
 }

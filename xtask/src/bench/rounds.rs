@@ -1,7 +1,70 @@
-//! Every round's report of one mode at one N, per load, and what the
-//! tables show of them: medians over rounds and the spread between them.
+//! The one round driver of the datapath and NodePort sections, and what
+//! the tables show of its rounds: medians over rounds and the spread
+//! between them.
 
+use std::fmt::{Debug, Write as _};
+
+use anyhow::ensure;
 use lb_tests::probe::BenchReport;
+
+use super::stats::median;
+
+/// The ways through which the same load is measured and compared.
+pub trait Compared: Copy + PartialEq + 'static {
+    type Load: Copy + PartialEq + Debug + 'static;
+    /// Every mode, in round order.
+    const EVERY: &[Self];
+
+    fn name(self) -> &'static str;
+
+    /// The loads measured through this mode.
+    fn loads(self) -> &'static [Self::Load];
+}
+
+/// Runs `rounds` rounds at `n` Services, in ABBA order so that drift over
+/// the run favours no mode; each round takes one `measure` of every mode
+/// through each of its loads. `what` names the section in errors. Returns
+/// every mode's rounds, in [`Compared::EVERY`] order.
+pub fn drive<M: Compared>(
+    rounds: usize,
+    n: usize,
+    what: &str,
+    mut measure: impl FnMut(M, M::Load) -> anyhow::Result<BenchReport>,
+) -> anyhow::Result<Vec<(M, Rounds<M::Load>)>> {
+    let mut all: Vec<(M, Rounds<M::Load>)> =
+        M::EVERY.iter().map(|&m| (m, Rounds::default())).collect();
+    for round in 0..rounds {
+        let mut order = M::EVERY.to_vec();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for mode in order {
+            let mut line = format!("   {:<9} N={n:<6}", mode.name());
+            for &load in mode.loads() {
+                let r = measure(mode, load)?;
+                ensure!(
+                    r.ok > 0,
+                    "{what}{} {load:?} at N={n} answered nothing",
+                    mode.name()
+                );
+                let _ = write!(
+                    line,
+                    "  {load:?} {:>6.0}/s (p50 {:>5.1} us, {} failed)",
+                    r.rate,
+                    r.p50_us().unwrap_or(f64::NAN),
+                    r.failed
+                );
+                let (_, runs) = all
+                    .iter_mut()
+                    .find(|(m, _)| *m == mode)
+                    .expect("every mode has its rounds");
+                runs.push(load, r);
+            }
+            eprintln!("{line}");
+        }
+    }
+    Ok(all)
+}
 
 pub struct Rounds<L>(Vec<(L, BenchReport)>);
 
@@ -46,19 +109,5 @@ impl<L: Copy + PartialEq> Rounds<L> {
 
     pub fn failed(&self) -> u64 {
         self.0.iter().map(|(_, r)| r.failed).sum()
-    }
-}
-
-fn median(v: impl Iterator<Item = f64>) -> f64 {
-    let mut v: Vec<f64> = v.collect();
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    if v.len().is_multiple_of(2) {
-        (v[m - 1] + v[m]) / 2.0
-    } else {
-        v[m]
     }
 }

@@ -1,0 +1,61 @@
+//! What one run of the bench measures, derived from its flags.
+
+use std::path::PathBuf;
+
+use super::BenchArgs;
+
+/// What one run measures, derived from the flags.
+pub struct Plan {
+    pub quick: bool,
+    /// No datapath rounds.
+    pub control_only: bool,
+    /// No kube-proxy rule loads in the control plane part.
+    pub ours_only: bool,
+    /// Control plane objects carry what a real cluster adds to them.
+    pub realistic: bool,
+    /// The lb-agent binary measured.
+    pub agent_bin: PathBuf,
+    pub scales: Vec<usize>,
+    pub endpoints: usize,
+    pub concurrency: u32,
+    pub seconds: f64,
+    /// Datapath rounds per mode, alternating in ABBA order.
+    pub rounds: usize,
+    /// Control plane: Services and endpoints each.
+    pub cold: (usize, usize),
+    /// Control plane: one-endpoint changes for ours, and kube-proxy partial
+    /// syncs for the others.
+    pub updates: usize,
+    pub partial_syncs: usize,
+    pub out_dir: PathBuf,
+}
+
+impl Plan {
+    pub fn new(a: &BenchArgs) -> Self {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("xtask sits in the workspace")
+            .to_path_buf();
+        let (scales, seconds, rounds, cold, updates, partial_syncs) = if a.quick {
+            (vec![1, 100], 1.0, 2, (500, 10), 20, 5)
+        } else {
+            (vec![1, 1000, 10_000], 3.0, 4, (10_000, 10), 200, 10)
+        };
+        Self {
+            quick: a.quick,
+            control_only: a.control_only,
+            ours_only: a.ours_only,
+            realistic: a.realistic_objects,
+            agent_bin: lb_tests::agent::agent_bin(),
+            scales: if a.control_only { Vec::new() } else { scales },
+            endpoints: a.endpoints,
+            concurrency: a.concurrency,
+            seconds: a.seconds.unwrap_or(seconds),
+            rounds,
+            cold,
+            updates,
+            partial_syncs,
+            out_dir: root.join("target/bench"),
+        }
+    }
+}

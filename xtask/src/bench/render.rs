@@ -1,0 +1,84 @@
+//! The report as Markdown (and its charts), from results and targets
+//! alone: nothing here measures.
+
+pub mod chart;
+mod control;
+mod datapath;
+mod nodeport;
+pub mod report;
+pub mod scale;
+pub mod scale_chart;
+
+use std::{fmt::Write as _, time::Duration};
+
+use super::{
+    rounds::Rounds,
+    targets::{Measured, Target},
+};
+
+/// The cells a rate table shows of one mode at `n` for `load`: its rate
+/// (the median over rounds), that against direct's and ours', the spread
+/// between rounds, its latency p50 and p99.
+fn rate_cells<L: Copy + PartialEq>(
+    n: usize,
+    name: &str,
+    load: L,
+    [r, direct, ours]: [&Rounds<L>; 3],
+) -> String {
+    let (lo, hi) = r.spread(load);
+    format!(
+        "| {n} | {name} | {:.0} | {:.2} | {:.2} | {lo:.0}-{hi:.0} | {:.1} | {:.1} |",
+        r.rate(load),
+        r.rate(load) / direct.rate(load),
+        r.rate(load) / ours.rate(load),
+        r.p50(load),
+        r.p99(load),
+    )
+}
+
+/// The targets list of the report.
+fn write_targets(o: &mut String, targets: &[Target]) {
+    let _ = writeln!(o, "### Targets (measured, not asserted)\n");
+    for t in targets {
+        let _ = writeln!(
+            o,
+            "- [{}] {}: {}",
+            if t.met { "met" } else { "MISSED" },
+            t.goal,
+            measured(&t.measured)
+        );
+    }
+}
+
+/// A measured figure as the targets list shows it.
+pub fn measured(m: &Measured) -> String {
+    match m {
+        Measured::Times(x) => format!("{x:.2}x"),
+        Measured::Percent(f) => format!("{:.1}%", f * 100.0),
+        Measured::Time(d) => ms(*d),
+        Measured::Seconds(d) => format!("{:.1} s", d.as_secs_f64()),
+        Measured::Mib(bytes) => format!("{:.0} MiB", mib(*bytes)),
+        Measured::Nanos(ns) => format!("{ns:.0} ns"),
+        Measured::Text(s) => s.clone(),
+        Measured::Missing => "not measured".into(),
+    }
+}
+
+/// Bytes in MiB.
+pub fn mib(bytes: u64) -> f64 {
+    bytes as f64 / 1048576.0
+}
+
+/// A time as the tables show it: in ms, to the µs below 10 ms.
+pub fn ms(d: Duration) -> String {
+    if d < Duration::from_millis(10) {
+        format!("{:.3} ms", d.as_secs_f64() * 1e3)
+    } else {
+        format!("{:.0} ms", d.as_secs_f64() * 1e3)
+    }
+}
+
+/// A time in milliseconds.
+pub fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}

@@ -1,0 +1,98 @@
+//! The datapath section of the report.
+
+use std::fmt::Write as _;
+
+use super::super::{
+    Plan,
+    results::datapath::{Load, Mode, Row, find},
+};
+use super::rate_cells;
+
+/// The datapath tables, one per load, and our programs' cost per call.
+pub fn tables(o: &mut String, plan: &Plan, rows: &[Row]) {
+    let _ = writeln!(
+        o,
+        "Datapath: {} endpoints per Service (identity servers, each in its own netns), {} \
+         concurrent clients, {} s per measurement, {} rounds per mode in ABBA order; each figure \
+         is the median over rounds, and \"spread\" is the slowest and fastest round. The \
+         measured Service is the last in rule order. iptables/nftables: kube-proxy v1.31's \
+         layouts, loaded in the client's netns; conntrack is flushed before each measurement. \
+         Ratios: to direct / to ours. \"ours, ClientIP affinity\" and \"ours, iTP Local\" \
+         reach the same pods through a Service with `sessionAffinity: ClientIP` (all of one \
+         client's connections go to one pod) and one with `internalTrafficPolicy: Local` \
+         (every endpoint on this node): two Services more in our maps.\n",
+        plan.endpoints, plan.concurrency, plan.seconds, plan.rounds
+    );
+    for (load, title, unit) in [
+        (
+            Load::Tcp,
+            "TCP short connections (connect, one request/response, close)",
+            "conn/s",
+        ),
+        (
+            Load::UdpFresh,
+            "UDP request/response, a new socket per request (as a DNS resolver)",
+            "req/s",
+        ),
+        (
+            Load::UdpLong,
+            "UDP request/response, one long-lived socket per client",
+            "req/s",
+        ),
+    ] {
+        let lat = if load == Load::Tcp {
+            "connect"
+        } else {
+            "round trip"
+        };
+        let _ = writeln!(o, "### {title}\n");
+        let _ = writeln!(
+            o,
+            "| N | mode | {unit} | vs direct | vs ours | spread | {lat} p50 µs | {lat} p99 µs |"
+        );
+        let _ = writeln!(o, "|---:|---|---:|---:|---:|---:|---:|---:|");
+        for &n in &plan.scales {
+            let us = find(rows, Mode::Ours, n);
+            for mode in Mode::EVERY
+                .into_iter()
+                .filter(|m| m.loads().contains(&load))
+            {
+                let r = find(rows, mode, n);
+                let d = find(rows, mode.direct(), n);
+                let cells = rate_cells(n, mode.name(), load, [&r.runs, &d.runs, &us.runs]);
+                let _ = writeln!(o, "{cells}");
+            }
+        }
+        o.push('\n');
+    }
+    let failed: u64 = rows.iter().map(|r| r.runs.failed()).sum();
+    let _ = writeln!(o, "Failed requests over all datapath runs: {failed}.\n");
+    program_costs(o, plan, rows);
+}
+
+/// Our programs' mean run time per call during each of our runs.
+fn program_costs(o: &mut String, plan: &Plan, rows: &[Row]) {
+    let _ = writeln!(
+        o,
+        "### Our programs' cost per call\n\n\
+         The kernel's BPF statistics (`run_time_ns` / `run_cnt`, as `bpftool prog show` prints \
+         them with `kernel.bpf_stats_enabled=1`), enabled during our runs only, over all rounds; \
+         programs that did not run are left out.\n"
+    );
+    let _ = writeln!(o, "| N | mode | load | program | calls | ns per call |");
+    let _ = writeln!(o, "|---:|---|---|---|---:|---:|");
+    for &n in &plan.scales {
+        for row in rows.iter().filter(|r| r.n == n) {
+            for (load, prog, runs) in row.programs.iter().filter(|(_, _, r)| r.count > 0) {
+                let _ = writeln!(
+                    o,
+                    "| {n} | {} | {load:?} | {prog} | {} | {:.0} |",
+                    row.mode.name(),
+                    runs.count,
+                    runs.ns_per_run()
+                );
+            }
+        }
+    }
+    o.push('\n');
+}

@@ -1,0 +1,122 @@
+//! The datapath section's results: every round of every mode at each N.
+
+use lb_tests::progstats::Runs;
+
+use super::super::rounds::{Compared, Rounds};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Direct,
+    Ours,
+    /// Ours, through the `sessionAffinity: ClientIP` Service.
+    OursAffinity,
+    /// Ours, through the `internalTrafficPolicy: Local` Service.
+    OursLocal,
+    Iptables,
+    Nftables,
+    /// The pods over IPv6.
+    Direct6,
+    /// Ours, through the IPv6 Service.
+    Ours6,
+}
+
+impl Mode {
+    /// The modes every load runs through.
+    pub const ALL: [Mode; 4] = [Mode::Direct, Mode::Ours, Mode::Iptables, Mode::Nftables];
+    /// Every mode, in round order; the semantics and IPv6 modes run TCP
+    /// only.
+    pub const EVERY: [Mode; 8] = [
+        Mode::Direct,
+        Mode::Ours,
+        Mode::OursAffinity,
+        Mode::OursLocal,
+        Mode::Iptables,
+        Mode::Nftables,
+        Mode::Direct6,
+        Mode::Ours6,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Direct => "direct",
+            Mode::Ours => "ours",
+            Mode::OursAffinity => "ours, ClientIP affinity",
+            Mode::OursLocal => "ours, iTP Local",
+            Mode::Iptables => "iptables",
+            Mode::Nftables => "nftables",
+            Mode::Direct6 => "direct, IPv6",
+            Mode::Ours6 => "ours, IPv6",
+        }
+    }
+
+    /// What this mode is compared with: direct over the same family.
+    pub fn direct(self) -> Mode {
+        match self {
+            Mode::Direct6 | Mode::Ours6 => Mode::Direct6,
+            _ => Mode::Direct,
+        }
+    }
+
+    /// Through our programs.
+    pub fn is_ours(self) -> bool {
+        matches!(
+            self,
+            Mode::Ours | Mode::OursAffinity | Mode::OursLocal | Mode::Ours6
+        )
+    }
+
+    /// The loads measured through this mode.
+    pub fn loads(self) -> &'static [Load] {
+        match self {
+            Mode::OursAffinity | Mode::OursLocal | Mode::Direct6 | Mode::Ours6 => &[Load::Tcp],
+            _ => &Load::ALL,
+        }
+    }
+}
+
+impl Compared for Mode {
+    type Load = Load;
+    const EVERY: &[Mode] = &Mode::EVERY;
+
+    fn name(self) -> &'static str {
+        Mode::name(self)
+    }
+
+    fn loads(self) -> &'static [Load] {
+        Mode::loads(self)
+    }
+}
+
+/// One kind of client load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Load {
+    /// Connect, one request/response, close (RST): one new flow each.
+    Tcp,
+    /// A new connected UDP socket per request/response, as a DNS resolver
+    /// uses: one new flow each.
+    UdpFresh,
+    /// One unconnected UDP socket per worker, `sendto` per request: after
+    /// the first datagram, only per-packet costs remain.
+    UdpLong,
+}
+
+impl Load {
+    pub const ALL: [Load; 3] = [Load::Tcp, Load::UdpFresh, Load::UdpLong];
+}
+
+/// One mode at one N: every round's report, per load.
+pub struct Row {
+    pub mode: Mode,
+    pub n: usize,
+    pub runs: Rounds<Load>,
+    /// Ours: what each of our socket programs ran during each load, over
+    /// all rounds.
+    pub programs: Vec<(Load, &'static str, Runs)>,
+}
+
+/// The row of `mode` at `n`.
+pub fn find(rows: &[Row], mode: Mode, n: usize) -> &Row {
+    rows.iter()
+        .find(|r| r.mode == mode && r.n == n)
+        .expect("every mode at every N")
+}

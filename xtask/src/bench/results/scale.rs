@@ -1,0 +1,27 @@
+//! `--scale`'s results: the agent alone at each N, from a file and from
+//! the stand-in apiserver.
+
+use std::time::Duration;
+
+use super::control::Rss;
+
+/// Endpoints per Service.
+pub const ENDPOINTS: usize = 10;
+/// One-endpoint changes per N, through the apiserver.
+pub const UPDATES: usize = 200;
+
+/// One source at one N.
+pub struct Row {
+    pub n: usize,
+    pub source: &'static str,
+    /// Agent start until the first full sync is done.
+    pub cold: Duration,
+    /// The first full sync alone (compute and write).
+    pub write: Option<Duration>,
+    pub rss: Rss,
+    /// Watch event to map write, sorted; apiserver only.
+    pub changes: Vec<Duration>,
+}
+
+pub const FILE: &str = "file";
+pub const API: &str = "apiserver";

@@ -1,0 +1,66 @@
+//! The datapath section's targets.
+
+use super::super::{
+    Plan,
+    results::datapath::{Load, Mode, Row, find},
+};
+use super::{Measured, Target};
+
+/// The datapath section's targets.
+pub fn targets(plan: &Plan, rows: &[Row]) -> Vec<Target> {
+    let mut t = Vec::new();
+    for &n in &plan.scales {
+        let (d, us) = (find(rows, Mode::Direct, n), find(rows, Mode::Ours, n));
+        let r = us.runs.rate(Load::Tcp) / d.runs.rate(Load::Tcp);
+        t.push(Target::at_least(
+            format!("ours >= 95% of direct at N={n} (TCP)"),
+            r,
+            0.95,
+            Measured::Percent(r),
+        ));
+        let nft = find(rows, Mode::Nftables, n).runs.rate(Load::Tcp);
+        let ours = us.runs.rate(Load::Tcp);
+        t.push(Target::at_least(
+            format!("ours >= nftables at N={n} (TCP)"),
+            ours,
+            nft,
+            Measured::Times(ours / nft),
+        ));
+    }
+    for &n in &plan.scales {
+        let ratio = |ours, direct| {
+            find(rows, ours, n).runs.rate(Load::Tcp) / find(rows, direct, n).runs.rate(Load::Tcp)
+        };
+        let (v4, v6) = (
+            ratio(Mode::Ours, Mode::Direct),
+            ratio(Mode::Ours6, Mode::Direct6),
+        );
+        t.push(Target::at_least(
+            format!("IPv6: ours/direct within 5 points of IPv4's at N={n} (TCP)"),
+            v6,
+            v4 - 0.05,
+            Measured::Text(format!("{:.1}% vs {:.1}%", v6 * 100.0, v4 * 100.0)),
+        ));
+    }
+    if let Some(&n) = plan.scales.last() {
+        let us = find(rows, Mode::Ours, n).runs.rate(Load::Tcp);
+        let r = find(rows, Mode::OursAffinity, n).runs.rate(Load::Tcp) / us;
+        t.push(Target::new(
+            format!("ClientIP affinity costs <= 3% of ours' rate at N={n} (TCP)"),
+            Measured::Percent(1.0 - r),
+            r >= 0.97,
+        ));
+    }
+    // The 2x target is set at 10,000 Services; a smoke run does not go there.
+    if plan.scales.contains(&10_000) {
+        let ipt = find(rows, Mode::Iptables, 10_000).runs.rate(Load::Tcp);
+        let r = find(rows, Mode::Ours, 10_000).runs.rate(Load::Tcp) / ipt;
+        t.push(Target::at_least(
+            "ours >= 2x iptables at N=10000 (TCP)",
+            r,
+            2.0,
+            Measured::Times(r),
+        ));
+    }
+    t
+}

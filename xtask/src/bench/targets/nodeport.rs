@@ -1,0 +1,65 @@
+//! The NodePort section's targets.
+
+use super::super::{
+    Plan,
+    results::nodeport::{INGRESS_HIT, Load, Mode, NodePort, find},
+};
+use super::{Measured, Target};
+
+/// The NodePort section's targets.
+pub fn targets(plan: &Plan, np: &NodePort) -> Vec<Target> {
+    let row = |mode: Mode, n: usize| find(&np.rows, mode, n);
+    let mut t = Vec::new();
+    for load in Load::ALL {
+        let rate = |mode| {
+            np.capacity
+                .iter()
+                .find(|c| c.mode == mode && c.load == load)
+                .map(|c| (c.report.rate, c.report.failed))
+        };
+        if let (Some((us, us_failed)), Some((ipt, _))) = (rate(Mode::Ours), rate(Mode::Iptables)) {
+            t.push(Target::new(
+                format!(
+                    "SNAT: fresh-port {load:?} flows to one remote endpoint without a failure, at \
+                     least kube-proxy's (iptables) rate within 10%"
+                ),
+                Measured::Text(format!(
+                    "{us:.0}/s, {us_failed} failed; iptables {ipt:.0}/s"
+                )),
+                us_failed == 0 && us >= ipt * 0.9,
+            ));
+        }
+    }
+    for &n in &plan.scales {
+        let us = row(Mode::Ours, n).runs.rate(Load::Tcp);
+        let nft = row(Mode::Nftables, n).runs.rate(Load::Tcp);
+        t.push(Target::at_least(
+            format!("NodePort: ours >= nftables at N={n} (TCP)"),
+            us,
+            nft,
+            Measured::Times(us / nft),
+        ));
+    }
+    if plan.scales.contains(&10_000) {
+        let ipt = row(Mode::Iptables, 10_000).runs.rate(Load::Tcp);
+        let r = row(Mode::Ours, 10_000).runs.rate(Load::Tcp) / ipt;
+        t.push(Target::at_least(
+            "NodePort: ours >= 2x iptables at N=10000 (TCP)",
+            r,
+            2.0,
+            Measured::Times(r),
+        ));
+    }
+    // The repeat table's conntrack-hit row, the kernel's mean.
+    let hit = np.tc_cost.figures.repeat_ns(INGRESS_HIT);
+    t.push(match hit.map(|ns| ns as f64) {
+        Some(ns) => Target::at_most(
+            "tc ingress <= 150 ns per packet on a conntrack hit (BPF_PROG_TEST_RUN)",
+            ns,
+            150.0,
+            Measured::Nanos(ns),
+        ),
+        None => Target::new("tc ingress per-packet cost", Measured::Missing, false),
+    });
+    t
+}

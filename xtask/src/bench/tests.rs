@@ -1,0 +1,120 @@
+//! Unit tests of the bench's pure parts: aggregation over rounds, the
+//! round driver, target evaluation and rendering, on fixed results. No
+//! root, no namespaces.
+
+mod render;
+mod rounds;
+mod targets;
+
+use std::{path::PathBuf, time::Duration};
+
+use lb_tests::{probe::BenchReport, progstats::Runs};
+
+use super::{
+    Plan,
+    results::nodeport::{Capacity, Load, Mode, NodePort, Row, TcCost},
+    rounds::Rounds,
+};
+
+/// A smoke run's plan at `scales`, measuring nothing itself.
+fn plan(scales: &[usize]) -> Plan {
+    Plan {
+        quick: true,
+        control_only: false,
+        ours_only: false,
+        realistic: false,
+        agent_bin: PathBuf::from("/opt/lb-agent"),
+        scales: scales.to_vec(),
+        endpoints: 4,
+        concurrency: 4,
+        seconds: 1.0,
+        rounds: 2,
+        cold: (500, 10),
+        updates: 20,
+        partial_syncs: 5,
+        out_dir: PathBuf::from("/nonexistent"),
+    }
+}
+
+/// One measurement's report: `rate` per second, its p50 and p99 in µs.
+fn report(rate: f64, p50: f64, p99: f64, failed: u64) -> BenchReport {
+    BenchReport {
+        ok: rate as u64,
+        failed,
+        seconds: 1.0,
+        rate,
+        connect_p50_us: Some(p50),
+        connect_p99_us: Some(p99),
+        ..BenchReport::default()
+    }
+}
+
+/// The `tc_cost` bench's output with the conntrack-hit figure `hit` (none
+/// if `None`), as its JSON reads.
+fn tc_cost(hit: Option<u64>) -> TcCost {
+    let hit = hit.map_or(String::new(), |ns| {
+        format!(r#", {{"id": "ingress_hit", "case": "ingress, conntrack hit (DNAT)", "ns": {ns}}}"#)
+    });
+    let json = format!(
+        r#"{{"runs": 20000, "repeat": [{{"id": "empty", "case": "empty", "ns": 9}}{hit}],
+            "single": [{{"id": "ingress_miss", "case": "miss", "p50": 1, "p99": 2, "mean": 1.5}}]}}"#
+    );
+    TcCost {
+        table: "tc per-packet cost\n".into(),
+        figures: serde_json::from_str(&json).expect("the bench's JSON"),
+    }
+}
+
+/// A NodePort section at N=1: direct 4000/s, ours 3000/s, iptables 2000/s,
+/// nftables 1000/s (TCP and UDP alike, two rounds each, the second 10%
+/// faster), ours' tc programs 100 ns in, 200 ns out; SNAT capacity ours
+/// 1000/s, iptables 1050/s, nftables 900/s.
+fn nodeport(hit: Option<u64>) -> NodePort {
+    let rows = Mode::ALL
+        .iter()
+        .zip([4000.0, 3000.0, 2000.0, 1000.0])
+        .map(|(&mode, rate)| {
+            let mut runs = Rounds::default();
+            for load in Load::ALL {
+                runs.push(load, report(rate, 10.0, 20.0, 0));
+                runs.push(load, report(rate * 1.1, 12.0, 30.0, 1));
+            }
+            let tc = if mode == Mode::Ours {
+                let ns = |n: u64| Runs {
+                    time: Duration::from_nanos(n * 10),
+                    count: 10,
+                };
+                Load::ALL.iter().map(|&l| (l, ns(100), ns(200))).collect()
+            } else {
+                Vec::new()
+            };
+            Row {
+                mode,
+                n: 1,
+                runs,
+                tc,
+            }
+        })
+        .collect();
+    let capacity = [
+        (Mode::Ours, 1000.0, Some(0)),
+        (Mode::Iptables, 1050.0, None),
+        (Mode::Nftables, 900.0, None),
+    ]
+    .into_iter()
+    .flat_map(|(mode, rate, exhausted)| {
+        Load::ALL.map(|load| Capacity {
+            mode,
+            load,
+            report: report(rate, 0.0, 0.0, 0),
+            exhausted,
+        })
+    })
+    .collect();
+    NodePort {
+        rows,
+        capacity,
+        capacity_seconds: "2",
+        tc_cost: tc_cost(hit),
+    }
+}

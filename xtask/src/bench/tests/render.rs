@@ -1,0 +1,79 @@
+//! The Markdown of fixed results and targets.
+
+use std::time::Duration;
+
+use super::{nodeport, plan};
+use crate::bench::{
+    conditions::Conditions,
+    render::{measured, report},
+    targets::{Measured, Target},
+};
+
+#[test]
+fn measured_figures_read_as_the_report_shows_them() {
+    let ms = Duration::from_millis;
+    for (m, text) in [
+        (Measured::Times(2.004), "2.00x"),
+        (Measured::Percent(0.9751), "97.5%"),
+        (Measured::Time(Duration::from_micros(1234)), "1.234 ms"),
+        (Measured::Time(ms(1234)), "1234 ms"),
+        (Measured::Seconds(ms(7450)), "7.5 s"),
+        (Measured::Mib(150 << 20), "150 MiB"),
+        (Measured::Nanos(119.6), "120 ns"),
+        (Measured::Text("max 3 ms".into()), "max 3 ms"),
+        (Measured::Missing, "not measured"),
+    ] {
+        assert_eq!(measured(&m), text);
+    }
+}
+
+fn conditions() -> Conditions {
+    Conditions {
+        machine: "Machine: 2 cores.".into(),
+        load_before: "0.50 0.40 0.30".into(),
+        load_after: "1.00 0.90 0.80".into(),
+        took: Duration::from_millis(12_400),
+    }
+}
+
+#[test]
+fn the_nodeport_report_shows_tables_and_targets() {
+    let targets = [
+        Target::new(
+            "NodePort: ours >= nftables at N=1 (TCP)",
+            Measured::Times(3.0),
+            true,
+        ),
+        Target::new("tc ingress per-packet cost", Measured::Missing, false),
+    ];
+    let md = report::nodeport_only(&plan(&[1]), &nodeport(Some(120)), &targets, &conditions());
+    let lines: Vec<&str> = md.lines().collect();
+    for line in [
+        "# lb-agent NodePort benchmark",
+        "Machine: 2 cores.",
+        "Load average (1, 5, 15 min) at the start: 0.50 0.40 0.30, at the end: 1.00 0.90 0.80.",
+        "### TCP short connections to a NodePort",
+        "| N | mode | conn/s | vs direct | vs ours | spread | connect p50 µs | connect p99 µs | tc ns/packet in, out |",
+        "| 1 | direct | 4200 | 1.00 | 1.33 | 4000-4400 | 11.0 | 25.0 |  |",
+        "| 1 | ours (tc) | 3150 | 0.75 | 1.00 | 3000-3300 | 11.0 | 25.0 | 100, 200 |",
+        "| 1 | nftables | 1050 | 0.25 | 0.33 | 1000-1100 | 11.0 | 25.0 |  |",
+        "### UDP request/response to a NodePort, one socket per client",
+        "| ours (tc) | Tcp | 1000 | 1000 | 0 | 0 |",
+        "| iptables | Udp | 1050 | 1050 | 0 |  |",
+        "tc per-packet cost",
+        "### Targets (measured, not asserted)",
+        "- [met] NodePort: ours >= nftables at N=1 (TCP): 3.00x",
+        "- [MISSED] tc ingress per-packet cost: not measured",
+        "Run took 12 s.",
+    ] {
+        assert!(lines.contains(&line), "no line {line:?} in:\n{md}");
+    }
+    assert!(
+        md.contains("Failed requests over all NodePort runs: 8."),
+        "{md}"
+    );
+    assert!(
+        md.contains("4 concurrent clients for 2 s, longer than the UDP timeout"),
+        "{md}"
+    );
+}
