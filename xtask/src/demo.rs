@@ -118,7 +118,7 @@ fn manifest() -> String {
     ])
 }
 
-pub fn run() -> anyhow::Result<()> {
+pub(crate) fn run() -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     // Ctrl-C: let the current step fail, so the guards below clean up.

@@ -48,7 +48,7 @@ const TARGETS: [Target; 4] = [
 
 /// Seconds per target in `cargo xtask test`: enough to build and catch
 /// shallow crashes, not to search.
-pub const TEST_SECONDS: u64 = 15;
+pub(crate) const TEST_SECONDS: u64 = 15;
 
 /// A single input that runs longer than this is a hang.
 const TIMEOUT_SECONDS: u64 = 10;
@@ -56,7 +56,7 @@ const TIMEOUT_SECONDS: u64 = 10;
 const RSS_LIMIT_MB: u64 = 2048;
 
 #[derive(clap::Args, Debug)]
-pub struct FuzzArgs {
+pub(crate) struct FuzzArgs {
     /// Seconds to run each target; 0 for no limit (then give --runs).
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     pub time: u64,
@@ -75,7 +75,7 @@ struct Stats {
     corpus: Option<u64>,
 }
 
-pub fn run(args: &FuzzArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: &FuzzArgs) -> anyhow::Result<()> {
     if args.time == 0 && args.runs.is_none() {
         bail!("--time 0 runs forever: give --runs N too");
     }

@@ -18,7 +18,7 @@ const IMAGE: &str = "lb-agent:dev";
 const SHARED_PORTS: &str = "10256 (healthz) and 10249 (metrics)";
 
 #[derive(clap::Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// The kind cluster to deploy to.
     #[arg(long, default_value = "kind")]
     cluster: String,
@@ -28,7 +28,7 @@ pub struct RunArgs {
     remove_kube_proxy: bool,
 }
 
-pub fn run(args: &RunArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: &RunArgs) -> anyhow::Result<()> {
     prerequisites()?;
     let clusters = output(Command::new("kind").arg("get").arg("clusters"))?;
     if !clusters.lines().any(|c| c.trim() == args.cluster) {

@@ -17,7 +17,7 @@ const APT_PACKAGES: [(&str, &str); 5] = [
     ("conntrack", "conntrack"),
 ];
 
-pub fn run() -> anyhow::Result<()> {
+pub(crate) fn run() -> anyhow::Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("setup needs root (apt-get, mount, BPF); run as root");

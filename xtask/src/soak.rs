@@ -14,7 +14,7 @@ use clap::Args;
 use lb_tests::soak::report;
 
 #[derive(Args, Clone, Debug)]
-pub struct SoakArgs {
+pub(crate) struct SoakArgs {
     /// Minutes of disturbances (a shorter run scales the apiserver's
     /// outages down; see README.md, "Soak").
     #[arg(long, default_value_t = 30.0)]
@@ -28,7 +28,7 @@ pub struct SoakArgs {
     pub release: bool,
 }
 
-pub fn run(args: &SoakArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: &SoakArgs) -> anyhow::Result<()> {
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -4,13 +4,13 @@
 use std::time::{Duration, Instant};
 
 /// A run under way: when it started, and the load average then.
-pub struct Started {
+pub(super) struct Started {
     at: Instant,
     load_before: String,
 }
 
 /// The conditions of a finished run.
-pub struct Conditions {
+pub(super) struct Conditions {
     /// Cores, CPU, kernel, iptables and nft versions.
     pub machine: String,
     /// Load averages (1, 5, 15 min) at the start and at the end.
@@ -20,14 +20,14 @@ pub struct Conditions {
 }
 
 impl Started {
-    pub fn now() -> Self {
+    pub(super) fn now() -> Self {
         Self {
             at: Instant::now(),
             load_before: loadavg(),
         }
     }
 
-    pub fn end(self) -> Conditions {
+    pub(super) fn end(self) -> Conditions {
         Conditions {
             machine: machine(),
             load_before: self.load_before,

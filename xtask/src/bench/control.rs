@@ -23,7 +23,7 @@ use super::{
     stats::percentile,
 };
 
-pub fn measure(plan: &Plan) -> anyhow::Result<Control> {
+pub(super) fn measure(plan: &Plan) -> anyhow::Result<Control> {
     let (n, e) = plan.cold;
     let specs = kubeproxy::filler_services(n, e);
     let yaml = if plan.realistic {
@@ -77,7 +77,7 @@ pub fn measure(plan: &Plan) -> anyhow::Result<Control> {
 /// Applies `count` one-endpoint slice changes to `api` one at a time, each
 /// once the previous is written; returns each one's latency from watch
 /// event to map write, as the agent logged it.
-pub fn lone_changes(
+pub(super) fn lone_changes(
     bed: &mut Bed,
     api: &ApiServer,
     specs: &[SvcSpec],
@@ -219,7 +219,7 @@ fn changed_slice(specs: &[SvcSpec], u: usize) -> String {
 /// `services` (one port and one cluster IP each) were programmed: two
 /// frontends each, the port and the IP's refusing wildcard (one, the port,
 /// for an older agent measured with `--agent-bin`).
-pub fn ours_cold(
+pub(super) fn ours_cold(
     what: &'static str,
     start: Instant,
     agent: &mut Agent,
@@ -273,7 +273,7 @@ fn field(line: &str, key: &str) -> Option<u64> {
         .find_map(|w| w.strip_prefix(key)?.parse().ok())
 }
 
-pub fn rss(pid: u32) -> anyhow::Result<Rss> {
+pub(super) fn rss(pid: u32) -> anyhow::Result<Rss> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let kib = |key: &str| -> anyhow::Result<u64> {
         status

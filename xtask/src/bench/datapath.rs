@@ -25,7 +25,7 @@ use super::{
 
 /// The pod network of the layouts: the clients (10.0.0.x) are pods, so
 /// neither layout masquerades, as for pod-to-Service traffic in a cluster.
-pub const CLUSTER_CIDR: &str = "10.0.0.0/16";
+pub(super) const CLUSTER_CIDR: &str = "10.0.0.0/16";
 /// The measured Service's VIP: TCP 80 and UDP 53, after all filler Services.
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 100, 0, 1);
 /// The same TCP Service with `sessionAffinity: ClientIP`, and with
@@ -63,7 +63,7 @@ fn program_runs(pins: &std::path::Path) -> anyhow::Result<Vec<(&'static str, Run
 
 /// N Services: N-1 fillers, then the measured UDP and TCP ports (TCP last,
 /// the worst case for kube-proxy's linear iptables chains).
-pub fn services(n: usize, pods: &[Ipv4Addr], filler_endpoints: usize) -> Vec<SvcSpec> {
+pub(super) fn services(n: usize, pods: &[Ipv4Addr], filler_endpoints: usize) -> Vec<SvcSpec> {
     let mut all = kubeproxy::filler_services(n.saturating_sub(1), filler_endpoints);
     for (name, port, target, proto) in
         [("dns", 53, 5353, Proto::Udp), ("web", 80, 8080, Proto::Tcp)]
@@ -86,7 +86,7 @@ pub fn services(n: usize, pods: &[Ipv4Addr], filler_endpoints: usize) -> Vec<Svc
 /// YAML by hand: at 10,000 Services the agent's file reader takes its fast
 /// path on them (one `kind:` line per document), as it would on `kubectl
 /// get -o yaml` output. The tests build theirs with `lb-fixtures`.
-pub fn manifests(specs: &[SvcSpec]) -> String {
+pub(super) fn manifests(specs: &[SvcSpec]) -> String {
     let mut out = String::with_capacity(specs.len() * 600);
     for s in specs {
         let proto = match s.proto {
@@ -120,7 +120,7 @@ pub fn manifests(specs: &[SvcSpec]) -> String {
     out
 }
 
-pub fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
+pub(super) fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
     let mut bed = Bed::new()?;
     let pods: Vec<Ipv4Addr> = (0..plan.endpoints)
         .map(|i| Ipv4Addr::new(10, 42, 0, i as u8 + 1))
@@ -278,7 +278,7 @@ fn semantics_manifests(pods: &[Ipv4Addr]) -> String {
 
 /// A v1 Service manifest. `ports`: (name, port, protocol, NodePort); with
 /// NodePorts it is of type NodePort.
-pub fn service(
+pub(super) fn service(
     ns: &str,
     name: &str,
     cluster_ip: &str,
@@ -305,7 +305,7 @@ pub fn service(
 
 /// An EndpointSlice manifest. `ports`: (name, port, protocol);
 /// `endpoints`: (ip, ready).
-pub fn slice(
+pub(super) fn slice(
     ns: &str,
     name: &str,
     service: &str,

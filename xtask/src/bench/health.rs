@@ -43,7 +43,7 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 type Pending = (usize, JoinHandle<Option<(u16, Duration)>>);
 
 /// What a cold start looked like from outside.
-pub struct ColdStart {
+pub(super) struct ColdStart {
     /// From `start` until the first full sync was seen in the log.
     pub programmed: Duration,
     pub probes: Vec<Probes>,
@@ -51,7 +51,7 @@ pub struct ColdStart {
 
 /// Waits for the agent's healthz listener, then probes both paths until
 /// [`AFTER`] past its first sync.
-pub fn probe_cold_start(agent: &mut Agent, start: Instant) -> anyhow::Result<ColdStart> {
+pub(super) fn probe_cold_start(agent: &mut Agent, start: Instant) -> anyhow::Result<ColdStart> {
     // The listener is bound just before the agent logs its address: poll
     // the (still short) log often, so probing starts right after the bind.
     while !agent.log_text().contains("serving /metrics") {

@@ -35,7 +35,7 @@ use clap::Args;
 use self::{conditions::Started, plan::Plan, results::Results};
 
 #[derive(Args, Clone, Debug)]
-pub struct BenchArgs {
+pub(crate) struct BenchArgs {
     /// A one-minute smoke run at small N (what CI runs).
     #[arg(long)]
     pub quick: bool,
@@ -82,7 +82,7 @@ pub struct BenchArgs {
 
 impl BenchArgs {
     /// The smoke run `cargo xtask test` ends with.
-    pub fn quick() -> Self {
+    pub(crate) fn quick() -> Self {
         Self {
             quick: true,
             endpoints: 4,
@@ -99,7 +99,7 @@ impl BenchArgs {
     }
 }
 
-pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
     lb_tests::require_root();
     let plan = Plan::new(args);
     if args.scale {

@@ -262,7 +262,7 @@ impl Bed {
 
 /// The whole NodePort section: every mode at each N, the SNAT capacity
 /// runs, and the `tc_cost` bench.
-pub fn measure(plan: &Plan) -> anyhow::Result<NodePort> {
+pub(super) fn measure(plan: &Plan) -> anyhow::Result<NodePort> {
     let mut rows = Vec::new();
     for &n in &plan.scales {
         eprintln!("== NodePort, N = {n}");
@@ -332,7 +332,7 @@ fn every_mode(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
 }
 
 /// Measures [`Capacity`] for ours, iptables and nftables.
-pub fn capacity(plan: &Plan) -> anyhow::Result<Vec<Capacity>> {
+pub(super) fn capacity(plan: &Plan) -> anyhow::Result<Vec<Capacity>> {
     let pods = [Ipv4Addr::new(10, 42, 0, 1)];
     let bed = Bed::programmed(&pods, &services(1, &pods, 1))?;
     let node_ns = |m: Mode| bed.ns(&format!("n{}", m.k()));

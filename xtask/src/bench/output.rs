@@ -13,7 +13,7 @@ use super::{
 
 /// The main report, `bench.md` (`bench-quick`, `-control`), and its chart
 /// unless `--control-only`.
-pub fn write(plan: &Plan, results: &Results, cond: &Conditions) -> anyhow::Result<()> {
+pub(super) fn write(plan: &Plan, results: &Results, cond: &Conditions) -> anyhow::Result<()> {
     std::fs::create_dir_all(&plan.out_dir)?;
     let mut name = String::from(if plan.quick { "bench-quick" } else { "bench" });
     if plan.control_only {
@@ -37,7 +37,7 @@ pub fn write(plan: &Plan, results: &Results, cond: &Conditions) -> anyhow::Resul
 }
 
 /// `--nodeport-only`: the NodePort section alone, in bench-nodeport.md.
-pub fn write_nodeport(plan: &Plan, np: &NodePort, cond: &Conditions) -> anyhow::Result<()> {
+pub(super) fn write_nodeport(plan: &Plan, np: &NodePort, cond: &Conditions) -> anyhow::Result<()> {
     std::fs::create_dir_all(&plan.out_dir)?;
     let targets = targets::nodeport::targets(plan, np);
     let md = render::report::nodeport_only(plan, np, &targets, cond);
@@ -49,7 +49,11 @@ pub fn write_nodeport(plan: &Plan, np: &NodePort, cond: &Conditions) -> anyhow::
 }
 
 /// `--scale`: bench-scale.md and its chart.
-pub fn write_scale(out_dir: &Path, rows: &[scale::Row], took: Duration) -> anyhow::Result<()> {
+pub(super) fn write_scale(
+    out_dir: &Path,
+    rows: &[scale::Row],
+    took: Duration,
+) -> anyhow::Result<()> {
     std::fs::create_dir_all(out_dir)?;
     let md_path = out_dir.join("bench-scale.md");
     let svg_path = out_dir.join("bench-scale.svg");

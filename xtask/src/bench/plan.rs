@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use super::BenchArgs;
 
 /// What one run measures, derived from the flags.
-pub struct Plan {
+pub(super) struct Plan {
     pub quick: bool,
     /// No datapath rounds.
     pub control_only: bool,
@@ -31,7 +31,7 @@ pub struct Plan {
 }
 
 impl Plan {
-    pub fn new(a: &BenchArgs) -> Self {
+    pub(super) fn new(a: &BenchArgs) -> Self {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .parent()
             .expect("xtask sits in the workspace")

@@ -13,7 +13,7 @@ use lb_tests::kubeproxy::{Proto, SvcSpec};
 /// When every object here was "last changed".
 const TIME: &str = "2025-05-12T08:30:00Z";
 
-pub fn manifests(specs: &[SvcSpec]) -> String {
+pub(super) fn manifests(specs: &[SvcSpec]) -> String {
     let mut out = String::with_capacity(specs.len() * 6_000);
     for (i, s) in specs.iter().enumerate() {
         service(&mut out, i, s);

@@ -1,13 +1,13 @@
 //! The report as Markdown (and its charts), from results and targets
 //! alone: nothing here measures.
 
-pub mod chart;
+pub(super) mod chart;
 mod control;
 mod datapath;
 mod nodeport;
-pub mod report;
-pub mod scale;
-pub mod scale_chart;
+pub(super) mod report;
+pub(super) mod scale;
+pub(super) mod scale_chart;
 
 use std::{fmt::Write as _, time::Duration};
 
@@ -51,7 +51,7 @@ fn write_targets(o: &mut String, targets: &[Target]) {
 }
 
 /// A measured figure as the targets list shows it.
-pub fn measured(m: &Measured) -> String {
+pub(super) fn measured(m: &Measured) -> String {
     match m {
         Measured::Times(x) => format!("{x:.2}x"),
         Measured::Percent(f) => format!("{:.1}%", f * 100.0),
@@ -65,12 +65,12 @@ pub fn measured(m: &Measured) -> String {
 }
 
 /// Bytes in MiB.
-pub fn mib(bytes: u64) -> f64 {
+pub(super) fn mib(bytes: u64) -> f64 {
     bytes as f64 / 1048576.0
 }
 
 /// A time as the tables show it: in ms, to the µs below 10 ms.
-pub fn ms(d: Duration) -> String {
+pub(super) fn ms(d: Duration) -> String {
     if d < Duration::from_millis(10) {
         format!("{:.3} ms", d.as_secs_f64() * 1e3)
     } else {
@@ -79,6 +79,6 @@ pub fn ms(d: Duration) -> String {
 }
 
 /// A time in milliseconds.
-pub fn millis(d: Duration) -> f64 {
+pub(super) fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }

@@ -1,13 +1,13 @@
 //! What the bench measured, as plain data: what the renderers and the
 //! targets read, and nothing of how it was measured.
 
-pub mod control;
-pub mod datapath;
-pub mod nodeport;
-pub mod scale;
+pub(super) mod control;
+pub(super) mod datapath;
+pub(super) mod nodeport;
+pub(super) mod scale;
 
 /// Everything a run of the main bench measured.
-pub struct Results {
+pub(super) struct Results {
     /// Every datapath mode at each N; none with `--control-only`.
     pub datapath: Vec<datapath::Row>,
     /// None with `--control-only`.

@@ -10,7 +10,7 @@ use lb_tests::probe::BenchReport;
 use super::stats::median;
 
 /// The ways through which the same load is measured and compared.
-pub trait Compared: Copy + PartialEq + 'static {
+pub(super) trait Compared: Copy + PartialEq + 'static {
     type Load: Copy + PartialEq + Debug + 'static;
     /// Every mode, in round order.
     const EVERY: &[Self];
@@ -25,7 +25,7 @@ pub trait Compared: Copy + PartialEq + 'static {
 /// the run favours no mode; each round takes one `measure` of every mode
 /// through each of its loads. `what` names the section in errors. Returns
 /// every mode's rounds, in [`Compared::EVERY`] order.
-pub fn drive<M: Compared>(
+pub(super) fn drive<M: Compared>(
     rounds: usize,
     n: usize,
     what: &str,
@@ -66,7 +66,7 @@ pub fn drive<M: Compared>(
     Ok(all)
 }
 
-pub struct Rounds<L>(Vec<(L, BenchReport)>);
+pub(super) struct Rounds<L>(Vec<(L, BenchReport)>);
 
 impl<L> Default for Rounds<L> {
     fn default() -> Self {
@@ -75,7 +75,7 @@ impl<L> Default for Rounds<L> {
 }
 
 impl<L: Copy + PartialEq> Rounds<L> {
-    pub fn push(&mut self, load: L, report: BenchReport) {
+    pub(super) fn push(&mut self, load: L, report: BenchReport) {
         self.0.push((load, report));
     }
 
@@ -87,27 +87,27 @@ impl<L: Copy + PartialEq> Rounds<L> {
     }
 
     /// The median over rounds of requests (or connections) per second.
-    pub fn rate(&self, load: L) -> f64 {
+    pub(super) fn rate(&self, load: L) -> f64 {
         median(self.reports(load).map(|r| r.rate))
     }
 
     /// The median over rounds of each round's latency percentile.
-    pub fn p50(&self, load: L) -> f64 {
+    pub(super) fn p50(&self, load: L) -> f64 {
         median(self.reports(load).filter_map(BenchReport::p50_us))
     }
 
-    pub fn p99(&self, load: L) -> f64 {
+    pub(super) fn p99(&self, load: L) -> f64 {
         median(self.reports(load).filter_map(BenchReport::p99_us))
     }
 
     /// (smallest, largest) round rate: the spread between rounds.
-    pub fn spread(&self, load: L) -> (f64, f64) {
+    pub(super) fn spread(&self, load: L) -> (f64, f64) {
         self.reports(load)
             .map(|r| r.rate)
             .fold((f64::INFINITY, 0.0), |(lo, hi), x| (lo.min(x), hi.max(x)))
     }
 
-    pub fn failed(&self) -> u64 {
+    pub(super) fn failed(&self) -> u64 {
         self.0.iter().map(|(_, r)| r.failed).sum()
     }
 }

@@ -13,7 +13,7 @@ use super::{
 };
 
 /// Services measured.
-pub const SCALES: [usize; 4] = [1_000, 10_000, 50_000, 100_000];
+pub(super) const SCALES: [usize; 4] = [1_000, 10_000, 50_000, 100_000];
 
 /// Capacities for `n` Services of one port and [`ENDPOINTS`] endpoints:
 /// two frontends each (the port and the ClusterIP's wildcard), a slot and a
@@ -30,7 +30,7 @@ fn capacity_flags(n: usize) -> Vec<String> {
 }
 
 /// Each of `scales`, from a file and from the apiserver.
-pub fn measure(scales: &[usize]) -> anyhow::Result<Vec<Row>> {
+pub(super) fn measure(scales: &[usize]) -> anyhow::Result<Vec<Row>> {
     let mut rows = Vec::new();
     for &n in scales {
         let specs = kubeproxy::filler_services(n, ENDPOINTS);

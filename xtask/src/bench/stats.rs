@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 /// Percentile (nearest rank) of sorted samples.
-pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+pub(super) fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
@@ -12,7 +12,7 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
 }
 
 /// The median, the mean of the middle two for an even count; NaN if none.
-pub fn median(v: impl Iterator<Item = f64>) -> f64 {
+pub(super) fn median(v: impl Iterator<Item = f64>) -> f64 {
     let mut v: Vec<f64> = v.collect();
     if v.is_empty() {
         return f64::NAN;

@@ -2,10 +2,10 @@
 //! it was met. Measured, not asserted: the report lists each as met or
 //! missed. Each section's are evaluated from its results alone.
 
-pub mod control;
-pub mod datapath;
-pub mod nodeport;
-pub mod scale;
+pub(super) mod control;
+pub(super) mod datapath;
+pub(super) mod nodeport;
+pub(super) mod scale;
 
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use super::{Plan, results::Results};
 
 /// One target, evaluated.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Target {
+pub(super) struct Target {
     /// What is aimed at, e.g. "ours >= nftables at N=1 (TCP)".
     pub goal: String,
     pub measured: Measured,
@@ -22,7 +22,7 @@ pub struct Target {
 
 /// A measured figure, typed by how the report shows it.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Measured {
+pub(super) enum Measured {
     /// A ratio, shown as "1.23x".
     Times(f64),
     /// A fraction, shown as a percentage: "97.5%".
@@ -42,7 +42,7 @@ pub enum Measured {
 }
 
 impl Target {
-    pub fn new(goal: impl Into<String>, measured: Measured, met: bool) -> Self {
+    pub(super) fn new(goal: impl Into<String>, measured: Measured, met: bool) -> Self {
         Self {
             goal: goal.into(),
             measured,
@@ -51,23 +51,33 @@ impl Target {
     }
 
     /// Met if `value >= bound`.
-    pub fn at_least(goal: impl Into<String>, value: f64, bound: f64, shown: Measured) -> Self {
+    pub(super) fn at_least(
+        goal: impl Into<String>,
+        value: f64,
+        bound: f64,
+        shown: Measured,
+    ) -> Self {
         Self::new(goal, shown, value >= bound)
     }
 
     /// Met if `value <= bound`.
-    pub fn at_most(goal: impl Into<String>, value: f64, bound: f64, shown: Measured) -> Self {
+    pub(super) fn at_most(
+        goal: impl Into<String>,
+        value: f64,
+        bound: f64,
+        shown: Measured,
+    ) -> Self {
         Self::new(goal, shown, value <= bound)
     }
 
     /// Met if `took <= bound`.
-    pub fn within(goal: impl Into<String>, took: Duration, bound: Duration) -> Self {
+    pub(super) fn within(goal: impl Into<String>, took: Duration, bound: Duration) -> Self {
         Self::new(goal, Measured::Time(took), took <= bound)
     }
 }
 
 /// Every target of a run of the main bench, in report order.
-pub fn of(plan: &Plan, results: &Results) -> Vec<Target> {
+pub(super) fn of(plan: &Plan, results: &Results) -> Vec<Target> {
     let mut t = datapath::targets(plan, &results.datapath);
     t.extend(control::targets(&results.control));
     if let Some(np) = &results.nodeport {

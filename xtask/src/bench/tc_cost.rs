@@ -9,7 +9,7 @@ use anyhow::{Context as _, ensure};
 use super::{Plan, results::nodeport::TcCost};
 
 /// Runs the bench, fewer repetitions in a smoke run.
-pub fn run(plan: &Plan) -> anyhow::Result<TcCost> {
+pub(super) fn run(plan: &Plan) -> anyhow::Result<TcCost> {
     let runs = if plan.quick { "20000" } else { "200000" };
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()

@@ -8,7 +8,7 @@ use super::super::{
 };
 
 /// TCP short connections per second of each mode against N.
-pub fn draw(plan: &Plan, rows: &[Row], path: &std::path::Path) -> anyhow::Result<()> {
+pub(crate) fn draw(plan: &Plan, rows: &[Row], path: &std::path::Path) -> anyhow::Result<()> {
     let root = SVGBackend::new(path, (860, 520)).into_drawing_area();
     root.fill(&WHITE)?;
     let ymax = rows

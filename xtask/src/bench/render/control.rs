@@ -6,7 +6,7 @@ use super::super::{Plan, results::control::Control, stats::percentile};
 use super::{mib, ms};
 
 /// The control plane tables: cold programming, updates, memory, health.
-pub fn tables(o: &mut String, plan: &Plan, c: &Control) {
+pub(super) fn tables(o: &mut String, plan: &Plan, c: &Control) {
     let _ = writeln!(
         o,
         "### Control plane: {} Services x {} endpoints\n",

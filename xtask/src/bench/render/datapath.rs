@@ -9,7 +9,7 @@ use super::super::{
 use super::rate_cells;
 
 /// The datapath tables, one per load, and our programs' cost per call.
-pub fn tables(o: &mut String, plan: &Plan, rows: &[Row]) {
+pub(super) fn tables(o: &mut String, plan: &Plan, rows: &[Row]) {
     let _ = writeln!(
         o,
         "Datapath: {} endpoints per Service (identity servers, each in its own netns), {} \

@@ -9,7 +9,7 @@ use super::super::{
 use super::rate_cells;
 
 /// The NodePort section: its tables and the `tc_cost` bench's.
-pub fn section(o: &mut String, plan: &Plan, np: &NodePort) {
+pub(super) fn section(o: &mut String, plan: &Plan, np: &NodePort) {
     let _ = writeln!(
         o,
         "## NodePort from outside the node (externalTrafficPolicy: Cluster)\n\n\

@@ -12,7 +12,7 @@ use super::{control, datapath, nodeport, write_targets};
 
 /// The whole report: datapath, NodePort and control plane sections, then
 /// every target. `chart` names the chart file, if one is drawn.
-pub fn full(
+pub(crate) fn full(
     plan: &Plan,
     results: &Results,
     targets: &[Target],
@@ -59,7 +59,12 @@ pub fn full(
 }
 
 /// `--nodeport-only`: the NodePort section alone.
-pub fn nodeport_only(plan: &Plan, np: &NodePort, targets: &[Target], cond: &Conditions) -> String {
+pub(crate) fn nodeport_only(
+    plan: &Plan,
+    np: &NodePort,
+    targets: &[Target],
+    cond: &Conditions,
+) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "# lb-agent NodePort benchmark\n\n{}\n", cond.machine);
     let _ = writeln!(

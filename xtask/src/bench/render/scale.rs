@@ -10,7 +10,7 @@ use super::super::{
 use super::{measured, mib, millis};
 
 /// `bench-scale.md`: one table row per N and source, then the targets.
-pub fn report(rows: &[Row], targets: &[Target], took: Duration, chart: &Path) -> String {
+pub(crate) fn report(rows: &[Row], targets: &[Target], took: Duration, chart: &Path) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,

@@ -11,7 +11,7 @@ use super::super::{
 use super::{mib, millis};
 
 /// Three panels against N: cold start, change latency, RSS.
-pub fn draw(rows: &[Row], path: &Path) -> anyhow::Result<()> {
+pub(crate) fn draw(rows: &[Row], path: &Path) -> anyhow::Result<()> {
     let root = SVGBackend::new(path, (1320, 440)).into_drawing_area();
     root.fill(&WHITE)?;
     let panels = root.split_evenly((1, 3));

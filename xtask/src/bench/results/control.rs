@@ -4,7 +4,7 @@
 use std::{collections::BTreeMap, time::Duration};
 
 /// One way of programming, with its timings.
-pub struct Cold {
+pub(crate) struct Cold {
     pub what: &'static str,
     /// Until the dataplane holds everything, from the start of the step.
     pub wall: Duration,
@@ -17,14 +17,14 @@ pub struct Cold {
 }
 
 /// Per-change latencies until the dataplane reflects one endpoint change.
-pub struct Update {
+pub(crate) struct Update {
     pub what: &'static str,
     pub samples: Vec<Duration>,
 }
 
 /// The control plane section: cold programming and endpoint updates of
 /// N x E.
-pub struct Control {
+pub(crate) struct Control {
     pub services: usize,
     pub endpoints: usize,
     pub cold: Vec<Cold>,
@@ -32,13 +32,13 @@ pub struct Control {
 }
 
 /// Resident set size in bytes: now, and the peak so far.
-pub struct Rss {
+pub(crate) struct Rss {
     pub current: u64,
     pub peak: u64,
 }
 
 /// The answers one path gave.
-pub struct Probes {
+pub(crate) struct Probes {
     pub path: &'static str,
     /// Latencies of the answered probes, sorted.
     pub latencies: Vec<Duration>,

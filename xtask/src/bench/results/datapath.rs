@@ -5,7 +5,7 @@ use lb_tests::progstats::Runs;
 use super::super::rounds::{Compared, Rounds};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     Direct,
     Ours,
     /// Ours, through the `sessionAffinity: ClientIP` Service.
@@ -22,10 +22,10 @@ pub enum Mode {
 
 impl Mode {
     /// The modes every load runs through.
-    pub const ALL: [Mode; 4] = [Mode::Direct, Mode::Ours, Mode::Iptables, Mode::Nftables];
+    pub(crate) const ALL: [Mode; 4] = [Mode::Direct, Mode::Ours, Mode::Iptables, Mode::Nftables];
     /// Every mode, in round order; the semantics and IPv6 modes run TCP
     /// only.
-    pub const EVERY: [Mode; 8] = [
+    pub(crate) const EVERY: [Mode; 8] = [
         Mode::Direct,
         Mode::Ours,
         Mode::OursAffinity,
@@ -36,7 +36,7 @@ impl Mode {
         Mode::Ours6,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Mode::Direct => "direct",
             Mode::Ours => "ours",
@@ -50,7 +50,7 @@ impl Mode {
     }
 
     /// What this mode is compared with: direct over the same family.
-    pub fn direct(self) -> Mode {
+    pub(crate) fn direct(self) -> Mode {
         match self {
             Mode::Direct6 | Mode::Ours6 => Mode::Direct6,
             _ => Mode::Direct,
@@ -58,7 +58,7 @@ impl Mode {
     }
 
     /// Through our programs.
-    pub fn is_ours(self) -> bool {
+    pub(crate) fn is_ours(self) -> bool {
         matches!(
             self,
             Mode::Ours | Mode::OursAffinity | Mode::OursLocal | Mode::Ours6
@@ -66,7 +66,7 @@ impl Mode {
     }
 
     /// The loads measured through this mode.
-    pub fn loads(self) -> &'static [Load] {
+    pub(crate) fn loads(self) -> &'static [Load] {
         match self {
             Mode::OursAffinity | Mode::OursLocal | Mode::Direct6 | Mode::Ours6 => &[Load::Tcp],
             _ => &Load::ALL,
@@ -89,7 +89,7 @@ impl Compared for Mode {
 
 /// One kind of client load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Load {
+pub(crate) enum Load {
     /// Connect, one request/response, close (RST): one new flow each.
     Tcp,
     /// A new connected UDP socket per request/response, as a DNS resolver
@@ -101,11 +101,11 @@ pub enum Load {
 }
 
 impl Load {
-    pub const ALL: [Load; 3] = [Load::Tcp, Load::UdpFresh, Load::UdpLong];
+    pub(crate) const ALL: [Load; 3] = [Load::Tcp, Load::UdpFresh, Load::UdpLong];
 }
 
 /// One mode at one N: every round's report, per load.
-pub struct Row {
+pub(crate) struct Row {
     pub mode: Mode,
     pub n: usize,
     pub runs: Rounds<Load>,
@@ -115,7 +115,7 @@ pub struct Row {
 }
 
 /// The row of `mode` at `n`.
-pub fn find(rows: &[Row], mode: Mode, n: usize) -> &Row {
+pub(crate) fn find(rows: &[Row], mode: Mode, n: usize) -> &Row {
     rows.iter()
         .find(|r| r.mode == mode && r.n == n)
         .expect("every mode at every N")

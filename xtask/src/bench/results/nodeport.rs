@@ -7,7 +7,7 @@ use serde::Deserialize;
 use super::super::rounds::{Compared, Rounds};
 
 /// Everything the NodePort section measured.
-pub struct NodePort {
+pub(crate) struct NodePort {
     pub rows: Vec<Row>,
     pub capacity: Vec<Capacity>,
     /// How long each capacity run lasted.
@@ -16,7 +16,7 @@ pub struct NodePort {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     Direct,
     Ours,
     Iptables,
@@ -24,9 +24,9 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub const ALL: [Mode; 4] = [Mode::Direct, Mode::Ours, Mode::Iptables, Mode::Nftables];
+    pub(crate) const ALL: [Mode; 4] = [Mode::Direct, Mode::Ours, Mode::Iptables, Mode::Nftables];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Mode::Direct => "direct",
             Mode::Ours => "ours (tc)",
@@ -37,7 +37,7 @@ impl Mode {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Load {
+pub(crate) enum Load {
     /// Connect, one request/response, close (RST): one new flow each.
     Tcp,
     /// One UDP socket per client worker, request/response on it.
@@ -45,7 +45,7 @@ pub enum Load {
 }
 
 impl Load {
-    pub const ALL: [Load; 2] = [Load::Tcp, Load::Udp];
+    pub(crate) const ALL: [Load; 2] = [Load::Tcp, Load::Udp];
 }
 
 impl Compared for Mode {
@@ -63,7 +63,7 @@ impl Compared for Mode {
 
 /// One mode at one N: every round's report per load, and for ours what the
 /// tc programs ran meanwhile (ingress, egress; over both devices).
-pub struct Row {
+pub(crate) struct Row {
     pub mode: Mode,
     pub n: usize,
     pub runs: Rounds<Load>,
@@ -72,7 +72,7 @@ pub struct Row {
 
 impl Row {
     /// Mean ns per run of (ingress, egress) during `load`.
-    pub fn tc_ns(&self, load: Load) -> (f64, f64) {
+    pub(crate) fn tc_ns(&self, load: Load) -> (f64, f64) {
         let (mut i, mut e) = (Runs::default(), Runs::default());
         for (_, ri, re) in self.tc.iter().filter(|(l, ..)| *l == load) {
             i = Runs {
@@ -92,7 +92,7 @@ impl Row {
 /// node, each from a fresh client port (a DNS-style resolver; short TCP
 /// connections), for longer than the UDP timeout, through ours and
 /// kube-proxy's layouts: how many were answered, and how many failed.
-pub struct Capacity {
+pub(crate) struct Capacity {
     pub mode: Mode,
     pub load: Load,
     pub report: BenchReport,
@@ -101,14 +101,14 @@ pub struct Capacity {
 }
 
 /// The row of `mode` at `n`.
-pub fn find(rows: &[Row], mode: Mode, n: usize) -> &Row {
+pub(crate) fn find(rows: &[Row], mode: Mode, n: usize) -> &Row {
     rows.iter()
         .find(|r| r.mode == mode && r.n == n)
         .expect("every mode at every N")
 }
 
 /// The `tc_cost` bench's output: its printed table, and its figures.
-pub struct TcCost {
+pub(crate) struct TcCost {
     /// The human-readable table, as printed.
     pub table: String,
     pub figures: Figures,
@@ -116,7 +116,7 @@ pub struct TcCost {
 
 /// The part of the bench's JSON the report uses.
 #[derive(Deserialize)]
-pub struct Figures {
+pub(crate) struct Figures {
     /// One run of many repetitions per case: the kernel's mean.
     repeat: Vec<Repeat>,
 }
@@ -129,10 +129,10 @@ struct Repeat {
 
 impl Figures {
     /// The kernel's mean ns per packet of the repeated case `id`.
-    pub fn repeat_ns(&self, id: &str) -> Option<u64> {
+    pub(crate) fn repeat_ns(&self, id: &str) -> Option<u64> {
         self.repeat.iter().find(|r| r.id == id).map(|r| r.ns)
     }
 }
 
 /// The repeated case of a DNATed packet on a conntrack hit.
-pub const INGRESS_HIT: &str = "ingress_hit";
+pub(crate) const INGRESS_HIT: &str = "ingress_hit";

@@ -6,12 +6,12 @@ use std::time::Duration;
 use super::control::Rss;
 
 /// Endpoints per Service.
-pub const ENDPOINTS: usize = 10;
+pub(crate) const ENDPOINTS: usize = 10;
 /// One-endpoint changes per N, through the apiserver.
-pub const UPDATES: usize = 200;
+pub(crate) const UPDATES: usize = 200;
 
 /// One source at one N.
-pub struct Row {
+pub(crate) struct Row {
     pub n: usize,
     pub source: &'static str,
     /// Agent start until the first full sync is done.
@@ -23,5 +23,5 @@ pub struct Row {
     pub changes: Vec<Duration>,
 }
 
-pub const FILE: &str = "file";
-pub const API: &str = "apiserver";
+pub(crate) const FILE: &str = "file";
+pub(crate) const API: &str = "apiserver";

@@ -10,7 +10,7 @@ use super::super::{
 use super::{Measured, Target};
 
 /// The control plane's targets.
-pub fn targets(c: &Control) -> Vec<Target> {
+pub(crate) fn targets(c: &Control) -> Vec<Target> {
     let mut t = Vec::new();
     for x in c.cold.iter().filter(|x| x.what.starts_with("ours")) {
         t.push(Target::within(

@@ -7,7 +7,7 @@ use super::super::{
 use super::{Measured, Target};
 
 /// The datapath section's targets.
-pub fn targets(plan: &Plan, rows: &[Row]) -> Vec<Target> {
+pub(crate) fn targets(plan: &Plan, rows: &[Row]) -> Vec<Target> {
     let mut t = Vec::new();
     for &n in &plan.scales {
         let (d, us) = (find(rows, Mode::Direct, n), find(rows, Mode::Ours, n));

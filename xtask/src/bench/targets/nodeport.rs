@@ -7,7 +7,7 @@ use super::super::{
 use super::{Measured, Target};
 
 /// The NodePort section's targets.
-pub fn targets(plan: &Plan, np: &NodePort) -> Vec<Target> {
+pub(crate) fn targets(plan: &Plan, np: &NodePort) -> Vec<Target> {
     let row = |mode: Mode, n: usize| find(&np.rows, mode, n);
     let mut t = Vec::new();
     for load in Load::ALL {

@@ -10,7 +10,7 @@ use super::super::{
 use super::{Measured, Target};
 
 /// `--scale`'s targets.
-pub fn targets(rows: &[Row]) -> Vec<Target> {
+pub(crate) fn targets(rows: &[Row]) -> Vec<Target> {
     let mut t = Vec::new();
     for r in rows {
         if r.n == 100_000 {
