@@ -19,12 +19,11 @@ use std::net::Ipv4Addr;
 
 use anyhow::Context as _;
 use lb_tests::{
-    agent::{Agent, PinDir},
-    cgroup::TestCgroup,
     kubeproxy::{self, Proto, SvcSpec},
-    netns::{exec, ip},
+    netns::{Namespaces, exec, ip, sysctl, veth},
     probe::{self, Server},
     progstats::{Runs, StatsOn},
+    rig::Rig,
     unique,
 };
 
@@ -82,72 +81,28 @@ fn services(n: usize, pods: &[Ipv4Addr], filler_endpoints: usize) -> Vec<SvcSpec
 
 /// The namespaces of one N, deleted on drop (the agent and servers first).
 struct Bed {
-    agent: Option<Agent>,
+    rig: Rig,
     _servers: Vec<Server>,
-    pins: PinDir,
-    _cgroup: TestCgroup,
-    prefix: String,
-    namespaces: Vec<String>,
-}
-
-impl Drop for Bed {
-    fn drop(&mut self) {
-        drop(self.agent.take());
-        for ns in &self.namespaces {
-            let _ = ip(&["netns", "del", ns]);
-        }
-        let _ = std::fs::remove_dir_all(std::env::temp_dir().join(&self.prefix));
-    }
+    namespaces: Namespaces,
 }
 
 impl Bed {
     fn ns(&self, host: &str) -> String {
-        format!("{}-{host}", self.prefix)
-    }
-
-    fn add_ns(&mut self, host: &str) -> anyhow::Result<String> {
-        let ns = self.ns(host);
-        ip(&["netns", "add", &ns])?;
-        self.namespaces.push(ns.clone());
-        ip(&["-n", &ns, "link", "set", "lo", "up"])?;
-        Ok(ns)
-    }
-
-    /// A veth pair `a_if` in `a` / `b_if` in `b`, up, with the addresses
-    /// given.
-    fn link(a: (&str, &str, Option<&str>), b: (&str, &str, Option<&str>)) -> anyhow::Result<()> {
-        ip(&[
-            "link", "add", "name", "lbtveth0", "netns", a.0, "type", "veth", "peer", "name",
-            "lbtveth1", "netns", b.0,
-        ])?;
-        for ((ns, dev, addr), tmp) in [(a, "lbtveth0"), (b, "lbtveth1")] {
-            ip(&["-n", ns, "link", "set", tmp, "name", dev])?;
-            if let Some(addr) = addr {
-                ip(&["-n", ns, "addr", "add", addr, "dev", dev])?;
-            }
-            ip(&["-n", ns, "link", "set", dev, "up"])?;
-        }
-        Ok(())
+        self.namespaces.ns(host)
     }
 
     fn new(pods: &[Ipv4Addr]) -> anyhow::Result<Self> {
         let prefix = unique("npb");
-        let mut bed = Self {
-            agent: None,
-            _servers: Vec::new(),
-            pins: PinDir::new(&prefix),
-            _cgroup: TestCgroup::new(&prefix)?,
-            prefix,
-            namespaces: Vec::new(),
-        };
-        let fabric = bed.add_ns("f")?;
+        let mut namespaces = Namespaces::new(&prefix);
+        let rig = Rig::in_netns(&prefix, &namespaces.ns(&format!("n{}", Mode::Ours.k())))?;
+        let fabric = namespaces.add("f")?;
         ip(&["-n", &fabric, "link", "add", "br0", "type", "bridge"])?;
         ip(&["-n", &fabric, "link", "set", "br0", "up"])?;
         let mut servers = Vec::new();
         for (i, pod) in pods.iter().enumerate() {
-            let ns = bed.add_ns(&format!("pod{i}"))?;
+            let ns = namespaces.add(&format!("pod{i}"))?;
             let port = format!("pod{i}");
-            Self::link(
+            veth(
                 (&ns, "eth0", Some(&format!("{pod}/24"))),
                 (&fabric, &port, None),
             )?;
@@ -159,18 +114,17 @@ impl Bed {
             }
             servers.push(Server::start(&ns, &port, &[8080], &[5353])?);
         }
-        bed._servers = servers;
         for mode in Mode::ALL {
             let k = mode.k();
-            let node = bed.add_ns(&format!("n{k}"))?;
-            let client = bed.add_ns(&format!("c{k}"))?;
+            let node = namespaces.add(&format!("n{k}"))?;
+            let client = namespaces.add(&format!("c{k}"))?;
             let port = format!("n{k}");
-            Self::link(
+            veth(
                 (&node, "eth1", Some(&format!("10.42.0.{}/24", 101 + k))),
                 (&fabric, &port, None),
             )?;
             ip(&["-n", &fabric, "link", "set", &port, "master", "br0"])?;
-            Self::link(
+            veth(
                 (&client, "eth0", Some(&format!("172.16.{k}.2/24"))),
                 (&node, "eth0", Some(&format!("{}/24", mode.node_addr()))),
             )?;
@@ -183,17 +137,16 @@ impl Bed {
                 "via",
                 &mode.node_addr().to_string(),
             ])?;
-            exec(
+            sysctl(
                 &node,
-                &[
-                    "sysctl",
-                    "-qw",
-                    "net.ipv4.ip_forward=1",
-                    "net.ipv4.conf.all.rp_filter=0",
-                ],
+                &["net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0"],
             )?;
         }
-        Ok(bed)
+        Ok(Self {
+            rig,
+            _servers: servers,
+            namespaces,
+        })
     }
 
     /// The bed with `specs` programmed in every mode's node: our agent's,
@@ -215,38 +168,27 @@ impl Bed {
 
     /// Our agent in ours' node, on both devices, from `manifest`.
     fn start_agent(&mut self, manifest: &str) -> anyhow::Result<()> {
-        let dir = std::env::temp_dir().join(&self.prefix);
-        std::fs::create_dir_all(&dir)?;
-        let path = dir.join("services.yaml");
         let node = format!(
             "---\napiVersion: v1\nkind: Node\nmetadata: {{name: {NODE}}}\n\
              status: {{addresses: [{{type: InternalIP, address: \"{}\"}}]}}\n",
             Mode::Ours.node_addr()
         );
-        std::fs::write(&path, node + manifest)?;
-        let mut agent = Agent::start_in(
-            &self.ns(&format!("n{}", Mode::Ours.k())),
-            &path,
-            self._cgroup.path(),
-            self.pins.path(),
-            &[
-                &format!("--hostname-override={NODE}"),
-                "--devices=eth0,eth1",
-            ],
-        )?;
-        agent.wait_syncs(1)?;
-        self.agent = Some(agent);
+        self.rig.write_manifest(&(node + manifest))?;
+        self.rig.start_agent(&[
+            &format!("--hostname-override={NODE}"),
+            "--devices=eth0,eth1",
+        ])?;
         Ok(())
     }
 
     /// Our tc programs' drops for want of a SNAT port, so far.
     fn exhausted(&self) -> anyhow::Result<u64> {
-        Ok(self.pins.stats()?["tc_drop_snat_exhausted"])
+        Ok(self.rig.pins.stats()?["tc_drop_snat_exhausted"])
     }
 
     /// (ingress, egress) counters of our tc programs, summed over devices.
     fn tc_runs(&self) -> anyhow::Result<(Runs, Runs)> {
-        let links = self.pins.path().join("links");
+        let links = self.rig.pins_path().join("links");
         let sum = |prefix: &str| -> anyhow::Result<Runs> {
             let mut total = Runs::default();
             for dev in ["eth0", "eth1"] {

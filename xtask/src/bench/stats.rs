@@ -2,13 +2,9 @@
 
 use std::time::Duration;
 
-/// Percentile (nearest rank) of sorted samples.
+/// Percentile (nearest rank) of sorted samples; zero if none.
 pub(super) fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
+    lb_tests::percentile::percentile(sorted, p).unwrap_or_default()
 }
 
 /// The median, the mean of the middle two for an even count; NaN if none.
