@@ -20,3 +20,5 @@ pub mod source;
 pub mod syncer;
 #[cfg(test)]
 mod test_netns;
+#[cfg(test)]
+mod test_rng;

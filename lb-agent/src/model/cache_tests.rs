@@ -11,6 +11,8 @@ use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 
 use lb_fixtures::{Ep, Slice, Svc, SvcPort};
 
+use crate::test_rng::Rng;
+
 use super::{
     oracle::{Shown, check, label_of, naive, shown},
     *,
@@ -98,33 +100,6 @@ fn is_invalid(a: &Admission, object: &ObjectRef) -> bool {
 }
 
 // ---------------------------------------------------------------- random events
-
-/// xorshift64*: deterministic, good enough to shuffle test scenarios.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-
-    /// Up to `max` distinct items, in their original order.
-    fn subset<T: Copy>(&mut self, items: &[T], max: usize) -> Vec<T> {
-        let n = self.below(max + 1);
-        let chosen: BTreeSet<usize> = (0..n).map(|_| self.below(items.len())).collect();
-        chosen.into_iter().map(|i| items[i]).collect()
-    }
-}
 
 /// Services: five in `a`, and one of the same name in `b`.
 const SERVICES: [(&str, &str); 6] = [

@@ -17,7 +17,10 @@ use super::{
     table::Table as _,
     *,
 };
-use crate::model::{Backend, Proto};
+use crate::{
+    model::{Backend, Proto},
+    test_rng::Rng,
+};
 
 type Table = BTreeMap<Frontend, Vec<Backend>>;
 
@@ -363,22 +366,6 @@ fn replay_checked(
         }
     });
     snap
-}
-
-/// xorshift64*: deterministic, good enough to shuffle test scenarios.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
 }
 
 /// A random backend list drawn from a small pool, so frontends share backends.
