@@ -6,10 +6,8 @@ use clap::Parser as _;
 use lb_agent::{
     cli::{Cli, Command},
     config::RunConfig,
-    datapath::table::Bpf,
     datapath::{conntrack, pins::Pins, stats},
     dump, memory,
-    reconcile::{Family, LbTables, LbView, StoreError, Table as _},
 };
 
 fn main() -> anyhow::Result<()> {
@@ -63,7 +61,7 @@ fn main() -> anyhow::Result<()> {
                 })?;
                 dump::render_conntrack(&entries, conntrack::now())
             } else {
-                dump::render(&read_view(&pins)?)
+                dump::render(&lb_agent::datapath::read_view(&pins)?)
             };
             match std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes()) {
                 // `lb-agent dump | head` is not an error.
@@ -72,30 +70,4 @@ fn main() -> anyhow::Result<()> {
             }
         }
     }
-}
-
-/// The pinned maps of this layout, read whole.
-fn read_view(pins: &Pins) -> anyhow::Result<LbView> {
-    let tables = lb_agent::datapath::read_only_tables(pins).with_context(|| {
-        format!(
-            "no maps of layout {} pinned under {}; is lb-agent running?",
-            lb_common::LAYOUT_VERSION,
-            pins.maps_dir().display()
-        )
-    })?;
-    let read = |e| anyhow::Error::new(e).context("reading the pinned maps");
-    Ok(family_view(&tables.v4)
-        .map_err(read)?
-        .merge(family_view(&tables.v6).map_err(read)?))
-}
-
-/// One family's pinned maps, read whole.
-fn family_view<F: Family>(tables: &LbTables<F, Bpf>) -> Result<LbView, StoreError> {
-    Ok(LbView::of::<F>(
-        &tables.frontends.read()?.into_iter().collect(),
-        &tables.states.read()?.into_iter().collect(),
-        &tables.slots.read()?.into_iter().collect(),
-        &tables.members.read()?.into_iter().collect(),
-        &tables.backends.read()?.into_iter().collect(),
-    ))
 }

@@ -268,6 +268,7 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
     }
 
     /// The settings as written, to look at in tests.
+    #[cfg(test)]
     pub fn settings(&self) -> &Settings<S> {
         &self.settings
     }

@@ -40,7 +40,9 @@ use migrate::Leftover;
 use pins::Pins;
 use table::{Bpf, BpfTable};
 
-use crate::reconcile::{Family, LbTables, MapKey, MapValue, StoreError, V4, V6, WriteMode};
+use crate::reconcile::{
+    Family, LbTables, LbView, MapKey, MapValue, StoreError, Table as _, V4, V6, WriteMode,
+};
 
 /// How this build's maps relate to what was pinned.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -103,9 +105,41 @@ pub struct DualTables {
     pub v6: LbTables<V6, Bpf>,
 }
 
-/// This layout's load-balancing tables in `maps/`, for reading (`dump`).
-pub fn read_only_tables(pins: &Pins) -> Result<DualTables, StoreError> {
-    open_tables(&pins.maps_dir())
+/// Reading the pinned maps for `dump` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ViewError {
+    #[error("no maps of layout {} pinned under {}; is lb-agent running?", lb_common::LAYOUT_VERSION, .dir.display())]
+    Open {
+        dir: PathBuf,
+        #[source]
+        source: Box<StoreError>,
+    },
+    #[error("reading the pinned maps")]
+    Read(#[source] Box<StoreError>),
+}
+
+/// This layout's load-balancing maps in `maps/`, read whole (`dump`).
+pub fn read_view(pins: &Pins) -> Result<LbView, ViewError> {
+    let dir = pins.maps_dir();
+    let tables = open_tables(&dir).map_err(|e| ViewError::Open {
+        dir,
+        source: Box::new(e),
+    })?;
+    let read = |e| ViewError::Read(Box::new(e));
+    Ok(family_view(&tables.v4)
+        .map_err(read)?
+        .merge(family_view(&tables.v6).map_err(read)?))
+}
+
+/// One family's pinned maps, read whole.
+fn family_view<F: Family>(tables: &LbTables<F, Bpf>) -> Result<LbView, StoreError> {
+    Ok(LbView::of::<F>(
+        &tables.frontends.read()?.into_iter().collect(),
+        &tables.states.read()?.into_iter().collect(),
+        &tables.slots.read()?.into_iter().collect(),
+        &tables.members.read()?.into_iter().collect(),
+        &tables.backends.read()?.into_iter().collect(),
+    ))
 }
 
 /// The load-balancing tables pinned in `dir`.

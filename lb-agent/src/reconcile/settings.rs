@@ -86,6 +86,7 @@ impl<S: SettingsStore> Settings<S> {
     }
 
     /// The store, to look at in tests.
+    #[cfg(test)]
     pub fn store(&self) -> &S {
         &self.store
     }
