@@ -261,9 +261,8 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
         self.settings.write_source_ranges(&self.guarded)
     }
 
-    /// Writes the tc programs' settings unless they are what was written
-    /// last; says whether it wrote.
-    pub fn write_tc_config(&mut self, config: DatapathConfig) -> Result<bool, StoreError> {
+    /// Writes the tc programs' settings.
+    pub fn write_tc_config(&mut self, config: DatapathConfig) -> Result<(), StoreError> {
         self.settings.write_config(config)
     }
 

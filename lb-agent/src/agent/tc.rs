@@ -23,7 +23,8 @@ pub(super) struct TcSettings {
     conntrack: Conntrack,
     /// See [`snat_ports::seed`].
     nat_seed: u32,
-    /// The settings as last written.
+    /// The settings as last written, before the datapath's part: written
+    /// again only when the node's addresses change them.
     written: Option<DatapathConfig>,
     /// Whether the kernel's flows were left to it ([`Agent::take_over`]),
     /// once, around the tc programs' first attachment.
@@ -176,7 +177,10 @@ impl Agent {
             }
         };
         let is_frontend = |addr, proto| frontends.contains(&(addr, proto));
-        let config = self.tc.written.unwrap_or_default();
+        // What is to be written, even if writing it failed: its SNAT ports.
+        let config = self
+            .tc
+            .config(self.syncer.primary_ips(), self.syncer.node_port_ips());
         match self
             .datapath
             .seed_kernel_flows(&flows, is_frontend, &config, conntrack::now())

@@ -23,7 +23,7 @@ pub use family::{Family, StateView, V4, V6};
 pub use grace::GracePeriods;
 pub use lb::{LbMaps, LbTables, MapKey, MapValue, Tables, member_range, set_range};
 pub use pass::Outcome;
-pub use settings::{Settings, SettingsStore, SourceRangeKey, source_range_keys};
+pub use settings::{Settings, SettingsStore, SourceRangeKey};
 pub use table::{BatchError, StoreError, Table, WriteMode};
 pub use view::{FrontendView, LbView, SlotView};
 

@@ -24,12 +24,10 @@ pub trait SettingsStore {
     fn remove_source_range(&mut self, key: &SourceRangeKey) -> Result<(), StoreError>;
 }
 
-/// Writes the settings, each only when it differs from what was written.
+/// Writes the settings; the source ranges only when they changed.
 #[derive(Debug)]
 pub struct Settings<S> {
     store: S,
-    /// `LB_CONFIG` as last written.
-    config: Option<DatapathConfig>,
     /// The source ranges changed since they were last written (true at
     /// first, so that what an earlier agent left is reconciled).
     ranges_stale: bool,
@@ -39,20 +37,13 @@ impl<S: SettingsStore> Settings<S> {
     pub fn new(store: S) -> Self {
         Self {
             store,
-            config: None,
             ranges_stale: true,
         }
     }
 
-    /// Writes `config` unless it is what was written last; says whether
-    /// it wrote.
-    pub fn write_config(&mut self, config: DatapathConfig) -> Result<bool, StoreError> {
-        if self.config == Some(config) {
-            return Ok(false);
-        }
-        self.store.write_config(&config)?;
-        self.config = Some(config);
-        Ok(true)
+    /// Writes `config` (the agent asks only when it changed).
+    pub fn write_config(&mut self, config: DatapathConfig) -> Result<(), StoreError> {
+        self.store.write_config(&config)
     }
 
     /// The guarded frontends or their ranges changed: the next
@@ -95,7 +86,7 @@ impl<S: SettingsStore> Settings<S> {
 /// The `LB4_SRC_RANGES` keys of `guarded`: `src/n` of frontend
 /// `addr:port/proto` has prefix length [`SOURCE_RANGE_PREFIX`] + n. IPv6
 /// frontends and ranges have no map at tc yet and are left out.
-pub fn source_range_keys(guarded: &BTreeMap<Frontend, Vec<IpNet>>) -> BTreeSet<SourceRangeKey> {
+fn source_range_keys(guarded: &BTreeMap<Frontend, Vec<IpNet>>) -> BTreeSet<SourceRangeKey> {
     let mut keys = BTreeSet::new();
     for (fe, ranges) in guarded {
         let std::net::IpAddr::V4(addr) = fe.vip else {
@@ -160,19 +151,6 @@ mod tests {
                 }
             )]
         );
-    }
-
-    #[test]
-    fn the_config_is_written_only_when_it_changes() {
-        let mut settings = Settings::new(MemSettings::default());
-        let config = DatapathConfig {
-            nat_port_min: 1024,
-            ..DatapathConfig::default()
-        };
-        assert!(settings.write_config(config).unwrap());
-        assert!(!settings.write_config(config).unwrap());
-        assert_eq!(settings.store().config, Some(config));
-        assert_eq!(settings.store().writes[0], 1);
     }
 
     #[test]
