@@ -10,7 +10,7 @@ use crate::{
     AffinityKey, AffinityValue, Backend4, Backend6, Ct4Key, Ct4Value, DatapathConfig, Frag4Key,
     Frag4Value, Frontend4Key, Frontend4State, Frontend6Key, Frontend6State, FrontendId, Member,
     MemberKey, Nat4Key, Nat4Value, RejectBucket, RevNat4Key, RevNat4Value, RevNat6Key,
-    RevNat6Value, Slot, SlotKey, SourceRange4,
+    RevNat6Value, Slot, SlotKey, SockRevNat, SourceRange4,
 };
 
 /// Version of the map layout; part of every pin name. Layout 1 (pins without
@@ -20,7 +20,7 @@ use crate::{
 /// had no IPv6 maps. Layout 4 had no fragment, reject or previous-map
 /// maps, kept each direction's TCP state apart in conntrack entries, and a
 /// shorter `LB_CONFIG`.
-pub const LAYOUT_VERSION: u32 = 5;
+pub const LAYOUT_VERSION: u32 = 6;
 
 /// `BPF_MAP_TYPE_HASH`.
 pub const MAP_TYPE_HASH: u32 = 1;
@@ -34,6 +34,8 @@ pub const MAP_TYPE_LRU_HASH: u32 = 9;
 pub const MAP_TYPE_LPM_TRIE: u32 = 11;
 /// `BPF_MAP_TYPE_ARRAY_OF_MAPS`.
 pub const MAP_TYPE_ARRAY_OF_MAPS: u32 = 12;
+/// `BPF_MAP_TYPE_SK_STORAGE`.
+pub const MAP_TYPE_SK_STORAGE: u32 = 24;
 /// `BPF_F_NO_PREALLOC`: elements are allocated on insert, so a large
 /// capacity costs no memory until it is used.
 pub const BPF_F_NO_PREALLOC: u32 = 1;
@@ -65,25 +67,25 @@ const fn spec<K, V>(name: &'static str, pin: &'static str, map_type: u32, flags:
 /// Frontends: [`Frontend4Key`] -> [`FrontendId`]. Written by the agent.
 pub const FRONTENDS4: MapSpec = spec::<Frontend4Key, FrontendId>(
     "LB4_FRONTENDS",
-    "LB4_FRONTENDS_V5",
+    "LB4_FRONTENDS_V6",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// Frontend state, an array indexed by frontend id: [`Frontend4State`].
 /// Written by the agent with `BPF_F_LOCK`.
 pub const FE_STATE4: MapSpec =
-    spec::<u32, Frontend4State>("LB4_FE_STATE", "LB4_FE_STATE_V5", MAP_TYPE_ARRAY, 0);
+    spec::<u32, Frontend4State>("LB4_FE_STATE", "LB4_FE_STATE_V6", MAP_TYPE_ARRAY, 0);
 /// Backend slots of every revision: [`SlotKey`] -> [`Slot`]. Written by the agent.
 pub const SLOTS4: MapSpec = spec::<SlotKey, Slot>(
     "LB4_SLOTS",
-    "LB4_SLOTS_V5",
+    "LB4_SLOTS_V6",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// Backends: id (`u32`) -> [`Backend4`]. Written by the agent.
 pub const BACKENDS4: MapSpec = spec::<u32, Backend4>(
     "LB4_BACKENDS",
-    "LB4_BACKENDS_V5",
+    "LB4_BACKENDS_V6",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
@@ -91,74 +93,87 @@ pub const BACKENDS4: MapSpec = spec::<u32, Backend4>(
 /// for frontends with session affinity.
 pub const MEMBERS4: MapSpec = spec::<MemberKey, Member>(
     "LB4_MEMBERS",
-    "LB4_MEMBERS_V5",
+    "LB4_MEMBERS_V6",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// Session affinity: [`AffinityKey`] -> [`AffinityValue`]. Written by the
 /// programs; LRU, so a full map evicts the oldest clients.
 pub const AFFINITY4: MapSpec =
-    spec::<AffinityKey, AffinityValue>("LB4_AFFINITY", "LB4_AFFINITY_V5", MAP_TYPE_LRU_HASH, 0);
-/// Socket reverse NAT: [`RevNat4Key`] -> [`RevNat4Value`]. Written by the
-/// programs; LRU, so entries of closed sockets age out on their own.
+    spec::<AffinityKey, AffinityValue>("LB4_AFFINITY", "LB4_AFFINITY_V6", MAP_TYPE_LRU_HASH, 0);
+/// Socket reverse NAT: [`RevNat4Key`] -> [`RevNat4Value`], for what
+/// [`SOCK_REVNAT`] cannot hold (an unconnected socket's second frontend).
+/// Written by the programs; LRU, so entries of closed sockets age out on
+/// their own.
 pub const REVNAT4: MapSpec =
-    spec::<RevNat4Key, RevNat4Value>("LB4_REVNAT", "LB4_REVNAT_V5", MAP_TYPE_LRU_HASH, 0);
+    spec::<RevNat4Key, RevNat4Value>("LB4_REVNAT", "LB4_REVNAT_V6", MAP_TYPE_LRU_HASH, 0);
+/// Socket-local reverse NAT: the socket -> [`SockRevNat`], in the socket's
+/// own storage, which lives and dies with it (no capacity, no eviction).
+/// Written by the programs. Its entries cannot be read without the socket
+/// (or a `SOCK_DIAG` dump), so a migration cannot carry them: a later
+/// layout keeps this map, its pin name and its value as they are.
+pub const SOCK_REVNAT: MapSpec = spec::<i32, SockRevNat>(
+    "LB_SOCK_REVNAT",
+    "LB_SOCK_REVNAT_V6",
+    MAP_TYPE_SK_STORAGE,
+    BPF_F_NO_PREALLOC,
+);
 /// IPv6 frontends: [`Frontend6Key`] -> [`FrontendId`], ids of their own.
 pub const FRONTENDS6: MapSpec = spec::<Frontend6Key, FrontendId>(
     "LB6_FRONTENDS",
-    "LB6_FRONTENDS_V5",
+    "LB6_FRONTENDS_V6",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// IPv6 frontend state: [`Frontend6State`], as [`FE_STATE4`].
 pub const FE_STATE6: MapSpec =
-    spec::<u32, Frontend6State>("LB6_FE_STATE", "LB6_FE_STATE_V5", MAP_TYPE_ARRAY, 0);
+    spec::<u32, Frontend6State>("LB6_FE_STATE", "LB6_FE_STATE_V6", MAP_TYPE_ARRAY, 0);
 /// IPv6 backend slots, as [`SLOTS4`].
 pub const SLOTS6: MapSpec = spec::<SlotKey, Slot>(
     "LB6_SLOTS",
-    "LB6_SLOTS_V5",
+    "LB6_SLOTS_V6",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// IPv6 backends: id (`u32`) -> [`Backend6`].
 pub const BACKENDS6: MapSpec = spec::<u32, Backend6>(
     "LB6_BACKENDS",
-    "LB6_BACKENDS_V5",
+    "LB6_BACKENDS_V6",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// IPv6 revision members, as [`MEMBERS4`].
 pub const MEMBERS6: MapSpec = spec::<MemberKey, Member>(
     "LB6_MEMBERS",
-    "LB6_MEMBERS_V5",
+    "LB6_MEMBERS_V6",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// IPv6 session affinity, as [`AFFINITY4`].
 pub const AFFINITY6: MapSpec =
-    spec::<AffinityKey, AffinityValue>("LB6_AFFINITY", "LB6_AFFINITY_V5", MAP_TYPE_LRU_HASH, 0);
+    spec::<AffinityKey, AffinityValue>("LB6_AFFINITY", "LB6_AFFINITY_V6", MAP_TYPE_LRU_HASH, 0);
 /// IPv6 socket reverse NAT: [`RevNat6Key`] -> [`RevNat6Value`], as [`REVNAT4`].
 pub const REVNAT6: MapSpec =
-    spec::<RevNat6Key, RevNat6Value>("LB6_REVNAT", "LB6_REVNAT_V5", MAP_TYPE_LRU_HASH, 0);
+    spec::<RevNat6Key, RevNat6Value>("LB6_REVNAT", "LB6_REVNAT_V6", MAP_TYPE_LRU_HASH, 0);
 /// Datapath counters, per CPU: index (`u32`, see [`crate::stats`]) -> `u64`.
-pub const STATS: MapSpec = spec::<u32, u64>("LB_STATS", "LB_STATS_V5", MAP_TYPE_PERCPU_ARRAY, 0);
+pub const STATS: MapSpec = spec::<u32, u64>("LB_STATS", "LB_STATS_V6", MAP_TYPE_PERCPU_ARRAY, 0);
 
 /// Connection tracking of flows from outside the node: [`Ct4Key`] ->
 /// [`Ct4Value`]. Written by the tc programs, aged out by the agent; LRU.
-pub const CT4: MapSpec = spec::<Ct4Key, Ct4Value>("LB4_CT", "LB4_CT_V5", MAP_TYPE_LRU_HASH, 0);
+pub const CT4: MapSpec = spec::<Ct4Key, Ct4Value>("LB4_CT", "LB4_CT_V6", MAP_TYPE_LRU_HASH, 0);
 /// Source NAT of those flows, reply side: [`Nat4Key`] -> [`Nat4Value`].
 /// Written by tc egress, aged out by the agent; LRU.
-pub const NAT4: MapSpec = spec::<Nat4Key, Nat4Value>("LB4_NAT", "LB4_NAT_V5", MAP_TYPE_LRU_HASH, 0);
+pub const NAT4: MapSpec = spec::<Nat4Key, Nat4Value>("LB4_NAT", "LB4_NAT_V6", MAP_TYPE_LRU_HASH, 0);
 /// Settings of the tc programs, an array of one: [`DatapathConfig`].
 /// Written by the agent.
 pub const CONFIG: MapSpec =
-    spec::<u32, DatapathConfig>("LB_CONFIG", "LB_CONFIG_V5", MAP_TYPE_ARRAY, 0);
+    spec::<u32, DatapathConfig>("LB_CONFIG", "LB_CONFIG_V6", MAP_TYPE_ARRAY, 0);
 
 /// `loadBalancerSourceRanges` of external frontends: an LPM trie of
 /// `{u32 prefix length, SourceRange4}` -> `u32` (1). Written by the agent.
 pub const SOURCE_RANGES4: MapSpec = MapSpec {
     name: "LB4_SRC_RANGES",
-    pin: "LB4_SRC_RANGES_V5",
+    pin: "LB4_SRC_RANGES_V6",
     map_type: MAP_TYPE_LPM_TRIE,
     key_size: 4 + size_of::<SourceRange4>() as u32,
     value_size: 4,
@@ -168,11 +183,11 @@ pub const SOURCE_RANGES4: MapSpec = MapSpec {
 /// Fragments of translated datagrams: [`Frag4Key`] -> [`Frag4Value`].
 /// Written by the tc programs; LRU.
 pub const FRAG4: MapSpec =
-    spec::<Frag4Key, Frag4Value>("LB4_FRAG", "LB4_FRAG_V5", MAP_TYPE_LRU_HASH, 0);
+    spec::<Frag4Key, Frag4Value>("LB4_FRAG", "LB4_FRAG_V6", MAP_TYPE_LRU_HASH, 0);
 /// Reject rate limits of external frontends: [`Frontend4Key`] ->
 /// [`RejectBucket`]. Written by the tc programs; LRU.
 pub const REJECTS4: MapSpec =
-    spec::<Frontend4Key, RejectBucket>("LB4_REJECTS", "LB4_REJECTS_V5", MAP_TYPE_LRU_HASH, 0);
+    spec::<Frontend4Key, RejectBucket>("LB4_REJECTS", "LB4_REJECTS_V6", MAP_TYPE_LRU_HASH, 0);
 
 /// A previous-map slot: an array of maps of one entry, which during a
 /// migration holds the map a stateful map replaces, so that the programs
@@ -189,16 +204,16 @@ const fn prev(name: &'static str, pin: &'static str) -> MapSpec {
     }
 }
 /// The slot for [`REVNAT4`]'s previous map.
-pub const REVNAT4_PREV: MapSpec = prev("LB4_REVNAT_PREV", "LB4_REVNAT_PREV_V5");
+pub const REVNAT4_PREV: MapSpec = prev("LB4_REVNAT_PREV", "LB4_REVNAT_PREV_V6");
 /// The slot for [`REVNAT6`]'s previous map.
-pub const REVNAT6_PREV: MapSpec = prev("LB6_REVNAT_PREV", "LB6_REVNAT_PREV_V5");
+pub const REVNAT6_PREV: MapSpec = prev("LB6_REVNAT_PREV", "LB6_REVNAT_PREV_V6");
 /// The slot for [`CT4`]'s previous map.
-pub const CT4_PREV: MapSpec = prev("LB4_CT_PREV", "LB4_CT_PREV_V5");
+pub const CT4_PREV: MapSpec = prev("LB4_CT_PREV", "LB4_CT_PREV_V6");
 /// The slot for [`NAT4`]'s previous map.
-pub const NAT4_PREV: MapSpec = prev("LB4_NAT_PREV", "LB4_NAT_PREV_V5");
+pub const NAT4_PREV: MapSpec = prev("LB4_NAT_PREV", "LB4_NAT_PREV_V6");
 
 /// Every map of this layout.
-pub const ALL_MAPS: [MapSpec; 25] = [
+pub const ALL_MAPS: [MapSpec; 26] = [
     FRONTENDS4,
     FE_STATE4,
     SLOTS4,
@@ -206,6 +221,7 @@ pub const ALL_MAPS: [MapSpec; 25] = [
     MEMBERS4,
     AFFINITY4,
     REVNAT4,
+    SOCK_REVNAT,
     FRONTENDS6,
     FE_STATE6,
     SLOTS6,
@@ -229,7 +245,7 @@ pub const ALL_MAPS: [MapSpec; 25] = [
 /// Older layouts' `LB_CONFIG` pins. Every layout's value starts as
 /// [`DatapathConfig`] does (SNAT address, port range): a migration keeps
 /// the replies of flows on an older range's ports found.
-pub const OLD_CONFIG_PINS: [&str; 1] = ["LB_CONFIG_V4"];
+pub const OLD_CONFIG_PINS: [&str; 2] = ["LB_CONFIG_V4", "LB_CONFIG_V5"];
 
 /// A map the programs write, whose entries live with flows and sockets: a
 /// migration carries them into the new map (before the programs switch,
@@ -247,6 +263,11 @@ pub struct Stateful {
     pub prev: Option<MapSpec>,
 }
 
+/// Maps a migration keeps as they are instead of replacing them, when the
+/// pinned one matches: their entries cannot be copied (a socket's storage
+/// is reached only through the socket), so the new maps share them.
+pub const KEPT: [MapSpec; 1] = [SOCK_REVNAT];
+
 /// Every stateful map of this layout.
 pub const STATEFUL: [Stateful; 7] = [
     Stateful {
@@ -256,37 +277,38 @@ pub const STATEFUL: [Stateful; 7] = [
             "LB4_REVNAT_V2",
             "LB4_REVNAT_V3",
             "LB4_REVNAT_V4",
+            "LB4_REVNAT_V5",
         ],
         prev: Some(REVNAT4_PREV),
     },
     Stateful {
         spec: REVNAT6,
-        older: &["LB6_REVNAT_V4"],
+        older: &["LB6_REVNAT_V4", "LB6_REVNAT_V5"],
         prev: Some(REVNAT6_PREV),
     },
     Stateful {
         spec: AFFINITY4,
-        older: &["LB4_AFFINITY_V3", "LB4_AFFINITY_V4"],
+        older: &["LB4_AFFINITY_V3", "LB4_AFFINITY_V4", "LB4_AFFINITY_V5"],
         prev: None,
     },
     Stateful {
         spec: AFFINITY6,
-        older: &["LB6_AFFINITY_V4"],
+        older: &["LB6_AFFINITY_V4", "LB6_AFFINITY_V5"],
         prev: None,
     },
     Stateful {
         spec: CT4,
-        older: &["LB4_CT_V4"],
+        older: &["LB4_CT_V4", "LB4_CT_V5"],
         prev: Some(CT4_PREV),
     },
     Stateful {
         spec: NAT4,
-        older: &["LB4_NAT_V4"],
+        older: &["LB4_NAT_V4", "LB4_NAT_V5"],
         prev: Some(NAT4_PREV),
     },
     Stateful {
         spec: FRAG4,
-        older: &[],
+        older: &["LB4_FRAG_V5"],
         prev: None,
     },
 ];

@@ -58,8 +58,41 @@ pub struct RevNat6Value {
 }
 const _: () = assert!(size_of::<RevNat6Value>() == 20);
 
+/// `sockaddr` family tags of [`SockRevNat::family`].
+pub const SOCK_REVNAT_V4: u8 = 4;
+/// See [`SOCK_REVNAT_V4`].
+pub const SOCK_REVNAT_V6: u8 = 6;
+
+/// Value of `LB_SOCK_REVNAT`, the socket-local storage of a socket the
+/// programs translated: the backend it was sent to and the frontend the
+/// application addressed.
+///
+/// Written by `connect*` (every time) and `sendmsg*` (the first frontend of
+/// an unconnected socket; further ones go to `LB4_REVNAT`/`LB6_REVNAT`);
+/// read by `recvmsg*`/`getpeername*` and by the agent's stale-UDP reaper
+/// (through `SOCK_DIAG`). It lives and dies with the socket.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SockRevNat {
+    /// Backend IP, network byte order; an IPv4 one (also when reached as
+    /// `::ffff:a.b.c.d`) in the first four bytes, the rest zero.
+    pub backend_be: [u8; 16],
+    /// Frontend IP, as `backend_be`.
+    pub frontend_be: [u8; 16],
+    /// Backend port, network byte order.
+    pub backend_port_be: u16,
+    /// Frontend port, network byte order.
+    pub frontend_port_be: u16,
+    /// [`SOCK_REVNAT_V4`] or [`SOCK_REVNAT_V6`]: which maps translated it.
+    pub family: u8,
+    pub _pad0: [u8; 3],
+}
+const _: () = assert!(size_of::<SockRevNat>() == 40);
+
 #[cfg(feature = "user")]
 mod pod {
+    // SAFETY: as below.
+    unsafe impl aya::Pod for super::SockRevNat {}
     // SAFETY: repr(C), padded explicitly (the size asserts equal the sum of
     // the fields), and valid for any bit pattern.
     unsafe impl aya::Pod for super::RevNat4Key {}

@@ -3,7 +3,7 @@
 //! load time (`--bpf-lb-*-map-max`).
 
 use aya_ebpf::{
-    btf_maps::{Array, ArrayOfMaps, HashMap, LpmTrie, LruHashMap, PerCpuArray},
+    btf_maps::{Array, ArrayOfMaps, HashMap, LpmTrie, LruHashMap, PerCpuArray, SkStorage},
     macros::btf_map,
 };
 use lb_common::{
@@ -13,7 +13,7 @@ use lb_common::{
     DEFAULT_SOURCE_RANGES_MAX, DatapathConfig, Frag4Key, Frag4Value, Frontend4Key, Frontend4State,
     Frontend6Key, Frontend6State, FrontendId, Member, MemberKey, Nat4Key, Nat4Value, REJECTS_MAX,
     RejectBucket, RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value, STATS_COUNT, Slot, SlotKey,
-    SourceRange4,
+    SockRevNat, SourceRange4,
 };
 
 pub const NO_PREALLOC: usize = BPF_F_NO_PREALLOC as usize;
@@ -50,11 +50,19 @@ pub static LB4_MEMBERS: HashMap<MemberKey, Member, SLOTS_MAX, NO_PREALLOC> = Has
 #[btf_map]
 pub static LB4_AFFINITY: LruHashMap<AffinityKey, AffinityValue, AFFINITY_MAX> = LruHashMap::new();
 
-/// (socket cookie, backend) -> frontend. Written by connect4/sendmsg4, read
-/// by recvmsg4/getpeername4; LRU, so closed sockets age out on their own.
+/// (socket cookie, backend) -> frontend, for what `LB_SOCK_REVNAT` cannot
+/// hold (an unconnected socket's further frontends). Written by
+/// sendmsg4, read by recvmsg4/getpeername4; LRU, so closed sockets age out
+/// on their own.
 #[btf_map]
 pub static LB4_REVNAT: LruHashMap<RevNat4Key, RevNat4Value, { DEFAULT_REVNAT_MAX as usize }> =
     LruHashMap::new();
+
+/// Socket -> the backend it was sent to and the frontend addressed, in the
+/// socket's own storage. Written by connect*/sendmsg*, read by
+/// recvmsg*/getpeername*; freed with the socket.
+#[btf_map]
+pub static LB_SOCK_REVNAT: SkStorage<SockRevNat> = SkStorage::new();
 
 /// The IPv6 twins of the maps above, with ids of their own.
 #[btf_map]

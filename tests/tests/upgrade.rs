@@ -18,7 +18,7 @@ use lb_common::{ALL_MAPS, BACKENDS4, FRONTENDS4, REVNAT4};
 use lb_fixtures::{Object, Slice, Svc, yaml};
 use lb_tests::{
     install::Frontend,
-    layout1, layout2, layout3,
+    layout1, layout2, layout3, layout5,
     probe::{self, BenchReport},
     scenario::Bed,
 };
@@ -205,7 +205,7 @@ fn upgrade_under_traffic(install: Install, what: &str) -> anyhow::Result<()> {
     assert_eq!(held.peer, TO);
     let held_by = held.request()?;
     let old_programs = linked_programs(bed.pins.path())?;
-    assert_eq!(old_programs.len(), 4, "{old_programs:?}");
+    assert_eq!(old_programs.len(), 4, "the IPv4 programs: {old_programs:?}");
 
     // The new agent's source moves web to pb and pc.
     bed.write_manifest(&manifest(&["10.42.0.2", "10.42.0.3"]))?;
@@ -260,6 +260,11 @@ fn upgrading_from_layout_2_under_traffic_fails_no_connection() -> anyhow::Result
 #[test]
 fn upgrading_from_layout_3_under_traffic_fails_no_connection() -> anyhow::Result<()> {
     upgrade_under_traffic(layout3::install, "upgrade from layout 3")
+}
+
+#[test]
+fn upgrading_from_layout_5_under_traffic_fails_no_connection() -> anyhow::Result<()> {
+    upgrade_under_traffic(layout5::install, "upgrade from layout 5")
 }
 
 #[test]

@@ -49,7 +49,7 @@ pub enum Error {
         #[source]
         source: LinkError,
     },
-    #[error("pinning link {path}")]
+    #[error("pinning {path}")]
     Pin {
         path: PathBuf,
         #[source]

@@ -12,7 +12,7 @@ use lb_common::{
     DEFAULT_BACKENDS_MAX, DEFAULT_CT_MAX, DEFAULT_FRAG_MAX, DEFAULT_FRONTENDS_MAX, DEFAULT_NAT_MAX,
     DEFAULT_REVNAT_MAX, DEFAULT_SLOTS_MAX, DEFAULT_SOURCE_RANGES_MAX, FE_STATE4, FE_STATE6, FRAG4,
     FRONTENDS4, FRONTENDS6, MAP_TYPE_ARRAY_OF_MAPS, MEMBERS4, MEMBERS6, MapSpec, NAT4, REJECTS_MAX,
-    REJECTS4, REVNAT4, REVNAT6, SLOTS4, SLOTS6, SOURCE_RANGES4, STATS, STATS_COUNT,
+    REJECTS4, REVNAT4, REVNAT6, SLOTS4, SLOTS6, SOCK_REVNAT, SOURCE_RANGES4, STATS, STATS_COUNT,
 };
 
 use super::error::{Error, io_err, map_err};
@@ -70,6 +70,8 @@ impl Capacities {
             _ if spec.name == SOURCE_RANGES4.name => DEFAULT_SOURCE_RANGES_MAX,
             _ if spec.name == FRAG4.name => self.frag,
             _ if spec.name == REJECTS4.name => REJECTS_MAX,
+            // Socket storage has no capacity: the kernel wants 0.
+            _ if spec.name == SOCK_REVNAT.name => 0,
             // A previous-map slot: one map.
             _ if spec.map_type == MAP_TYPE_ARRAY_OF_MAPS => 1,
             other => unreachable!("map {} has no capacity", other.name),

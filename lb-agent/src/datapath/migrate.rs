@@ -32,8 +32,8 @@ use aya::{
 };
 use lb_common::{
     AFFINITY4, AFFINITY6, ALL_MAPS, AffinityKey, AffinityValue, CONFIG, CT_F_KERNEL, CT4, Ct4Key,
-    Ct4Value, FRAG4, Frag4Key, Frag4Value, NAT4, Nat4Key, Nat4Value, OLD_CONFIG_PINS, REVNAT4,
-    REVNAT6, RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value, STATEFUL, Stateful,
+    Ct4Value, FRAG4, Frag4Key, Frag4Value, KEPT, NAT4, Nat4Key, Nat4Value, OLD_CONFIG_PINS,
+    REVNAT4, REVNAT6, RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value, STATEFUL, Stateful,
 };
 
 use super::{
@@ -106,6 +106,28 @@ pub fn recover(pins: &Pins) -> Result<Leftover, Error> {
     }
     remove_dir_if_present(&next)?;
     Ok(Leftover::None)
+}
+
+/// Pins the maps a migration keeps ([`KEPT`]) into `maps-next/` too, where
+/// they match this build's: the new programs then use the very maps the
+/// old ones fill. [`finish`] moves the shared pin back over the old one.
+pub fn share_kept(pins: &Pins, found: &layout::Inspection) -> Result<(), Error> {
+    let next = pins.next_dir();
+    for (spec, _) in found
+        .maps
+        .iter()
+        .filter(|(spec, f)| KEPT.contains(spec) && *f == layout::Found::Matches)
+    {
+        fs::create_dir_all(&next).map_err(io_err("creating", &next))?;
+        let (from, to) = (pins.maps_dir().join(spec.pin), next.join(spec.pin));
+        remove_if_present(&to)?;
+        let map = MapData::from_pin(&from).map_err(map_err(&from))?;
+        map.pin(&to).map_err(|source| Error::Pin {
+            path: to.clone(),
+            source,
+        })?;
+    }
+    Ok(())
 }
 
 /// Once the programs use this layout's maps: removes the old pins (other

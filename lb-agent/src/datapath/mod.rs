@@ -193,6 +193,7 @@ impl Datapath {
                 } else if found.adoptable() {
                     (pins.maps_dir(), Start::Adopted)
                 } else {
+                    migrate::share_kept(pins, &found)?;
                     (pins.next_dir(), Start::Migrating(found.differences()))
                 }
             }

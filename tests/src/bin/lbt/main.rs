@@ -158,6 +158,10 @@ enum Cmd {
     BenchTcp(BenchArgs),
     /// Load: C workers doing back-to-back UDP request/reply for T s.
     BenchUdp(BenchArgs),
+    /// Load: C workers creating a UDP socket, connecting it to the next
+    /// `--to` address and closing it, back to back for T s; no datagram is
+    /// sent. What the connect hook costs every connection of the node.
+    BenchConnect(BenchArgs),
     /// The soak's client: requests without pause to the Services named on
     /// stdin, until stdin closes; tallies on stdout.
     SoakClient(soak::Args),
@@ -274,6 +278,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Churn { to } => print(churn(to)?),
         Cmd::BenchTcp(a) => print_json(&bench(&a, cli.netns.is_some(), Proto::Tcp)?),
         Cmd::BenchUdp(a) => print_json(&bench(&a, cli.netns.is_some(), Proto::Udp)?),
+        Cmd::BenchConnect(a) => print_json(&bench_connect(&a, cli.netns.is_some())?),
         Cmd::SoakClient(a) => {
             if cli.netns.is_none() {
                 bail!("refusing to generate load from the root netns: pass --netns");
@@ -952,7 +957,8 @@ struct BenchReport {
     replies: BTreeMap<String, u64>,
 }
 
-fn bench(a: &BenchArgs, in_netns: bool, proto: Proto) -> anyhow::Result<BenchReport> {
+/// How long a benchmark runs, once its arguments are found safe to run.
+fn bench_run(a: &BenchArgs, in_netns: bool) -> anyhow::Result<Duration> {
     let loopback = |s: &SocketAddr| match s.ip() {
         IpAddr::V4(ip) => ip.is_loopback(),
         IpAddr::V6(ip) => ip.is_loopback(),
@@ -964,6 +970,72 @@ fn bench(a: &BenchArgs, in_netns: bool, proto: Proto) -> anyhow::Result<BenchRep
     if a.concurrency == 0 || run.is_zero() {
         bail!("--concurrency and --seconds must be positive");
     }
+    Ok(run)
+}
+
+/// What `bench-connect` measured.
+#[derive(Serialize)]
+struct ConnectReport {
+    /// Sockets created, connected and closed.
+    ok: u64,
+    failed: u64,
+    seconds: f64,
+    rate: f64,
+    /// Wall time per socket()+connect()+close(), per worker.
+    ns_per_connect: f64,
+}
+
+fn bench_connect(a: &BenchArgs, in_netns: bool) -> anyhow::Result<ConnectReport> {
+    let run = bench_run(a, in_netns)?;
+    let start = Instant::now();
+    let deadline = start + run;
+    let workers: Vec<_> = (0..a.concurrency)
+        .map(|w| {
+            let to: Vec<socket2::SockAddr> = a.to.iter().map(|&s| s.into()).collect();
+            std::thread::spawn(move || {
+                let (mut ok, mut failed) = (0u64, 0u64);
+                let mut i = w;
+                while Instant::now() < deadline {
+                    // A batch between clock reads, so that the clock costs little.
+                    for _ in 0..64 {
+                        let addr = &to[i % to.len()];
+                        i += 1;
+                        let connected = socket2::Socket::new(
+                            socket2::Domain::for_address(
+                                addr.as_socket().expect("an inet address"),
+                            ),
+                            socket2::Type::DGRAM,
+                            None,
+                        )
+                        .and_then(|s| s.connect(addr));
+                        match connected {
+                            Ok(()) => ok += 1,
+                            Err(_) => failed += 1,
+                        }
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect();
+    let (mut ok, mut failed) = (0, 0);
+    for w in workers {
+        let (o, f) = w.join().map_err(|_| anyhow::anyhow!("worker panicked"))?;
+        ok += o;
+        failed += f;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    Ok(ConnectReport {
+        ok,
+        failed,
+        seconds,
+        rate: ok as f64 / seconds,
+        ns_per_connect: seconds * 1e9 * a.concurrency as f64 / (ok + failed).max(1) as f64,
+    })
+}
+
+fn bench(a: &BenchArgs, in_netns: bool, proto: Proto) -> anyhow::Result<BenchReport> {
+    let run = bench_run(a, in_netns)?;
     let start = Instant::now();
     let deadline = start + run;
     let fresh = a.socket_per_request;
