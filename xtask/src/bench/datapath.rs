@@ -45,12 +45,23 @@ impl Load {
             Load::Tcp => &["bench-tcp"],
             Load::UdpFresh => &["bench-udp", "--socket-per-request"],
             Load::UdpLong => &["bench-udp"],
+            Load::Connect => &["bench-connect"],
         }
     }
 }
 
-/// Our programs whose cost per call the bench reports (their link pins).
-const PROGRAMS: [&str; 4] = ["connect4", "sendmsg4", "recvmsg4", "connect6"];
+/// Our programs whose cost per call the bench reports (their link pins):
+/// every socket program; those a load does not run are left out.
+const PROGRAMS: [&str; 8] = [
+    "connect4",
+    "sendmsg4",
+    "recvmsg4",
+    "getpeername4",
+    "connect6",
+    "sendmsg6",
+    "recvmsg6",
+    "getpeername6",
+];
 
 /// Each of [`PROGRAMS`]' counters now, as attached by the agent pinned in
 /// `pins`.
@@ -180,6 +191,9 @@ pub(super) fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
         let to = match load {
             Load::Tcp => targets(mode, 80, 8080),
             Load::UdpFresh | Load::UdpLong => targets(mode, 53, 5353),
+            // The pods' discard port: no Service, and a UDP connect sends
+            // nothing.
+            Load::Connect => targets(Mode::Direct, 9, 9),
         };
         let mut args = load.args().to_vec();
         args.extend(["--to", &to, "-c", &c, "--seconds", &t]);

@@ -75,6 +75,10 @@ pub(crate) struct BenchArgs {
     /// and the tc programs' per-packet cost. Writes bench-nodeport.md.
     #[arg(long, conflicts_with_all = ["control_only", "scale"])]
     pub nodeport_only: bool,
+    /// Leave out the NodePort section: the datapath section (N = 1 to
+    /// 100,000 in a full run) and the control plane.
+    #[arg(long, conflicts_with_all = ["control_only", "scale", "nodeport_only"])]
+    pub no_nodeport: bool,
     /// With --scale: the largest N measured.
     #[arg(long, value_name = "N", requires = "scale")]
     pub scale_max: Option<usize>,
@@ -94,6 +98,7 @@ impl BenchArgs {
             realistic_objects: false,
             scale: false,
             nodeport_only: false,
+            no_nodeport: false,
             scale_max: None,
         }
     }
@@ -119,7 +124,7 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
         eprintln!("== datapath, N = {n}");
         rows.extend(datapath::measure(&plan, n)?);
     }
-    let nodeport = if plan.control_only {
+    let nodeport = if plan.control_only || args.no_nodeport {
         None
     } else {
         Some(nodeport::measure(&plan)?)

@@ -206,7 +206,7 @@ impl Bed {
 /// runs, and the `tc_cost` bench.
 pub(super) fn measure(plan: &Plan) -> anyhow::Result<NodePort> {
     let mut rows = Vec::new();
-    for &n in &plan.scales {
+    for &n in &plan.nodeport_scales {
         eprintln!("== NodePort, N = {n}");
         rows.extend(every_mode(plan, n)?);
     }

@@ -16,6 +16,8 @@ pub(super) struct Plan {
     /// The lb-agent binary measured.
     pub agent_bin: PathBuf,
     pub scales: Vec<usize>,
+    /// The NodePort section's N (the datapath section goes further).
+    pub nodeport_scales: Vec<usize>,
     pub endpoints: usize,
     pub concurrency: u32,
     pub seconds: f64,
@@ -39,7 +41,14 @@ impl Plan {
         let (scales, seconds, rounds, cold, updates, partial_syncs) = if a.quick {
             (vec![1, 100], 1.0, 2, (500, 10), 20, 5)
         } else {
-            (vec![1, 1000, 10_000], 3.0, 4, (10_000, 10), 200, 10)
+            (
+                vec![1, 1000, 10_000, 100_000],
+                3.0,
+                4,
+                (10_000, 10),
+                200,
+                10,
+            )
         };
         Self {
             quick: a.quick,
@@ -47,6 +56,11 @@ impl Plan {
             ours_only: a.ours_only,
             realistic: a.realistic_objects,
             agent_bin: lb_tests::agent::agent_bin(),
+            nodeport_scales: if a.control_only {
+                Vec::new()
+            } else {
+                scales.iter().copied().filter(|&n| n <= 10_000).collect()
+            },
             scales: if a.control_only { Vec::new() } else { scales },
             endpoints: a.endpoints,
             concurrency: a.concurrency,

@@ -25,6 +25,7 @@ fn plan(scales: &[usize]) -> Plan {
         realistic: false,
         agent_bin: PathBuf::from("/opt/lb-agent"),
         scales: scales.to_vec(),
+        nodeport_scales: scales.to_vec(),
         endpoints: 4,
         concurrency: 4,
         seconds: 1.0,

@@ -973,14 +973,17 @@ fn bench_run(a: &BenchArgs, in_netns: bool) -> anyhow::Result<Duration> {
     Ok(run)
 }
 
-/// What `bench-connect` measured.
+/// What `bench-connect` measured, in the shape of the other benchmarks'
+/// reports (no replies: nothing is sent).
 #[derive(Serialize)]
 struct ConnectReport {
     /// Sockets created, connected and closed.
     ok: u64,
     failed: u64,
+    errors: BTreeMap<String, u64>,
     seconds: f64,
     rate: f64,
+    replies: BTreeMap<String, u64>,
     /// Wall time per socket()+connect()+close(), per worker.
     ns_per_connect: f64,
 }
@@ -1028,8 +1031,10 @@ fn bench_connect(a: &BenchArgs, in_netns: bool) -> anyhow::Result<ConnectReport>
     Ok(ConnectReport {
         ok,
         failed,
+        errors: BTreeMap::new(),
         seconds,
         rate: ok as f64 / seconds,
+        replies: BTreeMap::new(),
         ns_per_connect: seconds * 1e9 * a.concurrency as f64 / (ok + failed).max(1) as f64,
     })
 }

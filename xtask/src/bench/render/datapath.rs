@@ -65,9 +65,48 @@ pub(super) fn tables(o: &mut String, plan: &Plan, rows: &[Row]) {
         }
         o.push('\n');
     }
+    connects(o, plan, rows);
     let failed: u64 = rows.iter().map(|r| r.runs.failed()).sum();
     let _ = writeln!(o, "Failed requests over all datapath runs: {failed}.\n");
     program_costs(o, plan, rows);
+}
+
+/// What a connect to an address that is no Service costs with our programs
+/// attached and without: what every other connection of the node pays.
+fn connects(o: &mut String, plan: &Plan, rows: &[Row]) {
+    let _ = writeln!(
+        o,
+        "### Connects to addresses that are no Service
+
+         UDP `socket()` + `connect()` + `close()` to the pods' addresses, nothing sent, {}          workers: direct from outside our cgroup (no program runs), ours from inside it          (`connect4` runs and finds no frontend). Wall time per connect is workers / rate;          \"ours adds\" is the difference of the medians.\n",
+        plan.concurrency
+    );
+    let _ = writeln!(
+        o,
+        "| N | mode | connects/s | spread | ns per connect | ours adds ns |"
+    );
+    let _ = writeln!(o, "|---:|---|---:|---:|---:|---:|");
+    let ns = |rate: f64| f64::from(plan.concurrency) * 1e9 / rate;
+    for &n in &plan.scales {
+        let direct = find(rows, Mode::Direct, n).runs.rate(Load::Connect);
+        for mode in [Mode::Direct, Mode::Ours] {
+            let runs = &find(rows, mode, n).runs;
+            let (lo, hi) = runs.spread(Load::Connect);
+            let rate = runs.rate(Load::Connect);
+            let adds = if mode == Mode::Ours {
+                format!("{:.0}", ns(rate) - ns(direct))
+            } else {
+                String::from("-")
+            };
+            let _ = writeln!(
+                o,
+                "| {n} | {} | {rate:.0} | {lo:.0}-{hi:.0} | {:.0} | {adds} |",
+                mode.name(),
+                ns(rate)
+            );
+        }
+    }
+    o.push('\n');
 }
 
 /// Our programs' mean run time per call during each of our runs.

@@ -59,7 +59,7 @@ fn rate_tables(o: &mut String, plan: &Plan, np: &NodePort) {
             "| N | mode | {unit} | vs direct | vs ours | spread | {lat} p50 µs | {lat} p99 µs | tc ns/packet in, out |"
         );
         let _ = writeln!(o, "|---:|---|---:|---:|---:|---:|---:|---:|---:|");
-        for &n in &plan.scales {
+        for &n in &plan.nodeport_scales {
             let (d, us) = (row(Mode::Direct, n), row(Mode::Ours, n));
             for mode in Mode::ALL {
                 let r = row(mode, n);

@@ -69,7 +69,10 @@ impl Mode {
     pub(crate) fn loads(self) -> &'static [Load] {
         match self {
             Mode::OursAffinity | Mode::OursLocal | Mode::Direct6 | Mode::Ours6 => &[Load::Tcp],
-            _ => &Load::ALL,
+            // What every other connection of the node pays: with our
+            // programs and without.
+            Mode::Direct | Mode::Ours => &Load::ALL,
+            Mode::Iptables | Mode::Nftables => &Load::THROUGH_SERVICE,
         }
     }
 }
@@ -98,10 +101,15 @@ pub(crate) enum Load {
     /// One unconnected UDP socket per worker, `sendto` per request: after
     /// the first datagram, only per-packet costs remain.
     UdpLong,
+    /// A UDP socket created, connected to an address that is no Service,
+    /// and closed; nothing is sent. Direct (no program) and ours only.
+    Connect,
 }
 
 impl Load {
-    pub(crate) const ALL: [Load; 3] = [Load::Tcp, Load::UdpFresh, Load::UdpLong];
+    /// The loads through a Service.
+    pub(crate) const THROUGH_SERVICE: [Load; 3] = [Load::Tcp, Load::UdpFresh, Load::UdpLong];
+    pub(crate) const ALL: [Load; 4] = [Load::Tcp, Load::UdpFresh, Load::UdpLong, Load::Connect];
 }
 
 /// One mode at one N: every round's report, per load.

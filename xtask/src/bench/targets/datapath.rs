@@ -13,10 +13,26 @@ pub(crate) fn targets(plan: &Plan, rows: &[Row]) -> Vec<Target> {
         let (d, us) = (find(rows, Mode::Direct, n), find(rows, Mode::Ours, n));
         let r = us.runs.rate(Load::Tcp) / d.runs.rate(Load::Tcp);
         t.push(Target::at_least(
-            format!("ours >= 95% of direct at N={n} (TCP)"),
+            format!("ours >= 98% of direct at N={n} (TCP)"),
             r,
-            0.95,
+            0.98,
             Measured::Percent(r),
+        ));
+        let long = |mode| find(rows, mode, n).runs.rate(Load::UdpLong);
+        let (ours, nft) = (long(Mode::Ours), long(Mode::Nftables));
+        t.push(Target::at_least(
+            format!("ours >= nftables at N={n} (UDP, long-lived sockets)"),
+            ours,
+            nft,
+            Measured::Times(ours / nft),
+        ));
+        let per_connect =
+            |mode| f64::from(plan.concurrency) * 1e9 / find(rows, mode, n).runs.rate(Load::Connect);
+        let adds = per_connect(Mode::Ours) - per_connect(Mode::Direct);
+        t.push(Target::new(
+            format!("a connect to no Service costs <= 100 ns more with ours at N={n}"),
+            Measured::Nanos(adds),
+            adds <= 100.0,
         ));
         let nft = find(rows, Mode::Nftables, n).runs.rate(Load::Tcp);
         let ours = us.runs.rate(Load::Tcp);
@@ -43,7 +59,25 @@ pub(crate) fn targets(plan: &Plan, rows: &[Row]) -> Vec<Target> {
         ));
     }
     if let Some(&n) = plan.scales.last() {
-        let us = find(rows, Mode::Ours, n).runs.rate(Load::Tcp);
+        let us = find(rows, Mode::Ours, n);
+        for (mode, load, prog, limit) in [
+            (Mode::Ours, Load::Tcp, "connect4", 400.0),
+            (Mode::Ours, Load::UdpFresh, "connect4", 400.0),
+            (Mode::Ours6, Load::Tcp, "connect6", 400.0),
+            (Mode::Ours, Load::UdpLong, "sendmsg4", 300.0),
+        ] {
+            let ns = find(rows, mode, n)
+                .programs
+                .iter()
+                .find(|&&(l, p, _)| (l, p) == (load, prog))
+                .map_or(f64::NAN, |(.., runs)| runs.ns_per_run());
+            t.push(Target::new(
+                format!("{prog} <= {limit:.0} ns per call at N={n} ({load:?})"),
+                Measured::Nanos(ns),
+                ns <= limit,
+            ));
+        }
+        let us = us.runs.rate(Load::Tcp);
         let r = find(rows, Mode::OursAffinity, n).runs.rate(Load::Tcp) / us;
         t.push(Target::new(
             format!("ClientIP affinity costs <= 3% of ours' rate at N={n} (TCP)"),

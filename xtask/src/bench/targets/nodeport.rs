@@ -30,7 +30,7 @@ pub(crate) fn targets(plan: &Plan, np: &NodePort) -> Vec<Target> {
             ));
         }
     }
-    for &n in &plan.scales {
+    for &n in &plan.nodeport_scales {
         let us = row(Mode::Ours, n).runs.rate(Load::Tcp);
         let nft = row(Mode::Nftables, n).runs.rate(Load::Tcp);
         t.push(Target::at_least(
@@ -40,7 +40,7 @@ pub(crate) fn targets(plan: &Plan, np: &NodePort) -> Vec<Target> {
             Measured::Times(us / nft),
         ));
     }
-    if plan.scales.contains(&10_000) {
+    if plan.nodeport_scales.contains(&10_000) {
         let ipt = row(Mode::Iptables, 10_000).runs.rate(Load::Tcp);
         let r = row(Mode::Ours, 10_000).runs.rate(Load::Tcp) / ipt;
         t.push(Target::at_least(
