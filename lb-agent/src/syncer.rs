@@ -366,16 +366,41 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
                 .programmed()
                 .map(|(fe, t, _)| (*fe, t.clone()))
                 .collect::<BTreeMap<_, _>>();
+            // What the maps hold too: an earlier agent's bits are not known.
+            let in_maps: Vec<IpAddr> = self.reconciler.frontends().map(|fe| fe.vip).collect();
+            if !self.add_addresses(desired.keys().map(|fe| fe.vip).chain(in_maps)) {
+                self.full_pending = true;
+                return None;
+            }
             let outcome = self.reconciler.reconcile(&desired);
             (None, desired.len(), outcome)
         } else {
             let mut touched = flush.touched;
             touched.extend(self.retries.due(now));
+            if !self.add_addresses(touched.iter().map(|fe| fe.vip)) {
+                self.full_pending = true;
+                return None;
+            }
             let changes = touched.iter().map(|fe| (fe, self.cache.desired(fe)));
             let outcome = self.reconciler.reconcile_some(&changes.collect::<Vec<_>>());
             let frontends = touched.len();
             (Some(touched), frontends, outcome)
         };
+        let removed = touched
+            .as_ref()
+            .is_none_or(|t| t.iter().any(|fe| self.cache.desired(fe).is_none()));
+        if removed {
+            let left = self.reconciler.frontends().map(|fe| fe.vip);
+            if let Err(e) = self.settings.set_addresses(left.collect::<Vec<_>>()) {
+                // The bits stay set: a connect to those addresses only
+                // looks them up.
+                self.shared.metrics.map_write_errors.inc();
+                error!(
+                    error = &e as &dyn std::error::Error,
+                    "clearing the bits of removed frontend addresses failed; retrying later"
+                );
+            }
+        }
         self.retries
             .track(touched.as_ref(), &outcome.failed, now, &self.shared.metrics);
         if outcome.deleted > 0 {
@@ -426,6 +451,22 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
         }
         self.full_pending = true;
         self.sync(now)
+    }
+
+    /// Sets the `LB_ADDRS` bits of `addrs` before their frontends are
+    /// written; on failure (then nothing is written) says so.
+    fn add_addresses(&mut self, addrs: impl IntoIterator<Item = IpAddr>) -> bool {
+        match self.settings.add_addresses(addrs) {
+            Ok(()) => true,
+            Err(e) => {
+                self.shared.metrics.map_write_errors.inc();
+                error!(
+                    error = &e as &dyn std::error::Error,
+                    "setting the bits of frontend addresses failed; writing nothing until it works"
+                );
+                false
+            }
+        }
     }
 
     /// Deletes what waited for a grace period that has now passed.

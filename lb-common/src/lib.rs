@@ -6,7 +6,8 @@
 //! network byte order; fields say so with a `_be` suffix. Addresses are byte
 //! arrays so that `bpftool map dump` prints them readably.
 //!
-//! One file per map family: [`lb`] (frontends, their state, backend slots,
+//! One file per map family: [`addrs`] (which addresses have frontends),
+//! [`lb`] (frontends, their state, backend slots,
 //! backends, revision members), [`affinity`] (session affinity), [`revnat`]
 //! (socket reverse NAT), and for the tc programs [`ct`] (conntrack),
 //! [`nat`] (source NAT), [`frag`] (fragments), [`src_ranges`]
@@ -18,6 +19,7 @@
 //! types, and the state has the same shape.
 #![no_std]
 
+pub mod addrs;
 pub mod affinity;
 pub mod config;
 pub mod ct;
@@ -31,6 +33,7 @@ pub mod revnat;
 pub mod src_ranges;
 pub mod stats;
 
+pub use addrs::*;
 pub use affinity::*;
 pub use config::*;
 pub use ct::*;

@@ -19,7 +19,8 @@ use crate::{
 /// affinity, members or policy bits, and a 20-byte frontend state. Layout 3
 /// had no IPv6 maps. Layout 4 had no fragment, reject or previous-map
 /// maps, kept each direction's TCP state apart in conntrack entries, and a
-/// shorter `LB_CONFIG`.
+/// shorter `LB_CONFIG`. Layout 5 kept every socket's reverse-NAT entry in
+/// the LRU `LB4_REVNAT` (no `LB_SOCK_REVNAT`) and had no `LB_ADDRS`.
 pub const LAYOUT_VERSION: u32 = 6;
 
 /// `BPF_MAP_TYPE_HASH`.
@@ -118,6 +119,9 @@ pub const SOCK_REVNAT: MapSpec = spec::<i32, SockRevNat>(
     MAP_TYPE_SK_STORAGE,
     BPF_F_NO_PREALLOC,
 );
+/// Which addresses have frontends: a bitmap of [`crate::ADDR_WORDS`] `u64`
+/// words, see [`crate::addrs`]. Written by the agent.
+pub const ADDRS: MapSpec = spec::<u32, u64>("LB_ADDRS", "LB_ADDRS_V6", MAP_TYPE_ARRAY, 0);
 /// IPv6 frontends: [`Frontend6Key`] -> [`FrontendId`], ids of their own.
 pub const FRONTENDS6: MapSpec = spec::<Frontend6Key, FrontendId>(
     "LB6_FRONTENDS",
@@ -213,7 +217,7 @@ pub const CT4_PREV: MapSpec = prev("LB4_CT_PREV", "LB4_CT_PREV_V6");
 pub const NAT4_PREV: MapSpec = prev("LB4_NAT_PREV", "LB4_NAT_PREV_V6");
 
 /// Every map of this layout.
-pub const ALL_MAPS: [MapSpec; 26] = [
+pub const ALL_MAPS: [MapSpec; 27] = [
     FRONTENDS4,
     FE_STATE4,
     SLOTS4,
@@ -222,6 +226,7 @@ pub const ALL_MAPS: [MapSpec; 26] = [
     AFFINITY4,
     REVNAT4,
     SOCK_REVNAT,
+    ADDRS,
     FRONTENDS6,
     FE_STATE6,
     SLOTS6,

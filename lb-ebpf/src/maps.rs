@@ -7,8 +7,8 @@ use aya_ebpf::{
     macros::btf_map,
 };
 use lb_common::{
-    AffinityKey, AffinityValue, BPF_F_NO_PREALLOC, Backend4, Backend6, Ct4Key, Ct4Value,
-    DEFAULT_AFFINITY_MAX, DEFAULT_BACKENDS_MAX, DEFAULT_CT_MAX, DEFAULT_FRAG_MAX,
+    ADDR_WORDS, AffinityKey, AffinityValue, BPF_F_NO_PREALLOC, Backend4, Backend6, Ct4Key,
+    Ct4Value, DEFAULT_AFFINITY_MAX, DEFAULT_BACKENDS_MAX, DEFAULT_CT_MAX, DEFAULT_FRAG_MAX,
     DEFAULT_FRONTENDS_MAX, DEFAULT_NAT_MAX, DEFAULT_REVNAT_MAX, DEFAULT_SLOTS_MAX,
     DEFAULT_SOURCE_RANGES_MAX, DatapathConfig, Frag4Key, Frag4Value, Frontend4Key, Frontend4State,
     Frontend6Key, Frontend6State, FrontendId, Member, MemberKey, Nat4Key, Nat4Value, REJECTS_MAX,
@@ -57,6 +57,11 @@ pub static LB4_AFFINITY: LruHashMap<AffinityKey, AffinityValue, AFFINITY_MAX> = 
 #[btf_map]
 pub static LB4_REVNAT: LruHashMap<RevNat4Key, RevNat4Value, { DEFAULT_REVNAT_MAX as usize }> =
     LruHashMap::new();
+
+/// Which addresses have frontends, one bit per address hash (see
+/// `lb_common::addrs`). Written by the agent.
+#[btf_map]
+pub static LB_ADDRS: Array<u64, { ADDR_WORDS as usize }> = Array::new();
 
 /// Socket -> the backend it was sent to and the frontend addressed, in the
 /// socket's own storage. Written by connect*/sendmsg*, read by

@@ -26,11 +26,11 @@ use lb_common::{
     RevNat6Key, RevNat6Value, SCOPE_INTERNAL, SOCK_REVNAT_V4, SOCK_REVNAT_V6, STAT_AFFINITY_HIT,
     STAT_CONNECT_TRANSLATED, STAT_PASSED_REMOVED, STAT_REFUSED_INCONSISTENT,
     STAT_REFUSED_NO_ENDPOINTS, STAT_REFUSED_NO_LOCAL, STAT_REFUSED_UNKNOWN_PORT, STAT_REVERSED,
-    STAT_REVNAT_FAILED, STAT_SENDMSG_TRANSLATED, SockRevNat,
+    STAT_REVNAT_FAILED, STAT_SENDMSG_TRANSLATED, SockRevNat, addr_bit4, addr_bit6,
 };
 use lb_ebpf::{
     lb::{Family, Selection, V4, V6, select},
-    maps::{LB_SOCK_REVNAT, LB4_REVNAT, LB4_REVNAT_PREV, LB6_REVNAT, LB6_REVNAT_PREV},
+    maps::{LB_ADDRS, LB_SOCK_REVNAT, LB4_REVNAT, LB4_REVNAT_PREV, LB6_REVNAT, LB6_REVNAT_PREV},
     stats::count,
 };
 
@@ -173,6 +173,9 @@ fn translate4(ctx: &SockAddrContext) -> Result<bool, Refuse> {
         return Ok(false);
     };
     // user_ip4/user_port hold network-order bytes in memory; keep those bytes.
+    if !maybe_frontend(addr_bit4(ip.to_ne_bytes())) {
+        return Ok(false);
+    }
     let key = frontend4(ip.to_ne_bytes(), port, proto);
     let Some(backend) = choose::<V4>(ctx, &key)? else {
         return Ok(false);
@@ -204,6 +207,9 @@ fn translate6(ctx: &SockAddrContext) -> Result<bool, Refuse> {
         return Ok(false);
     };
     if is_v4_mapped(&ip) {
+        if !maybe_frontend(addr_bit4(ip[3].to_ne_bytes())) {
+            return Ok(false);
+        }
         let key = frontend4(ip[3].to_ne_bytes(), port, proto);
         let Some(backend) = choose::<V4>(ctx, &key)? else {
             return Ok(false);
@@ -217,8 +223,12 @@ fn translate6(ctx: &SockAddrContext) -> Result<bool, Refuse> {
         }
         return Ok(true);
     }
+    let addr_be = words_to_bytes(&ip);
+    if !maybe_frontend(addr_bit6(&addr_be)) {
+        return Ok(false);
+    }
     let key = Frontend6Key {
-        addr_be: words_to_bytes(&ip),
+        addr_be,
         port_be: port as u16,
         proto,
         scope: SCOPE_INTERNAL,
@@ -237,6 +247,13 @@ fn translate6(ctx: &SockAddrContext) -> Result<bool, Refuse> {
         (*sa).user_port = u32::from(backend.port_be);
     }
     Ok(true)
+}
+
+/// Whether the address whose bit is `(word, mask)` may have a frontend: a
+/// clear bit in `LB_ADDRS` rules it out without a lookup.
+#[inline(always)]
+fn maybe_frontend((word, mask): (u32, u64)) -> bool {
+    LB_ADDRS.get(word).is_some_and(|w| w & mask != 0)
 }
 
 #[inline(always)]

@@ -7,8 +7,9 @@ use aya::maps::{
     Array, Map, MapData, MapError,
     lpm_trie::{Key, LpmTrie},
 };
-use lb_common::{CONFIG, DatapathConfig, MapSpec, SOURCE_RANGES4, SourceRange4};
+use lb_common::{ADDRS, CONFIG, DatapathConfig, MapSpec, SOURCE_RANGES4, SourceRange4};
 
+use super::batch::Typed;
 use crate::reconcile::{SettingsStore, SourceRangeKey, StoreError};
 
 /// The settings maps pinned in one maps directory, opened once: the file
@@ -16,6 +17,7 @@ use crate::reconcile::{SettingsStore, SourceRangeKey, StoreError};
 pub struct BpfSettings {
     config: Array<MapData, DatapathConfig>,
     ranges: LpmTrie<MapData, SourceRange4, u32>,
+    addresses: Typed<u32, u64>,
 }
 
 impl BpfSettings {
@@ -28,6 +30,7 @@ impl BpfSettings {
                 .map_err(store_err(&CONFIG, "open"))?,
             ranges: LpmTrie::try_from(Map::LpmTrie(data(&SOURCE_RANGES4)?))
                 .map_err(store_err(&SOURCE_RANGES4, "open"))?,
+            addresses: Typed::new(data(&ADDRS)?).map_err(store_err(&ADDRS, "open"))?,
         })
     }
 }
@@ -62,5 +65,16 @@ impl SettingsStore for BpfSettings {
         self.ranges
             .remove(&Key::new(*len, *data))
             .map_err(store_err(&SOURCE_RANGES4, "delete"))
+    }
+
+    fn write_address_words(&mut self, writes: &[(u32, u64)]) -> Result<(), StoreError> {
+        let (indexes, words): (Vec<u32>, Vec<u64>) = writes.iter().copied().unzip();
+        self.addresses
+            .update(&indexes, &words, 0)
+            .map_err(|(_, source)| StoreError::Syscall {
+                map: ADDRS.name,
+                op: "update",
+                source,
+            })
     }
 }

@@ -221,6 +221,8 @@ pub struct MemSettings {
     pub ranges: std::collections::BTreeSet<super::SourceRangeKey>,
     /// How many writes each kind took: config, insert, remove.
     pub writes: [usize; 3],
+    /// `LB_ADDRS`' words written, by index.
+    pub address_words: BTreeMap<u32, u64>,
 }
 
 impl super::SettingsStore for MemSettings {
@@ -245,6 +247,11 @@ impl super::SettingsStore for MemSettings {
     fn remove_source_range(&mut self, key: &super::SourceRangeKey) -> Result<(), StoreError> {
         self.ranges.remove(key);
         self.writes[2] += 1;
+        Ok(())
+    }
+
+    fn write_address_words(&mut self, writes: &[(u32, u64)]) -> Result<(), StoreError> {
+        self.address_words.extend(writes.iter().copied());
         Ok(())
     }
 }

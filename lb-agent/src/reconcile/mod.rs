@@ -2,6 +2,7 @@
 //! that a program reading the maps concurrently never fails. Knows nothing
 //! of Kubernetes; generic over the address family and the kind of table.
 
+mod addresses;
 mod dual;
 mod family;
 mod grace;

@@ -1,14 +1,18 @@
-//! The tc programs' settings: `LB_CONFIG`'s one entry, and the source
-//! ranges of the external frontends `loadBalancerSourceRanges` guards
-//! (`LB4_SRC_RANGES`). Written here, like every other map the agent
-//! fills, so that one place owns the maps' contents.
+//! The programs' settings: `LB_CONFIG`'s one entry, the source ranges of
+//! the external frontends `loadBalancerSourceRanges` guards
+//! (`LB4_SRC_RANGES`), and the bitmap of frontend addresses (`LB_ADDRS`).
+//! Written here, like every other map the agent fills, so that one place
+//! owns the maps' contents.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+};
 
 use ipnet::IpNet;
 use lb_common::{DatapathConfig, SOURCE_RANGE_PREFIX, SourceRange4};
 
-use super::StoreError;
+use super::{StoreError, addresses::AddressBits};
 use crate::model::Frontend;
 
 /// One `LB4_SRC_RANGES` key: prefix length in bits, and the data behind it.
@@ -22,6 +26,8 @@ pub trait SettingsStore {
     fn source_ranges(&self) -> Result<BTreeSet<SourceRangeKey>, StoreError>;
     fn insert_source_range(&mut self, key: &SourceRangeKey) -> Result<(), StoreError>;
     fn remove_source_range(&mut self, key: &SourceRangeKey) -> Result<(), StoreError>;
+    /// Sets words of `LB_ADDRS`: `(index, word)`, in one batch.
+    fn write_address_words(&mut self, writes: &[(u32, u64)]) -> Result<(), StoreError>;
 }
 
 /// Writes the settings; the source ranges only when they changed.
@@ -31,6 +37,7 @@ pub struct Settings<S> {
     /// The source ranges changed since they were last written (true at
     /// first, so that what an earlier agent left is reconciled).
     ranges_stale: bool,
+    addresses: AddressBits,
 }
 
 impl<S: SettingsStore> Settings<S> {
@@ -38,6 +45,7 @@ impl<S: SettingsStore> Settings<S> {
         Self {
             store,
             ranges_stale: true,
+            addresses: AddressBits::default(),
         }
     }
 
@@ -76,6 +84,39 @@ impl<S: SettingsStore> Settings<S> {
         Ok(true)
     }
 
+    /// Sets the `LB_ADDRS` bits of `addrs`, keeping the others: before
+    /// frontends of theirs are written.
+    pub fn add_addresses(
+        &mut self,
+        addrs: impl IntoIterator<Item = IpAddr>,
+    ) -> Result<(), StoreError> {
+        let (words, writes) = self.addresses.with(addrs);
+        self.write_addresses(words, &writes)
+    }
+
+    /// Makes `LB_ADDRS` hold the bits of `addrs` only: after frontends
+    /// were deleted, with `addrs` every address left in the maps.
+    pub fn set_addresses(
+        &mut self,
+        addrs: impl IntoIterator<Item = IpAddr>,
+    ) -> Result<(), StoreError> {
+        let (words, writes) = self.addresses.exactly(addrs);
+        self.write_addresses(words, &writes)
+    }
+
+    fn write_addresses(
+        &mut self,
+        words: Vec<u64>,
+        writes: &[(u32, u64)],
+    ) -> Result<(), StoreError> {
+        if let Err(e) = self.store.write_address_words(writes) {
+            self.addresses.written(None);
+            return Err(e);
+        }
+        self.addresses.written(Some(words));
+        Ok(())
+    }
+
     /// The store, to look at in tests.
     #[cfg(test)]
     pub fn store(&self) -> &S {
@@ -89,7 +130,7 @@ impl<S: SettingsStore> Settings<S> {
 fn source_range_keys(guarded: &BTreeMap<Frontend, Vec<IpNet>>) -> BTreeSet<SourceRangeKey> {
     let mut keys = BTreeSet::new();
     for (fe, ranges) in guarded {
-        let std::net::IpAddr::V4(addr) = fe.vip else {
+        let IpAddr::V4(addr) = fe.vip else {
             continue;
         };
         for range in ranges {

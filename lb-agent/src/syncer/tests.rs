@@ -384,3 +384,53 @@ fn source_ranges_are_written_when_they_change_new_ones_before_old_ones_go() {
     assert_eq!(keys(&s), [(64 + 25, [192, 0, 2, 9], [203, 0, 113, 0])]);
     assert_eq!(s.settings().store().writes, [0, 2, 1]);
 }
+
+#[test]
+fn address_bits_are_set_for_every_frontend_address_and_cleared_once_none_is_left() {
+    let (mut s, _, _) = syncer(64);
+    let now = Instant::now();
+    let bit = |s: &Syncer<Mem, ManualGrace, MemSettings>, ip: [u8; 4]| {
+        let (word, mask) = lb_common::addr_bit4(ip);
+        s.settings()
+            .store()
+            .address_words
+            .get(&word)
+            .copied()
+            .unwrap_or(0)
+            & mask
+            != 0
+    };
+    list(
+        &mut s,
+        vec![service("a", "10.96.0.1"), service("b", "10.96.0.2")],
+        vec![
+            slice("a-1", "a", &["10.0.0.1"]),
+            slice("b-1", "b", &["10.0.0.2"]),
+        ],
+        now,
+    );
+    s.sync(now).unwrap();
+    assert!(bit(&s, [10, 96, 0, 1]) && bit(&s, [10, 96, 0, 2]));
+    assert_eq!(
+        s.settings().store().address_words.len(),
+        lb_common::ADDR_WORDS as usize,
+        "the first write is whole"
+    );
+
+    // b's frontends gone from the maps: its bit goes (unless a's shares it).
+    s.apply(deleted("b"), now);
+    s.sync(now).unwrap();
+    assert!(bit(&s, [10, 96, 0, 1]));
+    let (wa, ma) = lb_common::addr_bit4([10, 96, 0, 1]);
+    let (wb, mb) = lb_common::addr_bit4([10, 96, 0, 2]);
+    if (wa, ma) != (wb, mb) {
+        assert!(!bit(&s, [10, 96, 0, 2]));
+    }
+    // A new Service's bit is set by the sync that writes its frontends.
+    s.apply(
+        Change::Service(Box::new(service("c", "10.96.0.3").build())),
+        now,
+    );
+    s.sync(now).unwrap();
+    assert!(bit(&s, [10, 96, 0, 3]));
+}
