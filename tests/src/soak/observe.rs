@@ -105,6 +105,11 @@ impl Observer {
         lock(&self.inner.tracker)
     }
 
+    /// The latest sample, if any.
+    pub fn last_sample(&self) -> Option<Sample> {
+        lock(&self.inner.samples).last().cloned()
+    }
+
     /// The agent's pid now (0: down).
     pub fn set_pid(&self, pid: u32) {
         self.inner.pid.store(pid, Ordering::SeqCst);
