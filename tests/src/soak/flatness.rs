@@ -4,7 +4,12 @@
 //! is held against the first third's: a median shrugs off the swing of a
 //! relist or an outage, while a leak moves it. The Services come and go
 //! between 45 and 55, so the entries are judged by their excess over the
-//! need at each sample, which a steady state keeps near 0.
+//! need at each sample. They and the fds are judged at settled samples
+//! only, taken with nothing in flight or held back (an outage closes the
+//! agent's watch connections, and a deletion made meanwhile stays in the
+//! maps until the apiserver is back): there the steady state is known. A
+//! run with too few settled samples in a third (a short one, whose outages
+//! are frequent) leaves them unjudged, and says so.
 
 use std::time::Duration;
 
@@ -22,7 +27,8 @@ pub const EXCESS_GROWTH: f64 = 2.0;
 const WARMUP_SHARE: f64 = 0.1;
 /// ... and at least this long (the allocator's arenas, the first relist).
 const WARMUP_MIN: Duration = Duration::from_secs(20);
-/// Fewer samples in a third: too short to judge, which fails.
+/// Fewer samples in a third: too short to judge, which fails. Fewer
+/// settled ones: the fds and entries are not judged.
 pub const MIN_PER_THIRD: usize = 3;
 
 /// One quantity, first third against last.
@@ -49,7 +55,12 @@ pub struct Flatness {
     pub last: (f64, f64),
     /// Samples in each third.
     pub per_third: usize,
+    /// Of those, the settled ones in the first and the last third, which
+    /// the fds and the entries are judged by.
+    pub settled: (usize, usize),
     pub checks: Vec<Check>,
+    /// What was not judged, for want of settled samples.
+    pub unjudged: Vec<&'static str>,
 }
 
 impl Flatness {
@@ -74,6 +85,8 @@ struct Quantity {
     name: &'static str,
     of: fn(&Sample) -> Option<f64>,
     limit: fn(f64) -> f64,
+    /// Judged at settled samples only.
+    settled: bool,
 }
 
 fn excess(entries: usize, needed: usize) -> f64 {
@@ -85,41 +98,49 @@ const QUANTITIES: [Quantity; 8] = [
         name: "agent RSS (KiB)",
         of: |s| s.rss_kib.map(|v| v as f64),
         limit: |m| m * (1.0 + RSS_GROWTH),
+        settled: false,
     },
     Quantity {
         name: "agent open fds",
         of: |s| s.fds.map(|v| v as f64),
         limit: |m| m + FDS_GROWTH,
+        settled: true,
     },
     Quantity {
         name: "frontends beyond need",
         of: |s| s.entries.map(|e| excess(e.frontends, s.needed.0)),
         limit: |m| m + EXCESS_GROWTH,
+        settled: true,
     },
     Quantity {
         name: "states beyond need",
         of: |s| s.entries.map(|e| excess(e.states, s.needed.0)),
         limit: |m| m + EXCESS_GROWTH,
+        settled: true,
     },
     Quantity {
         name: "slots beyond need",
         of: |s| s.entries.map(|e| excess(e.slots, s.needed.1)),
         limit: |m| m + EXCESS_GROWTH,
+        settled: true,
     },
     Quantity {
         name: "backends beyond need",
         of: |s| s.entries.map(|e| excess(e.backends, s.needed.2)),
         limit: |m| m + EXCESS_GROWTH,
+        settled: true,
     },
     Quantity {
         name: "members (none needed)",
         of: |s| s.entries.map(|e| e.members as f64),
         limit: |m| m + EXCESS_GROWTH,
+        settled: true,
     },
     Quantity {
         name: "affinity entries (none needed)",
         of: |s| s.entries.map(|e| e.affinity as f64),
         limit: |m| m + EXCESS_GROWTH,
+        settled: true,
     },
 ];
 
@@ -153,10 +174,23 @@ pub fn judge(samples: &[Sample], traffic: (u64, u64)) -> Result<Flatness, String
         let t = |s: &Sample| s.t_ns.saturating_sub(from) as f64 / 1e9;
         (t(third[0]), t(third[third.len() - 1]))
     };
-    let checks = QUANTITIES
-        .iter()
+    let settled = |third: &[&Sample]| third.iter().filter(|s| s.settled).count();
+    let settled = (settled(head), settled(tail));
+    let judgeable = settled.0.min(settled.1) >= MIN_PER_THIRD;
+    let (checked, unjudged): (Vec<&Quantity>, Vec<&Quantity>) =
+        QUANTITIES.iter().partition(|q| judgeable || !q.settled);
+    let checks = checked
+        .into_iter()
         .map(|q| {
-            let of = |third: &[&Sample]| median(third.iter().filter_map(|s| (q.of)(s)).collect());
+            let of = |third: &[&Sample]| {
+                median(
+                    third
+                        .iter()
+                        .filter(|s| s.settled || !q.settled)
+                        .filter_map(|s| (q.of)(s))
+                        .collect(),
+                )
+            };
             let first = of(head);
             Check {
                 name: q.name,
@@ -171,7 +205,9 @@ pub fn judge(samples: &[Sample], traffic: (u64, u64)) -> Result<Flatness, String
         first: secs(head),
         last: secs(tail),
         per_third,
+        settled,
         checks,
+        unjudged: unjudged.iter().map(|q| q.name).collect(),
     })
 }
 
@@ -202,6 +238,7 @@ mod tests {
                 revnat: None,
             }),
             needed,
+            settled: true,
         }
     }
 
@@ -274,6 +311,31 @@ mod tests {
             )
         });
         assert_eq!(failed(&samples), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn entries_are_judged_where_no_change_is_in_flight() {
+        // Late in the run, deletions made during outages linger in the
+        // maps until the apiserver is back: at those samples only.
+        let samples = run(|t| {
+            let outage = t > 300 && t % 30 < 20;
+            Sample {
+                settled: !outage,
+                ..sample(t, 30_000, 36, 50, if outage { 9 } else { 0 })
+            }
+        });
+        assert_eq!(failed(&samples), Vec::<&str>::new());
+        let flat = judge(&samples, (0, 600 * SEC)).unwrap();
+        assert_eq!(flat.settled, (36, 12));
+        // With nothing settled in a third, only RSS is judged.
+        let busy = run(|t| Sample {
+            settled: t < 300,
+            ..sample(t, 30_000 + t * 10, 36 + t as usize, 50, t as usize)
+        });
+        let flat = judge(&busy, (0, 600 * SEC)).unwrap();
+        assert_eq!(flat.settled, (36, 0));
+        assert_eq!(flat.unjudged.len(), 7, "{flat:?}");
+        assert_eq!(flat.failures().len(), 1, "RSS: {flat:?}");
     }
 
     #[test]

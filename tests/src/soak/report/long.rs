@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use crate::soak::{
-    flatness::{EXCESS_GROWTH, FDS_GROWTH, RSS_GROWTH},
+    flatness::{EXCESS_GROWTH, FDS_GROWTH, MIN_PER_THIRD, RSS_GROWTH},
     observe::Sample,
     outcome::Results,
 };
@@ -24,7 +24,7 @@ pub(super) fn render(o: &mut String, r: &Results) {
         Ok(f) => {
             let _ = writeln!(
                 o,
-                "After a {:.0} s warm-up, the samples' first third ({:.0} to {:.0} s, {} samples) against their last ({:.0} to {:.0} s): the last third's median may exceed the first's by {:.0} % for RSS, {FDS_GROWTH:.0} for open fds and {EXCESS_GROWTH:.0} for each map's entries beyond what the live Services need at the sample (the reverse-NAT map is an LRU that fills to its capacity by design: shown below, not judged).\n",
+                "After a {:.0} s warm-up, the samples' first third ({:.0} to {:.0} s, {} samples) against their last ({:.0} to {:.0} s): the last third's median may exceed the first's by {:.0} % for RSS, {FDS_GROWTH:.0} for open fds and {EXCESS_GROWTH:.0} for each map's entries beyond what the live Services need; the fds and the entries at the settled samples only, taken with nothing in flight or held back ({} and {} of them: an outage closes the agent's watch connections, and a deletion made meanwhile stays in the maps until the apiserver is back). The reverse-NAT map is an LRU that fills to its capacity by design: shown below, not judged.\n",
                 f.warmup.as_secs_f64(),
                 f.first.0,
                 f.first.1,
@@ -32,6 +32,8 @@ pub(super) fn render(o: &mut String, r: &Results) {
                 f.last.0,
                 f.last.1,
                 RSS_GROWTH * 100.0,
+                f.settled.0,
+                f.settled.1,
             );
             let _ = writeln!(
                 o,
@@ -46,6 +48,13 @@ pub(super) fn render(o: &mut String, r: &Results) {
                     c.last,
                     c.limit,
                     if c.ok() { "flat" } else { "**grew**" }
+                );
+            }
+            if !f.unjudged.is_empty() {
+                let _ = writeln!(
+                    o,
+                    "\nNot judged, for want of {MIN_PER_THIRD} settled samples in both thirds: {}.",
+                    f.unjudged.join(", ")
                 );
             }
             o.push('\n');
