@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 /// How much longer than for the Service and EndpointSlice lists the first
 /// sync waits for this node's Node: kube-proxy's `NewNodeManager`
 /// (`pkg/proxy/node.go`) waits this long (its `nodeIPsTimeout`, polling
-/// every second) for the Node to exist, and then starts without it.
+/// every second) for the Node to exist, and then starts without it. It
+/// also waits for the Node's addresses; here the Node is enough: its zone
+/// label comes with it, and addresses filled in later apply as they come.
 pub const NODE_WAIT: Duration = Duration::from_secs(30);
 
 /// Where the wait stands.
