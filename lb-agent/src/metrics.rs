@@ -140,6 +140,9 @@ pub struct Metrics {
     /// Devices the tc programs should be on but could not be attached to
     /// (missing, say); retried at each sync and every 5 s.
     pub tc_devices_unattached: Gauge,
+    /// 1 while the maps are programmed without this node's Node: the first
+    /// sync's wait for it ended without it.
+    pub node_missing: Gauge,
     /// Entries of the tc programs' conntrack (`LB4_CT`, two per flow) and
     /// SNAT (`LB4_NAT`) maps, as the collector last counted them.
     pub conntrack_entries: Gauge,
@@ -184,6 +187,7 @@ impl Default for Metrics {
             udp_socket_destroy_errors: Counter::default(),
             service_health_listeners: Gauge::default(),
             tc_devices_unattached: Gauge::default(),
+            node_missing: Gauge::default(),
             conntrack_entries: Gauge::default(),
             nat_entries: Gauge::default(),
             conntrack_collected: Counter::default(),
@@ -384,6 +388,11 @@ impl Metrics {
             "lbagent_tc_devices_unattached",
             "Devices the tc programs should be on but could not be attached to (retried every 5 s)",
             self.tc_devices_unattached.clone(),
+        );
+        r.register(
+            "lbagent_node_missing",
+            "1 while the maps are programmed without this node's Node (the first sync waited 30 s for it in vain, or it cannot be read): no zone for topology hints, no primary addresses for NodePorts; 0 once it is seen",
+            self.node_missing.clone(),
         );
         r.register(
             "lbagent_conntrack_entries",

@@ -2,8 +2,10 @@
 //!
 //! Changes only mark Services dirty. [`Syncer::sync`] then recomputes those
 //! Services and writes the frontends they touch. The first sync waits until
-//! both initial lists are complete and is a full reconcile against what the
-//! pinned maps hold; so is the sync after any relist, and after a prune.
+//! both initial lists are complete and this node's Node is in (at most
+//! [`NODE_WAIT`] longer: `node_wait.rs`), and is a full reconcile against
+//! what the pinned maps hold; so is the sync after any relist, and after a
+//! prune.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -29,8 +31,15 @@ use crate::{
     shared::Shared,
     sockets::{Serving, UdpServing},
     source::{Change, TRIGGER_TIME_ANNOTATION},
-    syncer::{owners::Owners, reports::Reports, retries::Retries},
+    syncer::{
+        node_wait::{Gate, GaveUp},
+        owners::Owners,
+        reports::Reports,
+        retries::Retries,
+    },
 };
+
+pub use node_wait::{NODE_WAIT, NodeWait};
 
 /// `--nodeport-addresses`, and what it selects from.
 #[derive(Debug)]
@@ -71,6 +80,8 @@ pub struct Syncer<T: Tables, G: GracePeriods, S> {
     shared: Arc<Shared>,
     /// Which initial lists are in: services, slices.
     listed: (bool, bool),
+    /// The first sync's wait for this node's Node.
+    node_wait: NodeWait,
     /// The next sync reconciles everything.
     full_pending: bool,
     /// What is not written yet.
@@ -102,6 +113,7 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
         settings: S,
         excluded: ExcludedCidrs,
         node: NodeContext,
+        node_wait: NodeWait,
         node_ports: NodePortAddresses,
         shared: Arc<Shared>,
     ) -> Self {
@@ -121,6 +133,7 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
             reconciler,
             shared,
             listed: (false, false),
+            node_wait,
             full_pending: true,
             unwritten: Unwritten::default(),
             retries: Retries::default(),
@@ -144,6 +157,12 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
     /// When the earliest failed frontend is due for a retry.
     pub fn next_retry(&self) -> Option<Instant> {
         self.retries.next()
+    }
+
+    /// When the first sync stops waiting for this node's Node, while it
+    /// waits.
+    pub fn node_wait_until(&self) -> Option<Instant> {
+        self.node_wait.until()
     }
 
     /// Frontends whose last write failed.
@@ -208,7 +227,16 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
                 self.full_pending = true;
                 self.cache.replace_slices(all.iter())
             }
+            Change::NodeRefused(why) => {
+                // Nothing for the model: only the first sync's wait ends.
+                self.node_wait.refused(why);
+                return;
+            }
             Change::Node(facts) => {
+                if self.node_wait.seen() {
+                    info!(node = %self.cache.node().name, "this node's Node arrived after the first sync; its zone and addresses apply now");
+                    m.node_missing.set(0.0);
+                }
                 if facts.zone != self.cache.node().zone {
                     info!(
                         zone = facts.zone.as_deref().unwrap_or("<none>"),
@@ -329,11 +357,38 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
         &self.addresses.primary
     }
 
+    /// Whether the first sync's wait for this node's Node is over (it is
+    /// asked with both lists in). Says so in the log and
+    /// `lbagent_node_missing` when it ends without the Node.
+    fn node_in(&mut self, now: Instant) -> bool {
+        let node = &self.cache.node().name;
+        match self.node_wait.gate(now) {
+            Gate::Open => return true,
+            Gate::Wait { began, .. } => {
+                if began {
+                    info!(%node, "both lists are in; waiting up to {} s for this node's Node before the first sync", NODE_WAIT.as_secs());
+                }
+                return false;
+            }
+            Gate::GaveUp(GaveUp::TimedOut(after)) => warn!(
+                %node,
+                "this node's Node was not seen {} s after the lists; programming without it (no zone for topology hints, no primary addresses for NodePorts) until it arrives",
+                after.as_secs()
+            ),
+            Gate::GaveUp(GaveUp::Refused(why)) => warn!(
+                %node,
+                "this node's Node cannot be read ({why}); programming without it (no zone for topology hints, no primary addresses for NodePorts) until it can be"
+            ),
+        }
+        self.shared.metrics.node_missing.set(1.0);
+        true
+    }
+
     /// Writes what changed since the last sync, and retries the failed
-    /// frontends that are due. `None` until both initial lists are in, or
-    /// when nothing is pending.
+    /// frontends that are due. `None` until both initial lists are in and
+    /// the wait for this node's Node is over, or when nothing is pending.
     pub fn sync(&mut self, now: Instant) -> Option<SyncStats> {
-        if !self.ready() || !self.pending(now) {
+        if !self.ready() || !self.pending(now) || !self.node_in(now) {
             return None;
         }
         let start = Instant::now();
@@ -586,6 +641,7 @@ fn serving_now<'a>(
         .map(|fe| (SocketAddr::new(fe.vip, fe.port), cache.serving(fe)))
 }
 
+mod node_wait;
 mod owners;
 mod reports;
 mod retries;

@@ -119,7 +119,10 @@ struct Listeners {
 }
 
 /// How long the agent gets to start, or to catch up with a change.
-const PATIENCE: Duration = Duration::from_secs(20);
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+/// The node an agent against an apiserver runs as (`--hostname-override`).
+pub const KUBE_NODE: &str = "node-1";
 
 /// Histogram count: every change the agent received and wrote (one per
 /// watch event, two per re-read of the source file).
@@ -151,17 +154,18 @@ impl Agent {
         Self::spawn(&from_file(manifest, extra), cgroup, pins, Some(netns))
     }
 
-    /// `lb-agent run --kubeconfig kubeconfig`, as node `node-1`.
+    /// `lb-agent run --kubeconfig kubeconfig`, as node [`KUBE_NODE`].
     pub fn start_kube(
         kubeconfig: &Path,
         cgroup: &Path,
         pins: &Path,
         extra: &[&str],
     ) -> anyhow::Result<Self> {
+        let node = format!("--hostname-override={KUBE_NODE}");
         let mut args = vec![
             OsStr::new("--kubeconfig"),
             kubeconfig.as_os_str(),
-            OsStr::new("--hostname-override=node-1"),
+            OsStr::new(&node),
         ];
         args.extend(extra.iter().map(OsStr::new));
         Self::spawn(&args, cgroup, pins, None)
@@ -235,9 +239,19 @@ impl Agent {
     fn wait_until(
         &mut self,
         what: &str,
+        check: impl FnMut(&mut Self) -> anyhow::Result<bool>,
+    ) -> anyhow::Result<()> {
+        self.wait_until_within(what, PATIENCE, check)
+    }
+
+    /// [`Self::wait_until`] with `patience` instead of [`PATIENCE`].
+    fn wait_until_within(
+        &mut self,
+        what: &str,
+        patience: Duration,
         mut check: impl FnMut(&mut Self) -> anyhow::Result<bool>,
     ) -> anyhow::Result<()> {
-        let deadline = Instant::now() + PATIENCE;
+        let deadline = Instant::now() + patience;
         loop {
             self.alive(&format!("waiting for {what}"))?;
             if check(self)? {
@@ -333,7 +347,15 @@ impl Agent {
 
     /// Waits until at least `n` syncs completed.
     pub fn wait_syncs(&mut self, n: usize) -> anyhow::Result<()> {
-        self.wait_until(&format!("sync {n}"), |a| Ok(a.metric(SYNCS)? >= n as f64))
+        self.wait_syncs_within(n, PATIENCE)
+    }
+
+    /// [`Self::wait_syncs`], giving the agent `patience` (a first sync
+    /// that waits for a Node that never comes takes longer).
+    pub fn wait_syncs_within(&mut self, n: usize, patience: Duration) -> anyhow::Result<()> {
+        self.wait_until_within(&format!("sync {n}"), patience, |a| {
+            Ok(a.metric(SYNCS)? >= n as f64)
+        })
     }
 
     /// Changes received and written so far: one per watch event, three

@@ -22,7 +22,7 @@ use std::{
 };
 
 use crate::{
-    agent::{Agent, PinDir},
+    agent::{Agent, KUBE_NODE, PinDir},
     apiserver::ApiServer,
     cgroup::TestCgroup,
     require_root,
@@ -122,8 +122,24 @@ impl Rig {
         Ok(agent)
     }
 
-    /// Starts the agent against a (stand-in) apiserver without waiting for it.
+    /// Starts the agent against a (stand-in) apiserver without waiting for
+    /// it. Its Node ([`KUBE_NODE`]) is registered first, bare, unless the
+    /// apiserver has it: a DaemonSet's pod runs on a registered Node, and
+    /// without one the agent's first sync waits for it (30 s).
     pub fn spawn_agent_kube(
+        &mut self,
+        api: &ApiServer,
+        extra: &[&str],
+    ) -> anyhow::Result<&mut Agent> {
+        if api.get("Node", None, KUBE_NODE).is_none() {
+            api.apply(lb_fixtures::json(lb_fixtures::Node::new(KUBE_NODE)))?;
+        }
+        self.spawn_agent_kube_unregistered(api, extra)
+    }
+
+    /// [`Self::spawn_agent_kube`] without registering its Node, for what the
+    /// agent does without it.
+    pub fn spawn_agent_kube_unregistered(
         &mut self,
         api: &ApiServer,
         extra: &[&str],

@@ -521,3 +521,30 @@ async fn lists_paginate_filter_and_report_errors() {
     assert!(bookmarks.len() >= 3, "{bookmarks:?}");
     assert!(bookmarks.iter().all(|b| *b == rv), "{bookmarks:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forbidden_resource_is_refused_with_403_as_rbac_refuses_it() {
+    let server = ApiServer::start().expect("start");
+    server.apply(node("node-1", "z1")).expect("node-1");
+    server.apply(service("x", "s1", 80, "")).expect("s1");
+    server.forbid("nodes").expect("nodes are served");
+    let client = client(&server).await;
+    let nodes = Api::<Node>::all(client.clone());
+    let forbidden = |r: Result<_, kube::Error>| match r {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
+            assert!(status.message.contains("cannot"), "{status:?}");
+        }
+        other => panic!("expected 403, got {other:?}"),
+    };
+    forbidden(nodes.get("node-1").await.map(|_| ()));
+    forbidden(nodes.list(&ListParams::default()).await.map(|_| ()));
+    forbidden(nodes.watch(&WatchParams::default(), "0").await.map(|_| ()));
+    assert_eq!(server.request_count("nodes", Verb::Get), 1);
+    assert_eq!(server.request_count("nodes", Verb::List), 1);
+    assert_eq!(server.request_count("nodes", Verb::Watch), 1);
+    assert!(!server.sent("Node", None, "node-1"));
+    // Other resources are served as before.
+    let services = Api::<Service>::namespaced(client, "x");
+    assert_eq!(services.get("s1").await.expect("s1").name_any(), "s1");
+}

@@ -424,8 +424,11 @@ fn the_zone_label_changes_in_the_apiserver_under_traffic() -> anyhow::Result<()>
     let api = ApiServer::start()?;
     apply_yaml(&api, &hints_manifest(Some("zone-a")))?;
     bed.start_agent_kube(&api, &[])?;
-    // The Node comes through its own watch, which may follow the first sync.
-    bed.until_reached(to, &["za1", "za2"])?;
+    // The first sync waited for the Node: its zone is there from the start.
+    assert_eq!(
+        reached(&bed.tcp(to, 40)?, 40),
+        BTreeSet::from(["za1", "za2"])
+    );
 
     let churn = bed.churn(to)?;
     std::thread::sleep(Duration::from_millis(500));

@@ -29,7 +29,7 @@ enum Cmd {
     Demo,
     /// fmt --check, clippy -D warnings, every test (privileged ones
     /// included), the bench's smoke run, each fuzz target for a few
-    /// seconds, and a one-minute soak.
+    /// seconds, and a one-minute chaos soak and long soak.
     Test,
     /// Build the image and deploy manifests/ to a kind cluster.
     Run(run::RunArgs),
@@ -41,7 +41,8 @@ enum Cmd {
     Fuzz(fuzz::FuzzArgs),
     /// The chaos soak: the agent against the stand-in apiserver under
     /// traffic, SIGKILLs, outages, relists, rolling updates and Services
-    /// coming and going; writes target/soak/soak.md.
+    /// coming and going; writes target/soak/soak.md. `--long`: one agent
+    /// through the run, judged for growth; writes target/soak/long/.
     Soak(soak::SoakArgs),
 }
 
@@ -86,17 +87,16 @@ fn main() -> anyhow::Result<()> {
                 target: None,
             })?;
             // A one-minute soak, in a process of its own (its own Ctrl-C
-            // handler and environment).
-            cargo(&[
-                "run",
-                "--quiet",
-                "--package",
-                "xtask",
-                "--",
-                "soak",
-                "--minutes",
-                "1",
-            ])
+            // handler and environment); then a one-minute long soak, so
+            // that its judgement of growth keeps working (an hour is
+            // `cargo xtask soak --long`).
+            for long in [&[][..], &["--long"]] {
+                let mut args = vec!["run", "--quiet", "--package", "xtask", "--", "soak"];
+                args.extend_from_slice(long);
+                args.extend(["--minutes", "1"]);
+                cargo(&args)?;
+            }
+            Ok(())
         }
         Cmd::Soak(args) => {
             setup::run()?;

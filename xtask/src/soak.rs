@@ -1,5 +1,7 @@
 //! `cargo xtask soak`: the chaos soak (`lb_tests::soak`), its report in
-//! `target/soak/soak.md`, and a non-zero exit if it failed.
+//! `target/soak/soak.md`, and a non-zero exit if it failed; with `--long`,
+//! the long soak (one agent through the run, judged for growth), its
+//! report in `target/soak/long/soak.md`.
 
 use std::{
     path::PathBuf,
@@ -11,14 +13,22 @@ use std::{
 
 use anyhow::Context as _;
 use clap::Args;
-use lb_tests::soak::report;
+use lb_tests::soak::{
+    plan::{Mode, Plan},
+    report,
+};
 
 #[derive(Args, Clone, Debug)]
 pub(crate) struct SoakArgs {
     /// Minutes of disturbances (a shorter run scales the apiserver's
-    /// outages down; see README.md, "Soak").
-    #[arg(long, default_value_t = 30.0)]
-    pub minutes: f64,
+    /// outages down; see README.md, "Soak"). Default: 30, or 60 with
+    /// `--long`.
+    #[arg(long)]
+    pub minutes: Option<f64>,
+    /// The long soak: one agent through the whole run (no SIGKILLs), failing
+    /// if its RSS, open fds or the maps' entries beyond need grew.
+    #[arg(long)]
+    pub long: bool,
     /// The seed of every random choice, to replay a run (default: from
     /// the clock; printed).
     #[arg(long)]
@@ -29,22 +39,28 @@ pub(crate) struct SoakArgs {
 }
 
 pub(crate) fn run(args: &SoakArgs) -> anyhow::Result<()> {
+    let (mode, default_minutes, name) = if args.long {
+        (Mode::Long, 60.0, "long soak")
+    } else {
+        (Mode::Chaos, 30.0, "soak")
+    };
+    let minutes = args.minutes.unwrap_or(default_minutes);
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
     });
-    eprintln!(
-        "soak: {} min, seed {seed} (replay with --seed {seed})",
-        args.minutes
-    );
+    eprintln!("{name}: {minutes} min, seed {seed} (replay with --seed {seed})");
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     // Ctrl-C: the soak returns at its next step, and its drops clean up.
     ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)).context("signal handler")?;
-    let results = lb_tests::soak::run(args.minutes, seed, &stop)?;
+    let results = lb_tests::soak::run(Plan::new(minutes, mode), seed, &stop)?;
     let text = report::render(&results);
-    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/soak"));
+    let mut dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/soak"));
+    if args.long {
+        dir.push("long");
+    }
     std::fs::create_dir_all(&dir)?;
     let path = dir.join("soak.md");
     std::fs::write(&path, &text)?;
@@ -66,7 +82,7 @@ pub(crate) fn run(args: &SoakArgs) -> anyhow::Result<()> {
     let verdict = results.verdict();
     anyhow::ensure!(
         verdict.is_empty(),
-        "the soak failed (seed {seed}): {}",
+        "the {name} failed (seed {seed}): {}",
         verdict.join("; ")
     );
     Ok(())

@@ -8,7 +8,7 @@ use tracing::{debug, error, info, warn};
 
 use super::{gc, tc::TcSettings};
 use crate::{
-    config::RunConfig,
+    config::{RunConfig, Source},
     datapath::{
         Datapath, Start, cgroup, grace::MembarrierGrace, pins::Pins, settings::BpfSettings,
         table::Bpf, tc::TcHook,
@@ -19,7 +19,7 @@ use crate::{
     reconcile::DualReconciler,
     shared::Shared,
     sockets::{NetnsSources, Report, SocketReaper, SocketsError, StaleUdp},
-    syncer::{SyncStats, Syncer},
+    syncer::{NODE_WAIT, NodeWait, SyncStats, Syncer},
 };
 
 /// The sync thread's state: the syncer, and the programs it may still have
@@ -84,6 +84,11 @@ impl Agent {
             datapath.settings_store()?,
             config.excluded.clone(),
             NodeContext::named(&config.node_name),
+            match config.source {
+                Source::Kube { .. } => NodeWait::new(NODE_WAIT),
+                // The files are read whole, the Node (or none) with the rest.
+                Source::File(_) => NodeWait::none(),
+            },
             config.node_port_addresses.clone(),
             shared.clone(),
         );

@@ -42,17 +42,19 @@ pub(super) fn sync_thread(
         .block_on(sync_loop(config, shared, stop))
 }
 
-/// When the loop must wake next without a change: the earliest of a
-/// retry, a prune, the interface poll and, while revisions retire, a reap.
+/// When the loop must wake next without a change: the earliest of the
+/// `timers` (a retry, a prune, the end of the wait for this node's Node),
+/// the interface poll and, while revisions retire, a reap.
 fn next_wake(
-    retry: Option<Instant>,
-    prune: Option<Instant>,
+    timers: &[Option<Instant>],
     interfaces: Instant,
     retiring: bool,
     now: Instant,
 ) -> Instant {
-    [retry, prune, Some(interfaces), retiring.then(|| now + REAP)]
-        .into_iter()
+    timers
+        .iter()
+        .copied()
+        .chain([Some(interfaces), retiring.then(|| now + REAP)])
         .flatten()
         .min()
         .unwrap_or(interfaces)
@@ -125,8 +127,11 @@ async fn sync_loop(
         }
 
         let wake = next_wake(
-            agent.syncer.next_retry(),
-            next_prune,
+            &[
+                agent.syncer.next_retry(),
+                next_prune,
+                agent.syncer.node_wait_until(),
+            ],
             next_interfaces,
             agent.syncer.retiring(),
             Instant::now(),
@@ -161,18 +166,23 @@ mod tests {
         let now = Instant::now();
         let s = Duration::from_secs;
         let interfaces = now + INTERFACES_POLL;
-        assert_eq!(next_wake(None, None, interfaces, false, now), interfaces);
+        assert_eq!(next_wake(&[None, None], interfaces, false, now), interfaces);
         assert_eq!(
-            next_wake(Some(now + s(1)), Some(now + s(2)), interfaces, false, now),
+            next_wake(
+                &[Some(now + s(1)), Some(now + s(2))],
+                interfaces,
+                false,
+                now
+            ),
             now + s(1)
         );
         assert_eq!(
-            next_wake(None, Some(now + s(2)), interfaces, false, now),
+            next_wake(&[None, Some(now + s(2))], interfaces, false, now),
             now + s(2)
         );
         // Retiring revisions are reaped soon, whatever else waits.
         assert_eq!(
-            next_wake(Some(now + s(1)), None, interfaces, true, now),
+            next_wake(&[Some(now + s(1)), None], interfaces, true, now),
             now + REAP
         );
     }

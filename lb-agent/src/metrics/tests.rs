@@ -101,6 +101,7 @@ fn render_names_every_family_once_with_every_label() {
         "lbagent_service_health_check_listeners",
         "lbagent_service_health_check_listen_errors",
         "lbagent_tc_devices_unattached",
+        "lbagent_node_missing",
         "lbagent_conntrack_entries",
         "lbagent_nat_entries",
         "lbagent_conntrack_collected",

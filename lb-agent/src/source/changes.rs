@@ -29,10 +29,11 @@ pub enum SourceError {
 pub enum Changes {
     Kube {
         events: BoxStream<'static, kube::Event>,
-        /// What the model has of the Node (nothing until one arrives): a
-        /// Node update that leaves it (taints, heartbeats) is no change for
-        /// the model.
-        node: NodeFacts,
+        /// What the model has of the Node (`None` until one arrives: the
+        /// first always goes to the model, which waits for it): a Node
+        /// update that leaves it (taints, heartbeats) is no change for the
+        /// model.
+        node: Option<NodeFacts>,
         shared: Arc<Shared>,
     },
     File {
@@ -51,7 +52,7 @@ impl Changes {
                 info!(node = %config.node_name, "watching Services, EndpointSlices and this Node");
                 Self::Kube {
                     events: kube::watch(client, &config.node_name),
-                    node: NodeFacts::default(),
+                    node: None,
                     shared,
                 }
             }
@@ -80,11 +81,15 @@ impl Changes {
                     }
                     Some(kube::Event::Node { eligible, facts }) => {
                         shared.health.set_node_eligible(eligible);
-                        if *node != facts {
-                            node.clone_from(&facts);
+                        if node.as_ref() != Some(&facts) {
+                            *node = Some(facts.clone());
                             shared.health.queued();
                             return Ok(vec![(Change::Node(facts), Instant::now())]);
                         }
+                    }
+                    // Not a change to write: nothing is pending.
+                    Some(kube::Event::NodeRefused(why)) => {
+                        return Ok(vec![(Change::NodeRefused(why), Instant::now())]);
                     }
                     Some(kube::Event::NodeDeleted) => shared.health.set_node_eligible(false),
                     None => return Err(SourceError::WatchEnded),

@@ -91,6 +91,8 @@ pub enum Event {
     },
     /// This node's Node was deleted.
     NodeDeleted,
+    /// The apiserver refused to show this node's Node (why).
+    NodeRefused(String),
 }
 
 /// A client as kube-proxy builds one: `--kubeconfig` if given, else the
@@ -171,7 +173,7 @@ pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
             Ok(_) => None,
             Err(e) => {
                 warn!("watching Node: {e}; retrying with backoff");
-                None
+                refused(&e).map(|code| Event::NodeRefused(format!("HTTP {code}: {e}")))
             }
         }
     });
@@ -221,6 +223,20 @@ where
     })
 }
 
+/// The status code of an error that says the apiserver will not show the
+/// object to us (401: bad credentials, 403: RBAC), as opposed to one a
+/// retry may get past.
+fn refused(e: &watcher::Error) -> Option<u16> {
+    let status = match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s))
+        | watcher::Error::WatchError(s) => s,
+        _ => return None,
+    };
+    matches!(status.code, 401 | 403).then_some(status.code)
+}
+
 fn node_eligible(node: &Node) -> bool {
     let deleting = node.metadata.deletion_timestamp.is_some();
     let draining = node
@@ -233,8 +249,32 @@ fn node_eligible(node: &Node) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::PROXY_LABEL_SELECTOR;
+    use kube::core::Status;
+
+    use super::{PROXY_LABEL_SELECTOR, refused, watcher};
     use crate::model::{HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL};
+
+    #[test]
+    fn only_401_and_403_say_the_node_cannot_be_read() {
+        let api =
+            |code| kube::Error::Api(Status::failure("no", "Forbidden").with_code(code).boxed());
+        let list = |code| watcher::Error::InitialListFailed(api(code));
+        assert_eq!(refused(&list(403)), Some(403));
+        assert_eq!(refused(&list(401)), Some(401));
+        assert_eq!(
+            refused(&watcher::Error::WatchStartFailed(api(403))),
+            Some(403)
+        );
+        assert_eq!(refused(&list(500)), None, "may pass");
+        assert_eq!(refused(&list(404)), None);
+        assert_eq!(
+            refused(&watcher::Error::WatchError(
+                Status::failure("gone", "Expired").with_code(410).boxed()
+            )),
+            None
+        );
+        assert_eq!(refused(&watcher::Error::NoResourceVersion), None);
+    }
 
     #[test]
     fn the_selector_excludes_the_labels_the_model_refuses() {

@@ -87,6 +87,9 @@ pub enum Change {
     AllSlices(Vec<EndpointSlice>),
     /// What this node's Node now says (all `None`/empty: no Node).
     Node(NodeFacts),
+    /// The apiserver refuses to show this node's Node (why): the first
+    /// sync need not wait for it.
+    NodeRefused(String),
     /// The addresses this node's interfaces hold now.
     LocalAddresses(Vec<IpAddr>),
 }

@@ -7,7 +7,7 @@ use super::{
     retries::{RETRY_FIRST, RETRY_MAX},
     *,
 };
-use lb_fixtures::{Slice, Svc};
+use lb_fixtures::{Ep, Slice, Svc};
 
 use crate::{
     model::{Feature, ObjectKind},
@@ -40,9 +40,23 @@ fn deleted(name: &str) -> Change {
     }
 }
 
-/// A syncer over in-memory maps holding at most `frontends` frontends.
+/// A syncer over in-memory maps holding at most `frontends` frontends,
+/// with nothing to wait for before the first sync (as from files).
 fn syncer(
     frontends: u32,
+) -> (
+    Syncer<Mem, ManualGrace, MemSettings>,
+    Arc<Shared>,
+    ManualGrace,
+) {
+    syncer_waiting(frontends, NodeWait::none())
+}
+
+/// [`syncer`] whose first sync waits for this node's Node as `node_wait`
+/// says.
+fn syncer_waiting(
+    frontends: u32,
+    node_wait: NodeWait,
 ) -> (
     Syncer<Mem, ManualGrace, MemSettings>,
     Arc<Shared>,
@@ -64,6 +78,7 @@ fn syncer(
             MemSettings::default(),
             excluded,
             NodeContext::named("node-a"),
+            node_wait,
             NodePortAddresses::default(),
             shared.clone(),
         ),
@@ -433,4 +448,100 @@ fn address_bits_are_set_for_every_frontend_address_and_cleared_once_none_is_left
     );
     s.sync(now).unwrap();
     assert!(bit(&s, [10, 96, 0, 3]));
+
+/// Service `zoned` (10.96.0.9) with one endpoint hinted for each of
+/// zone-a and zone-b.
+fn zoned() -> (Svc, EndpointSlice) {
+    let hinted = |ip: &str, zone: &str| Ep::new(ip).ready(true).zone(zone).hint_zone(zone);
+    let slice = Slice::new("default", "zoned-1")
+        .service("zoned")
+        .port("http", 8080, "TCP")
+        .endpoints([hinted("10.0.9.1", "zone-a"), hinted("10.0.9.2", "zone-b")])
+        .build();
+    (service("zoned", "10.96.0.9"), slice)
+}
+
+/// The backends the maps give the frontend on port 80.
+fn port_80_backends(s: &Syncer<Mem, ManualGrace, MemSettings>) -> BTreeSet<IpAddr> {
+    let view = s.view();
+    let fe = view
+        .frontends
+        .iter()
+        .find(|f| f.port == 80)
+        .expect("the port is programmed");
+    fe.slots
+        .iter()
+        .map(|slot| match slot {
+            SlotView::Backend { addr, .. } => *addr,
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+fn node_in(zone: &str) -> Change {
+    Change::Node(crate::source::NodeFacts {
+        zone: Some(zone.into()),
+        primary_ips: Vec::new(),
+    })
+}
+
+#[test]
+fn the_first_sync_waits_for_this_nodes_node_and_programs_its_zone() {
+    let (mut s, e, _) = syncer_waiting(64, NodeWait::new(NODE_WAIT));
+    let t0 = Instant::now();
+    let (svc, slice) = zoned();
+    list(&mut s, vec![svc], vec![slice], t0);
+    assert!(s.sync(t0).is_none(), "the lists are in, the Node is not");
+    assert_eq!(s.node_wait_until(), Some(t0 + NODE_WAIT));
+    let t1 = t0 + NODE_WAIT / 2;
+    assert!(s.sync(t1).is_none());
+    s.apply(node_in("zone-a"), t1);
+    let first = s.sync(t1).expect("the Node is in");
+    assert!(first.full);
+    assert_eq!(
+        port_80_backends(&s),
+        BTreeSet::from(["10.0.9.1".parse().unwrap()]),
+        "the first sync already picks this zone's endpoint"
+    );
+    assert_eq!(s.node_wait_until(), None);
+    assert_eq!(e.metrics.node_missing.get(), 0.0);
+}
+
+#[test]
+fn past_the_bound_the_first_sync_goes_without_the_node_until_it_arrives() {
+    let (mut s, e, _) = syncer_waiting(64, NodeWait::new(NODE_WAIT));
+    let t0 = Instant::now();
+    let (svc, slice) = zoned();
+    list(&mut s, vec![svc], vec![slice], t0);
+    assert!(s.sync(t0).is_none(), "the wait begins");
+    assert!(s.sync(t0 + NODE_WAIT - Duration::from_millis(1)).is_none());
+    let at = t0 + NODE_WAIT;
+    s.sync(at).expect("the bound has passed");
+    assert_eq!(
+        port_80_backends(&s),
+        BTreeSet::from(["10.0.9.1".parse().unwrap(), "10.0.9.2".parse().unwrap()]),
+        "no zone: every endpoint"
+    );
+    assert_eq!(e.metrics.node_missing.get(), 1.0);
+    // It arrives: its zone applies at the next sync, and the gauge clears.
+    s.apply(node_in("zone-b"), at);
+    s.sync(at).expect("the zone changed");
+    assert_eq!(
+        port_80_backends(&s),
+        BTreeSet::from(["10.0.9.2".parse().unwrap()])
+    );
+    assert_eq!(e.metrics.node_missing.get(), 0.0);
+}
+
+#[test]
+fn a_node_the_apiserver_refuses_to_show_is_not_waited_for() {
+    let (mut s, e, _) = syncer_waiting(64, NodeWait::new(NODE_WAIT));
+    let t0 = Instant::now();
+    let (svc, slice) = zoned();
+    list(&mut s, vec![svc], vec![slice], t0);
+    assert!(s.sync(t0).is_none());
+    s.apply(Change::NodeRefused("HTTP 403: forbidden".into()), t0);
+    s.sync(t0).expect("no wait for what cannot be read");
+    assert_eq!(port_80_backends(&s).len(), 2);
+    assert_eq!(e.metrics.node_missing.get(), 1.0);
 }

@@ -21,7 +21,7 @@ use lb_agent::{
     },
     shared::Shared,
     source::{Change, file, file_poll, interfaces::Interfaces},
-    syncer::Syncer,
+    syncer::{NodeWait, Syncer},
 };
 use lb_fixtures::golden::{Executor, script::Command};
 
@@ -151,6 +151,8 @@ impl Agent {
             MemSettings::default(),
             config.excluded.clone(),
             NodeContext::named(&config.node_name),
+            // From files, as the agent: nothing to wait for.
+            NodeWait::none(),
             config.node_port_addresses.clone(),
             shared.clone(),
         );

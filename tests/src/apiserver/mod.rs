@@ -37,7 +37,11 @@
 //! * A record of every object any response carried ([`ApiServer::sent`]),
 //!   so tests can show what a client's selectors kept away from it.
 //!
-//! Not reproduced: TLS, authentication, authorization, admission,
+//! * 403 `Forbidden` for every request of a resource type a test
+//!   [`ApiServer::forbid`]s, as RBAC refuses what a role does not grant.
+//!
+//! Not reproduced: TLS, authentication, authorization (but for
+//! [`ApiServer::forbid`]), admission,
 //! validation or defaulting of objects, writes over HTTP (objects change only
 //! through [`ApiServer::apply`] / [`ApiServer::delete`]), server-side apply,
 //! `generation`/`managedFields`, subresources, discovery (`/api`, `/apis`),
@@ -226,6 +230,15 @@ impl ApiServer {
     pub fn set_bookmark_interval(&self, interval: Duration) {
         self.shared.state().bookmark_interval = interval;
         self.shared.changed.notify_all();
+    }
+
+    /// Refuses every request for a resource (`plural`, e.g. `"nodes"`)
+    /// from now on with 403 Forbidden, as RBAC refuses a resource the
+    /// client's role does not grant. Open watches go on.
+    pub fn forbid(&self, plural: &str) -> anyhow::Result<()> {
+        let ty = type_by_plural(plural).with_context(|| format!("{plural} is not served"))?;
+        self.shared.state().forbidden.insert(ty);
+        Ok(())
     }
 
     /// How many requests of `verb` were served for a resource (`plural`,

@@ -113,6 +113,33 @@ pub(super) fn handle(
         write_json(out, 404, &body, false)?;
         return Ok(true);
     };
+    let ty = match &target {
+        Target::Collection { ty, .. } | Target::Object { ty, .. } => *ty,
+    };
+    let mut st = shared.state();
+    if st.forbidden.contains(&ty) {
+        let (v, verb) = match &target {
+            Target::Object { .. } => (Verb::Get, "get"),
+            Target::Collection { .. } if matches!(req.param("watch"), Some("true" | "1")) => {
+                (Verb::Watch, "watch")
+            }
+            Target::Collection { .. } => (Verb::List, "list"),
+        };
+        *st.counts.entry((ty, v)).or_default() += 1;
+        drop(st);
+        let plural = TYPES[ty].plural;
+        // The message of a real apiserver's RBAC refusal.
+        let body = status(
+            403,
+            "Forbidden",
+            format!(
+                "{plural} is forbidden: User \"system:anonymous\" cannot {verb} resource \"{plural}\" at the cluster scope"
+            ),
+        );
+        write_json(out, 403, &body, false)?;
+        return Ok(true);
+    }
+    drop(st);
     let selector = match Selector::parse(req.param("labelSelector"), req.param("fieldSelector")) {
         Ok(s) => s,
         Err(msg) => {

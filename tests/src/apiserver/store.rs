@@ -119,6 +119,9 @@ pub(super) struct State {
     /// Every object any response carried (a GET, a list item, a watch
     /// event), in any version.
     pub(super) sent: BTreeSet<Key>,
+    /// Types every request for is refused with 403, as RBAC refuses what
+    /// a role does not grant.
+    pub(super) forbidden: BTreeSet<TypeId>,
 }
 
 impl State {
@@ -136,6 +139,7 @@ impl State {
             open_watches: HashMap::new(),
             uids: 0,
             sent: BTreeSet::new(),
+            forbidden: BTreeSet::new(),
         }
     }
 

@@ -8,7 +8,9 @@
 //! map entries over time; it fails if a request to a Service that had a
 //! serving endpoint failed, if an answer came from a backend that was not
 //! serving its Service, or if the maps end up holding more than the live
-//! Services need.
+//! Services need. The long soak (`Mode::Long`) keeps one agent for the
+//! whole run instead, and fails if its RSS, open fds or the maps' entries
+//! beyond need grew (`flatness`).
 //!
 //! Files: `plan` (durations, scaled for short runs), `world` (the
 //! objects), `pods` and `clients` (the processes in namespaces), `wire`
@@ -20,6 +22,7 @@ mod changes;
 mod clients;
 pub mod converge;
 mod cx;
+pub mod flatness;
 pub mod observe;
 pub mod outcome;
 pub mod plan;

@@ -34,6 +34,10 @@ pub struct Sample {
     pub entries: Option<Entries>,
     /// What the live Services need: frontends, slots, backends.
     pub needed: (usize, usize, usize),
+    /// Nothing was in flight, made or held back (an outage, watches held)
+    /// while the entries were counted: the agent is connected and the maps
+    /// should hold what the live Services need.
+    pub settled: bool,
 }
 
 /// How often the maps are read while a change is in flight.
@@ -103,6 +107,11 @@ impl Observer {
     /// The convergence tracker, to record changes and ask about them.
     pub fn tracker(&self) -> MutexGuard<'_, Tracker> {
         lock(&self.inner.tracker)
+    }
+
+    /// The latest sample, if any.
+    pub fn last_sample(&self) -> Option<Sample> {
+        lock(&self.inner.samples).last().cloned()
     }
 
     /// The agent's pid now (0: down).
@@ -221,16 +230,29 @@ fn sample(inner: &Inner, now: u64, revnat: bool) -> Sample {
     } else {
         (rss_kib(pid), fds(pid))
     };
+    // Nothing in flight or held back, the changes made so far, the need.
+    let state = || {
+        let t = lock(&inner.tracker);
+        (
+            t.pending() == 0 && !t.blocked(),
+            t.records().len(),
+            t.needed(),
+        )
+    };
+    let before = state();
     let t = Instant::now();
     let entries = maps::count_entries(&inner.maps, revnat).ok();
+    let took = t.elapsed();
+    let after = state();
     Sample {
         t_ns: now,
-        took: t.elapsed(),
+        took,
         pid,
         rss_kib,
         fds,
         entries,
-        needed: lock(&inner.tracker).needed(),
+        needed: after.2,
+        settled: before.0 && after.0 && before.1 == after.1,
     }
 }
 

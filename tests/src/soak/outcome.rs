@@ -1,6 +1,7 @@
 //! Everything a run collected, and the judgement: which answers came from
 //! a backend that was not serving the Service then, and what fails the
-//! soak. Times, flatness and convergence are reported, never asserted.
+//! soak. Times and convergence are reported, never asserted; flatness is
+//! asserted in the long soak only, whose one agent lives through the run.
 
 use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
@@ -8,8 +9,9 @@ use super::{
     clients::Received,
     converge::Tracker,
     cx::{AgentLife, Counts, Life},
+    flatness::{self, Flatness},
     observe::Sample,
-    plan::Plan,
+    plan::{Mode, Plan},
     wire::{Key, Phase},
     world::service_of,
 };
@@ -101,9 +103,27 @@ impl Results {
             .sum()
     }
 
+    /// The long soak's judgement of its agent's growth (`None` in the
+    /// chaos soak, whose agents live 20 to 40 s); `Err` if the run was too
+    /// short to judge.
+    pub fn flatness(&self) -> Option<Result<Flatness, String>> {
+        (self.plan.mode == Mode::Long).then(|| flatness::judge(&self.samples, self.traffic_ns))
+    }
+
     /// Why the soak fails; empty if it passes.
     pub fn verdict(&self) -> Vec<String> {
         let mut why = Vec::new();
+        match self.flatness() {
+            Some(Ok(flat)) => why.extend(flat.failures()),
+            Some(Err(e)) => why.push(e),
+            None => {}
+        }
+        if self.plan.mode == Mode::Long && self.agents.len() != 1 {
+            why.push(format!(
+                "the long soak's agent was replaced: {} agents ran",
+                self.agents.len()
+            ));
+        }
         let failed = self.stable_failures();
         if failed > 0 {
             why.push(format!(

@@ -7,15 +7,26 @@
 //! once (the first two apiserver disturbances are one outage and one forced
 //! relist, the first three workload changes one rolling update, one
 //! Service created and one deleted, each pair or triple in random order).
-//! The agent's restarts are not scaled.
+//! The agent's restarts are not scaled. The long soak has the same
+//! disturbances but for the agent's: one agent lives through the run.
 
 use std::time::Duration;
 
 /// A range of seconds to draw from.
 pub type Range = (f64, f64);
 
+/// Which soak.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Agents SIGKILLed and restarted every 20 to 40 s.
+    Chaos,
+    /// One agent for the whole run, judged for growth (`flatness.rs`).
+    Long,
+}
+
 #[derive(Clone, Debug)]
 pub struct Plan {
+    pub mode: Mode,
     pub minutes: f64,
     /// The factor the apiserver disturbances are scaled by.
     pub scale: f64,
@@ -26,7 +37,7 @@ pub struct Plan {
     pub max_services: usize,
     /// Pods per Service (a Deployment's replicas).
     pub replicas: usize,
-    /// Agent SIGKILL every ...
+    /// Agent SIGKILL every ... (never in the long soak)
     pub agent_every: Range,
     /// ... and restarted this long after.
     pub agent_down: Range,
@@ -56,11 +67,12 @@ pub struct Plan {
 }
 
 impl Plan {
-    pub fn new(minutes: f64) -> Self {
+    pub fn new(minutes: f64, mode: Mode) -> Self {
         let scale = (minutes / 30.0).clamp(0.1, 1.0);
         let s = |lo: f64, hi: f64| (lo * scale, hi * scale);
         let outage = s(5.0, 60.0);
         Self {
+            mode,
             minutes,
             scale,
             services: 50,
@@ -78,8 +90,18 @@ impl Plan {
             grace: (2.0, 5.0),
             weights: (6, 1, 1),
             clients: 2,
-            sample_every: Duration::from_secs(5),
+            // A short long soak still gets a few samples per third.
+            sample_every: Duration::from_secs(if mode == Mode::Long && minutes < 5.0 {
+                2
+            } else {
+                5
+            }),
         }
+    }
+
+    /// Whether the agent is SIGKILLed and restarted.
+    pub fn restarts(&self) -> bool {
+        self.mode == Mode::Chaos
     }
 
     pub fn run(&self) -> Duration {
@@ -98,17 +120,26 @@ mod tests {
 
     #[test]
     fn thirty_minutes_has_the_issues_figures_and_one_minute_scales_them() {
-        let full = Plan::new(30.0);
+        let full = Plan::new(30.0, Mode::Chaos);
         assert_eq!(full.outage, (5.0, 60.0));
         assert_eq!(full.agent_every, (20.0, 40.0));
-        let ci = Plan::new(1.0);
+        let ci = Plan::new(1.0, Mode::Chaos);
         assert_eq!(ci.scale, 0.1);
         assert_eq!(ci.outage, (2.0, 6.0));
         assert_eq!(ci.api_gap, (3.0, 9.0));
         assert_eq!(ci.agent_every, full.agent_every, "not scaled");
         // The first outage and relist both fit in a minute, with room.
         assert!(ci.api_gap.1 * 2.0 + ci.outage.1 + ci.hold.1 < 30.0);
-        assert_eq!(Plan::new(120.0).scale, 1.0);
+        assert_eq!(Plan::new(120.0, Mode::Chaos).scale, 1.0);
+        // The long soak: the same disturbances, no restarts.
+        let long = Plan::new(60.0, Mode::Long);
+        assert!(!long.restarts() && full.restarts());
+        assert_eq!((long.outage, long.api_gap), (full.outage, full.api_gap));
+        assert_eq!(long.sample_every, Duration::from_secs(5));
+        assert_eq!(
+            Plan::new(1.0, Mode::Long).sample_every,
+            Duration::from_secs(2)
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@ use super::{
     cx::{AgentLife, Counts, Cx, Life, after},
     observe::Observer,
     outcome::Results,
-    plan::{Plan, draw},
+    plan::{Mode, Plan, draw},
     pods::Pods,
     tasks::{Next, Task},
     tracks::{AgentTrack, ApiTrack, WorkloadTrack},
@@ -57,12 +57,11 @@ fn nap(d: Duration, stop: &AtomicBool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs a soak of `minutes` from `seed`. Everything it creates is removed
+/// Runs a soak of `plan` from `seed`. Everything it creates is removed
 /// when it returns, also on error (drops), and when `stop` is set (Ctrl-C)
 /// it returns at the next step.
-pub fn run(minutes: f64, seed: u64, stop: &AtomicBool) -> anyhow::Result<Results> {
+pub fn run(plan: Plan, seed: u64, stop: &AtomicBool) -> anyhow::Result<Results> {
     crate::require_root();
-    let plan = Plan::new(minutes);
     let mut seeds = fastrand::Rng::with_seed(seed);
     let mut track_rng = || fastrand::Rng::with_seed(seeds.u64(..));
     let (agent_rng, api_rng, mut work_rng) = (track_rng(), track_rng(), track_rng());
@@ -186,8 +185,17 @@ pub fn run(minutes: f64, seed: u64, stop: &AtomicBool) -> anyhow::Result<Results
         }
         if now >= next_report {
             let minute = (now - traffic_from) / 60_000_000_000;
+            // The long soak's one agent: how it fares so far.
+            let agent = match (cx.plan.mode, observer.last_sample()) {
+                (Mode::Long, Some(s)) => format!(
+                    ", agent RSS {:.1} MiB, {} fds",
+                    s.rss_kib.unwrap_or(0) as f64 / 1024.0,
+                    s.fds.unwrap_or(0)
+                ),
+                _ => String::new(),
+            };
             eprintln!(
-                "soak: {minute} min: {} Services, {} pods, {} agent restarts, {} outages, {} relists",
+                "soak: {minute} min: {} Services, {} pods, {} agent restarts, {} outages, {} relists{agent}",
                 cx.world.services.len(),
                 cx.pods.count(),
                 cx.agents.len() - 1,
@@ -263,7 +271,7 @@ pub fn run(minutes: f64, seed: u64, stop: &AtomicBool) -> anyhow::Result<Results
     drop(std::mem::take(&mut pods));
     Ok(Results {
         seed,
-        plan: plan.clone(),
+        plan,
         agent_bin: agent_bin(),
         setup,
         traffic_ns: (traffic_from, traffic_to),

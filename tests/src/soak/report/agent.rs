@@ -11,10 +11,15 @@ pub(super) fn render(o: &mut String, r: &Results) {
     sample_ns.sort_unstable();
     let _ = writeln!(
         o,
-        "Sampled every {} s (RSS: `VmRSS`, fds: `/proc/<pid>/fd`; while an agent runs; counting every map's entries took {} (p50; max {})). Each agent lives 20 to 40 s, so RSS is also shown per agent, just before its SIGKILL.\n",
+        "Sampled every {} s (RSS: `VmRSS`, fds: `/proc/<pid>/fd`; while an agent runs; counting every map's entries took {} (p50; max {})).{}\n",
         r.plan.sample_every.as_secs(),
         ms(percentile(&sample_ns, 50.0)),
         ms(sample_ns.last().copied().unwrap_or(0)),
+        if r.plan.restarts() {
+            " Each agent lives 20 to 40 s, so RSS is also shown per agent, just before its SIGKILL."
+        } else {
+            ""
+        }
     );
     let _ = writeln!(
         o,

@@ -37,14 +37,14 @@ pub fn changes_csv(r: &Results) -> String {
 pub fn samples_csv(r: &Results) -> String {
     let mut o = String::from(
         "t_s,pid,rss_kib,fds,frontends,states,slots,members,backends,affinity,revnat,\
-         frontends_needed,slots_needed,backends_needed\n",
+         frontends_needed,slots_needed,backends_needed,settled\n",
     );
     let opt = |v: Option<String>| v.unwrap_or_default();
     for x in &r.samples {
         let e = x.entries;
         let _ = writeln!(
             o,
-            "{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             x.t_ns.saturating_sub(r.traffic_ns.0) as f64 / 1e9,
             x.pid,
             opt(x.rss_kib.map(|v| v.to_string())),
@@ -58,7 +58,8 @@ pub fn samples_csv(r: &Results) -> String {
             opt(e.and_then(|e| e.revnat).map(|v| v.to_string())),
             x.needed.0,
             x.needed.1,
-            x.needed.2
+            x.needed.2,
+            x.settled
         );
     }
     o

@@ -19,13 +19,21 @@ pub(super) fn render(o: &mut String, r: &Results) {
     let outages: Vec<f64> = c.outages.iter().map(|d| d.as_secs_f64()).collect();
     let _ = writeln!(o, "## Disturbances\n");
     let _ = writeln!(o, "| disturbance | count | details |\n|---|---:|---|");
-    let _ = writeln!(
-        o,
-        "| agent SIGKILL, restart | {} | first sync after the restart: p50 {}, max {}; killed before its first sync: {killed_early} |",
-        r.agents.len() - 1,
-        ms(percentile(&sorted, 50.0)),
-        ms(sorted.last().copied().unwrap_or(0)),
-    );
+    if r.plan.restarts() {
+        let _ = writeln!(
+            o,
+            "| agent SIGKILL, restart | {} | first sync after the restart: p50 {}, max {}; killed before its first sync: {killed_early} |",
+            r.agents.len() - 1,
+            ms(percentile(&sorted, 50.0)),
+            ms(sorted.last().copied().unwrap_or(0)),
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "| agent SIGKILL, restart | {} | none planned: one agent through the run |",
+            r.agents.len() - 1
+        );
+    }
     let _ = writeln!(
         o,
         "| apiserver outage | {} | {:.1} to {:.1} s, {:.0} s in all |",

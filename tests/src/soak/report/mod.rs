@@ -5,13 +5,14 @@ mod agent;
 mod convergence;
 mod csv;
 mod disturbances;
+mod long;
 mod requests;
 
 use std::fmt::Write as _;
 
 pub use csv::{changes_csv, samples_csv};
 
-use super::outcome::Results;
+use super::{outcome::Results, plan::Mode};
 
 /// How a figure is written.
 pub(super) type Unit<'a> = &'a dyn Fn(f64) -> String;
@@ -52,13 +53,23 @@ pub fn render(r: &Results) -> String {
     let mut o = String::new();
     let t = |ns: u64| (ns.saturating_sub(r.traffic_ns.0)) as f64 / 1e9;
     let ran = (r.traffic_ns.1 - r.traffic_ns.0) as f64 / 1e9;
-    let _ = writeln!(o, "# Chaos soak\n");
+    let long = r.plan.mode == Mode::Long;
     let _ = writeln!(
         o,
-        "Seed {} (`cargo xtask soak --minutes {} --seed {}` replays the same sequence of \
+        "# {}\n",
+        if long {
+            "Long soak: one agent through the run"
+        } else {
+            "Chaos soak"
+        }
+    );
+    let _ = writeln!(
+        o,
+        "Seed {} (`cargo xtask soak{} --minutes {} --seed {}` replays the same sequence of \
          disturbances), {} min of disturbances; traffic ran {ran:.0} s from {} (the times below \
          count from then), after {:.0} s of setup. Agent: `{}`. Load average at the end: {}.\n",
         r.seed,
+        if long { " --long" } else { "" },
         r.plan.minutes,
         r.seed,
         r.plan.minutes,
@@ -77,7 +88,12 @@ pub fn render(r: &Results) -> String {
     if verdict.is_empty() {
         let _ = writeln!(
             o,
-            "**PASS**: no request to a Service with a serving endpoint failed, every answer came from a backend of its Service while it served, every change was programmed, and the maps hold exactly what the live Services need.\n"
+            "**PASS**: no request to a Service with a serving endpoint failed, every answer came from a backend of its Service while it served, every change was programmed, and the maps hold exactly what the live Services need{}.\n",
+            if long {
+                "; the agent's RSS, open fds and the maps' entries beyond need stayed flat"
+            } else {
+                ""
+            }
         );
     } else {
         let _ = writeln!(o, "**FAIL**:\n");
@@ -90,6 +106,7 @@ pub fn render(r: &Results) -> String {
     disturbances::render(&mut o, r);
     requests::render(&mut o, r, &t);
     convergence::render(&mut o, r, &t);
+    long::render(&mut o, r);
     agent::render(&mut o, r);
     let _ = writeln!(o, "## Datapath counters at the end\n");
     for (name, n) in &r.stats {

@@ -14,7 +14,8 @@ use crate::{
 };
 
 /// SIGKILLs the agent every 20 to 40 s and starts a new one; the pinned
-/// programs and maps serve meanwhile, and the new agent adopts them.
+/// programs and maps serve meanwhile, and the new agent adopts them. In
+/// the long soak it only checks that the one agent lives.
 pub(crate) struct AgentTrack {
     rng: fastrand::Rng,
     state: AgentState,
@@ -35,7 +36,11 @@ const CHECK_NS: u64 = 1_000_000_000;
 impl AgentTrack {
     /// For the agent running now.
     pub(crate) fn new(cx: &Cx<'_>, mut rng: fastrand::Rng, now: u64) -> Self {
-        let next_kill = after(now, draw(&mut rng, cx.plan.agent_every));
+        let next_kill = if cx.plan.restarts() {
+            after(now, draw(&mut rng, cx.plan.agent_every))
+        } else {
+            u64::MAX
+        };
         Self {
             rng,
             state: AgentState::Up,
