@@ -448,6 +448,7 @@ fn address_bits_are_set_for_every_frontend_address_and_cleared_once_none_is_left
     );
     s.sync(now).unwrap();
     assert!(bit(&s, [10, 96, 0, 3]));
+}
 
 /// Service `zoned` (10.96.0.9) with one endpoint hinted for each of
 /// zone-a and zone-b.
