@@ -212,7 +212,9 @@ fn upgrade_under_traffic(install: Install, what: &str) -> anyhow::Result<()> {
     let traffic = Traffic::start(&bed, 4.0)?;
     std::thread::sleep(Duration::from_millis(500));
     bed.start_agent(&[])?;
-    wait_migrated(bed.pins.path())?;
+    if let Err(e) = wait_migrated(bed.pins.path()) {
+        return Err(e.context(bed.agent().log_text()));
+    }
     std::thread::sleep(Duration::from_millis(500));
     let (tcp, udp) = traffic.finish()?;
     assert_no_failure(&tcp, &udp, what);
