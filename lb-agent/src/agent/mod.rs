@@ -11,6 +11,7 @@
 //! ([`start`]). The conntrack collector ([`gc`]) and the socket reaper run
 //! on threads of their own.
 
+mod cold_start;
 mod gc;
 mod start;
 mod sync_loop;

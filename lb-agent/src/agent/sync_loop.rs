@@ -11,7 +11,7 @@ use futures::FutureExt as _;
 use tokio::sync::oneshot;
 use tracing::info;
 
-use super::start::Agent;
+use super::{cold_start::ColdStart, start::Agent};
 use crate::{
     config::RunConfig,
     shared::Shared,
@@ -67,6 +67,7 @@ async fn sync_loop(
     shared: Arc<Shared>,
     mut stop: oneshot::Receiver<()>,
 ) -> anyhow::Result<()> {
+    let mut cold = ColdStart::new();
     let mut loading = {
         let config = config.clone();
         let shared = shared.clone();
@@ -81,9 +82,12 @@ async fn sync_loop(
             batch = changes.next() => early.extend(batch?),
         }
     };
+    cold.programs_loaded();
+    let last = early.last().map(|(_, received)| *received);
     for (change, received) in early {
         agent.syncer.apply(change, received);
     }
+    cold.applied(agent.syncer.ready(), last);
 
     let mut next_prune = config.prune_interval.map(|d| Instant::now() + d);
     let mut interfaces = Interfaces::default();
@@ -120,6 +124,7 @@ async fn sync_loop(
             });
         }
         if let Some(s) = agent.syncer.sync(now) {
+            cold.synced(s.took);
             agent.after_sync(&s, false);
         }
         if agent.syncer.retiring() {
@@ -148,9 +153,11 @@ async fn sync_loop(
                 {
                     batch.extend(more?);
                 }
+                let last = batch.last().map(|(_, received)| *received);
                 for (change, received) in batch {
                     agent.syncer.apply(change, received);
                 }
+                cold.applied(agent.syncer.ready(), last);
             }
             () = tokio::time::sleep_until(wake.into()) => {}
         }

@@ -19,7 +19,7 @@ use super::{
     Plan,
     datapath::{self, CLUSTER_CIDR},
     health, realistic,
-    results::control::{Cold, Control, Rss, Update},
+    results::control::{Cold, Control, Phases, Rss, Update},
     stats::percentile,
 };
 
@@ -114,7 +114,7 @@ fn kube_proxy(
     cold.push(Cold {
         what: "iptables-restore (kube-proxy full sync)",
         wall: start.elapsed(),
-        write: None,
+        phases: None,
         rss: None,
         health: Vec::new(),
     });
@@ -139,7 +139,7 @@ fn kube_proxy(
     cold.push(Cold {
         what: "nft -f (kube-proxy full sync)",
         wall: start.elapsed(),
-        write: None,
+        phases: None,
         rss: None,
         health: Vec::new(),
     });
@@ -237,8 +237,9 @@ pub(super) fn ours_cold(
     // for what the agent returns after its initial list to land.
     let rss = rss(agent.pid())?;
     let wall = run.programmed;
+    let phases = Phases::from_log(&agent.log_text());
     eprintln!(
-        "   {what}: {wall:?}, RSS {} MiB (peak {} MiB)",
+        "   {what}: {wall:?}, RSS {} MiB (peak {} MiB); timeline {phases:?}",
         rss.current >> 20,
         rss.peak >> 20
     );
@@ -256,18 +257,13 @@ pub(super) fn ours_cold(
     Ok(Cold {
         what,
         wall,
-        write: first_sync(&agent.log_text()),
+        phases,
         rss: Some(rss),
         health: run.probes,
     })
 }
 
-/// `took_us` of the first (full) sync in an agent log.
-fn first_sync(log: &str) -> Option<Duration> {
-    let line = log.lines().find(|l| l.contains("sync complete"))?;
-    field(line, "took_us=").map(Duration::from_micros)
-}
-
+/// The number after `key` in a log line.
 fn field(line: &str, key: &str) -> Option<u64> {
     line.split_whitespace()
         .find_map(|w| w.strip_prefix(key)?.parse().ok())

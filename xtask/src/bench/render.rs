@@ -5,6 +5,7 @@ pub(super) mod chart;
 mod control;
 mod datapath;
 mod nodeport;
+mod phases;
 pub(super) mod report;
 pub(super) mod scale;
 pub(super) mod scale_chart;

@@ -48,7 +48,7 @@ pub(super) fn measure(scales: &[usize]) -> anyhow::Result<Vec<Row>> {
                 n,
                 source: FILE,
                 cold: c.wall,
-                write: c.write,
+                phases: c.phases,
                 rss: c.rss.expect("ours"),
                 changes: Vec::new(),
             });
@@ -73,7 +73,7 @@ pub(super) fn measure(scales: &[usize]) -> anyhow::Result<Vec<Row>> {
                 n,
                 source: API,
                 cold: c.wall,
-                write: c.write,
+                phases: c.phases,
                 rss: c.rss.expect("ours"),
                 changes,
             });

@@ -35,17 +35,24 @@ pub(super) fn tables(o: &mut String, plan: &Plan, c: &Control) {
             "| {} | {} | {} | {:.2} |",
             x.what,
             ms(x.wall),
-            x.write.map_or("-".into(), ms),
+            x.phases.map_or("-".into(), |p| ms(p.first_sync)),
             x.wall.as_secs_f64() / ours.as_secs_f64()
         );
     }
+    o.push('\n');
+    let timelines: Vec<_> = c
+        .cold
+        .iter()
+        .filter_map(|x| Some((x.what.to_owned(), x.wall, x.phases?)))
+        .collect();
+    super::phases::table(o, &timelines);
     let ours_p50 = c
         .updates
         .first()
         .map_or(Duration::ZERO, |u| percentile(&u.samples, 50.0));
     let _ = writeln!(
         o,
-        "\n| one endpoint changed, until it is in the dataplane | samples | p50 | p99 | max | p50 vs ours |"
+        "| one endpoint changed, until it is in the dataplane | samples | p50 | p99 | max | p50 vs ours |"
     );
     let _ = writeln!(o, "|---|---:|---:|---:|---:|---:|");
     for u in &c.updates {

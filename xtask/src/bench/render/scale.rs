@@ -45,13 +45,25 @@ pub(crate) fn report(rows: &[Row], targets: &[Target], took: Duration, chart: &P
             r.n,
             r.source,
             millis(r.cold),
-            r.write
-                .map_or("-".into(), |w| format!("{:.0} ms", millis(w))),
+            r.phases
+                .map_or("-".into(), |p| format!("{:.0} ms", millis(p.first_sync))),
             mib(r.rss.current),
             mib(r.rss.peak),
         );
     }
-    let _ = writeln!(o, "\nTargets (measured, not asserted):\n");
+    o.push('\n');
+    let timelines: Vec<_> = rows
+        .iter()
+        .filter_map(|r| {
+            Some((
+                format!("{} x {ENDPOINTS}, {}", r.n, r.source),
+                r.cold,
+                r.phases?,
+            ))
+        })
+        .collect();
+    super::phases::table(&mut o, &timelines);
+    let _ = writeln!(o, "Targets (measured, not asserted):\n");
     for t in targets {
         let _ = writeln!(
             o,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::control::Rss;
+use super::control::{Phases, Rss};
 
 /// Endpoints per Service.
 pub(crate) const ENDPOINTS: usize = 10;
@@ -16,8 +16,8 @@ pub(crate) struct Row {
     pub source: &'static str,
     /// Agent start until the first full sync is done.
     pub cold: Duration,
-    /// The first full sync alone (compute and write).
-    pub write: Option<Duration>,
+    /// Where the time went.
+    pub phases: Option<Phases>,
     pub rss: Rss,
     /// Watch event to map write, sorted; apiserver only.
     pub changes: Vec<Duration>,

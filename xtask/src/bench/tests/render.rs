@@ -6,6 +6,7 @@ use super::{nodeport, plan};
 use crate::bench::{
     conditions::Conditions,
     render::{measured, report},
+    results::control::Phases,
     targets::{Measured, Target},
 };
 
@@ -25,6 +26,27 @@ fn measured_figures_read_as_the_report_shows_them() {
     ] {
         assert_eq!(measured(&m), text);
     }
+}
+
+#[test]
+fn the_agent_timeline_is_read_from_its_log() {
+    let ms = Duration::from_millis;
+    let log = "2026-11-27T08:50:00.1Z  INFO lb_agent::agent::sync_loop: sync complete took_us=9\n\
+               2026-11-27T08:50:00.2Z  INFO lb_agent::agent::cold_start: cold start timeline \
+               (from the sync thread's start) programs_ms=120 lists_ms=300 model_ms=350 \
+               first_sync_ms=205 programmed_ms=561\n";
+    assert_eq!(
+        Phases::from_log(log),
+        Some(Phases {
+            programs: ms(120),
+            lists: ms(300),
+            model: ms(350),
+            first_sync: ms(205),
+            programmed: ms(561),
+        })
+    );
+    // An agent without the line (an older one, `--agent-bin`) has none.
+    assert_eq!(Phases::from_log(log.lines().next().unwrap()), None);
 }
 
 fn conditions() -> Conditions {
