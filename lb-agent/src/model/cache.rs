@@ -6,10 +6,13 @@
 //! and the loser takes over if the winner goes away.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
+    collections::{BTreeMap, BTreeSet},
     net::IpAddr,
 };
 
+// foldhash, seeded per map: SipHash over object names was 4% of the CPU of
+// a cold start at 10,000 Services.
+use foldhash::{HashMap, HashSet};
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 
 use super::{
@@ -194,7 +197,7 @@ impl Cache {
         &mut self,
         all: impl IntoIterator<Item = &'a Service>,
     ) -> Vec<(ObjectRef, Admission)> {
-        let mut listed = HashSet::new();
+        let mut listed = HashSet::default();
         let mut out = Vec::new();
         for svc in all {
             let object = service::object_ref(svc);
@@ -218,7 +221,7 @@ impl Cache {
         &mut self,
         all: impl IntoIterator<Item = &'a EndpointSlice>,
     ) -> Vec<(ObjectRef, Admission)> {
-        let mut listed = HashSet::new();
+        let mut listed = HashSet::default();
         let mut out = Vec::new();
         for s in all {
             let object = slice::object_ref(s);

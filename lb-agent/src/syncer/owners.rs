@@ -1,7 +1,7 @@
 //! Which Service owns each frontend in the maps, for
 //! `lbagent_services_programmed`.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use crate::model::{Frontend, ObjectRef};
 

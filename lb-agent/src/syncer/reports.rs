@@ -1,7 +1,9 @@
 //! What was logged about each Service and each contested frontend, so
 //! that each thing is logged (and counted) once.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use foldhash::HashMap;
 
 use tracing::{info, warn};
 
