@@ -30,7 +30,7 @@ use crate::{
     },
     shared::Shared,
     sockets::{Serving, UdpServing},
-    source::{Change, TRIGGER_TIME_ANNOTATION},
+    source::{Change, ListKind, TRIGGER_TIME_ANNOTATION},
     syncer::{
         node_wait::{Gate, GaveUp},
         owners::Owners,
@@ -215,6 +215,28 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
             Change::SliceDeleted { namespace, name } => {
                 m.endpoint_changes.inc();
                 self.cache.delete_slice(&namespace, &name);
+                Vec::new()
+            }
+            Change::Relist(ListKind::Services) => {
+                self.cache.relist_services();
+                return;
+            }
+            Change::Relist(ListKind::Slices) => {
+                self.cache.relist_slices();
+                return;
+            }
+            Change::Listed(kind) => {
+                match kind {
+                    ListKind::Services => {
+                        self.listed.0 = true;
+                        self.cache.services_listed();
+                    }
+                    ListKind::Slices => {
+                        self.listed.1 = true;
+                        self.cache.slices_listed();
+                    }
+                }
+                self.full_pending = true;
                 Vec::new()
             }
             Change::AllServices(all) => {

@@ -82,6 +82,10 @@ pub struct Cache {
     claimed_by: HashMap<ObjectRef, Vec<Frontend>>,
     /// Services to recompute at the next flush.
     dirty: BTreeSet<ObjectRef>,
+    /// While a (re)list of Services streams in: the ones it named so far.
+    relisting_services: Option<HashSet<ObjectRef>>,
+    /// The same for EndpointSlices.
+    relisting_slices: Option<HashSet<ObjectRef>>,
 }
 
 impl Cache {
@@ -127,6 +131,9 @@ impl Cache {
     /// Adds or replaces a Service.
     pub fn apply_service(&mut self, svc: &Service) -> Admission {
         let object = service::object_ref(svc);
+        if let Some(listed) = &mut self.relisting_services {
+            listed.insert(object.clone());
+        }
         match service::validate(svc) {
             service::Verdict::Program(spec) => {
                 self.services.insert(object.clone(), spec);
@@ -151,6 +158,9 @@ impl Cache {
     /// Adds or replaces an EndpointSlice.
     pub fn apply_slice(&mut self, s: &EndpointSlice) -> Admission {
         let object = slice::object_ref(s);
+        if let Some(listed) = &mut self.relisting_slices {
+            listed.insert(object.clone());
+        }
         match slice::validate(s) {
             slice::Verdict::Use(spec) => {
                 self.forget_slice(&object);
@@ -197,13 +207,30 @@ impl Cache {
         &mut self,
         all: impl IntoIterator<Item = &'a Service>,
     ) -> Vec<(ObjectRef, Admission)> {
-        let mut listed = HashSet::default();
-        let mut out = Vec::new();
-        for svc in all {
-            let object = service::object_ref(svc);
-            listed.insert(object.clone());
-            out.push((object, self.apply_service(svc)));
-        }
+        self.relist_services();
+        let out = all
+            .into_iter()
+            .map(|svc| (service::object_ref(svc), self.apply_service(svc)))
+            .collect();
+        self.services_listed();
+        out
+    }
+
+    /// A (re)list of Services begins; [`Self::apply_service`] takes its
+    /// items as they arrive (the list is never held whole), and
+    /// [`Self::services_listed`] ends it. A list begun again before it ended
+    /// (the watch restarted it) starts over.
+    pub fn relist_services(&mut self) {
+        self.relisting_services = Some(HashSet::default());
+    }
+
+    /// The (re)list of Services is complete: those it did not name are
+    /// deleted, whether or not a delete event was ever seen for them.
+    pub fn services_listed(&mut self) {
+        // Without a beginning there is no list to judge by: nothing goes.
+        let Some(listed) = self.relisting_services.take() else {
+            return;
+        };
         let gone: Vec<ObjectRef> = self
             .services
             .keys()
@@ -213,7 +240,6 @@ impl Cache {
         for o in gone {
             self.delete_service(&o.namespace, &o.name);
         }
-        out
     }
 
     /// Makes `all` the complete set of EndpointSlices; see [`Self::replace_services`].
@@ -221,13 +247,25 @@ impl Cache {
         &mut self,
         all: impl IntoIterator<Item = &'a EndpointSlice>,
     ) -> Vec<(ObjectRef, Admission)> {
-        let mut listed = HashSet::default();
-        let mut out = Vec::new();
-        for s in all {
-            let object = slice::object_ref(s);
-            listed.insert(object.clone());
-            out.push((object, self.apply_slice(s)));
-        }
+        self.relist_slices();
+        let out = all
+            .into_iter()
+            .map(|s| (slice::object_ref(s), self.apply_slice(s)))
+            .collect();
+        self.slices_listed();
+        out
+    }
+
+    /// [`Self::relist_services`] for EndpointSlices.
+    pub fn relist_slices(&mut self) {
+        self.relisting_slices = Some(HashSet::default());
+    }
+
+    /// [`Self::services_listed`] for EndpointSlices.
+    pub fn slices_listed(&mut self) {
+        let Some(listed) = self.relisting_slices.take() else {
+            return;
+        };
         let gone: Vec<ObjectRef> = self
             .slices
             .keys()
@@ -237,7 +275,6 @@ impl Cache {
         for o in gone {
             self.forget_slice(&o);
         }
-        out
     }
 
     /// Recomputes the Services touched since the last flush.

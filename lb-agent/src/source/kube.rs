@@ -18,7 +18,7 @@ use tracing::warn;
 
 use super::backoff::with_backoff;
 use super::strip::Kept;
-use super::{Change, NodeFacts};
+use super::{Change, ListKind, NodeFacts};
 
 /// One kind of apiserver request the agent makes: API group, resource, verbs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,7 +147,7 @@ pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
             namespace: s.namespace().unwrap_or_default(),
             name: s.name_any(),
         },
-        Change::AllServices,
+        ListKind::Services,
     );
     let slices = kind_stream(
         Api::<Kept<EndpointSlice>>::all(client.clone()),
@@ -157,7 +157,7 @@ pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
             namespace: s.namespace().unwrap_or_default(),
             name: s.name_any(),
         },
-        Change::AllSlices,
+        ListKind::Slices,
     );
     let node = with_backoff(watcher(
         Api::<Node>::all(client),
@@ -185,35 +185,27 @@ pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
 ///
 /// No reflector: the model keeps the few fields it uses of every object, so
 /// a store of full objects would only double the memory (about 60 MB at
-/// 10,000 Services). A (re)list is collected here and handed over whole
-/// once complete, as a reflector would swap its store.
+/// 10,000 Services). A (re)list is streamed: each item goes to the model as
+/// it is read, between `Relist` and `Listed`, so that the list is never
+/// held whole (that doubled the agent's peak memory at 100,000 Services).
 fn kind_stream<K>(
     api: Api<Kept<K>>,
     config: watcher::Config,
     applied: impl Fn(K) -> Change + Send + 'static,
     deleted: impl Fn(&Kept<K>) -> Change + Send + 'static,
-    all: impl Fn(Vec<K>) -> Change + Send + 'static,
+    list: ListKind,
 ) -> impl Stream<Item = Event> + Send
 where
     Kept<K>: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K: Send + 'static,
 {
     let kind = Kept::<K>::kind(&());
-    let mut listing = Vec::new();
     with_backoff(watcher(api, config)).filter_map(move |ev| {
         let change = match ev {
-            Ok(watcher::Event::Apply(o)) => Some(applied(o.0)),
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => Some(applied(o.0)),
             Ok(watcher::Event::Delete(o)) => Some(deleted(&o)),
-            // A (re)list starts over, also after one that broke off.
-            Ok(watcher::Event::Init) => {
-                listing.clear();
-                None
-            }
-            Ok(watcher::Event::InitApply(o)) => {
-                listing.push(o.0);
-                None
-            }
-            Ok(watcher::Event::InitDone) => Some(all(std::mem::take(&mut listing))),
+            Ok(watcher::Event::Init) => Some(Change::Relist(list)),
+            Ok(watcher::Event::InitDone) => Some(Change::Listed(list)),
             Err(e) => {
                 warn!("watching {kind}: {e}; keeping the last state, retrying with backoff");
                 None
@@ -223,9 +215,6 @@ where
     })
 }
 
-/// The status code of an error that says the apiserver will not show the
-/// object to us (401: bad credentials, 403: RBAC), as opposed to one a
-/// retry may get past.
 fn refused(e: &watcher::Error) -> Option<u16> {
     let status = match e {
         watcher::Error::InitialListFailed(kube::Error::Api(s))

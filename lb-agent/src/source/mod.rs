@@ -68,6 +68,13 @@ impl NodeFacts {
     }
 }
 
+/// What a streamed (re)list lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListKind {
+    Services,
+    Slices,
+}
+
 /// One change from a source.
 #[derive(Clone, Debug)]
 pub enum Change {
@@ -81,7 +88,13 @@ pub enum Change {
         namespace: String,
         name: String,
     },
-    /// The complete set of Services: a first list, a relist, a file re-read.
+    /// A (re)list from the apiserver begins: its items follow one by one as
+    /// `Service` (or `Slice`) changes, so the list is never held whole,
+    /// until `Listed` of the same kind.
+    Relist(ListKind),
+    /// The (re)list is complete: objects of its kind it did not name are gone.
+    Listed(ListKind),
+    /// The complete set of Services at once: a file read.
     AllServices(Vec<Service>),
     /// The complete set of EndpointSlices.
     AllSlices(Vec<EndpointSlice>),

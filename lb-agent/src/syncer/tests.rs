@@ -102,6 +102,49 @@ fn list(
 }
 
 #[test]
+fn a_streamed_relist_takes_items_as_they_come_and_deletes_only_at_its_end() {
+    let (mut s, e, _) = syncer(64);
+    let now = Instant::now();
+    let svc = |name, vip| Change::Service(Box::new(service(name, vip).build()));
+    let programmed = || e.metrics.services_programmed.get();
+    for c in [
+        Change::Relist(ListKind::Services),
+        svc("a", "10.96.0.1"),
+        svc("b", "10.96.0.2"),
+        Change::Listed(ListKind::Services),
+        Change::Relist(ListKind::Slices),
+        Change::Slice(Box::new(slice("a-1", "a", &["10.0.0.1"]))),
+    ] {
+        s.apply(c, now);
+    }
+    assert!(s.sync(now).is_none(), "the slices are still being listed");
+    s.apply(Change::Listed(ListKind::Slices), now);
+    assert!(s.sync(now).unwrap().full);
+    assert_eq!(programmed(), 2.0);
+
+    // A relist that restarts (the watch began it again) forgets what its
+    // first try named; until it ends, nothing is deleted.
+    for c in [
+        Change::Relist(ListKind::Services),
+        svc("x", "10.96.0.9"),
+        Change::Relist(ListKind::Services),
+        svc("b", "10.96.0.2"),
+    ] {
+        s.apply(c, now);
+    }
+    s.sync(now).unwrap();
+    assert_eq!(programmed(), 3.0, "a, b and x until the list ends");
+    s.apply(Change::Listed(ListKind::Services), now);
+    assert!(s.sync(now).unwrap().full);
+    assert_eq!(programmed(), 1.0, "only b was listed");
+
+    // An end without a beginning judges nothing.
+    s.apply(Change::Listed(ListKind::Services), now);
+    s.sync(now);
+    assert_eq!(programmed(), 1.0);
+}
+
+#[test]
 fn services_programmed_counts_only_services_with_entries_in_the_maps() {
     let (mut s, e, _) = syncer(64);
     let now = Instant::now();
