@@ -22,6 +22,7 @@ use super::{
     health_check::{HealthCheck, health_check},
     service::{self, ServiceSpec},
     slice::{self, SliceSpec},
+    topologies::Topologies,
 };
 
 /// How an arriving object was taken.
@@ -82,6 +83,8 @@ pub struct Cache {
     claimed_by: HashMap<ObjectRef, Vec<Frontend>>,
     /// Services to recompute at the next flush.
     dirty: BTreeSet<ObjectRef>,
+    /// The endpoints' topologies, one copy of each.
+    topologies: Topologies,
     /// While a (re)list of Services streams in: the ones it named so far.
     relisting_services: Option<HashSet<ObjectRef>>,
     /// The same for EndpointSlices.
@@ -161,7 +164,7 @@ impl Cache {
         if let Some(listed) = &mut self.relisting_slices {
             listed.insert(object.clone());
         }
-        match slice::validate(s) {
+        match slice::validate(s, &mut self.topologies) {
             slice::Verdict::Use(spec) => {
                 self.forget_slice(&object);
                 let owner = ObjectRef::service(&object.namespace, &spec.service);

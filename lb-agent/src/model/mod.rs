@@ -17,6 +17,7 @@ mod health_check;
 mod nodeport_addresses;
 mod service;
 mod slice;
+mod topologies;
 
 use std::{fmt, net::IpAddr, sync::Arc};
 

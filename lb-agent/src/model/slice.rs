@@ -1,10 +1,10 @@
 //! Validation of a discovery.k8s.io/v1 EndpointSlice.
 
-use std::net::IpAddr;
+use std::{net::IpAddr, sync::Arc};
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use super::{IpFamily, ObjectKind, ObjectRef, Proto};
+use super::{IpFamily, ObjectKind, ObjectRef, Proto, topologies::Topologies};
 
 /// Links a slice to its Service (same namespace).
 pub(super) const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -39,13 +39,13 @@ pub struct SliceEndpoint {
     pub ready: Option<bool>,
     pub serving: Option<bool>,
     pub terminating: Option<bool>,
-    /// `None` when the endpoint names no node, zone or hint (boxed: at
-    /// 100,000 endpoints the empty fields alone would cost 10 MB).
-    pub topology: Option<Box<EndpointTopology>>,
+    /// `None` when the endpoint names no node, zone or hint; shared by
+    /// every endpoint with the same (see `topologies.rs`).
+    pub topology: Option<Arc<EndpointTopology>>,
 }
 
 /// Where an endpoint runs, and the topology hints for it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct EndpointTopology {
     pub node_name: Option<String>,
     pub zone: Option<String>,
@@ -92,7 +92,7 @@ pub fn object_ref(slice: &EndpointSlice) -> ObjectRef {
     }
 }
 
-pub(super) fn validate(slice: &EndpointSlice) -> Verdict {
+pub(super) fn validate(slice: &EndpointSlice, topologies: &mut Topologies) -> Verdict {
     let object = object_ref(slice);
     let family = match slice.address_type.as_str() {
         "IPv4" => IpFamily::V4,
@@ -184,7 +184,8 @@ pub(super) fn validate(slice: &EndpointSlice) -> Verdict {
             ready: cond.and_then(|c| c.ready),
             serving: cond.and_then(|c| c.serving),
             terminating: cond.and_then(|c| c.terminating),
-            topology: (topology != EndpointTopology::default()).then(|| Box::new(topology)),
+            topology: (topology != EndpointTopology::default())
+                .then(|| topologies.intern(topology)),
         });
     }
     Verdict::Use(SliceSpec {

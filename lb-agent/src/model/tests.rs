@@ -1022,7 +1022,7 @@ fn endpoint_topology_and_raw_conditions_are_kept() {
         )
         .endpoint(Ep::new("10.0.0.2").ready(false).terminating(true))
         .into()]);
-    let slice::Verdict::Use(spec) = slice::validate(&o.slices[0]) else {
+    let slice::Verdict::Use(spec) = slice::validate(&o.slices[0], &mut Default::default()) else {
         panic!("valid slice refused");
     };
     let [a, b] = &spec.endpoints[..] else {

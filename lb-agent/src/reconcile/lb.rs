@@ -2,11 +2,9 @@
 //! indexes the write protocol needs. Every write goes through the methods
 //! here, so the indexes never drift from the content.
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    fmt::Debug,
-    ops::RangeInclusive,
-};
+use std::{collections::BTreeMap, fmt::Debug, ops::RangeInclusive};
+
+use foldhash::HashMap;
 
 use lb_common::{FrontendId, Member, MemberKey, Slot, SlotKey};
 
@@ -100,10 +98,10 @@ impl<F: Family, T: Tables> LbMaps<F, T> {
             slots: Mirror::adopt(tables.slots)?,
             members: Mirror::adopt(tables.members)?,
             backends: Mirror::adopt(tables.backends)?,
-            id_of: HashMap::new(),
-            backend_refs: HashMap::new(),
+            id_of: HashMap::default(),
+            backend_refs: HashMap::default(),
             set_sizes: BTreeMap::new(),
-            fe_uses: HashMap::new(),
+            fe_uses: HashMap::default(),
             fe_ids: IdPool::default(),
             backend_ids: IdPool::default(),
         };

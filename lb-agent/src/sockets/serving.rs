@@ -8,11 +8,12 @@
 //! never does.
 
 use std::{
-    collections::{HashMap, HashSet},
     hash::Hash,
     net::{IpAddr, SocketAddr},
     sync::{Mutex, MutexGuard, PoisonError},
 };
+
+use foldhash::{HashMap, HashSet};
 
 /// Frontend -> its serving endpoint IPs. A frontend without an entry serves
 /// nothing.
