@@ -239,16 +239,6 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
                 self.full_pending = true;
                 Vec::new()
             }
-            Change::AllServices(all) => {
-                self.listed.0 = true;
-                self.full_pending = true;
-                self.cache.replace_services(all.iter())
-            }
-            Change::AllSlices(all) => {
-                self.listed.1 = true;
-                self.full_pending = true;
-                self.cache.replace_slices(all.iter())
-            }
             Change::NodeRefused(why) => {
                 // Nothing for the model: only the first sync's wait ends.
                 self.node_wait.refused(why);

@@ -9,6 +9,7 @@
 use std::{
     fs, io,
     path::{Path, PathBuf},
+    sync::mpsc,
     time::SystemTime,
 };
 
@@ -32,6 +33,16 @@ pub struct Objects {
     pub nodes: Vec<Node>,
     /// Documents that were skipped: where, and why.
     pub skipped: Vec<SkippedDocument>,
+}
+
+impl Objects {
+    /// Adds `other`'s objects after these.
+    pub fn append(&mut self, other: Objects) {
+        self.services.extend(other.services);
+        self.slices.extend(other.slices);
+        self.nodes.extend(other.nodes);
+        self.skipped.extend(other.skipped);
+    }
 }
 
 /// A document that could not be used.
@@ -72,15 +83,71 @@ pub fn files(path: &Path) -> Result<Vec<PathBuf>, FileSourceError> {
     Ok(out)
 }
 
-/// Reads every document under `path`.
+/// Documents parsed at a time: an edit reaches the model a chunk at a
+/// time, so the objects of a large file are never all held at once (at
+/// 100,000 Services they took as much memory again as the model).
+pub const CHUNK: usize = 2048;
+
+/// The documents under a path, parsed a chunk at a time on a thread of
+/// their own, a chunk ahead of the model that takes them.
+pub struct Reader {
+    chunks: mpsc::Receiver<Result<Objects, FileSourceError>>,
+}
+
+impl Reader {
+    /// Lists the files `path` stands for and starts parsing them; each
+    /// file is read when its turn comes.
+    pub fn open(path: &Path) -> Result<Self, FileSourceError> {
+        let files = files(path)?;
+        // One chunk waits while the next is parsed; a reader dropped
+        // half-way stops the thread at its next send.
+        let (tx, chunks) = mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("file-parse".into())
+            .spawn(move || parse_files(files, &tx))
+            .map_err(|source| FileSourceError::Read {
+                path: path.to_owned(),
+                source,
+            })?;
+        Ok(Self { chunks })
+    }
+
+    /// The objects of the next [`CHUNK`] documents (fewer at the end of a
+    /// file); `None` once every file is read.
+    pub fn next_chunk(&mut self) -> Result<Option<Objects>, FileSourceError> {
+        // A closed channel: every file was sent (or the thread is gone).
+        self.chunks.recv().ok().transpose()
+    }
+}
+
+/// Reads and parses `files` in order, a chunk at a time, into `tx`.
+fn parse_files(files: Vec<PathBuf>, tx: &mpsc::SyncSender<Result<Objects, FileSourceError>>) {
+    for file in files {
+        let text = match fs::read_to_string(&file) {
+            Ok(text) => text,
+            Err(source) => {
+                let _ = tx.send(Err(FileSourceError::Read { path: file, source }));
+                return;
+            }
+        };
+        let origin = file.display().to_string();
+        let docs = split_documents(&text);
+        for (i, chunk) in docs.chunks(CHUNK).enumerate() {
+            let mut out = Objects::default();
+            parse_chunk(&origin, chunk, i * CHUNK, &mut out);
+            if tx.send(Ok(out)).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Reads every document under `path` at once.
 pub fn load(path: &Path) -> Result<Objects, FileSourceError> {
+    let mut reader = Reader::open(path)?;
     let mut objects = Objects::default();
-    for file in files(path)? {
-        let text = fs::read_to_string(&file).map_err(|source| FileSourceError::Read {
-            path: file.clone(),
-            source,
-        })?;
-        parse_into(&file.display().to_string(), &text, &mut objects);
+    while let Some(chunk) = reader.next_chunk()? {
+        objects.append(chunk);
     }
     Ok(objects)
 }
@@ -107,10 +174,15 @@ const PARALLEL_FROM: usize = 512;
 
 /// Parses a multi-document text; `origin` names it in reports.
 pub fn parse_into(origin: &str, text: &str, out: &mut Objects) {
-    let docs = split_documents(text);
+    parse_chunk(origin, &split_documents(text), 0, out);
+}
+
+/// Parses `docs` of `origin`, the first of which is its document number
+/// `first`.
+pub fn parse_chunk(origin: &str, docs: &[&str], first: usize, out: &mut Objects) {
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     if threads == 1 || docs.len() < PARALLEL_FROM {
-        parse_documents(origin, &docs, 0, out, true);
+        parse_documents(origin, docs, first, out, true);
         return;
     }
     // YAML parsing is most of a cold start from a large file: use every core.
@@ -122,7 +194,7 @@ pub fn parse_into(origin: &str, text: &str, out: &mut Objects) {
             .map(|(i, chunk)| {
                 scope.spawn(move || {
                     let mut part = Objects::default();
-                    parse_documents(origin, chunk, i * per_thread, &mut part, true);
+                    parse_documents(origin, chunk, first + i * per_thread, &mut part, true);
                     part
                 })
             })
@@ -133,10 +205,7 @@ pub fn parse_into(origin: &str, text: &str, out: &mut Objects) {
             .collect()
     });
     for part in parts {
-        out.services.extend(part.services);
-        out.slices.extend(part.slices);
-        out.nodes.extend(part.nodes);
-        out.skipped.extend(part.skipped);
+        out.append(part);
     }
 }
 
@@ -285,6 +354,34 @@ fn describe(value: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reader_parses_a_chunk_at_a_time_and_numbers_documents_in_their_file() {
+        let ok = "apiVersion: v1\nkind: Service\nmetadata: {name: a}\nspec: {clusterIP: 10.0.0.1, ports: [{port: 80}]}\n";
+        let mut docs = vec![ok; CHUNK + 1];
+        docs.push(": : [unclosed\n");
+        let path =
+            std::env::temp_dir().join(format!("lb-agent-reader-{}.yaml", std::process::id()));
+        fs::write(&path, docs.join("---\n")).unwrap();
+        let mut reader = Reader::open(&path).unwrap();
+        let first = reader.next_chunk().unwrap().unwrap();
+        let second = reader.next_chunk().unwrap().unwrap();
+        let end = reader.next_chunk().unwrap();
+        fs::remove_file(&path).unwrap();
+        assert_eq!(first.services.len(), CHUNK);
+        assert!(first.skipped.is_empty());
+        assert_eq!(second.services.len(), 1);
+        let at = format!("{}#{}", path.display(), CHUNK + 1);
+        assert_eq!(
+            second
+                .skipped
+                .iter()
+                .map(|s| s.location.as_str())
+                .collect::<Vec<_>>(),
+            [at.as_str()]
+        );
+        assert!(end.is_none());
+    }
 
     #[test]
     fn broken_document_does_not_hide_its_neighbours() {

@@ -1,5 +1,6 @@
 //! `--from-file`: the file (or directory) polled for edits, each edit read
-//! whole into the complete set of objects.
+//! into the complete set of objects, streamed to the model a chunk of
+//! documents at a time as an apiserver relist is.
 
 use std::{
     path::PathBuf,
@@ -9,7 +10,7 @@ use std::{
 use tokio::time::{Interval, MissedTickBehavior};
 use tracing::{error, warn};
 
-use super::{Change, NodeFacts, file};
+use super::{Change, ListKind, NodeFacts, file};
 use crate::shared::Shared;
 
 /// How often the source files are checked for edits.
@@ -23,6 +24,16 @@ pub struct FilePoll {
     /// The files may hold this node's Node, for its zone label and
     /// addresses.
     node_name: String,
+    /// The edit being read (boxed: the source enum stays small).
+    reading: Option<Box<Reading>>,
+}
+
+/// An edit being read: the rest of its documents, and this node's Node if
+/// seen yet. Each change carries the moment its chunk was parsed; the
+/// oldest, the edit's beginning, dates the sync that writes them.
+struct Reading {
+    reader: file::Reader,
+    node: Option<NodeFacts>,
 }
 
 impl FilePoll {
@@ -35,26 +46,50 @@ impl FilePoll {
             poll,
             seen: None,
             node_name,
+            reading: None,
         }
     }
 
-    /// The changes of the next edit: every Service, every EndpointSlice
-    /// and this node's Node, read at one moment. A file that cannot be
-    /// read keeps the last programmed state (a half-written file is
-    /// retried on the next edit); malformed documents are skipped and
-    /// counted. Cancel-safe: it only waits on the poll timer.
+    /// The next changes of an edit: its beginning (a relist of both
+    /// kinds), then each chunk's Services and EndpointSlices, then its end
+    /// with this node's Node. A file that cannot be read keeps what the
+    /// model has (a half-written file is retried on the next edit; nothing
+    /// is deleted without a complete read); malformed documents are skipped
+    /// and counted. Cancel-safe: it only waits on the poll timer.
     pub async fn next(&mut self, shared: &Shared) -> Vec<(Change, Instant)> {
         loop {
+            if let Some(r) = &mut self.reading {
+                match r.reader.next_chunk() {
+                    Ok(Some(objects)) => {
+                        shared.health.queued();
+                        let read = Instant::now();
+                        return chunk_changes(objects, &self.node_name, &mut r.node, shared, read);
+                    }
+                    Ok(None) => {
+                        let node = r.node.take();
+                        self.reading = None;
+                        shared.health.queued();
+                        return end(node, Instant::now());
+                    }
+                    Err(e) => {
+                        self.reading = None;
+                        error!(
+                            error = &e as &dyn std::error::Error,
+                            "keeping the current state"
+                        );
+                    }
+                }
+            }
             self.poll.tick().await;
             let now = file::fingerprint(&self.path);
             if self.seen.as_ref() == Some(&now) {
                 continue;
             }
             self.seen = Some(now);
-            match file::load(&self.path) {
-                Ok(objects) => {
-                    shared.health.queued();
-                    return changes(objects, &self.node_name, shared, Instant::now());
+            match file::Reader::open(&self.path) {
+                Ok(reader) => {
+                    self.reading = Some(Box::new(Reading { reader, node: None }));
+                    return begin(Instant::now());
                 }
                 Err(e) => error!(
                     error = &e as &dyn std::error::Error,
@@ -65,11 +100,46 @@ impl FilePoll {
     }
 }
 
-/// The complete state `objects` holds, as read at `read`, with this
-/// node's Node (`node_name`); its skipped documents are logged and counted.
+/// A whole read of `objects` at `read`, as [`FilePoll::next`] hands it
+/// over in one chunk.
 pub fn changes(
     objects: file::Objects,
     node_name: &str,
+    shared: &Shared,
+    read: Instant,
+) -> Vec<(Change, Instant)> {
+    let mut node = None;
+    let mut all = begin(read);
+    all.extend(chunk_changes(objects, node_name, &mut node, shared, read));
+    all.extend(end(node, read));
+    all
+}
+
+/// The beginning of an edit: a relist of both kinds.
+fn begin(read: Instant) -> Vec<(Change, Instant)> {
+    vec![
+        (Change::Relist(ListKind::Services), read),
+        (Change::Relist(ListKind::Slices), read),
+    ]
+}
+
+/// The end of an edit: both lists complete, and this node's Node (empty
+/// if the files do not hold it).
+fn end(node: Option<NodeFacts>, read: Instant) -> Vec<(Change, Instant)> {
+    vec![
+        (Change::Listed(ListKind::Services), read),
+        (Change::Listed(ListKind::Slices), read),
+        (Change::Node(node.unwrap_or_default()), read),
+    ]
+}
+
+/// The Services and slices of one chunk, read at `read`; its skipped
+/// documents are logged and counted, and this node's Node (`node_name`),
+/// if it holds it, kept in `node` for the end of the edit.
+fn chunk_changes(
+    objects: file::Objects,
+    node_name: &str,
+    node: &mut Option<NodeFacts>,
     shared: &Shared,
     read: Instant,
 ) -> Vec<(Change, Instant)> {
@@ -77,17 +147,22 @@ pub fn changes(
         warn!(document = %s.location, "skipping malformed document: {}", s.reason);
         shared.metrics.skipped_documents.inc();
     }
-    let node = objects
+    if let Some(n) = objects
         .nodes
         .iter()
         .find(|n| n.metadata.name.as_deref() == Some(node_name))
-        .map(NodeFacts::of)
-        .unwrap_or_default();
-    vec![
-        (Change::AllServices(objects.services), read),
-        (Change::AllSlices(objects.slices), read),
-        (Change::Node(node), read),
-    ]
+    {
+        *node = Some(NodeFacts::of(n));
+    }
+    let services = objects
+        .services
+        .into_iter()
+        .map(|s| (Change::Service(Box::new(s)), read));
+    let slices = objects
+        .slices
+        .into_iter()
+        .map(|s| (Change::Slice(Box::new(s)), read));
+    services.chain(slices).collect()
 }
 
 #[cfg(test)]
@@ -142,36 +217,87 @@ spec: {ports: nope}
         }
     }
 
-    #[test]
-    fn an_edit_is_the_whole_state_with_this_nodes_node() {
+    /// Every change of the next edit, up to and with its Node.
+    async fn edit(poll: &mut FilePoll, shared: &Shared) -> Vec<Change> {
+        let mut all = Vec::new();
+        loop {
+            let batch = poll.next(shared).await;
+            let done = batch.iter().any(|(c, _)| matches!(c, Change::Node(_)));
+            all.extend(batch.into_iter().map(|(c, _)| c));
+            if done {
+                return all;
+            }
+        }
+    }
+
+    fn service_names(changes: &[Change]) -> Vec<String> {
+        changes
+            .iter()
+            .filter_map(|c| match c {
+                Change::Service(s) => s.metadata.name.clone(),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_edit_is_a_relist_of_both_kinds_ending_with_this_nodes_node() {
         let file = TempFile::new("whole", OBJECTS);
-        let objects = file::load(file.path()).unwrap();
-        let read = Instant::now();
-        let got = changes(objects, "node-a", &Shared::default(), read);
+        let shared = Shared::default();
+        let mut poll = FilePoll::new(file.path().to_owned(), "node-a".into());
+        let got = edit(&mut poll, &shared).await;
         let [
-            (Change::AllServices(services), t1),
-            (Change::AllSlices(slices), t2),
-            (Change::Node(node), t3),
+            Change::Relist(ListKind::Services),
+            Change::Relist(ListKind::Slices),
+            Change::Service(web),
+            Change::Listed(ListKind::Services),
+            Change::Listed(ListKind::Slices),
+            Change::Node(node),
         ] = got.as_slice()
         else {
-            panic!("not the whole state: {got:?}");
+            panic!("not one whole edit: {got:?}");
         };
-        assert_eq!(services.len(), 1);
-        assert!(slices.is_empty());
+        assert_eq!(web.metadata.name.as_deref(), Some("web"));
         assert_eq!(node.zone.as_deref(), Some("zone-a"));
         assert_eq!(
             node.primary_ips,
             ["192.168.0.1".parse::<std::net::IpAddr>().unwrap()]
         );
-        assert!([t1, t2, t3].iter().all(|t| **t == read));
     }
 
-    #[test]
-    fn without_this_nodes_node_the_node_is_empty() {
+    #[tokio::test(start_paused = true)]
+    async fn without_this_nodes_node_the_node_is_empty() {
         let file = TempFile::new("other", OBJECTS);
-        let objects = file::load(file.path()).unwrap();
-        let got = changes(objects, "node-c", &Shared::default(), Instant::now());
-        assert!(matches!(&got[2], (Change::Node(n), _) if *n == NodeFacts::default()));
+        let mut poll = FilePoll::new(file.path().to_owned(), "node-c".into());
+        let got = edit(&mut poll, &Shared::default()).await;
+        assert!(matches!(got.last(), Some(Change::Node(n)) if *n == NodeFacts::default()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_large_file_comes_a_chunk_at_a_time() {
+        let doc = |i: usize| {
+            format!(
+                "apiVersion: v1\nkind: Service\nmetadata: {{name: s{i}, namespace: default}}\n\
+                 spec: {{clusterIP: 10.96.{}.{}, ports: [{{port: 80}}]}}\n",
+                i / 256,
+                i % 256
+            )
+        };
+        let mut docs: Vec<String> = (0..file::CHUNK + 1).map(doc).collect();
+        docs.push("kind: Service\nspec: {ports: nope}\n".into());
+        let file = TempFile::new("large", &docs.join("---\n"));
+        let shared = Shared::default();
+        let mut poll = FilePoll::new(file.path().to_owned(), "node-a".into());
+        assert_eq!(poll.next(&shared).await.len(), 2, "the relists");
+        assert_eq!(poll.next(&shared).await.len(), file::CHUNK);
+        let rest = poll.next(&shared).await;
+        let rest: Vec<Change> = rest.into_iter().map(|(c, _)| c).collect();
+        assert_eq!(service_names(&rest), [format!("s{}", file::CHUNK)]);
+        assert_eq!(shared.metrics.skipped_documents.get(), 1);
+        assert!(matches!(
+            poll.next(&shared).await[0].0,
+            Change::Listed(ListKind::Services)
+        ));
     }
 
     #[tokio::test(start_paused = true)]
@@ -179,15 +305,15 @@ spec: {ports: nope}
         let file = TempFile::new("edits", OBJECTS);
         let shared = Shared::default();
         let mut poll = FilePoll::new(file.path().to_owned(), "node-a".into());
-        let first = poll.next(&shared).await;
-        assert_eq!(first.len(), 3);
+        let first = edit(&mut poll, &shared).await;
+        assert_eq!(service_names(&first), ["web"]);
         assert_eq!(shared.metrics.skipped_documents.get(), 1);
         // No edit: nothing for as long as it polls.
         let idle = tokio::time::timeout(FILE_POLL * 5, poll.next(&shared)).await;
         assert!(idle.is_err(), "an unedited file was read again");
         fs::write(file.path(), OBJECTS.replace("10.96.0.10", "10.96.0.100")).unwrap();
-        let second = poll.next(&shared).await;
-        assert!(matches!(&second[0], (Change::AllServices(s), _) if s.len() == 1));
+        let second = edit(&mut poll, &shared).await;
+        assert_eq!(service_names(&second), ["web"]);
         assert_eq!(shared.metrics.skipped_documents.get(), 2);
     }
 }

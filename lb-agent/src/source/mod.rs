@@ -88,16 +88,12 @@ pub enum Change {
         namespace: String,
         name: String,
     },
-    /// A (re)list from the apiserver begins: its items follow one by one as
-    /// `Service` (or `Slice`) changes, so the list is never held whole,
-    /// until `Listed` of the same kind.
+    /// A (re)list (from the apiserver, or a file read) begins: its items
+    /// follow as `Service` (or `Slice`) changes, so the list is never held
+    /// whole, until `Listed` of the same kind.
     Relist(ListKind),
     /// The (re)list is complete: objects of its kind it did not name are gone.
     Listed(ListKind),
-    /// The complete set of Services at once: a file read.
-    AllServices(Vec<Service>),
-    /// The complete set of EndpointSlices.
-    AllSlices(Vec<EndpointSlice>),
     /// What this node's Node now says (all `None`/empty: no Node).
     Node(NodeFacts),
     /// The apiserver refuses to show this node's Node (why): the first

@@ -87,18 +87,29 @@ fn syncer_waiting(
     )
 }
 
-/// Feeds both complete lists, as the file source does.
+/// Streams both complete lists, as the sources do.
 fn list(
     s: &mut Syncer<Mem, ManualGrace, MemSettings>,
     services: Vec<Svc>,
     slices: Vec<EndpointSlice>,
     now: Instant,
 ) {
-    s.apply(
-        Change::AllServices(services.into_iter().map(Svc::build).collect()),
-        now,
-    );
-    s.apply(Change::AllSlices(slices), now);
+    let services = services
+        .into_iter()
+        .map(|svc| Change::Service(Box::new(svc.build())));
+    let slices = slices.into_iter().map(|sl| Change::Slice(Box::new(sl)));
+    let changes = [Change::Relist(ListKind::Services)]
+        .into_iter()
+        .chain(services)
+        .chain([
+            Change::Listed(ListKind::Services),
+            Change::Relist(ListKind::Slices),
+        ])
+        .chain(slices)
+        .chain([Change::Listed(ListKind::Slices)]);
+    for c in changes {
+        s.apply(c, now);
+    }
 }
 
 #[test]
