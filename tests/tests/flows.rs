@@ -77,7 +77,10 @@ fn bed_with(args: &[&str]) -> anyhow::Result<(Bed, [lb_tests::agent::Agent; 2])>
         bed.agent_with(&bed.node1, args)?,
         bed.agent_with(&bed.node2, args)?,
     ];
+    // Each node's agent programs its own node: wait for both, or a test's
+    // first datagrams through node-2 race its tc programs' attach.
     bed.wait_reachable(&format!("{NODE1}:{REMOTE}"))?;
+    bed.wait_reachable(&format!("{NODE2}:{CLUSTER}"))?;
     Ok((bed, agents))
 }
 

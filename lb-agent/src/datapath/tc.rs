@@ -166,6 +166,17 @@ pub fn attach(
 ) -> Result<(), Error> {
     let links = pins.links_dir();
     fs::create_dir_all(&links).map_err(io_err("creating", &links))?;
+    // Loaded (verified) before any device needs them, at the first attach
+    // (while the first lists are read): a device's programs then attach as
+    // soon as the device is known, right after the first sync.
+    for name in PROGRAMS.iter().flat_map(|(eth, l3, ..)| [*eth, *l3]) {
+        let program = program(ebpf, name)?;
+        if program.fd().is_err() {
+            program
+                .load()
+                .map_err(|source| Error::Program { name, source })?;
+        }
+    }
     let mut failed = Vec::new();
     // A program attaches once per hook: a second TCX attach of the same
     // program fails (EEXIST).
@@ -179,7 +190,6 @@ pub fn attach(
         // so no device ever DNATs a flow whose replies it cannot reverse.
         let done = PROGRAMS.iter().rev().try_for_each(|row| {
             let name = program_for(row, device)?;
-            load(ebpf, name)?;
             let (_, _, attach_type, prefix) = *row;
             match hook {
                 TcHook::Tcx => {
@@ -230,19 +240,6 @@ pub fn attach(
         devices: names,
         source: Box::new(errors.swap_remove(0)),
     })
-}
-
-/// Loads (verifies) `name` unless it is loaded: only when a device needs
-/// it, so that an agent without devices, or with only Ethernet ones, spends
-/// no start time verifying programs it never attaches.
-fn load(ebpf: &mut Ebpf, name: &'static str) -> Result<(), Error> {
-    let program = program(ebpf, name)?;
-    if program.fd().is_err() {
-        program
-            .load()
-            .map_err(|source| Error::Program { name, source })?;
-    }
-    Ok(())
 }
 
 fn program<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut SchedClassifier, Error> {
