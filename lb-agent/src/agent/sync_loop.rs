@@ -25,6 +25,9 @@ const REAP: Duration = Duration::from_millis(50);
 const PRUNE_RETRY: Duration = Duration::from_secs(1);
 /// How often the interface addresses are re-read for `--nodeport-addresses`.
 const INTERFACES_POLL: Duration = Duration::from_secs(5);
+/// The most changes read ahead while the programs load, before the model
+/// can take them.
+const EARLY_MAX: usize = 4096;
 /// The most changes taken in one go before a sync: a burst becomes one
 /// sync, but a source that never pauses cannot postpone syncs forever.
 const BATCH: usize = 1024;
@@ -79,7 +82,10 @@ async fn sync_loop(
         tokio::select! {
             _ = &mut stop => return Ok(()),
             r = &mut loading => break r.context("loading the programs panicked")??,
-            batch = changes.next() => early.extend(batch?),
+            // Past a bound, the rest of the list waits where it is (the
+            // apiserver's response, the file's next chunk) rather than in
+            // memory ahead of the model.
+            batch = changes.next(), if early.len() < EARLY_MAX => early.extend(batch?),
         }
     };
     cold.programs_loaded();
