@@ -91,6 +91,18 @@ pub struct Cache {
     relisting_slices: Option<HashSet<ObjectRef>>,
 }
 
+/// The objects of `all` that a (re)list did not name. Without a beginning
+/// (`None`) there is no list to judge by: none.
+fn unlisted<V>(all: &HashMap<ObjectRef, V>, listed: Option<HashSet<ObjectRef>>) -> Vec<ObjectRef> {
+    let Some(listed) = listed else {
+        return Vec::new();
+    };
+    all.keys()
+        .filter(|o| !listed.contains(*o))
+        .cloned()
+        .collect()
+}
+
 impl Cache {
     pub fn new(excluded: ExcludedCidrs, node: NodeContext) -> Self {
         Self {
@@ -230,17 +242,7 @@ impl Cache {
     /// The (re)list of Services is complete: those it did not name are
     /// deleted, whether or not a delete event was ever seen for them.
     pub fn services_listed(&mut self) {
-        // Without a beginning there is no list to judge by: nothing goes.
-        let Some(listed) = self.relisting_services.take() else {
-            return;
-        };
-        let gone: Vec<ObjectRef> = self
-            .services
-            .keys()
-            .filter(|o| !listed.contains(*o))
-            .cloned()
-            .collect();
-        for o in gone {
+        for o in unlisted(&self.services, self.relisting_services.take()) {
             self.delete_service(&o.namespace, &o.name);
         }
     }
@@ -266,16 +268,7 @@ impl Cache {
 
     /// [`Self::services_listed`] for EndpointSlices.
     pub fn slices_listed(&mut self) {
-        let Some(listed) = self.relisting_slices.take() else {
-            return;
-        };
-        let gone: Vec<ObjectRef> = self
-            .slices
-            .keys()
-            .filter(|o| !listed.contains(*o))
-            .cloned()
-            .collect();
-        for o in gone {
+        for o in unlisted(&self.slices, self.relisting_slices.take()) {
             self.forget_slice(&o);
         }
     }
