@@ -2,13 +2,16 @@
 //! with pinned links so that they outlive the agent.
 
 use std::{
+    collections::VecDeque,
     fs, io,
     path::{Path, PathBuf},
+    sync::Mutex,
+    thread,
 };
 
 use aya::{
     Ebpf, EbpfLoader,
-    programs::{CgroupAttachMode, CgroupSockAddr, links::FdLink},
+    programs::{CgroupAttachMode, CgroupSockAddr, Program as AyaProgram, links::FdLink},
 };
 use lb_common::ALL_MAPS;
 
@@ -85,6 +88,51 @@ pub fn load(maps_dir: &Path, caps: &Capacities) -> Result<Ebpf, Error> {
     Ok(loader.load(OBJECT)?)
 }
 
+/// Loads the programs named in `names` (the kernel verifies each: most of
+/// a cold start's program load), in that order, on two threads: they are
+/// independent, the verifier runs concurrently for a privileged loader, and
+/// meanwhile the other core is mostly idle (the lists are read ahead only
+/// so far, see `EARLY_MAX`). Put the costliest first, so that the threads
+/// finish together.
+pub fn load_programs(ebpf: &mut Ebpf, names: &[&'static str]) -> Result<(), Error> {
+    let mut found: Vec<(&'static str, &mut AyaProgram)> = ebpf
+        .programs_mut()
+        .filter_map(|(name, p)| names.iter().find(|n| **n == name).map(|n| (*n, p)))
+        .collect();
+    found.sort_by_key(|(name, _)| names.iter().position(|n| n == name));
+    if let Some(missing) = names.iter().find(|n| !found.iter().any(|(f, _)| f == *n)) {
+        return Err(Error::MissingProgram(missing));
+    }
+    let queue = Mutex::new(VecDeque::from(found));
+    let work = || -> Result<(), Error> {
+        loop {
+            let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+            let Some((name, program)) = next else {
+                return Ok(());
+            };
+            let loaded = match program {
+                AyaProgram::CgroupSockAddr(p) => p.load(),
+                AyaProgram::SchedClassifier(p) => p.load(),
+                _ => Err(aya::programs::ProgramError::UnexpectedProgramType),
+            };
+            loaded.map_err(|source| Error::Program { name, source })?;
+        }
+    };
+    thread::scope(|s| {
+        // Without a second thread, this one drains the queue alone.
+        let other = thread::Builder::new()
+            .name("bpf-load".into())
+            .spawn_scoped(s, work)
+            .ok();
+        let mine = work();
+        let theirs = other.map_or(Ok(()), |t| {
+            t.join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        });
+        mine.and(theirs)
+    })
+}
+
 /// Attaches `programs` to `cgroup`, each replacing the one attached before
 /// it make-before-break: the new link is attached and pinned first, then
 /// renamed over the old pin, which detaches the old program. BPF links take
@@ -107,9 +155,6 @@ pub fn attach(
             .ok_or(Error::MissingProgram(name))?
             .try_into()
             .map_err(prog_err)?;
-        if program.fd().is_err() {
-            program.load().map_err(prog_err)?;
-        }
         let id = program
             .attach(&cgroup_dir, CgroupAttachMode::Single)
             .map_err(prog_err)?;

@@ -198,7 +198,14 @@ impl Datapath {
                 }
             }
         };
-        let ebpf = loader::load(&maps_dir, caps)?;
+        let mut ebpf = loader::load(&maps_dir, caps)?;
+        // All of them now, while the first lists are read: a device's tc
+        // programs then attach as soon as the device is known.
+        let programs: Vec<&'static str> = tc::FUNCTIONS
+            .into_iter()
+            .chain(TRANSLATING.iter().chain(&REVERSING).map(|p| p.function))
+            .collect();
+        loader::load_programs(&mut ebpf, &programs)?;
         Ok(Self {
             pins: pins.clone(),
             ebpf,

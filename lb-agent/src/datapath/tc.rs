@@ -46,6 +46,10 @@ const PROGRAMS: [(&str, &str, TcAttachType, &str); 2] = [
     ),
 ];
 
+/// The tc programs' functions, the costliest to verify first (ingress
+/// holds the new-flow path).
+pub const FUNCTIONS: [&str; 4] = [PROGRAMS[0].0, PROGRAMS[0].1, PROGRAMS[1].0, PROGRAMS[1].1];
+
 /// `ARPHRD_ETHER`: a device whose packets start with an Ethernet header.
 const ARPHRD_ETHER: u16 = 1;
 /// Link types whose packets start with the IP header: `ARPHRD_NONE` (TUN,
@@ -166,17 +170,6 @@ pub fn attach(
 ) -> Result<(), Error> {
     let links = pins.links_dir();
     fs::create_dir_all(&links).map_err(io_err("creating", &links))?;
-    // Loaded (verified) before any device needs them, at the first attach
-    // (while the first lists are read): a device's programs then attach as
-    // soon as the device is known, right after the first sync.
-    for name in PROGRAMS.iter().flat_map(|(eth, l3, ..)| [*eth, *l3]) {
-        let program = program(ebpf, name)?;
-        if program.fd().is_err() {
-            program
-                .load()
-                .map_err(|source| Error::Program { name, source })?;
-        }
-    }
     let mut failed = Vec::new();
     // A program attaches once per hook: a second TCX attach of the same
     // program fails (EEXIST).
