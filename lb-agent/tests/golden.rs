@@ -14,7 +14,7 @@ use lb_agent::{
     dump,
     model::{self, ExcludedCidrs},
     reconcile::{
-        Reconciler, V4,
+        Found, Reconciler, V4,
         mem::{Journal, ManualGrace, Mem, lb_tables},
     },
     source::file,
@@ -112,5 +112,5 @@ fn golden_pipeline_is_stable_across_a_second_reconcile() {
 fn reconciler() -> Reconciler<V4, Mem, ManualGrace> {
     let journal = Journal::default();
     let tables = lb_tables::<V4>(1024, 1024, 1024, &journal);
-    Reconciler::adopt(tables, ManualGrace::new(&journal)).unwrap()
+    Reconciler::adopt(tables, ManualGrace::new(&journal), Found::Created).unwrap()
 }

@@ -16,7 +16,7 @@ use crate::{
     memory,
     metrics::Gauge,
     model::{NodeContext, Proto, Scope},
-    reconcile::DualReconciler,
+    reconcile::{DualReconciler, Found},
     shared::Shared,
     sockets::{NetnsSources, Report, SocketReaper, SocketsError, StaleUdp},
     syncer::{NODE_WAIT, NodeWait, SyncStats, Syncer},
@@ -70,7 +70,11 @@ impl Agent {
             );
         }
         let tables = datapath.tables()?;
-        let reconciler = DualReconciler::adopt(tables.v4, tables.v6, grace)?;
+        let found = match datapath.start() {
+            Start::Fresh => Found::Created,
+            _ => Found::Pinned,
+        };
+        let reconciler = DualReconciler::adopt(tables.v4, tables.v6, grace, found)?;
         let [v4, v6] = reconciler.entries();
         info!(
             ipv4_frontends = v4.frontends,

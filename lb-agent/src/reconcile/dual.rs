@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 
 use super::{
-    Family, GracePeriods, LbTables, Outcome, Reconciler, StoreError, Tables, V4, V6, view::LbView,
+    Family, Found, GracePeriods, LbTables, Outcome, Reconciler, StoreError, Tables, V4, V6,
+    view::LbView,
 };
 use crate::model::{Frontend, IpFamily, Target};
 
@@ -25,10 +26,15 @@ pub struct DualReconciler<T: Tables, G: GracePeriods> {
 
 impl<T: Tables, G: GracePeriods + Clone> DualReconciler<T, G> {
     /// [`Reconciler::adopt`] for each family; both share the grace periods.
-    pub fn adopt(v4: LbTables<V4, T>, v6: LbTables<V6, T>, grace: G) -> Result<Self, StoreError> {
+    pub fn adopt(
+        v4: LbTables<V4, T>,
+        v6: LbTables<V6, T>,
+        grace: G,
+        found: Found,
+    ) -> Result<Self, StoreError> {
         Ok(Self {
-            v4: Reconciler::adopt(v4, grace.clone())?,
-            v6: Reconciler::adopt(v6, grace)?,
+            v4: Reconciler::adopt(v4, grace.clone(), found)?,
+            v6: Reconciler::adopt(v6, grace, found)?,
         })
     }
 }

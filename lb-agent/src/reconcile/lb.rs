@@ -12,6 +12,7 @@ use super::{
     family::{Family, StateView},
     ids::IdPool,
     mirror::Mirror,
+    table::Found,
     table::{BatchError, StoreError, Table},
 };
 
@@ -90,14 +91,14 @@ pub struct LbMaps<F: Family, T: Tables> {
 }
 
 impl<F: Family, T: Tables> LbMaps<F, T> {
-    /// Reads all the tables and indexes them.
-    pub fn adopt(tables: LbTables<F, T>) -> Result<Self, StoreError> {
+    /// Reads all the tables (unless just created) and indexes them.
+    pub fn adopt(tables: LbTables<F, T>, found: Found) -> Result<Self, StoreError> {
         let mut maps = Self {
-            frontends: Mirror::adopt(tables.frontends)?,
-            states: Mirror::adopt(tables.states)?,
-            slots: Mirror::adopt(tables.slots)?,
-            members: Mirror::adopt(tables.members)?,
-            backends: Mirror::adopt(tables.backends)?,
+            frontends: Mirror::adopt(tables.frontends, found)?,
+            states: Mirror::adopt(tables.states, found)?,
+            slots: Mirror::adopt(tables.slots, found)?,
+            members: Mirror::adopt(tables.members, found)?,
+            backends: Mirror::adopt(tables.backends, found)?,
             id_of: HashMap::default(),
             backend_refs: HashMap::default(),
             set_sizes: BTreeMap::new(),

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::table::{BatchError, StoreError, Table};
+use super::table::{BatchError, Found, StoreError, Table};
 
 pub(super) struct Mirror<T: Table> {
     table: T,
@@ -12,9 +12,13 @@ pub(super) struct Mirror<T: Table> {
 }
 
 impl<T: Table> Mirror<T> {
-    /// Reads the whole table.
-    pub(super) fn adopt(table: T) -> Result<Self, StoreError> {
-        let content = table.read()?.into_iter().collect();
+    /// Reads the whole table, unless it was just created (so is empty:
+    /// reading a large array whole is a good part of a cold start).
+    pub(super) fn adopt(table: T, found: Found) -> Result<Self, StoreError> {
+        let content = match found {
+            Found::Created => BTreeMap::new(),
+            Found::Pinned => table.read()?.into_iter().collect(),
+        };
         Ok(Self { table, content })
     }
 

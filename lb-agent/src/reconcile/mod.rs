@@ -25,7 +25,7 @@ pub use grace::GracePeriods;
 pub use lb::{LbMaps, LbTables, MapKey, MapValue, Tables, member_range, set_range};
 pub use pass::Outcome;
 pub use settings::{Settings, SettingsStore, SourceRangeKey};
-pub use table::{BatchError, StoreError, Table, WriteMode};
+pub use table::{BatchError, Found, StoreError, Table, WriteMode};
 pub use view::{FrontendView, LbView, SlotView};
 
 use grace::Retired;
@@ -44,9 +44,9 @@ pub struct Reconciler<F: Family, T: Tables, G: GracePeriods> {
 impl<F: Family, T: Tables, G: GracePeriods> Reconciler<F, T, G> {
     /// Adopts whatever the tables already hold (after a restart) without
     /// flushing it; the next full reconcile fixes only the difference.
-    pub fn adopt(tables: LbTables<F, T>, grace: G) -> Result<Self, StoreError> {
+    pub fn adopt(tables: LbTables<F, T>, grace: G, found: Found) -> Result<Self, StoreError> {
         Ok(Self {
-            maps: LbMaps::adopt(tables)?,
+            maps: LbMaps::adopt(tables, found)?,
             grace,
             retired: Retired::default(),
         })

@@ -7,6 +7,15 @@
 
 use std::{fmt::Debug, io};
 
+/// Whether a table may hold what an earlier agent wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// Created by this agent just now: empty, so not read.
+    Created,
+    /// Pinned before: read whole and adopted.
+    Pinned,
+}
+
 /// How a table's entries may be written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriteMode {

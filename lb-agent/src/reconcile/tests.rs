@@ -218,7 +218,7 @@ impl Fixture {
         tables.slots.content = snap.slots.clone();
         tables.backends.content = snap.backends.clone();
         let grace = ManualGrace::new(&journal);
-        let r = Reconciler::adopt(tables, grace.clone()).unwrap();
+        let r = Reconciler::adopt(tables, grace.clone(), Found::Pinned).unwrap();
         Self { journal, grace, r }
     }
 

@@ -12,7 +12,7 @@ use lb_fixtures::{Ep, Slice, Svc};
 use crate::{
     model::{Feature, ObjectKind},
     reconcile::{
-        LbView, SlotView, Table as _, V4, V6,
+        Found, LbView, SlotView, Table as _, V4, V6,
         mem::{Journal, ManualGrace, Mem, MemSettings, lb_tables},
     },
 };
@@ -68,6 +68,7 @@ fn syncer_waiting(
         lb_tables::<V4>(frontends, 1024, 1024, &journal),
         lb_tables::<V6>(frontends, 1024, 1024, &journal),
         grace.clone(),
+        Found::Created,
     )
     .unwrap();
     let shared = Arc::new(Shared::default());

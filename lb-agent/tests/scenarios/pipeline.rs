@@ -16,7 +16,7 @@ use lb_agent::{
     dump,
     model::NodeContext,
     reconcile::{
-        DualReconciler, V4, V6,
+        DualReconciler, Found, V4, V6,
         mem::{Journal, ManualGrace, Mem, MemSettings, lb_tables},
     },
     shared::Shared,
@@ -144,6 +144,7 @@ impl Agent {
             lb_tables::<V4>(c.frontends, c.slots, c.backends, &journal),
             lb_tables::<V6>(c.frontends, c.slots, c.backends, &journal),
             grace.clone(),
+            Found::Created,
         )?;
         let shared = Arc::new(Shared::default());
         let syncer = Syncer::new(
