@@ -19,7 +19,7 @@ use lb_tests::{
 
 use super::{
     Plan,
-    results::datapath::{Load, Mode, Row},
+    results::datapath::{KUBE_PROXY_MAX, Load, Mode, Row},
     rounds,
 };
 
@@ -150,10 +150,18 @@ pub(super) fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
     let nft_ns = bed.topo.add_host("nft", Ipv4Addr::new(10, 0, 0, 4))?;
     let plain = TestCgroup::new(&unique("plain"))?;
     bed.start_agent(&[&format!("--hostname-override={NODE}")])?;
-    kubeproxy::load_iptables(&ipt_ns, &kubeproxy::iptables_restore(&specs, CLUSTER_CIDR))?;
-    let t = Instant::now();
-    kubeproxy::load_nft(&nft_ns, &kubeproxy::nft_ruleset(&specs, CLUSTER_CIDR))?;
-    eprintln!("   (nft -f of the N={n} layout took {:.2?})", t.elapsed());
+    let modes: Vec<Mode> = Mode::EVERY
+        .into_iter()
+        .filter(|m| m.measured_at(n))
+        .collect();
+    if modes.contains(&Mode::Nftables) {
+        kubeproxy::load_iptables(&ipt_ns, &kubeproxy::iptables_restore(&specs, CLUSTER_CIDR))?;
+        let t = Instant::now();
+        kubeproxy::load_nft(&nft_ns, &kubeproxy::nft_ruleset(&specs, CLUSTER_CIDR))?;
+        eprintln!("   (nft -f of the N={n} layout took {:.2?})", t.elapsed());
+    } else {
+        eprintln!("   (kube-proxy's layouts are not loaded above N={KUBE_PROXY_MAX})");
+    }
 
     let targets = |mode: Mode, port: u16, pod_port: u16| match mode {
         Mode::Direct => pods
@@ -174,7 +182,7 @@ pub(super) fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
     // Ours: what each of [`PROGRAMS`] ran during each load, over all rounds.
     let mut programs: Vec<(Mode, Load, &'static str, Runs)> = Vec::new();
     let (c, t) = (plan.concurrency.to_string(), plan.seconds.to_string());
-    let modes = rounds::drive(plan.rounds, n, "", |mode: Mode, load| {
+    let modes = rounds::drive(plan.rounds, n, "", &modes, |mode: Mode, load| {
         let (ns, cgroup) = match mode {
             Mode::Direct | Mode::Direct6 => (&bed.client_ns, plain.path()),
             Mode::Ours | Mode::OursAffinity | Mode::OursLocal | Mode::Ours6 => {

@@ -237,27 +237,33 @@ fn every_mode(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
     // Ours: what the tc programs ran during each measurement.
     let mut tc: Vec<(Load, Runs, Runs)> = Vec::new();
     let (c, t) = (plan.concurrency.to_string(), plan.seconds.to_string());
-    let modes = rounds::drive(plan.rounds, n, "NodePort ", |mode: Mode, load| {
-        let client = bed.ns(&format!("c{}", mode.k()));
-        if matches!(mode, Mode::Iptables | Mode::Nftables) {
-            exec(&node_ns(mode), &["conntrack", "-F"]).context("flushing conntrack")?;
-        }
-        let to = targets(mode, load);
-        let sub = match load {
-            Load::Tcp => "bench-tcp",
-            Load::Udp => "bench-udp",
-        };
-        let args = [sub, "--to", &to, "-c", &c, "--seconds", &t];
-        let stats = (mode == Mode::Ours)
-            .then(|| -> anyhow::Result<_> { Ok((StatsOn::enable()?, bed.tc_runs()?)) })
-            .transpose()?;
-        let r = probe::outside_bench(&client, &args)?;
-        if let Some((_on, (i0, e0))) = stats {
-            let (i1, e1) = bed.tc_runs()?;
-            tc.push((load, i1.since(i0), e1.since(e0)));
-        }
-        Ok(r)
-    })?;
+    let modes = rounds::drive(
+        plan.rounds,
+        n,
+        "NodePort ",
+        &Mode::ALL,
+        |mode: Mode, load| {
+            let client = bed.ns(&format!("c{}", mode.k()));
+            if matches!(mode, Mode::Iptables | Mode::Nftables) {
+                exec(&node_ns(mode), &["conntrack", "-F"]).context("flushing conntrack")?;
+            }
+            let to = targets(mode, load);
+            let sub = match load {
+                Load::Tcp => "bench-tcp",
+                Load::Udp => "bench-udp",
+            };
+            let args = [sub, "--to", &to, "-c", &c, "--seconds", &t];
+            let stats = (mode == Mode::Ours)
+                .then(|| -> anyhow::Result<_> { Ok((StatsOn::enable()?, bed.tc_runs()?)) })
+                .transpose()?;
+            let r = probe::outside_bench(&client, &args)?;
+            if let Some((_on, (i0, e0))) = stats {
+                let (i1, e1) = bed.tc_runs()?;
+                tc.push((load, i1.since(i0), e1.since(e0)));
+            }
+            Ok(r)
+        },
+    )?;
     Ok(modes
         .into_iter()
         .map(|(mode, runs)| Row {

@@ -23,18 +23,19 @@ pub(super) trait Compared: Copy + PartialEq + 'static {
 
 /// Runs `rounds` rounds at `n` Services, in ABBA order so that drift over
 /// the run favours no mode; each round takes one `measure` of every mode
-/// through each of its loads. `what` names the section in errors. Returns
-/// every mode's rounds, in [`Compared::EVERY`] order.
+/// in `modes` (in [`Compared::EVERY`] order) through each of its loads.
+/// `what` names the section in errors. Returns those modes' rounds.
 pub(super) fn drive<M: Compared>(
     rounds: usize,
     n: usize,
     what: &str,
+    modes: &[M],
     mut measure: impl FnMut(M, M::Load) -> anyhow::Result<BenchReport>,
 ) -> anyhow::Result<Vec<(M, Rounds<M::Load>)>> {
     let mut all: Vec<(M, Rounds<M::Load>)> =
-        M::EVERY.iter().map(|&m| (m, Rounds::default())).collect();
+        modes.iter().map(|&m| (m, Rounds::default())).collect();
     for round in 0..rounds {
-        let mut order = M::EVERY.to_vec();
+        let mut order = modes.to_vec();
         if round % 2 == 1 {
             order.reverse();
         }

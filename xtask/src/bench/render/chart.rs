@@ -46,6 +46,7 @@ pub(crate) fn draw(plan: &Plan, rows: &[Row], path: &std::path::Path) -> anyhow:
             .scales
             .iter()
             .enumerate()
+            .filter(|&(_, &n)| mode.measured_at(n))
             .map(|(i, &n)| (i as f64, find(rows, *mode, n).runs.rate(Load::Tcp)))
             .collect();
         chart

@@ -55,7 +55,7 @@ pub(super) fn tables(o: &mut String, plan: &Plan, rows: &[Row]) {
             let us = find(rows, Mode::Ours, n);
             for mode in Mode::EVERY
                 .into_iter()
-                .filter(|m| m.loads().contains(&load))
+                .filter(|m| m.loads().contains(&load) && m.measured_at(n))
             {
                 let r = find(rows, mode, n);
                 let d = find(rows, mode.direct(), n);

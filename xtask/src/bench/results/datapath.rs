@@ -4,6 +4,11 @@ use lb_tests::progstats::Runs;
 
 use super::super::rounds::{Compared, Rounds};
 
+/// The most Services kube-proxy's layouts are loaded for: `nft -f` of the
+/// 10,000-Service layout already takes about a minute, and grows faster
+/// than N (0.45 s at 1,000).
+pub(crate) const KUBE_PROXY_MAX: usize = 10_000;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Mode {
     Direct,
@@ -55,6 +60,12 @@ impl Mode {
             Mode::Direct6 | Mode::Ours6 => Mode::Direct6,
             _ => Mode::Direct,
         }
+    }
+
+    /// Whether this mode is measured at `n` Services: kube-proxy's layouts
+    /// only up to [`KUBE_PROXY_MAX`].
+    pub(crate) fn measured_at(self, n: usize) -> bool {
+        !matches!(self, Mode::Iptables | Mode::Nftables) || n <= KUBE_PROXY_MAX
     }
 
     /// Through our programs.

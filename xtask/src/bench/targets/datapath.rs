@@ -18,14 +18,6 @@ pub(crate) fn targets(plan: &Plan, rows: &[Row]) -> Vec<Target> {
             0.98,
             Measured::Percent(r),
         ));
-        let long = |mode| find(rows, mode, n).runs.rate(Load::UdpLong);
-        let (ours, nft) = (long(Mode::Ours), long(Mode::Nftables));
-        t.push(Target::at_least(
-            format!("ours >= nftables at N={n} (UDP, long-lived sockets)"),
-            ours,
-            nft,
-            Measured::Times(ours / nft),
-        ));
         let per_connect =
             |mode| f64::from(plan.concurrency) * 1e9 / find(rows, mode, n).runs.rate(Load::Connect);
         let adds = per_connect(Mode::Ours) - per_connect(Mode::Direct);
@@ -34,8 +26,21 @@ pub(crate) fn targets(plan: &Plan, rows: &[Row]) -> Vec<Target> {
             Measured::Nanos(adds),
             adds <= 100.0,
         ));
-        let nft = find(rows, Mode::Nftables, n).runs.rate(Load::Tcp);
-        let ours = us.runs.rate(Load::Tcp);
+        if !Mode::Nftables.measured_at(n) {
+            continue;
+        }
+        let rate = |mode, load| find(rows, mode, n).runs.rate(load);
+        let (ours, nft) = (
+            rate(Mode::Ours, Load::UdpLong),
+            rate(Mode::Nftables, Load::UdpLong),
+        );
+        t.push(Target::at_least(
+            format!("ours >= nftables at N={n} (UDP, long-lived sockets)"),
+            ours,
+            nft,
+            Measured::Times(ours / nft),
+        ));
+        let (ours, nft) = (rate(Mode::Ours, Load::Tcp), rate(Mode::Nftables, Load::Tcp));
         t.push(Target::at_least(
             format!("ours >= nftables at N={n} (TCP)"),
             ours,

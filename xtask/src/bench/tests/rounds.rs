@@ -68,7 +68,7 @@ impl Compared for Way {
 #[test]
 fn drive_runs_rounds_in_abba_order_and_groups_them_by_mode() {
     let mut calls = Vec::new();
-    let all = drive(3, 1, "", |way: Way, load| {
+    let all = drive(3, 1, "", Way::EVERY, |way: Way, load| {
         calls.push((way, load));
         Ok(report(calls.len() as f64, 1.0, 2.0, 0))
     })
@@ -90,6 +90,14 @@ fn drive_runs_rounds_in_abba_order_and_groups_them_by_mode() {
     );
     let modes: Vec<Way> = all.iter().map(|(w, _)| *w).collect();
     assert_eq!(modes, [A, B]);
+    // Only the modes asked for run.
+    let mut only = Vec::new();
+    drive(2, 1, "", &[B], |way: Way, load| {
+        only.push((way, load));
+        Ok(report(1.0, 1.0, 2.0, 0))
+    })
+    .expect("every measurement answered");
+    assert_eq!(only, [(B, 'x'), (B, 'x')]);
     // A's x-rates were the 1st, 5th and 7th measurements; B's the 3rd,
     // 4th and 9th.
     assert_eq!(all[0].1.spread('x'), (1.0, 7.0));
@@ -100,7 +108,7 @@ fn drive_runs_rounds_in_abba_order_and_groups_them_by_mode() {
 
 #[test]
 fn drive_fails_on_a_measurement_that_answered_nothing() {
-    let Err(err) = drive(1, 7, "NodePort ", |way: Way, _| {
+    let Err(err) = drive(1, 7, "NodePort ", Way::EVERY, |way: Way, _| {
         Ok(report(if way == Way::B { 0.0 } else { 1.0 }, 1.0, 2.0, 3))
     }) else {
         panic!("b answered nothing, and the drive went on");
