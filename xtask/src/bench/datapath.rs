@@ -20,7 +20,7 @@ use lb_tests::{
 use super::{
     Plan,
     results::datapath::{KUBE_PROXY_MAX, Load, Mode, Row},
-    rounds,
+    rounds, scale,
 };
 
 /// The pod network of the layouts: the clients (10.0.0.x) are pods, so
@@ -149,7 +149,10 @@ pub(super) fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
     let ipt_ns = bed.topo.add_host("ipt", Ipv4Addr::new(10, 0, 0, 3))?;
     let nft_ns = bed.topo.add_host("nft", Ipv4Addr::new(10, 0, 0, 4))?;
     let plain = TestCgroup::new(&unique("plain"))?;
-    bed.start_agent(&[&format!("--hostname-override={NODE}")])?;
+    // At 100,000 Services the default capacities hold too few frontends.
+    let mut flags = scale::capacity_flags(n, plan.endpoints);
+    flags.push(format!("--hostname-override={NODE}"));
+    bed.start_agent(&flags.iter().map(String::as_str).collect::<Vec<_>>())?;
     let modes: Vec<Mode> = Mode::EVERY
         .into_iter()
         .filter(|m| m.measured_at(n))

@@ -12,8 +12,6 @@ use super::stats::median;
 /// The ways through which the same load is measured and compared.
 pub(super) trait Compared: Copy + PartialEq + 'static {
     type Load: Copy + PartialEq + Debug + 'static;
-    /// Every mode, in round order.
-    const EVERY: &[Self];
 
     fn name(self) -> &'static str;
 
@@ -23,7 +21,7 @@ pub(super) trait Compared: Copy + PartialEq + 'static {
 
 /// Runs `rounds` rounds at `n` Services, in ABBA order so that drift over
 /// the run favours no mode; each round takes one `measure` of every mode
-/// in `modes` (in [`Compared::EVERY`] order) through each of its loads.
+/// in `modes` (in that order) through each of its loads.
 /// `what` names the section in errors. Returns those modes' rounds.
 pub(super) fn drive<M: Compared>(
     rounds: usize,

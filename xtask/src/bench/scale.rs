@@ -15,13 +15,14 @@ use super::{
 /// Services measured.
 pub(super) const SCALES: [usize; 4] = [1_000, 10_000, 50_000, 100_000];
 
-/// Capacities for `n` Services of one port and [`ENDPOINTS`] endpoints:
+/// Capacities for `n` Services of one port and `endpoints` endpoints each:
 /// two frontends each (the port and the ClusterIP's wildcard), a slot and a
-/// distinct backend per endpoint, and room for revisions in flight.
-fn capacity_flags(n: usize) -> Vec<String> {
+/// distinct backend per endpoint, and room for revisions in flight; never
+/// below the defaults.
+pub(super) fn capacity_flags(n: usize, endpoints: usize) -> Vec<String> {
     let fe = (2 * n + 1024).max(65_536);
-    let be = (n * ENDPOINTS + 1024).max(131_072);
-    let slots = (2 * n * ENDPOINTS).max(262_144);
+    let be = (n * endpoints + 1024).max(131_072);
+    let slots = (2 * n * endpoints).max(262_144);
     vec![
         format!("--bpf-lb-service-map-max={fe}"),
         format!("--bpf-lb-service-backend-map-max={be}"),
@@ -35,7 +36,7 @@ pub(super) fn measure(scales: &[usize]) -> anyhow::Result<Vec<Row>> {
     for &n in scales {
         let specs = kubeproxy::filler_services(n, ENDPOINTS);
         let yaml = datapath::manifests(&specs);
-        let flags = capacity_flags(n);
+        let flags = capacity_flags(n, ENDPOINTS);
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         eprintln!("== scale, {n} x {ENDPOINTS}");
         {

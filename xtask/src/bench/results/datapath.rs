@@ -90,7 +90,6 @@ impl Mode {
 
 impl Compared for Mode {
     type Load = Load;
-    const EVERY: &[Mode] = &Mode::EVERY;
 
     fn name(self) -> &'static str {
         Mode::name(self)

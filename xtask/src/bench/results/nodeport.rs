@@ -50,7 +50,6 @@ impl Load {
 
 impl Compared for Mode {
     type Load = Load;
-    const EVERY: &[Mode] = &Mode::ALL;
 
     fn name(self) -> &'static str {
         Mode::name(self)
