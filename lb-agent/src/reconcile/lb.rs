@@ -12,8 +12,7 @@ use super::{
     family::{Family, StateView},
     ids::IdPool,
     mirror::Mirror,
-    table::Found,
-    table::{BatchError, StoreError, Table},
+    table::{BatchError, Found, StoreError, Table},
 };
 
 /// A map key the reconciler can store: plain data, ordered.
