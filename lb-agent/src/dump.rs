@@ -1,20 +1,17 @@
 //! `lb-agent dump`: the maps as an `ipvsadm -ln`-style listing, and the
 //! datapath counters.
 
-use std::{
-    fmt::Write as _,
-    net::{Ipv4Addr, SocketAddr},
-};
+use std::{fmt::Write as _, net::SocketAddr};
 
 use lb_common::{
-    CT_DIR_IN, CT_F_KERNEL, CT_F_SNAT, CT_SEEN, CT_SEEN_FIN, CT_SEEN_RST, Ct4Key, Ct4Value,
+    CT_DIR_IN, CT_F_KERNEL, CT_F_SNAT, CT_SEEN, CT_SEEN_FIN, CT_SEEN_RST, CtKey, CtValue,
     FE_F_AFFINITY, FE_F_EXTERNAL_LOCAL, FE_F_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, FE_F_SOURCE_RANGES,
-    FE_KIND_EXTERNAL_IP, FE_KIND_LOAD_BALANCER, FE_KIND_MASK, FE_KIND_NODE_PORT, PROTO_TCP,
-    SCOPE_EXTERNAL, ct_closed, ct_established, ct_expired,
+    FE_KIND_EXTERNAL_IP, FE_KIND_LOAD_BALANCER, FE_KIND_MASK, FE_KIND_NODE_PORT, NatKey, NatValue,
+    PROTO_TCP, SCOPE_EXTERNAL, ct_closed, ct_established, ct_expired,
 };
 
 use crate::{
-    datapath::conntrack::Entries,
+    datapath::conntrack::{Addr, Entries},
     model::{Frontend, Proto},
     reconcile::{LbView, SlotView},
 };
@@ -100,12 +97,26 @@ pub fn render(view: &LbView) -> String {
 
 /// Renders the tc programs' conntrack and SNAT entries (`dump
 /// --conntrack`), as `cilium bpf ct list global` and `cilium bpf nat list`
-/// do, with each entry's time left at `now` (the programs' clock, seconds).
+/// do, with each entry's time left at `now` (the programs' clock, seconds):
+/// IPv4's, then IPv6's (`# conntrack6`, `# nat6`).
 pub fn render_conntrack(entries: &Entries, now: u32) -> String {
     let mut out = String::new();
-    let sock = |addr: [u8; 4], port_be: u16| {
-        SocketAddr::from((Ipv4Addr::from(addr), u16::from_be(port_be))).to_string()
-    };
+    render_family(&mut out, "", &entries.ct, &entries.nat, now);
+    render_family(&mut out, "6", &entries.ct6, &entries.nat6, now);
+    out
+}
+
+/// [`render_conntrack`] for the entries of one family; `suffix` names it
+/// in the headings.
+fn render_family<A: Addr + Ord>(
+    out: &mut String,
+    suffix: &str,
+    ct: &[(CtKey<A>, CtValue<A>)],
+    nat: &[(NatKey<A>, NatValue<A>)],
+    now: u32,
+) {
+    let sock =
+        |addr: A, port_be: u16| SocketAddr::new(addr.ip(), u16::from_be(port_be)).to_string();
     let proto = |p: u8| Proto::from_number(p).map_or_else(|| p.to_string(), |p| p.to_string());
     let left = |expires: u32| {
         if ct_expired(expires, now) {
@@ -121,7 +132,7 @@ pub fn render_conntrack(entries: &Entries, now: u32) -> String {
             ""
         }
     };
-    let state = |k: &Ct4Key, v: &Ct4Value| {
+    let state = |k: &CtKey<A>, v: &CtValue<A>| {
         let (c, b) = (v.seen_client, v.seen_backend);
         let state = if k.proto != PROTO_TCP {
             if b & CT_SEEN != 0 { " replied" } else { "" }
@@ -143,9 +154,9 @@ pub fn render_conntrack(entries: &Entries, now: u32) -> String {
         };
         format!("{state}{snat}{}", kernel(v.flags))
     };
-    let mut ct = entries.ct.clone();
+    let mut ct = ct.to_vec();
     ct.sort_by_key(|(k, _)| (k.dir, *k));
-    let _ = writeln!(out, "# conntrack: {} entries", ct.len());
+    let _ = writeln!(out, "# conntrack{suffix}: {} entries", ct.len());
     for (k, v) in &ct {
         let flow = format!(
             "{:<4} {} {} -> {}",
@@ -171,9 +182,9 @@ pub fn render_conntrack(entries: &Entries, now: u32) -> String {
         };
         let _ = writeln!(out, "{flow} {to} {}{}", left(v.expires), state(k, v));
     }
-    let mut nat = entries.nat.clone();
+    let mut nat = nat.to_vec();
     nat.sort_by_key(|(k, _)| *k);
-    let _ = writeln!(out, "# nat: {} entries", nat.len());
+    let _ = writeln!(out, "# nat{suffix}: {} entries", nat.len());
     for (k, v) in &nat {
         let _ = writeln!(
             out,
@@ -186,7 +197,6 @@ pub fn render_conntrack(entries: &Entries, now: u32) -> String {
             kernel(v.flags)
         );
     }
-    out
 }
 
 /// Renders the datapath counters, one per line.
@@ -286,7 +296,7 @@ mod tests {
 
     #[test]
     fn conntrack_entries_are_listed_by_direction_with_their_time_left() {
-        use lb_common::{CT_DIR_OUT, CT_SEEN_ACK, Nat4Key, Nat4Value};
+        use lb_common::{CT_DIR_OUT, CT_SEEN_ACK, Ct4Key, Ct4Value, Nat4Key, Nat4Value};
 
         let key = |dir, s: [u8; 4], sp: u16, d: [u8; 4], dp: u16| Ct4Key {
             saddr_be: s,
@@ -344,6 +354,7 @@ mod tests {
                     expires: 90,
                 },
             )],
+            ..Entries::default()
         };
         assert_eq!(
             render_conntrack(&entries, 100),
@@ -353,7 +364,9 @@ mod tests {
              TCP  OUT 10.2.0.9:8080 -> 198.51.100.7:40000 frontend 192.0.2.10:30080 \
              nat 192.0.2.10:61000 expired closed snat\n\
              # nat: 1 entries\n\
-             TCP  10.2.0.9:8080 -> 192.0.2.10:61000 client 198.51.100.7:40000 expired\n"
+             TCP  10.2.0.9:8080 -> 192.0.2.10:61000 client 198.51.100.7:40000 expired\n\
+             # conntrack6: 0 entries\n\
+             # nat6: 0 entries\n"
         );
     }
 

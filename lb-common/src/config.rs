@@ -33,8 +33,11 @@ pub struct DatapathConfig {
     /// upgrade). 0, 0: the SNAT range.
     pub nat_reply_min: u16,
     pub nat_reply_max: u16,
+    /// The IPv6 address IPv6 flows are SNATed to, as `snat4_be`; all zero:
+    /// no IPv6 SNAT. The port range and timeouts are shared.
+    pub snat6_be: [u8; 16],
 }
-const _: () = assert!(size_of::<DatapathConfig>() == 36);
+const _: () = assert!(size_of::<DatapathConfig>() == 52);
 
 /// A migration is in progress: the previous maps of the stateful maps are
 /// in their `*_PREV` slots, and the programs look there for what their own

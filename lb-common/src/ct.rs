@@ -1,5 +1,6 @@
 //! Connection tracking of traffic from outside the node (the tc programs):
-//! `LB4_CT`, and the state machine every entry follows.
+//! `LB4_CT` and `LB6_CT` (the same types over each family's addresses), and
+//! the state machine every entry follows.
 //!
 //! A flow from a client to an external frontend (NodePort, externalIP,
 //! LoadBalancer IP) is translated by halves, as iptables does it in
@@ -24,7 +25,7 @@
 //! hits ([`ct_advance`]), and when that changes anything (at most once a
 //! second for the expiry) the programs write the same into the flow's
 //! other entries. Each direction owns one byte of the state
-//! ([`Ct4Value::seen_client`], [`Ct4Value::seen_backend`]), so two CPUs
+//! ([`CtValue::seen_client`], [`CtValue::seen_backend`]), so two CPUs
 //! taking a packet of each direction at once never undo each other's bits.
 //!
 //! * TCP: an entry is created by a SYN only (a packet without SYN and
@@ -48,13 +49,14 @@
 
 use crate::PROTO_TCP;
 
-/// Key of `LB4_CT`: one direction of a translated flow, as the packet that
-/// looks it up carries it. Addresses and ports in network byte order.
+/// Key of `LB4_CT` (`A` = `[u8; 4]`) and `LB6_CT` (`[u8; 16]`): one
+/// direction of a translated flow, as the packet that looks it up carries
+/// it. Addresses and ports in network byte order.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Ct4Key {
-    pub saddr_be: [u8; 4],
-    pub daddr_be: [u8; 4],
+pub struct CtKey<A> {
+    pub saddr_be: A,
+    pub daddr_be: A,
     pub sport_be: u16,
     pub dport_be: u16,
     /// IP protocol number.
@@ -63,7 +65,12 @@ pub struct Ct4Key {
     pub dir: u8,
     pub _pad0: [u8; 2],
 }
+/// `LB4_CT`'s key.
+pub type Ct4Key = CtKey<[u8; 4]>;
+/// `LB6_CT`'s key.
+pub type Ct6Key = CtKey<[u8; 16]>;
 const _: () = assert!(size_of::<Ct4Key>() == 16);
+const _: () = assert!(size_of::<Ct6Key>() == 40);
 
 /// A packet from the client to the frontend, seen at tc ingress; the value
 /// names the backend.
@@ -72,12 +79,12 @@ pub const CT_DIR_IN: u8 = 0;
 /// names the frontend.
 pub const CT_DIR_OUT: u8 = 1;
 
-impl Ct4Key {
+impl<A: Copy> CtKey<A> {
     /// The key of the flow's other direction, given this entry's value:
     /// `CT_DIR_IN` (client -> frontend, naming the backend) <-> `CT_DIR_OUT`
     /// (backend -> client, naming the frontend).
     #[inline(always)]
-    pub const fn partner(&self, value: &Ct4Value) -> Self {
+    pub const fn partner(&self, value: &CtValue<A>) -> Self {
         let (saddr_be, sport_be, daddr_be, dport_be, dir) = if self.dir == CT_DIR_IN {
             // Backend -> client.
             (
@@ -109,18 +116,19 @@ impl Ct4Key {
     }
 }
 
-/// Value of `LB4_CT`. Written by the tc programs (and by the agent when it
-/// carries entries into new maps or seeds a takeover); deleted by the agent.
+/// Value of `LB4_CT` (`A` = `[u8; 4]`) and `LB6_CT` (`[u8; 16]`). Written
+/// by the tc programs (and by the agent when it carries entries into new
+/// maps or seeds a takeover); deleted by the agent.
 ///
 /// Layout 4's value has the same size and fields but kept each direction's
 /// TCP state in `flags` ([`CT_LEGACY_MASK`]) and zero in the two `seen_*`
-/// bytes; [`Ct4Value::upgraded`] reads it as this one.
+/// bytes; [`CtValue::upgraded`] reads it as this one.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Ct4Value {
+pub struct CtValue<A> {
     /// `CT_DIR_IN`: the backend, the new destination. `CT_DIR_OUT`: the
     /// frontend, the source to restore. Network byte order.
-    pub addr_be: [u8; 4],
+    pub addr_be: A,
     /// The port that goes with `addr_be`, network byte order.
     pub port_be: u16,
     /// `CT_F_*` bits, fixed when the flow is created.
@@ -128,7 +136,7 @@ pub struct Ct4Value {
     /// `CT_DIR_OUT` of a flow with [`CT_F_SNAT`]: the node address and port
     /// its packets to the backend leave with, once the first one has left
     /// (`nat_port_be` 0 before). Network byte order.
-    pub nat_addr_be: [u8; 4],
+    pub nat_addr_be: A,
     pub nat_port_be: u16,
     /// `CT_SEEN_*` bits of the packets the client sent; written only by
     /// them.
@@ -136,7 +144,7 @@ pub struct Ct4Value {
     /// `CT_SEEN_*` bits of the packets the backend sent; written only by
     /// them.
     pub seen_backend: u8,
-    /// The backend's id in `LB4_BACKENDS` when the flow was created (host
+    /// The backend's id in `LB4_BACKENDS` (`LB6_BACKENDS`) when the flow was created (host
     /// byte order), for listings; 0 when unknown (a kernel flow, or an
     /// entry of an older program).
     pub backend_id: u32,
@@ -144,7 +152,12 @@ pub struct Ct4Value {
     /// clock) after which the flow is dead; host byte order.
     pub expires: u32,
 }
+/// `LB4_CT`'s value.
+pub type Ct4Value = CtValue<[u8; 4]>;
+/// `LB6_CT`'s value.
+pub type Ct6Value = CtValue<[u8; 16]>;
 const _: () = assert!(size_of::<Ct4Value>() == 24);
+const _: () = assert!(size_of::<Ct6Value>() == 48);
 
 /// The flow's packets to the backend are SNATed when they leave through an
 /// external device (`externalTrafficPolicy: Cluster`).
@@ -153,7 +166,7 @@ pub const CT_F_SNAT: u16 = 1;
 /// agent took over): its packets are left to the kernel.
 pub const CT_F_KERNEL: u16 = 1 << 8;
 /// Layout 4's per-direction TCP state bits of `flags` (closing, established,
-/// reset), which [`Ct4Value::upgraded`] turns into `seen_*` bits. Never set
+/// reset), which [`CtValue::upgraded`] turns into `seen_*` bits. Never set
 /// by this layout's programs.
 pub const CT_LEGACY_MASK: u16 = 0b1110;
 const CT_LEGACY_CLOSING: u16 = 1 << 1;
@@ -338,7 +351,7 @@ pub const fn ct_new_expiry(t: &Timeouts, proto: u8, now: u32) -> u32 {
     now.wrapping_add(if proto == PROTO_TCP { t.tcp_syn } else { t.any })
 }
 
-impl Ct4Value {
+impl<A: Copy> CtValue<A> {
     /// This entry as this layout keeps it. An entry of layout 4 kept only
     /// its own direction's TCP state, in `flags` (`CT_DIR_IN`: the
     /// client's; `CT_DIR_OUT`: the backend's): it becomes that direction's
@@ -374,7 +387,8 @@ impl Ct4Value {
     }
 }
 
-/// Default capacity of `LB4_CT` (both directions of a flow count).
+/// Default capacity of `LB4_CT` and of `LB6_CT` (both directions of a flow
+/// count).
 pub const DEFAULT_CT_MAX: u32 = 262_144;
 
 #[cfg(feature = "user")]
@@ -385,6 +399,10 @@ mod pod {
     unsafe impl aya::Pod for super::Ct4Key {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Ct4Value {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Ct6Key {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Ct6Value {}
 }
 
 #[cfg(test)]

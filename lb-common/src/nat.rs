@@ -19,15 +19,17 @@
 
 use crate::{CT_F_KERNEL, ct_expired};
 
-/// Key of `LB4_NAT`: a reply from a remote backend to the node address and
-/// port its flow was SNATed to. Network byte order.
+/// Key of `LB4_NAT` (`A` = `[u8; 4]`) and `LB6_NAT` (`[u8; 16]`): a reply
+/// from a remote backend to the node address and port its flow was SNATed
+/// to. Network byte order.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Nat4Key {
+pub struct NatKey<A> {
     /// The backend.
-    pub saddr_be: [u8; 4],
-    /// The node address of [`crate::DatapathConfig::snat4_be`].
-    pub daddr_be: [u8; 4],
+    pub saddr_be: A,
+    /// The node address of [`crate::DatapathConfig::snat4_be`]
+    /// ([`crate::DatapathConfig::snat6_be`]).
+    pub daddr_be: A,
     pub sport_be: u16,
     /// The port the SNAT allocated.
     pub dport_be: u16,
@@ -35,9 +37,14 @@ pub struct Nat4Key {
     pub proto: u8,
     pub _pad0: [u8; 3],
 }
+/// `LB4_NAT`'s key.
+pub type Nat4Key = NatKey<[u8; 4]>;
+/// `LB6_NAT`'s key.
+pub type Nat6Key = NatKey<[u8; 16]>;
 const _: () = assert!(size_of::<Nat4Key>() == 16);
+const _: () = assert!(size_of::<Nat6Key>() == 40);
 
-/// Value of `LB4_NAT`: the client the reply goes back to. Written by tc
+/// Value of `LB4_NAT` and `LB6_NAT`: the client the reply goes back to. Written by tc
 /// egress when it allocates the port, its expiry by either direction's
 /// packets (the flow's own, as its `CT_DIR_OUT` entry holds it); deleted by
 /// the agent.
@@ -46,19 +53,28 @@ const _: () = assert!(size_of::<Nat4Key>() == 16);
 /// `flags`, which this layout ignores.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Nat4Value {
+pub struct NatValue<A> {
     /// The client address, network byte order.
-    pub addr_be: [u8; 4],
+    pub addr_be: A,
     /// The client port, network byte order.
     pub port_be: u16,
     /// [`CT_F_KERNEL`]: a port the kernel's NAT gave a flow (kube-proxy's,
     /// found when the agent took over); its replies are left to the kernel
     /// and the port is not handed out while it lives.
     pub flags: u16,
-    /// As [`crate::Ct4Value::expires`]: the flow's expiry.
+    /// As [`crate::CtValue::expires`]: the flow's expiry.
     pub expires: u32,
 }
+/// `LB4_NAT`'s value.
+pub type Nat4Value = NatValue<[u8; 4]>;
+/// `LB6_NAT`'s value. Its owner fields are not one aligned word, as
+/// `LB4_NAT`'s are: a port is claimed by swapping the word at
+/// [`NAT6_CLAIM_WORD`] (port, flags, expiry).
+pub type Nat6Value = NatValue<[u8; 16]>;
 const _: () = assert!(size_of::<Nat4Value>() == 12);
+const _: () = assert!(size_of::<Nat6Value>() == 24);
+/// Offset of the 8-byte word of a [`Nat6Value`] that its claim swaps.
+pub const NAT6_CLAIM_WORD: usize = 16;
 
 /// What a flow from `client` may do with the port whose mapping is `nat`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,18 +91,27 @@ pub enum PortClaim {
 
 /// See [`PortClaim`].
 #[inline(always)]
-pub const fn nat_claim(nat: &Nat4Value, client: &([u8; 4], u16), now: u32) -> PortClaim {
+pub fn nat_claim<A: PartialEq>(nat: &NatValue<A>, client: &(A, u16), now: u32) -> PortClaim {
     let kernel = nat.flags & CT_F_KERNEL != 0;
     if ct_expired(nat.expires, now) {
         PortClaim::Expired
-    } else if !kernel
-        && u32::from_ne_bytes(nat.addr_be) == u32::from_ne_bytes(client.0)
-        && nat.port_be == client.1
-    {
+    } else if !kernel && nat.addr_be == client.0 && nat.port_be == client.1 {
         PortClaim::Same
     } else {
         PortClaim::Taken
     }
+}
+
+/// An IPv6 address (as packets hold it) folded into one word, the XOR of
+/// its four.
+pub const fn fold6(addr: &[u8; 16]) -> u32 {
+    let mut h = 0;
+    let mut i = 0;
+    while i < 16 {
+        h ^= u32::from_ne_bytes([addr[i], addr[i + 1], addr[i + 2], addr[i + 3]]);
+        i += 4;
+    }
+    h
 }
 
 /// Ports tried one after the other from the first one.
@@ -99,15 +124,16 @@ pub const NAT_PORT_RANDOM_TRIES: u32 = 8;
 /// flow from `client` tries: the client's own port when it lies in the
 /// range; else the client's port moved by a hash of its address and the
 /// agent's `seed`, so that one client's ports land on consecutive ports and
-/// different clients' apart. `client.1` is in network byte order.
+/// different clients' apart. `addr`: the client's address as packets hold
+/// it, an IPv6 one folded into one word ([`fold6`]); `port_be`: its port.
 #[inline(always)]
-pub const fn nat_first_offset(min: u16, span: u32, client: &([u8; 4], u16), seed: u32) -> u32 {
-    let port = u16::from_be(client.1);
+pub const fn nat_first_offset(min: u16, span: u32, addr: u32, port_be: u16, seed: u32) -> u32 {
+    let port = u16::from_be(port_be);
     let max = min as u32 + span - 1;
     if port >= min && port as u32 <= max {
         return (port - min) as u32;
     }
-    let mut h = u32::from_ne_bytes(client.0) ^ seed;
+    let mut h = addr ^ seed;
     h = (h ^ (h >> 16)).wrapping_mul(0x7feb_352d);
     h = (h ^ (h >> 15)).wrapping_mul(0x846c_a68b);
     h ^= h >> 16;
@@ -122,7 +148,7 @@ pub const DEFAULT_NAT_PORT_MIN: u16 = 1024;
 /// See [`DEFAULT_NAT_PORT_MIN`].
 pub const DEFAULT_NAT_PORT_MAX: u16 = 29_999;
 
-/// Default capacity of `LB4_NAT`.
+/// Default capacity of `LB4_NAT` and of `LB6_NAT`.
 pub const DEFAULT_NAT_MAX: u32 = 131_072;
 
 #[cfg(feature = "user")]
@@ -132,6 +158,10 @@ mod pod {
     unsafe impl aya::Pod for super::Nat4Key {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Nat4Value {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Nat6Key {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Nat6Value {}
 }
 
 #[cfg(test)]
@@ -143,19 +173,36 @@ mod tests {
     #[test]
     fn the_clients_own_port_comes_first_when_it_is_in_the_range() {
         let c = ([198, 51, 100, 7], 2000u16.to_be());
-        assert_eq!(nat_first_offset(1024, 28976, &c, 7), 2000 - 1024);
+        assert_eq!(
+            nat_first_offset(1024, 28976, u32::from_ne_bytes(c.0), c.1, 7),
+            2000 - 1024
+        );
     }
 
     #[test]
     fn consecutive_client_ports_land_on_consecutive_ports() {
         let span = 28976;
-        let at = |port: u16| nat_first_offset(1024, span, &(CLIENT.0, port.to_be()), 99);
+        let client = u32::from_ne_bytes(CLIENT.0);
+        let at = |port: u16| nat_first_offset(1024, span, client, port.to_be(), 99);
         assert_eq!((at(40001) + span - at(40000)) % span, 1);
         assert_eq!((at(40100) + span - at(40000)) % span, 100);
         // Another client, or another seed, lands elsewhere.
-        let other = nat_first_offset(1024, span, &([198, 51, 100, 8], 40000u16.to_be()), 99);
+        let other = u32::from_ne_bytes([198, 51, 100, 8]);
+        let other = nat_first_offset(1024, span, other, 40000u16.to_be(), 99);
         assert_ne!(other, at(40000));
-        assert_ne!(nat_first_offset(1024, span, &CLIENT, 98), at(40000));
+        assert_ne!(
+            nat_first_offset(1024, span, client, CLIENT.1, 98),
+            at(40000)
+        );
+        // IPv6 clients fold every word of their address in.
+        let v6 = |last: u8| {
+            let mut a = [0u8; 16];
+            a[0] = 0xfd;
+            a[15] = last;
+            nat_first_offset(1024, span, fold6(&a), 40000u16.to_be(), 99)
+        };
+        assert_ne!(v6(1), v6(2));
+        assert!(v6(1) < span);
         assert!(at(65535) < span);
     }
 

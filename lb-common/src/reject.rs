@@ -1,9 +1,9 @@
 //! Rate limits of the rejects the tc programs send for frontends without
 //! endpoints (a TCP reset or an ICMP port unreachable, as kube-proxy's
-//! `REJECT`): `LB4_REJECTS`. Without one, a frontend without endpoints
+//! `REJECT`): `LB4_REJECTS` and `LB6_REJECTS`. Without one, a frontend without endpoints
 //! would answer every spoofed packet, a reflector.
 
-/// Value of `LB4_REJECTS`, keyed by the frontend's `Frontend4Key`: a token
+/// Value of `LB4_REJECTS` (`LB6_REJECTS`), keyed by the frontend's `Frontend4Key` (`Frontend6Key`): a token
 /// bucket. Written by the tc programs (without a lock: two CPUs may each
 /// take a token from the same count, so the limit is approximate); LRU.
 #[repr(C)]

@@ -56,8 +56,17 @@ pub const STAT_TC_PASSED_UNTRACKED: u32 = 17;
 /// tc dropped the first packet of a flow it could not record.
 pub const STAT_TC_DROP_CT_FULL: u32 = 18;
 
+/// The IPv6 twins of the tc counters `STAT_TC_NEW_FLOW` ..=
+/// `STAT_TC_DROP_CT_FULL` are at their index plus this: IPv4 and IPv6
+/// external traffic are counted apart (`tc6_*`).
+pub const STAT_TC6_OFFSET: u32 = 9;
+/// tc passed on an IPv6 packet whose extension headers it gave up walking
+/// (more than `lb_ebpf`'s bound, or of a kind it does not walk): it cannot
+/// tell whether the packet is ours.
+pub const STAT_TC6_PASSED_EXT_HEADERS: u32 = 28;
+
 /// Number of counters (entries of `LB_STATS`).
-pub const STATS_COUNT: u32 = 19;
+pub const STATS_COUNT: u32 = 29;
 
 /// Each counter's name, indexed by its constant: the `reason` label on
 /// `/metrics` and the row name in `lb-agent dump --stats`.
@@ -81,4 +90,15 @@ pub const STAT_NAMES: [&str; STATS_COUNT as usize] = [
     "tc_drop_reject_rate_limited",
     "tc_passed_untracked",
     "tc_drop_conntrack_insert",
+    "tc6_new_flow",
+    "tc6_drop_no_local_endpoints",
+    "tc6_reject_no_endpoints",
+    "tc6_drop_snat_exhausted",
+    "tc6_drop_source_range",
+    "tc6_drop_fragment_unknown",
+    "tc6_drop_reject_rate_limited",
+    "tc6_passed_untracked",
+    "tc6_drop_conntrack_insert",
+    "tc6_passed_ext_headers",
 ];
+const _: () = assert!(STAT_TC_DROP_CT_FULL + STAT_TC6_OFFSET + 1 == STAT_TC6_PASSED_EXT_HEADERS);

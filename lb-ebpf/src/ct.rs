@@ -1,22 +1,23 @@
-//! The tc programs' connection state: lookups of `LB4_CT` and `LB4_NAT`
-//! (falling back to a migration's previous maps), advancing a flow's state
-//! and mirroring it into the flow's other entries, and SNAT port
-//! allocation. The state machine itself is `lb_common::ct`'s, the port
-//! rules `lb_common::nat`'s.
+//! The tc programs' connection state, for either family: lookups of the
+//! conntrack and SNAT maps (falling back to a migration's previous maps),
+//! advancing a flow's state and mirroring it into the flow's other entries,
+//! and SNAT port allocation. The state machine itself is `lb_common::ct`'s,
+//! the port rules `lb_common::nat`'s.
 
 use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg};
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::{bpf_get_prandom_u32, bpf_ktime_get_coarse_ns},
+    cty::c_void,
+    helpers::{bpf_get_prandom_u32, bpf_ktime_get_coarse_ns, bpf_loop},
 };
 use lb_common::{
-    CFG_F_PREV, CT_F_KERNEL, Ct4Key, Ct4Value, DatapathConfig, NAT_PORT_LINEAR_TRIES,
-    NAT_PORT_RANDOM_TRIES, Nat4Key, Nat4Value, PortClaim, Timeouts, ct_advance, nat_claim,
+    CFG_F_PREV, CT_F_KERNEL, CtKey, CtValue, DatapathConfig, NAT_PORT_LINEAR_TRIES,
+    NAT_PORT_RANDOM_TRIES, NatKey, NatValue, PortClaim, Timeouts, ct_advance, nat_claim,
     nat_first_offset,
 };
 
-use crate::maps::{LB_CONFIG, LB4_CT, LB4_CT_PREV, LB4_NAT, LB4_NAT_PREV};
+use crate::{family::Family, maps::LB_CONFIG, packet::Ip as _};
 
 /// The boot-time monotonic clock in seconds, as `expires` fields hold it.
 #[inline(always)]
@@ -32,41 +33,72 @@ pub fn config() -> Option<&'static DatapathConfig> {
     LB_CONFIG.get(0)
 }
 
-/// The `LB4_CT` entry of `key`. During a migration (`CFG_F_PREV`) an entry
-/// only the previous map has (the old programs wrote it after the agent
-/// copied that map) is carried over first, as this layout keeps it.
+/// Swaps the `u64` at `ptr` from `old` to `new`: whether it was `old`.
+///
+/// # Safety
+///
+/// `ptr` is an 8-byte aligned word of a live map value.
 #[inline(always)]
-pub fn ct_entry(key: &Ct4Key, cfg: &DatapathConfig) -> Option<*mut Ct4Value> {
-    if let Some(entry) = LB4_CT.get_ptr_mut(key) {
+pub unsafe fn cas(ptr: *mut u64, old: u64, new: u64) -> bool {
+    // SAFETY: the caller's contract; the kernel allows atomic operations on
+    // map values (BPF_CMPXCHG).
+    unsafe { atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(ptr, old, new) }.1
+}
+
+/// The conntrack entry of `key`. During a migration (`CFG_F_PREV`) an
+/// entry only the previous map has (the old programs wrote it after the
+/// agent copied that map) is carried over first, as this layout keeps it.
+#[inline(always)]
+pub fn ct_entry<F: Family>(
+    key: &CtKey<F::Addr>,
+    cfg: &DatapathConfig,
+) -> Option<*mut CtValue<F::Addr>> {
+    if let Some(entry) = F::ct().get_ptr_mut(key) {
         return Some(entry);
     }
     if cfg.flags & CFG_F_PREV == 0 {
         return None;
     }
-    let old = LB4_CT_PREV.get_value_ptr_mut(0, key)?;
+    ct_carried::<F>(key)
+}
+
+/// [`ct_entry`]'s migration path, a BPF function of its own: its copies
+/// stay off the stack of every other packet.
+#[inline(never)]
+fn ct_carried<F: Family>(key: &CtKey<F::Addr>) -> Option<*mut CtValue<F::Addr>> {
+    let old = F::ct_prev().get_value_ptr_mut(0, key)?;
     // SAFETY: the value stays mapped while the program runs (RCU).
     let value = unsafe { *old }.upgraded(key.dir);
     // A CPU that carried it over first wins; either copy is the same flow.
-    let _ = LB4_CT.insert(key, value, u64::from(BPF_NOEXIST));
-    LB4_CT.get_ptr_mut(key)
+    let _ = F::ct().insert(key, value, u64::from(BPF_NOEXIST));
+    F::ct().get_ptr_mut(key)
 }
 
-/// The `LB4_NAT` entry of `key`, carried over as [`ct_entry`] does.
+/// The SNAT entry of `key`, carried over as [`ct_entry`] does.
 #[inline(always)]
-pub fn nat_entry(key: &Nat4Key, cfg: &DatapathConfig) -> Option<*mut Nat4Value> {
-    if let Some(entry) = LB4_NAT.get_ptr_mut(key) {
+pub fn nat_entry<F: Family>(
+    key: &NatKey<F::Addr>,
+    cfg: &DatapathConfig,
+) -> Option<*mut NatValue<F::Addr>> {
+    if let Some(entry) = F::nat().get_ptr_mut(key) {
         return Some(entry);
     }
     if cfg.flags & CFG_F_PREV == 0 {
         return None;
     }
-    let old = LB4_NAT_PREV.get_value_ptr_mut(0, key)?;
+    nat_carried::<F>(key)
+}
+
+/// [`nat_entry`]'s migration path, as [`ct_carried`].
+#[inline(never)]
+fn nat_carried<F: Family>(key: &NatKey<F::Addr>) -> Option<*mut NatValue<F::Addr>> {
+    let old = F::nat_prev().get_value_ptr_mut(0, key)?;
     // SAFETY: as in `ct_entry`.
     let mut value = unsafe { *old };
     // An older layout's TCP state bits: the expiry says all.
     value.flags &= CT_F_KERNEL;
-    let _ = LB4_NAT.insert(key, value, u64::from(BPF_NOEXIST));
-    LB4_NAT.get_ptr_mut(key)
+    let _ = F::nat().insert(key, value, u64::from(BPF_NOEXIST));
+    F::nat().get_ptr_mut(key)
 }
 
 /// Advances the flow of `entry` by a packet of `proto` with `tcp_flags`
@@ -78,17 +110,17 @@ pub fn nat_entry(key: &Nat4Key, cfg: &DatapathConfig) -> Option<*mut Nat4Value> 
 ///
 /// # Safety
 ///
-/// `entry` is a value of `LB4_CT` this program looked up: it stays mapped
+/// `entry` is a conntrack value this program looked up: it stays mapped
 /// while the program runs (RCU).
 #[inline(always)]
-pub unsafe fn advance(
-    entry: *mut Ct4Value,
+pub unsafe fn advance<A: Copy>(
+    entry: *mut CtValue<A>,
     t: &Timeouts,
     proto: u8,
     tcp_flags: u8,
     from_client: bool,
     now: u32,
-) -> (Ct4Value, bool) {
+) -> (CtValue<A>, bool) {
     // SAFETY: mapped (the caller's contract); if the LRU recycles it
     // meanwhile the fields are another flow's and this packet goes astray,
     // as it would have with the entry gone.
@@ -120,10 +152,15 @@ pub unsafe fn advance(
 }
 
 /// Writes one side's byte (`from_client`: the client's) and the expiry of
-/// `value` into the flow's other `LB4_CT` entry, `key`.
+/// `value` into the flow's other conntrack entry, `key`.
 #[inline(always)]
-pub fn mirror(key: &Ct4Key, value: &Ct4Value, from_client: bool, cfg: &DatapathConfig) {
-    let Some(entry) = ct_entry(key, cfg) else {
+pub fn mirror<F: Family>(
+    key: &CtKey<F::Addr>,
+    value: &CtValue<F::Addr>,
+    from_client: bool,
+    cfg: &DatapathConfig,
+) {
+    let Some(entry) = ct_entry::<F>(key, cfg) else {
         return;
     };
     // SAFETY: looked up by this run: mapped while it runs (RCU).
@@ -141,20 +178,20 @@ pub fn mirror(key: &Ct4Key, value: &Ct4Value, from_client: bool, cfg: &DatapathC
 /// writing it again if it went (an LRU eviction); whether the mapping is
 /// the flow's, not another's.
 #[inline(always)]
-pub fn hold_nat(
-    key: &Nat4Key,
-    client: &([u8; 4], u16),
+pub fn hold_nat<F: Family>(
+    key: &NatKey<F::Addr>,
+    client: &(F::Addr, u16),
     expires: u32,
     cfg: &DatapathConfig,
 ) -> bool {
-    let Some(nat) = nat_entry(key, cfg) else {
-        let value = Nat4Value {
+    let Some(nat) = nat_entry::<F>(key, cfg) else {
+        let value = NatValue {
             addr_be: client.0,
             port_be: client.1,
             flags: 0,
             expires,
         };
-        return LB4_NAT.insert(key, value, u64::from(BPF_NOEXIST)).is_ok();
+        return F::nat().insert(key, value, u64::from(BPF_NOEXIST)).is_ok();
     };
     // SAFETY: looked up by this run: mapped while it runs (RCU).
     unsafe {
@@ -172,82 +209,121 @@ pub fn hold_nat(
 /// `backend` (addresses and ports as packets hold them) that expires at
 /// `expires`, and records the reply mapping; the port (network byte
 /// order), or `None` when every port tried is another live flow's.
+///
+/// The ports are tried by `bpf_loop`, whose callback the verifier checks
+/// once, rather than by a loop it would walk once per port tried.
 #[inline(always)]
-pub fn allocate_port(
+pub fn allocate_port<F: Family>(
     cfg: &DatapathConfig,
-    backend: ([u8; 4], u16),
+    snat: F::Addr,
+    backend: (F::Addr, u16),
     proto: u8,
-    client: ([u8; 4], u16),
+    client: (F::Addr, u16),
     expires: u32,
     now: u32,
 ) -> Option<u16> {
     let (min, max) = (cfg.nat_port_min, cfg.nat_port_max);
-    if max < min || cfg.snat4_be == [0; 4] {
+    if max < min || snat == F::Addr::default() {
         return None;
     }
     let span = u32::from(max - min) + 1;
-    let first = nat_first_offset(min, span, &client, cfg.nat_seed);
-    let mut key = Nat4Key {
-        saddr_be: backend.0,
-        daddr_be: cfg.snat4_be,
-        sport_be: backend.1,
-        dport_be: 0,
-        proto,
-        _pad0: [0; 3],
+    let mut search = Search::<F::Addr> {
+        key: NatKey {
+            saddr_be: backend.0,
+            daddr_be: snat,
+            sport_be: backend.1,
+            dport_be: 0,
+            proto,
+            _pad0: [0; 3],
+        },
+        value: NatValue {
+            addr_be: client.0,
+            port_be: client.1,
+            flags: 0,
+            expires,
+        },
+        first: nat_first_offset(min, span, client.0.fold(), client.1, cfg.nat_seed),
+        span,
+        min,
+        found: false,
+        now,
     };
-    let value = Nat4Value {
-        addr_be: client.0,
-        port_be: client.1,
-        flags: 0,
-        expires,
+    let callback: extern "C" fn(u32, *mut c_void) -> i64 = try_port::<F>;
+    // SAFETY: the callback is a function of the program; `search` lives on
+    // this stack for the whole call, which is all the callback touches.
+    unsafe {
+        bpf_loop(
+            NAT_PORT_LINEAR_TRIES + NAT_PORT_RANDOM_TRIES,
+            callback as *mut c_void,
+            (&raw mut search).cast(),
+            0,
+        )
     };
-    for i in 0..NAT_PORT_LINEAR_TRIES + NAT_PORT_RANDOM_TRIES {
-        let offset = if i < NAT_PORT_LINEAR_TRIES {
-            (first + i) % span
-        } else {
-            // SAFETY: the helper has no preconditions.
-            (unsafe { bpf_get_prandom_u32() }) % span
-        };
-        // Below `max`, a u16.
-        key.dport_be = (min + offset as u16).to_be();
-        if claim(&key, &value, &client, cfg, now) {
-            return Some(key.dport_be);
-        }
+    search.found.then_some(search.key.dport_be)
+}
+
+/// [`allocate_port`]'s search: the mapping tried, and where it stands.
+struct Search<A> {
+    /// The mapping's key, with the port tried last.
+    key: NatKey<A>,
+    value: NatValue<A>,
+    /// Offset of the first port tried, and the range.
+    first: u32,
+    span: u32,
+    min: u16,
+    /// Whether `key`'s port is the flow's.
+    found: bool,
+    now: u32,
+}
+
+/// Tries port `i` of a [`Search`]: 1 (stop) once one is the flow's.
+extern "C" fn try_port<F: Family>(i: u32, ctx: *mut c_void) -> i64 {
+    // SAFETY: `bpf_loop` passes `allocate_port`'s `Search` of this family,
+    // which outlives the loop.
+    let s = unsafe { &mut *ctx.cast::<Search<F::Addr>>() };
+    let Some(cfg) = config() else {
+        return 1;
+    };
+    let span = s.span;
+    if span == 0 {
+        // Not so: `allocate_port` checked the range. This spares a panic
+        // path, which the verifier would refuse.
+        return 1;
     }
-    None
+    let offset = if i < NAT_PORT_LINEAR_TRIES {
+        (s.first + i) % span
+    } else {
+        // SAFETY: the helper has no preconditions.
+        (unsafe { bpf_get_prandom_u32() }) % span
+    };
+    // Below the range's end, a u16.
+    s.key.dport_be = (s.min + offset as u16).to_be();
+    let client = (s.value.addr_be, s.value.port_be);
+    s.found = claim::<F>(&s.key, &s.value, &client, cfg, s.now);
+    i64::from(s.found)
 }
 
 /// Takes the port of `key` for the flow of `value`: free, the same
 /// client's, or dead. Two CPUs racing for a dead port both try to swap its
-/// owner (client address, port and flags, the value's first 8 bytes) from
-/// the one they read; one wins.
+/// owner from the one they read ([`Family::swap_owner`]); one wins.
 #[inline(always)]
-fn claim(
-    key: &Nat4Key,
-    value: &Nat4Value,
-    client: &([u8; 4], u16),
+fn claim<F: Family>(
+    key: &NatKey<F::Addr>,
+    value: &NatValue<F::Addr>,
+    client: &(F::Addr, u16),
     cfg: &DatapathConfig,
     now: u32,
 ) -> bool {
-    let Some(nat) = nat_entry(key, cfg) else {
-        return LB4_NAT.insert(key, *value, u64::from(BPF_NOEXIST)).is_ok();
+    let Some(nat) = nat_entry::<F>(key, cfg) else {
+        return F::nat().insert(key, *value, u64::from(BPF_NOEXIST)).is_ok();
     };
     // SAFETY: looked up by this run: mapped while it runs (RCU).
     let old = unsafe { *nat };
     match nat_claim(&old, client, now) {
         PortClaim::Same => {}
         PortClaim::Expired => {
-            // SAFETY: the element is live; map values are 8-byte aligned,
-            // and its first 8 bytes are the owner fields, plain bytes;
-            // the kernel allows atomic operations on map values.
-            let (_, won) = unsafe {
-                atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(
-                    nat.cast::<u64>(),
-                    owner(&old),
-                    owner(value),
-                )
-            };
-            if !won {
+            // SAFETY: `nat` was looked up in the family's SNAT map by this run.
+            if !unsafe { F::swap_owner(nat, &old, value) } {
                 return false;
             }
         }
@@ -257,14 +333,4 @@ fn claim(
     // is this flow's now.
     unsafe { (*nat).expires = value.expires };
     true
-}
-
-/// The owner fields of a mapping (client address, port, flags), as its
-/// first 8 bytes hold them.
-#[inline(always)]
-fn owner(v: &Nat4Value) -> u64 {
-    let [p0, p1] = v.port_be.to_ne_bytes();
-    let [f0, f1] = v.flags.to_ne_bytes();
-    let [a0, a1, a2, a3] = v.addr_be;
-    u64::from_ne_bytes([a0, a1, a2, a3, p0, p1, f0, f1])
 }

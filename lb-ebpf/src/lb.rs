@@ -1,5 +1,6 @@
 //! Frontend lookup and backend selection, shared by every hook and both
-//! address families (the `LB4_*` maps named below have `LB6_*` twins).
+//! address families ([`crate::family`]; the `LB4_*` maps named below have
+//! `LB6_*` twins).
 //!
 //! Why no lookup below can fail or read a recycled element (the agent's side
 //! of the bargain is in ARCHITECTURE.md, "Readers see whole states"):
@@ -15,135 +16,13 @@
 //! * `LB4_FE_STATE` is an array (elements are never freed) written only in
 //!   place under its spin lock, which the reader holds while it copies.
 
-use aya_ebpf::{
-    bindings::bpf_spin_lock,
-    btf_maps::{HashMap, LruHashMap},
-    helpers::{bpf_ktime_get_coarse_ns, bpf_spin_lock as lock, bpf_spin_unlock as unlock},
-};
+use aya_ebpf::helpers::bpf_ktime_get_coarse_ns;
 use lb_common::{
-    AffinityKey, AffinityValue, Backend4, Backend6, FE_F_AFFINITY, FE_F_NO_LOCAL_ENDPOINTS,
-    Frontend4Key, Frontend6Key, FrontendId, Member, MemberKey, Slot, SlotKey, WILDCARD_PORT,
+    AffinityKey, AffinityValue, FE_F_AFFINITY, FE_F_NO_LOCAL_ENDPOINTS, MemberKey, SlotKey,
     WILDCARD_PROTO,
 };
 
-use crate::maps::{
-    AFFINITY_MAX, BACKENDS_MAX, FRONTENDS_MAX, LB4_AFFINITY, LB4_BACKENDS, LB4_FE_STATE,
-    LB4_FRONTENDS, LB4_MEMBERS, LB4_SLOTS, LB6_AFFINITY, LB6_BACKENDS, LB6_FE_STATE, LB6_FRONTENDS,
-    LB6_MEMBERS, LB6_SLOTS, NO_PREALLOC, SLOTS_MAX,
-};
-
-/// An address family's maps and key types; the lookup below is the same
-/// for both.
-pub trait Family {
-    type Key: Copy + PartialEq + 'static;
-    type Backend: Copy + 'static;
-
-    fn frontends() -> &'static HashMap<Self::Key, FrontendId, FRONTENDS_MAX, NO_PREALLOC>;
-    fn slots() -> &'static HashMap<SlotKey, Slot, SLOTS_MAX, NO_PREALLOC>;
-    fn backends() -> &'static HashMap<u32, Self::Backend, BACKENDS_MAX, NO_PREALLOC>;
-    fn members() -> &'static HashMap<MemberKey, Member, SLOTS_MAX, NO_PREALLOC>;
-    fn affinity() -> &'static LruHashMap<AffinityKey, AffinityValue, AFFINITY_MAX>;
-    /// The key standing for every other port and protocol of `key`'s address.
-    fn wildcard(key: &Self::Key) -> Self::Key;
-    fn proto(key: &Self::Key) -> u8;
-    /// Copies the fields of state `fe_id` while holding its lock, so that a
-    /// concurrent `BPF_F_LOCK` update is seen either whole or not at all.
-    fn read_state(fe_id: u32) -> Option<Snapshot<Self::Key>>;
-}
-
-/// IPv4: the `LB4_*` maps.
-pub enum V4 {}
-/// IPv6: the `LB6_*` maps.
-pub enum V6 {}
-
-macro_rules! family {
-    ($fam:ty, $key:ident, $backend:ty,
-     $frontends:ident, $states:ident, $slots:ident, $backends:ident, $members:ident,
-     $affinity:ident) => {
-        impl Family for $fam {
-            type Key = $key;
-            type Backend = $backend;
-
-            #[inline(always)]
-            fn frontends() -> &'static HashMap<$key, FrontendId, FRONTENDS_MAX, NO_PREALLOC> {
-                &$frontends
-            }
-            #[inline(always)]
-            fn slots() -> &'static HashMap<SlotKey, Slot, SLOTS_MAX, NO_PREALLOC> {
-                &$slots
-            }
-            #[inline(always)]
-            fn backends() -> &'static HashMap<u32, $backend, BACKENDS_MAX, NO_PREALLOC> {
-                &$backends
-            }
-            #[inline(always)]
-            fn members() -> &'static HashMap<MemberKey, Member, SLOTS_MAX, NO_PREALLOC> {
-                &$members
-            }
-            #[inline(always)]
-            fn affinity() -> &'static LruHashMap<AffinityKey, AffinityValue, AFFINITY_MAX> {
-                &$affinity
-            }
-            #[inline(always)]
-            fn wildcard(key: &$key) -> $key {
-                $key {
-                    port_be: WILDCARD_PORT,
-                    proto: WILDCARD_PROTO,
-                    ..*key
-                }
-            }
-            #[inline(always)]
-            fn proto(key: &$key) -> u8 {
-                key.proto
-            }
-            #[inline(always)]
-            fn read_state(fe_id: u32) -> Option<Snapshot<$key>> {
-                let state = $states.get_ptr_mut(fe_id)?;
-                // SAFETY: `state` points into an array element, which lives
-                // as long as the map. The lock is the value's first field,
-                // where the kernel's BTF check found it; between lock and
-                // unlock only plain loads run, which is all the verifier
-                // allows there.
-                unsafe {
-                    let l = (&raw mut (*state).lock).cast::<bpf_spin_lock>();
-                    lock(l);
-                    let snap = Snapshot {
-                        owner: (*state).owner,
-                        rev: (*state).rev,
-                        count: (*state).count,
-                        flags: (*state).flags,
-                        affinity_timeout: (*state).affinity_timeout,
-                    };
-                    unlock(l);
-                    Some(snap)
-                }
-            }
-        }
-    };
-}
-
-family!(
-    V4,
-    Frontend4Key,
-    Backend4,
-    LB4_FRONTENDS,
-    LB4_FE_STATE,
-    LB4_SLOTS,
-    LB4_BACKENDS,
-    LB4_MEMBERS,
-    LB4_AFFINITY
-);
-family!(
-    V6,
-    Frontend6Key,
-    Backend6,
-    LB6_FRONTENDS,
-    LB6_FE_STATE,
-    LB6_SLOTS,
-    LB6_BACKENDS,
-    LB6_MEMBERS,
-    LB6_AFFINITY
-);
+use crate::family::Family;
 
 /// What a frontend lookup decided.
 pub enum Selection<B> {
@@ -173,22 +52,40 @@ pub enum Selection<B> {
 
 /// The fields of a frontend state a lookup uses, copied under its lock.
 pub struct Snapshot<K> {
-    owner: K,
-    rev: u16,
-    count: u16,
-    flags: u16,
-    affinity_timeout: u32,
+    pub(crate) owner: K,
+    pub(crate) rev: u16,
+    pub(crate) count: u16,
+    pub(crate) flags: u16,
+    pub(crate) affinity_timeout: u32,
 }
 
-/// Picks a backend of frontend `key`; `rand` chooses among its slots and
-/// `client` names the client for session affinity (called only then).
+/// How a new connection picks one of a frontend's `count` slots (all
+/// backends of the current revision).
+pub trait Strategy {
+    /// The slot, below `count` (which is not 0).
+    fn slot(&self, fe_id: u32, count: u16) -> u16;
+}
+
+/// A slot at random, as kube-proxy's iptables `statistic` rules.
+pub struct Random(pub u32);
+
+impl Strategy for Random {
+    #[inline(always)]
+    fn slot(&self, _fe_id: u32, count: u16) -> u16 {
+        // Below count, which is a u16.
+        (self.0 % u32::from(count)) as u16
+    }
+}
+
+/// Picks a backend of frontend `key`; `strategy` chooses among its slots
+/// and `client` names the client for session affinity (called only then).
 /// `wildcard`: on a miss, try the key's wildcard (cluster IPs have them,
 /// external frontends do not).
 #[inline(always)]
 pub fn select<F: Family>(
     key: &F::Key,
     wildcard: bool,
-    rand: u32,
+    strategy: &impl Strategy,
     client: impl FnOnce() -> u64,
 ) -> Selection<F::Backend> {
     let (lookup, frontend) = match F::frontends().get_ptr(key) {
@@ -227,7 +124,7 @@ pub fn select<F: Family>(
         };
     }
     if snap.flags & FE_F_AFFINITY == 0 {
-        return match pick::<F>(fe_id, &snap, rand) {
+        return match pick::<F>(fe_id, &snap, strategy) {
             Some((id, backend)) => Selection::Backend {
                 backend,
                 id,
@@ -252,7 +149,7 @@ pub fn select<F: Family>(
             sticky: true,
         };
     }
-    let Some((backend_id, backend)) = pick::<F>(fe_id, &snap, rand) else {
+    let Some((backend_id, backend)) = pick::<F>(fe_id, &snap, strategy) else {
         return Selection::Inconsistent;
     };
     let value = AffinityValue {
@@ -305,14 +202,17 @@ fn remembered<F: Family>(
     Some((backend_id, unsafe { *backend }))
 }
 
-/// A random backend of the snapshot's revision, with its id.
+/// The backend of the snapshot's revision `strategy` picks, with its id.
 #[inline(always)]
-fn pick<F: Family>(fe_id: u32, snap: &Snapshot<F::Key>, rand: u32) -> Option<(u32, F::Backend)> {
+fn pick<F: Family>(
+    fe_id: u32,
+    snap: &Snapshot<F::Key>,
+    strategy: &impl Strategy,
+) -> Option<(u32, F::Backend)> {
     let slot_key = SlotKey {
         fe_id,
         rev: snap.rev,
-        // Below count, which is a u16.
-        slot: (rand % u32::from(snap.count)) as u16,
+        slot: strategy.slot(fe_id, snap.count),
     };
     let slot = F::slots().get_ptr(slot_key)?;
     // SAFETY: slots are never updated and are deleted only after a grace

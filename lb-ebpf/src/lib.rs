@@ -1,7 +1,10 @@
-//! The datapath library shared by every hook family: the pinned maps,
-//! frontend lookup and backend selection, the counters, and the tc
-//! programs' packet rewriting and connection tracking. The program
-//! entry points live in the binary (`main.rs`), one file per hook family.
+//! The datapath library shared by every hook: the pinned maps, each
+//! address family's maps and types (`family`), frontend lookup and backend
+//! selection (`lb`), the counters, and the per-packet code of traffic from
+//! outside the node: packet parsing and rewriting (`packet`), connection
+//! tracking and SNAT (`ct`), the NodePort logic (`nodeport`) and rejects
+//! (`reject`), all over a packet-context trait (`ctx`). The program entry
+//! points live in the binary (`programs/`), one file per hook family.
 #![no_std]
 // `atomic_cxchg`: the BPF target has no compare-and-swap in `core::sync`
 // (`atomic-cas` is off in its spec), but the kernel has BPF_CMPXCHG.
@@ -9,8 +12,11 @@
 #![expect(internal_features, reason = "core_intrinsics, for atomic_cxchg")]
 
 pub mod ct;
+pub mod ctx;
+pub mod family;
 pub mod lb;
 pub mod maps;
+pub mod nodeport;
 pub mod packet;
 pub mod reject;
 pub mod stats;

@@ -15,6 +15,9 @@ use lb_common::{
     RejectBucket, RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value, STATS_COUNT, Slot, SlotKey,
     SockRevNat, SourceRange4,
 };
+use lb_common::{CtKey, CtValue, Frag6Key, NatKey, NatValue, SourceRange};
+
+use crate::family::Addr6;
 
 pub const NO_PREALLOC: usize = BPF_F_NO_PREALLOC as usize;
 pub const FRONTENDS_MAX: usize = DEFAULT_FRONTENDS_MAX as usize;
@@ -132,7 +135,7 @@ pub static LB4_REJECTS: LruHashMap<Frontend4Key, RejectBucket, { REJECTS_MAX as 
 
 /// The capacity of a previous-map slot's template: the kernel checks an
 /// inner map's type, key and value sizes and flags, not its capacity.
-const PREV_TEMPLATE: usize = 64;
+pub const PREV_TEMPLATE: usize = 64;
 
 /// During a migration, the reverse-NAT map `LB4_REVNAT` replaces (at index
 /// 0), read where `LB4_REVNAT` has no entry; empty otherwise.
@@ -155,3 +158,44 @@ pub static LB4_CT_PREV: ArrayOfMaps<LruHashMap<Ct4Key, Ct4Value, PREV_TEMPLATE>,
 #[btf_map]
 pub static LB4_NAT_PREV: ArrayOfMaps<LruHashMap<Nat4Key, Nat4Value, PREV_TEMPLATE>, 1> =
     ArrayOfMaps::new();
+
+/// The IPv6 twins of the tc programs' maps above. Their addresses are
+/// [`Addr6`] words: the layouts of `lb_common`'s `Ct6Key`, `Ct6Value`,
+/// `Nat6Key`, `Nat6Value` and `SourceRange6`.
+#[btf_map]
+pub static LB6_CT: LruHashMap<CtKey<Addr6>, CtValue<Addr6>, { DEFAULT_CT_MAX as usize }> =
+    LruHashMap::new();
+
+#[btf_map]
+pub static LB6_NAT: LruHashMap<NatKey<Addr6>, NatValue<Addr6>, { DEFAULT_NAT_MAX as usize }> =
+    LruHashMap::new();
+
+#[btf_map]
+pub static LB6_SRC_RANGES: LpmTrie<
+    SourceRange<Addr6>,
+    u32,
+    { DEFAULT_SOURCE_RANGES_MAX as usize },
+> = LpmTrie::new();
+
+#[btf_map]
+pub static LB6_FRAG: LruHashMap<Frag6Key, Frag4Value, { DEFAULT_FRAG_MAX as usize }> =
+    LruHashMap::new();
+
+#[btf_map]
+pub static LB6_REJECTS: LruHashMap<Frontend6Key, RejectBucket, { REJECTS_MAX as usize }> =
+    LruHashMap::new();
+
+#[btf_map]
+pub static LB6_CT_PREV: ArrayOfMaps<LruHashMap<CtKey<Addr6>, CtValue<Addr6>, PREV_TEMPLATE>, 1> =
+    ArrayOfMaps::new();
+
+#[btf_map]
+pub static LB6_NAT_PREV: ArrayOfMaps<LruHashMap<NatKey<Addr6>, NatValue<Addr6>, PREV_TEMPLATE>, 1> =
+    ArrayOfMaps::new();
+
+// The agent reads and writes these maps with `lb_common`'s byte types.
+const _: () = assert!(size_of::<CtKey<Addr6>>() == size_of::<lb_common::Ct6Key>());
+const _: () = assert!(size_of::<CtValue<Addr6>>() == size_of::<lb_common::Ct6Value>());
+const _: () = assert!(size_of::<NatKey<Addr6>>() == size_of::<lb_common::Nat6Key>());
+const _: () = assert!(size_of::<NatValue<Addr6>>() == size_of::<lb_common::Nat6Value>());
+const _: () = assert!(size_of::<SourceRange<Addr6>>() == size_of::<lb_common::SourceRange6>());

@@ -1,55 +1,77 @@
 //! Rejecting a new flow to a frontend without endpoints, as kube-proxy's
-//! `REJECT` rules do: a TCP reset, or an ICMP port unreachable for UDP,
-//! built in place of the packet and sent back out of the device it came in
-//! on (`bpf_redirect` to its egress), from the frontend's address.
+//! `REJECT` rules do: a TCP reset, or an ICMP (ICMPv6) port unreachable for
+//! UDP, built in place of the packet and sent back out of the device it
+//! came in on, from the frontend's address.
 //!
-//! Only packets without IPv4 options are answered; others are dropped, as
-//! are resets (a reset is never answered), and rejects beyond the
-//! frontend's rate ([`lb_common::RejectBucket`]), so that a frontend
-//! without endpoints cannot be used to reflect spoofed traffic.
+//! Only packets without IPv4 options or IPv6 extension headers are
+//! answered; others are dropped, as are resets (a reset is never
+//! answered), and rejects beyond the frontend's rate
+//! ([`lb_common::RejectBucket`]), so that a frontend without endpoints
+//! cannot be used to reflect spoofed traffic.
 
-use aya_ebpf::{
-    EbpfContext as _,
-    bindings::{TC_ACT_SHOT, bpf_adj_room_mode::BPF_ADJ_ROOM_MAC},
-    helpers::{bpf_ktime_get_ns, bpf_redirect, bpf_skb_change_tail},
-    programs::TcContext,
-};
+use aya_ebpf::helpers::bpf_ktime_get_ns;
 use lb_common::{
-    PROTO_ICMP, PROTO_TCP, RejectBucket, STAT_TC_DROP_REJECT_LIMIT, TCP_ACK, TCP_FIN, TCP_RST,
-    TCP_SYN,
+    PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, RejectBucket, STAT_TC_DROP_REJECT_LIMIT, TCP_ACK, TCP_FIN,
+    TCP_RST, TCP_SYN,
 };
 
 use crate::{
-    maps::LB4_REJECTS,
-    packet::{ETH_HLEN, IP_HLEN, Packet4},
+    ctx::PacketCtx,
+    family::{Addr6, Family, bytes6},
+    nodeport::Verdict,
+    packet::{ETH_HLEN, IP_HLEN, IP6_HLEN, Ip, Packet, fold, sum_words},
     stats::count,
 };
 
 const TCP_HLEN: usize = 20;
-/// What an ICMP error quotes of a UDP datagram: its IPv4 and UDP headers.
-const QUOTE: usize = IP_HLEN + 8;
 const ICMP_HLEN: usize = 8;
-const DROP: i32 = TC_ACT_SHOT;
+/// What an ICMP error quotes of a UDP datagram: its IP and UDP headers.
+const QUOTE4: usize = IP_HLEN + 8;
+const QUOTE6: usize = IP6_HLEN + 8;
+
+/// The answers of a family, built over the packet behind an `L2`-byte
+/// link-layer header (the headers at constant offsets).
+pub trait Answer: Sized {
+    /// Rewrites the packet into a TCP reset from its destination, with
+    /// the sequence numbers `tcp` computed.
+    fn tcp_reset<const L2: usize, C: PacketCtx>(
+        ctx: &C,
+        p: &Packet<Self>,
+        tcp: &[u8; TCP_HLEN],
+    ) -> Result<(), i64>;
+    /// Rewrites the packet into an ICMP (ICMPv6) port unreachable quoting
+    /// its IP and UDP headers.
+    fn port_unreachable<const L2: usize, C: PacketCtx>(
+        ctx: &C,
+        p: &Packet<Self>,
+    ) -> Result<(), i64>;
+}
 
 /// The verdict of a rejected packet, behind an `L2`-byte link-layer
 /// header: sent back as a reset or an ICMP error, or dropped when it
-/// cannot be answered or its frontend has sent its share.
-#[inline(always)]
-pub fn reject<const L2: usize>(ctx: &TcContext, p: &Packet4) -> Result<i32, i64> {
-    if p.l4() - p.l3() != IP_HLEN || p.later_fragment {
-        return Ok(DROP);
+/// cannot be answered or its frontend has sent its share. A function of its
+/// own (a BPF-to-BPF call): its buffers are not on the stack of the flows'
+/// packets.
+#[inline(never)]
+pub fn reject<const L2: usize, C: PacketCtx, F: Family>(
+    ctx: &C,
+    p: &Packet<F::Addr>,
+) -> Result<Verdict, i64> {
+    if !p.in_place() || p.later_fragment {
+        return Ok(Verdict::Drop);
     }
     if p.proto == PROTO_TCP && p.tcp_flags & TCP_RST != 0 {
-        return Ok(DROP);
+        return Ok(Verdict::Drop);
     }
-    if !allowed(p) {
-        count(STAT_TC_DROP_REJECT_LIMIT);
-        return Ok(DROP);
+    if !allowed::<F>(p) {
+        count(STAT_TC_DROP_REJECT_LIMIT + F::STAT_OFFSET);
+        return Ok(Verdict::Drop);
     }
     if p.proto == PROTO_TCP {
-        tcp_reset::<L2>(ctx, p)?;
+        let tcp = reset_header(ctx, p)?;
+        F::Addr::tcp_reset::<L2, C>(ctx, p, &tcp)?;
     } else {
-        port_unreachable::<L2>(ctx, p)?;
+        F::Addr::port_unreachable::<L2, C>(ctx, p)?;
     }
     if L2 == ETH_HLEN {
         // The frame goes back where it came from.
@@ -57,22 +79,19 @@ pub fn reject<const L2: usize>(ctx: &TcContext, p: &Packet4) -> Result<i32, i64>
         let mut swapped = [0u8; 12];
         swapped[..6].copy_from_slice(&mac[6..]);
         swapped[6..].copy_from_slice(&mac[..6]);
-        ctx.store(0, &swapped, 0)?;
+        ctx.store(0, &swapped)?;
     }
-    // SAFETY: the context is the program's own skb.
-    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
-    // SAFETY: the helper has no preconditions; it returns the verdict.
-    Ok(unsafe { bpf_redirect(ifindex, 0) } as i32)
+    Ok(Verdict::Bounce)
 }
 
 /// Whether the packet's frontend may send one more reject now; takes its
 /// token.
 #[inline(always)]
-fn allowed(p: &Packet4) -> bool {
-    let key = p.frontend();
+fn allowed<F: Family>(p: &Packet<F::Addr>) -> bool {
+    let key = p.frontend::<F>();
     // SAFETY: the helper has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    if let Some(bucket) = LB4_REJECTS.get_ptr_mut(key) {
+    if let Some(bucket) = F::rejects().get_ptr_mut(key) {
         // SAFETY: the value stays mapped while the program runs (RCU); a
         // CPU racing on the same bucket may undo a token (the limit is
         // approximate), never more.
@@ -81,20 +100,26 @@ fn allowed(p: &Packet4) -> bool {
     let mut bucket = RejectBucket::default();
     let allowed = bucket.take(now);
     // An LRU insert fails only without memory: that reject goes uncounted.
-    let _ = LB4_REJECTS.insert(key, bucket, 0);
+    let _ = F::rejects().insert(key, bucket, 0);
     allowed
 }
 
-/// Rewrites the packet into the reset Linux's `REJECT --reject-with
-/// tcp-reset` sends (`nf_send_reset`): to a segment with ACK, a RST with
-/// its acknowledgment as sequence number; else a RST+ACK acknowledging
-/// everything it carried.
+/// The TCP header of the reset Linux's `REJECT --reject-with tcp-reset`
+/// sends (`nf_send_reset`): to a segment with ACK, a RST with its
+/// acknowledgment as sequence number; else a RST+ACK acknowledging
+/// everything it carried. Checksum 0: the family's builder sums it.
 #[inline(always)]
-fn tcp_reset<const L2: usize>(ctx: &TcContext, p: &Packet4) -> Result<(), i64> {
-    let total = u16::from_be(ctx.load(p.l3() + 2)?);
+fn reset_header<C: PacketCtx, A: Ip>(ctx: &C, p: &Packet<A>) -> Result<[u8; TCP_HLEN], i64> {
+    // IPv4: total length; IPv6: payload length (behind no extension header).
+    let (len_off, hdr) = if size_of::<A>() == 4 {
+        (2, IP_HLEN as u32)
+    } else {
+        (4, 0)
+    };
+    let total = u32::from(u16::from_be(ctx.load(p.l3() + len_off)?));
     let data_off: u8 = ctx.load(p.l4() + 12)?;
     let tcp_len = u32::from(data_off >> 4) * 4;
-    let payload = u32::from(total).saturating_sub(IP_HLEN as u32 + tcp_len);
+    let payload = total.saturating_sub(hdr + tcp_len);
     let seq = u32::from_be(ctx.load(p.l4() + 4)?);
     let ack = u32::from_be(ctx.load(p.l4() + 8)?);
     let (seq_out, ack_out, flags) = if p.tcp_flags & TCP_ACK != 0 {
@@ -107,56 +132,70 @@ fn tcp_reset<const L2: usize>(ctx: &TcContext, p: &Packet4) -> Result<(), i64> {
             TCP_RST | TCP_ACK,
         )
     };
-    let mut h = [0u8; IP_HLEN + TCP_HLEN];
-    ipv4_header(&mut h, (IP_HLEN + TCP_HLEN) as u16, PROTO_TCP, p);
-    h[20..22].copy_from_slice(&p.dport_be.to_ne_bytes());
-    h[22..24].copy_from_slice(&p.sport_be.to_ne_bytes());
-    h[24..28].copy_from_slice(&seq_out.to_be_bytes());
-    h[28..32].copy_from_slice(&ack_out.to_be_bytes());
-    h[32] = (TCP_HLEN as u8 / 4) << 4;
-    h[33] = flags;
-    // The pseudo-header: addresses, protocol, TCP length.
-    let mut sum = sum_words(&h[12..20], 0) + u32::from(PROTO_TCP) + TCP_HLEN as u32;
-    sum = sum_words(&h[20..], sum);
-    h[36..38].copy_from_slice(&fold(sum).to_be_bytes());
-    let len = (L2 + IP_HLEN + TCP_HLEN) as u32;
-    // SAFETY: the context is the program's own skb; the helper only
-    // changes its length.
-    let ret = unsafe { bpf_skb_change_tail(ctx.as_ptr().cast(), len, 0) };
-    if ret != 0 {
-        return Err(ret);
-    }
-    ctx.store(L2, &h, 0)?;
-    Ok(())
+    let mut h = [0u8; TCP_HLEN];
+    h[0..2].copy_from_slice(&p.dport_be.to_ne_bytes());
+    h[2..4].copy_from_slice(&p.sport_be.to_ne_bytes());
+    h[4..8].copy_from_slice(&seq_out.to_be_bytes());
+    h[8..12].copy_from_slice(&ack_out.to_be_bytes());
+    h[12] = (TCP_HLEN as u8 / 4) << 4;
+    h[13] = flags;
+    Ok(h)
 }
 
-/// Rewrites the packet into an ICMP port unreachable quoting its IPv4 and
-/// UDP headers, as Linux's `REJECT` (`icmp-port-unreachable`) sends.
-#[inline(always)]
-fn port_unreachable<const L2: usize>(ctx: &TcContext, p: &Packet4) -> Result<(), i64> {
-    let quote: [u8; QUOTE] = ctx.load(p.l3())?;
-    let mut h = [0u8; IP_HLEN + ICMP_HLEN];
-    ipv4_header(&mut h, (IP_HLEN + ICMP_HLEN + QUOTE) as u16, PROTO_ICMP, p);
-    h[20] = 3; // destination unreachable
-    h[21] = 3; // port unreachable
-    let sum = sum_words(&quote, sum_words(&h[20..], 0));
-    h[22..24].copy_from_slice(&fold(sum).to_be_bytes());
-    let len = (L2 + QUOTE) as u32;
-    // SAFETY: as in `tcp_reset`.
-    let ret = unsafe { bpf_skb_change_tail(ctx.as_ptr().cast(), len, 0) };
-    if ret != 0 {
-        return Err(ret);
+impl Answer for [u8; 4] {
+    #[inline(never)]
+    fn tcp_reset<const L2: usize, C: PacketCtx>(
+        ctx: &C,
+        p: &Packet<Self>,
+        tcp: &[u8; TCP_HLEN],
+    ) -> Result<(), i64> {
+        let mut h = [0u8; IP_HLEN + TCP_HLEN];
+        ipv4_header(&mut h, (IP_HLEN + TCP_HLEN) as u16, PROTO_TCP, p);
+        h[IP_HLEN..].copy_from_slice(tcp);
+        // The pseudo-header: addresses, protocol, TCP length.
+        let mut sum = sum_words(&h[12..20], 0) + u32::from(PROTO_TCP) + TCP_HLEN as u32;
+        sum = sum_words(&h[20..], sum);
+        h[36..38].copy_from_slice(&fold(sum).to_be_bytes());
+        ctx.change_tail((L2 + IP_HLEN + TCP_HLEN) as u32)?;
+        ctx.store(L2, &h)
     }
-    // Room below the link-layer header (none on an L3 device).
-    ctx.adjust_room((IP_HLEN + ICMP_HLEN) as i32, BPF_ADJ_ROOM_MAC, 0)?;
-    ctx.store(L2, &h, 0)?;
-    Ok(())
+
+    #[inline(never)]
+    fn port_unreachable<const L2: usize, C: PacketCtx>(
+        ctx: &C,
+        p: &Packet<Self>,
+    ) -> Result<(), i64> {
+        let quote = sum_quote(ctx, p.l3(), QUOTE4)?;
+        let mut h = [0u8; IP_HLEN + ICMP_HLEN];
+        ipv4_header(&mut h, (IP_HLEN + ICMP_HLEN + QUOTE4) as u16, PROTO_ICMP, p);
+        h[20] = 3; // destination unreachable
+        h[21] = 3; // port unreachable
+        let sum = sum_words(&h[20..], quote);
+        h[22..24].copy_from_slice(&fold(sum).to_be_bytes());
+        ctx.change_tail((L2 + QUOTE4) as u32)?;
+        // Room below the link-layer header (none on an L3 device).
+        ctx.grow_below_l2((IP_HLEN + ICMP_HLEN) as i32)?;
+        ctx.store(L2, &h)
+    }
+}
+
+/// The one's complement sum of the `len` bytes (a multiple of 4) at `off`
+/// that an ICMP error quotes, read a word at a time rather than copied.
+#[inline(always)]
+fn sum_quote<C: PacketCtx>(ctx: &C, off: usize, len: usize) -> Result<u32, i64> {
+    let mut sum = 0u32;
+    for i in 0..len / 4 {
+        let w: [u8; 4] = ctx.load(off + 4 * i)?;
+        sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
+        sum += u32::from(u16::from_be_bytes([w[2], w[3]]));
+    }
+    Ok(sum)
 }
 
 /// An IPv4 header without options from the packet's destination back to
 /// its source (the frontend answers), checksum included.
 #[inline(always)]
-fn ipv4_header(h: &mut [u8], total: u16, proto: u8, p: &Packet4) {
+fn ipv4_header(h: &mut [u8], total: u16, proto: u8, p: &Packet<[u8; 4]>) {
     h[0] = 0x45;
     h[2..4].copy_from_slice(&total.to_be_bytes());
     h[6] = 0x40; // don't fragment
@@ -168,21 +207,54 @@ fn ipv4_header(h: &mut [u8], total: u16, proto: u8, p: &Packet4) {
     h[10..12].copy_from_slice(&csum.to_be_bytes());
 }
 
-/// `sum` plus the big-endian 16-bit words of `bytes` (an even length).
-#[inline(always)]
-fn sum_words(bytes: &[u8], mut sum: u32) -> u32 {
-    let mut i = 0;
-    while i + 1 < bytes.len() {
-        sum += u32::from(u16::from_be_bytes([bytes[i], bytes[i + 1]]));
-        i += 2;
+impl Answer for Addr6 {
+    #[inline(never)]
+    fn tcp_reset<const L2: usize, C: PacketCtx>(
+        ctx: &C,
+        p: &Packet<Self>,
+        tcp: &[u8; TCP_HLEN],
+    ) -> Result<(), i64> {
+        let mut h = [0u8; IP6_HLEN + TCP_HLEN];
+        ipv6_header(&mut h, TCP_HLEN as u16, PROTO_TCP, p);
+        h[IP6_HLEN..].copy_from_slice(tcp);
+        // The pseudo-header: addresses, TCP length, next header.
+        let mut sum = sum_words(&h[8..40], 0) + TCP_HLEN as u32 + u32::from(PROTO_TCP);
+        sum = sum_words(&h[IP6_HLEN..], sum);
+        h[IP6_HLEN + 16..IP6_HLEN + 18].copy_from_slice(&fold(sum).to_be_bytes());
+        ctx.change_tail((L2 + IP6_HLEN + TCP_HLEN) as u32)?;
+        ctx.store(L2, &h)
     }
-    sum
+
+    /// ICMPv6 destination unreachable, code 4 (port unreachable), as
+    /// ip6tables' `REJECT --reject-with icmp6-port-unreachable` sends.
+    #[inline(never)]
+    fn port_unreachable<const L2: usize, C: PacketCtx>(
+        ctx: &C,
+        p: &Packet<Self>,
+    ) -> Result<(), i64> {
+        let quote = sum_quote(ctx, p.l3(), QUOTE6)?;
+        let mut h = [0u8; IP6_HLEN + ICMP_HLEN];
+        let len = (ICMP_HLEN + QUOTE6) as u16;
+        ipv6_header(&mut h, len, PROTO_ICMPV6, p);
+        h[IP6_HLEN] = 1; // destination unreachable
+        h[IP6_HLEN + 1] = 4; // port unreachable
+        let mut sum = sum_words(&h[8..40], quote) + u32::from(len) + u32::from(PROTO_ICMPV6);
+        sum = sum_words(&h[IP6_HLEN..], sum);
+        h[IP6_HLEN + 2..IP6_HLEN + 4].copy_from_slice(&fold(sum).to_be_bytes());
+        ctx.change_tail((L2 + QUOTE6) as u32)?;
+        ctx.grow_below_l2((IP6_HLEN + ICMP_HLEN) as i32)?;
+        ctx.store(L2, &h)
+    }
 }
 
-/// The Internet checksum of a one's complement sum.
+/// An IPv6 header from the packet's destination back to its source, for
+/// `payload` bytes of `next`.
 #[inline(always)]
-fn fold(mut sum: u32) -> u16 {
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    !(sum as u16)
+fn ipv6_header(h: &mut [u8], payload: u16, next: u8, p: &Packet<Addr6>) {
+    h[0] = 0x60;
+    h[4..6].copy_from_slice(&payload.to_be_bytes());
+    h[6] = next;
+    h[7] = 64;
+    h[8..24].copy_from_slice(&bytes6(&p.daddr));
+    h[24..40].copy_from_slice(&bytes6(&p.saddr));
 }

@@ -44,15 +44,22 @@ impl TcSettings {
     }
 
     /// The settings for a node with these primary and NodePort addresses:
-    /// flows are SNATed to the primary IPv4 address, else the first IPv4
-    /// NodePort address (none: such flows are dropped).
+    /// flows of each family are SNATed to the node's primary address of
+    /// that family, else its first NodePort address of it (none: such flows
+    /// are dropped).
     fn config(&self, primary_ips: &[IpAddr], node_port_ips: &[IpAddr]) -> DatapathConfig {
-        let snat4_be = primary_ips
-            .iter()
-            .chain(node_port_ips)
+        let mut ips = primary_ips.iter().chain(node_port_ips);
+        let snat4_be = ips
+            .clone()
             .find_map(|ip| match ip {
                 IpAddr::V4(v4) => Some(v4.octets()),
                 IpAddr::V6(_) => None,
+            })
+            .unwrap_or_default();
+        let snat6_be = ips
+            .find_map(|ip| match ip {
+                IpAddr::V6(v6) if !v6.is_unicast_link_local() => Some(v6.octets()),
+                _ => None,
             })
             .unwrap_or_default();
         let (ct, t) = (&self.conntrack, &self.conntrack.timeouts);
@@ -69,6 +76,7 @@ impl TcSettings {
             // The datapath widens it to the ports earlier flows hold.
             nat_reply_min: 0,
             nat_reply_max: 0,
+            snat6_be,
         }
     }
 }

@@ -8,12 +8,13 @@ use std::{
 
 use aya::maps::MapInfo;
 use lb_common::{
-    ADDR_WORDS, ADDRS, AFFINITY4, AFFINITY6, ALL_MAPS, BACKENDS4, BACKENDS6, CONFIG, CT4,
+    ADDR_WORDS, ADDRS, AFFINITY4, AFFINITY6, ALL_MAPS, BACKENDS4, BACKENDS6, CONFIG, CT4, CT6,
     DEFAULT_AFFINITY_MAX, DEFAULT_BACKENDS_MAX, DEFAULT_CT_MAX, DEFAULT_FRAG_MAX,
     DEFAULT_FRONTENDS_MAX, DEFAULT_NAT_MAX, DEFAULT_REVNAT_MAX, DEFAULT_SLOTS_MAX,
-    DEFAULT_SOURCE_RANGES_MAX, FE_STATE4, FE_STATE6, FRAG4, FRONTENDS4, FRONTENDS6,
-    MAP_TYPE_ARRAY_OF_MAPS, MEMBERS4, MEMBERS6, MapSpec, NAT4, REJECTS_MAX, REJECTS4, REVNAT4,
-    REVNAT6, SLOTS4, SLOTS6, SOCK_REVNAT, SOURCE_RANGES4, STATS, STATS_COUNT,
+    DEFAULT_SOURCE_RANGES_MAX, FE_STATE4, FE_STATE6, FRAG4, FRAG6, FRONTENDS4, FRONTENDS6,
+    MAP_TYPE_ARRAY_OF_MAPS, MEMBERS4, MEMBERS6, MapSpec, NAT4, NAT6, REJECTS_MAX, REJECTS4,
+    REJECTS6, REVNAT4, REVNAT6, SLOTS4, SLOTS6, SOCK_REVNAT, SOURCE_RANGES4, SOURCE_RANGES6, STATS,
+    STATS_COUNT,
 };
 
 use super::error::{Error, io_err, map_err};
@@ -30,11 +31,11 @@ pub struct Capacities {
     pub backends: u32,
     pub revnat: u32,
     pub affinity: u32,
-    /// `LB4_CT`.
+    /// `LB4_CT` and `LB6_CT`.
     pub ct: u32,
-    /// `LB4_NAT`.
+    /// `LB4_NAT` and `LB6_NAT`.
     pub nat: u32,
-    /// `LB4_FRAG`.
+    /// `LB4_FRAG` and `LB6_FRAG`.
     pub frag: u32,
 }
 
@@ -65,12 +66,12 @@ impl Capacities {
             _ if is(&BACKENDS4, &BACKENDS6) => self.backends,
             _ if is(&REVNAT4, &REVNAT6) => self.revnat,
             _ if spec.name == STATS.name => STATS_COUNT,
-            _ if spec.name == CT4.name => self.ct,
-            _ if spec.name == NAT4.name => self.nat,
+            _ if is(&CT4, &CT6) => self.ct,
+            _ if is(&NAT4, &NAT6) => self.nat,
             _ if spec.name == CONFIG.name => 1,
-            _ if spec.name == SOURCE_RANGES4.name => DEFAULT_SOURCE_RANGES_MAX,
-            _ if spec.name == FRAG4.name => self.frag,
-            _ if spec.name == REJECTS4.name => REJECTS_MAX,
+            _ if is(&SOURCE_RANGES4, &SOURCE_RANGES6) => DEFAULT_SOURCE_RANGES_MAX,
+            _ if is(&FRAG4, &FRAG6) => self.frag,
+            _ if is(&REJECTS4, &REJECTS6) => REJECTS_MAX,
             _ if spec.name == ADDRS.name => ADDR_WORDS,
             // Socket storage has no capacity: the kernel wants 0.
             _ if spec.name == SOCK_REVNAT.name => 0,

@@ -31,9 +31,10 @@ use aya::{
     },
 };
 use lb_common::{
-    AFFINITY4, AFFINITY6, ALL_MAPS, AffinityKey, AffinityValue, CONFIG, CT_F_KERNEL, CT4, Ct4Key,
-    Ct4Value, FRAG4, Frag4Key, Frag4Value, KEPT, NAT4, Nat4Key, Nat4Value, OLD_CONFIG_PINS,
-    REVNAT4, REVNAT6, RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value, STATEFUL, Stateful,
+    AFFINITY4, AFFINITY6, ALL_MAPS, AffinityKey, AffinityValue, CONFIG, CT_F_KERNEL, CT4, CT6,
+    Ct4Key, Ct4Value, Ct6Key, Ct6Value, FRAG4, FRAG6, Frag4Key, Frag4Value, Frag6Key, KEPT, NAT4,
+    NAT6, Nat4Key, Nat4Value, Nat6Key, Nat6Value, NatKey, NatValue, OLD_CONFIG_PINS, REVNAT4,
+    REVNAT6, RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value, STATEFUL, Stateful,
 };
 
 use super::{
@@ -198,6 +199,10 @@ pub fn carry_stateful(pins: &Pins) -> Result<usize, Error> {
                     copy::<AffinityKey, AffinityValue>(&source, &target, s, |_| {})?
                 }
                 n if n == CT4.name => copy::<Ct4Key, Ct4Value>(&source, &target, s, upgrade_ct)?,
+                // No older layout had IPv6 flows: this layout's, as they are.
+                n if n == CT6.name => copy::<Ct6Key, Ct6Value>(&source, &target, s, |_| {})?,
+                n if n == NAT6.name => copy::<Nat6Key, Nat6Value>(&source, &target, s, |_| {})?,
+                n if n == FRAG6.name => copy::<Frag6Key, Frag4Value>(&source, &target, s, |_| {})?,
                 n if n == NAT4.name => {
                     copy::<Nat4Key, Nat4Value>(&source, &target, s, |entries| {
                         // An older layout's TCP state bits: the expiry says all.
@@ -273,6 +278,27 @@ where
     Ok(copied)
 }
 
+/// The SNAT ports the mappings of the SNAT map at `path` hold (host
+/// order); none if it cannot be read.
+fn snat_ports<A>(path: &Path) -> Vec<u16>
+where
+    NatKey<A>: aya::Pod,
+    NatValue<A>: aya::Pod,
+{
+    let Ok(entries) = MapData::from_pin(path)
+        .and_then(Typed::<NatKey<A>, NatValue<A>>::new)
+        .map_err(drop)
+        .and_then(|nat| nat.lookup_all().map_err(drop))
+    else {
+        return Vec::new();
+    };
+    entries
+        .iter()
+        .filter(|(_, v)| v.flags & CT_F_KERNEL == 0)
+        .map(|(k, _)| u16::from_be(k.dport_be))
+        .collect()
+}
+
 /// The ports replies to the SNAT address may come back on: the hull of
 /// `range` (the SNAT range), of the ports the live mappings in `maps_dir`
 /// hold, and of the ranges of the configurations `maps_dir`'s replaces
@@ -288,14 +314,12 @@ pub fn reply_ports(pins: &Pins, maps_dir: &Path, range: (u16, u16)) -> (u16, u16
             max = max.max(hi);
         }
     };
-    if let Ok(data) = MapData::from_pin(maps_dir.join(NAT4.pin))
-        && let Ok(nat) = Typed::<Nat4Key, Nat4Value>::new(data)
-        && let Ok(entries) = nat.lookup_all()
-    {
-        for (k, _) in entries.iter().filter(|(_, v)| v.flags & CT_F_KERNEL == 0) {
-            let port = u16::from_be(k.dport_be);
-            widen(port, port);
-        }
+    // Both families' flows take their ports from the one range.
+    let held = snat_ports::<[u8; 4]>(&maps_dir.join(NAT4.pin))
+        .into_iter()
+        .chain(snat_ports::<[u8; 16]>(&maps_dir.join(NAT6.pin)));
+    for port in held {
+        widen(port, port);
     }
     let maps = pins.maps_dir();
     let mut older: Vec<PathBuf> = OLD_CONFIG_PINS.iter().map(|pin| maps.join(pin)).collect();

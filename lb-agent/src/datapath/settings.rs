@@ -1,5 +1,5 @@
-//! The tc programs' settings maps (`LB_CONFIG`, `LB4_SRC_RANGES`) as the
-//! reconciler's [`SettingsStore`].
+//! The tc programs' settings maps (`LB_CONFIG`, `LB4_SRC_RANGES`,
+//! `LB6_SRC_RANGES`) as the reconciler's [`SettingsStore`].
 
 use std::{collections::BTreeSet, path::Path};
 
@@ -7,7 +7,10 @@ use aya::maps::{
     Array, Map, MapData, MapError,
     lpm_trie::{Key, LpmTrie},
 };
-use lb_common::{ADDRS, CONFIG, DatapathConfig, MapSpec, SOURCE_RANGES4, SourceRange4};
+use lb_common::{
+    ADDRS, CONFIG, DatapathConfig, MapSpec, SOURCE_RANGES4, SOURCE_RANGES6, SourceRange4,
+    SourceRange6,
+};
 
 use super::batch::Typed;
 use crate::reconcile::{SettingsStore, SourceRangeKey, StoreError};
@@ -17,6 +20,7 @@ use crate::reconcile::{SettingsStore, SourceRangeKey, StoreError};
 pub struct BpfSettings {
     config: Array<MapData, DatapathConfig>,
     ranges: LpmTrie<MapData, SourceRange4, u32>,
+    ranges6: LpmTrie<MapData, SourceRange6, u32>,
     addresses: Typed<u32, u64>,
 }
 
@@ -30,6 +34,8 @@ impl BpfSettings {
                 .map_err(store_err(&CONFIG, "open"))?,
             ranges: LpmTrie::try_from(Map::LpmTrie(data(&SOURCE_RANGES4)?))
                 .map_err(store_err(&SOURCE_RANGES4, "open"))?,
+            ranges6: LpmTrie::try_from(Map::LpmTrie(data(&SOURCE_RANGES6)?))
+                .map_err(store_err(&SOURCE_RANGES6, "open"))?,
             addresses: Typed::new(data(&ADDRS)?).map_err(store_err(&ADDRS, "open"))?,
         })
     }
@@ -48,23 +54,45 @@ impl SettingsStore for BpfSettings {
     }
 
     fn source_ranges(&self) -> Result<BTreeSet<SourceRangeKey>, StoreError> {
-        self.ranges
+        let v4 = self
+            .ranges
             .keys()
-            .map(|k| k.map(|k| (k.prefix_len(), k.data())))
-            .collect::<Result<_, _>>()
-            .map_err(store_err(&SOURCE_RANGES4, "iterate"))
+            .map(|k| k.map(|k| SourceRangeKey::V4(k.prefix_len(), k.data())))
+            .collect::<Result<BTreeSet<_>, _>>()
+            .map_err(store_err(&SOURCE_RANGES4, "iterate"))?;
+        let v6 = self
+            .ranges6
+            .keys()
+            .map(|k| k.map(|k| SourceRangeKey::V6(k.prefix_len(), k.data())))
+            .collect::<Result<BTreeSet<_>, _>>()
+            .map_err(store_err(&SOURCE_RANGES6, "iterate"))?;
+        Ok(v4.into_iter().chain(v6).collect())
     }
 
-    fn insert_source_range(&mut self, (len, data): &SourceRangeKey) -> Result<(), StoreError> {
-        self.ranges
-            .insert(&Key::new(*len, *data), 1, 0)
-            .map_err(store_err(&SOURCE_RANGES4, "update"))
+    fn insert_source_range(&mut self, key: &SourceRangeKey) -> Result<(), StoreError> {
+        match *key {
+            SourceRangeKey::V4(len, data) => self
+                .ranges
+                .insert(&Key::new(len, data), 1, 0)
+                .map_err(store_err(&SOURCE_RANGES4, "update")),
+            SourceRangeKey::V6(len, data) => self
+                .ranges6
+                .insert(&Key::new(len, data), 1, 0)
+                .map_err(store_err(&SOURCE_RANGES6, "update")),
+        }
     }
 
-    fn remove_source_range(&mut self, (len, data): &SourceRangeKey) -> Result<(), StoreError> {
-        self.ranges
-            .remove(&Key::new(*len, *data))
-            .map_err(store_err(&SOURCE_RANGES4, "delete"))
+    fn remove_source_range(&mut self, key: &SourceRangeKey) -> Result<(), StoreError> {
+        match *key {
+            SourceRangeKey::V4(len, data) => self
+                .ranges
+                .remove(&Key::new(len, data))
+                .map_err(store_err(&SOURCE_RANGES4, "delete")),
+            SourceRangeKey::V6(len, data) => self
+                .ranges6
+                .remove(&Key::new(len, data))
+                .map_err(store_err(&SOURCE_RANGES6, "delete")),
+        }
     }
 
     fn write_address_words(&mut self, writes: &[(u32, u64)]) -> Result<(), StoreError> {

@@ -1,6 +1,7 @@
 //! The programs' settings: `LB_CONFIG`'s one entry, the source ranges of
 //! the external frontends `loadBalancerSourceRanges` guards
-//! (`LB4_SRC_RANGES`), and the bitmap of frontend addresses (`LB_ADDRS`).
+//! (`LB4_SRC_RANGES`, `LB6_SRC_RANGES`), and the bitmap of frontend
+//! addresses (`LB_ADDRS`).
 //! Written here, like every other map the agent fills, so that one place
 //! owns the maps' contents.
 
@@ -10,19 +11,26 @@ use std::{
 };
 
 use ipnet::IpNet;
-use lb_common::{DatapathConfig, SOURCE_RANGE_PREFIX, SourceRange4};
+use lb_common::{
+    DatapathConfig, SOURCE_RANGE_PREFIX, SOURCE_RANGE6_PREFIX, SourceRange4, SourceRange6,
+};
 
 use super::{StoreError, addresses::AddressBits};
 use crate::model::Frontend;
 
-/// One `LB4_SRC_RANGES` key: prefix length in bits, and the data behind it.
-pub type SourceRangeKey = (u32, SourceRange4);
+/// One source-range key, in the map of its family: prefix length in bits,
+/// and the data behind it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SourceRangeKey {
+    V4(u32, SourceRange4),
+    V6(u32, SourceRange6),
+}
 
 /// Where the settings are kept: the pinned maps, or memory in tests.
 pub trait SettingsStore {
     /// Replaces `LB_CONFIG`'s entry.
     fn write_config(&mut self, config: &DatapathConfig) -> Result<(), StoreError>;
-    /// Every key of `LB4_SRC_RANGES`.
+    /// Every key of `LB4_SRC_RANGES` and `LB6_SRC_RANGES`.
     fn source_ranges(&self) -> Result<BTreeSet<SourceRangeKey>, StoreError>;
     fn insert_source_range(&mut self, key: &SourceRangeKey) -> Result<(), StoreError>;
     fn remove_source_range(&mut self, key: &SourceRangeKey) -> Result<(), StoreError>;
@@ -60,7 +68,7 @@ impl<S: SettingsStore> Settings<S> {
         self.ranges_stale = true;
     }
 
-    /// Makes `LB4_SRC_RANGES` hold exactly the IPv4 source ranges of
+    /// Makes the source-range maps hold exactly the source ranges of
     /// `guarded`, if they changed since they were last written: new
     /// entries first, then the ones no longer wanted, so that a frontend
     /// whose ranges change never admits less than both. Says whether it
@@ -124,25 +132,40 @@ impl<S: SettingsStore> Settings<S> {
     }
 }
 
-/// The `LB4_SRC_RANGES` keys of `guarded`: `src/n` of frontend
-/// `addr:port/proto` has prefix length [`SOURCE_RANGE_PREFIX`] + n. IPv6
-/// frontends and ranges have no map at tc yet and are left out.
+/// The source-range keys of `guarded`: `src/n` of frontend
+/// `addr:port/proto` has prefix length [`SOURCE_RANGE_PREFIX`] (IPv6:
+/// [`SOURCE_RANGE6_PREFIX`]) + n. A range of the other family than its
+/// frontend's guards nothing there, as in kube-proxy.
 fn source_range_keys(guarded: &BTreeMap<Frontend, Vec<IpNet>>) -> BTreeSet<SourceRangeKey> {
     let mut keys = BTreeSet::new();
     for (fe, ranges) in guarded {
-        let IpAddr::V4(addr) = fe.vip else {
-            continue;
-        };
+        let (port_be, proto) = (fe.port.to_be(), fe.proto.number());
         for range in ranges {
-            let IpNet::V4(net) = range else { continue };
-            let data = SourceRange4 {
-                addr_be: addr.octets(),
-                port_be: fe.port.to_be(),
-                proto: fe.proto.number(),
-                _pad0: 0,
-                src_be: net.network().octets(),
+            let len = u32::from(range.prefix_len());
+            let key = match (fe.vip, range) {
+                (IpAddr::V4(addr), IpNet::V4(net)) => SourceRangeKey::V4(
+                    SOURCE_RANGE_PREFIX + len,
+                    SourceRange4 {
+                        addr_be: addr.octets(),
+                        port_be,
+                        proto,
+                        _pad0: 0,
+                        src_be: net.network().octets(),
+                    },
+                ),
+                (IpAddr::V6(addr), IpNet::V6(net)) => SourceRangeKey::V6(
+                    SOURCE_RANGE6_PREFIX + len,
+                    SourceRange6 {
+                        addr_be: addr.octets(),
+                        port_be,
+                        proto,
+                        _pad0: 0,
+                        src_be: net.network().octets(),
+                    },
+                ),
+                _ => continue,
             };
-            keys.insert((SOURCE_RANGE_PREFIX + u32::from(net.prefix_len()), data));
+            keys.insert(key);
         }
     }
     keys
@@ -170,27 +193,43 @@ mod tests {
     }
 
     #[test]
-    fn a_range_is_keyed_by_frontend_then_source_and_ipv6_is_left_out() {
+    fn a_range_is_keyed_by_frontend_then_source_in_its_familys_map() {
         let guarded = BTreeMap::from([
             (
                 external("192.0.2.1", 443),
                 nets(&["10.1.0.0/16", "fd00::/8"]),
             ),
-            (external("fd00::1", 443), nets(&["fd00::/8"])),
+            (
+                external("2001:db8::1", 443),
+                nets(&["fd00:1::/32", "10.0.0.0/8"]),
+            ),
         ]);
         let keys: Vec<_> = source_range_keys(&guarded).into_iter().collect();
+        let v6 = |s: &str| s.parse::<std::net::Ipv6Addr>().unwrap().octets();
         assert_eq!(
             keys,
-            [(
-                SOURCE_RANGE_PREFIX + 16,
-                SourceRange4 {
-                    addr_be: [192, 0, 2, 1],
-                    port_be: 443u16.to_be(),
-                    proto: 6,
-                    _pad0: 0,
-                    src_be: [10, 1, 0, 0],
-                }
-            )]
+            [
+                SourceRangeKey::V4(
+                    SOURCE_RANGE_PREFIX + 16,
+                    SourceRange4 {
+                        addr_be: [192, 0, 2, 1],
+                        port_be: 443u16.to_be(),
+                        proto: 6,
+                        _pad0: 0,
+                        src_be: [10, 1, 0, 0],
+                    }
+                ),
+                SourceRangeKey::V6(
+                    SOURCE_RANGE6_PREFIX + 32,
+                    SourceRange6 {
+                        addr_be: v6("2001:db8::1"),
+                        port_be: 443u16.to_be(),
+                        proto: 6,
+                        _pad0: 0,
+                        src_be: v6("fd00:1::"),
+                    }
+                ),
+            ]
         );
     }
 

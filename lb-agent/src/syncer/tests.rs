@@ -12,7 +12,7 @@ use lb_fixtures::{Ep, Slice, Svc};
 use crate::{
     model::{Feature, ObjectKind},
     reconcile::{
-        Found, LbView, SlotView, Table as _, V4, V6,
+        Found, LbView, SlotView, SourceRangeKey, Table as _, V4, V6,
         mem::{Journal, ManualGrace, Mem, MemSettings, lb_tables},
     },
 };
@@ -359,8 +359,9 @@ fn what_was_logged_is_forgotten_with_its_service_and_counted_once() {
     let now = Instant::now();
     let external = || {
         service("a", "10.96.0.1")
-            .cluster_ips(&["10.96.0.1", "fd00::1"])
-            .external_ips(&["2001:db8::1"])
+            .type_("LoadBalancer")
+            .lb_ingress_ip("192.0.2.1")
+            .source_ranges(&["198.51.100.0/24"])
     };
     let slices = vec![slice("a-1", "a", &["10.0.0.1", "10.244.0.9"])];
     list(&mut s, vec![external()], slices, now);
@@ -368,7 +369,12 @@ fn what_was_logged_is_forgotten_with_its_service_and_counted_once() {
     // The same Service again: nothing new to report.
     s.apply(Change::Service(Box::new(external().build())), now);
     s.sync(now).unwrap();
-    assert_eq!(e.metrics.unsupported(Feature::ExternalIps).get(), 1);
+    assert_eq!(
+        e.metrics
+            .unsupported(Feature::LoadBalancerSourceRanges)
+            .get(),
+        1
+    );
     assert_eq!(e.metrics.excluded_endpoints.get(), 1);
     assert_eq!(s.reports.entries(), (1, 0));
     s.apply(deleted("a"), now);
@@ -441,7 +447,10 @@ fn source_ranges_are_written_when_they_change_new_ones_before_old_ones_go() {
             .store()
             .ranges
             .iter()
-            .map(|(len, r)| (*len, r.addr_be, r.src_be))
+            .map(|key| match key {
+                SourceRangeKey::V4(len, r) => (*len, r.addr_be, r.src_be),
+                SourceRangeKey::V6(..) => panic!("an IPv6 range of an IPv4 VIP: {key:?}"),
+            })
             .collect::<Vec<_>>()
     };
     assert_eq!(keys(&s), [(64 + 24, [192, 0, 2, 9], [198, 51, 100, 0])]);

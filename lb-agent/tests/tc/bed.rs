@@ -17,9 +17,9 @@ use etherparse::{
 };
 use lb_agent::datapath::loader;
 use lb_common::{
-    BACKEND_STATE_ACTIVE, Backend4, Ct4Key, Ct4Value, DatapathConfig, FE_KIND_NODE_PORT,
-    Frontend4Key, Frontend4State, FrontendId, Nat4Key, Nat4Value, SCOPE_EXTERNAL,
-    SOURCE_RANGE_PREFIX, Slot, SlotKey, SourceRange4, SpinLock,
+    BACKEND_STATE_ACTIVE, Backend4, Ct4Key, Ct4Value, Ct6Key, Ct6Value, DatapathConfig,
+    FE_KIND_NODE_PORT, Frontend4Key, Frontend4State, FrontendId, Nat4Key, Nat4Value, Nat6Key,
+    Nat6Value, SCOPE_EXTERNAL, SOURCE_RANGE_PREFIX, Slot, SlotKey, SourceRange4, SpinLock,
 };
 
 /// What the programs return: pass on (TCX "next"), or drop.
@@ -47,6 +47,8 @@ pub(crate) struct Bed {
     stats: PerCpuArray<MapData, u64>,
     pub ct: HashMap<MapData, Ct4Key, Ct4Value>,
     pub nat: HashMap<MapData, Nat4Key, Nat4Value>,
+    pub ct6: HashMap<MapData, Ct6Key, Ct6Value>,
+    pub nat6: HashMap<MapData, Nat6Key, Nat6Value>,
     ranges: LpmTrie<MapData, SourceRange4, u32>,
     prev_ct: ArrayOfMaps<MapData, HashMap<MapData, Ct4Key, Ct4Value>>,
     prev_nat: ArrayOfMaps<MapData, HashMap<MapData, Nat4Key, Nat4Value>>,
@@ -86,6 +88,8 @@ impl Bed {
             ("LB6_REVNAT", 256),
             ("LB4_CT", 2 * flows),
             ("LB4_NAT", flows),
+            ("LB6_CT", 2 * flows),
+            ("LB6_NAT", flows),
         ] {
             loader.map_max_entries(map, size);
         }
@@ -114,6 +118,8 @@ impl Bed {
             stats: take(&mut ebpf, "LB_STATS"),
             ct: take(&mut ebpf, "LB4_CT"),
             nat: take(&mut ebpf, "LB4_NAT"),
+            ct6: take(&mut ebpf, "LB6_CT"),
+            nat6: take(&mut ebpf, "LB6_NAT"),
             ranges: take(&mut ebpf, "LB4_SRC_RANGES"),
             prev_ct: take(&mut ebpf, "LB4_CT_PREV"),
             prev_nat: take(&mut ebpf, "LB4_NAT_PREV"),
@@ -291,6 +297,8 @@ impl Bed {
         use aya::maps::IterableMap as _;
         self.ct.map().pin(dir.join(lb_common::CT4.pin)).unwrap();
         self.nat.map().pin(dir.join(lb_common::NAT4.pin)).unwrap();
+        self.ct6.map().pin(dir.join(lb_common::CT6.pin)).unwrap();
+        self.nat6.map().pin(dir.join(lb_common::NAT6.pin)).unwrap();
         self.backends
             .map()
             .pin(dir.join(lb_common::BACKENDS4.pin))

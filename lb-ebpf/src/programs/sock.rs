@@ -29,7 +29,8 @@ use lb_common::{
     STAT_REVNAT_FAILED, STAT_SENDMSG_TRANSLATED, SockRevNat, addr_bit4, addr_bit6,
 };
 use lb_ebpf::{
-    lb::{Family, Selection, V4, V6, select},
+    family::{Family, V4, V6, bytes6, words6},
+    lb::{Random, Selection, select},
     maps::{LB_ADDRS, LB_SOCK_REVNAT, LB4_REVNAT, LB4_REVNAT_PREV, LB6_REVNAT, LB6_REVNAT_PREV},
     stats::count,
 };
@@ -138,10 +139,10 @@ fn balanced(proto: u32) -> Option<u8> {
 #[inline(always)]
 fn choose<F: Family>(ctx: &SockAddrContext, key: &F::Key) -> Result<Option<F::Backend>, Refuse> {
     // SAFETY: the helper has no preconditions.
-    let rand = unsafe { bpf_get_prandom_u32() };
+    let rand = Random(unsafe { bpf_get_prandom_u32() });
     // SAFETY: the helper is valid for sock_addr contexts (kernel >= 5.7).
     let client = || unsafe { bpf_get_netns_cookie(ctx.as_ptr()) };
-    match select::<F>(key, true, rand, client) {
+    match select::<F>(key, true, &rand, client) {
         Selection::NotFrontend => Ok(None),
         Selection::Removed => {
             count(STAT_PASSED_REMOVED);
@@ -223,7 +224,7 @@ fn translate6(ctx: &SockAddrContext) -> Result<bool, Refuse> {
         }
         return Ok(true);
     }
-    let addr_be = words_to_bytes(&ip);
+    let addr_be = bytes6(&ip);
     if !maybe_frontend(addr_bit6(&addr_be)) {
         return Ok(false);
     }
@@ -237,7 +238,7 @@ fn translate6(ctx: &SockAddrContext) -> Result<bool, Refuse> {
         return Ok(false);
     };
     remember6(ctx, &key, &backend);
-    let words = bytes_to_words(&backend.addr_be);
+    let words = words6(&backend.addr_be);
     // SAFETY: user_ip6/user_port are writable in connect6/sendmsg6 (32-bit stores).
     unsafe {
         (*sa).user_ip6[0] = words[0];
@@ -271,31 +272,6 @@ fn frontend4(addr_be: [u8; 4], port: u32, proto: u8) -> Frontend4Key {
 #[inline(always)]
 fn is_v4_mapped(ip: &[u32; 4]) -> bool {
     ip[0] == 0 && ip[1] == 0 && ip[2] == u32::from_ne_bytes([0, 0, 0xff, 0xff])
-}
-
-#[inline(always)]
-fn words_to_bytes(ip: &[u32; 4]) -> [u8; 16] {
-    let mut out = [0u8; 16];
-    let mut i = 0;
-    while i < 4 {
-        let w = ip[i].to_ne_bytes();
-        out[4 * i] = w[0];
-        out[4 * i + 1] = w[1];
-        out[4 * i + 2] = w[2];
-        out[4 * i + 3] = w[3];
-        i += 1;
-    }
-    out
-}
-
-#[inline(always)]
-fn bytes_to_words(addr: &[u8; 16]) -> [u32; 4] {
-    [
-        u32::from_ne_bytes([addr[0], addr[1], addr[2], addr[3]]),
-        u32::from_ne_bytes([addr[4], addr[5], addr[6], addr[7]]),
-        u32::from_ne_bytes([addr[8], addr[9], addr[10], addr[11]]),
-        u32::from_ne_bytes([addr[12], addr[13], addr[14], addr[15]]),
-    ]
 }
 
 /// Records which frontend this socket addressed, for recvmsg/getpeername.
@@ -510,9 +486,9 @@ fn reverse6(ctx: &SockAddrContext, peer: Peer) -> i32 {
         }
         return ALLOW;
     }
-    let backend = words_to_bytes(&ip);
+    let backend = bytes6(&ip);
     if let Some(frontend) = reversed6(ctx, peer, backend, port as u16) {
-        let words = bytes_to_words(&frontend.addr_be);
+        let words = words6(&frontend.addr_be);
         // SAFETY: user_ip6/user_port are writable in recvmsg6/getpeername6.
         unsafe {
             (*sa).user_ip6[0] = words[0];

@@ -1,0 +1,381 @@
+//! An address family's maps and types: the lookup (`lb`), the connection
+//! tracking (`ct`) and the NodePort logic (`nodeport`) are written once over
+//! [`Family`], for [`V4`] (the `LB4_*` maps) and [`V6`] (`LB6_*`).
+
+use aya_ebpf::{
+    bindings::bpf_spin_lock,
+    btf_maps::{ArrayOfMaps, HashMap, LpmTrie, LruHashMap},
+    helpers::{bpf_spin_lock as lock, bpf_spin_unlock as unlock},
+};
+use lb_common::{
+    AffinityKey, AffinityValue, Backend4, Backend6, CtKey, CtValue, DEFAULT_CT_MAX,
+    DEFAULT_FRAG_MAX, DEFAULT_NAT_MAX, DEFAULT_SOURCE_RANGES_MAX, DatapathConfig, Frag4Key,
+    Frag4Value, Frag6Key, Frontend4Key, Frontend6Key, FrontendId, Member, MemberKey, NatKey,
+    NatValue, REJECTS_MAX, RejectBucket, SOURCE_RANGE_PREFIX, SOURCE_RANGE6_PREFIX,
+    STAT_TC6_OFFSET, Slot, SlotKey, SourceRange, WILDCARD_PORT, WILDCARD_PROTO,
+};
+
+use crate::{
+    lb::Snapshot,
+    maps::{
+        AFFINITY_MAX, BACKENDS_MAX, FRONTENDS_MAX, LB4_AFFINITY, LB4_BACKENDS, LB4_CT, LB4_CT_PREV,
+        LB4_FE_STATE, LB4_FRAG, LB4_FRONTENDS, LB4_MEMBERS, LB4_NAT, LB4_NAT_PREV, LB4_REJECTS,
+        LB4_SLOTS, LB4_SRC_RANGES, LB6_AFFINITY, LB6_BACKENDS, LB6_CT, LB6_CT_PREV, LB6_FE_STATE,
+        LB6_FRAG, LB6_FRONTENDS, LB6_MEMBERS, LB6_NAT, LB6_NAT_PREV, LB6_REJECTS, LB6_SLOTS,
+        LB6_SRC_RANGES, NO_PREALLOC, PREV_TEMPLATE, SLOTS_MAX,
+    },
+    packet::Ip,
+    reject::Answer,
+};
+
+const CT_MAX: usize = DEFAULT_CT_MAX as usize;
+const NAT_MAX: usize = DEFAULT_NAT_MAX as usize;
+const FRAG_MAX: usize = DEFAULT_FRAG_MAX as usize;
+const RANGES_MAX: usize = DEFAULT_SOURCE_RANGES_MAX as usize;
+const REJECT_MAX: usize = REJECTS_MAX as usize;
+
+/// A conntrack map of a family, and its previous-map slot.
+pub type CtMap<A> = LruHashMap<CtKey<A>, CtValue<A>, CT_MAX>;
+pub type CtPrev<A> = ArrayOfMaps<LruHashMap<CtKey<A>, CtValue<A>, PREV_TEMPLATE>, 1>;
+/// A SNAT map of a family, and its previous-map slot.
+pub type NatMap<A> = LruHashMap<NatKey<A>, NatValue<A>, NAT_MAX>;
+pub type NatPrev<A> = ArrayOfMaps<LruHashMap<NatKey<A>, NatValue<A>, PREV_TEMPLATE>, 1>;
+
+/// An address family's maps and key types.
+pub trait Family {
+    /// An address as packets hold it.
+    type Addr: Ip + Answer;
+    type Key: Copy + PartialEq + 'static;
+    type Backend: Copy + 'static;
+    /// A datagram, as its fragments carry it.
+    type FragKey: Copy + 'static;
+
+    fn frontends() -> &'static HashMap<Self::Key, FrontendId, FRONTENDS_MAX, NO_PREALLOC>;
+    fn slots() -> &'static HashMap<SlotKey, Slot, SLOTS_MAX, NO_PREALLOC>;
+    fn backends() -> &'static HashMap<u32, Self::Backend, BACKENDS_MAX, NO_PREALLOC>;
+    fn members() -> &'static HashMap<MemberKey, Member, SLOTS_MAX, NO_PREALLOC>;
+    fn affinity() -> &'static LruHashMap<AffinityKey, AffinityValue, AFFINITY_MAX>;
+    /// The key standing for every other port and protocol of `key`'s address.
+    fn wildcard(key: &Self::Key) -> Self::Key;
+    fn proto(key: &Self::Key) -> u8;
+    /// Copies the fields of state `fe_id` while holding its lock, so that a
+    /// concurrent `BPF_F_LOCK` update is seen either whole or not at all.
+    fn read_state(fe_id: u32) -> Option<Snapshot<Self::Key>>;
+
+    /// The frontend key of `addr:port_be/proto` in `scope`.
+    fn frontend(addr: Self::Addr, port_be: u16, proto: u8, scope: u8) -> Self::Key;
+    /// A backend's address and port, as packets hold them.
+    fn backend_addr(b: &Self::Backend) -> (Self::Addr, u16);
+    /// The tc programs' maps.
+    fn ct() -> &'static CtMap<Self::Addr>;
+    fn ct_prev() -> &'static CtPrev<Self::Addr>;
+    fn nat() -> &'static NatMap<Self::Addr>;
+    fn nat_prev() -> &'static NatPrev<Self::Addr>;
+    fn frag() -> &'static LruHashMap<Self::FragKey, Frag4Value, FRAG_MAX>;
+    fn src_ranges() -> &'static LpmTrie<SourceRange<Self::Addr>, u32, RANGES_MAX>;
+    fn rejects() -> &'static LruHashMap<Self::Key, RejectBucket, REJECT_MAX>;
+    /// Bits of a source-range key before the source address.
+    const SOURCE_RANGE_PREFIX: u32;
+    /// Added to a `STAT_TC_*` counter: each family counts apart.
+    const STAT_OFFSET: u32;
+    /// The node address flows of this family are SNATed to; all zero for
+    /// none.
+    fn snat(cfg: &DatapathConfig) -> Self::Addr;
+    /// A client address as session affinity names it (the external
+    /// frontend has an id of its own, so no socket client shares these).
+    fn affinity_client(addr: &Self::Addr) -> u64;
+    /// Swaps the owner of the SNAT mapping `nat` from `old`'s to `new`'s
+    /// client if it still is `old`'s: whether this CPU won the port.
+    ///
+    /// # Safety
+    ///
+    /// `nat` is a value of [`Family::nat`] this program looked up.
+    unsafe fn swap_owner(
+        nat: *mut NatValue<Self::Addr>,
+        old: &NatValue<Self::Addr>,
+        new: &NatValue<Self::Addr>,
+    ) -> bool;
+}
+
+/// An IPv6 address as the programs hold it: its 16 bytes (network order)
+/// as four native words. Its alignment lets LLVM move it a word at a time;
+/// a `[u8; 16]` goes byte by byte, each byte in a stack slot of its own.
+/// Keys and values holding it have the layout of `lb_common`'s `*6` types.
+pub type Addr6 = [u32; 4];
+
+/// The bytes of an [`Addr6`].
+#[inline(always)]
+pub fn bytes6(ip: &Addr6) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    let mut i = 0;
+    while i < 4 {
+        let w = ip[i].to_ne_bytes();
+        out[4 * i] = w[0];
+        out[4 * i + 1] = w[1];
+        out[4 * i + 2] = w[2];
+        out[4 * i + 3] = w[3];
+        i += 1;
+    }
+    out
+}
+
+/// The [`Addr6`] of 16 bytes.
+#[inline(always)]
+pub fn words6(addr: &[u8; 16]) -> Addr6 {
+    [
+        u32::from_ne_bytes([addr[0], addr[1], addr[2], addr[3]]),
+        u32::from_ne_bytes([addr[4], addr[5], addr[6], addr[7]]),
+        u32::from_ne_bytes([addr[8], addr[9], addr[10], addr[11]]),
+        u32::from_ne_bytes([addr[12], addr[13], addr[14], addr[15]]),
+    ]
+}
+
+/// IPv4: the `LB4_*` maps.
+pub enum V4 {}
+/// IPv6: the `LB6_*` maps.
+pub enum V6 {}
+
+macro_rules! lookup_maps {
+    ($key:ident, $backend:ty, $to_key:expr, $from_key:expr,
+     $frontends:ident, $states:ident, $slots:ident, $backends:ident, $members:ident,
+     $affinity:ident) => {
+        type Key = $key;
+        type Backend = $backend;
+
+        #[inline(always)]
+        fn frontends() -> &'static HashMap<$key, FrontendId, FRONTENDS_MAX, NO_PREALLOC> {
+            &$frontends
+        }
+        #[inline(always)]
+        fn slots() -> &'static HashMap<SlotKey, Slot, SLOTS_MAX, NO_PREALLOC> {
+            &$slots
+        }
+        #[inline(always)]
+        fn backends() -> &'static HashMap<u32, $backend, BACKENDS_MAX, NO_PREALLOC> {
+            &$backends
+        }
+        #[inline(always)]
+        fn members() -> &'static HashMap<MemberKey, Member, SLOTS_MAX, NO_PREALLOC> {
+            &$members
+        }
+        #[inline(always)]
+        fn affinity() -> &'static LruHashMap<AffinityKey, AffinityValue, AFFINITY_MAX> {
+            &$affinity
+        }
+        #[inline(always)]
+        fn wildcard(key: &$key) -> $key {
+            $key {
+                port_be: WILDCARD_PORT,
+                proto: WILDCARD_PROTO,
+                ..*key
+            }
+        }
+        #[inline(always)]
+        fn proto(key: &$key) -> u8 {
+            key.proto
+        }
+        #[inline(always)]
+        fn read_state(fe_id: u32) -> Option<Snapshot<$key>> {
+            let state = $states.get_ptr_mut(fe_id)?;
+            // SAFETY: `state` points into an array element, which lives
+            // as long as the map. The lock is the value's first field,
+            // where the kernel's BTF check found it; between lock and
+            // unlock only plain loads run, which is all the verifier
+            // allows there.
+            unsafe {
+                let l = (&raw mut (*state).lock).cast::<bpf_spin_lock>();
+                lock(l);
+                let snap = Snapshot {
+                    owner: (*state).owner,
+                    rev: (*state).rev,
+                    count: (*state).count,
+                    flags: (*state).flags,
+                    affinity_timeout: (*state).affinity_timeout,
+                };
+                unlock(l);
+                Some(snap)
+            }
+        }
+        #[inline(always)]
+        fn frontend(addr: Self::Addr, port_be: u16, proto: u8, scope: u8) -> $key {
+            $key {
+                addr_be: $to_key(&addr),
+                port_be,
+                proto,
+                scope,
+            }
+        }
+        #[inline(always)]
+        fn backend_addr(b: &$backend) -> (Self::Addr, u16) {
+            ($from_key(&b.addr_be), b.port_be)
+        }
+    };
+}
+
+macro_rules! tc_maps {
+    ($ct:ident, $ct_prev:ident, $nat:ident, $nat_prev:ident, $frag:ident, $ranges:ident,
+     $rejects:ident) => {
+        #[inline(always)]
+        fn ct() -> &'static CtMap<Self::Addr> {
+            &$ct
+        }
+        #[inline(always)]
+        fn ct_prev() -> &'static CtPrev<Self::Addr> {
+            &$ct_prev
+        }
+        #[inline(always)]
+        fn nat() -> &'static NatMap<Self::Addr> {
+            &$nat
+        }
+        #[inline(always)]
+        fn nat_prev() -> &'static NatPrev<Self::Addr> {
+            &$nat_prev
+        }
+        #[inline(always)]
+        fn frag() -> &'static LruHashMap<Self::FragKey, Frag4Value, FRAG_MAX> {
+            &$frag
+        }
+        #[inline(always)]
+        fn src_ranges() -> &'static LpmTrie<SourceRange<Self::Addr>, u32, RANGES_MAX> {
+            &$ranges
+        }
+        #[inline(always)]
+        fn rejects() -> &'static LruHashMap<Self::Key, RejectBucket, REJECT_MAX> {
+            &$rejects
+        }
+    };
+}
+
+impl Family for V4 {
+    type Addr = [u8; 4];
+    type FragKey = Frag4Key;
+    const SOURCE_RANGE_PREFIX: u32 = SOURCE_RANGE_PREFIX;
+    const STAT_OFFSET: u32 = 0;
+
+    lookup_maps!(
+        Frontend4Key,
+        Backend4,
+        |a: &[u8; 4]| *a,
+        |a: &[u8; 4]| *a,
+        LB4_FRONTENDS,
+        LB4_FE_STATE,
+        LB4_SLOTS,
+        LB4_BACKENDS,
+        LB4_MEMBERS,
+        LB4_AFFINITY
+    );
+    tc_maps!(
+        LB4_CT,
+        LB4_CT_PREV,
+        LB4_NAT,
+        LB4_NAT_PREV,
+        LB4_FRAG,
+        LB4_SRC_RANGES,
+        LB4_REJECTS
+    );
+
+    #[inline(always)]
+    fn snat(cfg: &DatapathConfig) -> [u8; 4] {
+        cfg.snat4_be
+    }
+
+    #[inline(always)]
+    fn affinity_client(addr: &[u8; 4]) -> u64 {
+        u64::from(u32::from_ne_bytes(*addr)) | 1 << 32
+    }
+
+    #[inline(always)]
+    unsafe fn swap_owner(
+        nat: *mut NatValue<[u8; 4]>,
+        old: &NatValue<[u8; 4]>,
+        new: &NatValue<[u8; 4]>,
+    ) -> bool {
+        /// The owner fields (client address, port, flags): the value's
+        /// first 8 bytes.
+        fn owner(v: &NatValue<[u8; 4]>) -> u64 {
+            let [p0, p1] = v.port_be.to_ne_bytes();
+            let [f0, f1] = v.flags.to_ne_bytes();
+            let [a0, a1, a2, a3] = v.addr_be;
+            u64::from_ne_bytes([a0, a1, a2, a3, p0, p1, f0, f1])
+        }
+        // SAFETY: the element is live (the caller's contract); map values
+        // are 8-byte aligned, and its first 8 bytes are the owner fields,
+        // plain bytes; the kernel allows atomic operations on map values.
+        unsafe { crate::ct::cas(nat.cast::<u64>(), owner(old), owner(new)) }
+    }
+}
+
+impl Family for V6 {
+    type Addr = Addr6;
+    type FragKey = Frag6Key;
+    const SOURCE_RANGE_PREFIX: u32 = SOURCE_RANGE6_PREFIX;
+    const STAT_OFFSET: u32 = STAT_TC6_OFFSET;
+
+    lookup_maps!(
+        Frontend6Key,
+        Backend6,
+        bytes6,
+        words6,
+        LB6_FRONTENDS,
+        LB6_FE_STATE,
+        LB6_SLOTS,
+        LB6_BACKENDS,
+        LB6_MEMBERS,
+        LB6_AFFINITY
+    );
+    tc_maps!(
+        LB6_CT,
+        LB6_CT_PREV,
+        LB6_NAT,
+        LB6_NAT_PREV,
+        LB6_FRAG,
+        LB6_SRC_RANGES,
+        LB6_REJECTS
+    );
+
+    #[inline(always)]
+    fn snat(cfg: &DatapathConfig) -> Addr6 {
+        words6(&cfg.snat6_be)
+    }
+
+    #[inline(always)]
+    fn affinity_client(addr: &Addr6) -> u64 {
+        // The address folded into 32 bits; a clash only shares stickiness.
+        u64::from(addr.fold()) | 2 << 32
+    }
+
+    #[inline(always)]
+    unsafe fn swap_owner(
+        nat: *mut NatValue<Addr6>,
+        old: &NatValue<Addr6>,
+        new: &NatValue<Addr6>,
+    ) -> bool {
+        /// The word a claim swaps: port, flags and expiry.
+        fn word(v: &NatValue<Addr6>) -> u64 {
+            let [p0, p1] = v.port_be.to_ne_bytes();
+            let [f0, f1] = v.flags.to_ne_bytes();
+            let [e0, e1, e2, e3] = v.expires.to_ne_bytes();
+            u64::from_ne_bytes([p0, p1, f0, f1, e0, e1, e2, e3])
+        }
+        // SAFETY: the element is live (the caller's contract); map values
+        // are 8-byte aligned and the word at NAT6_CLAIM_WORD (16) is plain
+        // bytes; the kernel allows atomic operations on map values.
+        let won = unsafe {
+            crate::ct::cas(
+                nat.cast::<u8>()
+                    .add(lb_common::NAT6_CLAIM_WORD)
+                    .cast::<u64>(),
+                word(old),
+                word(new),
+            )
+        };
+        if won {
+            // The port is this CPU's now: another claim of it fails on the
+            // swapped word, and no reply can come before the flow's first
+            // packet leaves with it.
+            // SAFETY: as above; a plain store to a live element.
+            unsafe { (*nat).addr_be = new.addr_be };
+        }
+        won
+    }
+}

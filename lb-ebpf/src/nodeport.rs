@@ -1,0 +1,605 @@
+//! Per-packet load balancing of traffic from outside the node, for either
+//! family ([`Family`]) on any packet context ([`PacketCtx`]): what the tc
+//! programs do with each packet (`lb_common::ct` describes the halves and
+//! the state machine). The program files call these and turn the
+//! [`Verdict`] into their hook's return code.
+//!
+//! Ingress: replies of SNATed flows get their client back; packets of
+//! known flows are DNATed to their backend; the first packet of a flow to
+//! an external frontend (`SCOPE_EXTERNAL`) picks a backend, records the
+//! flow in both directions and is DNATed. TCP without SYN and without a
+//! flow of ours is left to the kernel, whose conntrack may translate it
+//! (kube-proxy's flows, when the agent took over).
+//! Egress: replies to clients get their frontend back as source; packets
+//! of `externalTrafficPolicy: Cluster` flows leaving towards a backend on
+//! another node are SNATed to the node address.
+//!
+//! Later fragments of a datagram follow its first one (`packet`). ICMP
+//! errors about a translated flow are translated as the packet they quote
+//! would be, quote included, so that path-MTU discovery and port
+//! unreachables reach the socket they concern: towards the client (the
+//! quote names the backend) and towards the backend (the quote names the
+//! frontend, as the client saw the reply).
+
+use aya_ebpf::{btf_maps::lpm_trie::Key, helpers::bpf_get_prandom_u32};
+use lb_common::{
+    CT_DIR_IN, CT_DIR_OUT, CT_F_KERNEL, CT_F_SNAT, CtKey, CtValue, DatapathConfig,
+    FE_F_EXTERNAL_LOCAL, FE_F_SOURCE_RANGES, NatKey, PROTO_TCP, STAT_PASSED_REMOVED,
+    STAT_REFUSED_INCONSISTENT, STAT_TC_DROP_CT_FULL, STAT_TC_DROP_FRAGMENT, STAT_TC_DROP_NO_LOCAL,
+    STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_DROP_SOURCE_RANGE, STAT_TC_NEW_FLOW,
+    STAT_TC_PASSED_UNTRACKED, STAT_TC_REJECT_NO_ENDPOINTS, SourceRange, TCP_ACK, TCP_SYN,
+    ct_closed, ct_expired, ct_new_expiry, seen_bits,
+};
+
+use crate::{
+    ct::{advance, allocate_port, config, ct_entry, hold_nat, mirror, nat_entry, now},
+    ctx::PacketCtx,
+    family::Family,
+    lb::{Random, Selection, select},
+    packet::{IcmpError, Ip as _, Packet},
+    reject::reject,
+    stats::count,
+};
+
+/// What becomes of a packet.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// On to the kernel (or the next program), rewritten or not.
+    Pass,
+    Drop,
+    /// Rewritten into an answer, sent back out where it came in.
+    Bounce,
+}
+
+use Verdict::{Drop as DROP, Pass as PASS};
+
+/// Counts the tc counter `stat` (a `STAT_TC_*`) of family `F`.
+#[inline(always)]
+fn count_tc<F: Family>(stat: u32) {
+    count(stat + F::STAT_OFFSET);
+}
+
+/// A later fragment whose first one was not seen: its ports are unknown,
+/// so whether it is ours is too.
+#[inline(always)]
+pub fn unknown_fragment<F: Family>() -> Verdict {
+    count_tc::<F>(STAT_TC_DROP_FRAGMENT);
+    DROP
+}
+
+/// The conntrack key of a packet from `src` to `dst` (address, port; as
+/// the packet holds them) in direction `dir`.
+#[inline(always)]
+fn ct_key<A>(src: (A, u16), dst: (A, u16), proto: u8, dir: u8) -> CtKey<A> {
+    CtKey {
+        saddr_be: src.0,
+        daddr_be: dst.0,
+        sport_be: src.1,
+        dport_be: dst.1,
+        proto,
+        dir,
+        _pad0: [0; 2],
+    }
+}
+
+/// The SNAT key of a packet from `src` to `dst`.
+#[inline(always)]
+fn nat_key<A>(src: (A, u16), dst: (A, u16), proto: u8) -> NatKey<A> {
+    NatKey {
+        saddr_be: src.0,
+        daddr_be: dst.0,
+        sport_be: src.1,
+        dport_be: dst.1,
+        proto,
+        _pad0: [0; 3],
+    }
+}
+
+/// What became of a packet at the first step of ingress or egress.
+enum Step {
+    Done(Verdict),
+    /// Not a packet of a known flow: the next step's.
+    New,
+}
+
+/// A TCP, UDP (or later fragment) packet arriving at the node.
+///
+/// Its steps are BPF functions of their own, called one after the other
+/// from here: their stacks do not add up (the verifier's limit is 512
+/// bytes over a chain of calls), and IPv6's keys are large.
+#[inline(always)]
+pub fn ingress<const L2: usize, C: PacketCtx, F: Family>(
+    ctx: &C,
+    p: &mut Packet<F::Addr>,
+) -> Result<Verdict, i64> {
+    match known::<L2, C, F>(ctx, p)? {
+        Step::Done(v) => Ok(v),
+        Step::New => match choose::<F>(p) {
+            Chosen::Done(v) => Ok(v),
+            Chosen::Reject => reject::<L2, C, F>(ctx, p),
+            Chosen::Backend(b) => record::<L2, C, F>(ctx, p, &b),
+        },
+    }
+}
+
+/// Ingress of a packet of a known flow, or of a SNATed flow's reply.
+#[inline(never)]
+fn known<const L2: usize, C: PacketCtx, F: Family>(
+    ctx: &C,
+    p: &mut Packet<F::Addr>,
+) -> Result<Step, i64> {
+    let now = now();
+    let Some(cfg) = config() else {
+        return Ok(Step::Done(PASS));
+    };
+    // A reply from a backend on another node to the port its flow was
+    // SNATed to: back to the client. Egress then restores the frontend and
+    // advances the flow. Only packets to the SNAT address and the ports
+    // flows may hold pay the lookup.
+    if F::snat(cfg) == p.daddr
+        && cfg.nat_reply_port(u16::from_be(p.dport_be))
+        && let Some(nat) = nat_entry::<F>(&nat_key(p.src(), p.dst(), p.proto), cfg)
+    {
+        // SAFETY: looked up by this run: mapped while it runs (RCU).
+        let client = unsafe { *nat };
+        if !ct_expired(client.expires, now) {
+            if client.flags & CT_F_KERNEL != 0 {
+                count_tc::<F>(STAT_TC_PASSED_UNTRACKED);
+                return Ok(Step::Done(PASS));
+            }
+            p.rewrite::<L2, C>(ctx, true, client.addr_be, client.port_be)?;
+            return Ok(Step::Done(PASS));
+        }
+    }
+    known_flow::<L2, C, F>(ctx, p, cfg, now)
+}
+
+/// A packet from a client: its flow's backend, or a new flow.
+#[inline(always)]
+fn known_flow<const L2: usize, C: PacketCtx, F: Family>(
+    ctx: &C,
+    p: &mut Packet<F::Addr>,
+    cfg: &DatapathConfig,
+    now: u32,
+) -> Result<Step, i64> {
+    let t = cfg.timeouts();
+    let key = ct_key(p.src(), p.dst(), p.proto, CT_DIR_IN);
+    let syn = p.proto == PROTO_TCP && p.tcp_flags & (TCP_SYN | TCP_ACK) == TCP_SYN;
+    if let Some(entry) = ct_entry::<F>(&key, cfg) {
+        // SAFETY: looked up by this run: mapped while it runs (RCU).
+        let ct = unsafe { *entry };
+        let kernel = ct.flags & CT_F_KERNEL != 0;
+        // A new connection on the port of a closed flow, or of one the
+        // kernel had, is a new flow of ours: it picks a backend again.
+        let reopened = syn && (kernel || ct_closed(ct.seen_client, ct.seen_backend));
+        if !ct_expired(ct.expires, now) && !reopened {
+            if !p.later_fragment {
+                // SAFETY: `entry` was looked up in the conntrack map by this run.
+                let (after, changed) =
+                    unsafe { advance(entry, &t, p.proto, p.tcp_flags, true, now) };
+                if changed && !kernel {
+                    mirror::<F>(&key.partner(&ct), &after, true, cfg);
+                }
+            }
+            if kernel {
+                // kube-proxy's flow, which the kernel's conntrack translates.
+                count_tc::<F>(STAT_TC_PASSED_UNTRACKED);
+                return Ok(Step::Done(PASS));
+            }
+            p.rewrite::<L2, C>(ctx, true, ct.addr_be, ct.port_be)?;
+            return Ok(Step::Done(PASS));
+        }
+    }
+    if p.later_fragment {
+        // Its first fragment started no flow of ours.
+        return Ok(Step::Done(PASS));
+    }
+    if p.proto == PROTO_TCP && !syn {
+        // Only a SYN starts a flow. Anything else without one is a flow
+        // the kernel may know (kube-proxy's, when the agent took over) or
+        // none: the kernel translates it, or resets it as a reset backend
+        // would.
+        if F::frontends().get_ptr(p.frontend::<F>()).is_some() {
+            count_tc::<F>(STAT_TC_PASSED_UNTRACKED);
+        }
+        return Ok(Step::Done(PASS));
+    }
+    Ok(Step::New)
+}
+
+/// Whether the packet's source is in one of its frontend's source ranges.
+/// A frontend that has them but no entry yet (the agent writes the state
+/// first) admits nobody: the firewall fails closed.
+#[inline(always)]
+fn admitted<F: Family>(p: &Packet<F::Addr>) -> bool {
+    let key = Key::new(
+        F::SOURCE_RANGE_PREFIX + 8 * size_of::<F::Addr>() as u32,
+        SourceRange {
+            addr_be: p.daddr,
+            port_be: p.dport_be,
+            proto: p.proto,
+            _pad0: 0,
+            src_be: p.saddr,
+        },
+    );
+    F::src_ranges().get(&key).is_some()
+}
+
+/// What the first packet of a flow gets.
+enum Chosen<A> {
+    Done(Verdict),
+    /// Refused: a frontend without endpoints.
+    Reject,
+    Backend(Backend<A>),
+}
+
+/// A new flow's backend, as [`choose`] picked it.
+struct Backend<A> {
+    addr: A,
+    port_be: u16,
+    /// Its id in the backends map, and its frontend's `FE_F_*` flags.
+    id: u32,
+    fe_flags: u16,
+}
+
+/// The first packet of a flow: picks a backend of its external frontend.
+#[inline(never)]
+fn choose<F: Family>(p: &Packet<F::Addr>) -> Chosen<F::Addr> {
+    let frontend = p.frontend::<F>();
+    // SAFETY: the helper has no preconditions.
+    let rand = Random(unsafe { bpf_get_prandom_u32() });
+    // Session affinity by client address, as kube-proxy's ClientIP.
+    let selection = select::<F>(&frontend, false, &rand, || F::affinity_client(&p.saddr));
+    // loadBalancerSourceRanges come first, as kube-proxy's firewall does:
+    // a source outside them is dropped, endpoints or not.
+    if let Selection::Backend { flags, .. }
+    | Selection::NoEndpoints { flags }
+    | Selection::NoLocalEndpoints { flags } = selection
+        && flags & FE_F_SOURCE_RANGES != 0
+        && !admitted::<F>(p)
+    {
+        count_tc::<F>(STAT_TC_DROP_SOURCE_RANGE);
+        return Chosen::Done(DROP);
+    }
+    match selection {
+        Selection::NotFrontend | Selection::UnknownPort => Chosen::Done(PASS),
+        Selection::Removed => {
+            count(STAT_PASSED_REMOVED);
+            Chosen::Done(PASS)
+        }
+        Selection::NoLocalEndpoints { .. } => {
+            // kube-proxy drops these too (externalTrafficPolicy: Local).
+            count_tc::<F>(STAT_TC_DROP_NO_LOCAL);
+            Chosen::Done(DROP)
+        }
+        Selection::NoEndpoints { .. } => {
+            // kube-proxy rejects these: a reset, or port unreachable.
+            count_tc::<F>(STAT_TC_REJECT_NO_ENDPOINTS);
+            Chosen::Reject
+        }
+        Selection::Inconsistent => {
+            count(STAT_REFUSED_INCONSISTENT);
+            Chosen::Done(DROP)
+        }
+        Selection::Backend {
+            backend, id, flags, ..
+        } => {
+            let (addr, port_be) = F::backend_addr(&backend);
+            Chosen::Backend(Backend {
+                addr,
+                port_be,
+                id,
+                fe_flags: flags,
+            })
+        }
+    }
+}
+
+/// Records a new flow to backend `b` in both directions and DNATs its
+/// first packet.
+#[inline(never)]
+fn record<const L2: usize, C: PacketCtx, F: Family>(
+    ctx: &C,
+    p: &mut Packet<F::Addr>,
+    b: &Backend<F::Addr>,
+) -> Result<Verdict, i64> {
+    if !F::Addr::header_ok::<C, L2>(ctx, p.in_place()) {
+        // The stack drops it after us: it must not hold an entry.
+        return Ok(PASS);
+    }
+    let Some(cfg) = config() else {
+        return Ok(PASS);
+    };
+    let (t, now) = (cfg.timeouts(), now());
+    let key = ct_key(p.src(), p.dst(), p.proto, CT_DIR_IN);
+    let snat = if b.fe_flags & FE_F_EXTERNAL_LOCAL == 0 {
+        CT_F_SNAT
+    } else {
+        0
+    };
+    // Whatever its first packet, a new flow lives as if it were a SYN.
+    let inbound = CtValue {
+        addr_be: b.addr,
+        port_be: b.port_be,
+        flags: snat,
+        nat_addr_be: F::Addr::default(),
+        nat_port_be: 0,
+        seen_client: seen_bits(p.proto, p.tcp_flags),
+        seen_backend: 0,
+        backend_id: b.id,
+        expires: ct_new_expiry(&t, p.proto, now),
+    };
+    let outbound = CtValue {
+        addr_be: p.daddr,
+        port_be: p.dport_be,
+        ..inbound
+    };
+    // Reply side first: a reply can only follow once the packet is sent.
+    // An LRU insert fails only without memory; the flow then goes untracked
+    // and is dropped rather than sent where its replies cannot be reversed.
+    if F::ct().insert(key.partner(&inbound), outbound, 0).is_err()
+        || F::ct().insert(key, inbound, 0).is_err()
+    {
+        count_tc::<F>(STAT_TC_DROP_CT_FULL);
+        return Ok(DROP);
+    }
+    count_tc::<F>(STAT_TC_NEW_FLOW);
+    p.rewrite::<L2, C>(ctx, true, b.addr, b.port_be)?;
+    Ok(PASS)
+}
+
+/// A TCP, UDP (or later fragment) packet leaving the node: a reply to a
+/// client, or a packet DNATed towards a remote backend. Each step is a BPF
+/// function of its own, as in [`ingress`].
+#[inline(always)]
+pub fn egress<const L2: usize, C: PacketCtx, F: Family>(
+    ctx: &C,
+    p: &mut Packet<F::Addr>,
+) -> Result<Verdict, i64> {
+    match reply::<L2, C, F>(ctx, p)? {
+        Step::Done(v) => Ok(v),
+        Step::New => snat::<L2, C, F>(ctx, p),
+    }
+}
+
+/// A reply to a client: restores the frontend it sent to, and advances
+/// the flow in all its entries. [`Step::New`] when it is none.
+#[inline(never)]
+fn reply<const L2: usize, C: PacketCtx, F: Family>(
+    ctx: &C,
+    p: &mut Packet<F::Addr>,
+) -> Result<Step, i64> {
+    let now = now();
+    let Some(cfg) = config() else {
+        return Ok(Step::Done(PASS));
+    };
+    let key = ct_key(p.src(), p.dst(), p.proto, CT_DIR_OUT);
+    if let Some(entry) = ct_entry::<F>(&key, cfg) {
+        // SAFETY: looked up by this run: mapped while it runs (RCU).
+        let ct = unsafe { *entry };
+        if !ct_expired(ct.expires, now) {
+            if !p.later_fragment {
+                let t = cfg.timeouts();
+                // SAFETY: `entry` was looked up in the conntrack map by this run.
+                let (after, changed) =
+                    unsafe { advance(entry, &t, p.proto, p.tcp_flags, false, now) };
+                if changed {
+                    mirror::<F>(&key.partner(&ct), &after, false, cfg);
+                    if ct.nat_port_be != 0 {
+                        let nat = nat_key(p.src(), (ct.nat_addr_be, ct.nat_port_be), p.proto);
+                        hold_nat::<F>(&nat, &p.dst(), after.expires, cfg);
+                    }
+                }
+            }
+            p.rewrite::<L2, C>(ctx, false, ct.addr_be, ct.port_be)?;
+            return Ok(Step::Done(PASS));
+        }
+    }
+    Ok(Step::New)
+}
+
+/// A DNATed packet leaving towards its backend: SNATed if its flow is
+/// `externalTrafficPolicy: Cluster`.
+#[inline(never)]
+fn snat<const L2: usize, C: PacketCtx, F: Family>(
+    ctx: &C,
+    p: &mut Packet<F::Addr>,
+) -> Result<Verdict, i64> {
+    let now = now();
+    let Some(cfg) = config() else {
+        return Ok(PASS);
+    };
+    // Its flow's reply entry is this packet's tuple reversed.
+    let reply = ct_key(p.dst(), p.src(), p.proto, CT_DIR_OUT);
+    let Some(entry) = ct_entry::<F>(&reply, cfg) else {
+        return Ok(PASS);
+    };
+    // SAFETY: looked up by this run: mapped while it runs (RCU).
+    let ct = unsafe { *entry };
+    if ct.flags & CT_F_SNAT == 0 || ct_expired(ct.expires, now) {
+        return Ok(PASS);
+    }
+    let client = p.src();
+    let (nat_addr, nat_port) = if ct.nat_port_be != 0 {
+        (ct.nat_addr_be, ct.nat_port_be)
+    } else {
+        // The flow's first packet to leave takes a port. A later fragment
+        // cannot be first, and a closed flow (stray segments) takes none.
+        if p.later_fragment || (p.proto == PROTO_TCP && ct_closed(ct.seen_client, ct.seen_backend))
+        {
+            return Ok(DROP);
+        }
+        let snat = F::snat(cfg);
+        let Some(port) = allocate_port::<F>(cfg, snat, p.dst(), p.proto, client, ct.expires, now)
+        else {
+            count_tc::<F>(STAT_TC_DROP_SNAT_EXHAUSTED);
+            return Ok(DROP);
+        };
+        // SAFETY: looked up by this run: mapped while it runs (RCU). Two
+        // CPUs taking a flow's first packets at once start from the same
+        // port, and the second takes over the first's mapping as the same
+        // client's: both store the same port.
+        unsafe {
+            (*entry).nat_addr_be = snat;
+            (*entry).nat_port_be = port;
+        }
+        (snat, port)
+    };
+    // The reply mapping lives as long as the flow. One lost to another
+    // flow (evicted from a full map, then taken) cannot be the flow's any
+    // more: its next packet takes a new port.
+    let nat = nat_key(p.dst(), (nat_addr, nat_port), p.proto);
+    if !hold_nat::<F>(&nat, &client, ct.expires, cfg) {
+        // SAFETY: looked up by this run: mapped while it runs (RCU).
+        unsafe { (*entry).nat_port_be = 0 };
+        count_tc::<F>(STAT_TC_DROP_SNAT_EXHAUSTED);
+        return Ok(DROP);
+    }
+    p.rewrite::<L2, C>(ctx, false, nat_addr, nat_port)?;
+    Ok(PASS)
+}
+
+/// An ICMP error arriving at the node (at `l3`/`l4`), if it is about a
+/// packet of a translated flow.
+#[inline(never)]
+pub fn ingress_icmp<C: PacketCtx, F: Family>(
+    ctx: &C,
+    l3: usize,
+    l4: usize,
+) -> Result<Verdict, i64> {
+    let mut e = IcmpError::default();
+    let Some(cfg) = config() else {
+        return Ok(PASS);
+    };
+    if e.parse(ctx, l3, l4) != Some(true) {
+        return Ok(PASS);
+    }
+    // About a packet SNATed towards a remote backend (the quote runs
+    // node:port -> backend): it is for the client. Egress, on the way to
+    // the client, restores the frontend.
+    if let Some(nat) = nat_entry::<F>(&nat_key(e.inner_dst(), e.inner_src(), e.proto), cfg) {
+        // SAFETY: looked up by this run: mapped while it runs (RCU).
+        let (client, flags) = unsafe { (((*nat).addr_be, (*nat).port_be), (*nat).flags) };
+        if flags & CT_F_KERNEL == 0 {
+            translate_icmp::<C, F>(ctx, &mut e, &client, How::ToDst)?;
+        }
+        return Ok(PASS);
+    }
+    // About a reply the client got (the quote runs frontend -> client): it
+    // is for the backend, whose socket sent the reply. Only the DNAT half
+    // is undone here: the kernel's conntrack, which saw the flow's packets
+    // between the halves (client <-> backend), takes the error for one of
+    // that flow's only so (a firewall dropping INVALID packets would drop
+    // it otherwise); egress undoes the SNAT half.
+    let inbound = ct_key(e.inner_dst(), e.inner_src(), e.proto, CT_DIR_IN);
+    let Some(entry) = ct_entry::<F>(&inbound, cfg) else {
+        return Ok(PASS);
+    };
+    // SAFETY: looked up by this run: mapped while it runs (RCU).
+    let (backend, flags) = unsafe { (((*entry).addr_be, (*entry).port_be), (*entry).flags) };
+    if flags & CT_F_KERNEL == 0 {
+        translate_icmp::<C, F>(ctx, &mut e, &backend, How::ToDst)?;
+    }
+    Ok(PASS)
+}
+
+/// An ICMP error leaving the node about a translated flow: for a client,
+/// about a packet DNATed to a backend (the quote runs client -> backend),
+/// the client must see its frontend; for a remote backend, about its reply
+/// (the quote runs backend -> client, as ingress left it), the backend must
+/// see the node's SNAT port it sent to.
+#[inline(never)]
+pub fn egress_icmp<C: PacketCtx, F: Family>(ctx: &C, l3: usize, l4: usize) -> Result<Verdict, i64> {
+    let mut e = IcmpError::default();
+    let Some(cfg) = config() else {
+        return Ok(PASS);
+    };
+    if e.parse(ctx, l3, l4) != Some(true) {
+        return Ok(PASS);
+    }
+    let outbound = ct_key(e.inner_dst(), e.inner_src(), e.proto, CT_DIR_OUT);
+    if let Some(entry) = ct_entry::<F>(&outbound, cfg) {
+        // SAFETY: looked up by this run: mapped while it runs (RCU).
+        let frontend = unsafe { ((*entry).addr_be, (*entry).port_be) };
+        // An error the backend itself sent (port unreachable) must not show
+        // the client the backend's address either.
+        let how = if e.saddr == e.inner_daddr {
+            How::FromSrc
+        } else {
+            How::FromQuoteOnly
+        };
+        translate_icmp::<C, F>(ctx, &mut e, &frontend, how)?;
+        return Ok(PASS);
+    }
+    if e.daddr != e.inner_saddr {
+        return Ok(PASS);
+    }
+    let reply = ct_key(e.inner_src(), e.inner_dst(), e.proto, CT_DIR_OUT);
+    let Some(entry) = ct_entry::<F>(&reply, cfg) else {
+        return Ok(PASS);
+    };
+    // SAFETY: looked up by this run: mapped while it runs (RCU).
+    let nat = unsafe { ((*entry).nat_addr_be, (*entry).nat_port_be) };
+    if nat.1 != 0 {
+        translate_icmp::<C, F>(ctx, &mut e, &nat, How::FromQuoteOnly)?;
+    }
+    Ok(PASS)
+}
+
+/// How [`translate_icmp`] translates an ICMP error.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum How {
+    /// Towards the node: the quoted packet's source and the outer
+    /// destination.
+    ToDst,
+    /// Leaving: the quoted packet's destination, and the outer source too.
+    FromSrc,
+    /// Leaving: the quoted packet's destination only.
+    FromQuoteOnly,
+}
+
+/// Rewrites an ICMP error's quoted packet (and outer address) as `how`
+/// says, to `to`. Each rewrite is a BPF function of its own: their stacks
+/// (IPv6 checksum differences) do not add to the lookups' or each other's.
+#[inline(always)]
+fn translate_icmp<C: PacketCtx, F: Family>(
+    ctx: &C,
+    e: &mut IcmpError<F::Addr>,
+    to: &(F::Addr, u16),
+    how: How,
+) -> Result<(), i64> {
+    errno(rewrite_quote::<C, F>(ctx, e, to, how != How::ToDst))?;
+    match how {
+        How::ToDst => errno(rewrite_outer::<C, F>(ctx, e, &to.0, true)),
+        How::FromSrc => errno(rewrite_outer::<C, F>(ctx, e, &to.0, false)),
+        How::FromQuoteOnly => Ok(()),
+    }
+}
+
+/// A helper's return code (0: done) as a result.
+#[inline(always)]
+fn errno(ret: i64) -> Result<(), i64> {
+    if ret == 0 { Ok(()) } else { Err(ret) }
+}
+
+/// [`IcmpError::rewrite_inner`] as a BPF function returning a code.
+#[inline(never)]
+fn rewrite_quote<C: PacketCtx, F: Family>(
+    ctx: &C,
+    e: &mut IcmpError<F::Addr>,
+    to: &(F::Addr, u16),
+    dst: bool,
+) -> i64 {
+    e.rewrite_inner(ctx, dst, to.0, to.1).err().unwrap_or(0)
+}
+
+/// [`IcmpError::rewrite_outer`] as a BPF function returning a code.
+#[inline(never)]
+fn rewrite_outer<C: PacketCtx, F: Family>(
+    ctx: &C,
+    e: &mut IcmpError<F::Addr>,
+    addr: &F::Addr,
+    dst: bool,
+) -> i64 {
+    e.rewrite_outer(ctx, dst, *addr).err().unwrap_or(0)
+}

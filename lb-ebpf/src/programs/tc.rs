@@ -1,0 +1,105 @@
+//! The tc programs on the node's external devices: entry points over
+//! `lb_ebpf::nodeport`, which holds what they do with each packet, for
+//! both families. Each program comes twice: for Ethernet devices, and
+//! (`lb_tc_l3_*`) for devices without a link-layer header (WireGuard, IPIP,
+//! TUN). Program names stay within the kernel's 15 characters, by which
+//! clsact filters are found again.
+//!
+//! Packets the library does not translate are passed on untouched
+//! (`TC_ACT_UNSPEC`, which TCX reads as "next program"), as are packets it
+//! cannot parse. A failed rewrite leaves a packet the kernel's checksum
+//! checks drop.
+
+use aya_ebpf::{
+    bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC},
+    macros::classifier,
+    programs::TcContext,
+};
+use lb_ebpf::{
+    ctx::PacketCtx as _,
+    family::Family,
+    nodeport::{self, Verdict},
+    packet::{ETH_HLEN, Handler, Packet, parse},
+};
+
+const PASS: i32 = TC_ACT_UNSPEC;
+
+#[classifier]
+pub(crate) fn lb_tc_ingress(ctx: TcContext) -> i32 {
+    parse::<ETH_HLEN, _, _>(&ctx, Ingress::<ETH_HLEN>(&ctx))
+}
+
+#[classifier]
+pub(crate) fn lb_tc_egress(ctx: TcContext) -> i32 {
+    parse::<ETH_HLEN, _, _>(&ctx, Egress::<ETH_HLEN>(&ctx))
+}
+
+#[classifier]
+pub(crate) fn lb_tc_l3_in(ctx: TcContext) -> i32 {
+    parse::<0, _, _>(&ctx, Ingress::<0>(&ctx))
+}
+
+#[classifier]
+pub(crate) fn lb_tc_l3_out(ctx: TcContext) -> i32 {
+    parse::<0, _, _>(&ctx, Egress::<0>(&ctx))
+}
+
+/// tc's return code for a verdict; an error (a failed rewrite) drops.
+#[inline(always)]
+fn code(ctx: &TcContext, v: Result<Verdict, i64>) -> i32 {
+    match v {
+        Ok(Verdict::Pass) => PASS,
+        Ok(Verdict::Bounce) => ctx.bounce(),
+        Ok(Verdict::Drop) | Err(_) => TC_ACT_SHOT,
+    }
+}
+
+/// What ingress does with each packet.
+struct Ingress<'a, const L2: usize>(&'a TcContext);
+
+impl<const L2: usize> Handler for Ingress<'_, L2> {
+    #[inline(always)]
+    fn flow<F: Family>(self, p: &mut Packet<F::Addr>) -> i32 {
+        code(self.0, nodeport::ingress::<L2, _, F>(self.0, p))
+    }
+
+    #[inline(always)]
+    fn icmp_error<F: Family>(self, l3: usize, l4: usize) -> i32 {
+        code(self.0, nodeport::ingress_icmp::<_, F>(self.0, l3, l4))
+    }
+
+    #[inline(always)]
+    fn unknown_fragment<F: Family>(self) -> i32 {
+        code(self.0, Ok(nodeport::unknown_fragment::<F>()))
+    }
+
+    #[inline(always)]
+    fn unparsed(self) -> i32 {
+        PASS
+    }
+}
+
+/// What egress does with each packet.
+struct Egress<'a, const L2: usize>(&'a TcContext);
+
+impl<const L2: usize> Handler for Egress<'_, L2> {
+    #[inline(always)]
+    fn flow<F: Family>(self, p: &mut Packet<F::Addr>) -> i32 {
+        code(self.0, nodeport::egress::<L2, _, F>(self.0, p))
+    }
+
+    #[inline(always)]
+    fn icmp_error<F: Family>(self, l3: usize, l4: usize) -> i32 {
+        code(self.0, nodeport::egress_icmp::<_, F>(self.0, l3, l4))
+    }
+
+    #[inline(always)]
+    fn unknown_fragment<F: Family>(self) -> i32 {
+        code(self.0, Ok(nodeport::unknown_fragment::<F>()))
+    }
+
+    #[inline(always)]
+    fn unparsed(self) -> i32 {
+        PASS
+    }
+}
