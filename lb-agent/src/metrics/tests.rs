@@ -54,8 +54,8 @@ fn histogram_keeps_the_buckets_is_cumulative_and_counts_everything() {
 fn render_names_every_family_once_with_every_label() {
     let m = Metrics::default();
     m.invalid(ObjectKind::EndpointSlice).inc();
-    m.unsupported(Feature::NodePort).inc();
-    m.unsupported(Feature::NodePort).inc();
+    m.unsupported(Feature::Sctp).inc();
+    m.unsupported(Feature::Sctp).inc();
     m.service_changes.inc();
     m.map_entries(&[
         MapEntries {
@@ -171,11 +171,7 @@ fn render_names_every_family_once_with_every_label() {
             "lbagent_unsupported_features_total{{feature=\"{}\"}}",
             feature.as_str()
         ));
-        let want = if feature == Feature::NodePort {
-            2.0
-        } else {
-            0.0
-        };
+        let want = if feature == Feature::Sctp { 2.0 } else { 0.0 };
         assert_eq!(n, want, "{feature}");
     }
     assert_eq!(

@@ -215,40 +215,19 @@ impl fmt::Display for ObjectKind {
 /// use is reported once (a warning and `lbagent_unsupported_features_total`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Feature {
-    /// `externalTrafficPolicy: Local` on a Service with an IPv6 cluster IP
-    /// (IPv6 traffic from outside is not translated yet).
-    ExternalTrafficPolicyLocal,
     /// An SCTP port (this kernel has no SCTP).
     Sctp,
-    /// A NodePort (type NodePort or LoadBalancer) of a Service with an IPv6
-    /// cluster IP.
-    NodePort,
-    /// IPv6 `spec.externalIPs`.
-    ExternalIps,
-    /// IPv6 `status.loadBalancer.ingress` IPs (`ipMode: VIP`).
-    LoadBalancerIngress,
     /// `loadBalancerSourceRanges` that guard some of its LB VIPs.
     LoadBalancerSourceRanges,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 6] = [
-        Feature::ExternalTrafficPolicyLocal,
-        Feature::Sctp,
-        Feature::NodePort,
-        Feature::ExternalIps,
-        Feature::LoadBalancerIngress,
-        Feature::LoadBalancerSourceRanges,
-    ];
+    pub const ALL: [Feature; 2] = [Feature::Sctp, Feature::LoadBalancerSourceRanges];
 
     /// The label value in metrics and logs.
     pub fn as_str(self) -> &'static str {
         match self {
-            Feature::ExternalTrafficPolicyLocal => "external_traffic_policy_local",
             Feature::Sctp => "sctp",
-            Feature::NodePort => "node_port",
-            Feature::ExternalIps => "external_ips",
-            Feature::LoadBalancerIngress => "load_balancer_ingress",
             Feature::LoadBalancerSourceRanges => "load_balancer_source_ranges",
         }
     }
@@ -256,21 +235,9 @@ impl Feature {
     /// What a Service using the feature gets meanwhile.
     pub fn effect(self) -> &'static str {
         match self {
-            Feature::ExternalTrafficPolicyLocal => {
-                "IPv6 traffic from outside the node is not served by this proxy"
-            }
             Feature::Sctp => "its SCTP ports are not programmed",
-            Feature::NodePort => {
-                "its IPv6 node ports serve pods and processes on this node only, not traffic from outside"
-            }
-            Feature::ExternalIps => {
-                "its IPv6 external IPs serve pods and processes on this node only, not traffic from outside"
-            }
-            Feature::LoadBalancerIngress => {
-                "its IPv6 load-balancer IPs serve pods and processes on this node only, not traffic from outside"
-            }
             Feature::LoadBalancerSourceRanges => {
-                "its load-balancer IPs guarded by source ranges enforce them for IPv4 traffic from outside only; \
+                "its load-balancer IPs guarded by source ranges enforce them for traffic from outside only; \
                  pods and processes on this node are not intercepted (their traffic goes to the load balancer)"
             }
         }

@@ -81,28 +81,9 @@ impl ServiceSpec {
                 out.insert(f);
             }
         };
-        // Traffic from outside the node is translated for IPv4 only (the
-        // tc programs); an IPv6 external frontend serves this node alone.
-        let v6 = self.cluster_ips.iter().any(IpAddr::is_ipv6);
-        add(
-            v6 && self.external_policy == TrafficPolicy::Local,
-            Feature::ExternalTrafficPolicyLocal,
-        );
         add(
             self.ports.iter().any(|p| p.proto == Proto::Sctp),
             Feature::Sctp,
-        );
-        add(
-            v6 && self.ports.iter().any(|p| p.node_port.is_some()),
-            Feature::NodePort,
-        );
-        add(
-            v6 && self.external_ips.iter().any(IpAddr::is_ipv6),
-            Feature::ExternalIps,
-        );
-        add(
-            v6 && self.lb_vips.iter().any(IpAddr::is_ipv6),
-            Feature::LoadBalancerIngress,
         );
         add(
             self.lb_vips

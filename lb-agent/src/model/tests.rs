@@ -639,39 +639,27 @@ fn features_not_fully_programmed_are_reported_and_the_rest_served() {
 }
 
 #[test]
-fn external_frontends_of_ipv6_are_reported_as_serving_this_node_only() {
-    let svc = |name, ips: &[&str], external: &[&str], lb| {
-        Svc::new("", name)
-            .type_("LoadBalancer")
-            .cluster_ips(ips)
-            .external_ips(external)
-            .external_traffic_policy("Local")
-            .with_port(SvcPort::new("http", 80, "").node_port(30080))
-            .lb_ingress_ip(lb)
-            .into()
-    };
-    let docs = [
-        svc(
-            "dual",
-            &["10.96.0.8", "fd00::8"],
-            &["2001:db8::8"],
-            "2001:db8::9",
-        ),
-        // An IPv6 external IP of an IPv4-only Service is nobody's frontend.
-        svc("v4", &["10.96.0.9"], &["2001:db8::10"], "198.51.100.9"),
-    ];
-    let (_, r) = run(&docs);
-    let dual = oref(ObjectKind::Service, "default", "dual");
-    let want: BTreeSet<_> = [
-        Feature::ExternalTrafficPolicyLocal,
-        Feature::NodePort,
-        Feature::ExternalIps,
-        Feature::LoadBalancerIngress,
-    ]
-    .into_iter()
-    .map(|f| (dual.clone(), f))
-    .collect();
-    assert_eq!(r.unsupported, want);
+fn ipv6_external_frontends_are_programmed_for_traffic_from_outside_too() {
+    let svc = Svc::new("", "dual")
+        .type_("LoadBalancer")
+        .cluster_ips(&["10.96.0.8", "fd00::8"])
+        .external_ips(&["2001:db8::8"])
+        .external_traffic_policy("Local")
+        .with_port(SvcPort::new("http", 80, "").node_port(30080))
+        .lb_ingress_ip("2001:db8::9")
+        .into();
+    let (d, r) = run(&[svc]);
+    assert!(r.unsupported.is_empty(), "{:?}", r.unsupported);
+    for vip in ["2001:db8::8", "2001:db8::9"] {
+        let fe = Frontend {
+            vip: vip.parse().unwrap(),
+            port: 80,
+            proto: Proto::Tcp,
+            scope: Scope::External,
+        };
+        let target = d.frontends.get(&fe).unwrap_or_else(|| panic!("{fe:?}"));
+        assert!(target.external_local, "{fe:?}");
+    }
 }
 
 #[test]
