@@ -17,9 +17,10 @@ use etherparse::{
 };
 use lb_agent::datapath::loader;
 use lb_common::{
-    BACKEND_STATE_ACTIVE, Backend4, Ct4Key, Ct4Value, Ct6Key, Ct6Value, DatapathConfig,
-    FE_KIND_NODE_PORT, Frontend4Key, Frontend4State, FrontendId, Nat4Key, Nat4Value, Nat6Key,
-    Nat6Value, SCOPE_EXTERNAL, SOURCE_RANGE_PREFIX, Slot, SlotKey, SourceRange4, SpinLock,
+    BACKEND_STATE_ACTIVE, Backend4, Backend6, Ct4Key, Ct4Value, Ct6Key, Ct6Value, DatapathConfig,
+    FE_KIND_NODE_PORT, Frontend4Key, Frontend4State, Frontend6Key, Frontend6State, FrontendId,
+    Nat4Key, Nat4Value, Nat6Key, Nat6Value, SCOPE_EXTERNAL, SOURCE_RANGE_PREFIX,
+    SOURCE_RANGE6_PREFIX, Slot, SlotKey, SourceRange4, SourceRange6, SpinLock,
 };
 
 /// What the programs return: pass on (TCX "next"), or drop.
@@ -29,6 +30,8 @@ pub(crate) const DROP: i32 = 2;
 pub(crate) const REDIRECT: i32 = 7;
 
 pub(crate) type Addr = ([u8; 4], u16);
+/// An IPv6 address and port.
+pub(crate) type Addr6 = ([u8; 16], u16);
 
 pub(crate) const NODE: [u8; 4] = [192, 0, 2, 10];
 pub(crate) const NODE_PORT: u16 = 30080;
@@ -50,6 +53,11 @@ pub(crate) struct Bed {
     pub ct6: HashMap<MapData, Ct6Key, Ct6Value>,
     pub nat6: HashMap<MapData, Nat6Key, Nat6Value>,
     ranges: LpmTrie<MapData, SourceRange4, u32>,
+    frontends6: HashMap<MapData, Frontend6Key, FrontendId>,
+    states6: Array<MapData, Frontend6State>,
+    slots6: HashMap<MapData, SlotKey, Slot>,
+    backends6: HashMap<MapData, u32, Backend6>,
+    ranges6: LpmTrie<MapData, SourceRange6, u32>,
     prev_ct: ArrayOfMaps<MapData, HashMap<MapData, Ct4Key, Ct4Value>>,
     prev_nat: ArrayOfMaps<MapData, HashMap<MapData, Nat4Key, Nat4Value>>,
     next_id: u32,
@@ -121,6 +129,11 @@ impl Bed {
             ct6: take(&mut ebpf, "LB6_CT"),
             nat6: take(&mut ebpf, "LB6_NAT"),
             ranges: take(&mut ebpf, "LB4_SRC_RANGES"),
+            frontends6: take(&mut ebpf, "LB6_FRONTENDS"),
+            states6: take(&mut ebpf, "LB6_FE_STATE"),
+            slots6: take(&mut ebpf, "LB6_SLOTS"),
+            backends6: take(&mut ebpf, "LB6_BACKENDS"),
+            ranges6: take(&mut ebpf, "LB6_SRC_RANGES"),
             prev_ct: take(&mut ebpf, "LB4_CT_PREV"),
             prev_nat: take(&mut ebpf, "LB4_NAT_PREV"),
             ebpf,
@@ -193,6 +206,79 @@ impl Bed {
         };
         let key = Key::new(SOURCE_RANGE_PREFIX + len, data);
         self.ranges.insert(&key, 1, 0).unwrap();
+    }
+
+    /// An external IPv6 frontend `addr:port/proto` with `backends`, written
+    /// in the agent's order.
+    pub(crate) fn frontend6(
+        &mut self,
+        (addr, port): Addr6,
+        proto: u8,
+        flags: u16,
+        backends: &[Addr6],
+    ) {
+        let fe_id = self.next_id;
+        self.next_id += 1;
+        let key = Frontend6Key {
+            addr_be: addr,
+            port_be: port.to_be(),
+            proto,
+            scope: SCOPE_EXTERNAL,
+        };
+        for (slot, (addr, port)) in backends.iter().enumerate() {
+            let id = fe_id * 100 + slot as u32;
+            let backend = Backend6 {
+                addr_be: *addr,
+                port_be: port.to_be(),
+                proto,
+                state: BACKEND_STATE_ACTIVE,
+            };
+            self.backends6.insert(id, backend, 0).unwrap();
+            let slot = SlotKey {
+                fe_id,
+                rev: 1,
+                slot: slot as u16,
+            };
+            self.slots6
+                .insert(slot, Slot { backend_id: id }, 0)
+                .unwrap();
+        }
+        let state = Frontend6State {
+            lock: SpinLock::default(),
+            owner: key,
+            rev: 1,
+            count: backends.len() as u16,
+            flags: flags | FE_KIND_NODE_PORT,
+            _pad0: [0; 2],
+            affinity_timeout: 0,
+        };
+        self.states6.set(fe_id, state, 0).unwrap();
+        self.frontends6
+            .insert(key, FrontendId { id: fe_id }, 0)
+            .unwrap();
+    }
+
+    /// Admits sources in `net/len` to the IPv6 frontend `fe/proto`.
+    pub(crate) fn admit6(&mut self, fe: Addr6, proto: u8, net: [u8; 16], len: u32) {
+        let data = SourceRange6 {
+            addr_be: fe.0,
+            port_be: fe.1.to_be(),
+            proto,
+            _pad0: 0,
+            src_be: net,
+        };
+        let key = Key::new(SOURCE_RANGE6_PREFIX + len, data);
+        self.ranges6.insert(&key, 1, 0).unwrap();
+    }
+
+    pub(crate) fn snat6(&mut self, addr: [u8; 16], min: u16, max: u16) {
+        let cfg = DatapathConfig {
+            snat6_be: addr,
+            nat_port_min: min,
+            nat_port_max: max,
+            ..self.config()
+        };
+        self.set_config(cfg);
     }
 
     pub(crate) fn snat(&mut self, addr: [u8; 4], min: u16, max: u16) {
@@ -311,6 +397,14 @@ impl Bed {
 
     pub(crate) fn nat(&self) -> Vec<(Nat4Key, Nat4Value)> {
         self.nat.iter().map(Result::unwrap).collect()
+    }
+
+    pub(crate) fn ct6(&self) -> Vec<(Ct6Key, Ct6Value)> {
+        self.ct6.iter().map(Result::unwrap).collect()
+    }
+
+    pub(crate) fn nat6(&self) -> Vec<(Nat6Key, Nat6Value)> {
+        self.nat6.iter().map(Result::unwrap).collect()
     }
 }
 
