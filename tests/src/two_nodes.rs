@@ -3,24 +3,27 @@
 //! namespace (or kube-proxy's rules, for a takeover). Needs root.
 //!
 //! ```text
-//!                   client 203.0.113.2
+//!                   client 203.0.113.2, 2001:db8:c::2
 //!                          |
-//!                   router 203.0.113.1, 192.168.57.254 (bridge)
+//!                   router 203.0.113.1, 2001:db8:c::1;
+//!                          192.168.57.254, fd00:57::fe (bridge)
 //!                     /                          \
-//!   node-1 eth0 192.168.57.1             node-2 eth0 192.168.57.2
+//!   node-1 eth0 192.168.57.1, fd00:57::1   node-2 eth0 192.168.57.2, fd00:57::2
 //!        |                                        |
-//!   pod p1 10.42.1.2                         pod p2 10.42.2.2
+//!   pod p1 10.42.1.2, fd42:1::2              pod p2 10.42.2.2, fd42:2::2
 //! ```
 //!
-//! The client is in no test cgroup, so no socket hook touches its
+//! Every link is dual-stack, and both families are routed alike (duplicate
+//! address detection is off, so every address is usable at once). The
+//! client is in no test cgroup, so no socket hook touches its
 //! connections: only the tc programs on a node's `eth0` can reach a pod
 //! through that node's NodePort, or through the external and load-balancer
-//! IPs (198.51.100.0/24, which the router sends to node-1 and no namespace
-//! owns). Each agent finds its device itself (the one holding its Node's
-//! address). Nodes route the other node's pods to it directly, so a backend
-//! answers a flow it got unSNATed straight to the client through the
-//! router, and one it got SNATed to the node that sent it: which address
-//! the backend saw tells.
+//! IPs (198.51.100.0/24 and 2001:db8:e::/64, which the router sends to
+//! node-1 and no namespace owns). Each agent finds its device itself (the
+//! one holding its Node's address). Nodes route the other node's pods to it
+//! directly, so a backend answers a flow it got unSNATed straight to the
+//! client through the router, and one it got SNATed to the node that sent
+//! it: which address the backend saw tells.
 
 use std::{
     collections::BTreeSet,
@@ -35,7 +38,7 @@ use lb_fixtures::{Ep, Node, Object, Slice, Svc, SvcPort};
 use crate::{
     agent::Agent,
     http,
-    netns::{Namespaces, exec, ip, sysctl, veth},
+    netns::{Namespaces, exec, ip, no_dad, sysctl, veth},
     probe::{Report, Server, outside_client},
     require_root,
     rig::Rig,
@@ -50,6 +53,16 @@ pub const EXTERNAL_IP: &str = "198.51.100.10";
 /// which owns it and answers on port 80 as `proxy`, as a proxying load
 /// balancer would.
 pub const PROXY_IP: &str = "198.51.100.30";
+/// The IPv6 addresses of the client and the nodes (each node's Node object
+/// has both, so each family has its NodePort address and its SNAT source).
+pub const CLIENT6: &str = "2001:db8:c::2";
+pub const NODE1_6: &str = "fd00:57::1";
+pub const NODE2_6: &str = "fd00:57::2";
+/// The pods' IPv6 addresses.
+pub const P1_6: &str = "fd42:1::2";
+pub const P2_6: &str = "fd42:2::2";
+/// An IPv6 external IP; the router sends 2001:db8:e::/64 to node-1.
+pub const EXTERNAL_IP6: &str = "2001:db8:e::10";
 /// `lonely`'s health-check port.
 pub const HC_PORT: u16 = 32100;
 
@@ -73,6 +86,11 @@ impl Nodes {
             namespaces.add("p1")?,
             namespaces.add("p2")?,
         ];
+        // Before any interface exists, so that link-local addresses are
+        // not tentative either.
+        for ns in [&c, &r, &n1, &n2, &p1, &p2] {
+            no_dad(ns)?;
+        }
         veth(
             (&c, "eth0", Some(&format!("{CLIENT}/24"))),
             (&r, "eth0", Some("203.0.113.1/24")),
@@ -95,12 +113,30 @@ impl Nodes {
             (&p2, "eth0", Some("10.42.2.2/24")),
             (&n2, "p2", Some("10.42.2.1/24")),
         )?;
+        for (ns, dev, addr) in [
+            (&c, "eth0", format!("{CLIENT6}/64")),
+            (&r, "eth0", "2001:db8:c::1/64".to_owned()),
+            (&r, "br0", "fd00:57::fe/64".to_owned()),
+            (&n1, "eth0", format!("{NODE1_6}/64")),
+            (&n2, "eth0", format!("{NODE2_6}/64")),
+            (&p1, "eth0", format!("{P1_6}/64")),
+            (&n1, "p1", "fd42:1::1/64".to_owned()),
+            (&p2, "eth0", format!("{P2_6}/64")),
+            (&n2, "p2", "fd42:2::1/64".to_owned()),
+        ] {
+            ip(&["-n", ns, "addr", "add", &addr, "dev", dev, "nodad"])?;
+        }
         for (ns, via) in [
             (&c, "203.0.113.1"),
             (&n1, "192.168.57.254"),
             (&n2, "192.168.57.254"),
             (&p1, "10.42.1.1"),
             (&p2, "10.42.2.1"),
+            (&c, "2001:db8:c::1"),
+            (&n1, "fd00:57::fe"),
+            (&n2, "fd00:57::fe"),
+            (&p1, "fd42:1::1"),
+            (&p2, "fd42:2::1"),
         ] {
             ip(&["-n", ns, "route", "add", "default", "via", via])?;
         }
@@ -109,6 +145,9 @@ impl Nodes {
             (&n1, "10.42.2.0/24", NODE2),
             (&n2, "10.42.1.0/24", NODE1),
             (&n1, &format!("{PROXY_IP}/32"), "10.42.1.2"),
+            (&r, "2001:db8:e::/64", NODE1_6),
+            (&n1, "fd42:2::/64", NODE2_6),
+            (&n2, "fd42:1::/64", NODE1_6),
         ] {
             ip(&["-n", ns, "route", "add", to, "via", via])?;
         }
@@ -128,6 +167,7 @@ impl Nodes {
                     "net.ipv4.ip_forward=1",
                     "net.ipv4.conf.all.send_redirects=0",
                     "net.ipv4.conf.all.rp_filter=0",
+                    "net.ipv6.conf.all.forwarding=1",
                 ],
             )?;
         }
@@ -145,11 +185,28 @@ pub fn p2() -> Ep {
     Ep::new("10.42.2.2").ready(true).node("node-2")
 }
 
-/// Node objects `node-1` and `node-2` with their addresses.
+/// Pod `p1`'s IPv6 address, ready, on node-1.
+pub fn p1_6() -> Ep {
+    Ep::new(P1_6).ready(true).node("node-1")
+}
+
+/// Pod `p2`'s IPv6 address, ready, on node-2.
+pub fn p2_6() -> Ep {
+    Ep::new(P2_6).ready(true).node("node-2")
+}
+
+/// Node objects `node-1` and `node-2` with their addresses, an InternalIP
+/// of each family.
 pub fn node_objects() -> [Object; 2] {
     [
-        Node::new("node-1").address("InternalIP", NODE1).into(),
-        Node::new("node-2").address("InternalIP", NODE2).into(),
+        Node::new("node-1")
+            .address("InternalIP", NODE1)
+            .address("InternalIP", NODE1_6)
+            .into(),
+        Node::new("node-2")
+            .address("InternalIP", NODE2)
+            .address("InternalIP", NODE2_6)
+            .into(),
     ]
 }
 
@@ -171,6 +228,34 @@ pub fn slice(svc: &str, endpoints: Vec<Ep>) -> Slice {
         .port("http", 8080, "TCP")
         .port("dns", 5353, "UDP")
         .endpoints(endpoints)
+}
+
+/// `svc` (with its IPv4 cluster IP) made dual-stack, with `ipv6` second.
+pub fn dual_stack(svc: Svc, ipv6: &str) -> Svc {
+    let ipv4 = svc.clone().build().spec.and_then(|s| s.cluster_ip);
+    let ipv4 = ipv4.expect("an IPv4 cluster IP first");
+    svc.cluster_ips(&[&ipv4, ipv6])
+        .ip_families(&["IPv4", "IPv6"])
+        .ip_family_policy("RequireDualStack")
+}
+
+/// [`slice`]'s IPv6 twin, `<svc>-6`, for IPv6 endpoints ([`p1_6`], [`p2_6`]).
+pub fn slice6(svc: &str, endpoints: Vec<Ep>) -> Slice {
+    Slice::new("default", &format!("{svc}-6"))
+        .service(svc)
+        .address_type("IPv6")
+        .port("http", 8080, "TCP")
+        .port("dns", 5353, "UDP")
+        .endpoints(endpoints)
+}
+
+/// `host`:`port` as a socket address: `[host]:port` for IPv6.
+pub fn addr(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
 }
 
 /// The `<pod> from <address>` answers of `r`, after checking that all `n`

@@ -80,3 +80,15 @@ pub fn sysctl(ns: &str, settings: &[&str]) -> anyhow::Result<()> {
     cmd.extend_from_slice(settings);
     exec(ns, &cmd).map(drop)
 }
+
+/// Turns duplicate address detection off for interfaces created in `ns`
+/// from now on.
+pub fn no_dad(ns: &str) -> anyhow::Result<()> {
+    sysctl(
+        ns,
+        &[
+            "net.ipv6.conf.default.accept_dad=0",
+            "net.ipv6.conf.all.accept_dad=0",
+        ],
+    )
+}

@@ -9,7 +9,7 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use super::{Namespaces, ip, sysctl, veth};
+use super::{Namespaces, ip, no_dad, sysctl, veth};
 
 const GATEWAY: &str = "169.254.1.1";
 const GATEWAY6: &str = "fd00::1";
@@ -26,18 +26,6 @@ pub fn v6_of(ip: Ipv4Addr) -> Ipv6Addr {
         0,
         u16::from_be_bytes([a, b]),
         u16::from_be_bytes([c, d]),
-    )
-}
-
-/// Turns duplicate address detection off for interfaces created in `ns`
-/// from now on.
-fn no_dad(ns: &str) -> anyhow::Result<()> {
-    sysctl(
-        ns,
-        &[
-            "net.ipv6.conf.default.accept_dad=0",
-            "net.ipv6.conf.all.accept_dad=0",
-        ],
     )
 }
 
