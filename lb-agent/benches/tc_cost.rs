@@ -26,11 +26,15 @@
 #[path = "../tests/tc/bed.rs"]
 #[expect(dead_code, reason = "the bed's checkers serve the tests")]
 mod bed;
+#[path = "../tests/tc/packets6.rs"]
+#[expect(dead_code, reason = "the checkers serve the tests")]
+mod packets6;
 
 use std::time::Duration;
 
 use bed::{Bed, CLIENT, FRONTEND, NODE, NODE_PORT, Tcp, tcp};
 use lb_common::{FE_F_EXTERNAL_LOCAL, PROTO_TCP};
+use packets6::{CLIENT6, FRONTEND6, NODE6, tcp6, v6};
 use serde_json::{Value, json};
 
 /// Where to write the figures as JSON, besides printing them.
@@ -41,6 +45,7 @@ fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(200_000);
+    // Both families' new flows.
     let mut bed = Bed::with_flows(runs + 16);
     let pods: Vec<_> = (1..=16).map(|i| ([10, 1, 0, i], 8080)).collect();
     bed.frontend(NODE_PORT, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &pods);
@@ -50,12 +55,27 @@ fn main() {
     bed.frontend_at(b, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[a]);
     bed.ingress(&tcp(CLIENT, a, Tcp::Syn));
     bed.ingress(&tcp(CLIENT, b, Tcp::Syn));
+    // IPv6: the same frontends and pair.
+    let pods6: Vec<_> = (1..=16)
+        .map(|i| (v6([0xfd42, 1, 0, 0, 0, 0, 0, i]), 8080))
+        .collect();
+    bed.frontend6(FRONTEND6, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &pods6);
+    let (a6, b6) = (
+        (NODE6, NODE_PORT + 1),
+        (v6([0xfd42, 9, 0, 0, 0, 0, 0, 1]), 8080),
+    );
+    bed.frontend6(a6, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[b6]);
+    bed.frontend6(b6, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[a6]);
+    bed.ingress(&tcp6(CLIENT6, a6, Tcp::Syn));
+    bed.ingress(&tcp6(CLIENT6, b6, Tcp::Syn));
 
     println!("tc per-packet cost, ns (BPF_PROG_TEST_RUN, kernel-measured), {runs} runs");
     println!("{:<52} {:>8}", "case (repeat: mean)", "ns");
     let ack = tcp(CLIENT, a, Tcp::Ack);
     let reply = tcp(b, CLIENT, Tcp::Ack);
     let other = tcp(CLIENT, (NODE, 22), Tcp::Ack);
+    let (ack6, reply6) = (tcp6(CLIENT6, a6, Tcp::Ack), tcp6(b6, CLIENT6, Tcp::Ack));
+    let other6 = tcp6(CLIENT6, (NODE6, 22), Tcp::Ack);
     let (floor, empty) = (
         "empty program (the repeat loop's floor)",
         empty_program_ns(&ack, runs),
@@ -87,6 +107,30 @@ fn main() {
             "lb_tc_egress",
             &other,
         ),
+        (
+            "ingress_hit6",
+            "IPv6 ingress, conntrack hit (DNAT)",
+            "lb_tc_ingress",
+            &ack6,
+        ),
+        (
+            "egress_reply6",
+            "IPv6 egress, reply (reverse NAT)",
+            "lb_tc_egress",
+            &reply6,
+        ),
+        (
+            "ingress_not_ours6",
+            "IPv6 ingress, not ours (2 misses, passed on)",
+            "lb_tc_ingress",
+            &other6,
+        ),
+        (
+            "egress_not_ours6",
+            "IPv6 egress, not ours (2 misses, passed on)",
+            "lb_tc_egress",
+            &other6,
+        ),
     ] {
         let ns = bed.time_repeated(prog, packet, runs).as_nanos() as u64;
         println!("{case:<52} {ns:>8}");
@@ -110,6 +154,19 @@ fn main() {
         "ingress, conntrack miss (new flow, 16 backends)",
         new,
     )];
+    let new6 = (0..runs).map(|i| {
+        let [hi, lo] = [(i >> 16) as u16, i as u16];
+        let client = (
+            v6([0x2001, 0xdb8, 0xc, 0, 0, 0, hi, lo]),
+            1024 + (i % 60_000) as u16,
+        );
+        bed.time("lb_tc_ingress", &tcp6(client, FRONTEND6, Tcp::Syn))
+    });
+    single.push(report(
+        "ingress_miss6",
+        "IPv6 ingress, conntrack miss (new flow, 16 backends)",
+        new6,
+    ));
     let hit = (0..runs).map(|_| bed.time("lb_tc_ingress", &ack));
     single.push(report("ingress_hit", "ingress, conntrack hit (DNAT)", hit));
     let pass = (0..runs).map(|_| bed.time("lb_tc_ingress", &other));

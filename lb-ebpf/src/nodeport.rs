@@ -21,6 +21,8 @@
 //! quote names the backend) and towards the backend (the quote names the
 //! frontend, as the client saw the reply).
 
+use core::mem::MaybeUninit;
+
 use aya_ebpf::{btf_maps::lpm_trie::Key, helpers::bpf_get_prandom_u32};
 use lb_common::{
     CT_DIR_IN, CT_DIR_OUT, CT_F_KERNEL, CT_F_SNAT, CtKey, CtValue, DatapathConfig,
@@ -111,20 +113,46 @@ enum Step {
 pub fn ingress<const L2: usize, C: PacketCtx, F: Family>(
     ctx: &C,
     p: &mut Packet<F::Addr>,
-) -> Result<Verdict, i64> {
-    match known::<L2, C, F>(ctx, p)? {
-        Step::Done(v) => Ok(v),
-        Step::New => match choose::<F>(p) {
-            Chosen::Done(v) => Ok(v),
-            Chosen::Reject => reject::<L2, C, F>(ctx, p),
-            Chosen::Backend(b) => record::<L2, C, F>(ctx, p, &b),
-        },
+) -> Verdict {
+    match known::<L2, C, F>(ctx, p) {
+        Step::Done(v) => v,
+        Step::New => {
+            let mut backend = MaybeUninit::uninit();
+            match choose::<F>(p, &mut backend) {
+                Chosen::Done(v) => v,
+                Chosen::Reject => reject::<L2, C, F>(ctx, p),
+                // SAFETY: `choose` initializes the backend when it says so.
+                Chosen::Backend => record::<L2, C, F>(ctx, p, unsafe { backend.assume_init_ref() }),
+            }
+        }
+    }
+}
+
+/// A step's result, errors (a failed rewrite) dropping the packet.
+///
+/// The steps that are BPF functions return what fits a register: a
+/// `Result` would come back through a pointer to the caller's stack, which
+/// LLVM also returns in `r0`, and the verifier refuses a stack pointer
+/// returned.
+#[inline(always)]
+fn settle<T: From<Verdict>>(r: Result<T, i64>) -> T {
+    r.unwrap_or(T::from(DROP))
+}
+
+impl From<Verdict> for Step {
+    fn from(v: Verdict) -> Self {
+        Step::Done(v)
     }
 }
 
 /// Ingress of a packet of a known flow, or of a SNATed flow's reply.
 #[inline(never)]
-fn known<const L2: usize, C: PacketCtx, F: Family>(
+fn known<const L2: usize, C: PacketCtx, F: Family>(ctx: &C, p: &mut Packet<F::Addr>) -> Step {
+    settle(known_nat::<L2, C, F>(ctx, p))
+}
+
+#[inline(always)]
+fn known_nat<const L2: usize, C: PacketCtx, F: Family>(
     ctx: &C,
     p: &mut Packet<F::Addr>,
 ) -> Result<Step, i64> {
@@ -226,11 +254,12 @@ fn admitted<F: Family>(p: &Packet<F::Addr>) -> bool {
 }
 
 /// What the first packet of a flow gets.
-enum Chosen<A> {
+enum Chosen {
     Done(Verdict),
     /// Refused: a frontend without endpoints.
     Reject,
-    Backend(Backend<A>),
+    /// The backend [`choose`] wrote.
+    Backend,
 }
 
 /// A new flow's backend, as [`choose`] picked it.
@@ -242,9 +271,10 @@ struct Backend<A> {
     fe_flags: u16,
 }
 
-/// The first packet of a flow: picks a backend of its external frontend.
+/// The first packet of a flow: picks a backend of its external frontend,
+/// written to `backend`.
 #[inline(never)]
-fn choose<F: Family>(p: &Packet<F::Addr>) -> Chosen<F::Addr> {
+fn choose<F: Family>(p: &Packet<F::Addr>, backend: &mut MaybeUninit<Backend<F::Addr>>) -> Chosen {
     let frontend = p.frontend::<F>();
     // SAFETY: the helper has no preconditions.
     let rand = Random(unsafe { bpf_get_prandom_u32() });
@@ -282,15 +312,19 @@ fn choose<F: Family>(p: &Packet<F::Addr>) -> Chosen<F::Addr> {
             Chosen::Done(DROP)
         }
         Selection::Backend {
-            backend, id, flags, ..
+            backend: b,
+            id,
+            flags,
+            ..
         } => {
-            let (addr, port_be) = F::backend_addr(&backend);
-            Chosen::Backend(Backend {
+            let (addr, port_be) = F::backend_addr(&b);
+            backend.write(Backend {
                 addr,
                 port_be,
                 id,
                 fe_flags: flags,
-            })
+            });
+            Chosen::Backend
         }
     }
 }
@@ -299,6 +333,15 @@ fn choose<F: Family>(p: &Packet<F::Addr>) -> Chosen<F::Addr> {
 /// first packet.
 #[inline(never)]
 fn record<const L2: usize, C: PacketCtx, F: Family>(
+    ctx: &C,
+    p: &mut Packet<F::Addr>,
+    b: &Backend<F::Addr>,
+) -> Verdict {
+    settle(record_flow::<L2, C, F>(ctx, p, b))
+}
+
+#[inline(always)]
+fn record_flow<const L2: usize, C: PacketCtx, F: Family>(
     ctx: &C,
     p: &mut Packet<F::Addr>,
     b: &Backend<F::Addr>,
@@ -355,9 +398,9 @@ fn record<const L2: usize, C: PacketCtx, F: Family>(
 pub fn egress<const L2: usize, C: PacketCtx, F: Family>(
     ctx: &C,
     p: &mut Packet<F::Addr>,
-) -> Result<Verdict, i64> {
-    match reply::<L2, C, F>(ctx, p)? {
-        Step::Done(v) => Ok(v),
+) -> Verdict {
+    match reply::<L2, C, F>(ctx, p) {
+        Step::Done(v) => v,
         Step::New => snat::<L2, C, F>(ctx, p),
     }
 }
@@ -365,7 +408,12 @@ pub fn egress<const L2: usize, C: PacketCtx, F: Family>(
 /// A reply to a client: restores the frontend it sent to, and advances
 /// the flow in all its entries. [`Step::New`] when it is none.
 #[inline(never)]
-fn reply<const L2: usize, C: PacketCtx, F: Family>(
+fn reply<const L2: usize, C: PacketCtx, F: Family>(ctx: &C, p: &mut Packet<F::Addr>) -> Step {
+    settle(reply_flow::<L2, C, F>(ctx, p))
+}
+
+#[inline(always)]
+fn reply_flow<const L2: usize, C: PacketCtx, F: Family>(
     ctx: &C,
     p: &mut Packet<F::Addr>,
 ) -> Result<Step, i64> {
@@ -401,7 +449,12 @@ fn reply<const L2: usize, C: PacketCtx, F: Family>(
 /// A DNATed packet leaving towards its backend: SNATed if its flow is
 /// `externalTrafficPolicy: Cluster`.
 #[inline(never)]
-fn snat<const L2: usize, C: PacketCtx, F: Family>(
+fn snat<const L2: usize, C: PacketCtx, F: Family>(ctx: &C, p: &mut Packet<F::Addr>) -> Verdict {
+    settle(snat_flow::<L2, C, F>(ctx, p))
+}
+
+#[inline(always)]
+fn snat_flow<const L2: usize, C: PacketCtx, F: Family>(
     ctx: &C,
     p: &mut Packet<F::Addr>,
 ) -> Result<Verdict, i64> {
@@ -462,7 +515,12 @@ fn snat<const L2: usize, C: PacketCtx, F: Family>(
 /// An ICMP error arriving at the node (at `l3`/`l4`), if it is about a
 /// packet of a translated flow.
 #[inline(never)]
-pub fn ingress_icmp<C: PacketCtx, F: Family>(
+pub fn ingress_icmp<C: PacketCtx, F: Family>(ctx: &C, l3: usize, l4: usize) -> Verdict {
+    settle(ingress_icmp_error::<C, F>(ctx, l3, l4))
+}
+
+#[inline(always)]
+fn ingress_icmp_error<C: PacketCtx, F: Family>(
     ctx: &C,
     l3: usize,
     l4: usize,
@@ -509,7 +567,16 @@ pub fn ingress_icmp<C: PacketCtx, F: Family>(
 /// (the quote runs backend -> client, as ingress left it), the backend must
 /// see the node's SNAT port it sent to.
 #[inline(never)]
-pub fn egress_icmp<C: PacketCtx, F: Family>(ctx: &C, l3: usize, l4: usize) -> Result<Verdict, i64> {
+pub fn egress_icmp<C: PacketCtx, F: Family>(ctx: &C, l3: usize, l4: usize) -> Verdict {
+    settle(egress_icmp_error::<C, F>(ctx, l3, l4))
+}
+
+#[inline(always)]
+fn egress_icmp_error<C: PacketCtx, F: Family>(
+    ctx: &C,
+    l3: usize,
+    l4: usize,
+) -> Result<Verdict, i64> {
     let mut e = IcmpError::default();
     let Some(cfg) = config() else {
         return Ok(PASS);

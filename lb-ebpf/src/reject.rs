@@ -33,27 +33,30 @@ const QUOTE6: usize = IP6_HLEN + 8;
 /// link-layer header (the headers at constant offsets).
 pub trait Answer: Sized {
     /// Rewrites the packet into a TCP reset from its destination, with
-    /// the sequence numbers `tcp` computed.
+    /// the sequence numbers `tcp` computed: 0, or a helper's error. (A
+    /// code, not a `Result`: see `nodeport::settle`.)
     fn tcp_reset<const L2: usize, C: PacketCtx>(
         ctx: &C,
         p: &Packet<Self>,
         tcp: &[u8; TCP_HLEN],
-    ) -> Result<(), i64>;
+    ) -> i64;
     /// Rewrites the packet into an ICMP (ICMPv6) port unreachable quoting
-    /// its IP and UDP headers.
-    fn port_unreachable<const L2: usize, C: PacketCtx>(
-        ctx: &C,
-        p: &Packet<Self>,
-    ) -> Result<(), i64>;
+    /// its IP and UDP headers: 0, or a helper's error.
+    fn port_unreachable<const L2: usize, C: PacketCtx>(ctx: &C, p: &Packet<Self>) -> i64;
 }
 
 /// The verdict of a rejected packet, behind an `L2`-byte link-layer
 /// header: sent back as a reset or an ICMP error, or dropped when it
 /// cannot be answered or its frontend has sent its share. A function of its
 /// own (a BPF-to-BPF call): its buffers are not on the stack of the flows'
-/// packets.
+/// packets; it returns what fits a register (see `nodeport::settle`).
 #[inline(never)]
-pub fn reject<const L2: usize, C: PacketCtx, F: Family>(
+pub fn reject<const L2: usize, C: PacketCtx, F: Family>(ctx: &C, p: &Packet<F::Addr>) -> Verdict {
+    answer::<L2, C, F>(ctx, p).unwrap_or(Verdict::Drop)
+}
+
+#[inline(always)]
+fn answer<const L2: usize, C: PacketCtx, F: Family>(
     ctx: &C,
     p: &Packet<F::Addr>,
 ) -> Result<Verdict, i64> {
@@ -67,11 +70,14 @@ pub fn reject<const L2: usize, C: PacketCtx, F: Family>(
         count(STAT_TC_DROP_REJECT_LIMIT + F::STAT_OFFSET);
         return Ok(Verdict::Drop);
     }
-    if p.proto == PROTO_TCP {
+    let ret = if p.proto == PROTO_TCP {
         let tcp = reset_header(ctx, p)?;
-        F::Addr::tcp_reset::<L2, C>(ctx, p, &tcp)?;
+        F::Addr::tcp_reset::<L2, C>(ctx, p, &tcp)
     } else {
-        F::Addr::port_unreachable::<L2, C>(ctx, p)?;
+        F::Addr::port_unreachable::<L2, C>(ctx, p)
+    };
+    if ret != 0 {
+        return Err(ret);
     }
     if L2 == ETH_HLEN {
         // The frame goes back where it came from.
@@ -82,6 +88,12 @@ pub fn reject<const L2: usize, C: PacketCtx, F: Family>(
         ctx.store(0, &swapped)?;
     }
     Ok(Verdict::Bounce)
+}
+
+/// A builder's result as a code: 0, or the helper's error.
+#[inline(always)]
+fn code(r: Result<(), i64>) -> i64 {
+    r.err().unwrap_or(0)
 }
 
 /// Whether the packet's frontend may send one more reject now; takes its
@@ -148,34 +160,35 @@ impl Answer for [u8; 4] {
         ctx: &C,
         p: &Packet<Self>,
         tcp: &[u8; TCP_HLEN],
-    ) -> Result<(), i64> {
-        let mut h = [0u8; IP_HLEN + TCP_HLEN];
-        ipv4_header(&mut h, (IP_HLEN + TCP_HLEN) as u16, PROTO_TCP, p);
-        h[IP_HLEN..].copy_from_slice(tcp);
-        // The pseudo-header: addresses, protocol, TCP length.
-        let mut sum = sum_words(&h[12..20], 0) + u32::from(PROTO_TCP) + TCP_HLEN as u32;
-        sum = sum_words(&h[20..], sum);
-        h[36..38].copy_from_slice(&fold(sum).to_be_bytes());
-        ctx.change_tail((L2 + IP_HLEN + TCP_HLEN) as u32)?;
-        ctx.store(L2, &h)
+    ) -> i64 {
+        code((|| {
+            let mut h = [0u8; IP_HLEN + TCP_HLEN];
+            ipv4_header(&mut h, (IP_HLEN + TCP_HLEN) as u16, PROTO_TCP, p);
+            h[IP_HLEN..].copy_from_slice(tcp);
+            // The pseudo-header: addresses, protocol, TCP length.
+            let mut sum = sum_words(&h[12..20], 0) + u32::from(PROTO_TCP) + TCP_HLEN as u32;
+            sum = sum_words(&h[20..], sum);
+            h[36..38].copy_from_slice(&fold(sum).to_be_bytes());
+            ctx.change_tail((L2 + IP_HLEN + TCP_HLEN) as u32)?;
+            ctx.store(L2, &h)
+        })())
     }
 
     #[inline(never)]
-    fn port_unreachable<const L2: usize, C: PacketCtx>(
-        ctx: &C,
-        p: &Packet<Self>,
-    ) -> Result<(), i64> {
-        let quote = sum_quote(ctx, p.l3(), QUOTE4)?;
-        let mut h = [0u8; IP_HLEN + ICMP_HLEN];
-        ipv4_header(&mut h, (IP_HLEN + ICMP_HLEN + QUOTE4) as u16, PROTO_ICMP, p);
-        h[20] = 3; // destination unreachable
-        h[21] = 3; // port unreachable
-        let sum = sum_words(&h[20..], quote);
-        h[22..24].copy_from_slice(&fold(sum).to_be_bytes());
-        ctx.change_tail((L2 + QUOTE4) as u32)?;
-        // Room below the link-layer header (none on an L3 device).
-        ctx.grow_below_l2((IP_HLEN + ICMP_HLEN) as i32)?;
-        ctx.store(L2, &h)
+    fn port_unreachable<const L2: usize, C: PacketCtx>(ctx: &C, p: &Packet<Self>) -> i64 {
+        code((|| {
+            let quote = sum_quote(ctx, p.l3(), QUOTE4)?;
+            let mut h = [0u8; IP_HLEN + ICMP_HLEN];
+            ipv4_header(&mut h, (IP_HLEN + ICMP_HLEN + QUOTE4) as u16, PROTO_ICMP, p);
+            h[20] = 3; // destination unreachable
+            h[21] = 3; // port unreachable
+            let sum = sum_words(&h[20..], quote);
+            h[22..24].copy_from_slice(&fold(sum).to_be_bytes());
+            ctx.change_tail((L2 + QUOTE4) as u32)?;
+            // Room below the link-layer header (none on an L3 device).
+            ctx.grow_below_l2((IP_HLEN + ICMP_HLEN) as i32)?;
+            ctx.store(L2, &h)
+        })())
     }
 }
 
@@ -213,37 +226,38 @@ impl Answer for Addr6 {
         ctx: &C,
         p: &Packet<Self>,
         tcp: &[u8; TCP_HLEN],
-    ) -> Result<(), i64> {
-        let mut h = [0u8; IP6_HLEN + TCP_HLEN];
-        ipv6_header(&mut h, TCP_HLEN as u16, PROTO_TCP, p);
-        h[IP6_HLEN..].copy_from_slice(tcp);
-        // The pseudo-header: addresses, TCP length, next header.
-        let mut sum = sum_words(&h[8..40], 0) + TCP_HLEN as u32 + u32::from(PROTO_TCP);
-        sum = sum_words(&h[IP6_HLEN..], sum);
-        h[IP6_HLEN + 16..IP6_HLEN + 18].copy_from_slice(&fold(sum).to_be_bytes());
-        ctx.change_tail((L2 + IP6_HLEN + TCP_HLEN) as u32)?;
-        ctx.store(L2, &h)
+    ) -> i64 {
+        code((|| {
+            let mut h = [0u8; IP6_HLEN + TCP_HLEN];
+            ipv6_header(&mut h, TCP_HLEN as u16, PROTO_TCP, p);
+            h[IP6_HLEN..].copy_from_slice(tcp);
+            // The pseudo-header: addresses, TCP length, next header.
+            let mut sum = sum_words(&h[8..40], 0) + TCP_HLEN as u32 + u32::from(PROTO_TCP);
+            sum = sum_words(&h[IP6_HLEN..], sum);
+            h[IP6_HLEN + 16..IP6_HLEN + 18].copy_from_slice(&fold(sum).to_be_bytes());
+            ctx.change_tail((L2 + IP6_HLEN + TCP_HLEN) as u32)?;
+            ctx.store(L2, &h)
+        })())
     }
 
     /// ICMPv6 destination unreachable, code 4 (port unreachable), as
     /// ip6tables' `REJECT --reject-with icmp6-port-unreachable` sends.
     #[inline(never)]
-    fn port_unreachable<const L2: usize, C: PacketCtx>(
-        ctx: &C,
-        p: &Packet<Self>,
-    ) -> Result<(), i64> {
-        let quote = sum_quote(ctx, p.l3(), QUOTE6)?;
-        let mut h = [0u8; IP6_HLEN + ICMP_HLEN];
-        let len = (ICMP_HLEN + QUOTE6) as u16;
-        ipv6_header(&mut h, len, PROTO_ICMPV6, p);
-        h[IP6_HLEN] = 1; // destination unreachable
-        h[IP6_HLEN + 1] = 4; // port unreachable
-        let mut sum = sum_words(&h[8..40], quote) + u32::from(len) + u32::from(PROTO_ICMPV6);
-        sum = sum_words(&h[IP6_HLEN..], sum);
-        h[IP6_HLEN + 2..IP6_HLEN + 4].copy_from_slice(&fold(sum).to_be_bytes());
-        ctx.change_tail((L2 + QUOTE6) as u32)?;
-        ctx.grow_below_l2((IP6_HLEN + ICMP_HLEN) as i32)?;
-        ctx.store(L2, &h)
+    fn port_unreachable<const L2: usize, C: PacketCtx>(ctx: &C, p: &Packet<Self>) -> i64 {
+        code((|| {
+            let quote = sum_quote(ctx, p.l3(), QUOTE6)?;
+            let mut h = [0u8; IP6_HLEN + ICMP_HLEN];
+            let len = (ICMP_HLEN + QUOTE6) as u16;
+            ipv6_header(&mut h, len, PROTO_ICMPV6, p);
+            h[IP6_HLEN] = 1; // destination unreachable
+            h[IP6_HLEN + 1] = 4; // port unreachable
+            let mut sum = sum_words(&h[8..40], quote) + u32::from(len) + u32::from(PROTO_ICMPV6);
+            sum = sum_words(&h[IP6_HLEN..], sum);
+            h[IP6_HLEN + 2..IP6_HLEN + 4].copy_from_slice(&fold(sum).to_be_bytes());
+            ctx.change_tail((L2 + QUOTE6) as u32)?;
+            ctx.grow_below_l2((IP6_HLEN + ICMP_HLEN) as i32)?;
+            ctx.store(L2, &h)
+        })())
     }
 }
 

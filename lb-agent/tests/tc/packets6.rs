@@ -207,10 +207,9 @@ pub(crate) fn seen_icmp6(packet: &[u8]) -> ([u8; 16], [u8; 16], Icmpv6Type, Seen
         panic!("not ICMPv6: {headers:?}");
     };
     let quote = headers.payload.slice();
-    let want =
-        Icmpv6Header::with_checksum(icmp.icmp_type, ip.source, ip.destination, quote)
-            .unwrap()
-            .checksum;
+    let want = Icmpv6Header::with_checksum(icmp.icmp_type, ip.source, ip.destination, quote)
+        .unwrap()
+        .checksum;
     assert_eq!(icmp.checksum, want, "ICMPv6 checksum");
     // A quote may end anywhere after the ports: read, not parsed whole.
     let (inner_ip, l4) = Ipv6Header::from_slice(quote).expect("a quoted IPv6 header");

@@ -1,6 +1,8 @@
 //! IPv4 headers: parsing (options, fragments, ICMP errors) and the
 //! checksum rules of address rewrites.
 
+use core::mem::MaybeUninit;
+
 use lb_common::{Frag4Key, PROTO_ICMP, PROTO_TCP, PROTO_UDP};
 
 use super::{Ip, Kind, PSEUDO, Packet, csum::csum_replace4, finish, icmp, read, write};
@@ -63,12 +65,13 @@ pub(super) fn header<C: PacketCtx, const IN_PLACE: bool>(
     })
 }
 
-/// Parses the IPv4 packet at `L2` into `p`.
+/// Parses the IPv4 packet at `L2` into `p`, which it initializes whenever
+/// it returns [`Kind::Flow`] or [`Kind::Icmp`].
 #[inline(never)]
 pub(super) fn parse<const L2: usize, const IN_PLACE: bool, C: PacketCtx>(
     ctx: &C,
     ver_ihl: u8,
-    p: &mut Packet<[u8; 4]>,
+    p: &mut MaybeUninit<Packet<[u8; 4]>>,
 ) -> Kind {
     let l3 = L2;
     let Some(ip) = header::<C, IN_PLACE>(ctx, l3, ver_ihl) else {
@@ -76,9 +79,21 @@ pub(super) fn parse<const L2: usize, const IN_PLACE: bool, C: PacketCtx>(
     };
     let l4 = l3 + ip.ihl;
     let later = ip.later_fragment();
-    // Below 64 KiB: offsets into one packet.
-    p.l3 = l3 as u16;
-    p.l4 = l4 as u16;
+    // Every field at once, each to its value: zeroing the whole first
+    // would be a byte loop (LLVM's memset for BPF).
+    let p = p.write(Packet {
+        in_place: IN_PLACE,
+        // Below 64 KiB: offsets into one packet.
+        l3: l3 as u16,
+        l4: l4 as u16,
+        proto: ip.proto,
+        tcp_flags: 0,
+        saddr: ip.saddr,
+        daddr: ip.daddr,
+        sport_be: 0,
+        dport_be: 0,
+        later_fragment: later,
+    });
     if ip.proto == PROTO_ICMP && !later {
         return Kind::Icmp;
     }
@@ -95,11 +110,6 @@ pub(super) fn parse<const L2: usize, const IN_PLACE: bool, C: PacketCtx>(
         proto: ip.proto,
         _pad0: 0,
     };
-    p.in_place = IN_PLACE;
-    p.proto = ip.proto;
-    p.saddr = ip.saddr;
-    p.daddr = ip.daddr;
-    p.later_fragment = later;
     finish::<V4, C, IN_PLACE>(ctx, p, &frag, ip.frag_off & IP_MF != 0)
 }
 

@@ -3,6 +3,8 @@
 //! every L4 checksum (ICMPv6's too) covers a pseudo-header with both
 //! addresses.
 
+use core::mem::MaybeUninit;
+
 use lb_common::{Frag6Key, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, STAT_TC6_PASSED_EXT_HEADERS};
 
 use super::{Ip, Kind, PSEUDO, Packet, csum::diff16, finish, read, write};
@@ -92,12 +94,13 @@ fn is_extension(next: u8) -> bool {
     )
 }
 
-/// Parses the IPv6 packet at `L2` into `p`.
+/// Parses the IPv6 packet at `L2` into `p`, which it initializes whenever
+/// it returns [`Kind::Flow`] or [`Kind::Icmp`].
 #[inline(never)]
 pub(super) fn parse<const L2: usize, C: PacketCtx>(
     ctx: &C,
     first: u8,
-    p: &mut Packet<Addr6>,
+    p: &mut MaybeUninit<Packet<Addr6>>,
 ) -> Kind {
     let l3 = L2;
     if first >> 4 != 6 {
@@ -110,12 +113,19 @@ pub(super) fn parse<const L2: usize, C: PacketCtx>(
     ) else {
         return Kind::Other;
     };
-    p.in_place = true;
-    p.l3 = l3 as u16;
-    p.l4 = (l3 + IP6_HLEN) as u16;
-    p.proto = next;
-    p.saddr = saddr;
-    p.daddr = daddr;
+    // Every field at once (see `ipv4::parse`).
+    let p = p.write(Packet {
+        in_place: true,
+        l3: l3 as u16,
+        l4: (l3 + IP6_HLEN) as u16,
+        proto: next,
+        tcp_flags: 0,
+        saddr,
+        daddr,
+        sport_be: 0,
+        dport_be: 0,
+        later_fragment: false,
+    });
     let mut frag = Frag6Key {
         saddr_be: bytes6(&saddr),
         daddr_be: bytes6(&daddr),

@@ -12,6 +12,8 @@ mod icmp;
 mod ipv4;
 mod ipv6;
 
+use core::mem::MaybeUninit;
+
 use aya_ebpf::bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR};
 use lb_common::{PROTO_TCP, SCOPE_EXTERNAL};
 
@@ -23,7 +25,7 @@ pub use self::{
 };
 use crate::{
     ctx::PacketCtx,
-    family::{Addr6, Family, V4, V6},
+    family::{Family, V4, V6},
 };
 
 /// Ethernet header length.
@@ -34,7 +36,6 @@ const ETH_P_IPV6_BE: u16 = 0x86dd_u16.to_be();
 
 /// The parsed headers of a TCP or UDP packet of either family (`A`: its
 /// addresses).
-#[derive(Default)]
 pub struct Packet<A> {
     /// Whether every header sits at a constant offset (IPv4 without
     /// options, IPv6 without extension headers), so that they are read and
@@ -215,11 +216,11 @@ pub fn parse<const L2: usize, C: PacketCtx, H: Handler>(ctx: &C, h: H) -> i32 {
         first >> 4 == 6
     };
     if v6 {
-        let mut p = Packet::<Addr6>::default();
+        let mut p = MaybeUninit::uninit();
         let kind = ipv6::parse::<L2, C>(ctx, first, &mut p);
         hand::<V6, H>(kind, &mut p, h)
     } else {
-        let mut p = Packet::<[u8; 4]>::default();
+        let mut p = MaybeUninit::uninit();
         let kind = if first == ipv4::IPV4_NO_OPTIONS {
             ipv4::parse::<L2, true, C>(ctx, first, &mut p)
         } else {
@@ -231,10 +232,16 @@ pub fn parse<const L2: usize, C: PacketCtx, H: Handler>(ctx: &C, h: H) -> i32 {
 
 /// Hands a parsed packet of family `F` to `h`.
 #[inline(always)]
-fn hand<F: Family, H: Handler>(kind: Kind, p: &mut Packet<F::Addr>, h: H) -> i32 {
+fn hand<F: Family, H: Handler>(kind: Kind, p: &mut MaybeUninit<Packet<F::Addr>>, h: H) -> i32 {
     match kind {
-        Kind::Flow => h.flow::<F>(p),
-        Kind::Icmp => h.icmp_error::<F>(p.l3(), p.l4()),
+        // SAFETY: the parsers initialize the packet whenever they return
+        // `Flow` or `Icmp`.
+        Kind::Flow => h.flow::<F>(unsafe { p.assume_init_mut() }),
+        Kind::Icmp => {
+            // SAFETY: as above.
+            let p = unsafe { p.assume_init_ref() };
+            h.icmp_error::<F>(p.l3(), p.l4())
+        }
         Kind::UnknownFragment => h.unknown_fragment::<F>(),
         Kind::Other => h.unparsed(),
     }

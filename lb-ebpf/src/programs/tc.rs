@@ -44,13 +44,13 @@ pub(crate) fn lb_tc_l3_out(ctx: TcContext) -> i32 {
     parse::<0, _, _>(&ctx, Egress::<0>(&ctx))
 }
 
-/// tc's return code for a verdict; an error (a failed rewrite) drops.
+/// tc's return code for a verdict.
 #[inline(always)]
-fn code(ctx: &TcContext, v: Result<Verdict, i64>) -> i32 {
+fn code(ctx: &TcContext, v: Verdict) -> i32 {
     match v {
-        Ok(Verdict::Pass) => PASS,
-        Ok(Verdict::Bounce) => ctx.bounce(),
-        Ok(Verdict::Drop) | Err(_) => TC_ACT_SHOT,
+        Verdict::Pass => PASS,
+        Verdict::Bounce => ctx.bounce(),
+        Verdict::Drop => TC_ACT_SHOT,
     }
 }
 
@@ -70,7 +70,7 @@ impl<const L2: usize> Handler for Ingress<'_, L2> {
 
     #[inline(always)]
     fn unknown_fragment<F: Family>(self) -> i32 {
-        code(self.0, Ok(nodeport::unknown_fragment::<F>()))
+        code(self.0, nodeport::unknown_fragment::<F>())
     }
 
     #[inline(always)]
@@ -95,7 +95,7 @@ impl<const L2: usize> Handler for Egress<'_, L2> {
 
     #[inline(always)]
     fn unknown_fragment<F: Family>(self) -> i32 {
-        code(self.0, Ok(nodeport::unknown_fragment::<F>()))
+        code(self.0, nodeport::unknown_fragment::<F>())
     }
 
     #[inline(always)]
