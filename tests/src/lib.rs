@@ -27,6 +27,7 @@ pub mod layout2;
 pub mod layout3;
 pub mod layout4;
 pub mod layout5;
+pub mod layout6;
 pub mod maps;
 pub mod metrics;
 pub mod netns;

@@ -18,7 +18,7 @@ use lb_common::{ALL_MAPS, BACKENDS4, FRONTENDS4, REVNAT4};
 use lb_fixtures::{Object, Slice, Svc, yaml};
 use lb_tests::{
     install::Frontend,
-    layout1, layout2, layout3, layout5,
+    layout1, layout2, layout3, layout5, layout6,
     probe::{self, BenchReport},
     scenario::Bed,
 };
@@ -267,6 +267,11 @@ fn upgrading_from_layout_3_under_traffic_fails_no_connection() -> anyhow::Result
 #[test]
 fn upgrading_from_layout_5_under_traffic_fails_no_connection() -> anyhow::Result<()> {
     upgrade_under_traffic(layout5::install, "upgrade from layout 5")
+}
+
+#[test]
+fn upgrading_from_layout_6_under_traffic_fails_no_connection() -> anyhow::Result<()> {
+    upgrade_under_traffic(layout6::install, "upgrade from layout 6")
 }
 
 #[test]
