@@ -406,7 +406,8 @@ pub fn egress<const L2: usize, C: PacketCtx, F: Family>(
 }
 
 /// A reply to a client: restores the frontend it sent to, and advances
-/// the flow in all its entries. [`Step::New`] when it is none.
+/// the flow in all its entries. [`Step::New`] for a packet of a flow to
+/// SNAT.
 #[inline(never)]
 fn reply<const L2: usize, C: PacketCtx, F: Family>(ctx: &C, p: &mut Packet<F::Addr>) -> Step {
     settle(reply_flow::<L2, C, F>(ctx, p))
@@ -443,7 +444,15 @@ fn reply_flow<const L2: usize, C: PacketCtx, F: Family>(
             return Ok(Step::Done(PASS));
         }
     }
-    Ok(Step::New)
+    // Most packets leaving the node are no flow's at all: only a DNATed
+    // packet of a flow to SNAT (its reversed tuple is the flow's reply
+    // entry) pays the next step's call.
+    let reply = ct_key(p.dst(), p.src(), p.proto, CT_DIR_OUT);
+    match ct_entry::<F>(&reply, cfg) {
+        // SAFETY: looked up by this run: mapped while it runs (RCU).
+        Some(entry) if unsafe { (*entry).flags } & CT_F_SNAT != 0 => Ok(Step::New),
+        _ => Ok(Step::Done(PASS)),
+    }
 }
 
 /// A DNATed packet leaving towards its backend: SNATed if its flow is
