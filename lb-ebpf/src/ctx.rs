@@ -39,6 +39,19 @@ pub trait PacketCtx {
     fn bounce(&self) -> i32;
 }
 
+/// A helper's return code (0: done) as a result.
+#[inline(always)]
+pub(crate) fn errno(ret: i64) -> Result<(), i64> {
+    if ret == 0 { Ok(()) } else { Err(ret) }
+}
+
+/// A result as a helper's return code, for the BPF functions that must
+/// return what fits a register (see `nodeport::settle`).
+#[inline(always)]
+pub(crate) fn code(r: Result<(), i64>) -> i64 {
+    r.err().unwrap_or(0)
+}
+
 impl PacketCtx for TcContext {
     #[inline(always)]
     fn data(&self) -> usize {
@@ -59,15 +72,14 @@ impl PacketCtx for TcContext {
     fn load_into<T: Copy>(&self, off: usize, dst: &mut T) -> Result<(), i64> {
         // SAFETY: `dst` is a valid, writable `T` of plain bytes; the helper
         // writes exactly `size_of::<T>()` bytes to it or fails.
-        let ret = unsafe {
+        errno(unsafe {
             bpf_skb_load_bytes(
                 self.as_ptr().cast(),
                 off as u32,
                 core::ptr::from_mut(dst).cast(),
                 size_of::<T>() as u32,
             )
-        };
-        if ret == 0 { Ok(()) } else { Err(ret) }
+        })
     }
 
     #[inline(always)]
@@ -89,8 +101,7 @@ impl PacketCtx for TcContext {
     fn change_tail(&self, len: u32) -> Result<(), i64> {
         // SAFETY: the context is the program's own skb; the helper only
         // changes its length.
-        let ret = unsafe { bpf_skb_change_tail(self.as_ptr().cast(), len, 0) };
-        if ret == 0 { Ok(()) } else { Err(ret) }
+        errno(unsafe { bpf_skb_change_tail(self.as_ptr().cast(), len, 0) })
     }
 
     #[inline(always)]

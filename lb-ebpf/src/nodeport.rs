@@ -35,7 +35,7 @@ use lb_common::{
 
 use crate::{
     ct::{advance, allocate_port, config, ct_entry, hold_nat, mirror, nat_entry, now},
-    ctx::PacketCtx,
+    ctx::{PacketCtx, code, errno},
     family::Family,
     lb::{Random, Selection, select},
     packet::{IcmpError, Ip as _, Packet},
@@ -652,12 +652,6 @@ fn translate_icmp<C: PacketCtx, F: Family>(
     }
 }
 
-/// A helper's return code (0: done) as a result.
-#[inline(always)]
-fn errno(ret: i64) -> Result<(), i64> {
-    if ret == 0 { Ok(()) } else { Err(ret) }
-}
-
 /// [`IcmpError::rewrite_inner`] as a BPF function returning a code.
 #[inline(never)]
 fn rewrite_quote<C: PacketCtx, F: Family>(
@@ -666,7 +660,7 @@ fn rewrite_quote<C: PacketCtx, F: Family>(
     to: &(F::Addr, u16),
     dst: bool,
 ) -> i64 {
-    e.rewrite_inner(ctx, dst, to.0, to.1).err().unwrap_or(0)
+    code(e.rewrite_inner(ctx, dst, to.0, to.1))
 }
 
 /// [`IcmpError::rewrite_outer`] as a BPF function returning a code.
@@ -677,5 +671,5 @@ fn rewrite_outer<C: PacketCtx, F: Family>(
     addr: &F::Addr,
     dst: bool,
 ) -> i64 {
-    e.rewrite_outer(ctx, dst, *addr).err().unwrap_or(0)
+    code(e.rewrite_outer(ctx, dst, *addr))
 }

@@ -16,7 +16,7 @@ use lb_common::{
 };
 
 use crate::{
-    ctx::PacketCtx,
+    ctx::{PacketCtx, code, errno},
     family::{Addr6, Family, bytes6},
     nodeport::Verdict,
     packet::{ETH_HLEN, IP_HLEN, IP6_HLEN, Ip, Packet, fold, sum_words},
@@ -76,9 +76,7 @@ fn answer<const L2: usize, C: PacketCtx, F: Family>(
     } else {
         F::Addr::port_unreachable::<L2, C>(ctx, p)
     };
-    if ret != 0 {
-        return Err(ret);
-    }
+    errno(ret)?;
     if L2 == ETH_HLEN {
         // The frame goes back where it came from.
         let mac: [u8; 12] = ctx.load(0)?;
@@ -88,12 +86,6 @@ fn answer<const L2: usize, C: PacketCtx, F: Family>(
         ctx.store(0, &swapped)?;
     }
     Ok(Verdict::Bounce)
-}
-
-/// A builder's result as a code: 0, or the helper's error.
-#[inline(always)]
-fn code(r: Result<(), i64>) -> i64 {
-    r.err().unwrap_or(0)
 }
 
 /// Whether the packet's frontend may send one more reject now; takes its
