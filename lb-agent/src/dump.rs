@@ -295,6 +295,45 @@ mod tests {
     }
 
     #[test]
+    fn ipv6_conntrack_entries_are_listed_in_their_own_section() {
+        use lb_common::{Ct6Key, Ct6Value};
+
+        let ip = |s: &str| s.parse::<std::net::Ipv6Addr>().unwrap().octets();
+        let entries = Entries {
+            ct6: vec![(
+                Ct6Key {
+                    saddr_be: ip("2001:db8:c::7"),
+                    daddr_be: ip("fd00:57::1"),
+                    sport_be: 40000u16.to_be(),
+                    dport_be: 30080u16.to_be(),
+                    proto: lb_common::PROTO_UDP,
+                    dir: CT_DIR_IN,
+                    _pad0: [0; 2],
+                },
+                Ct6Value {
+                    addr_be: ip("fd42:2::9"),
+                    port_be: 8080u16.to_be(),
+                    flags: CT_F_SNAT,
+                    seen_client: CT_SEEN,
+                    backend_id: 3,
+                    expires: 130,
+                    ..Ct6Value::default()
+                },
+            )],
+            ..Entries::default()
+        };
+        assert_eq!(
+            render_conntrack(&entries, 100),
+            "# conntrack: 0 entries\n\
+             # nat: 0 entries\n\
+             # conntrack6: 1 entries\n\
+             UDP  IN  [2001:db8:c::7]:40000 -> [fd00:57::1]:30080 backend [fd42:2::9]:8080 (id 3) \
+             expires 30s snat\n\
+             # nat6: 0 entries\n"
+        );
+    }
+
+    #[test]
     fn conntrack_entries_are_listed_by_direction_with_their_time_left() {
         use lb_common::{CT_DIR_OUT, CT_SEEN_ACK, Ct4Key, Ct4Value, Nat4Key, Nat4Value};
 
