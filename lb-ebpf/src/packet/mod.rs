@@ -188,9 +188,9 @@ pub(crate) enum Kind {
 /// `h`; the verdict, or [`Handler::unparsed`] for a packet the programs do
 /// not translate or cannot parse.
 ///
-/// The packet lives on this (the program's) stack; each family's parser,
-/// and each step of what the handler does with it, is a BPF function of
-/// its own called from here, so that their stacks do not add up: the
+/// The packet lives on this (the program's) stack; IPv6's parser, and
+/// each step of what the handler does with it, is a BPF function of its
+/// own called from here, so that their stacks do not add up: the
 /// verifier allows 512 bytes over a chain of calls, and LLVM gives inlined
 /// code a slot for every temporary.
 #[inline(always)]
