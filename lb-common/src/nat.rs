@@ -102,18 +102,6 @@ pub fn nat_claim<A: PartialEq>(nat: &NatValue<A>, client: &(A, u16), now: u32) -
     }
 }
 
-/// An IPv6 address (as packets hold it) folded into one word, the XOR of
-/// its four.
-pub const fn fold6(addr: &[u8; 16]) -> u32 {
-    let mut h = 0;
-    let mut i = 0;
-    while i < 16 {
-        h ^= u32::from_ne_bytes([addr[i], addr[i + 1], addr[i + 2], addr[i + 3]]);
-        i += 4;
-    }
-    h
-}
-
 /// Ports tried one after the other from the first one.
 pub const NAT_PORT_LINEAR_TRIES: u32 = 32;
 /// Random ports tried after those, before the packet is dropped and
@@ -125,7 +113,8 @@ pub const NAT_PORT_RANDOM_TRIES: u32 = 8;
 /// range; else the client's port moved by a hash of its address and the
 /// agent's `seed`, so that one client's ports land on consecutive ports and
 /// different clients' apart. `addr`: the client's address as packets hold
-/// it, an IPv6 one folded into one word ([`fold6`]); `port_be`: its port.
+/// it, an IPv6 one folded into one word (the XOR of its four, as
+/// `lb_ebpf::packet::Ip::fold` does); `port_be`: its port.
 #[inline(always)]
 pub const fn nat_first_offset(min: u16, span: u32, addr: u32, port_be: u16, seed: u32) -> u32 {
     let port = u16::from_be(port_be);
@@ -199,7 +188,10 @@ mod tests {
             let mut a = [0u8; 16];
             a[0] = 0xfd;
             a[15] = last;
-            nat_first_offset(1024, span, fold6(&a), 40000u16.to_be(), 99)
+            let fold = a
+                .chunks_exact(4)
+                .fold(0, |h, w| h ^ u32::from_ne_bytes([w[0], w[1], w[2], w[3]]));
+            nat_first_offset(1024, span, fold, 40000u16.to_be(), 99)
         };
         assert_ne!(v6(1), v6(2));
         assert!(v6(1) < span);
