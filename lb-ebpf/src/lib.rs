@@ -1,9 +1,10 @@
 //! The datapath library shared by every hook: the pinned maps, each
 //! address family's maps and types (`family`), frontend lookup and backend
-//! selection (`lb`), the counters, and the per-packet code of traffic from
-//! outside the node: packet parsing and rewriting (`packet`), connection
-//! tracking and SNAT (`ct`), the NodePort logic (`nodeport`) and rejects
-//! (`reject`), all over a packet-context trait (`ctx`). The program entry
+//! selection (`lb`), the counters, the socket hooks' translation (`sock`),
+//! and the per-packet code of traffic from outside the node: packet parsing
+//! and rewriting (`packet`), connection tracking and SNAT (`ct`), the
+//! NodePort logic (`nodeport`) and rejects (`reject`), all over a
+//! packet-context trait (`ctx`). The program entry
 //! points live in the binary (`programs/`), one file per hook family.
 #![no_std]
 // `atomic_cxchg`: the BPF target has no compare-and-swap in `core::sync`
@@ -19,4 +20,5 @@ pub mod maps;
 pub mod nodeport;
 pub mod packet;
 pub mod reject;
+pub mod sock;
 pub mod stats;

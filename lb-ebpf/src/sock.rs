@@ -1,0 +1,562 @@
+//! Socket-level load balancing at the cgroup sock_addr hooks, written once
+//! over [`SockFamily`].
+//!
+//! `connect*` and `sendmsg*` translate `frontend:port` into a backend once
+//! per connect (or per unconnected datagram); `recvmsg*` and
+//! `getpeername*` show the application the frontend again: a TCP socket's
+//! from its own storage (`LB_SOCK_REVNAT`), a UDP socket's from
+//! `LB4_REVNAT`/`LB6_REVNAT`. There is no per-packet work.
+//!
+//! An AF_INET6 socket may address an IPv4 frontend as `::ffff:a.b.c.d`.
+//! Such an address is IPv4 ([`Mapped`]): `connect6` translates it through
+//! the IPv4 maps into a v4-mapped backend, and `recvmsg6`/`getpeername6`
+//! reverse it as IPv4. An unconnected send to one never reaches
+//! `sendmsg6`: the kernel hands it to the IPv4 path first, and `sendmsg4`
+//! translates it (after `sendmsg6`, the kernel refuses any v4-mapped
+//! destination, so no program could translate there). A family is never
+//! translated into the other.
+
+use aya_ebpf::{
+    EbpfContext as _,
+    bindings::bpf_sock_addr,
+    btf_maps::{ArrayOfMaps, LruHashMap},
+    helpers::{bpf_get_netns_cookie, bpf_get_prandom_u32, bpf_get_socket_cookie, bpf_set_retval},
+    programs::SockAddrContext,
+};
+use lb_common::{
+    Backend4, Backend6, DEFAULT_REVNAT_MAX, Frontend4Key, Frontend6Key, PROTO_TCP, PROTO_UDP,
+    RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value, SCOPE_INTERNAL, SOCK_REVNAT_V4,
+    SOCK_REVNAT_V6, STAT_AFFINITY_HIT, STAT_CONNECT_TRANSLATED, STAT_PASSED_REMOVED,
+    STAT_REFUSED_INCONSISTENT, STAT_REFUSED_NO_ENDPOINTS, STAT_REFUSED_NO_LOCAL,
+    STAT_REFUSED_UNKNOWN_PORT, STAT_REVERSED, STAT_REVNAT_FAILED, STAT_SENDMSG_TRANSLATED,
+    SockRevNat, addr_bit4, addr_bit6,
+};
+
+use crate::{
+    family::{Addr6, Family, V4, V6, bytes6, words6},
+    lb::{Random, Selection, select},
+    maps::{
+        LB_ADDRS, LB_SOCK_REVNAT, LB4_REVNAT, LB4_REVNAT_PREV, LB6_REVNAT, LB6_REVNAT_PREV,
+        PREV_TEMPLATE,
+    },
+    stats::count,
+};
+
+/// Verdicts of a cgroup sock_addr program.
+const ALLOW: i32 = 1;
+const DENY: i32 = 0;
+const ECONNREFUSED: i32 = 111;
+const EHOSTUNREACH: i32 = 113;
+
+const REVNAT_MAX: usize = DEFAULT_REVNAT_MAX as usize;
+
+/// Which translating hook runs: each counts its translations apart.
+#[derive(Clone, Copy)]
+pub enum Call {
+    Connect,
+    Sendmsg,
+}
+
+/// Whose peer a reversing hook shows: a UDP socket's (recvmsg, whose
+/// entries are all in the shared maps) or any socket's (getpeername).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Peer {
+    Udp,
+    Any,
+}
+
+/// connect4 / sendmsg4: rewrite `frontend:port` to a backend of it.
+#[inline(always)]
+pub fn translate4(ctx: &SockAddrContext, call: Call) -> i32 {
+    let sa = ctx.sock_addr;
+    // SAFETY: the kernel hands us a valid bpf_sock_addr for the program's run.
+    let (proto, ip, port) = unsafe { ((*sa).protocol, (*sa).user_ip4, (*sa).user_port) };
+    let Some(proto) = balanced(proto) else {
+        return ALLOW;
+    };
+    // user_ip4 holds network-order bytes in memory; keep those bytes.
+    verdict(call, translate::<User4>(ctx, ip.to_ne_bytes(), proto, port))
+}
+
+/// connect6 / sendmsg6: as [`translate4`], for an IPv6 frontend or a
+/// v4-mapped IPv4 one.
+#[inline(always)]
+pub fn translate6(ctx: &SockAddrContext, call: Call) -> i32 {
+    let sa = ctx.sock_addr;
+    // SAFETY: as in translate4; user_ip6 is read a 32-bit word at a time.
+    let (proto, ip, port) = unsafe { ((*sa).protocol, user_ip6(sa), (*sa).user_port) };
+    let Some(proto) = balanced(proto) else {
+        return ALLOW;
+    };
+    let translation = if is_v4_mapped(&ip) {
+        translate::<Mapped>(ctx, ip[3].to_ne_bytes(), proto, port)
+    } else {
+        translate::<User6>(ctx, ip, proto, port)
+    };
+    verdict(call, translation)
+}
+
+/// recvmsg4 / getpeername4: show the frontend the application addressed.
+#[inline(always)]
+pub fn reverse4(ctx: &SockAddrContext, peer: Peer) -> i32 {
+    let sa = ctx.sock_addr;
+    // SAFETY: valid bpf_sock_addr, see translate4.
+    let (ip, port) = unsafe { ((*sa).user_ip4, (*sa).user_port) };
+    reverse::<User4>(ctx, peer, ip.to_ne_bytes(), port)
+}
+
+/// recvmsg6 / getpeername6: [`reverse4`] for IPv6 and v4-mapped peers.
+#[inline(always)]
+pub fn reverse6(ctx: &SockAddrContext, peer: Peer) -> i32 {
+    let sa = ctx.sock_addr;
+    // SAFETY: valid bpf_sock_addr, see translate4.
+    let (ip, port) = unsafe { (user_ip6(sa), (*sa).user_port) };
+    if is_v4_mapped(&ip) {
+        reverse::<Mapped>(ctx, peer, ip[3].to_ne_bytes(), port)
+    } else {
+        reverse::<User6>(ctx, peer, ip, port)
+    }
+}
+
+/// A family's socket reverse-NAT maps and entries.
+pub trait SockFamily: Family {
+    /// [`SockRevNat::family`] of this family's entries.
+    const TAG: u8;
+    type RevKey: Copy + 'static;
+    type RevValue: Copy + PartialEq + 'static;
+
+    fn revnat() -> &'static LruHashMap<Self::RevKey, Self::RevValue, REVNAT_MAX>;
+    fn revnat_prev()
+    -> &'static ArrayOfMaps<LruHashMap<Self::RevKey, Self::RevValue, PREV_TEMPLATE>, 1>;
+    /// The key of the backend `addr_be`:`port_be` on the socket `cookie`.
+    fn rev_key(cookie: u64, addr_be: &Self::Addr, port_be: u16) -> Self::RevKey;
+    /// The entries of the socket that addressed `key` and was sent to
+    /// `backend`: its own storage's, and the shared map's value.
+    fn entry(key: &Self::Key, backend: &Self::Backend) -> SockRevNat;
+    fn rev_value(key: &Self::Key) -> Self::RevValue;
+    fn rev_frontend(value: &Self::RevValue) -> (Self::Addr, u16);
+    /// The address as [`SockRevNat`] holds it: IPv4 in the first four
+    /// bytes, the rest zero.
+    fn wide(addr: &Self::Addr) -> [u8; 16];
+    fn narrow(addr: &[u8; 16]) -> Self::Addr;
+    /// The address's bit in `LB_ADDRS`: (word, mask).
+    fn bit(addr: &Self::Addr) -> (u32, u64);
+}
+
+impl SockFamily for V4 {
+    const TAG: u8 = SOCK_REVNAT_V4;
+    type RevKey = RevNat4Key;
+    type RevValue = RevNat4Value;
+
+    #[inline(always)]
+    fn revnat() -> &'static LruHashMap<RevNat4Key, RevNat4Value, REVNAT_MAX> {
+        &LB4_REVNAT
+    }
+    #[inline(always)]
+    fn revnat_prev() -> &'static ArrayOfMaps<LruHashMap<RevNat4Key, RevNat4Value, PREV_TEMPLATE>, 1>
+    {
+        &LB4_REVNAT_PREV
+    }
+    #[inline(always)]
+    fn rev_key(cookie: u64, backend: &[u8; 4], port_be: u16) -> RevNat4Key {
+        RevNat4Key {
+            cookie,
+            addr_be: *backend,
+            port_be,
+            _pad0: [0; 2],
+        }
+    }
+    #[inline(always)]
+    fn entry(key: &Frontend4Key, backend: &Backend4) -> SockRevNat {
+        SockRevNat {
+            backend_be: Self::wide(&backend.addr_be),
+            frontend_be: Self::wide(&key.addr_be),
+            backend_port_be: backend.port_be,
+            frontend_port_be: key.port_be,
+            family: SOCK_REVNAT_V4,
+            _pad0: [0; 3],
+        }
+    }
+    #[inline(always)]
+    fn rev_value(key: &Frontend4Key) -> RevNat4Value {
+        RevNat4Value {
+            addr_be: key.addr_be,
+            port_be: key.port_be,
+            _pad0: [0; 2],
+        }
+    }
+    #[inline(always)]
+    fn rev_frontend(value: &RevNat4Value) -> ([u8; 4], u16) {
+        (value.addr_be, value.port_be)
+    }
+    #[inline(always)]
+    fn wide(addr: &[u8; 4]) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        out[0] = addr[0];
+        out[1] = addr[1];
+        out[2] = addr[2];
+        out[3] = addr[3];
+        out
+    }
+    #[inline(always)]
+    fn narrow(addr: &[u8; 16]) -> [u8; 4] {
+        [addr[0], addr[1], addr[2], addr[3]]
+    }
+    #[inline(always)]
+    fn bit(addr: &[u8; 4]) -> (u32, u64) {
+        addr_bit4(*addr)
+    }
+}
+
+impl SockFamily for V6 {
+    const TAG: u8 = SOCK_REVNAT_V6;
+    type RevKey = RevNat6Key;
+    type RevValue = RevNat6Value;
+
+    #[inline(always)]
+    fn revnat() -> &'static LruHashMap<RevNat6Key, RevNat6Value, REVNAT_MAX> {
+        &LB6_REVNAT
+    }
+    #[inline(always)]
+    fn revnat_prev() -> &'static ArrayOfMaps<LruHashMap<RevNat6Key, RevNat6Value, PREV_TEMPLATE>, 1>
+    {
+        &LB6_REVNAT_PREV
+    }
+    #[inline(always)]
+    fn rev_key(cookie: u64, backend: &Addr6, port_be: u16) -> RevNat6Key {
+        RevNat6Key {
+            cookie,
+            addr_be: bytes6(backend),
+            port_be,
+            _pad0: [0; 6],
+        }
+    }
+    #[inline(always)]
+    fn entry(key: &Frontend6Key, backend: &Backend6) -> SockRevNat {
+        SockRevNat {
+            backend_be: backend.addr_be,
+            frontend_be: key.addr_be,
+            backend_port_be: backend.port_be,
+            frontend_port_be: key.port_be,
+            family: SOCK_REVNAT_V6,
+            _pad0: [0; 3],
+        }
+    }
+    #[inline(always)]
+    fn rev_value(key: &Frontend6Key) -> RevNat6Value {
+        RevNat6Value {
+            addr_be: key.addr_be,
+            port_be: key.port_be,
+            _pad0: [0; 2],
+        }
+    }
+    #[inline(always)]
+    fn rev_frontend(value: &RevNat6Value) -> (Addr6, u16) {
+        (words6(&value.addr_be), value.port_be)
+    }
+    #[inline(always)]
+    fn wide(addr: &Addr6) -> [u8; 16] {
+        bytes6(addr)
+    }
+    #[inline(always)]
+    fn narrow(addr: &[u8; 16]) -> Addr6 {
+        words6(addr)
+    }
+    #[inline(always)]
+    fn bit(addr: &Addr6) -> (u32, u64) {
+        addr_bit6(&bytes6(addr))
+    }
+}
+
+/// Where a hook finds the address in its `bpf_sock_addr`, and the family
+/// it is of.
+trait Field {
+    type F: SockFamily;
+
+    /// Writes `addr` where the hook's address is.
+    ///
+    /// # Safety
+    ///
+    /// `sa` is the hook's valid `bpf_sock_addr`, and its field is writable
+    /// in this hook.
+    unsafe fn store(sa: *mut bpf_sock_addr, addr: &<Self::F as Family>::Addr);
+}
+
+/// `user_ip4` of an AF_INET socket.
+enum User4 {}
+/// `user_ip6` of an AF_INET6 socket.
+enum User6 {}
+/// The last word of a `user_ip6` that is `::ffff:a.b.c.d`: the first three
+/// stay the v4-mapped prefix.
+enum Mapped {}
+
+impl Field for User4 {
+    type F = V4;
+    #[inline(always)]
+    unsafe fn store(sa: *mut bpf_sock_addr, addr: &[u8; 4]) {
+        // SAFETY: the caller's contract; a 32-bit store.
+        unsafe { (*sa).user_ip4 = u32::from_ne_bytes(*addr) };
+    }
+}
+
+impl Field for User6 {
+    type F = V6;
+    #[inline(always)]
+    unsafe fn store(sa: *mut bpf_sock_addr, addr: &Addr6) {
+        // SAFETY: the caller's contract; the kernel allows only 32-bit
+        // stores to user_ip6, one word at a time.
+        unsafe {
+            (*sa).user_ip6[0] = addr[0];
+            (*sa).user_ip6[1] = addr[1];
+            (*sa).user_ip6[2] = addr[2];
+            (*sa).user_ip6[3] = addr[3];
+        }
+    }
+}
+
+impl Field for Mapped {
+    type F = V4;
+    #[inline(always)]
+    unsafe fn store(sa: *mut bpf_sock_addr, addr: &[u8; 4]) {
+        // SAFETY: the caller's contract; a 32-bit store.
+        unsafe { (*sa).user_ip6[3] = u32::from_ne_bytes(*addr) };
+    }
+}
+
+/// `user_ip6`, a 32-bit word at a time (the only loads the kernel allows).
+///
+/// # Safety
+///
+/// `sa` is the hook's valid `bpf_sock_addr`.
+#[inline(always)]
+unsafe fn user_ip6(sa: *const bpf_sock_addr) -> Addr6 {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let ip = (*sa).user_ip6;
+        [ip[0], ip[1], ip[2], ip[3]]
+    }
+}
+
+/// `::ffff:0:0/96`, as the words of `user_ip6` hold it.
+#[inline(always)]
+fn is_v4_mapped(ip: &Addr6) -> bool {
+    ip[0] == 0 && ip[1] == 0 && ip[2] == u32::from_ne_bytes([0, 0, 0xff, 0xff])
+}
+
+/// The protocol number of a balanced protocol; `None` for any other.
+#[inline(always)]
+fn balanced(proto: u32) -> Option<u8> {
+    match proto {
+        p if p == u32::from(PROTO_TCP) => Some(PROTO_TCP),
+        p if p == u32::from(PROTO_UDP) => Some(PROTO_UDP),
+        _ => None,
+    }
+}
+
+/// Why a frontend connect is refused instead of passed on.
+enum Refuse {
+    NoEndpoints,
+    NoLocalEndpoints,
+    UnknownPort,
+    Inconsistent,
+}
+
+/// The program's answer for a translation: allowed (and counted as
+/// translated if it was), or refused with the errno kube-proxy's rules give.
+#[inline(always)]
+fn verdict(call: Call, translation: Result<bool, Refuse>) -> i32 {
+    match translation {
+        Ok(translated) => {
+            if translated {
+                count(match call {
+                    Call::Connect => STAT_CONNECT_TRANSLATED,
+                    Call::Sendmsg => STAT_SENDMSG_TRANSLATED,
+                });
+            }
+            ALLOW
+        }
+        Err(refuse) => {
+            let (stat, errno) = match refuse {
+                Refuse::NoEndpoints => (STAT_REFUSED_NO_ENDPOINTS, ECONNREFUSED),
+                Refuse::UnknownPort => (STAT_REFUSED_UNKNOWN_PORT, ECONNREFUSED),
+                Refuse::Inconsistent => (STAT_REFUSED_INCONSISTENT, ECONNREFUSED),
+                // kube-proxy drops here and the client hangs until its
+                // timeout; failing at once, distinctly, is deliberate.
+                Refuse::NoLocalEndpoints => (STAT_REFUSED_NO_LOCAL, EHOSTUNREACH),
+            };
+            count(stat);
+            // ECONNREFUSED rather than the default EPERM, as kube-proxy's REJECT.
+            // SAFETY: the helper exists for cgroup sock_addr programs (kernel >= 5.18).
+            unsafe { bpf_set_retval(-errno) };
+            DENY
+        }
+    }
+}
+
+/// Rewrites the frontend `addr`:`port` the hook's field holds to a backend
+/// of it: whether it did; an error refuses the call.
+#[inline(always)]
+fn translate<S: Field>(
+    ctx: &SockAddrContext,
+    addr: <S::F as Family>::Addr,
+    proto: u8,
+    port: u32,
+) -> Result<bool, Refuse> {
+    if !maybe_frontend(S::F::bit(&addr)) {
+        return Ok(false);
+    }
+    // user_port holds the network-order port in its low 16 bits' bytes.
+    let port_be = port as u16;
+    let key = S::F::frontend(addr, port_be, proto, SCOPE_INTERNAL);
+    let Some(backend) = choose::<S::F>(ctx, &key)? else {
+        return Ok(false);
+    };
+    remember::<S::F>(ctx, &key, &backend);
+    let (backend_addr, backend_port) = S::F::backend_addr(&backend);
+    let sa = ctx.sock_addr;
+    // SAFETY: the field and user_port are writable in connect*/sendmsg*
+    // (32-bit stores).
+    unsafe {
+        S::store(sa, &backend_addr);
+        (*sa).user_port = u32::from(backend_port);
+    }
+    Ok(true)
+}
+
+/// Whether the address whose bit is `(word, mask)` may have a frontend: a
+/// clear bit in `LB_ADDRS` rules it out without a lookup.
+#[inline(always)]
+fn maybe_frontend((word, mask): (u32, u64)) -> bool {
+    LB_ADDRS.get(word).is_some_and(|w| w & mask != 0)
+}
+
+/// A backend of family `F` for `key`; `Ok(None)` leaves the address alone.
+#[inline(always)]
+fn choose<F: Family>(ctx: &SockAddrContext, key: &F::Key) -> Result<Option<F::Backend>, Refuse> {
+    // SAFETY: the helper has no preconditions.
+    let rand = Random(unsafe { bpf_get_prandom_u32() });
+    // SAFETY: the helper is valid for sock_addr contexts (kernel >= 5.7).
+    let client = || unsafe { bpf_get_netns_cookie(ctx.as_ptr()) };
+    match select::<F>(key, true, &rand, client) {
+        Selection::NotFrontend => Ok(None),
+        Selection::Removed => {
+            count(STAT_PASSED_REMOVED);
+            Ok(None)
+        }
+        Selection::NoEndpoints { .. } => Err(Refuse::NoEndpoints),
+        Selection::NoLocalEndpoints { .. } => Err(Refuse::NoLocalEndpoints),
+        Selection::UnknownPort => Err(Refuse::UnknownPort),
+        Selection::Inconsistent => Err(Refuse::Inconsistent),
+        Selection::Backend {
+            backend, sticky, ..
+        } => {
+            if sticky {
+                count(STAT_AFFINITY_HIT);
+            }
+            Ok(Some(backend))
+        }
+    }
+}
+
+/// Records which frontend this socket addressed, for recvmsg/getpeername.
+///
+/// A TCP socket keeps it in its own storage, allocated with the socket's
+/// memory and freed with it: no shared map to insert into, nothing to
+/// evict. A UDP socket's goes to the family's reverse-NAT map (LRU), where
+/// the stale-UDP reaper finds it by socket cookie (`SOCK_DIAG` reports no
+/// socket storage for UDP sockets), and an unconnected socket may have
+/// several.
+#[inline(always)]
+fn remember<F: SockFamily>(ctx: &SockAddrContext, key: &F::Key, backend: &F::Backend) {
+    if F::proto(key) == PROTO_TCP {
+        let entry = F::entry(key, backend);
+        let mut first = entry;
+        // SAFETY: the context's socket is a full socket the hook holds; the
+        // kernel copies `first` into the storage if it creates it.
+        let mine = unsafe { LB_SOCK_REVNAT.get_or_insert_ptr_mut(ctx, Some(&mut first)) };
+        if !mine.is_null() {
+            // SAFETY: the storage lives as long as the socket, and only this
+            // socket's connect writes it. A fresh one holds `entry` already;
+            // an older one held a failed connect's peer.
+            unsafe {
+                if *mine != entry {
+                    *mine = entry;
+                }
+            }
+            return;
+        }
+    }
+    // SAFETY: the helper is valid for sock_addr contexts.
+    let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
+    let (addr, port_be) = F::backend_addr(backend);
+    let rev_key = F::rev_key(cookie, &addr, port_be);
+    let value = F::rev_value(key);
+    // A repeated destination (unconnected sends) writes nothing.
+    // SAFETY: an LRU value stays mapped while the program runs (RCU).
+    let same = F::revnat()
+        .get_ptr(rev_key)
+        .is_some_and(|v| unsafe { *v } == value);
+    // A failed insert costs only the frontend address in recvmsg and
+    // getpeername; the connection itself works, so it is counted, not refused.
+    if !same && F::revnat().insert(rev_key, value, 0).is_err() {
+        count(STAT_REVNAT_FAILED);
+    }
+}
+
+/// Shows the frontend the backend `addr`:`port` stands for on this socket,
+/// in the hook's field.
+#[inline(always)]
+fn reverse<S: Field>(
+    ctx: &SockAddrContext,
+    peer: Peer,
+    addr: <S::F as Family>::Addr,
+    port: u32,
+) -> i32 {
+    if let Some((frontend, frontend_port)) = reversed::<S::F>(ctx, peer, &addr, port as u16) {
+        let sa = ctx.sock_addr;
+        // SAFETY: the field and user_port are writable in
+        // recvmsg*/getpeername*.
+        unsafe {
+            S::store(sa, &frontend);
+            (*sa).user_port = u32::from(frontend_port);
+        }
+        count(STAT_REVERSED);
+    }
+    // These hooks cannot refuse; they only rewrite what the application sees.
+    ALLOW
+}
+
+/// The frontend a backend of family `F` stands for on this socket.
+#[inline(always)]
+fn reversed<F: SockFamily>(
+    ctx: &SockAddrContext,
+    peer: Peer,
+    addr: &F::Addr,
+    port_be: u16,
+) -> Option<(F::Addr, u16)> {
+    if peer == Peer::Any {
+        // SAFETY: the context's socket is a full socket the hook holds.
+        let mine = unsafe { LB_SOCK_REVNAT.get_ptr_mut(ctx) };
+        if !mine.is_null() {
+            // SAFETY: the storage lives as long as the socket (see remember).
+            let e = unsafe { *mine };
+            if e.family == F::TAG && e.backend_port_be == port_be && e.backend_be == F::wide(addr) {
+                return Some((F::narrow(&e.frontend_be), e.frontend_port_be));
+            }
+        }
+    }
+    // SAFETY: the helper is valid for sock_addr contexts.
+    let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
+    let key = F::rev_key(cookie, addr, port_be);
+    // During a migration, a socket the old programs translated after the
+    // agent copied their map has its entry only in that map.
+    let frontend = F::revnat().get_ptr(key).or_else(|| {
+        F::revnat_prev()
+            .get_value_ptr_mut(0, &key)
+            .map(|p| p.cast_const())
+    })?;
+    // SAFETY: the value stays mapped while the program runs (RCU). An LRU
+    // map may recycle the element if it evicts this very entry meanwhile;
+    // the address shown would then be wrong, the connection unaffected.
+    Some(F::rev_frontend(unsafe { &*frontend }))
+}
