@@ -5,12 +5,14 @@
 //! `cargo bench -p lb-agent --bench tc_cost [-- RUNS]`
 //!
 //! With `TC_COST_JSON=PATH` set, it also writes the figures to PATH as JSON
-//! (`runs`; `repeat`: `id`, `case`, `ns`; `single`: `id`, `case`, `p50`,
-//! `p99`, `mean`), which `cargo xtask bench` reads.
+//! (`runs`; `repeat`: `id`, `case`, `ns`, `min`, `max`; `single`: `id`,
+//! `case`, `p50`, `p99`, `mean`), which `cargo xtask bench` reads.
 //!
 //! Two methods:
-//! * **repeat**: one run of `RUNS` repetitions, the kernel's mean. Each
-//!   repetition sees what the one before left, so a translated packet must
+//! * **repeat**: [`BATCHES`] runs of `RUNS` repetitions each, the kernel's
+//!   mean of each; the median batch, and the spread (fastest and slowest
+//!   batch) against which a change is judged. Each repetition sees what
+//!   the one before left, so a translated packet must
 //!   translate back: two frontends whose backends are each other make the
 //!   DNAT (and the reverse NAT) ping-pong between two tracked flows, every
 //!   run a conntrack hit with a full rewrite.
@@ -39,6 +41,9 @@ use serde_json::{Value, json};
 
 /// Where to write the figures as JSON, besides printing them.
 const JSON_ENV: &str = "TC_COST_JSON";
+/// Runs of each repeat case: their spread shows what a difference of a few
+/// nanoseconds is worth on this machine.
+const BATCHES: usize = 5;
 
 fn main() {
     let runs: u32 = std::env::args()
@@ -70,18 +75,28 @@ fn main() {
     bed.ingress(&tcp6(CLIENT6, b6, Tcp::Syn));
 
     println!("tc per-packet cost, ns (BPF_PROG_TEST_RUN, kernel-measured), {runs} runs");
-    println!("{:<52} {:>8}", "case (repeat: mean)", "ns");
+    println!(
+        "{:<52} {:>8} {:>8} {:>8}",
+        "case (repeat: mean, median of batches)", "ns", "min", "max"
+    );
     let ack = tcp(CLIENT, a, Tcp::Ack);
     let reply = tcp(b, CLIENT, Tcp::Ack);
     let other = tcp(CLIENT, (NODE, 22), Tcp::Ack);
     let (ack6, reply6) = (tcp6(CLIENT6, a6, Tcp::Ack), tcp6(b6, CLIENT6, Tcp::Ack));
     let other6 = tcp6(CLIENT6, (NODE6, 22), Tcp::Ack);
-    let (floor, empty) = (
+    let mut repeat = Vec::new();
+    let mut row = |id: &str, case: &str, batch: &mut dyn FnMut() -> u64| {
+        let mut batches: Vec<u64> = (0..BATCHES).map(|_| batch()).collect();
+        batches.sort_unstable();
+        let (ns, min, max) = (batches[BATCHES / 2], batches[0], batches[BATCHES - 1]);
+        println!("{case:<52} {ns:>8} {min:>8} {max:>8}");
+        repeat.push(json!({ "id": id, "case": case, "ns": ns, "min": min, "max": max }));
+    };
+    row(
+        "empty",
         "empty program (the repeat loop's floor)",
-        empty_program_ns(&ack, runs),
+        &mut || u64::from(empty_program_ns(&ack, runs)),
     );
-    println!("{floor:<52} {empty:>8}");
-    let mut repeat = vec![json!({ "id": "empty", "case": floor, "ns": empty })];
     for (id, case, prog, packet) in [
         (
             "ingress_hit",
@@ -132,9 +147,9 @@ fn main() {
             &other6,
         ),
     ] {
-        let ns = bed.time_repeated(prog, packet, runs).as_nanos() as u64;
-        println!("{case:<52} {ns:>8}");
-        repeat.push(json!({ "id": id, "case": case, "ns": ns }));
+        row(id, case, &mut || {
+            bed.time_repeated(prog, packet, runs).as_nanos() as u64
+        });
     }
 
     println!(
