@@ -3,7 +3,7 @@
 
 use std::{
     collections::{BTreeSet, HashSet},
-    net::{IpAddr, SocketAddrV4},
+    net::{IpAddr, SocketAddr},
 };
 
 use lb_common::DatapathConfig;
@@ -165,15 +165,12 @@ impl Agent {
     /// kube-proxy on a live node keeps its connections. TCP needs nothing:
     /// a segment without SYN and without a flow of ours is the kernel's.
     fn take_over(&mut self) {
-        let frontends: HashSet<(SocketAddrV4, u8)> = self
+        let frontends: HashSet<(SocketAddr, u8)> = self
             .syncer
             .external_frontends()
-            .filter_map(|fe| match fe.vip {
-                IpAddr::V4(ip) => Some((SocketAddrV4::new(ip, fe.port), fe.proto.number())),
-                IpAddr::V6(_) => None,
-            })
+            .map(|fe| (SocketAddr::new(fe.vip, fe.port), fe.proto.number()))
             .collect();
-        let flows = match kernel_conntrack::dump_ipv4() {
+        let flows = match kernel_conntrack::dump() {
             Ok(flows) => flows,
             Err(e) => {
                 warn!(

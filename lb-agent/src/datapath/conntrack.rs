@@ -13,8 +13,9 @@ use std::{
 
 use aya::maps::{HashMap as BpfHashMap, Map, MapData};
 use lb_common::{
-    CT_DIR_IN, CT_F_KERNEL, CT4, CT6, Ct4Key, Ct4Value, Ct6Key, Ct6Value, CtKey, CtValue, MapSpec,
-    NAT4, NAT6, Nat4Key, Nat4Value, Nat6Key, Nat6Value, NatKey, NatValue, ct_expired,
+    CT_DIR_IN, CT_F_KERNEL, CT4, CT6, Ct4Key, Ct4Value, Ct6Key, Ct6Value, CtKey, CtValue,
+    DatapathConfig, MapSpec, NAT4, NAT6, Nat4Key, Nat4Value, Nat6Key, Nat6Value, NatKey, NatValue,
+    ct_expired,
 };
 use rustix::time::{ClockId, clock_gettime};
 
@@ -34,11 +35,15 @@ pub struct Entries {
 }
 
 /// An address as a family's conntrack and SNAT entries hold it.
-pub trait Addr: Copy + Eq + Hash + 'static {
+pub trait Addr: Copy + Eq + Hash + Default + 'static {
     /// The family's maps.
     const CT: MapSpec;
     const NAT: MapSpec;
     fn ip(&self) -> IpAddr;
+    /// `ip` if it is of this family.
+    fn of(ip: IpAddr) -> Option<Self>;
+    /// The address this family's flows are SNATed to.
+    fn snat(cfg: &DatapathConfig) -> Self;
 }
 
 impl Addr for [u8; 4] {
@@ -47,6 +52,15 @@ impl Addr for [u8; 4] {
     fn ip(&self) -> IpAddr {
         Ipv4Addr::from(*self).into()
     }
+    fn of(ip: IpAddr) -> Option<Self> {
+        match ip {
+            IpAddr::V4(ip) => Some(ip.octets()),
+            IpAddr::V6(_) => None,
+        }
+    }
+    fn snat(cfg: &DatapathConfig) -> Self {
+        cfg.snat4_be
+    }
 }
 
 impl Addr for [u8; 16] {
@@ -54,6 +68,15 @@ impl Addr for [u8; 16] {
     const NAT: MapSpec = NAT6;
     fn ip(&self) -> IpAddr {
         Ipv6Addr::from(*self).into()
+    }
+    fn of(ip: IpAddr) -> Option<Self> {
+        match ip {
+            IpAddr::V4(_) => None,
+            IpAddr::V6(ip) => Some(ip.octets()),
+        }
+    }
+    fn snat(cfg: &DatapathConfig) -> Self {
+        cfg.snat6_be
     }
 }
 

@@ -1,4 +1,4 @@
-//! The kernel's own conntrack table, IPv4 TCP and UDP, dumped over
+//! The kernel's own conntrack table, IPv4 and IPv6 TCP and UDP, dumped over
 //! ctnetlink (`NETLINK_NETFILTER`, `IPCTNL_MSG_CT_GET` with `NLM_F_DUMP`):
 //! the connections that netfilter (kube-proxy's iptables or nftables
 //! rules, say) tracks and translates, which our programs never see.
@@ -13,7 +13,7 @@
 
 use std::{
     io,
-    net::{IpAddr, Ipv4Addr, SocketAddrV4},
+    net::{IpAddr, SocketAddr},
 };
 
 use netlink_packet_core::{
@@ -23,7 +23,7 @@ use netlink_packet_netfilter::{
     NetfilterHeader, NetfilterMessage, NetfilterMessageInner, NetfilterProtoFamily,
     conntrack::{ConntrackAttribute, ConntrackMessage, IPTuple, ProtoTuple, Status, Tuple},
 };
-use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_NETFILTER};
+use netlink_sys::{Socket, SocketAddr as NetlinkAddr, protocols::NETLINK_NETFILTER};
 
 #[derive(Debug, thiserror::Error)]
 pub enum KernelConntrackError {
@@ -48,19 +48,20 @@ pub enum KernelConntrackError {
     Dump(#[source] io::Error),
 }
 
-/// One kernel conntrack entry, IPv4 TCP or UDP.
+/// One kernel conntrack entry, IPv4 or IPv6, TCP or UDP. Both tuples are
+/// of one family: the kernel's NAT never changes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct KernelFlow {
     /// `IPPROTO_TCP` (6) or `IPPROTO_UDP` (17).
     pub proto: u8,
     /// The original direction's tuple: as the first packet was sent (before
     /// any NAT), from the client to the address it asked for.
-    pub orig_src: SocketAddrV4,
-    pub orig_dst: SocketAddrV4,
+    pub orig_src: SocketAddr,
+    pub orig_dst: SocketAddr,
     /// The reply direction's tuple: as the answers are sent (before NAT is
     /// undone), so `reply_src` is the backend a DNAT chose.
-    pub reply_src: SocketAddrV4,
-    pub reply_dst: SocketAddrV4,
+    pub reply_src: SocketAddr,
+    pub reply_dst: SocketAddr,
     /// `IPS_DST_NAT`: the destination was translated (DNAT, REDIRECT).
     pub dst_nat: bool,
     /// `IPS_SRC_NAT`: the source was translated (SNAT, MASQUERADE).
@@ -74,8 +75,7 @@ const IPPROTO_TCP: u8 = 6;
 const IPPROTO_UDP: u8 = 17;
 
 impl KernelFlow {
-    /// `None` for an entry that is not IPv4 TCP or UDP with both tuples
-    /// whole.
+    /// `None` for an entry that is not TCP or UDP with both tuples whole.
     fn from_attributes(attributes: &[ConntrackAttribute]) -> Option<Self> {
         let (mut orig, mut reply) = (None, None);
         let mut status = Status::empty();
@@ -109,24 +109,24 @@ impl KernelFlow {
 /// One direction's tuple (`CTA_TUPLE_IP` and `CTA_TUPLE_PROTO`).
 struct Ends {
     proto: u8,
-    src: SocketAddrV4,
-    dst: SocketAddrV4,
+    src: SocketAddr,
+    dst: SocketAddr,
 }
 
 impl Ends {
-    /// `None` unless the tuple has IPv4 addresses, a protocol and ports
-    /// (ICMP has an id, type and code instead, which the crate leaves as
+    /// `None` unless the tuple has addresses, a protocol and ports (ICMP
+    /// has an id, type and code instead, which the crate leaves as
     /// `ProtoTuple::Other`).
     fn from_tuple(tuple: &[Tuple]) -> Option<Self> {
-        let (mut src, mut dst): (Option<Ipv4Addr>, Option<Ipv4Addr>) = (None, None);
+        let (mut src, mut dst): (Option<IpAddr>, Option<IpAddr>) = (None, None);
         let (mut proto, mut sport, mut dport) = (None, None, None);
         for part in tuple {
             match part {
                 Tuple::Ip(ips) => {
                     for ip in ips {
                         match ip {
-                            IPTuple::SourceAddress(IpAddr::V4(a)) => src = Some(*a),
-                            IPTuple::DestinationAddress(IpAddr::V4(a)) => dst = Some(*a),
+                            IPTuple::SourceAddress(a) => src = Some(*a),
+                            IPTuple::DestinationAddress(a) => dst = Some(*a),
                             _ => {}
                         }
                     }
@@ -146,15 +146,16 @@ impl Ends {
         }
         Some(Self {
             proto: proto?,
-            src: SocketAddrV4::new(src?, sport?),
-            dst: SocketAddrV4::new(dst?, dport?),
+            src: SocketAddr::new(src?, sport?),
+            dst: SocketAddr::new(dst?, dport?),
         })
     }
 }
 
-/// Every IPv4 TCP and UDP entry of the calling thread's network namespace's
-/// conntrack table; entries of other protocols (ICMP, SCTP...) are left out.
-pub fn dump_ipv4() -> Result<Vec<KernelFlow>, KernelConntrackError> {
+/// Every TCP and UDP entry of the calling thread's network namespace's
+/// conntrack table, both families in one dump; entries of other protocols
+/// (ICMP, SCTP...) are left out.
+pub fn dump() -> Result<Vec<KernelFlow>, KernelConntrackError> {
     let socket = open()?;
     send_dump_request(&socket)?;
     let mut flows = Vec::new();
@@ -194,7 +195,7 @@ fn open() -> Result<Socket, KernelConntrackError> {
     })?;
     socket.bind_auto().map_err(KernelConntrackError::Open)?;
     socket
-        .connect(&SocketAddr::new(0, 0))
+        .connect(&NetlinkAddr::new(0, 0))
         .map_err(KernelConntrackError::Open)?;
     Ok(socket)
 }
@@ -203,10 +204,11 @@ fn send_dump_request(socket: &Socket) -> Result<(), KernelConntrackError> {
     let mut header = NetlinkHeader::default();
     header.flags = NLM_F_REQUEST | NLM_F_DUMP;
     header.sequence_number = SEQ;
-    // nfgen_family AF_INET: the kernel leaves out the other families'
-    // entries itself.
+    // nfgen_family AF_UNSPEC: every family's entries (ctnetlink matches
+    // family 0 to all); a per-family request, as kube-proxy's are, would
+    // walk the whole table once for each.
     let request = NetfilterMessage::new(
-        NetfilterHeader::new(NetfilterProtoFamily::IPv4, 0, 0),
+        NetfilterHeader::new(NetfilterProtoFamily::Unspec, 0, 0),
         ConntrackMessage::Get(Vec::new()),
     );
     let mut message = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(request));
@@ -284,11 +286,11 @@ mod tests {
     use super::*;
 
     fn tuple(proto: Protocol, src: &str, dst: &str) -> Vec<Tuple> {
-        let (src, dst): (SocketAddrV4, SocketAddrV4) = (src.parse().unwrap(), dst.parse().unwrap());
+        let (src, dst): (SocketAddr, SocketAddr) = (src.parse().unwrap(), dst.parse().unwrap());
         vec![
             Tuple::Ip(vec![
-                IPTuple::SourceAddress((*src.ip()).into()),
-                IPTuple::DestinationAddress((*dst.ip()).into()),
+                IPTuple::SourceAddress(src.ip()),
+                IPTuple::DestinationAddress(dst.ip()),
             ]),
             Tuple::Proto(vec![
                 ProtoTuple::Protocol(proto),
@@ -298,9 +300,22 @@ mod tests {
         ]
     }
 
-    /// A dump entry as the kernel sends it, with the attributes the kernel
-    /// adds that we do not read (`CTA_MARK`, `CTA_USE`, `CTA_ID`).
+    /// A dump entry as the kernel sends it: of its tuples' family, with the
+    /// attributes the kernel adds that we do not read (`CTA_MARK`,
+    /// `CTA_USE`, `CTA_ID`).
     fn entry(seq: u32, attributes: Vec<ConntrackAttribute>) -> NetlinkMessage<NetfilterMessage> {
+        let ipv6 = attributes.iter().any(|a| {
+            matches!(a, ConntrackAttribute::CtaTupleOrig(t) if t.iter().any(|p| {
+                matches!(p, Tuple::Ip(ips) if ips.iter().any(|ip| {
+                    matches!(ip, IPTuple::SourceAddress(IpAddr::V6(_)))
+                }))
+            }))
+        });
+        let family = if ipv6 {
+            NetfilterProtoFamily::IPv6
+        } else {
+            NetfilterProtoFamily::IPv4
+        };
         let mut attributes = attributes;
         attributes.push(ConntrackAttribute::CtaMark(0));
         attributes.push(ConntrackAttribute::Other(DefaultNla::new(
@@ -314,7 +329,7 @@ mod tests {
         message(
             seq,
             NetlinkPayload::InnerMessage(NetfilterMessage::new(
-                NetfilterHeader::new(NetfilterProtoFamily::IPv4, 0, 0),
+                NetfilterHeader::new(family, 0, 0),
                 ConntrackMessage::Get(attributes),
             )),
         )
@@ -378,12 +393,19 @@ mod tests {
         )
     }
 
+    const fn v4(a: u8, b: u8, c: u8, d: u8, port: u16) -> SocketAddr {
+        SocketAddr::V4(std::net::SocketAddrV4::new(
+            std::net::Ipv4Addr::new(a, b, c, d),
+            port,
+        ))
+    }
+
     const DNAT_UDP: KernelFlow = KernelFlow {
         proto: IPPROTO_UDP,
-        orig_src: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 5), 40000),
-        orig_dst: SocketAddrV4::new(Ipv4Addr::new(10, 96, 0, 10), 53),
-        reply_src: SocketAddrV4::new(Ipv4Addr::new(10, 244, 1, 7), 5353),
-        reply_dst: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 5), 40000),
+        orig_src: v4(10, 0, 0, 5, 40000),
+        orig_dst: v4(10, 96, 0, 10, 53),
+        reply_src: v4(10, 244, 1, 7, 5353),
+        reply_dst: v4(10, 0, 0, 5, 40000),
         dst_nat: true,
         src_nat: false,
         timeout_secs: 27,
@@ -446,6 +468,88 @@ mod tests {
     }
 
     #[test]
+    fn ipv6_entries_are_read_beside_ipv4_ones() {
+        // A NodePort flow kube-proxy DNATed and masqueraded (eTP Cluster).
+        let masqueraded_udp = entry(
+            7,
+            vec![
+                ConntrackAttribute::CtaTupleOrig(tuple(
+                    Protocol::Udp,
+                    "[2001:db8:c::2]:40000",
+                    "[fd00:57::1]:30053",
+                )),
+                ConntrackAttribute::CtaTupleReply(tuple(
+                    Protocol::Udp,
+                    "[fd42:2::2]:5353",
+                    "[fd00:57::1]:2000",
+                )),
+                ConntrackAttribute::CtaStatus(
+                    Status::Confirmed | Status::DstNat | Status::SrcNat | Status::SeenReply,
+                ),
+                ConntrackAttribute::CtaTimeout(118),
+            ],
+        );
+        let dnat_tcp = entry(
+            7,
+            vec![
+                ConntrackAttribute::CtaTupleOrig(tuple(
+                    Protocol::Tcp,
+                    "[2001:db8:c::2]:3333",
+                    "[fd00:57::1]:30080",
+                )),
+                ConntrackAttribute::CtaTupleReply(tuple(
+                    Protocol::Tcp,
+                    "[fd42:1::2]:8080",
+                    "[2001:db8:c::2]:3333",
+                )),
+                ConntrackAttribute::CtaStatus(Status::Confirmed | Status::DstNat),
+                ConntrackAttribute::CtaTimeout(431_999),
+            ],
+        );
+        // ICMPv6 (an echo): no ports, skipped.
+        let icmp6 = entry(
+            7,
+            vec![
+                ConntrackAttribute::CtaTupleOrig(vec![
+                    Tuple::Ip(vec![
+                        IPTuple::SourceAddress("fd00:57::1".parse().unwrap()),
+                        IPTuple::DestinationAddress("fd00:57::2".parse().unwrap()),
+                    ]),
+                    Tuple::Proto(vec![
+                        ProtoTuple::Protocol(Protocol::Ipv6Icmp),
+                        ProtoTuple::Other(DefaultNla::new(6, vec![0, 9])),
+                    ]),
+                ]),
+                ConntrackAttribute::CtaTimeout(30),
+            ],
+        );
+        let bytes = datagram(&[masqueraded_udp, dnat_udp(7), icmp6, dnat_tcp]);
+        let mut flows = Vec::new();
+        assert_eq!(take_part(&bytes, 7, &mut flows).unwrap(), Part::More);
+        let masqueraded_udp = KernelFlow {
+            proto: IPPROTO_UDP,
+            orig_src: "[2001:db8:c::2]:40000".parse().unwrap(),
+            orig_dst: "[fd00:57::1]:30053".parse().unwrap(),
+            reply_src: "[fd42:2::2]:5353".parse().unwrap(),
+            reply_dst: "[fd00:57::1]:2000".parse().unwrap(),
+            dst_nat: true,
+            src_nat: true,
+            timeout_secs: 118,
+        };
+        let dnat_tcp = KernelFlow {
+            proto: IPPROTO_TCP,
+            orig_src: "[2001:db8:c::2]:3333".parse().unwrap(),
+            orig_dst: "[fd00:57::1]:30080".parse().unwrap(),
+            reply_src: "[fd42:1::2]:8080".parse().unwrap(),
+            reply_dst: "[2001:db8:c::2]:3333".parse().unwrap(),
+            dst_nat: true,
+            src_nat: false,
+            timeout_secs: 431_999,
+        };
+        assert_eq!(flows, [masqueraded_udp, DNAT_UDP, dnat_tcp]);
+    }
+
+    #[test]
     fn a_dump_ends_at_done_and_keeps_the_parts_before() {
         let mut flows = Vec::new();
         let part = datagram(&[dnat_udp(3), dnat_udp(3)]);
@@ -497,14 +601,15 @@ mod tests {
 /// --skip privileged` (ARCHITECTURE.md, "Testing tiers").
 ///
 /// Network safety: every packet is sent inside that namespace, on its
-/// loopback: 192.0.2.0/24 (TEST-NET-1) is routed to `lo` there and DNATed
-/// to 127.0.0.1 by a rule in that namespace's own nat table.
+/// loopback: 192.0.2.0/24 (TEST-NET-1) and 2001:db8::/64 (documentation)
+/// are routed to `lo` there and DNATed to 127.0.0.1 and ::1 by rules in
+/// that namespace's own nat tables.
 #[cfg(test)]
 mod privileged {
     use std::{
         collections::HashMap,
         io::{Read as _, Write as _},
-        net::{SocketAddr as InetAddr, TcpListener, TcpStream, UdpSocket},
+        net::{Ipv4Addr, Ipv6Addr, TcpListener, TcpStream, UdpSocket},
         process::Command,
         time::Duration,
     };
@@ -514,9 +619,30 @@ mod privileged {
     use super::*;
     use crate::test_netns::{TestNetns, require_root};
 
-    const FRONTEND: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
-    const LOCALHOST: Ipv4Addr = Ipv4Addr::LOCALHOST;
     const TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// One family's addresses and tools in the test's namespace.
+    struct Family {
+        /// Routed to `lo`, owned by nobody: DNATed to `localhost`.
+        frontend: IpAddr,
+        prefix: &'static str,
+        localhost: IpAddr,
+        iptables: &'static str,
+    }
+
+    const V4: Family = Family {
+        frontend: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
+        prefix: "192.0.2.0/24",
+        localhost: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        iptables: "iptables-nft",
+    };
+
+    const V6: Family = Family {
+        frontend: IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1)),
+        prefix: "2001:db8::/64",
+        localhost: IpAddr::V6(Ipv6Addr::LOCALHOST),
+        iptables: "ip6tables-nft",
+    };
 
     fn run(program: &str, args: &[&str]) {
         let out = Command::new(program)
@@ -531,74 +657,73 @@ mod privileged {
         );
     }
 
-    /// A namespace where 192.0.2.1 is routed to `lo` (source 127.0.0.1) and
-    /// `192.0.2.1:53/udp` and `192.0.2.1:80/tcp` are DNATed to
-    /// 127.0.0.1:5353 and 127.0.0.1:8080 by iptables-nft.
-    fn dnat_netns() -> TestNetns {
+    /// A namespace where, for each of `families`, the frontend's prefix is
+    /// routed to `lo` (source: localhost) and `frontend:53/udp` and
+    /// `frontend:80/tcp` are DNATed to localhost:5353 and localhost:8080.
+    fn dnat_netns(families: &[&Family]) -> TestNetns {
         let ns = TestNetns::new();
         let path = ns.path();
         let name = path
             .file_name()
             .and_then(|n| n.to_str())
             .expect("netns name");
-        run(
-            "ip",
-            &[
-                "-n",
-                name,
-                "route",
-                "add",
-                "192.0.2.0/24",
-                "dev",
-                "lo",
-                "src",
-                "127.0.0.1",
-            ],
-        );
-        for (proto, port, to) in [
-            ("udp", "53", "127.0.0.1:5353"),
-            ("tcp", "80", "127.0.0.1:8080"),
-        ] {
-            run(
-                "ip",
-                &[
-                    "netns",
-                    "exec",
-                    name,
-                    "iptables-nft",
-                    "-t",
-                    "nat",
-                    "-A",
-                    "OUTPUT",
-                    "-d",
-                    "192.0.2.1",
-                    "-p",
-                    proto,
-                    "--dport",
-                    port,
-                    "-j",
-                    "DNAT",
-                    "--to-destination",
-                    to,
-                ],
-            );
+        for f in families {
+            let src = f.localhost.to_string();
+            let route = [
+                "-n", name, "route", "add", f.prefix, "dev", "lo", "src", &src,
+            ];
+            run("ip", &route);
+            let frontend = f.frontend.to_string();
+            for (proto, port, to) in [("udp", "53", 5353), ("tcp", "80", 8080)] {
+                let to = SocketAddr::new(f.localhost, to).to_string();
+                run(
+                    "ip",
+                    &[
+                        "netns",
+                        "exec",
+                        name,
+                        f.iptables,
+                        "-t",
+                        "nat",
+                        "-A",
+                        "OUTPUT",
+                        "-d",
+                        &frontend,
+                        "-p",
+                        proto,
+                        "--dport",
+                        port,
+                        "-j",
+                        "DNAT",
+                        "--to-destination",
+                        &to,
+                    ],
+                );
+            }
         }
         ns
     }
 
-    /// An ICMP echo request to 127.0.0.1, for an ICMP conntrack entry.
-    fn ping_localhost() {
-        let socket = socket2::Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::ICMPV4))
-            .expect("raw ICMP socket");
-        // Type 8 (echo request), code 0, checksum, id 0x4c42, sequence 1.
-        let mut echo = [8u8, 0, 0, 0, 0x4c, 0x42, 0, 1];
-        let sum: u32 = echo
-            .chunks(2)
-            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-            .sum();
-        let folded = (sum & 0xffff) + (sum >> 16);
-        echo[2..4].copy_from_slice(&(!(folded as u16)).to_be_bytes());
-        let to = SockAddr::from(SocketAddrV4::new(LOCALHOST, 0));
+    /// An ICMP echo request to localhost, for an ICMP conntrack entry.
+    fn ping(f: &Family) {
+        let (domain, protocol, echo_request) = match f.localhost {
+            IpAddr::V4(_) => (Domain::IPV4, Protocol::ICMPV4, 8),
+            IpAddr::V6(_) => (Domain::IPV6, Protocol::ICMPV6, 128),
+        };
+        let socket =
+            socket2::Socket::new(domain, Type::RAW, Some(protocol)).expect("raw ICMP socket");
+        // Type, code 0, checksum, id 0x4c42, sequence 1. The kernel sums
+        // ICMPv6 itself (it covers a pseudo-header).
+        let mut echo = [echo_request, 0, 0, 0, 0x4c, 0x42, 0, 1];
+        if f.localhost.is_ipv4() {
+            let sum: u32 = echo
+                .chunks(2)
+                .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+                .sum();
+            let folded = (sum & 0xffff) + (sum >> 16);
+            echo[2..4].copy_from_slice(&(!(folded as u16)).to_be_bytes());
+        }
+        let to = SockAddr::from(SocketAddr::new(f.localhost, 0));
         socket.send_to(&echo, &to).expect("send echo request");
     }
 
@@ -606,73 +731,75 @@ mod privileged {
     /// an entry about 200 bytes).
     const UDP_FLOWS: usize = 300;
 
-    #[test]
-    fn dnated_udp_and_tcp_flows_are_dumped() {
-        require_root();
-        let ns = dnat_netns();
-        let (flows, udp_clients, tcp_client) = ns.run(|| {
-            let server = UdpSocket::bind((LOCALHOST, 5353)).expect("bind udp server");
-            server.set_read_timeout(Some(TIMEOUT)).unwrap();
-            // The first flow is answered, back through the reverse NAT.
-            let answered = UdpSocket::bind((LOCALHOST, 0)).expect("bind udp client");
-            answered
-                .connect((FRONTEND, 53))
-                .expect("connect udp client");
-            answered.set_read_timeout(Some(TIMEOUT)).unwrap();
-            answered.send(b"q").expect("send to the frontend");
-            let mut buf = [0; 8];
-            let (_, from) = server.recv_from(&mut buf).expect("the DNATed query");
-            assert_eq!(from, answered.local_addr().unwrap());
-            server.send_to(b"a", from).expect("answer");
-            let (n, peer) = answered.recv_from(&mut buf).expect("the answer");
-            assert_eq!((&buf[..n], peer), (&b"a"[..], (FRONTEND, 53).into()));
-            let mut udp_clients = vec![answered];
-            for _ in 1..UDP_FLOWS {
-                let client = UdpSocket::bind((LOCALHOST, 0)).expect("bind udp client");
-                client.connect((FRONTEND, 53)).expect("connect udp client");
-                client.send(b"q").expect("send to the frontend");
-                udp_clients.push(client);
-            }
+    /// The sockets of the flows [`open_flows`] made, open until the dump.
+    struct Flows {
+        udp: Vec<UdpSocket>,
+        tcp: TcpStream,
+        _servers: (UdpSocket, TcpListener, TcpStream),
+    }
 
-            let listener = TcpListener::bind((LOCALHOST, 8080)).expect("bind tcp server");
-            let tcp_client =
-                TcpStream::connect_timeout(&(FRONTEND, 80).into(), TIMEOUT).expect("connect");
-            let (mut accepted, _) = listener.accept().expect("accept");
-            tcp_client.set_nodelay(true).unwrap();
-            (&tcp_client).write_all(b"x").unwrap();
-            accepted.set_read_timeout(Some(TIMEOUT)).unwrap();
-            accepted.read_exact(&mut buf[..1]).expect("tcp data");
+    /// In the namespace: [`UDP_FLOWS`] UDP flows to `f`'s frontend (the
+    /// first answered, back through the reverse NAT), a TCP connection
+    /// with data both ways, and an ICMP echo.
+    fn open_flows(f: &Family) -> Flows {
+        let frontend = |port| SocketAddr::new(f.frontend, port);
+        let server = UdpSocket::bind((f.localhost, 5353)).expect("bind udp server");
+        server.set_read_timeout(Some(TIMEOUT)).unwrap();
+        let answered = UdpSocket::bind((f.localhost, 0)).expect("bind udp client");
+        answered.connect(frontend(53)).expect("connect udp client");
+        answered.set_read_timeout(Some(TIMEOUT)).unwrap();
+        answered.send(b"q").expect("send to the frontend");
+        let mut buf = [0; 8];
+        let (_, from) = server.recv_from(&mut buf).expect("the DNATed query");
+        assert_eq!(from, answered.local_addr().unwrap());
+        server.send_to(b"a", from).expect("answer");
+        let (n, peer) = answered.recv_from(&mut buf).expect("the answer");
+        assert_eq!((&buf[..n], peer), (&b"a"[..], frontend(53)));
+        let mut udp = vec![answered];
+        for _ in 1..UDP_FLOWS {
+            let client = UdpSocket::bind((f.localhost, 0)).expect("bind udp client");
+            client.connect(frontend(53)).expect("connect udp client");
+            client.send(b"q").expect("send to the frontend");
+            udp.push(client);
+        }
 
-            ping_localhost();
+        let listener = TcpListener::bind((f.localhost, 8080)).expect("bind tcp server");
+        let tcp = TcpStream::connect_timeout(&frontend(80), TIMEOUT).expect("connect");
+        let (mut accepted, _) = listener.accept().expect("accept");
+        tcp.set_nodelay(true).unwrap();
+        (&tcp).write_all(b"x").unwrap();
+        accepted.set_read_timeout(Some(TIMEOUT)).unwrap();
+        accepted.read_exact(&mut buf[..1]).expect("tcp data");
 
-            let flows = dump_ipv4().expect("dump the namespace's conntrack table");
-            let local = |a: InetAddr| match a {
-                InetAddr::V4(a) => a,
-                InetAddr::V6(a) => panic!("IPv6 address {a}"),
-            };
-            let udp_clients: Vec<SocketAddrV4> = udp_clients
-                .iter()
-                .map(|c| local(c.local_addr().unwrap()))
-                .collect();
-            (flows, udp_clients, local(tcp_client.local_addr().unwrap()))
-        });
-        drop(ns);
+        ping(f);
+        Flows {
+            udp,
+            tcp,
+            _servers: (server, listener, accepted),
+        }
+    }
 
-        let by_orig: HashMap<(u8, SocketAddrV4), &KernelFlow> =
-            flows.iter().map(|f| ((f.proto, f.orig_src), f)).collect();
-        assert_eq!(by_orig.len(), flows.len(), "a flow twice: {flows:#?}");
-        // The UDP flows, the TCP one, nothing else (the ICMP one is skipped).
-        assert_eq!(flows.len(), UDP_FLOWS + 1, "{flows:#?}");
+    /// The clients' addresses of `flows`: UDP, then TCP.
+    fn clients(flows: &Flows) -> (Vec<SocketAddr>, SocketAddr) {
+        let udp = flows.udp.iter().map(|c| c.local_addr().unwrap()).collect();
+        (udp, flows.tcp.local_addr().unwrap())
+    }
 
-        for (i, client) in udp_clients.iter().enumerate() {
+    /// Checks that `dumped` has the flows of `clients` to `f`'s frontend,
+    /// DNATed to localhost, with the kernel's timeouts.
+    fn check(dumped: &[KernelFlow], f: &Family, (udp, tcp): &(Vec<SocketAddr>, SocketAddr)) {
+        let by_orig: HashMap<(u8, SocketAddr), &KernelFlow> =
+            dumped.iter().map(|k| ((k.proto, k.orig_src), k)).collect();
+        assert_eq!(by_orig.len(), dumped.len(), "a flow twice: {dumped:#?}");
+        for (i, client) in udp.iter().enumerate() {
             let flow = by_orig
                 .get(&(IPPROTO_UDP, *client))
-                .unwrap_or_else(|| panic!("no flow for UDP client {client}: {flows:#?}"));
+                .unwrap_or_else(|| panic!("no flow for UDP client {client}: {dumped:#?}"));
             let want = KernelFlow {
                 proto: IPPROTO_UDP,
                 orig_src: *client,
-                orig_dst: SocketAddrV4::new(FRONTEND, 53),
-                reply_src: SocketAddrV4::new(LOCALHOST, 5353),
+                orig_dst: SocketAddr::new(f.frontend, 53),
+                reply_src: SocketAddr::new(f.localhost, 5353),
                 reply_dst: *client,
                 dst_nat: true,
                 src_nat: false,
@@ -690,14 +817,14 @@ mod privileged {
         }
 
         let flow = by_orig
-            .get(&(IPPROTO_TCP, tcp_client))
-            .unwrap_or_else(|| panic!("no flow for the TCP client {tcp_client}: {flows:#?}"));
+            .get(&(IPPROTO_TCP, *tcp))
+            .unwrap_or_else(|| panic!("no flow for the TCP client {tcp}: {dumped:#?}"));
         let want = KernelFlow {
             proto: IPPROTO_TCP,
-            orig_src: tcp_client,
-            orig_dst: SocketAddrV4::new(FRONTEND, 80),
-            reply_src: SocketAddrV4::new(LOCALHOST, 8080),
-            reply_dst: tcp_client,
+            orig_src: *tcp,
+            orig_dst: SocketAddr::new(f.frontend, 80),
+            reply_src: SocketAddr::new(f.localhost, 8080),
+            reply_dst: *tcp,
             dst_nat: true,
             src_nat: false,
             timeout_secs: flow.timeout_secs,
@@ -712,10 +839,45 @@ mod privileged {
     }
 
     #[test]
+    fn dnated_udp_and_tcp_flows_are_dumped() {
+        require_root();
+        let ns = dnat_netns(&[&V4]);
+        let (dumped, clients) = ns.run(|| {
+            let flows = open_flows(&V4);
+            let dumped = dump().expect("dump the namespace's conntrack table");
+            (dumped, clients(&flows))
+        });
+        drop(ns);
+        // The UDP flows, the TCP one, nothing else (the ICMP one is skipped).
+        assert_eq!(dumped.len(), UDP_FLOWS + 1, "{dumped:#?}");
+        check(&dumped, &V4, &clients);
+    }
+
+    /// One request dumps both families (`AF_UNSPEC`).
+    #[test]
+    fn dnated_ipv6_flows_are_dumped_with_the_ipv4_ones() {
+        require_root();
+        let ns = dnat_netns(&[&V4, &V6]);
+        let (dumped, clients4, clients6) = ns.run(|| {
+            let (flows4, flows6) = (open_flows(&V4), open_flows(&V6));
+            let dumped = dump().expect("dump the namespace's conntrack table");
+            (dumped, clients(&flows4), clients(&flows6))
+        });
+        drop(ns);
+        let (dumped4, dumped6): (Vec<KernelFlow>, Vec<KernelFlow>) =
+            dumped.into_iter().partition(|f| f.orig_src.is_ipv4());
+        // Each family's UDP and TCP flows, nothing else (ICMP is skipped).
+        assert_eq!(dumped4.len(), UDP_FLOWS + 1, "{dumped4:#?}");
+        assert_eq!(dumped6.len(), UDP_FLOWS + 1, "{dumped6:#?}");
+        check(&dumped4, &V4, &clients4);
+        check(&dumped6, &V6, &clients6);
+    }
+
+    #[test]
     fn a_namespace_without_flows_dumps_none() {
         require_root();
         let ns = TestNetns::new();
-        let flows = ns.run(dump_ipv4).expect("dump an empty conntrack table");
+        let flows = ns.run(dump).expect("dump an empty conntrack table");
         assert_eq!(flows, []);
     }
 }

@@ -307,7 +307,7 @@ impl Datapath {
     pub fn seed_kernel_flows(
         &self,
         kernel: &[kernel_conntrack::KernelFlow],
-        is_frontend: impl Fn(std::net::SocketAddrV4, u8) -> bool,
+        is_frontend: impl Fn(std::net::SocketAddr, u8) -> bool,
         config: &lb_common::DatapathConfig,
         now: u32,
     ) -> Result<takeover::Seeded, Error> {

@@ -13,21 +13,20 @@
 //! range, a `CT_F_KERNEL` mapping that keeps the port from our new flows
 //! and leaves its replies to the kernel. Entries live as any flow's, and a
 //! client opening a new connection on such a tuple starts a flow of ours.
-//! Nothing of ours is ever overwritten.
+//! Nothing of ours is ever overwritten. IPv4 and IPv6 flows alike, each
+//! into its family's maps.
 
-use std::{
-    net::{Ipv4Addr, SocketAddrV4},
-    path::Path,
-};
+use std::{net::SocketAddr, path::Path};
 
 use aya::maps::MapData;
 use lb_common::{
-    CT_DIR_IN, CT_F_KERNEL, CT_SEEN, CT4, Ct4Key, Ct4Value, DatapathConfig, MapSpec, NAT4, Nat4Key,
-    Nat4Value, PROTO_UDP,
+    CT_DIR_IN, CT_F_KERNEL, CT_SEEN, CtKey, CtValue, DatapathConfig, MapSpec, NatKey, NatValue,
+    PROTO_UDP,
 };
 
 use super::{
     batch::Typed,
+    conntrack::Addr,
     elem,
     error::{Error, io_err, map_err},
     kernel_conntrack::KernelFlow,
@@ -43,48 +42,89 @@ pub struct Seeded {
 }
 
 /// Writes the entries described in the module's documentation into the
-/// maps pinned in `maps_dir`, for the flows of `kernel` that
-/// `is_frontend(address, protocol)` says were addressed to an external
-/// frontend, with the SNAT address and ports of `cfg`, at `now` (the
-/// programs' clock).
+/// maps pinned in `maps_dir`, each family's flows into its family's maps,
+/// for the flows of `kernel` that `is_frontend(address, protocol)` says
+/// were addressed to an external frontend, with the SNAT addresses and
+/// ports of `cfg`, at `now` (the programs' clock).
 pub fn seed(
     maps_dir: &Path,
     kernel: &[KernelFlow],
-    is_frontend: impl Fn(SocketAddrV4, u8) -> bool,
+    is_frontend: impl Fn(SocketAddr, u8) -> bool,
     cfg: &DatapathConfig,
     now: u32,
 ) -> Result<Seeded, Error> {
-    let e = entries(kernel, is_frontend, cfg, now);
+    let v4 = seed_family::<[u8; 4]>(maps_dir, kernel, &is_frontend, cfg, now)?;
+    let v6 = seed_family::<[u8; 16]>(maps_dir, kernel, &is_frontend, cfg, now)?;
     Ok(Seeded {
-        flows: write(maps_dir, &CT4, &e.flows)?,
-        ports: write(maps_dir, &NAT4, &e.ports)?,
+        flows: v4.flows + v6.flows,
+        ports: v4.ports + v6.ports,
     })
 }
 
-/// What [`seed`] writes.
-#[derive(Debug, Default)]
-struct Entries {
-    /// Conntrack entries of UDP flows left to the kernel.
-    flows: Vec<(Ct4Key, Ct4Value)>,
-    /// SNAT mappings of ports the kernel's flows hold.
-    ports: Vec<(Nat4Key, Nat4Value)>,
-}
-
-/// The entries [`seed`] writes.
-fn entries(
+/// [`seed`] for the flows and maps of the family of `A`.
+fn seed_family<A: Addr>(
+    maps_dir: &Path,
     kernel: &[KernelFlow],
-    is_frontend: impl Fn(SocketAddrV4, u8) -> bool,
+    is_frontend: &impl Fn(SocketAddr, u8) -> bool,
     cfg: &DatapathConfig,
     now: u32,
-) -> Entries {
-    let snat = Ipv4Addr::from(cfg.snat4_be);
+) -> Result<Seeded, Error>
+where
+    CtKey<A>: aya::Pod,
+    CtValue<A>: aya::Pod,
+    NatKey<A>: aya::Pod,
+    NatValue<A>: aya::Pod,
+{
+    let e = entries::<A>(kernel, is_frontend, cfg, now);
+    Ok(Seeded {
+        flows: write(maps_dir, &A::CT, &e.flows)?,
+        ports: write(maps_dir, &A::NAT, &e.ports)?,
+    })
+}
+
+/// What [`seed`] writes for one family.
+#[derive(Debug)]
+struct Entries<A> {
+    /// Conntrack entries of UDP flows left to the kernel.
+    flows: Vec<(CtKey<A>, CtValue<A>)>,
+    /// SNAT mappings of ports the kernel's flows hold.
+    ports: Vec<(NatKey<A>, NatValue<A>)>,
+}
+
+/// A flow's ends, as family `A`'s entries hold them (address, port in
+/// network byte order): client, frontend, backend and the address the
+/// backend answers to. `None` for a flow of the other family.
+fn ends<A: Addr>(f: &KernelFlow) -> Option<[(A, u16); 4]> {
+    let end = |a: SocketAddr| Some((A::of(a.ip())?, a.port().to_be()));
+    Some([
+        end(f.orig_src)?,
+        end(f.orig_dst)?,
+        end(f.reply_src)?,
+        end(f.reply_dst)?,
+    ])
+}
+
+/// The entries [`seed`] writes for the family of `A`.
+fn entries<A: Addr>(
+    kernel: &[KernelFlow],
+    is_frontend: impl Fn(SocketAddr, u8) -> bool,
+    cfg: &DatapathConfig,
+    now: u32,
+) -> Entries<A> {
+    let snat = A::snat(cfg);
     let ports = cfg.nat_port_min..=cfg.nat_port_max;
     let timeouts = cfg.timeouts();
-    let mut e = Entries::default();
+    let mut e = Entries {
+        flows: Vec::new(),
+        ports: Vec::new(),
+    };
     for f in kernel
         .iter()
         .filter(|f| f.dst_nat && is_frontend(f.orig_dst, f.proto))
     {
+        let Some([client, frontend, backend, reply_to]) = ends::<A>(f) else {
+            continue;
+        };
         // The kernel's own timeout for the flow, at most ours: its packets
         // extend it as they pass.
         let max = if f.proto == PROTO_UDP {
@@ -94,36 +134,36 @@ fn entries(
         };
         let expires = now.wrapping_add(f.timeout_secs.clamp(1, max));
         if f.proto == PROTO_UDP {
-            let key = Ct4Key {
-                saddr_be: f.orig_src.ip().octets(),
-                daddr_be: f.orig_dst.ip().octets(),
-                sport_be: f.orig_src.port().to_be(),
-                dport_be: f.orig_dst.port().to_be(),
+            let key = CtKey {
+                saddr_be: client.0,
+                daddr_be: frontend.0,
+                sport_be: client.1,
+                dport_be: frontend.1,
                 proto: f.proto,
                 dir: CT_DIR_IN,
                 _pad0: [0; 2],
             };
-            let value = Ct4Value {
+            let value = CtValue {
                 flags: CT_F_KERNEL,
                 seen_client: CT_SEEN,
                 seen_backend: CT_SEEN,
                 expires,
-                ..Ct4Value::default()
+                ..CtValue::default()
             };
             e.flows.push((key, value));
         }
-        if f.src_nat && *f.reply_dst.ip() == snat && ports.contains(&f.reply_dst.port()) {
-            let key = Nat4Key {
-                saddr_be: f.reply_src.ip().octets(),
-                daddr_be: f.reply_dst.ip().octets(),
-                sport_be: f.reply_src.port().to_be(),
-                dport_be: f.reply_dst.port().to_be(),
+        if f.src_nat && reply_to.0 == snat && ports.contains(&f.reply_dst.port()) {
+            let key = NatKey {
+                saddr_be: backend.0,
+                daddr_be: reply_to.0,
+                sport_be: backend.1,
+                dport_be: reply_to.1,
                 proto: f.proto,
                 _pad0: [0; 3],
             };
-            let value = Nat4Value {
-                addr_be: f.orig_src.ip().octets(),
-                port_be: f.orig_src.port().to_be(),
+            let value = NatValue {
+                addr_be: client.0,
+                port_be: client.1,
                 flags: CT_F_KERNEL,
                 expires,
             };
@@ -160,82 +200,116 @@ fn write<K: aya::Pod, V: aya::Pod>(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::net::IpAddr;
+
     use lb_common::PROTO_TCP;
 
-    fn addr(s: &str) -> SocketAddrV4 {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
     }
 
-    #[test]
-    fn kube_proxys_flows_to_our_frontends_are_left_to_the_kernel() {
-        let cfg = DatapathConfig {
-            snat4_be: [192, 168, 57, 1],
-            nat_port_min: 1024,
-            nat_port_max: 29_999,
-            ..DatapathConfig::default()
-        };
-        let flow = |proto, orig_dst: &str, reply_src: &str, reply_dst: &str| KernelFlow {
+    /// kube-proxy's flows from `client` port 2000 through `node` (NodePorts
+    /// 30053/udp and 30080/tcp, SNAT address) to pod `remote` or `local`,
+    /// and one to `cluster_ip`.
+    fn kube_proxy_flows(
+        client: &str,
+        node: &str,
+        [remote, local, cluster_ip]: [&str; 3],
+    ) -> Vec<KernelFlow> {
+        let (client, node) = (ip(client), ip(node));
+        let flow = |proto, orig_dst: (IpAddr, u16), reply_src: (&str, u16), reply_dst| KernelFlow {
             proto,
-            orig_src: addr("203.0.113.2:2000"),
-            orig_dst: addr(orig_dst),
-            reply_src: addr(reply_src),
-            reply_dst: addr(reply_dst),
+            orig_src: (client, 2000).into(),
+            orig_dst: orig_dst.into(),
+            reply_src: (ip(reply_src.0), reply_src.1).into(),
+            reply_dst,
             dst_nat: true,
-            src_nat: reply_dst.starts_with("192.168.57.1:"),
+            src_nat: reply_dst.ip() == node,
             timeout_secs: 25,
         };
-        let kernel = [
+        vec![
             // UDP to a NodePort, masqueraded to a port of our range.
             flow(
                 PROTO_UDP,
-                "192.168.57.1:30053",
-                "10.42.2.2:5353",
-                "192.168.57.1:2000",
+                (node, 30053),
+                (remote, 5353),
+                (node, 2000).into(),
             ),
             // TCP to it: left alone (no SYN, no flow), but its port is held.
             flow(
                 PROTO_TCP,
-                "192.168.57.1:30080",
-                "10.42.2.2:8080",
-                "192.168.57.1:2000",
+                (node, 30080),
+                (remote, 8080),
+                (node, 2000).into(),
             ),
             // Masqueraded outside our range: nothing to hold.
             flow(
                 PROTO_TCP,
-                "192.168.57.1:30080",
-                "10.42.2.2:8080",
-                "192.168.57.1:40000",
+                (node, 30080),
+                (remote, 8080),
+                (node, 40000).into(),
             ),
             // eTP Local, not masqueraded.
             flow(
                 PROTO_UDP,
-                "192.168.57.1:30053",
-                "10.42.1.2:5353",
-                "203.0.113.2:2000",
+                (node, 30053),
+                (local, 5353),
+                (client, 2000).into(),
             ),
             // Not to one of our frontends.
             flow(
                 PROTO_UDP,
-                "10.96.0.10:53",
-                "10.42.2.2:53",
-                "203.0.113.2:2000",
+                (ip(cluster_ip), 53),
+                (remote, 53),
+                (client, 2000).into(),
             ),
-        ];
-        let frontends = |a: SocketAddrV4, _| a.port() == 30053 || a.port() == 30080;
-        let Entries { flows, ports: held } = entries(&kernel, frontends, &cfg, 100);
+        ]
+    }
+
+    /// The entries of family `A` for `kernel`: those of the UDP flows of
+    /// [`kube_proxy_flows`] from `client`, and the ports they hold.
+    fn check<A: Addr + std::fmt::Debug>(kernel: &[KernelFlow], cfg: &DatapathConfig, client: &str) {
+        let frontends = |a: SocketAddr, _| a.port() == 30053 || a.port() == 30080;
+        let Entries { flows, ports: held } = entries::<A>(kernel, frontends, cfg, 100);
         assert_eq!(flows.len(), 2, "{flows:?}");
         for (k, v) in &flows {
             assert_eq!(
                 (k.proto, k.dir, k.dport_be),
                 (PROTO_UDP, CT_DIR_IN, 30053u16.to_be())
             );
+            assert_eq!((k.saddr_be.ip(), k.sport_be), (ip(client), 2000u16.to_be()));
             assert_eq!((v.flags, v.expires), (CT_F_KERNEL, 125));
         }
         assert_eq!(held.len(), 2, "{held:?}");
         for (k, v) in &held {
-            assert_eq!(k.dport_be, 2000u16.to_be());
-            assert_eq!((v.addr_be, v.flags), ([203, 0, 113, 2], CT_F_KERNEL));
+            assert_eq!((k.daddr_be, k.dport_be), (A::snat(cfg), 2000u16.to_be()));
+            assert_eq!((v.addr_be.ip(), v.flags), (ip(client), CT_F_KERNEL));
         }
+    }
+
+    #[test]
+    fn kube_proxys_flows_to_our_frontends_are_left_to_the_kernel_in_their_familys_maps() {
+        let cfg = DatapathConfig {
+            snat4_be: [192, 168, 57, 1],
+            snat6_be: "fd00:57::1".parse::<std::net::Ipv6Addr>().unwrap().octets(),
+            nat_port_min: 1024,
+            nat_port_max: 29_999,
+            ..DatapathConfig::default()
+        };
+        let v4 = kube_proxy_flows(
+            "203.0.113.2",
+            "192.168.57.1",
+            ["10.42.2.2", "10.42.1.2", "10.96.0.10"],
+        );
+        let v6 = kube_proxy_flows(
+            "2001:db8:c::2",
+            "fd00:57::1",
+            ["fd42:2::2", "fd42:1::2", "fd00:96::a"],
+        );
+        let kernel: Vec<KernelFlow> = v4.into_iter().chain(v6).collect();
+        check::<[u8; 4]>(&kernel, &cfg, "203.0.113.2");
+        check::<[u8; 16]>(&kernel, &cfg, "2001:db8:c::2");
     }
 }
