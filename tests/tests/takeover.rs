@@ -1,45 +1,106 @@
 //! Replacing kube-proxy on live nodes keeps every connection: kube-proxy
-//! v1.31's iptables rules (`lb_tests::kubeproxy`) serve NodePort
-//! connections on the two nodes of `lb_tests::two_nodes`, the agents start
-//! on both, and the rules are removed, as an operator replaces kube-proxy.
-//! Needs root; fails loudly without it.
+//! v1.31's iptables rules (`lb_tests::kubeproxy`, ip6tables for IPv6) serve
+//! NodePort connections on the two nodes of `lb_tests::two_nodes`, the
+//! agents start on both, and the rules are removed, as an operator replaces
+//! kube-proxy. Each family has its test, as kube-proxy has a proxier per
+//! family. Needs root; fails loudly without it.
 
-use std::{net::Ipv4Addr, time::Duration};
-
-use lb_fixtures::yaml;
-use lb_tests::{
-    kubeproxy::{self, NodePort, Proto, SvcSpec},
-    probe::{Held, HeldUdp, UdpAnswer},
-    two_nodes::{Bed, NODE1, NODE2, node_objects, node_port_svc, p1, p2, slice},
+use std::{
+    net::{Ipv4Addr, Ipv6Addr},
+    time::Duration,
 };
 
-const P1: Ipv4Addr = Ipv4Addr::new(10, 42, 1, 2);
-const P2: Ipv4Addr = Ipv4Addr::new(10, 42, 2, 2);
+use lb_fixtures::{Slice, yaml};
+use lb_tests::{
+    kubeproxy::{self, Family, NodePort, Proto, SvcSpec},
+    probe::{Held, HeldUdp, UdpAnswer},
+    two_nodes::{
+        Bed, NODE1, NODE1_6, NODE2, NODE2_6, addr, node_objects, node_port_svc, p1, p1_6, p2, p2_6,
+        slice, slice6,
+    },
+};
+
 /// `cluster` (eTP Cluster) and `local` (eTP Local): an endpoint on each
 /// node, TCP 80 -> 8080 and UDP 53 -> 5353 on each NodePort.
 const CLUSTER: u16 = 30080;
 const LOCAL: u16 = 30081;
 
-fn manifest() -> String {
+/// One family's side of the bed, and of kube-proxy's proxier for it.
+struct Side<A> {
+    /// The nodes' addresses, each node's NodePort address.
+    nodes: [&'static str; 2],
+    /// Pods p1 (on node-1) and p2 (on node-2).
+    pods: [A; 2],
+    /// `cluster`'s and `local`'s cluster IPs.
+    cluster_ips: [A; 2],
+    /// The pods' addresses: kube-proxy's `--cluster-cidr`.
+    cluster_cidr: &'static str,
+    /// A Service's EndpointSlice of p1 and p2.
+    slice: fn(&str) -> Slice,
+    /// `iptables` or `ip6tables` (`-save`, `-restore`).
+    iptables: &'static str,
+    load: fn(&str, &str) -> anyhow::Result<()>,
+    /// The family's tc counters are `<stats>_*`.
+    stats: &'static str,
+}
+
+const V4: Side<Ipv4Addr> = Side {
+    nodes: [NODE1, NODE2],
+    pods: [Ipv4Addr::new(10, 42, 1, 2), Ipv4Addr::new(10, 42, 2, 2)],
+    cluster_ips: [Ipv4Addr::new(10, 96, 59, 1), Ipv4Addr::new(10, 96, 59, 2)],
+    cluster_cidr: "10.42.0.0/16",
+    slice: |svc| slice(svc, vec![p1(), p2()]),
+    iptables: "iptables",
+    load: kubeproxy::load_iptables,
+    stats: "tc",
+};
+
+const V6: Side<Ipv6Addr> = Side {
+    nodes: [NODE1_6, NODE2_6],
+    pods: [
+        Ipv6Addr::new(0xfd42, 1, 0, 0, 0, 0, 0, 2),
+        Ipv6Addr::new(0xfd42, 2, 0, 0, 0, 0, 0, 2),
+    ],
+    cluster_ips: [
+        Ipv6Addr::new(0xfd00, 0x96, 0, 0, 0, 0, 0x59, 1),
+        Ipv6Addr::new(0xfd00, 0x96, 0, 0, 0, 0, 0x59, 2),
+    ],
+    cluster_cidr: "fd42::/16",
+    slice: |svc| slice6(svc, vec![p1_6(), p2_6()]),
+    iptables: "ip6tables",
+    load: kubeproxy::load_ip6tables,
+    stats: "tc6",
+};
+
+/// The Nodes and the single-stack Services of `side`'s family.
+fn manifest<A: Family>(side: &Side<A>) -> String {
     let [node1, node2] = node_objects();
+    let svc = |name, ip: A, node_port| {
+        let svc = node_port_svc(name, &ip.to_string(), node_port);
+        if A::IPV6 {
+            svc.ip_families(&["IPv6"])
+        } else {
+            svc
+        }
+    };
     yaml([
         node1,
         node2,
-        node_port_svc("cluster", "10.96.59.1", CLUSTER).into(),
-        slice("cluster", vec![p1(), p2()]).into(),
-        node_port_svc("local", "10.96.59.2", LOCAL)
+        svc("cluster", side.cluster_ips[0], CLUSTER).into(),
+        (side.slice)("cluster").into(),
+        svc("local", side.cluster_ips[1], LOCAL)
             .external_traffic_policy("Local")
             .into(),
-        slice("local", vec![p1(), p2()]).into(),
+        (side.slice)("local").into(),
     ])
 }
 
 /// kube-proxy's view of the same Services, on the node running `own`.
-fn kube_proxy_services(own: Ipv4Addr) -> Vec<SvcSpec> {
+fn kube_proxy_services<A: Family>(side: &Side<A>, own: A) -> Vec<SvcSpec<A>> {
     let mut specs = Vec::new();
     for (name, vip, node_port, local) in [
-        ("cluster", Ipv4Addr::new(10, 96, 59, 1), CLUSTER, false),
-        ("local", Ipv4Addr::new(10, 96, 59, 2), LOCAL, true),
+        ("cluster", side.cluster_ips[0], CLUSTER, false),
+        ("local", side.cluster_ips[1], LOCAL, true),
     ] {
         for (port_name, port, target, proto) in [
             ("http", 80, 8080, Proto::Tcp),
@@ -52,7 +113,7 @@ fn kube_proxy_services(own: Ipv4Addr) -> Vec<SvcSpec> {
                 vip,
                 port,
                 proto,
-                endpoints: vec![(P1, target), (P2, target)],
+                endpoints: side.pods.iter().map(|&pod| (pod, target)).collect(),
                 node_port: Some(if local {
                     NodePort::local(node_port, [own])
                 } else {
@@ -64,12 +125,14 @@ fn kube_proxy_services(own: Ipv4Addr) -> Vec<SvcSpec> {
     specs
 }
 
-#[test]
-fn replacing_kube_proxy_keeps_every_established_connection() -> anyhow::Result<()> {
-    let bed = Bed::new(&manifest())?;
-    for (host, own) in [("n1", P1), ("n2", P2)] {
-        let rules = kubeproxy::iptables_restore(&kube_proxy_services(own), "10.42.0.0/16");
-        kubeproxy::load_iptables(&bed.nodes.ns(host), &rules)?;
+/// kube-proxy (its rules for `side`'s family) serves held TCP connections
+/// and UDP flows; the agents start and the rules go; every connection goes
+/// on with its backend, translated by the kernel, and new ones are ours.
+fn replace_kube_proxy<A: Family>(side: &Side<A>) -> anyhow::Result<()> {
+    let bed = Bed::new(&manifest(side))?;
+    for (host, own) in [("n1", side.pods[0]), ("n2", side.pods[1])] {
+        let rules = kubeproxy::iptables_restore(&kube_proxy_services(side, own), side.cluster_cidr);
+        (side.load)(&bed.nodes.ns(host), &rules)?;
         // A conntrack user of the node's own (a CNI's or firewall's rule):
         // without one, the kernel stops tracking once kube-proxy's rules
         // go, and every flow they NATed dies, kube-proxy's own included.
@@ -86,7 +149,7 @@ fn replacing_kube_proxy_keeps_every_established_connection() -> anyhow::Result<(
     // kube-proxy serves: six TCP connections and six UDP flows through each
     // node, to the Cluster and the Local NodePort.
     let c = bed.nodes.ns("c");
-    let targets = [NODE1, NODE2].map(|n| [CLUSTER, LOCAL].map(|p| format!("{n}:{p}")));
+    let targets = side.nodes.map(|n| [CLUSTER, LOCAL].map(|p| addr(n, p)));
     let mut tcp = Vec::new();
     let mut udp = Vec::new();
     for to in targets.iter().flatten() {
@@ -110,18 +173,13 @@ fn replacing_kube_proxy_keeps_every_established_connection() -> anyhow::Result<(
     // The agents start on both nodes, their programs attach in front of
     // kube-proxy's rules; then kube-proxy's rules go.
     let _agents = [bed.agent(&bed.node1)?, bed.agent(&bed.node2)?];
-    bed.wait_reachable(&format!("{NODE1}:{CLUSTER}"))?;
-    bed.wait_reachable(&format!("{NODE2}:{LOCAL}"))?;
+    bed.wait_reachable(&targets[0][0])?;
+    bed.wait_reachable(&targets[1][1])?;
+    let iptables = side.iptables;
     for host in ["n1", "n2"] {
-        bed.exec(
-            host,
-            &[
-                "sh",
-                "-c",
-                "iptables-save | grep -v KUBE | iptables-restore",
-            ],
-        )?;
-        let left = bed.exec(host, &["iptables-save"])?;
+        let drop_kube = format!("{iptables}-save | grep -v KUBE | {iptables}-restore");
+        bed.exec(host, &["sh", "-c", &drop_kube])?;
+        let left = bed.exec(host, &[&format!("{iptables}-save")])?;
         assert!(!left.contains("KUBE"), "{left}");
     }
 
@@ -140,15 +198,26 @@ fn replacing_kube_proxy_keeps_every_established_connection() -> anyhow::Result<(
         std::thread::sleep(Duration::from_millis(300));
     }
     // The kernel translated them, not the programs.
+    let stat = |name: &str| format!("{}_{name}", side.stats);
     for node in [&bed.node1, &bed.node2] {
-        assert!(node.pins.stats()?["tc_passed_untracked"] > 0);
+        assert!(node.pins.stats()?[&stat("passed_untracked")] > 0);
     }
     // New connections are the agents'.
     for to in targets.iter().flatten() {
         let r = bed.client(&["tcp", "--to", to, "-n", "10"])?;
         assert_eq!((r.ok(), r.failed()), (10, 0), "{to}: {r:?}");
     }
-    let before = bed.node1.pins.stats()?["tc_new_flow"];
-    assert!(before >= 20, "{before}");
+    let new_flows = bed.node1.pins.stats()?[&stat("new_flow")];
+    assert!(new_flows >= 20, "{new_flows}");
     Ok(())
+}
+
+#[test]
+fn replacing_kube_proxy_keeps_every_established_connection() -> anyhow::Result<()> {
+    replace_kube_proxy(&V4)
+}
+
+#[test]
+fn replacing_kube_proxy_keeps_every_established_ipv6_connection() -> anyhow::Result<()> {
+    replace_kube_proxy(&V6)
 }
