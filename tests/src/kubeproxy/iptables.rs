@@ -43,16 +43,10 @@
 //! terminating endpoints. No LoadBalancer (so no health-check ports) or
 //! externalIPs; no session affinity, internal traffic policy, topology hints
 //! or terminating endpoints.
-//!
-//! IPv6 ([`SvcSpec`] of `Ipv6Addr`) is the IPv6 proxier's, for
-//! `ip6tables-restore`: endpoints as `[ip]:port`, and no "block incoming
-//! localnet connections" rule (IPv4 only); `KUBE-FIREWALL` is still
-//! declared, empty, for the kubelet's jumps to it, which kube-proxy
-//! ensures in both families.
 
-use std::{collections::HashMap, fmt::Write as _, net::SocketAddr};
+use std::{collections::HashMap, fmt::Write as _};
 
-use super::{Family, MASQ_MARK, SvcSpec, hash_b32};
+use super::{MASQ_MARK, SvcSpec, hash_b32};
 
 /// kube-proxy's `largeClusterEndpointsThreshold`.
 const LARGE_CLUSTER_ENDPOINTS: usize = 1000;
@@ -153,7 +147,7 @@ const NEW: &str = "-m conntrack --ctstate NEW";
 /// `services` (ClusterIP, plus a NodePort where [`SvcSpec::node_port`] is
 /// set, with eTP Cluster or Local), with `cluster_cidr` as `--cluster-cidr`.
 /// See the module documentation for what is simplified.
-pub fn iptables_restore<A: Family>(services: &[SvcSpec<A>], cluster_cidr: &str) -> String {
+pub fn iptables_restore(services: &[SvcSpec], cluster_cidr: &str) -> String {
     render(services, cluster_cidr, None)
 }
 
@@ -167,8 +161,8 @@ pub fn iptables_restore<A: Family>(services: &[SvcSpec<A>], cluster_cidr: &str) 
 /// large-cluster mode (more than 1000 endpoints) kube-proxy skips the
 /// `iptables-save` that finds stale chains, so the replaced endpoint's chain
 /// stays behind, unreferenced, as here. Load with [`super::load_iptables_partial`].
-pub fn iptables_partial_restore<A: Family>(
-    services: &[SvcSpec<A>],
+pub fn iptables_partial_restore(
+    services: &[SvcSpec],
     changed: &[usize],
     cluster_cidr: &str,
 ) -> String {
@@ -177,11 +171,7 @@ pub fn iptables_partial_restore<A: Family>(
 
 /// A full sync (`partial: None`), or a partial one rewriting only the
 /// per-service chains of the given services.
-fn render<A: Family>(
-    services: &[SvcSpec<A>],
-    cluster_cidr: &str,
-    partial: Option<&[usize]>,
-) -> String {
+fn render(services: &[SvcSpec], cluster_cidr: &str, partial: Option<&[usize]>) -> String {
     let total_endpoints: usize = services.iter().map(|s| s.endpoints.len()).sum();
     let large_cluster = total_endpoints > LARGE_CLUSTER_ENDPOINTS;
     let mut probabilities = Probabilities::default();
@@ -211,13 +201,11 @@ fn render<A: Family>(
         chain_line(&mut o, "KUBE-PROXY-CANARY");
         jumps(&mut o, "filter");
     }
-    if !A::IPV6 {
-        filter_rules.push_str(
-            "-A KUBE-FIREWALL -m comment --comment \"block incoming localnet connections\" \
-             -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT \
-             -j DROP\n",
-        );
-    }
+    filter_rules.push_str(
+        "-A KUBE-FIREWALL -m comment --comment \"block incoming localnet connections\" \
+         -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT \
+         -j DROP\n",
+    );
 
     for chain in [
         "KUBE-SERVICES",
@@ -363,9 +351,8 @@ fn render<A: Family>(
         let eps: Vec<(String, String)> = svc
             .endpoints
             .iter()
-            .map(|&(ip, port)| {
-                // `net.JoinHostPort`: `[ip]:port` for IPv6.
-                let ep = SocketAddr::new(ip.into(), port).to_string();
+            .map(|(ip, port)| {
+                let ep = format!("{ip}:{port}");
                 let chain = format!("KUBE-SEP-{}", hash_b32(&format!("{name}{proto}{ep}"), 16));
                 (ep, chain)
             })

@@ -14,8 +14,7 @@
 //! kube-proxy's defaults: masquerade bit 14 (mark `0x00004000`, which is
 //! how kube-proxy's `%#08x` prints it), `--cluster-cidr` local-traffic
 //! detection, no `--masquerade-all`, empty `--nodeport-addresses` (so all
-//! local addresses accept NodePorts). IPv4, and IPv6 in the iptables layout
-//! (kube-proxy's IPv6 proxier, for `ip6tables-restore`: [`Family`]). Chain names are kube-proxy's
+//! local addresses accept NodePorts), IPv4 only. Chain names are kube-proxy's
 //! exact sha256/base32 names. Services are written in input order (kube-proxy
 //! iterates a Go map, i.e. in random order), so a benchmark can put the
 //! service it measures last: the worst case for the linear `KUBE-SERVICES`
@@ -24,16 +23,14 @@
 //! module.
 //!
 //! Load the output only into a network namespace the test created
-//! ([`load_iptables`], [`load_ip6tables`], [`load_nft`]); never into the
-//! root namespace.
+//! ([`load_iptables`], [`load_nft`]); never into the root namespace.
 
 mod iptables;
 mod nftables;
 
 use std::{
-    fmt,
     io::Write as _,
-    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    net::Ipv4Addr,
     process::{Command, Stdio},
 };
 
@@ -61,52 +58,38 @@ impl Proto {
     }
 }
 
-/// The address family of a kube-proxy proxier (one per family):
-/// `Ipv4Addr` or `Ipv6Addr`.
-pub trait Family: Copy + PartialEq + fmt::Display + fmt::Debug + Into<IpAddr> {
-    const IPV6: bool;
-}
-
-impl Family for Ipv4Addr {
-    const IPV6: bool = false;
-}
-
-impl Family for Ipv6Addr {
-    const IPV6: bool = true;
-}
-
 /// One service port (kube-proxy's `ServicePortName` + ClusterIP, and
 /// optionally its NodePort) and its ready endpoints, in the order kube-proxy
-/// would list them; of the family of `A`.
+/// would list them.
 #[derive(Clone, Debug)]
-pub struct SvcSpec<A = Ipv4Addr> {
+pub struct SvcSpec {
     pub namespace: String,
     pub name: String,
     /// The service port's name; may be empty (single-port services).
     pub port_name: String,
-    pub vip: A,
+    pub vip: Ipv4Addr,
     pub port: u16,
     pub proto: Proto,
-    pub endpoints: Vec<(A, u16)>,
+    pub endpoints: Vec<(Ipv4Addr, u16)>,
     /// The service port's NodePort and `externalTrafficPolicy` (a `u16`
     /// converts to an eTP Cluster one); `None`: ClusterIP only.
-    pub node_port: Option<NodePort<A>>,
+    pub node_port: Option<NodePort>,
 }
 
 /// A service port's NodePort (service `type: NodePort`) and its
 /// `externalTrafficPolicy`, as seen from the node the rules are generated
 /// for.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NodePort<A = Ipv4Addr> {
+pub struct NodePort {
     /// Any port number: the generators do not assume the apiserver's default
     /// 30000-32767 range.
     pub port: u16,
-    pub policy: ExternalPolicy<A>,
+    pub policy: ExternalPolicy,
 }
 
 /// `externalTrafficPolicy`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum ExternalPolicy<A = Ipv4Addr> {
+pub enum ExternalPolicy {
     /// `Cluster` (the default): external traffic is masqueraded and may go to
     /// any endpoint.
     #[default]
@@ -117,10 +100,10 @@ pub enum ExternalPolicy<A = Ipv4Addr> {
     /// endpoints whose `nodeName` is this node). Empty: the node has none, so
     /// such traffic is dropped. Traffic from pods (`--cluster-cidr`) or from
     /// the node itself still goes to every endpoint.
-    Local { node_endpoints: Vec<A> },
+    Local { node_endpoints: Vec<Ipv4Addr> },
 }
 
-impl<A> NodePort<A> {
+impl NodePort {
     /// `externalTrafficPolicy: Cluster`.
     pub fn cluster(port: u16) -> Self {
         Self {
@@ -131,7 +114,7 @@ impl<A> NodePort<A> {
 
     /// `externalTrafficPolicy: Local`, on a node running the endpoints with
     /// these IPs.
-    pub fn local(port: u16, node_endpoints: impl IntoIterator<Item = A>) -> Self {
+    pub fn local(port: u16, node_endpoints: impl IntoIterator<Item = Ipv4Addr>) -> Self {
         Self {
             port,
             policy: ExternalPolicy::Local {
@@ -142,7 +125,7 @@ impl<A> NodePort<A> {
 
     /// The IPs of this node's endpoints with eTP Local; `None` with eTP
     /// Cluster.
-    pub fn local_endpoints(&self) -> Option<&[A]> {
+    pub fn local_endpoints(&self) -> Option<&[Ipv4Addr]> {
         match &self.policy {
             ExternalPolicy::Cluster => None,
             ExternalPolicy::Local { node_endpoints } => Some(node_endpoints),
@@ -150,14 +133,14 @@ impl<A> NodePort<A> {
     }
 }
 
-impl<A> From<u16> for NodePort<A> {
+impl From<u16> for NodePort {
     /// An eTP Cluster NodePort.
     fn from(port: u16) -> Self {
         Self::cluster(port)
     }
 }
 
-impl<A> SvcSpec<A> {
+impl SvcSpec {
     /// `ServicePortName.String()`: `ns/name:port`, or `ns/name` without a
     /// port name.
     pub fn port_name_string(&self) -> String {
@@ -210,11 +193,6 @@ pub fn filler_node_ports(n: usize, e: usize, first_port: u16) -> Vec<SvcSpec> {
 /// inside `netns`.
 pub fn load_iptables(netns: &str, rules: &str) -> anyhow::Result<()> {
     in_netns(netns, &["iptables-restore"], rules)
-}
-
-/// [`load_iptables`] for IPv6 rules, with `ip6tables-restore`.
-pub fn load_ip6tables(netns: &str, rules: &str) -> anyhow::Result<()> {
-    in_netns(netns, &["ip6tables-restore"], rules)
 }
 
 /// Applies a partial sync's `rules` inside `netns` as kube-proxy v1.31 does:
@@ -487,48 +465,6 @@ mod tests {
             ),
             "{nft}"
         );
-    }
-
-    /// kube-proxy's IPv6 proxier: endpoints as `net.JoinHostPort` writes
-    /// them, in the DNAT and in the endpoint chain's hash; the service
-    /// chain's name is the family's alike; no IPv4 localnet rule.
-    #[test]
-    fn iptables_ipv6_rules_are_the_ipv6_proxiers() {
-        let ip = |s: &str| s.parse::<Ipv6Addr>().unwrap();
-        let s = SvcSpec {
-            namespace: "ns1".into(),
-            name: "svc1".into(),
-            port_name: "p80".into(),
-            vip: ip("fd00:30::41"),
-            port: 80,
-            proto: Proto::Tcp,
-            endpoints: vec![(ip("fd00:180::1"), 80)],
-            node_port: Some(NodePort::local(3001, [ip("fd00:180::1")])),
-        };
-        let out = iptables_restore(&[s], "fd00:180::/64");
-        let sep = format!(
-            "KUBE-SEP-{}",
-            hash_b32("ns1/svc1:p80tcp[fd00:180::1]:80", 16)
-        );
-        for line in [
-            "-A KUBE-SERVICES -m comment --comment \"ns1/svc1:p80 cluster IP\" -m tcp -p tcp \
-             -d fd00:30::41 --dport 80 -j KUBE-SVC-XPGD46QRK7WJZT7O\n"
-                .to_owned(),
-            "-A KUBE-SVC-XPGD46QRK7WJZT7O -m comment --comment \"ns1/svc1:p80 cluster IP\" \
-             -m tcp -p tcp -d fd00:30::41 --dport 80 ! -s fd00:180::/64 -j KUBE-MARK-MASQ\n"
-                .to_owned(),
-            format!(
-                "-A {sep} -m comment --comment ns1/svc1:p80 -s fd00:180::1 -j KUBE-MARK-MASQ\n"
-            ),
-            format!(
-                "-A {sep} -m comment --comment ns1/svc1:p80 -m tcp -p tcp -j DNAT \
-                 --to-destination [fd00:180::1]:80\n"
-            ),
-        ] {
-            assert!(out.contains(&line), "{line}in:\n{out}");
-        }
-        assert!(!out.contains("127.0.0.0/8"), "{out}");
-        assert!(out.contains(":KUBE-FIREWALL - [0:0]\n"), "{out}");
     }
 
     /// The two-endpoint dispatch rule of kube-proxy's fixture service ns4/svc4.
