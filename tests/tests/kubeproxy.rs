@@ -4,7 +4,11 @@
 //! traffic); nothing is loaded into the root namespace. No lb-agent runs here.
 //! Needs root; fails loudly without it.
 
-use std::{collections::BTreeMap, net::Ipv4Addr, time::Instant};
+use std::{
+    collections::BTreeMap,
+    net::{IpAddr, Ipv4Addr},
+    time::Instant,
+};
 
 use lb_tests::{
     kubeproxy::{self, Proto, SvcSpec, filler_services},
@@ -176,7 +180,7 @@ fn nftables_layout_dnats_tcp_and_udp_vip_to_both_backends() -> anyhow::Result<()
 
 /// `web` with its second endpoint moved from pb to pc (10.42.7.3): index 2
 /// in [`services`]. Returns the services and the endpoint replaced.
-fn move_web_endpoint(bed: &mut Bed) -> anyhow::Result<(Vec<SvcSpec>, (Ipv4Addr, u16))> {
+fn move_web_endpoint(bed: &mut Bed) -> anyhow::Result<(Vec<SvcSpec>, (IpAddr, u16))> {
     bed.backend("pc", "10.42.7.3".parse()?, &[8080], &[5353])?;
     let mut changed = services();
     let old = changed[2].endpoints[1];
@@ -269,11 +273,11 @@ fn thousand_services_of_four_endpoints_load_completely() -> anyhow::Result<()> {
         namespace: "bench".into(),
         name: "last".into(),
         port_name: "http".into(),
-        vip: last,
+        vip: last.into(),
         port: 80,
         proto: Proto::Tcp,
         endpoints: (1..=E as u8)
-            .map(|i| (Ipv4Addr::new(10, 99, 1, i), 8080))
+            .map(|i| (Ipv4Addr::new(10, 99, 1, i).into(), 8080))
             .collect(),
         node_port: None,
     });

@@ -6,13 +6,13 @@
 //! family. Needs root; fails loudly without it.
 
 use std::{
-    net::{Ipv4Addr, Ipv6Addr},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
     time::Duration,
 };
 
 use lb_fixtures::{Slice, yaml};
 use lb_tests::{
-    kubeproxy::{self, Family, NodePort, Proto, SvcSpec},
+    kubeproxy::{self, NodePort, Proto, SvcSpec},
     probe::{Held, HeldUdp, UdpAnswer},
     two_nodes::{
         Bed, NODE1, NODE1_6, NODE2, NODE2_6, addr, node_objects, node_port_svc, p1, p1_6, p2, p2_6,
@@ -26,13 +26,13 @@ const CLUSTER: u16 = 30080;
 const LOCAL: u16 = 30081;
 
 /// One family's side of the bed, and of kube-proxy's proxier for it.
-struct Side<A> {
+struct Side {
     /// The nodes' addresses, each node's NodePort address.
     nodes: [&'static str; 2],
     /// Pods p1 (on node-1) and p2 (on node-2).
-    pods: [A; 2],
+    pods: [IpAddr; 2],
     /// `cluster`'s and `local`'s cluster IPs.
-    cluster_ips: [A; 2],
+    cluster_ips: [IpAddr; 2],
     /// The pods' addresses: kube-proxy's `--cluster-cidr`.
     cluster_cidr: &'static str,
     /// A Service's EndpointSlice of p1 and p2.
@@ -44,10 +44,18 @@ struct Side<A> {
     stats: &'static str,
 }
 
-const V4: Side<Ipv4Addr> = Side {
+const fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(a, b, c, d))
+}
+
+const fn v6(a: u16, b: u16, c: u16, d: u16) -> IpAddr {
+    IpAddr::V6(Ipv6Addr::new(a, b, 0, 0, 0, 0, c, d))
+}
+
+const V4: Side = Side {
     nodes: [NODE1, NODE2],
-    pods: [Ipv4Addr::new(10, 42, 1, 2), Ipv4Addr::new(10, 42, 2, 2)],
-    cluster_ips: [Ipv4Addr::new(10, 96, 59, 1), Ipv4Addr::new(10, 96, 59, 2)],
+    pods: [v4(10, 42, 1, 2), v4(10, 42, 2, 2)],
+    cluster_ips: [v4(10, 96, 59, 1), v4(10, 96, 59, 2)],
     cluster_cidr: "10.42.0.0/16",
     slice: |svc| slice(svc, vec![p1(), p2()]),
     iptables: "iptables",
@@ -55,16 +63,10 @@ const V4: Side<Ipv4Addr> = Side {
     stats: "tc",
 };
 
-const V6: Side<Ipv6Addr> = Side {
+const V6: Side = Side {
     nodes: [NODE1_6, NODE2_6],
-    pods: [
-        Ipv6Addr::new(0xfd42, 1, 0, 0, 0, 0, 0, 2),
-        Ipv6Addr::new(0xfd42, 2, 0, 0, 0, 0, 0, 2),
-    ],
-    cluster_ips: [
-        Ipv6Addr::new(0xfd00, 0x96, 0, 0, 0, 0, 0x59, 1),
-        Ipv6Addr::new(0xfd00, 0x96, 0, 0, 0, 0, 0x59, 2),
-    ],
+    pods: [v6(0xfd42, 1, 0, 2), v6(0xfd42, 2, 0, 2)],
+    cluster_ips: [v6(0xfd00, 0x96, 0x59, 1), v6(0xfd00, 0x96, 0x59, 2)],
     cluster_cidr: "fd42::/16",
     slice: |svc| slice6(svc, vec![p1_6(), p2_6()]),
     iptables: "ip6tables",
@@ -73,11 +75,11 @@ const V6: Side<Ipv6Addr> = Side {
 };
 
 /// The Nodes and the single-stack Services of `side`'s family.
-fn manifest<A: Family>(side: &Side<A>) -> String {
+fn manifest(side: &Side) -> String {
     let [node1, node2] = node_objects();
-    let svc = |name, ip: A, node_port| {
+    let svc = |name, ip: IpAddr, node_port| {
         let svc = node_port_svc(name, &ip.to_string(), node_port);
-        if A::IPV6 {
+        if ip.is_ipv6() {
             svc.ip_families(&["IPv6"])
         } else {
             svc
@@ -96,7 +98,7 @@ fn manifest<A: Family>(side: &Side<A>) -> String {
 }
 
 /// kube-proxy's view of the same Services, on the node running `own`.
-fn kube_proxy_services<A: Family>(side: &Side<A>, own: A) -> Vec<SvcSpec<A>> {
+fn kube_proxy_services(side: &Side, own: IpAddr) -> Vec<SvcSpec> {
     let mut specs = Vec::new();
     for (name, vip, node_port, local) in [
         ("cluster", side.cluster_ips[0], CLUSTER, false),
@@ -128,7 +130,7 @@ fn kube_proxy_services<A: Family>(side: &Side<A>, own: A) -> Vec<SvcSpec<A>> {
 /// kube-proxy (its rules for `side`'s family) serves held TCP connections
 /// and UDP flows; the agents start and the rules go; every connection goes
 /// on with its backend, translated by the kernel, and new ones are ours.
-fn replace_kube_proxy<A: Family>(side: &Side<A>) -> anyhow::Result<()> {
+fn replace_kube_proxy(side: &Side) -> anyhow::Result<()> {
     let bed = Bed::new(&manifest(side))?;
     for (host, own) in [("n1", side.pods[0]), ("n2", side.pods[1])] {
         let rules = kubeproxy::iptables_restore(&kube_proxy_services(side, own), side.cluster_cidr);

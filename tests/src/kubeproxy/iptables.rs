@@ -30,6 +30,10 @@
 //! Also the *partial* sync kube-proxy writes after an endpoint change
 //! ([`iptables_partial_restore`]).
 //!
+//! IPv6 services give the IPv6 proxier's `ip6tables-restore` input: the same
+//! rules with IPv6 addresses (endpoints as `[ip]:port`), and no localhost
+//! NodePort rule in `KUBE-FIREWALL` (localhost NodePorts are IPv4's only).
+//!
 //! Simplified: kube-proxy installs the jumps from built-in chains with
 //! `iptables -I` and restores with `--noflush`; here they are `-A` lines in
 //! the order the prepends leave them, in one input for a plain
@@ -44,9 +48,9 @@
 //! externalIPs; no session affinity, internal traffic policy, topology hints
 //! or terminating endpoints.
 
-use std::{collections::HashMap, fmt::Write as _};
+use std::{collections::HashMap, fmt::Write as _, net::SocketAddr};
 
-use super::{MASQ_MARK, SvcSpec, hash_b32};
+use super::{Family, MASQ_MARK, SvcSpec, hash_b32};
 
 /// kube-proxy's `largeClusterEndpointsThreshold`.
 const LARGE_CLUSTER_ENDPOINTS: usize = 1000;
@@ -192,7 +196,8 @@ fn render(services: &[SvcSpec], cluster_cidr: &str, partial: Option<&[usize]>) -
         "KUBE-FORWARD",
         "KUBE-NODEPORTS",
         "KUBE-PROXY-FIREWALL",
-        // Written when iptables.localhostNodePorts is on (the default).
+        // Written when iptables.localhostNodePorts is on (the default), by
+        // the IPv4 proxier; declared for IPv6 too, for the jumps to it.
         "KUBE-FIREWALL",
     ] {
         chain_line(&mut o, chain);
@@ -201,11 +206,15 @@ fn render(services: &[SvcSpec], cluster_cidr: &str, partial: Option<&[usize]>) -
         chain_line(&mut o, "KUBE-PROXY-CANARY");
         jumps(&mut o, "filter");
     }
-    filter_rules.push_str(
-        "-A KUBE-FIREWALL -m comment --comment \"block incoming localnet connections\" \
-         -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT \
-         -j DROP\n",
-    );
+    // Localhost NodePorts are IPv4's only: the IPv6 proxier leaves the
+    // chain its jumps ensure empty.
+    if Family::of_services(services) == Family::V4 {
+        filter_rules.push_str(
+            "-A KUBE-FIREWALL -m comment --comment \"block incoming localnet connections\" \
+             -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT \
+             -j DROP\n",
+        );
+    }
 
     for chain in [
         "KUBE-SERVICES",
@@ -351,8 +360,9 @@ fn render(services: &[SvcSpec], cluster_cidr: &str, partial: Option<&[usize]>) -
         let eps: Vec<(String, String)> = svc
             .endpoints
             .iter()
-            .map(|(ip, port)| {
-                let ep = format!("{ip}:{port}");
+            .map(|&(ip, port)| {
+                // `[ip]:port` for IPv6, as Go's `net.JoinHostPort`.
+                let ep = SocketAddr::new(ip, port).to_string();
                 let chain = format!("KUBE-SEP-{}", hash_b32(&format!("{name}{proto}{ep}"), 16));
                 (ep, chain)
             })

@@ -14,7 +14,10 @@
 //! kube-proxy's defaults: masquerade bit 14 (mark `0x00004000`, which is
 //! how kube-proxy's `%#08x` prints it), `--cluster-cidr` local-traffic
 //! detection, no `--masquerade-all`, empty `--nodeport-addresses` (so all
-//! local addresses accept NodePorts), IPv4 only. Chain names are kube-proxy's
+//! local addresses accept NodePorts). Either family: kube-proxy runs one
+//! proxier per family with the same rule shapes, and so the generators write
+//! the `ip6tables-restore` input or the `table ip6` of IPv6 services (all of
+//! one call's services are of one [`Family`]). Chain names are kube-proxy's
 //! exact sha256/base32 names. Services are written in input order (kube-proxy
 //! iterates a Go map, i.e. in random order), so a benchmark can put the
 //! service it measures last: the worst case for the linear `KUBE-SERVICES`
@@ -30,7 +33,7 @@ mod nftables;
 
 use std::{
     io::Write as _,
-    net::Ipv4Addr,
+    net::{IpAddr, Ipv4Addr},
     process::{Command, Stdio},
 };
 
@@ -67,10 +70,11 @@ pub struct SvcSpec {
     pub name: String,
     /// The service port's name; may be empty (single-port services).
     pub port_name: String,
-    pub vip: Ipv4Addr,
+    /// The cluster IP; its family is the family of the endpoints too.
+    pub vip: IpAddr,
     pub port: u16,
     pub proto: Proto,
-    pub endpoints: Vec<(Ipv4Addr, u16)>,
+    pub endpoints: Vec<(IpAddr, u16)>,
     /// The service port's NodePort and `externalTrafficPolicy` (a `u16`
     /// converts to an eTP Cluster one); `None`: ClusterIP only.
     pub node_port: Option<NodePort>,
@@ -100,7 +104,7 @@ pub enum ExternalPolicy {
     /// endpoints whose `nodeName` is this node). Empty: the node has none, so
     /// such traffic is dropped. Traffic from pods (`--cluster-cidr`) or from
     /// the node itself still goes to every endpoint.
-    Local { node_endpoints: Vec<Ipv4Addr> },
+    Local { node_endpoints: Vec<IpAddr> },
 }
 
 impl NodePort {
@@ -114,18 +118,18 @@ impl NodePort {
 
     /// `externalTrafficPolicy: Local`, on a node running the endpoints with
     /// these IPs.
-    pub fn local(port: u16, node_endpoints: impl IntoIterator<Item = Ipv4Addr>) -> Self {
+    pub fn local(port: u16, node_endpoints: impl IntoIterator<Item = impl Into<IpAddr>>) -> Self {
         Self {
             port,
             policy: ExternalPolicy::Local {
-                node_endpoints: node_endpoints.into_iter().collect(),
+                node_endpoints: node_endpoints.into_iter().map(Into::into).collect(),
             },
         }
     }
 
     /// The IPs of this node's endpoints with eTP Local; `None` with eTP
     /// Cluster.
-    pub fn local_endpoints(&self) -> Option<&[Ipv4Addr]> {
+    pub fn local_endpoints(&self) -> Option<&[IpAddr]> {
         match &self.policy {
             ExternalPolicy::Cluster => None,
             ExternalPolicy::Local { node_endpoints } => Some(node_endpoints),
@@ -137,6 +141,46 @@ impl From<u16> for NodePort {
     /// An eTP Cluster NodePort.
     fn from(port: u16) -> Self {
         Self::cluster(port)
+    }
+}
+
+/// An address family: kube-proxy runs one proxier, with one table, per
+/// family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    pub const ALL: [Family; 2] = [Family::V4, Family::V6];
+
+    pub fn of(ip: IpAddr) -> Self {
+        if ip.is_ipv4() { Family::V4 } else { Family::V6 }
+    }
+
+    /// `IPv4` or `IPv6`, as the API names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::V4 => "IPv4",
+            Family::V6 => "IPv6",
+        }
+    }
+
+    /// The one family of `services`' addresses (IPv4 for none): a proxier
+    /// sees only the services and endpoints of its own family.
+    fn of_services(services: &[SvcSpec]) -> Self {
+        let family = services.first().map_or(Family::V4, |s| Family::of(s.vip));
+        for s in services {
+            assert!(
+                std::iter::once(s.vip)
+                    .chain(s.endpoints.iter().map(|(ip, _)| *ip))
+                    .all(|ip| Family::of(ip) == family),
+                "{}: addresses of one family only",
+                s.port_name_string()
+            );
+        }
+        family
     }
 }
 
@@ -166,11 +210,11 @@ pub fn filler_services(n: usize, e: usize) -> Vec<SvcSpec> {
             namespace: "bench".into(),
             name: format!("svc-{i}"),
             port_name: "http".into(),
-            vip: Ipv4Addr::from(vip_base + i as u32),
+            vip: Ipv4Addr::from(vip_base + i as u32).into(),
             port: 80,
             proto: Proto::Tcp,
             endpoints: (0..e)
-                .map(|j| (Ipv4Addr::from(ep_base + (i * e + j) as u32), 8080))
+                .map(|j| (Ipv4Addr::from(ep_base + (i * e + j) as u32).into(), 8080))
                 .collect(),
             node_port: None,
         })
@@ -193,6 +237,11 @@ pub fn filler_node_ports(n: usize, e: usize, first_port: u16) -> Vec<SvcSpec> {
 /// inside `netns`.
 pub fn load_iptables(netns: &str, rules: &str) -> anyhow::Result<()> {
     in_netns(netns, &["iptables-restore"], rules)
+}
+
+/// [`load_iptables`] of IPv6 services' rules, with `ip6tables-restore`.
+pub fn load_ip6tables(netns: &str, rules: &str) -> anyhow::Result<()> {
+    in_netns(netns, &["ip6tables-restore"], rules)
 }
 
 /// Applies a partial sync's `rules` inside `netns` as kube-proxy v1.31 does:
@@ -700,6 +749,98 @@ mod tests {
         );
     }
 
+    /// kube-proxy's IPv6 fixture of `TestNodePorts` (nftables):
+    /// ns1/svc1:p80, ClusterIP fd00:172:30::41, NodePort 3001, endpoints
+    /// fd00:10:180::1 and fd00:10:180::2:1 port 80, cluster CIDR
+    /// fd00:10::/64. Its dump is sorted; these are its lines of the service.
+    #[test]
+    fn nft_ipv6_node_port_matches_kube_proxy_fixture() {
+        let s = SvcSpec {
+            vip: "fd00:172:30::41".parse().expect("vip"),
+            endpoints: ["fd00:10:180::1", "fd00:10:180::2:1"]
+                .map(|ip| (ip.parse().expect("ip"), 80))
+                .into(),
+            ..node_port_svc("ns1", "svc1", [0; 4], 3001, &[])
+        };
+        let nft = nft_ruleset(&[s], "fd00:10::/64");
+        let t = "ip6 kube-proxy";
+        let chain = "service-ULMVA6XW-ns1/svc1/tcp/p80";
+        let ext = "external-ULMVA6XW-ns1/svc1/tcp/p80";
+        let ep1 = "endpoint-ZVRFLKHO-ns1/svc1/tcp/p80__fd00.10.180..1/80";
+        let ep2 = "endpoint-2CRNCTTE-ns1/svc1/tcp/p80__fd00.10.180..2.1/80";
+        for line in [
+            format!("add chain {t} {ep1}"),
+            format!("add chain {t} {ep2}"),
+            format!(
+                "add set {t} cluster-ips {{ type ipv6_addr ; comment \"Active ClusterIPs\" ; }}"
+            ),
+            format!("add rule {t} {ep2} ip6 saddr fd00:10:180::2:1 jump mark-for-masquerade"),
+            format!("add rule {t} {ep2} meta l4proto tcp dnat to [fd00:10:180::2:1]:80"),
+            format!("add rule {t} {ep1} meta l4proto tcp dnat to [fd00:10:180::1]:80"),
+            format!("add rule {t} {ext} goto {chain}"),
+            format!(
+                "add rule {t} {chain} ip6 daddr fd00:172:30::41 tcp dport 80 \
+                 ip6 saddr != fd00:10::/64 jump mark-for-masquerade"
+            ),
+            format!(
+                "add rule {t} {chain} numgen random mod 2 vmap {{ 0 : goto {ep1} , 1 : goto {ep2} }}"
+            ),
+            format!(
+                "add rule {t} service-endpoints-check ip6 daddr . meta l4proto . th dport vmap @no-endpoint-services"
+            ),
+            format!("add element {t} cluster-ips {{ fd00:172:30::41 }}"),
+            format!("add element {t} service-ips {{ fd00:172:30::41 . tcp . 80 : goto {chain} }}"),
+            format!("add element {t} service-nodeports {{ tcp . 3001 : goto {ext} }}"),
+        ] {
+            assert!(nft.lines().any(|l| l == line), "no {line:?} in\n{nft}");
+        }
+        assert!(!nft.contains(" ip "), "{nft}");
+    }
+
+    /// The IPv6 proxier's iptables layout: the IPv4 one with IPv6
+    /// addresses, `[ip]:port` endpoints (in the `KUBE-SEP` hashes too), and
+    /// no localhost NodePort rule.
+    #[test]
+    fn ip6tables_layout_is_ipv4s_with_ipv6_addresses() {
+        let s = SvcSpec {
+            vip: "fd00:172:30::41".parse().expect("vip"),
+            endpoints: vec![("fd00:10:180::1".parse().expect("ip"), 80)],
+            ..node_port_svc("ns1", "svc1", [0; 4], 3001, &[])
+        };
+        let out = iptables_restore(&[s], "fd00:10::/64");
+        let sep = format!(
+            "KUBE-SEP-{}",
+            hash_b32("ns1/svc1:p80tcp[fd00:10:180::1]:80", 16)
+        );
+        for line in [
+            "-A KUBE-SERVICES -m comment --comment \"ns1/svc1:p80 cluster IP\" -m tcp -p tcp \
+             -d fd00:172:30::41 --dport 80 -j KUBE-SVC-XPGD46QRK7WJZT7O"
+                .to_owned(),
+            format!(
+                "-A KUBE-SVC-XPGD46QRK7WJZT7O -m comment --comment \"ns1/svc1:p80 -> [fd00:10:180::1]:80\" -j {sep}"
+            ),
+            format!(
+                "-A {sep} -m comment --comment ns1/svc1:p80 -s fd00:10:180::1 -j KUBE-MARK-MASQ"
+            ),
+            format!(
+                "-A {sep} -m comment --comment ns1/svc1:p80 -m tcp -p tcp -j DNAT \
+                 --to-destination [fd00:10:180::1]:80"
+            ),
+        ] {
+            assert!(out.lines().any(|l| l == line), "no {line:?} in\n{out}");
+        }
+        assert!(!out.contains("127.0.0.0/8"), "{out}");
+        assert!(out.contains(":KUBE-FIREWALL - [0:0]"), "{out}");
+    }
+
+    #[test]
+    #[should_panic(expected = "addresses of one family only")]
+    fn families_are_not_mixed() {
+        let mut s = svc("ns1", "svc1", "p80", [172, 30, 0, 41], &[]);
+        s.endpoints = vec![("fd00::1".parse().expect("ip"), 80)];
+        iptables_restore(&[s], "10.0.0.0/8");
+    }
+
     /// kube-proxy's `TestHealthCheckNodePort` (iptables): ns1/svc1:p80 with
     /// NodePort 3001 and no endpoints is rejected on the NodePort too (that
     /// service is eTP Local, but without any endpoint both policies write the
@@ -893,7 +1034,7 @@ mod tests {
         // Endpoints 0 and 2 of svc-1 run on this node; svc-2 has none here.
         for (i, local) in [(1, vec![0, 2]), (2, vec![])] {
             let s = &mut services[i];
-            let ips: Vec<Ipv4Addr> = local.iter().map(|&e| s.endpoints[e].0).collect();
+            let ips: Vec<IpAddr> = local.iter().map(|&e| s.endpoints[e].0).collect();
             s.node_port = Some(NodePort::local(30_000 + i as u16, ips));
         }
         let out = iptables_restore(&services, "10.0.0.0/8");

@@ -2,7 +2,7 @@
 //! changed endpoint is in the dataplane, and the agent's memory.
 
 use std::{
-    net::Ipv4Addr,
+    net::{IpAddr, Ipv4Addr},
     time::{Duration, Instant},
 };
 
@@ -189,10 +189,10 @@ fn change(n: usize, u: usize) -> (usize, Ipv4Addr) {
 
 /// Applies the `u`-th change to `specs`; returns the Service's index and
 /// the endpoint it replaced.
-fn move_endpoint(specs: &mut [SvcSpec], u: usize) -> (usize, (Ipv4Addr, u16)) {
+fn move_endpoint(specs: &mut [SvcSpec], u: usize) -> (usize, (IpAddr, u16)) {
     let (i, ip) = change(specs.len(), u);
     let old = specs[i].endpoints[0];
-    specs[i].endpoints[0].0 = ip;
+    specs[i].endpoints[0].0 = ip.into();
     (i, old)
 }
 

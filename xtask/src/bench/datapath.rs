@@ -83,10 +83,10 @@ pub(super) fn services(n: usize, pods: &[Ipv4Addr], filler_endpoints: usize) -> 
             namespace: "bench".into(),
             name: name.into(),
             port_name: name.into(),
-            vip: VIP,
+            vip: VIP.into(),
             port,
             proto,
-            endpoints: pods.iter().map(|ip| (*ip, target)).collect(),
+            endpoints: pods.iter().map(|&ip| (ip.into(), target)).collect(),
             node_port: None,
         });
     }

@@ -69,10 +69,10 @@ fn services(n: usize, pods: &[Ipv4Addr], filler_endpoints: usize) -> Vec<SvcSpec
             namespace: "bench".into(),
             name: name.into(),
             port_name: name.into(),
-            vip: Ipv4Addr::new(10, 100, 0, 1),
+            vip: Ipv4Addr::new(10, 100, 0, 1).into(),
             port,
             proto,
-            endpoints: pods.iter().map(|ip| (*ip, target)).collect(),
+            endpoints: pods.iter().map(|&ip| (ip.into(), target)).collect(),
             node_port: Some(node_port.into()),
         });
     }
