@@ -29,7 +29,7 @@ pub(super) fn measure(plan: &Plan) -> anyhow::Result<Control> {
     let yaml = if plan.realistic {
         realistic::manifests(&specs)
     } else {
-        datapath::manifests(&specs)
+        datapath::manifests(&[&specs])
     };
     let mut cold = Vec::new();
     let mut updates = Vec::new();

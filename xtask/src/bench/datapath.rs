@@ -97,19 +97,25 @@ pub(super) fn services(n: usize, pods: &[Ipv4Addr], filler_endpoints: usize) -> 
 /// YAML by hand: at 10,000 Services the agent's file reader takes its fast
 /// path on them (one `kind:` line per document), as it would on `kubectl
 /// get -o yaml` output. The tests build theirs with `lb-fixtures`.
-pub(super) fn manifests(specs: &[SvcSpec]) -> String {
-    let mut out = String::with_capacity(specs.len() * 600);
-    for s in specs {
+/// `families`: the Services in each family, the same Services in the same
+/// order; with two, each Service is dual-stack (the first family's cluster
+/// IP primary) and has a slice of each family.
+pub(super) fn manifests(families: &[&[SvcSpec]]) -> String {
+    let specs = families[0];
+    assert!(families.iter().all(|f| f.len() == specs.len()));
+    let mut out = String::with_capacity(specs.len() * 600 * families.len());
+    for (i, s) in specs.iter().enumerate() {
         let proto = match s.proto {
             Proto::Tcp => "TCP",
             Proto::Udp => "UDP",
         };
         // Each port its own Service keeps the mapping one to one.
         let name = format!("{}-{}", s.name, s.port_name);
+        let ips: Vec<String> = families.iter().map(|f| f[i].vip.to_string()).collect();
         out += &service(
             &s.namespace,
             &name,
-            &s.vip.to_string(),
+            &ips,
             &[(
                 &s.port_name,
                 u32::from(s.port),
@@ -117,16 +123,19 @@ pub(super) fn manifests(specs: &[SvcSpec]) -> String {
                 s.node_port.as_ref().map(|np| np.port),
             )],
         );
-        let ips: Vec<String> = s.endpoints.iter().map(|(ip, _)| ip.to_string()).collect();
-        let eps: Vec<(&str, bool)> = ips.iter().map(|ip| (ip.as_str(), true)).collect();
-        let target = s.endpoints.first().map_or(1, |(_, p)| *p);
-        out += &slice(
-            &s.namespace,
-            &format!("{name}-1"),
-            &name,
-            &[(&s.port_name, target, proto)],
-            &eps,
-        );
+        for (f, family) in families.iter().enumerate() {
+            let s = &family[i];
+            let ips: Vec<String> = s.endpoints.iter().map(|(ip, _)| ip.to_string()).collect();
+            let eps: Vec<(&str, bool)> = ips.iter().map(|ip| (ip.as_str(), true)).collect();
+            let target = s.endpoints.first().map_or(1, |(_, p)| *p);
+            out += &slice(
+                &s.namespace,
+                &format!("{name}-{}", f + 1),
+                &name,
+                &[(&s.port_name, target, proto)],
+                &eps,
+            );
+        }
     }
     out
 }
@@ -140,7 +149,7 @@ pub(super) fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
         bed.backend(&format!("p{i}"), *ip, &[8080], &[5353])?;
     }
     let specs = services(n, &pods, plan.endpoints);
-    bed.write_manifest(&(manifests(&specs) + &semantics_manifests(&pods)))?;
+    bed.write_manifest(&(manifests(&[&specs]) + &semantics_manifests(&pods)))?;
 
     // Each mode keeps its own client namespace (pods 10.0.0.2-4) and its
     // rules or programs for the whole run, so rounds alternate without
@@ -302,11 +311,12 @@ fn semantics_manifests(pods: &[Ipv4Addr]) -> String {
 }
 
 /// A v1 Service manifest. `ports`: (name, port, protocol, NodePort); with
-/// NodePorts it is of type NodePort.
+/// NodePorts it is of type NodePort. With two `cluster_ips` it is
+/// dual-stack, the first primary.
 pub(super) fn service(
     ns: &str,
     name: &str,
-    cluster_ip: &str,
+    cluster_ips: &[String],
     ports: &[(&str, u32, &str, Option<u16>)],
 ) -> String {
     let ports: Vec<String> = ports
@@ -321,15 +331,27 @@ pub(super) fn service(
     } else {
         "ClusterIP"
     };
+    let dual_stack = match cluster_ips {
+        [_] => String::new(),
+        ips => {
+            let families: Vec<&str> = ips.iter().map(|ip| family(ip)).collect();
+            format!(
+                "  clusterIPs: [\"{}\"]\n  ipFamilies: [{}]\n  ipFamilyPolicy: RequireDualStack\n",
+                ips.join("\", \""),
+                families.join(", ")
+            )
+        }
+    };
     format!(
         "---\napiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {ns}}}\n\
-         spec:\n  type: {ty}\n  clusterIP: \"{cluster_ip}\"\n  ports: [{}]\n",
+         spec:\n  type: {ty}\n  clusterIP: \"{}\"\n{dual_stack}  ports: [{}]\n",
+        cluster_ips[0],
         ports.join(", ")
     )
 }
 
 /// An EndpointSlice manifest. `ports`: (name, port, protocol);
-/// `endpoints`: (ip, ready).
+/// `endpoints`: (ip, ready), of one family (IPv4 without any).
 pub(super) fn slice(
     ns: &str,
     name: &str,
@@ -348,8 +370,14 @@ pub(super) fn slice(
     format!(
         "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
          metadata: {{name: {name}, namespace: {ns}, labels: {{kubernetes.io/service-name: {service}}}}}\n\
-         addressType: IPv4\nports: [{}]\nendpoints: [{}]\n",
+         addressType: {}\nports: [{}]\nendpoints: [{}]\n",
+        endpoints.first().map_or("IPv4", |(ip, _)| family(ip)),
         ports.join(", "),
         eps.join(", ")
     )
+}
+
+/// The API's name of `ip`'s family.
+fn family(ip: &str) -> &'static str {
+    if ip.contains(':') { "IPv6" } else { "IPv4" }
 }

@@ -2,12 +2,21 @@
 //! and UDP request/response to a NodePort (`externalTrafficPolicy:
 //! Cluster`), through a node running our tc programs, one running kube-proxy
 //! v1.31's iptables layout, one running its nftables layout, and a plain
-//! router straight to the pods (direct); at each N. Each node reaches the
-//! same pods over one shared bridge, and each has a client of its own:
+//! router straight to the pods (direct); at each N, over IPv4 and over
+//! IPv6. Each node reaches the same pods over one shared bridge, and each
+//! has a client of its own:
 //!
 //! ```text
 //! client-k 172.16.k.2 -- eth0 172.16.k.1  node-k  eth1 10.42.0.(101+k) -- bridge -- pods 10.42.0.1..
 //! ```
+//!
+//! Every link is dual-stack: each address has its IPv6 image, `fd00::`
+//! and the IPv4 address's 32 bits (`netns::v6_of`, as the datapath
+//! section's pods), in a prefix 96 bits longer. Every Service is
+//! dual-stack (RequireDualStack, a slice of each family), so each family's
+//! layout holds the same N Services: kube-proxy's are loaded per family as
+//! its one proxier per family writes them (`iptables-restore` and
+//! `ip6tables-restore`, `table ip` and `table ip6`).
 //!
 //! The pods are on other nodes as far as every layout knows, so every flow
 //! through a NodePort is SNATed (kube-proxy's `KUBE-EXT` masquerade, our tc
@@ -15,12 +24,12 @@
 //! own measure of our tc programs per packet: during our runs, and on
 //! crafted packets (`BPF_PROG_TEST_RUN`, the `tc_cost` bench).
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use anyhow::Context as _;
 use lb_tests::{
     kubeproxy::{self, Proto, SvcSpec},
-    netns::{Namespaces, exec, ip, sysctl, veth},
+    netns::{Namespaces, exec, ip, no_dad, sysctl, v6_of, veth},
     probe::{self, Server},
     progstats::{Runs, StatsOn},
     rig::Rig,
@@ -29,18 +38,81 @@ use lb_tests::{
 
 use super::{
     Plan,
-    results::nodeport::{Capacity, Load, Mode, NodePort, Row},
+    results::nodeport::{Capacity, Family, Load, Mode, NodePort, Row},
     rounds, tc_cost,
 };
 
-/// The node ours runs as; its Node object carries the NodePort address.
+/// The node ours runs as; its Node object carries the NodePort addresses.
 const NODE: &str = "bench-node";
 /// The measured NodePorts, after every filler's (20000 + i).
 const TCP_NODE_PORT: u16 = 30080;
 const UDP_NODE_PORT: u16 = 30053;
 const FILLER_NODE_PORT: u16 = 20000;
-/// The pods' network: kube-proxy's `--cluster-cidr`.
-const CLUSTER_CIDR: &str = "10.42.0.0/16";
+/// The pods' network: kube-proxy's `--cluster-cidr` (IPv4's; IPv6's is its
+/// image).
+const CLUSTER_NET: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 42, 0, 0), 16);
+
+/// `ip` in `family`: itself, or its IPv6 image.
+fn at(family: Family, ip: Ipv4Addr) -> IpAddr {
+    match family {
+        Family::V4 => ip.into(),
+        Family::V6 => v6_of(ip).into(),
+    }
+}
+
+/// `ip/len` in `family`.
+fn prefix(family: Family, (ip, len): (Ipv4Addr, u8)) -> String {
+    match family {
+        Family::V4 => format!("{ip}/{len}"),
+        Family::V6 => format!("{}/{}", v6_of(ip), len + 96),
+    }
+}
+
+/// `specs` over `family`: their addresses' images.
+fn in_family(specs: &[SvcSpec], family: Family) -> Vec<SvcSpec> {
+    let map = |ip: IpAddr| match ip {
+        IpAddr::V4(v4) => at(family, v4),
+        IpAddr::V6(_) => ip,
+    };
+    specs
+        .iter()
+        .map(|s| SvcSpec {
+            vip: map(s.vip),
+            endpoints: s.endpoints.iter().map(|&(ip, p)| (map(ip), p)).collect(),
+            ..s.clone()
+        })
+        .collect()
+}
+
+/// Gives `dev` in `ns` the address `ip/len` and its IPv6 image.
+fn addrs(ns: &str, dev: &str, net: (Ipv4Addr, u8)) -> anyhow::Result<()> {
+    for family in Family::ALL {
+        let addr = prefix(family, net);
+        let mut args = vec!["-n", ns, "addr", "add", &addr, "dev", dev];
+        if family == Family::V6 {
+            args.push("nodad");
+        }
+        ip(&args)?;
+    }
+    Ok(())
+}
+
+/// Routes `to` via `via` in `ns`, in both families.
+fn route(ns: &str, to: Option<(Ipv4Addr, u8)>, via: Ipv4Addr) -> anyhow::Result<()> {
+    for family in Family::ALL {
+        let to = to.map_or("default".to_owned(), |net| prefix(family, net));
+        ip(&[
+            "-n",
+            ns,
+            "route",
+            "add",
+            &to,
+            "via",
+            &at(family, via).to_string(),
+        ])?;
+    }
+    Ok(())
+}
 
 impl Mode {
     /// The index of this mode's node and client (`172.16.k.0/24`).
@@ -48,19 +120,23 @@ impl Mode {
         self as u8
     }
 
+    /// This mode's node on its client's link.
     fn node_addr(self) -> Ipv4Addr {
         Ipv4Addr::new(172, 16, self.k(), 1)
+    }
+
+    /// This mode's node on the pods' bridge.
+    fn fabric_addr(self) -> Ipv4Addr {
+        Ipv4Addr::new(10, 42, 0, 101 + self.k())
     }
 }
 
 /// N NodePort Services: N-1 fillers (NodePorts 20000 + i), then the
 /// measured UDP and TCP ones (TCP last, the worst case for iptables'
-/// linear `KUBE-NODEPORTS`).
+/// linear `KUBE-NODEPORTS`). Their IPv4 addresses; see [`in_family`].
 fn services(n: usize, pods: &[Ipv4Addr], filler_endpoints: usize) -> Vec<SvcSpec> {
-    let mut all = kubeproxy::filler_services(n.saturating_sub(1), filler_endpoints);
-    for (i, s) in all.iter_mut().enumerate() {
-        s.node_port = Some((FILLER_NODE_PORT + i as u16).into());
-    }
+    let mut all =
+        kubeproxy::filler_node_ports(n.saturating_sub(1), filler_endpoints, FILLER_NODE_PORT);
     for (name, port, node_port, target, proto) in [
         ("dns", 53, UDP_NODE_PORT, 5353, Proto::Udp),
         ("web", 80, TCP_NODE_PORT, 8080, Proto::Tcp),
@@ -95,51 +171,48 @@ impl Bed {
         let prefix = unique("npb");
         let mut namespaces = Namespaces::new(&prefix);
         let rig = Rig::in_netns(&prefix, &namespaces.ns(&format!("n{}", Mode::Ours.k())))?;
-        let fabric = namespaces.add("f")?;
+        // Every namespace without duplicate address detection before its
+        // interfaces exist, so that no IPv6 address is ever tentative.
+        let mut add = |host: &str| -> anyhow::Result<String> {
+            let ns = namespaces.add(host)?;
+            no_dad(&ns)?;
+            Ok(ns)
+        };
+        let fabric = add("f")?;
         ip(&["-n", &fabric, "link", "add", "br0", "type", "bridge"])?;
         ip(&["-n", &fabric, "link", "set", "br0", "up"])?;
         let mut servers = Vec::new();
         for (i, pod) in pods.iter().enumerate() {
-            let ns = namespaces.add(&format!("pod{i}"))?;
+            let ns = add(&format!("pod{i}"))?;
             let port = format!("pod{i}");
-            veth(
-                (&ns, "eth0", Some(&format!("{pod}/24"))),
-                (&fabric, &port, None),
-            )?;
+            veth((&ns, "eth0", None), (&fabric, &port, None))?;
+            addrs(&ns, "eth0", (*pod, 24))?;
             ip(&["-n", &fabric, "link", "set", &port, "master", "br0"])?;
             for mode in Mode::ALL {
-                let via = Ipv4Addr::new(10, 42, 0, 101 + mode.k());
-                let net = format!("172.16.{}.0/24", mode.k());
-                ip(&["-n", &ns, "route", "add", &net, "via", &via.to_string()])?;
+                let client_net = (Ipv4Addr::new(172, 16, mode.k(), 0), 24);
+                route(&ns, Some(client_net), mode.fabric_addr())?;
             }
             servers.push(Server::start(&ns, &port, &[8080], &[5353])?);
         }
         for mode in Mode::ALL {
             let k = mode.k();
-            let node = namespaces.add(&format!("n{k}"))?;
-            let client = namespaces.add(&format!("c{k}"))?;
+            let node = add(&format!("n{k}"))?;
+            let client = add(&format!("c{k}"))?;
             let port = format!("n{k}");
-            veth(
-                (&node, "eth1", Some(&format!("10.42.0.{}/24", 101 + k))),
-                (&fabric, &port, None),
-            )?;
+            veth((&node, "eth1", None), (&fabric, &port, None))?;
+            addrs(&node, "eth1", (mode.fabric_addr(), 24))?;
             ip(&["-n", &fabric, "link", "set", &port, "master", "br0"])?;
-            veth(
-                (&client, "eth0", Some(&format!("172.16.{k}.2/24"))),
-                (&node, "eth0", Some(&format!("{}/24", mode.node_addr()))),
-            )?;
-            ip(&[
-                "-n",
-                &client,
-                "route",
-                "add",
-                "default",
-                "via",
-                &mode.node_addr().to_string(),
-            ])?;
+            veth((&client, "eth0", None), (&node, "eth0", None))?;
+            addrs(&client, "eth0", (Ipv4Addr::new(172, 16, k, 2), 24))?;
+            addrs(&node, "eth0", (mode.node_addr(), 24))?;
+            route(&client, None, mode.node_addr())?;
             sysctl(
                 &node,
-                &["net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0"],
+                &[
+                    "net.ipv4.ip_forward=1",
+                    "net.ipv4.conf.all.rp_filter=0",
+                    "net.ipv6.conf.all.forwarding=1",
+                ],
             )?;
         }
         Ok(Self {
@@ -149,29 +222,38 @@ impl Bed {
         })
     }
 
-    /// The bed with `specs` programmed in every mode's node: our agent's,
-    /// and kube-proxy's iptables and nftables rules.
+    /// The bed with `specs` (dual-stack: see [`in_family`]) programmed in
+    /// every mode's node: our agent's, and kube-proxy's iptables and
+    /// nftables rules of each family.
     fn programmed(pods: &[Ipv4Addr], specs: &[SvcSpec]) -> anyhow::Result<Self> {
         let mut bed = Self::new(pods)?;
-        bed.start_agent(&super::datapath::manifests(specs))?;
+        let [v4, v6] = Family::ALL.map(|f| in_family(specs, f));
+        bed.start_agent(&super::datapath::manifests(&[&v4, &v6]))?;
         let node_ns = |m: Mode| bed.ns(&format!("n{}", m.k()));
-        kubeproxy::load_iptables(
-            &node_ns(Mode::Iptables),
-            &kubeproxy::iptables_restore(specs, CLUSTER_CIDR),
-        )?;
-        kubeproxy::load_nft(
-            &node_ns(Mode::Nftables),
-            &kubeproxy::nft_ruleset(specs, CLUSTER_CIDR),
-        )?;
+        for (family, specs) in [(Family::V4, &v4), (Family::V6, &v6)] {
+            let cidr = prefix(family, CLUSTER_NET);
+            let rules = kubeproxy::iptables_restore(specs, &cidr);
+            match family {
+                Family::V4 => kubeproxy::load_iptables(&node_ns(Mode::Iptables), &rules)?,
+                Family::V6 => kubeproxy::load_ip6tables(&node_ns(Mode::Iptables), &rules)?,
+            }
+            kubeproxy::load_nft(
+                &node_ns(Mode::Nftables),
+                &kubeproxy::nft_ruleset(specs, &cidr),
+            )?;
+        }
         Ok(bed)
     }
 
-    /// Our agent in ours' node, on both devices, from `manifest`.
+    /// Our agent in ours' node, on both devices, from `manifest`; its Node
+    /// has an InternalIP of each family (each family's NodePort address and
+    /// SNAT source).
     fn start_agent(&mut self, manifest: &str) -> anyhow::Result<()> {
+        let [v4, v6] = Family::ALL.map(|f| at(f, Mode::Ours.node_addr()));
         let node = format!(
             "---\napiVersion: v1\nkind: Node\nmetadata: {{name: {NODE}}}\n\
-             status: {{addresses: [{{type: InternalIP, address: \"{}\"}}]}}\n",
-            Mode::Ours.node_addr()
+             status: {{addresses: [{{type: InternalIP, address: \"{v4}\"}}, \
+             {{type: InternalIP, address: \"{v6}\"}}]}}\n"
         );
         self.rig.write_manifest(&(node + manifest))?;
         self.rig.start_agent(&[
@@ -221,52 +303,66 @@ pub(super) fn measure(plan: &Plan) -> anyhow::Result<NodePort> {
     })
 }
 
-/// Every mode at one N, over the plan's rounds.
+/// Every mode at one N in each family, over the plan's rounds: one bed,
+/// IPv4's rounds then IPv6's.
 fn every_mode(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
     let pods: Vec<Ipv4Addr> = (0..plan.endpoints)
         .map(|i| Ipv4Addr::new(10, 42, 0, i as u8 + 1))
         .collect();
     let bed = Bed::programmed(&pods, &services(n, &pods, plan.endpoints))?;
+    let mut rows = Vec::new();
+    for family in Family::ALL {
+        rows.extend(rounds_of(plan, n, &bed, &pods, family)?);
+    }
+    Ok(rows)
+}
+
+/// Every mode at one N over `family`.
+fn rounds_of(
+    plan: &Plan,
+    n: usize,
+    bed: &Bed,
+    pods: &[Ipv4Addr],
+    family: Family,
+) -> anyhow::Result<Vec<Row>> {
+    eprintln!("   over {}", family.name());
     let node_ns = |m: Mode| bed.ns(&format!("n{}", m.k()));
+    let to = |ip: Ipv4Addr, port: u16| SocketAddr::new(at(family, ip), port).to_string();
     let targets = |mode: Mode, load: Load| match (mode, load) {
-        (Mode::Direct, Load::Tcp) => join(pods.iter().map(|p| format!("{p}:8080"))),
-        (Mode::Direct, Load::Udp) => join(pods.iter().map(|p| format!("{p}:5353"))),
-        (_, Load::Tcp) => format!("{}:{TCP_NODE_PORT}", mode.node_addr()),
-        (_, Load::Udp) => format!("{}:{UDP_NODE_PORT}", mode.node_addr()),
+        (Mode::Direct, Load::Tcp) => join(pods.iter().map(|&p| to(p, 8080))),
+        (Mode::Direct, Load::Udp) => join(pods.iter().map(|&p| to(p, 5353))),
+        (_, Load::Tcp) => to(mode.node_addr(), TCP_NODE_PORT),
+        (_, Load::Udp) => to(mode.node_addr(), UDP_NODE_PORT),
     };
     // Ours: what the tc programs ran during each measurement.
     let mut tc: Vec<(Load, Runs, Runs)> = Vec::new();
     let (c, t) = (plan.concurrency.to_string(), plan.seconds.to_string());
-    let modes = rounds::drive(
-        plan.rounds,
-        n,
-        "NodePort ",
-        &Mode::ALL,
-        |mode: Mode, load| {
-            let client = bed.ns(&format!("c{}", mode.k()));
-            if matches!(mode, Mode::Iptables | Mode::Nftables) {
-                exec(&node_ns(mode), &["conntrack", "-F"]).context("flushing conntrack")?;
-            }
-            let to = targets(mode, load);
-            let sub = match load {
-                Load::Tcp => "bench-tcp",
-                Load::Udp => "bench-udp",
-            };
-            let args = [sub, "--to", &to, "-c", &c, "--seconds", &t];
-            let stats = (mode == Mode::Ours)
-                .then(|| -> anyhow::Result<_> { Ok((StatsOn::enable()?, bed.tc_runs()?)) })
-                .transpose()?;
-            let r = probe::outside_bench(&client, &args)?;
-            if let Some((_on, (i0, e0))) = stats {
-                let (i1, e1) = bed.tc_runs()?;
-                tc.push((load, i1.since(i0), e1.since(e0)));
-            }
-            Ok(r)
-        },
-    )?;
+    let what = format!("NodePort over {} ", family.name());
+    let modes = rounds::drive(plan.rounds, n, &what, &Mode::ALL, |mode: Mode, load| {
+        let client = bed.ns(&format!("c{}", mode.k()));
+        if matches!(mode, Mode::Iptables | Mode::Nftables) {
+            flush_conntrack(&node_ns(mode))?;
+        }
+        let to = targets(mode, load);
+        let sub = match load {
+            Load::Tcp => "bench-tcp",
+            Load::Udp => "bench-udp",
+        };
+        let args = [sub, "--to", &to, "-c", &c, "--seconds", &t];
+        let stats = (mode == Mode::Ours)
+            .then(|| -> anyhow::Result<_> { Ok((StatsOn::enable()?, bed.tc_runs()?)) })
+            .transpose()?;
+        let r = probe::outside_bench(&client, &args)?;
+        if let Some((_on, (i0, e0))) = stats {
+            let (i1, e1) = bed.tc_runs()?;
+            tc.push((load, i1.since(i0), e1.since(e0)));
+        }
+        Ok(r)
+    })?;
     Ok(modes
         .into_iter()
         .map(|(mode, runs)| Row {
+            family,
             mode,
             n,
             runs,
@@ -277,6 +373,14 @@ fn every_mode(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
             },
         })
         .collect())
+}
+
+/// Empties a kube-proxy node's conntrack table, of both families.
+fn flush_conntrack(ns: &str) -> anyhow::Result<()> {
+    for family in ["ipv4", "ipv6"] {
+        exec(ns, &["conntrack", "-F", "-f", family]).context("flushing conntrack")?;
+    }
+    Ok(())
 }
 
 /// Measures [`Capacity`] for ours, iptables and nftables.
@@ -291,7 +395,7 @@ pub(super) fn capacity(plan: &Plan) -> anyhow::Result<Vec<Capacity>> {
         let client = bed.ns(&format!("c{}", mode.k()));
         for load in Load::ALL {
             if mode != Mode::Ours {
-                exec(&node_ns(mode), &["conntrack", "-F"]).context("flushing conntrack")?;
+                flush_conntrack(&node_ns(mode))?;
             }
             let (sub, port) = match load {
                 Load::Tcp => ("bench-tcp", TCP_NODE_PORT),

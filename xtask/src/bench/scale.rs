@@ -35,7 +35,7 @@ pub(super) fn measure(scales: &[usize]) -> anyhow::Result<Vec<Row>> {
     let mut rows = Vec::new();
     for &n in scales {
         let specs = kubeproxy::filler_services(n, ENDPOINTS);
-        let yaml = datapath::manifests(&specs);
+        let yaml = datapath::manifests(&[&specs]);
         let flags = capacity_flags(n, ENDPOINTS);
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         eprintln!("== scale, {n} x {ENDPOINTS}");

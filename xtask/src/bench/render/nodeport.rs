@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use super::super::{
     Plan,
-    results::nodeport::{Load, Mode, NodePort, find},
+    results::nodeport::{Family, Load, Mode, NodePort, find},
 };
 use super::rate_cells;
 
@@ -18,7 +18,10 @@ pub(super) fn section(o: &mut String, plan: &Plan, np: &NodePort) {
          run kube-proxy v1.31's layouts (`KUBE-NODEPORTS` -> `KUBE-EXT-*`, `service-nodeports`) \
          for the same N NodePort Services ({} endpoints each; the measured ones last); direct \
          goes through a plain router to the pods. The pods are on other nodes as far as every \
-         layout knows, so every flow is SNATed and answered through the node. {} concurrent \
+         layout knows, so every flow is SNATed and answered through the node. Over IPv4, and \
+         over IPv6: every link and Service is dual-stack, kube-proxy's layouts are loaded per \
+         family as its proxier of each family writes them (`ip6tables-restore`, `table ip6`), \
+         and the IPv6 tables compare with direct over IPv6. {} concurrent \
          clients, {} s per measurement, {} rounds in ABBA order, medians; conntrack of the \
          kube-proxy nodes flushed before each measurement.\n",
         plan.endpoints, plan.concurrency, plan.seconds, plan.rounds
@@ -36,9 +39,9 @@ pub(super) fn section(o: &mut String, plan: &Plan, np: &NodePort) {
     );
 }
 
-/// Rates and latencies of every mode at each N, one table per load.
+/// Rates and latencies of every mode at each N, one table per load and
+/// family.
 fn rate_tables(o: &mut String, plan: &Plan, np: &NodePort) {
-    let row = |mode: Mode, n: usize| find(&np.rows, mode, n);
     for (load, title, unit, lat) in [
         (
             Load::Tcp,
@@ -53,27 +56,34 @@ fn rate_tables(o: &mut String, plan: &Plan, np: &NodePort) {
             "round trip",
         ),
     ] {
-        let _ = writeln!(o, "### {title}\n");
-        let _ = writeln!(
-            o,
-            "| N | mode | {unit} | vs direct | vs ours | spread | {lat} p50 µs | {lat} p99 µs | tc ns/packet in, out |"
-        );
-        let _ = writeln!(o, "|---:|---|---:|---:|---:|---:|---:|---:|---:|");
-        for &n in &plan.nodeport_scales {
-            let (d, us) = (row(Mode::Direct, n), row(Mode::Ours, n));
-            for mode in Mode::ALL {
-                let r = row(mode, n);
-                let tc = if mode == Mode::Ours {
-                    let (i, e) = r.tc_ns(load);
-                    format!("{i:.0}, {e:.0}")
-                } else {
-                    String::new()
-                };
-                let cells = rate_cells(n, mode.name(), load, [&r.runs, &d.runs, &us.runs]);
-                let _ = writeln!(o, "{cells} {tc} |");
+        for family in Family::ALL {
+            let row = |mode: Mode, n: usize| find(&np.rows, family, mode, n);
+            let over = match family {
+                Family::V4 => "",
+                Family::V6 => ", over IPv6",
+            };
+            let _ = writeln!(o, "### {title}{over}\n");
+            let _ = writeln!(
+                o,
+                "| N | mode | {unit} | vs direct | vs ours | spread | {lat} p50 µs | {lat} p99 µs | tc ns/packet in, out |"
+            );
+            let _ = writeln!(o, "|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+            for &n in &plan.nodeport_scales {
+                let (d, us) = (row(Mode::Direct, n), row(Mode::Ours, n));
+                for mode in Mode::ALL {
+                    let r = row(mode, n);
+                    let tc = if mode == Mode::Ours {
+                        let (i, e) = r.tc_ns(load);
+                        format!("{i:.0}, {e:.0}")
+                    } else {
+                        String::new()
+                    };
+                    let cells = rate_cells(n, mode.name(), load, [&r.runs, &d.runs, &us.runs]);
+                    let _ = writeln!(o, "{cells} {tc} |");
+                }
             }
+            o.push('\n');
         }
-        o.push('\n');
     }
 }
 
@@ -86,7 +96,7 @@ fn capacity_table(o: &mut String, plan: &Plan, np: &NodePort) {
          New flows, each from a new client port (UDP: a new connected socket per request, \
          as a resolver asks; TCP: short connections), to a NodePort whose one endpoint is \
          on another node, so every flow takes a SNAT port of that endpoint's: {} concurrent \
-         clients for {secs} s, longer than the UDP timeout (ours 60 s, the kernel's 30 s).\n\n\
+         clients for {secs} s, longer than the UDP timeout (ours 60 s, the kernel's 30 s); over IPv4.\n\n\
          | mode | load | flows answered | flows/s | failed | dropped for want of a SNAT port |\n\
          |---|---|---:|---:|---:|---:|",
         plan.concurrency

@@ -1,6 +1,7 @@
-//! The NodePort section's results: every round of every mode at each N,
-//! the SNAT capacity runs, and the `tc_cost` bench's figures.
+//! The NodePort section's results: every round of every mode at each N in
+//! each family, the SNAT capacity runs, and the `tc_cost` bench's figures.
 
+pub(crate) use lb_tests::kubeproxy::Family;
 use lb_tests::{probe::BenchReport, progstats::Runs};
 use serde::Deserialize;
 
@@ -60,9 +61,11 @@ impl Compared for Mode {
     }
 }
 
-/// One mode at one N: every round's report per load, and for ours what the
-/// tc programs ran meanwhile (ingress, egress; over both devices).
+/// One mode at one N over one family: every round's report per load, and
+/// for ours what the tc programs ran meanwhile (ingress, egress; over both
+/// devices).
 pub(crate) struct Row {
+    pub family: Family,
     pub mode: Mode,
     pub n: usize,
     pub runs: Rounds<Load>,
@@ -91,6 +94,7 @@ impl Row {
 /// node, each from a fresh client port (a DNS-style resolver; short TCP
 /// connections), for longer than the UDP timeout, through ours and
 /// kube-proxy's layouts: how many were answered, and how many failed.
+/// Over IPv4.
 pub(crate) struct Capacity {
     pub mode: Mode,
     pub load: Load,
@@ -99,11 +103,11 @@ pub(crate) struct Capacity {
     pub exhausted: Option<u64>,
 }
 
-/// The row of `mode` at `n`.
-pub(crate) fn find(rows: &[Row], mode: Mode, n: usize) -> &Row {
+/// The row of `mode` at `n` over `family`.
+pub(crate) fn find(rows: &[Row], family: Family, mode: Mode, n: usize) -> &Row {
     rows.iter()
-        .find(|r| r.mode == mode && r.n == n)
-        .expect("every mode at every N")
+        .find(|r| r.family == family && r.mode == mode && r.n == n)
+        .expect("every mode at every N in every family")
 }
 
 /// The `tc_cost` bench's output: its printed table, and its figures.

@@ -2,13 +2,14 @@
 
 use super::super::{
     Plan,
-    results::nodeport::{INGRESS_HIT, Load, Mode, NodePort, find},
+    results::nodeport::{Family, INGRESS_HIT, Load, Mode, NodePort, find},
 };
 use super::{Measured, Target};
 
 /// The NodePort section's targets.
 pub(crate) fn targets(plan: &Plan, np: &NodePort) -> Vec<Target> {
-    let row = |mode: Mode, n: usize| find(&np.rows, mode, n);
+    // Over IPv4; the IPv6 rows are shown beside them, with no target.
+    let row = |mode: Mode, n: usize| find(&np.rows, Family::V4, mode, n);
     let mut t = Vec::new();
     for load in Load::ALL {
         let rate = |mode| {

@@ -79,7 +79,12 @@ fn the_nodeport_report_shows_tables_and_targets() {
         "| 1 | direct | 4200 | 1.00 | 1.33 | 4000-4400 | 11.0 | 25.0 |  |",
         "| 1 | ours (tc) | 3150 | 0.75 | 1.00 | 3000-3300 | 11.0 | 25.0 | 100, 200 |",
         "| 1 | nftables | 1050 | 0.25 | 0.33 | 1000-1100 | 11.0 | 25.0 |  |",
+        "### TCP short connections to a NodePort, over IPv6",
+        "| 1 | direct | 2100 | 1.00 | 1.33 | 2000-2200 | 11.0 | 25.0 |  |",
+        "| 1 | ours (tc) | 1575 | 0.75 | 1.00 | 1500-1650 | 11.0 | 25.0 | 100, 200 |",
         "### UDP request/response to a NodePort, one socket per client",
+        "### UDP request/response to a NodePort, one socket per client, over IPv6",
+        "| 1 | nftables | 525 | 0.25 | 0.33 | 500-550 | 11.0 | 25.0 |  |",
         "| ours (tc) | Tcp | 1000 | 1000 | 0 | 0 |",
         "| iptables | Udp | 1050 | 1050 | 0 |  |",
         "tc per-packet cost",
@@ -91,7 +96,7 @@ fn the_nodeport_report_shows_tables_and_targets() {
         assert!(lines.contains(&line), "no line {line:?} in:\n{md}");
     }
     assert!(
-        md.contains("Failed requests over all NodePort runs: 8."),
+        md.contains("Failed requests over all NodePort runs: 16."),
         "{md}"
     );
     assert!(
