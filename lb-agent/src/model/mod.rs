@@ -14,6 +14,7 @@ mod desired;
 mod exclusion;
 mod few;
 mod health_check;
+pub mod maglev;
 mod nodeport_addresses;
 mod service;
 mod slice;
