@@ -263,9 +263,13 @@ impl Bed {
         Ok(())
     }
 
-    /// Our tc programs' drops for want of a SNAT port, so far.
-    fn exhausted(&self) -> anyhow::Result<u64> {
-        Ok(self.rig.pins.stats()?["tc_drop_snat_exhausted"])
+    /// Our tc programs' drops for want of a SNAT port in `family`, so far.
+    fn exhausted(&self, family: Family) -> anyhow::Result<u64> {
+        let counter = match family {
+            Family::V4 => "tc_drop_snat_exhausted",
+            Family::V6 => "tc6_drop_snat_exhausted",
+        };
+        Ok(self.rig.pins.stats()?[counter])
     }
 
     /// (ingress, egress) counters of our tc programs, summed over devices.
@@ -391,7 +395,10 @@ pub(super) fn capacity(plan: &Plan) -> anyhow::Result<Vec<Capacity>> {
     let seconds = capacity_seconds(plan);
     let c = plan.concurrency.to_string();
     let mut out = Vec::new();
-    for mode in [Mode::Ours, Mode::Iptables, Mode::Nftables] {
+    for (family, mode) in Family::ALL
+        .into_iter()
+        .flat_map(|f| [Mode::Ours, Mode::Iptables, Mode::Nftables].map(|m| (f, m)))
+    {
         let client = bed.ns(&format!("c{}", mode.k()));
         for load in Load::ALL {
             if mode != Mode::Ours {
@@ -401,7 +408,7 @@ pub(super) fn capacity(plan: &Plan) -> anyhow::Result<Vec<Capacity>> {
                 Load::Tcp => ("bench-tcp", TCP_NODE_PORT),
                 Load::Udp => ("bench-udp", UDP_NODE_PORT),
             };
-            let to = format!("{}:{port}", mode.node_addr());
+            let to = SocketAddr::new(at(family, mode.node_addr()), port).to_string();
             let args = [
                 sub,
                 "--to",
@@ -412,19 +419,21 @@ pub(super) fn capacity(plan: &Plan) -> anyhow::Result<Vec<Capacity>> {
                 seconds,
                 "--socket-per-request",
             ];
-            let before = bed.exhausted()?;
+            let before = bed.exhausted(family)?;
             let report = probe::outside_bench(&client, &args)?;
             let exhausted = (mode == Mode::Ours)
-                .then(|| Ok::<_, anyhow::Error>(bed.exhausted()? - before))
+                .then(|| Ok::<_, anyhow::Error>(bed.exhausted(family)? - before))
                 .transpose()?;
             eprintln!(
-                "   {:<9} {load:?} {} flows ({:.0}/s), {} failed",
+                "   {} {:<9} {load:?} {} flows ({:.0}/s), {} failed",
+                family.name(),
                 mode.name(),
                 report.ok,
                 report.rate,
                 report.failed
             );
             out.push(Capacity {
+                family,
                 mode,
                 load,
                 report,

@@ -105,21 +105,26 @@ fn nodeport(hit: Option<u64>) -> NodePort {
             }
         })
         .collect();
-    let capacity = [
-        (Mode::Ours, 1000.0, Some(0)),
-        (Mode::Iptables, 1050.0, None),
-        (Mode::Nftables, 900.0, None),
-    ]
-    .into_iter()
-    .flat_map(|(mode, rate, exhausted)| {
-        Load::ALL.map(|load| Capacity {
-            mode,
-            load,
-            report: report(rate, 0.0, 0.0, 0),
-            exhausted,
+    let capacity = Family::ALL
+        .into_iter()
+        .flat_map(|family| {
+            [
+                (Mode::Ours, 1000.0, Some(0)),
+                (Mode::Iptables, 1050.0, None),
+                (Mode::Nftables, 900.0, None),
+            ]
+            .map(|m| (family, m))
         })
-    })
-    .collect();
+        .flat_map(|(family, (mode, rate, exhausted))| {
+            Load::ALL.map(|load| Capacity {
+                family,
+                mode,
+                load,
+                report: report(rate, 0.0, 0.0, 0),
+                exhausted,
+            })
+        })
+        .collect();
     NodePort {
         rows,
         capacity,

@@ -96,15 +96,17 @@ fn capacity_table(o: &mut String, plan: &Plan, np: &NodePort) {
          New flows, each from a new client port (UDP: a new connected socket per request, \
          as a resolver asks; TCP: short connections), to a NodePort whose one endpoint is \
          on another node, so every flow takes a SNAT port of that endpoint's: {} concurrent \
-         clients for {secs} s, longer than the UDP timeout (ours 60 s, the kernel's 30 s); over IPv4.\n\n\
-         | mode | load | flows answered | flows/s | failed | dropped for want of a SNAT port |\n\
-         |---|---|---:|---:|---:|---:|",
+         clients for {secs} s, longer than the UDP timeout (ours 60 s, the kernel's 30 s); \
+         over each family.\n\n\
+         | family | mode | load | flows answered | flows/s | failed | dropped for want of a SNAT port |\n\
+         |---|---|---|---:|---:|---:|---:|",
         plan.concurrency
     );
     for c in &np.capacity {
         let _ = writeln!(
             o,
-            "| {} | {:?} | {} | {:.0} | {} | {} |",
+            "| {} | {} | {:?} | {} | {:.0} | {} | {} |",
+            c.family.name(),
             c.mode.name(),
             c.load,
             c.report.ok,

@@ -94,8 +94,9 @@ impl Row {
 /// node, each from a fresh client port (a DNS-style resolver; short TCP
 /// connections), for longer than the UDP timeout, through ours and
 /// kube-proxy's layouts: how many were answered, and how many failed.
-/// Over IPv4.
+/// In each family.
 pub(crate) struct Capacity {
+    pub family: Family,
     pub mode: Mode,
     pub load: Load,
     pub report: BenchReport,

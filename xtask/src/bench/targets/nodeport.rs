@@ -11,18 +11,22 @@ pub(crate) fn targets(plan: &Plan, np: &NodePort) -> Vec<Target> {
     // Over IPv4; the IPv6 rows are shown beside them, with no target.
     let row = |mode: Mode, n: usize| find(&np.rows, Family::V4, mode, n);
     let mut t = Vec::new();
-    for load in Load::ALL {
+    for (family, load) in Family::ALL
+        .into_iter()
+        .flat_map(|f| Load::ALL.map(|l| (f, l)))
+    {
         let rate = |mode| {
             np.capacity
                 .iter()
-                .find(|c| c.mode == mode && c.load == load)
+                .find(|c| c.family == family && c.mode == mode && c.load == load)
                 .map(|c| (c.report.rate, c.report.failed))
         };
         if let (Some((us, us_failed)), Some((ipt, _))) = (rate(Mode::Ours), rate(Mode::Iptables)) {
             t.push(Target::new(
                 format!(
-                    "SNAT: fresh-port {load:?} flows to one remote endpoint without a failure, at \
-                     least kube-proxy's (iptables) rate within 10%"
+                    "SNAT: fresh-port {load:?} flows to one remote endpoint over {} without a \
+                     failure, at least kube-proxy's (iptables) rate within 10%",
+                    family.name()
                 ),
                 Measured::Text(format!(
                     "{us:.0}/s, {us_failed} failed; iptables {ipt:.0}/s"

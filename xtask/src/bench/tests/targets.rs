@@ -21,11 +21,11 @@ fn bounds_are_inclusive() {
 #[test]
 fn nodeport_targets_are_evaluated_from_its_results() {
     let t = targets::nodeport::targets(&plan(&[1]), &nodeport(Some(120)));
-    let snat = |load: &str| {
+    let snat = |load: &str, family: &str| {
         Target::new(
             format!(
-                "SNAT: fresh-port {load} flows to one remote endpoint without a failure, at \
-                 least kube-proxy's (iptables) rate within 10%"
+                "SNAT: fresh-port {load} flows to one remote endpoint over {family} without a \
+                 failure, at least kube-proxy's (iptables) rate within 10%"
             ),
             Measured::Text("1000/s, 0 failed; iptables 1050/s".into()),
             true,
@@ -34,8 +34,10 @@ fn nodeport_targets_are_evaluated_from_its_results() {
     assert_eq!(
         t,
         [
-            snat("Tcp"),
-            snat("Udp"),
+            snat("Tcp", "IPv4"),
+            snat("Udp", "IPv4"),
+            snat("Tcp", "IPv6"),
+            snat("Udp", "IPv6"),
             Target::new(
                 "NodePort: ours >= nftables at N=1 (TCP)",
                 Measured::Times(3150.0 / 1050.0),
