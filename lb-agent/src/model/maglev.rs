@@ -51,7 +51,7 @@ impl FromStr for TableSize {
     fn from_str(s: &str) -> Result<Self, MaglevError> {
         let m = s
             .parse::<u32>()
-            .map_err(|_| MaglevError::TableSizeText(s.to_owned()))?;
+            .map_err(|e| MaglevError::TableSizeText(s.to_owned(), e))?;
         Self::try_from(m)
     }
 }
@@ -74,8 +74,8 @@ pub struct HashSeed {
 }
 
 impl HashSeed {
-    /// Cilium's default seed, so that Services keep their tables when a
-    /// cluster moves from Cilium's Maglev to ours with default flags.
+    /// Cilium's default seed. (Tables are ours alone all the same: Cilium
+    /// names its backends differently when it hashes them.)
     pub const DEFAULT_TEXT: &str = "JLfvgnHc2kaSUFaI";
 }
 
@@ -112,7 +112,7 @@ pub enum MaglevError {
     #[error("Maglev table size {0} is not one of {TABLE_SIZES:?}")]
     TableSize(u32),
     #[error("Maglev table size {0:?} is not a number")]
-    TableSizeText(String),
+    TableSizeText(String, #[source] std::num::ParseIntError),
     #[error("Maglev hash seed is not base64")]
     SeedBase64(#[source] base64::DecodeError),
     #[error("Maglev hash seed is {0} bytes, not 12")]
@@ -401,7 +401,7 @@ mod tests {
         ));
         assert!(matches!(
             "big".parse::<TableSize>(),
-            Err(MaglevError::TableSizeText(_))
+            Err(MaglevError::TableSizeText(..))
         ));
         assert!(matches!(
             "not base64!".parse::<HashSeed>(),
