@@ -5,7 +5,10 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::datapath::pins::DEFAULT_BPFFS_DIR;
+use crate::{
+    datapath::pins::DEFAULT_BPFFS_DIR,
+    model::maglev::{Algorithm, HashSeed, TableSize},
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -104,6 +107,30 @@ pub struct RunArgs {
     pub maps: MapSizeArgs,
     #[command(flatten)]
     pub conntrack: ConntrackArgs,
+    #[command(flatten)]
+    pub algorithm: AlgorithmArgs,
+}
+
+/// How flows from outside the node pick a backend (Cilium's flags).
+#[derive(Args, Debug, Default, Clone, Copy)]
+pub struct AlgorithmArgs {
+    /// `random`, or `maglev`: each external frontend (node port, external
+    /// IP, load-balancer IP) gets a Maglev table, and a new flow takes the
+    /// backend its hash (source address and port, destination port,
+    /// protocol) names there, the same on every node. A Service's
+    /// `lb-agent.io/lb-algorithm` annotation (or Cilium's
+    /// `service.cilium.io/lb-algorithm`) overrides it.
+    #[arg(long, value_name = "random|maglev", default_value = "random")]
+    pub bpf_lb_algorithm: Algorithm,
+    /// Entries of each Maglev table: a prime of 251, 509, 1021, 2039,
+    /// 4093, 8191, 16381, 32749, 65521, 131071, above 100 times the
+    /// largest number of backends for even shares.
+    #[arg(long, value_name = "M", default_value = "16381")]
+    pub bpf_lb_maglev_table_size: TableSize,
+    /// The Maglev seed, 12 bytes in base64; the same on every node, so
+    /// that all build the same tables and hash flows alike.
+    #[arg(long, value_name = "BASE64", default_value = HashSeed::DEFAULT_TEXT)]
+    pub bpf_lb_maglev_hash_seed: HashSeed,
 }
 
 /// A duration such as `30m`, `1h30m`, `10s` or ISO 8601 `PT30M`.
@@ -197,6 +224,11 @@ pub struct MapSizeArgs {
     /// Datagrams whose later fragments are awaited (LRU) [default: 8192].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub bpf_fragments_map_max: Option<u32>,
+    /// Maglev table chunks of 256 entries (1 KiB, allocated when written):
+    /// a table of M entries takes M/256 of them, twice while it changes
+    /// [default: 131072].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub bpf_lb_maglev_map_max: Option<u32>,
 }
 
 #[derive(Args, Debug)]

@@ -10,6 +10,7 @@
 
 use std::{fmt::Write as _, fs, path::PathBuf};
 
+use lb_agent::model::maglev::MaglevParams;
 use lb_agent::{
     dump,
     model::{self, ExcludedCidrs},
@@ -112,5 +113,11 @@ fn golden_pipeline_is_stable_across_a_second_reconcile() {
 fn reconciler() -> Reconciler<V4, Mem, ManualGrace> {
     let journal = Journal::default();
     let tables = lb_tables::<V4>(1024, 1024, 1024, &journal);
-    Reconciler::adopt(tables, ManualGrace::new(&journal), Found::Created).unwrap()
+    Reconciler::adopt(
+        tables,
+        ManualGrace::new(&journal),
+        Found::Created,
+        MaglevParams::default(),
+    )
+    .unwrap()
 }

@@ -662,3 +662,58 @@ fn source_ranges_admit_their_sources_only_and_come_before_the_reject() {
     let (verdict, _) = bed.ingress(&tcp(CLIENT, (NODE, NODE_PORT + 2), Tcp::Syn));
     assert_eq!(verdict, DROP);
 }
+
+/// A frontend with a Maglev table: each new flow goes to the backend the
+/// table names at the flow's hash (source address and port, destination
+/// port, protocol; `lb_common::FlowHash` with the configured seed), and
+/// with session affinity the source port is left out.
+#[test]
+fn maglev_frontends_send_each_flow_where_its_hash_points_in_the_table() {
+    use lb_agent::model::maglev::{HashSeed, TableSize, lookup_table};
+    use lb_common::{FE_F_AFFINITY, FlowHash, ports_word};
+
+    let backends: Vec<Addr> = (0..3).map(|i| (LOCAL_POD.0, 8080 + i)).collect();
+    let addrs: Vec<std::net::SocketAddr> = backends
+        .iter()
+        .map(|(ip, port)| (std::net::Ipv4Addr::from(*ip), *port).into())
+        .collect();
+    let seed = HashSeed::default();
+    let table = lookup_table(&addrs, TableSize::try_from(251).unwrap(), &seed);
+    let hash = |(ip, _): Addr, sport: u16| {
+        FlowHash::new(seed.flow[0])
+            .word(u32::from_ne_bytes(ip))
+            .word(ports_word(sport.to_be(), NODE_PORT.to_be()))
+            .word(u32::from(PROTO_TCP))
+            .finish()
+            % 251
+    };
+
+    let mut bed = Bed::new();
+    bed.frontend(NODE_PORT, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &backends);
+    bed.maglev(NODE_PORT, PROTO_TCP, &table, seed.flow[0]);
+    let mut chosen = std::collections::BTreeSet::new();
+    for sport in 40_000..40_064 {
+        let client = (CLIENT.0, sport);
+        let (verdict, out) = bed.ingress(&tcp(client, FRONTEND, Tcp::Syn));
+        let want = backends[table[hash(client, sport) as usize] as usize];
+        assert_eq!((verdict, seen(&out)), (PASS, flow(client, want)), "{sport}");
+        chosen.insert(want);
+    }
+    assert_eq!(chosen.len(), 3, "64 flows reach every backend");
+
+    // Session affinity: the hash leaves the source port out.
+    let mut bed = Bed::new();
+    bed.frontend(
+        NODE_PORT,
+        PROTO_TCP,
+        FE_F_EXTERNAL_LOCAL | FE_F_AFFINITY,
+        &backends,
+    );
+    bed.maglev(NODE_PORT, PROTO_TCP, &table, seed.flow[0]);
+    for last in 1..=16u8 {
+        let client = ([198, 51, 100, last], 40_000 + u16::from(last));
+        let (_, out) = bed.ingress(&tcp(client, FRONTEND, Tcp::Syn));
+        let want = backends[table[hash(client, 0) as usize] as usize];
+        assert_eq!(seen(&out), flow(client, want), "client {last}");
+    }
+}

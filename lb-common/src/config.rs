@@ -36,8 +36,11 @@ pub struct DatapathConfig {
     /// The IPv6 address IPv6 flows are SNATed to, as `snat4_be`; all zero:
     /// no IPv6 SNAT. The port range and timeouts are shared.
     pub snat6_be: [u8; 16],
+    /// Seeds the flow hash that indexes Maglev tables
+    /// ([`crate::maglev::flow_hash`]); the same on every node.
+    pub maglev_seed: u32,
 }
-const _: () = assert!(size_of::<DatapathConfig>() == 52);
+const _: () = assert!(size_of::<DatapathConfig>() == 56);
 
 /// A migration is in progress: the previous maps of the stateful maps are
 /// in their `*_PREV` slots, and the programs look there for what their own

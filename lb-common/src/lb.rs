@@ -94,8 +94,11 @@ pub struct Frontend4State {
     /// `sessionAffinity: ClientIP` timeout in seconds, when `flags` has
     /// [`FE_F_AFFINITY`]; 0 otherwise.
     pub affinity_timeout: u32,
+    /// Entries of the revision's Maglev table (`LB4_MAGLEV`, see
+    /// [`crate::maglev`]) when `flags` has [`FE_F_MAGLEV`]; 0 otherwise.
+    pub maglev_size: u32,
 }
-const _: () = assert!(size_of::<Frontend4State>() == 24);
+const _: () = assert!(size_of::<Frontend4State>() == 28);
 
 /// Value of `LB6_FE_STATE`: [`Frontend4State`] owned by a [`Frontend6Key`].
 /// Written and read the same way, under `lock`.
@@ -111,8 +114,9 @@ pub struct Frontend6State {
     pub flags: u16,
     pub _pad0: [u8; 2],
     pub affinity_timeout: u32,
+    pub maglev_size: u32,
 }
-const _: () = assert!(size_of::<Frontend6State>() == 36);
+const _: () = assert!(size_of::<Frontend6State>() == 40);
 
 /// `sessionAffinity: ClientIP`: a client (network namespace) keeps its
 /// backend while it stays in the revision (`LB4_MEMBERS`) and it used it
@@ -144,6 +148,11 @@ pub const FE_F_EXTERNAL_LOCAL: u16 = 1 << 5;
 /// `LB4_SRC_RANGES` entries (`loadBalancerSourceRanges`; tc only, and
 /// only `SCOPE_EXTERNAL` frontends have it).
 pub const FE_F_SOURCE_RANGES: u16 = 1 << 6;
+
+/// New flows pick their backend from the revision's Maglev table by a hash
+/// of the flow, the same on every node (tc only, and only `SCOPE_EXTERNAL`
+/// frontends have it); without it, at random.
+pub const FE_F_MAGLEV: u16 = 1 << 7;
 
 /// Port and protocol of a frontend key that stands for every other port and
 /// protocol of its address: a connect to a Service address on a port the

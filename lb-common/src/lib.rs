@@ -8,7 +8,8 @@
 //!
 //! One file per map family: [`addrs`] (which addresses have frontends),
 //! [`lb`] (frontends, their state, backend slots,
-//! backends, revision members), [`affinity`] (session affinity), [`revnat`]
+//! backends, revision members), [`maglev`] (Maglev tables and the flow
+//! hash), [`affinity`] (session affinity), [`revnat`]
 //! (socket reverse NAT), and for the tc programs [`ct`] (conntrack),
 //! [`nat`] (source NAT), [`frag`] (fragments), [`src_ranges`]
 //! (`loadBalancerSourceRanges`), [`reject`] (reject rate limits) and
@@ -26,6 +27,7 @@ pub mod ct;
 pub mod frag;
 pub mod lb;
 pub mod lock;
+pub mod maglev;
 pub mod maps;
 pub mod nat;
 pub mod reject;
@@ -40,6 +42,7 @@ pub use ct::*;
 pub use frag::*;
 pub use lb::*;
 pub use lock::SpinLock;
+pub use maglev::*;
 pub use maps::*;
 pub use nat::*;
 pub use reject::*;

@@ -10,19 +10,20 @@ use aya_ebpf::{
 use lb_common::{
     AffinityKey, AffinityValue, Backend4, Backend6, CtKey, CtValue, DEFAULT_CT_MAX,
     DEFAULT_FRAG_MAX, DEFAULT_NAT_MAX, DEFAULT_SOURCE_RANGES_MAX, DatapathConfig, Frag4Key,
-    Frag4Value, Frag6Key, Frontend4Key, Frontend6Key, FrontendId, Member, MemberKey, NatKey,
-    NatValue, REJECTS_MAX, RejectBucket, SOURCE_RANGE_PREFIX, SOURCE_RANGE6_PREFIX,
-    STAT_TC6_OFFSET, Slot, SlotKey, SourceRange, WILDCARD_PORT, WILDCARD_PROTO,
+    Frag4Value, Frag6Key, Frontend4Key, Frontend6Key, FrontendId, MaglevChunk, MaglevKey, Member,
+    MemberKey, NatKey, NatValue, REJECTS_MAX, RejectBucket, SOURCE_RANGE_PREFIX,
+    SOURCE_RANGE6_PREFIX, STAT_TC6_OFFSET, Slot, SlotKey, SourceRange, WILDCARD_PORT,
+    WILDCARD_PROTO,
 };
 
 use crate::{
     lb::Snapshot,
     maps::{
         AFFINITY_MAX, BACKENDS_MAX, FRONTENDS_MAX, LB4_AFFINITY, LB4_BACKENDS, LB4_CT, LB4_CT_PREV,
-        LB4_FE_STATE, LB4_FRAG, LB4_FRONTENDS, LB4_MEMBERS, LB4_NAT, LB4_NAT_PREV, LB4_REJECTS,
-        LB4_SLOTS, LB4_SRC_RANGES, LB6_AFFINITY, LB6_BACKENDS, LB6_CT, LB6_CT_PREV, LB6_FE_STATE,
-        LB6_FRAG, LB6_FRONTENDS, LB6_MEMBERS, LB6_NAT, LB6_NAT_PREV, LB6_REJECTS, LB6_SLOTS,
-        LB6_SRC_RANGES, NO_PREALLOC, PREV_TEMPLATE, SLOTS_MAX,
+        LB4_FE_STATE, LB4_FRAG, LB4_FRONTENDS, LB4_MAGLEV, LB4_MEMBERS, LB4_NAT, LB4_NAT_PREV,
+        LB4_REJECTS, LB4_SLOTS, LB4_SRC_RANGES, LB6_AFFINITY, LB6_BACKENDS, LB6_CT, LB6_CT_PREV,
+        LB6_FE_STATE, LB6_FRAG, LB6_FRONTENDS, LB6_MAGLEV, LB6_MEMBERS, LB6_NAT, LB6_NAT_PREV,
+        LB6_REJECTS, LB6_SLOTS, LB6_SRC_RANGES, MAGLEV_MAX, NO_PREALLOC, PREV_TEMPLATE, SLOTS_MAX,
     },
     packet::Ip,
     reject::Answer,
@@ -55,6 +56,7 @@ pub trait Family {
     fn backends() -> &'static HashMap<u32, Self::Backend, BACKENDS_MAX, NO_PREALLOC>;
     fn members() -> &'static HashMap<MemberKey, Member, SLOTS_MAX, NO_PREALLOC>;
     fn affinity() -> &'static LruHashMap<AffinityKey, AffinityValue, AFFINITY_MAX>;
+    fn maglev() -> &'static HashMap<MaglevKey, MaglevChunk, MAGLEV_MAX, NO_PREALLOC>;
     /// The key standing for every other port and protocol of `key`'s address.
     fn wildcard(key: &Self::Key) -> Self::Key;
     fn proto(key: &Self::Key) -> u8;
@@ -138,7 +140,7 @@ pub enum V6 {}
 macro_rules! lookup_maps {
     ($key:ident, $backend:ty, $to_key:expr, $from_key:expr,
      $frontends:ident, $states:ident, $slots:ident, $backends:ident, $members:ident,
-     $affinity:ident) => {
+     $affinity:ident, $maglev:ident) => {
         type Key = $key;
         type Backend = $backend;
 
@@ -161,6 +163,10 @@ macro_rules! lookup_maps {
         #[inline(always)]
         fn affinity() -> &'static LruHashMap<AffinityKey, AffinityValue, AFFINITY_MAX> {
             &$affinity
+        }
+        #[inline(always)]
+        fn maglev() -> &'static HashMap<MaglevKey, MaglevChunk, MAGLEV_MAX, NO_PREALLOC> {
+            &$maglev
         }
         #[inline(always)]
         fn wildcard(key: &$key) -> $key {
@@ -191,6 +197,7 @@ macro_rules! lookup_maps {
                     count: (*state).count,
                     flags: (*state).flags,
                     affinity_timeout: (*state).affinity_timeout,
+                    maglev_size: (*state).maglev_size,
                 };
                 unlock(l);
                 Some(snap)
@@ -262,7 +269,8 @@ impl Family for V4 {
         LB4_SLOTS,
         LB4_BACKENDS,
         LB4_MEMBERS,
-        LB4_AFFINITY
+        LB4_AFFINITY,
+        LB4_MAGLEV
     );
     tc_maps!(
         LB4_CT,
@@ -321,7 +329,8 @@ impl Family for V6 {
         LB6_SLOTS,
         LB6_BACKENDS,
         LB6_MEMBERS,
-        LB6_AFFINITY
+        LB6_AFFINITY,
+        LB6_MAGLEV
     );
     tc_maps!(
         LB6_CT,

@@ -18,8 +18,8 @@
 
 use aya_ebpf::helpers::bpf_ktime_get_coarse_ns;
 use lb_common::{
-    AffinityKey, AffinityValue, FE_F_AFFINITY, FE_F_NO_LOCAL_ENDPOINTS, MemberKey, SlotKey,
-    WILDCARD_PROTO,
+    AffinityKey, AffinityValue, FE_F_AFFINITY, FE_F_MAGLEV, FE_F_NO_LOCAL_ENDPOINTS, MAGLEV_CHUNK,
+    MaglevKey, MemberKey, SlotKey, WILDCARD_PROTO,
 };
 
 use crate::family::Family;
@@ -57,13 +57,20 @@ pub struct Snapshot<K> {
     pub(crate) count: u16,
     pub(crate) flags: u16,
     pub(crate) affinity_timeout: u32,
+    pub(crate) maglev_size: u32,
 }
 
-/// How a new connection picks one of a frontend's `count` slots (all
-/// backends of the current revision).
+/// How a new connection picks a backend of the current revision: one of
+/// its `count` slots, or, for a frontend with a Maglev table, the table's
+/// entry at the flow's hash.
 pub trait Strategy {
     /// The slot, below `count` (which is not 0).
     fn slot(&self, fe_id: u32, count: u16) -> u16;
+    /// The flow's hash (`lb_common::FlowHash`; `affinity`: the frontend
+    /// has session affinity, so the source port is left out). `None` where
+    /// flows are not hashed: the socket hooks, whose frontends have no
+    /// table.
+    fn flow_hash(&self, affinity: bool) -> Option<u32>;
 }
 
 /// A slot at random, as kube-proxy's iptables `statistic` rules.
@@ -74,6 +81,11 @@ impl Strategy for Random {
     fn slot(&self, _fe_id: u32, count: u16) -> u16 {
         // Below count, which is a u16.
         (self.0 % u32::from(count)) as u16
+    }
+
+    #[inline(always)]
+    fn flow_hash(&self, _affinity: bool) -> Option<u32> {
+        None
     }
 }
 
@@ -209,18 +221,51 @@ fn pick<F: Family>(
     snap: &Snapshot<F::Key>,
     strategy: &impl Strategy,
 ) -> Option<(u32, F::Backend)> {
-    let slot_key = SlotKey {
-        fe_id,
-        rev: snap.rev,
-        slot: strategy.slot(fe_id, snap.count),
+    let hash = if snap.flags & FE_F_MAGLEV != 0 {
+        strategy.flow_hash(snap.flags & FE_F_AFFINITY != 0)
+    } else {
+        None
     };
-    let slot = F::slots().get_ptr(slot_key)?;
-    // SAFETY: slots are never updated and are deleted only after a grace
-    // period that began once no state named this revision; this program
-    // read the state before that, so the element is live and unchanged.
-    let backend_id = unsafe { (*slot).backend_id };
+    let backend_id = match hash {
+        Some(hash) => maglev_entry::<F>(fe_id, snap, hash)?,
+        None => {
+            let slot_key = SlotKey {
+                fe_id,
+                rev: snap.rev,
+                slot: strategy.slot(fe_id, snap.count),
+            };
+            let slot = F::slots().get_ptr(slot_key)?;
+            // SAFETY: slots are never updated and are deleted only after a
+            // grace period that began once no state named this revision;
+            // this program read the state before that, so the element is
+            // live and unchanged.
+            unsafe { (*slot).backend_id }
+        }
+    };
     let backend = F::backends().get_ptr(backend_id)?;
     // SAFETY: as for the slot: backends are never updated, and deleted only
     // a grace period after the last revision naming them became unreachable.
     Some((backend_id, unsafe { *backend }))
+}
+
+/// The backend id at entry `hash % maglev_size` of the snapshot's
+/// revision's Maglev table.
+#[inline(always)]
+fn maglev_entry<F: Family>(fe_id: u32, snap: &Snapshot<F::Key>, hash: u32) -> Option<u32> {
+    if snap.maglev_size == 0 {
+        return None;
+    }
+    let entry = hash % snap.maglev_size;
+    let key = MaglevKey {
+        fe_id,
+        rev: snap.rev,
+        // Below 2^16: the largest table has 131,071 entries.
+        chunk: (entry / MAGLEV_CHUNK as u32) as u16,
+    };
+    let chunk = F::maglev().get_ptr(key)?;
+    // SAFETY: chunks are written with their revision's slots and, like
+    // them, never updated and deleted only a grace period after no state
+    // names the revision: live and unchanged while this program runs.
+    let id = unsafe { (*chunk).backend_ids[entry as usize % MAGLEV_CHUNK] };
+    (id != 0).then_some(id)
 }

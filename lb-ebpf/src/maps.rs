@@ -9,11 +9,11 @@ use aya_ebpf::{
 use lb_common::{
     ADDR_WORDS, AffinityKey, AffinityValue, BPF_F_NO_PREALLOC, Backend4, Backend6, Ct4Key,
     Ct4Value, DEFAULT_AFFINITY_MAX, DEFAULT_BACKENDS_MAX, DEFAULT_CT_MAX, DEFAULT_FRAG_MAX,
-    DEFAULT_FRONTENDS_MAX, DEFAULT_NAT_MAX, DEFAULT_REVNAT_MAX, DEFAULT_SLOTS_MAX,
-    DEFAULT_SOURCE_RANGES_MAX, DatapathConfig, Frag4Key, Frag4Value, Frontend4Key, Frontend4State,
-    Frontend6Key, Frontend6State, FrontendId, Member, MemberKey, Nat4Key, Nat4Value, REJECTS_MAX,
-    RejectBucket, RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value, STATS_COUNT, Slot, SlotKey,
-    SockRevNat, SourceRange4,
+    DEFAULT_FRONTENDS_MAX, DEFAULT_MAGLEV_MAX, DEFAULT_NAT_MAX, DEFAULT_REVNAT_MAX,
+    DEFAULT_SLOTS_MAX, DEFAULT_SOURCE_RANGES_MAX, DatapathConfig, Frag4Key, Frag4Value,
+    Frontend4Key, Frontend4State, Frontend6Key, Frontend6State, FrontendId, MaglevChunk, MaglevKey,
+    Member, MemberKey, Nat4Key, Nat4Value, REJECTS_MAX, RejectBucket, RevNat4Key, RevNat4Value,
+    RevNat6Key, RevNat6Value, STATS_COUNT, Slot, SlotKey, SockRevNat, SourceRange4,
 };
 use lb_common::{CtKey, CtValue, Frag6Key, NatKey, NatValue, SourceRange};
 
@@ -25,6 +25,7 @@ pub const FE_STATE_MAX: usize = DEFAULT_FRONTENDS_MAX as usize + 1;
 pub const SLOTS_MAX: usize = DEFAULT_SLOTS_MAX as usize;
 pub const BACKENDS_MAX: usize = DEFAULT_BACKENDS_MAX as usize;
 pub const AFFINITY_MAX: usize = DEFAULT_AFFINITY_MAX as usize;
+pub const MAGLEV_MAX: usize = DEFAULT_MAGLEV_MAX as usize;
 
 /// Frontend -> its id. Entries are written once and never updated.
 #[btf_map]
@@ -47,6 +48,11 @@ pub static LB4_BACKENDS: HashMap<u32, Backend4, BACKENDS_MAX, NO_PREALLOC> = Has
 /// Written once per revision, like the slots.
 #[btf_map]
 pub static LB4_MEMBERS: HashMap<MemberKey, Member, SLOTS_MAX, NO_PREALLOC> = HashMap::new();
+
+/// (frontend id, revision, chunk) -> backend ids: the Maglev tables of
+/// frontends with `FE_F_MAGLEV`. Written once per revision, like the slots.
+#[btf_map]
+pub static LB4_MAGLEV: HashMap<MaglevKey, MaglevChunk, MAGLEV_MAX, NO_PREALLOC> = HashMap::new();
 
 /// (client netns, frontend id) -> backend and last use. Written by
 /// connect4/sendmsg4; LRU, so a full map evicts the oldest clients.
@@ -88,6 +94,9 @@ pub static LB6_BACKENDS: HashMap<u32, Backend6, BACKENDS_MAX, NO_PREALLOC> = Has
 
 #[btf_map]
 pub static LB6_MEMBERS: HashMap<MemberKey, Member, SLOTS_MAX, NO_PREALLOC> = HashMap::new();
+
+#[btf_map]
+pub static LB6_MAGLEV: HashMap<MaglevKey, MaglevChunk, MAGLEV_MAX, NO_PREALLOC> = HashMap::new();
 
 #[btf_map]
 pub static LB6_AFFINITY: LruHashMap<AffinityKey, AffinityValue, AFFINITY_MAX> = LruHashMap::new();

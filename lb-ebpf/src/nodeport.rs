@@ -26,19 +26,19 @@ use core::mem::MaybeUninit;
 use aya_ebpf::{btf_maps::lpm_trie::Key, helpers::bpf_get_prandom_u32};
 use lb_common::{
     CT_DIR_IN, CT_DIR_OUT, CT_F_KERNEL, CT_F_SNAT, CtKey, CtValue, DatapathConfig,
-    FE_F_EXTERNAL_LOCAL, FE_F_SOURCE_RANGES, NatKey, PROTO_TCP, STAT_PASSED_REMOVED,
+    FE_F_EXTERNAL_LOCAL, FE_F_SOURCE_RANGES, FlowHash, NatKey, PROTO_TCP, STAT_PASSED_REMOVED,
     STAT_REFUSED_INCONSISTENT, STAT_TC_DROP_CT_FULL, STAT_TC_DROP_FRAGMENT, STAT_TC_DROP_NO_LOCAL,
     STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_DROP_SOURCE_RANGE, STAT_TC_NEW_FLOW,
     STAT_TC_PASSED_UNTRACKED, STAT_TC_REJECT_NO_ENDPOINTS, SourceRange, TCP_ACK, TCP_SYN,
-    ct_closed, ct_expired, ct_new_expiry, seen_bits,
+    ct_closed, ct_expired, ct_new_expiry, ports_word, seen_bits,
 };
 
 use crate::{
     ct::{advance, allocate_port, config, ct_entry, hold_nat, mirror, nat_entry, now},
     ctx::{PacketCtx, code, errno},
     family::Family,
-    lb::{Random, Selection, select},
-    packet::{IcmpError, Ip as _, Packet},
+    lb::{Random, Selection, Strategy, select},
+    packet::{IcmpError, Ip, Packet},
     reject::reject,
     stats::count,
 };
@@ -271,15 +271,40 @@ struct Backend<A> {
     fe_flags: u16,
 }
 
+/// How the first packet of a flow picks its backend: by the flow's hash in
+/// a frontend's Maglev table, else at random.
+struct NewFlow<'a, A>(&'a Packet<A>);
+
+impl<A: Ip> Strategy for NewFlow<'_, A> {
+    #[inline(always)]
+    fn slot(&self, fe_id: u32, count: u16) -> u16 {
+        // SAFETY: the helper has no preconditions.
+        Random(unsafe { bpf_get_prandom_u32() }).slot(fe_id, count)
+    }
+
+    #[inline(always)]
+    fn flow_hash(&self, affinity: bool) -> Option<u32> {
+        let p = self.0;
+        let seed = config().map_or(0, |c| c.maglev_seed);
+        let sport_be = if affinity { 0 } else { p.sport_be };
+        let h = p.saddr.hash(FlowHash::new(seed));
+        Some(
+            h.word(ports_word(sport_be, p.dport_be))
+                .word(u32::from(p.proto))
+                .finish(),
+        )
+    }
+}
+
 /// The first packet of a flow: picks a backend of its external frontend,
 /// written to `backend`.
 #[inline(never)]
 fn choose<F: Family>(p: &Packet<F::Addr>, backend: &mut MaybeUninit<Backend<F::Addr>>) -> Chosen {
     let frontend = p.frontend::<F>();
-    // SAFETY: the helper has no preconditions.
-    let rand = Random(unsafe { bpf_get_prandom_u32() });
     // Session affinity by client address, as kube-proxy's ClientIP.
-    let selection = select::<F>(&frontend, false, &rand, || F::affinity_client(&p.saddr));
+    let selection = select::<F>(&frontend, false, &NewFlow(p), || {
+        F::affinity_client(&p.saddr)
+    });
     // loadBalancerSourceRanges come first, as kube-proxy's firewall does:
     // a source outside them is dropped, endpoints or not.
     if let Selection::Backend { flags, .. }

@@ -47,7 +47,7 @@ impl Agent {
     /// Loads the programs and maps (migrating older ones), and attaches
     /// the programs unless a migration must fill new maps first.
     pub(super) fn start(config: &RunConfig, shared: Arc<Shared>) -> anyhow::Result<Self> {
-        let tc = TcSettings::new(config.conntrack)?;
+        let tc = TcSettings::new(config.conntrack, config.maglev.seed)?;
         let cgroup = match &config.cgroup {
             Some(p) => p.clone(),
             None => cgroup::cgroup2_mount()
@@ -74,7 +74,7 @@ impl Agent {
             Start::Fresh => Found::Created,
             _ => Found::Pinned,
         };
-        let reconciler = DualReconciler::adopt(tables.v4, tables.v6, grace, found)?;
+        let reconciler = DualReconciler::adopt(tables.v4, tables.v6, grace, found, config.maglev)?;
         let [v4, v6] = reconciler.entries();
         info!(
             ipv4_frontends = v4.frontends,
@@ -87,7 +87,10 @@ impl Agent {
             reconciler,
             datapath.settings_store()?,
             config.excluded.clone(),
-            NodeContext::named(&config.node_name),
+            NodeContext {
+                algorithm: config.lb_algorithm,
+                ..NodeContext::named(&config.node_name)
+            },
             match config.source {
                 Source::Kube { .. } => NodeWait::new(NODE_WAIT),
                 // The files are read whole, the Node (or none) with the rest.

@@ -13,6 +13,7 @@ use super::start::Agent;
 use crate::{
     config::Conntrack,
     datapath::{conntrack, kernel_conntrack, snat_ports},
+    model::maglev::HashSeed,
     reconcile::StoreError,
 };
 
@@ -23,6 +24,8 @@ pub(super) struct TcSettings {
     conntrack: Conntrack,
     /// See [`snat_ports::seed`].
     nat_seed: u32,
+    /// Seeds the flow hash of Maglev tables.
+    maglev_seed: u32,
     /// The settings as last written, before the datapath's part: written
     /// again only when the node's addresses change them.
     written: Option<DatapathConfig>,
@@ -33,11 +36,12 @@ pub(super) struct TcSettings {
 
 impl TcSettings {
     /// Refuses a SNAT range that overlaps the node's ephemeral ports.
-    pub(super) fn new(conntrack: Conntrack) -> anyhow::Result<Self> {
+    pub(super) fn new(conntrack: Conntrack, maglev: HashSeed) -> anyhow::Result<Self> {
         snat_ports::check(conntrack.snat_ports, snat_ports::ephemeral_range()?)?;
         Ok(Self {
             conntrack,
             nat_seed: snat_ports::seed(),
+            maglev_seed: maglev.flow[0],
             written: None,
             taken_over: false,
         })
@@ -77,6 +81,7 @@ impl TcSettings {
             nat_reply_min: 0,
             nat_reply_max: 0,
             snat6_be,
+            maglev_seed: self.maglev_seed,
         }
     }
 }
@@ -235,6 +240,7 @@ mod tests {
                 snat_ports: (1024, 29999),
             },
             nat_seed: 7,
+            maglev_seed: 9,
             written: None,
             taken_over: false,
         }
@@ -263,6 +269,7 @@ mod tests {
         let c = settings().config(&[], &[]);
         assert_eq!((c.nat_port_min, c.nat_port_max), (1024, 29999));
         assert_eq!(c.nat_seed, 7);
+        assert_eq!(c.maglev_seed, 9);
         let t = Timeouts::DEFAULT;
         assert_eq!(
             (

@@ -12,7 +12,10 @@ use lb_common::{DEFAULT_NAT_PORT_MAX, DEFAULT_NAT_PORT_MIN, Timeouts};
 use crate::{
     cli::{ConntrackArgs, MapSizeArgs, RunArgs},
     datapath::layout::Capacities,
-    model::{ExcludedCidrs, NodePortAddresses, NodePortAddressesError, ParseCidrError},
+    model::{
+        ExcludedCidrs, NodePortAddresses, NodePortAddressesError, ParseCidrError,
+        maglev::{Algorithm, MaglevParams},
+    },
 };
 
 pub const DEFAULT_METRICS_BIND_ADDRESS: &str = "127.0.0.1:10249";
@@ -55,6 +58,10 @@ pub struct RunConfig {
     pub bpffs_dir: PathBuf,
     pub capacities: Capacities,
     pub conntrack: Conntrack,
+    /// `--bpf-lb-algorithm`.
+    pub lb_algorithm: Algorithm,
+    /// `--bpf-lb-maglev-table-size` and `--bpf-lb-maglev-hash-seed`.
+    pub maglev: MaglevParams,
     pub metrics_addr: SocketAddr,
     pub healthz_addr: SocketAddr,
     /// `None`: never prune.
@@ -150,6 +157,11 @@ impl RunConfig {
             bpffs_dir: args.bpffs_dir,
             capacities: capacities(&args.maps),
             conntrack: conntrack(&args.conntrack),
+            lb_algorithm: args.algorithm.bpf_lb_algorithm,
+            maglev: MaglevParams {
+                size: args.algorithm.bpf_lb_maglev_table_size,
+                seed: args.algorithm.bpf_lb_maglev_hash_seed,
+            },
             metrics_addr,
             healthz_addr,
             prune_interval: Some(args.map_prune_interval).filter(|d| !d.is_zero()),
@@ -172,6 +184,7 @@ fn capacities(args: &MapSizeArgs) -> Capacities {
         ct: args.bpf_ct_global_max.unwrap_or(default.ct),
         nat: args.bpf_nat_global_max.unwrap_or(default.nat),
         frag: args.bpf_fragments_map_max.unwrap_or(default.frag),
+        maglev: args.bpf_lb_maglev_map_max.unwrap_or(default.maglev),
     }
 }
 

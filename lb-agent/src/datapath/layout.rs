@@ -10,11 +10,11 @@ use aya::maps::MapInfo;
 use lb_common::{
     ADDR_WORDS, ADDRS, AFFINITY4, AFFINITY6, ALL_MAPS, BACKENDS4, BACKENDS6, CONFIG, CT4, CT6,
     DEFAULT_AFFINITY_MAX, DEFAULT_BACKENDS_MAX, DEFAULT_CT_MAX, DEFAULT_FRAG_MAX,
-    DEFAULT_FRONTENDS_MAX, DEFAULT_NAT_MAX, DEFAULT_REVNAT_MAX, DEFAULT_SLOTS_MAX,
-    DEFAULT_SOURCE_RANGES_MAX, FE_STATE4, FE_STATE6, FRAG4, FRAG6, FRONTENDS4, FRONTENDS6,
-    MAP_TYPE_ARRAY_OF_MAPS, MEMBERS4, MEMBERS6, MapSpec, NAT4, NAT6, REJECTS_MAX, REJECTS4,
-    REJECTS6, REVNAT4, REVNAT6, SLOTS4, SLOTS6, SOCK_REVNAT, SOURCE_RANGES4, SOURCE_RANGES6, STATS,
-    STATS_COUNT,
+    DEFAULT_FRONTENDS_MAX, DEFAULT_MAGLEV_MAX, DEFAULT_NAT_MAX, DEFAULT_REVNAT_MAX,
+    DEFAULT_SLOTS_MAX, DEFAULT_SOURCE_RANGES_MAX, FE_STATE4, FE_STATE6, FRAG4, FRAG6, FRONTENDS4,
+    FRONTENDS6, MAGLEV4, MAGLEV6, MAP_TYPE_ARRAY_OF_MAPS, MEMBERS4, MEMBERS6, MapSpec, NAT4, NAT6,
+    REJECTS_MAX, REJECTS4, REJECTS6, REVNAT4, REVNAT6, SLOTS4, SLOTS6, SOCK_REVNAT, SOURCE_RANGES4,
+    SOURCE_RANGES6, STATS, STATS_COUNT,
 };
 
 use super::error::{Error, io_err, map_err};
@@ -37,6 +37,8 @@ pub struct Capacities {
     pub nat: u32,
     /// `LB4_FRAG` and `LB6_FRAG`.
     pub frag: u32,
+    /// `LB4_MAGLEV` and `LB6_MAGLEV`, in chunks of 256 entries.
+    pub maglev: u32,
 }
 
 impl Default for Capacities {
@@ -50,6 +52,7 @@ impl Default for Capacities {
             ct: DEFAULT_CT_MAX,
             nat: DEFAULT_NAT_MAX,
             frag: DEFAULT_FRAG_MAX,
+            maglev: DEFAULT_MAGLEV_MAX,
         }
     }
 }
@@ -71,6 +74,7 @@ impl Capacities {
             _ if spec.name == CONFIG.name => 1,
             _ if is(&SOURCE_RANGES4, &SOURCE_RANGES6) => DEFAULT_SOURCE_RANGES_MAX,
             _ if is(&FRAG4, &FRAG6) => self.frag,
+            _ if is(&MAGLEV4, &MAGLEV6) => self.maglev,
             _ if is(&REJECTS4, &REJECTS6) => REJECTS_MAX,
             _ if spec.name == ADDRS.name => ADDR_WORDS,
             // Socket storage has no capacity: the kernel wants 0.

@@ -32,8 +32,8 @@ use aya::Ebpf;
 pub use error::Error;
 use layout::Capacities;
 use lb_common::{
-    BACKENDS4, BACKENDS6, FE_STATE4, FE_STATE6, FRONTENDS4, FRONTENDS6, MEMBERS4, MEMBERS6,
-    MapSpec, SLOTS4, SLOTS6,
+    BACKENDS4, BACKENDS6, FE_STATE4, FE_STATE6, FRONTENDS4, FRONTENDS6, MAGLEV4, MAGLEV6, MEMBERS4,
+    MEMBERS6, MapSpec, SLOTS4, SLOTS6,
 };
 use loader::{REVERSING, TRANSLATING};
 use migrate::Leftover;
@@ -147,20 +147,34 @@ fn open_tables(dir: &Path) -> Result<DualTables, StoreError> {
     Ok(DualTables {
         v4: open_family(
             dir,
-            [&FRONTENDS4, &FE_STATE4, &SLOTS4, &MEMBERS4, &BACKENDS4],
+            [
+                &FRONTENDS4,
+                &FE_STATE4,
+                &SLOTS4,
+                &MEMBERS4,
+                &BACKENDS4,
+                &MAGLEV4,
+            ],
         )?,
         v6: open_family(
             dir,
-            [&FRONTENDS6, &FE_STATE6, &SLOTS6, &MEMBERS6, &BACKENDS6],
+            [
+                &FRONTENDS6,
+                &FE_STATE6,
+                &SLOTS6,
+                &MEMBERS6,
+                &BACKENDS6,
+                &MAGLEV6,
+            ],
         )?,
     })
 }
 
-/// One family's tables: its frontends, states, slots, members and backends
-/// maps, in this order.
+/// One family's tables: its frontends, states, slots, members, backends
+/// and Maglev maps, in this order.
 fn open_family<F: Family>(
     dir: &Path,
-    specs: [&MapSpec; 5],
+    specs: [&MapSpec; 6],
 ) -> Result<LbTables<F, Bpf>, StoreError> {
     fn open<K: MapKey, V: MapValue>(
         dir: &Path,
@@ -169,13 +183,14 @@ fn open_family<F: Family>(
     ) -> Result<BpfTable<K, V>, StoreError> {
         BpfTable::open(&dir.join(spec.pin), spec, mode)
     }
-    let [frontends, states, slots, members, backends] = specs;
+    let [frontends, states, slots, members, backends, maglev] = specs;
     Ok(LbTables {
         frontends: open(dir, frontends, WriteMode::Insert)?,
         states: open(dir, states, WriteMode::Locked)?,
         slots: open(dir, slots, WriteMode::Insert)?,
         members: open(dir, members, WriteMode::Insert)?,
         backends: open(dir, backends, WriteMode::Insert)?,
+        maglev: open(dir, maglev, WriteMode::Insert)?,
     })
 }
 

@@ -36,6 +36,7 @@ use ipnet::IpNet;
 
 use super::{
     Backend, ExcludedCidrs, Frontend, IpFamily, NodeContext, Proto, Scope,
+    maglev::Algorithm,
     service::{Affinity, ServicePort, ServiceSpec, TrafficPolicy},
     slice::{SliceEndpoint, SliceSpec},
 };
@@ -61,6 +62,10 @@ pub struct Target {
     /// `loadBalancerSourceRanges`: the ranges of its family, the only
     /// sources admitted. Empty: open.
     pub source_ranges: Vec<IpNet>,
+    /// New flows from outside the node pick their backend from a Maglev
+    /// table (the external scope only: the Service's algorithm, or
+    /// `--bpf-lb-algorithm`).
+    pub maglev: bool,
 }
 
 /// Which address of its Service a frontend is.
@@ -441,14 +446,19 @@ fn targets(spec: &ServiceSpec, candidates: &[Candidate<'_>], node: &NodeContext)
         external_local: spec.external_policy == TrafficPolicy::Local,
         ..Target::default()
     };
+    let maglev = spec.algorithm.unwrap_or(node.algorithm) == Algorithm::Maglev;
     let outside = if external.external_local {
         Target {
             backends: sets.local.clone(),
             no_local_endpoints: sets.local.is_empty() && sets.any,
+            maglev,
             ..external.clone()
         }
     } else {
-        external.clone()
+        Target {
+            maglev,
+            ..external.clone()
+        }
     };
     let local = spec.internal_policy == TrafficPolicy::Local;
     let backends = if local { sets.local } else { sets.cluster };

@@ -249,3 +249,75 @@ fn external_addresses_refuse_without_endpoints_and_pass_through_when_all_are_exc
         assert!(passthrough.contains(&f), "{f}");
     }
 }
+
+/// Flows from outside pick backends by `--bpf-lb-algorithm`, unless the
+/// Service's annotation (ours, else Cilium's) says otherwise; the socket
+/// hooks' view of the same addresses is never Maglev.
+#[test]
+fn the_lb_algorithm_annotation_chooses_maglev_for_flows_from_outside() {
+    use super::maglev::Algorithm;
+    /// The default, the annotations, Maglev from outside, reported.
+    type Case = (Algorithm, &'static [(&'static str, &'static str)], bool, bool);
+    let cases: [Case; 7] = [
+        (Algorithm::Random, &[], false, false),
+        (
+            Algorithm::Random,
+            &[(LB_ALGORITHM_ANNOTATION, "maglev")],
+            true,
+            false,
+        ),
+        (
+            Algorithm::Random,
+            &[(CILIUM_LB_ALGORITHM_ANNOTATION, "Maglev")],
+            true,
+            false,
+        ),
+        (
+            Algorithm::Random,
+            &[
+                (LB_ALGORITHM_ANNOTATION, "random"),
+                (CILIUM_LB_ALGORITHM_ANNOTATION, "maglev"),
+            ],
+            false,
+            false,
+        ),
+        (Algorithm::Maglev, &[], true, false),
+        (
+            Algorithm::Maglev,
+            &[(CILIUM_LB_ALGORITHM_ANNOTATION, "random")],
+            false,
+            false,
+        ),
+        (
+            Algorithm::Maglev,
+            &[(LB_ALGORITHM_ANNOTATION, "ring-hash")],
+            true,
+            true,
+        ),
+    ];
+    for (default, annotations, maglev, unknown) in cases {
+        let node = NodeContext {
+            node_port_ips: vec![ip("192.0.2.10")],
+            algorithm: default,
+            ..NodeContext::named("node-a")
+        };
+        let mut c = Cache::new(ExcludedCidrs::default(), node);
+        let svc = annotations
+            .iter()
+            .fold(node_port_web(), |s, (k, v)| s.annotation(k, v));
+        c.apply_service(&svc.build());
+        c.apply_slice(&slice("web-4", "IPv4", &[Ep::new("10.0.0.1")]));
+        let flush = c.flush();
+        let what = format!("{default:?} {annotations:?}");
+        let outside = c.desired(&fe("192.0.2.10", 30080, Proto::Tcp).external());
+        assert_eq!(outside.map(|t| t.maglev), Some(maglev), "{what}");
+        let inside = c.desired(&fe("192.0.2.10", 30080, Proto::Tcp));
+        assert_eq!(inside.map(|t| t.maglev), Some(false), "{what}");
+        let report = &flush.services[&ObjectRef::service("default", "web")];
+        assert_eq!(
+            report.unsupported.contains(&Feature::UnknownLbAlgorithm),
+            unknown,
+            "{what}"
+        );
+    }
+}

@@ -34,6 +34,12 @@ impl TableSize {
     }
 }
 
+impl Default for TableSize {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
 impl TryFrom<u32> for TableSize {
     type Error = MaglevError;
 
@@ -106,9 +112,51 @@ impl FromStr for HashSeed {
     }
 }
 
+/// How new flows from outside the node pick a backend of an external
+/// frontend (`--bpf-lb-algorithm`, and per Service an annotation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// At random, as kube-proxy's rules.
+    #[default]
+    Random,
+    /// From the frontend's Maglev table by the flow's hash: the same
+    /// backend on every node.
+    Maglev,
+}
+
+impl FromStr for Algorithm {
+    type Err = MaglevError;
+
+    fn from_str(s: &str) -> Result<Self, MaglevError> {
+        match s {
+            "random" => Ok(Self::Random),
+            "maglev" => Ok(Self::Maglev),
+            other => Err(MaglevError::Algorithm(other.to_owned())),
+        }
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Random => "random",
+            Self::Maglev => "maglev",
+        })
+    }
+}
+
+/// The cluster-wide Maglev settings every node builds its tables with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MaglevParams {
+    pub size: TableSize,
+    pub seed: HashSeed,
+}
+
 /// What is wrong with a Maglev setting.
 #[derive(Debug, thiserror::Error)]
 pub enum MaglevError {
+    #[error("load-balancing algorithm {0:?} is neither \"random\" nor \"maglev\"")]
+    Algorithm(String),
     #[error("Maglev table size {0} is not one of {TABLE_SIZES:?}")]
     TableSize(u32),
     #[error("Maglev table size {0:?} is not a number")]
@@ -414,5 +462,40 @@ mod tests {
         // Cilium's default: its words as Cilium reads them (big-endian).
         let seed = HashSeed::default();
         assert_eq!(seed.permutation, 0x24b7_ef82);
+    }
+
+    /// The programs' flow hash is MurmurHash3 (x86, 32 bits) of the flow's
+    /// bytes: source address, ports, protocol word, as `murmur3` computes
+    /// it from the bytes.
+    #[test]
+    fn flow_hash_is_murmur3_of_the_flow_bytes() {
+        use lb_common::{FlowHash, ports_word};
+        let seed = HashSeed::default().flow[0];
+        let (sport, dport) = (40_000u16, 30_080u16);
+        let mut bytes = vec![192, 0, 2, 7];
+        bytes.extend(sport.to_be_bytes());
+        bytes.extend(dport.to_be_bytes());
+        bytes.extend([6, 0, 0, 0]);
+        let want = murmur3::murmur3_32(&mut Cursor::new(&bytes), seed).unwrap();
+        let word = |b: &[u8]| u32::from_le_bytes(b.try_into().unwrap());
+        let got = FlowHash::new(seed)
+            .word(word(&bytes[0..4]))
+            .word(ports_word(
+                u16::from_ne_bytes(sport.to_be_bytes()),
+                u16::from_ne_bytes(dport.to_be_bytes()),
+            ))
+            .word(6)
+            .finish();
+        assert_eq!(got, want);
+        // IPv6: four address words.
+        let mut bytes6: Vec<u8> = "2001:db8::17".parse::<Ipv6Addr>().unwrap().octets().into();
+        bytes6.extend(&bytes[4..]);
+        let want6 = murmur3::murmur3_32(&mut Cursor::new(&bytes6), seed).unwrap();
+        let got6 = (0..6)
+            .fold(FlowHash::new(seed), |h, i| {
+                h.word(word(&bytes6[4 * i..4 * i + 4]))
+            })
+            .finish();
+        assert_eq!(got6, want6);
     }
 }

@@ -29,8 +29,9 @@ pub use exclusion::{ExcludedCidrs, ParseCidrError};
 pub use health_check::HealthCheck;
 pub use nodeport_addresses::{NodePortAddresses, NodePortAddressesError};
 pub use service::{
-    Affinity, HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL, ServicePort, ServiceSpec, ServiceType,
-    TrafficPolicy, object_ref as service_ref,
+    Affinity, CILIUM_LB_ALGORITHM_ANNOTATION, HEADLESS_LABEL, LB_ALGORITHM_ANNOTATION,
+    SERVICE_PROXY_NAME_LABEL, ServicePort, ServiceSpec, ServiceType, TrafficPolicy,
+    object_ref as service_ref,
 };
 pub use slice::{EndpointTopology, SliceEndpoint, SlicePort, SliceSpec, object_ref as slice_ref};
 
@@ -220,16 +221,23 @@ pub enum Feature {
     Sctp,
     /// `loadBalancerSourceRanges` that guard some of its LB VIPs.
     LoadBalancerSourceRanges,
+    /// An lb-algorithm annotation whose value is no algorithm we know.
+    UnknownLbAlgorithm,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 2] = [Feature::Sctp, Feature::LoadBalancerSourceRanges];
+    pub const ALL: [Feature; 3] = [
+        Feature::Sctp,
+        Feature::LoadBalancerSourceRanges,
+        Feature::UnknownLbAlgorithm,
+    ];
 
     /// The label value in metrics and logs.
     pub fn as_str(self) -> &'static str {
         match self {
             Feature::Sctp => "sctp",
             Feature::LoadBalancerSourceRanges => "load_balancer_source_ranges",
+            Feature::UnknownLbAlgorithm => "unknown_lb_algorithm",
         }
     }
 
@@ -240,6 +248,9 @@ impl Feature {
             Feature::LoadBalancerSourceRanges => {
                 "its load-balancer IPs guarded by source ranges enforce them for traffic from outside only; \
                  pods and processes on this node are not intercepted (their traffic goes to the load balancer)"
+            }
+            Feature::UnknownLbAlgorithm => {
+                "its external frontends pick backends with --bpf-lb-algorithm, as if unannotated"
             }
         }
     }
@@ -263,6 +274,9 @@ pub struct NodeContext {
     /// Its addresses that serve NodePorts (`--nodeport-addresses`), both
     /// families, sorted.
     pub node_port_ips: Vec<IpAddr>,
+    /// `--bpf-lb-algorithm`: how external frontends of Services that do
+    /// not choose pick backends for flows from outside.
+    pub algorithm: maglev::Algorithm,
 }
 
 impl NodeContext {

@@ -6,13 +6,20 @@ use std::{collections::BTreeSet, net::IpAddr};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Service;
 
-use super::{Feature, IpFamily, ObjectKind, ObjectRef, Proto};
+use super::{Feature, IpFamily, ObjectKind, ObjectRef, Proto, maglev::Algorithm};
 
 /// Labels that hand a Service to another proxy, or mark it headless; kube-proxy
 /// ignores such Services and so do we. The apiserver source filters them on
 /// the server already; this check covers the file source.
 pub const SERVICE_PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";
 pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
+
+/// How a Service's external frontends pick backends for flows from
+/// outside (`random` or `maglev`), over `--bpf-lb-algorithm`; and Cilium's
+/// annotation of the same meaning, read when ours is absent, so that
+/// Services annotated for Cilium keep their meaning.
+pub const LB_ALGORITHM_ANNOTATION: &str = "lb-agent.io/lb-algorithm";
+pub const CILIUM_LB_ALGORITHM_ANNOTATION: &str = "service.cilium.io/lb-algorithm";
 
 /// kube-proxy's default and maximum `sessionAffinityConfig.clientIP.timeoutSeconds`.
 const DEFAULT_AFFINITY_TIMEOUT: u32 = 10_800;
@@ -39,6 +46,11 @@ pub struct ServiceSpec {
     pub health_check_node_port: Option<u16>,
     /// `spec.trafficDistribution`, as written.
     pub traffic_distribution: Option<String>,
+    /// The algorithm its annotation chooses; `None`: the node's default.
+    pub algorithm: Option<Algorithm>,
+    /// The annotation names no algorithm we know: the default applies and
+    /// the Service reports [`Feature::UnknownLbAlgorithm`].
+    pub unknown_algorithm: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,6 +103,7 @@ impl ServiceSpec {
                 .any(|vip| self.source_ranges_of(*vip).is_some()),
             Feature::LoadBalancerSourceRanges,
         );
+        add(self.unknown_algorithm, Feature::UnknownLbAlgorithm);
         out
     }
 
@@ -276,6 +289,11 @@ pub(super) fn validate(svc: &Service) -> Verdict {
         Ok(p) => p,
         Err(e) => return Verdict::Invalid(e),
     };
+    let annotations = svc.metadata.annotations.as_ref();
+    let chosen = [LB_ALGORITHM_ANNOTATION, CILIUM_LB_ALGORITHM_ANNOTATION]
+        .into_iter()
+        .find_map(|key| annotations?.get(key));
+    let algorithm = chosen.map(|v| v.trim().to_lowercase().parse::<Algorithm>());
     Verdict::Program(ServiceSpec {
         object,
         type_,
@@ -292,6 +310,8 @@ pub(super) fn validate(svc: &Service) -> Verdict {
             .and_then(|p| u16::try_from(p).ok())
             .filter(|p| *p != 0),
         traffic_distribution: spec.traffic_distribution.clone(),
+        algorithm: algorithm.as_ref().and_then(|a| a.as_ref().ok()).copied(),
+        unknown_algorithm: algorithm.is_some_and(|a| a.is_err()),
     })
 }
 

@@ -9,7 +9,7 @@ use super::{
     Family, Found, GracePeriods, LbTables, Outcome, Reconciler, StoreError, Tables, V4, V6,
     view::LbView,
 };
-use crate::model::{Frontend, IpFamily, Target};
+use crate::model::{Frontend, IpFamily, Target, maglev::MaglevParams};
 
 /// How many entries one family's frontends and backends maps hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,10 +31,11 @@ impl<T: Tables, G: GracePeriods + Clone> DualReconciler<T, G> {
         v6: LbTables<V6, T>,
         grace: G,
         found: Found,
+        maglev: MaglevParams,
     ) -> Result<Self, StoreError> {
         Ok(Self {
-            v4: Reconciler::adopt(v4, grace.clone(), found)?,
-            v6: Reconciler::adopt(v6, grace, found)?,
+            v4: Reconciler::adopt(v4, grace.clone(), found, maglev)?,
+            v6: Reconciler::adopt(v6, grace, found, maglev)?,
         })
     }
 }

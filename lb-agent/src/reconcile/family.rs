@@ -26,6 +26,8 @@ pub struct StateView<K> {
     pub flags: u16,
     /// Session affinity timeout in seconds; 0 without affinity.
     pub affinity_timeout: u32,
+    /// Entries of the revision's Maglev table; 0 without one.
+    pub maglev_size: u32,
 }
 
 /// An address family's map types.
@@ -151,6 +153,7 @@ macro_rules! family {
                     count: v.count,
                     flags: v.flags,
                     affinity_timeout: v.affinity_timeout,
+                    maglev_size: v.maglev_size,
                     ..$state::default()
                 }
             }
@@ -162,6 +165,7 @@ macro_rules! family {
                     count: s.count,
                     flags: s.flags,
                     affinity_timeout: s.affinity_timeout,
+                    maglev_size: s.maglev_size,
                 }
             }
         }

@@ -2,11 +2,17 @@
 //! indexes the write protocol needs. Every write goes through the methods
 //! here, so the indexes never drift from the content.
 
-use std::{collections::BTreeMap, fmt::Debug, ops::RangeInclusive};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt::Debug,
+    ops::RangeInclusive,
+};
 
 use foldhash::HashMap;
 
-use lb_common::{FrontendId, Member, MemberKey, Slot, SlotKey};
+use lb_common::{FrontendId, MaglevChunk, MaglevKey, Member, MemberKey, Slot, SlotKey};
+
+use crate::model::maglev::MaglevParams;
 
 use super::{
     family::{Family, StateView},
@@ -35,6 +41,7 @@ pub struct LbTables<F: Family, T: Tables> {
     pub slots: T::Table<SlotKey, Slot>,
     pub members: T::Table<MemberKey, Member>,
     pub backends: T::Table<u32, F::Backend>,
+    pub maglev: T::Table<MaglevKey, MaglevChunk>,
 }
 
 /// Every slot key of revision `rev` of frontend `fe_id`.
@@ -70,12 +77,32 @@ pub fn member_range(fe_id: u32, rev: u16) -> RangeInclusive<MemberKey> {
     }
 }
 
+/// Every chunk key of the Maglev table of revision `rev` of frontend
+/// `fe_id` (derived order: `fe_id`, `rev`, `chunk`).
+pub(super) fn chunk_range(fe_id: u32, rev: u16) -> RangeInclusive<MaglevKey> {
+    MaglevKey {
+        fe_id,
+        rev,
+        chunk: 0,
+    }..=MaglevKey {
+        fe_id,
+        rev,
+        chunk: u16::MAX,
+    }
+}
+
 pub struct LbMaps<F: Family, T: Tables> {
     frontends: Mirror<T::Table<F::FrontendKey, FrontendId>>,
     states: Mirror<T::Table<u32, F::State>>,
     slots: Mirror<T::Table<SlotKey, Slot>>,
     members: Mirror<T::Table<MemberKey, Member>>,
     backends: Mirror<T::Table<u32, F::Backend>>,
+    /// Maglev tables: the chunks' keys only (a table is rebuilt from its
+    /// revision's backends whenever needed; its content is not kept).
+    maglev: T::Table<MaglevKey, MaglevChunk>,
+    maglev_keys: BTreeSet<MaglevKey>,
+    /// What the tables are built with.
+    params: MaglevParams,
     /// Backend address -> its id.
     id_of: HashMap<F::Backend, u32>,
     /// Backend id -> how many slots name it.
@@ -91,13 +118,24 @@ pub struct LbMaps<F: Family, T: Tables> {
 
 impl<F: Family, T: Tables> LbMaps<F, T> {
     /// Reads all the tables (unless just created) and indexes them.
-    pub fn adopt(tables: LbTables<F, T>, found: Found) -> Result<Self, StoreError> {
+    pub fn adopt(
+        tables: LbTables<F, T>,
+        found: Found,
+        params: MaglevParams,
+    ) -> Result<Self, StoreError> {
+        let maglev_keys = match found {
+            Found::Created => BTreeSet::new(),
+            Found::Pinned => chunk_keys(&tables.maglev)?,
+        };
         let mut maps = Self {
             frontends: Mirror::adopt(tables.frontends, found)?,
             states: Mirror::adopt(tables.states, found)?,
             slots: Mirror::adopt(tables.slots, found)?,
             members: Mirror::adopt(tables.members, found)?,
             backends: Mirror::adopt(tables.backends, found)?,
+            maglev: tables.maglev,
+            maglev_keys,
+            params,
             id_of: HashMap::default(),
             backend_refs: HashMap::default(),
             set_sizes: BTreeMap::new(),
@@ -140,6 +178,8 @@ impl<F: Family, T: Tables> LbMaps<F, T> {
         let slots = self.slots.reread()?;
         let members = self.members.reread()?;
         let backends = self.backends.reread()?;
+        let maglev_keys = chunk_keys(&self.maglev)?;
+        self.maglev_keys = maglev_keys;
         self.frontends.set_content(frontends);
         self.states.set_content(states);
         self.slots.set_content(slots);
@@ -181,6 +221,28 @@ impl<F: Family, T: Tables> LbMaps<F, T> {
 
     pub fn members(&self) -> &BTreeMap<MemberKey, Member> {
         self.members.content()
+    }
+
+    /// The keys of every Maglev chunk in the map.
+    pub fn maglev_keys(&self) -> &BTreeSet<MaglevKey> {
+        &self.maglev_keys
+    }
+
+    /// The Maglev map itself.
+    #[cfg(test)]
+    pub fn maglev_table(&self) -> &T::Table<MaglevKey, MaglevChunk> {
+        &self.maglev
+    }
+
+    /// What Maglev tables are built with.
+    pub fn params(&self) -> MaglevParams {
+        self.params
+    }
+
+    /// How many chunks of revision `rev` of frontend `id`'s Maglev table
+    /// the map holds.
+    pub fn chunks(&self, id: u32, rev: u16) -> usize {
+        self.maglev_keys.range(chunk_range(id, rev)).count()
     }
 
     /// The state of `id`, if it is not free.
@@ -325,6 +387,23 @@ impl<F: Family, T: Tables> LbMaps<F, T> {
         self.members.delete(keys)
     }
 
+    /// Chunks, like members, are no index's concern.
+    pub fn put_chunks(&mut self, entries: &[(MaglevKey, MaglevChunk)]) -> Result<(), BatchError> {
+        let result = self.maglev.put(entries);
+        let done = written(&result, entries.len());
+        self.maglev_keys
+            .extend(entries[..done].iter().map(|(k, _)| *k));
+        result
+    }
+
+    pub fn delete_chunks(&mut self, keys: &[MaglevKey]) -> Result<(), BatchError> {
+        let result = self.maglev.delete(keys);
+        for k in &keys[..written(&result, keys.len())] {
+            self.maglev_keys.remove(k);
+        }
+        result
+    }
+
     /// Writes states in place (under their locks).
     pub fn put_states(&mut self, entries: &[(u32, F::State)]) -> Result<(), BatchError> {
         let fresh: Vec<bool> = entries
@@ -437,6 +516,12 @@ fn bump(counts: &mut HashMap<u32, u32>, key: u32, delta: i32) -> bool {
         counts.remove(&key);
     }
     was_zero != is_zero
+}
+
+/// The keys of every chunk `table` holds. Reads the chunks whole (1 KiB
+/// each) and keeps only their keys.
+fn chunk_keys<T: Table<Key = MaglevKey>>(table: &T) -> Result<BTreeSet<MaglevKey>, StoreError> {
+    Ok(table.read()?.into_iter().map(|(k, _)| k).collect())
 }
 
 /// How many entries of a batch took effect.

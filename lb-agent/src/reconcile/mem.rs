@@ -196,7 +196,8 @@ impl super::Tables for Mem {
 }
 
 /// One family's tables in memory, sharing `journal`: frontend entries,
-/// state ids and slots (and members) and backends up to the given capacities.
+/// state ids and slots (and members) and backends up to the given
+/// capacities, Maglev chunks without a bound that matters.
 pub fn lb_tables<F: super::Family>(
     frontends: u32,
     slots: u32,
@@ -209,6 +210,11 @@ pub fn lb_tables<F: super::Family>(
         slots: MemTable::hash(lb_common::SLOTS4.name, slots, journal),
         members: MemTable::hash(lb_common::MEMBERS4.name, slots, journal),
         backends: MemTable::hash(lb_common::BACKENDS4.name, backends, journal),
+        maglev: MemTable::hash(
+            lb_common::MAGLEV4.name,
+            lb_common::DEFAULT_MAGLEV_MAX,
+            journal,
+        ),
     }
 }
 

@@ -8,6 +8,8 @@ mod family;
 mod grace;
 mod ids;
 mod lb;
+#[cfg(test)]
+mod maglev_tests;
 pub mod mem;
 mod mirror;
 mod pass;
@@ -31,7 +33,7 @@ pub use view::{FrontendView, LbView, SlotView};
 use grace::Retired;
 use pass::{Change, Set};
 
-use crate::model::{Frontend, Target};
+use crate::model::{Frontend, Target, maglev::MaglevParams};
 
 /// Owns one family's tables, a mirror of what they hold, and the revisions
 /// waiting for their grace period.
@@ -44,9 +46,15 @@ pub struct Reconciler<F: Family, T: Tables, G: GracePeriods> {
 impl<F: Family, T: Tables, G: GracePeriods> Reconciler<F, T, G> {
     /// Adopts whatever the tables already hold (after a restart) without
     /// flushing it; the next full reconcile fixes only the difference.
-    pub fn adopt(tables: LbTables<F, T>, grace: G, found: Found) -> Result<Self, StoreError> {
+    /// Maglev tables are built with `maglev`.
+    pub fn adopt(
+        tables: LbTables<F, T>,
+        grace: G,
+        found: Found,
+        maglev: MaglevParams,
+    ) -> Result<Self, StoreError> {
         Ok(Self {
-            maps: LbMaps::adopt(tables, found)?,
+            maps: LbMaps::adopt(tables, found, maglev)?,
             grace,
             retired: Retired::default(),
         })

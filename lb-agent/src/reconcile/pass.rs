@@ -16,22 +16,27 @@
 
 use std::{
     collections::{BTreeSet, HashMap, HashSet},
+    net::SocketAddr,
     sync::Arc,
 };
 
 use lb_common::{
-    FE_F_AFFINITY, FE_F_EXTERNAL_LOCAL, FE_F_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, FE_F_SOURCE_RANGES,
-    FE_KIND_CLUSTER_IP, FE_KIND_EXTERNAL_IP, FE_KIND_LOAD_BALANCER, FE_KIND_NODE_PORT, FrontendId,
-    MAX_BACKENDS_PER_FRONTEND, Member, MemberKey, Slot, SlotKey,
+    FE_F_AFFINITY, FE_F_EXTERNAL_LOCAL, FE_F_LOCAL, FE_F_MAGLEV, FE_F_NO_LOCAL_ENDPOINTS,
+    FE_F_SOURCE_RANGES, FE_KIND_CLUSTER_IP, FE_KIND_EXTERNAL_IP, FE_KIND_LOAD_BALANCER,
+    FE_KIND_NODE_PORT, FrontendId, MAGLEV_CHUNK, MAX_BACKENDS_PER_FRONTEND, MaglevChunk, MaglevKey,
+    Member, MemberKey, Slot, SlotKey,
 };
 
 use super::{
     family::{Family, StateView},
     grace::{GracePeriods, Retired},
-    lb::{LbMaps, Tables, member_range, set_range},
+    lb::{LbMaps, Tables, chunk_range, member_range, set_range},
     table::{BatchError, StoreError},
 };
-use crate::model::{Frontend, FrontendKind, Target};
+use crate::model::{
+    Frontend, FrontendKind, Target,
+    maglev::{MaglevParams, lookup_table},
+};
 
 /// What one pass (or reap) changed, and what it could not.
 #[derive(Debug, Default)]
@@ -83,6 +88,7 @@ fn state_bits(t: &Target) -> (u16, u32) {
     set(t.no_local_endpoints, FE_F_NO_LOCAL_ENDPOINTS);
     set(t.external_local, FE_F_EXTERNAL_LOCAL);
     set(!t.source_ranges.is_empty(), FE_F_SOURCE_RANGES);
+    set(t.maglev, FE_F_MAGLEV);
     flags |= match t.kind {
         FrontendKind::ClusterIp => FE_KIND_CLUSTER_IP,
         FrontendKind::NodePort => FE_KIND_NODE_PORT,
@@ -104,6 +110,9 @@ struct Plan<K> {
     backend_ids: Vec<u32>,
     flags: u16,
     affinity_timeout: u32,
+    /// The revision's Maglev table (backend ids), for a frontend with
+    /// [`FE_F_MAGLEV`] and backends.
+    table: Option<Arc<Vec<u32>>>,
     /// The live revision this one replaces.
     old_rev: Option<u16>,
     /// The frontend entry must be inserted (a new frontend, or one whose
@@ -114,10 +123,32 @@ struct Plan<K> {
     failed: Option<Arc<StoreError>>,
     slots_written: u16,
     members_written: u16,
+    chunks_written: u16,
     state_written: bool,
 }
 
 impl<K> Plan<K> {
+    /// The state's `maglev_size`.
+    fn maglev_size(&self) -> u32 {
+        self.table.as_ref().map_or(0, |t| t.len() as u32)
+    }
+
+    fn chunk_entries(&self) -> impl Iterator<Item = (MaglevKey, MaglevChunk)> + '_ {
+        let table = self.table.as_deref().map_or(&[][..], Vec::as_slice);
+        (0u16..)
+            .zip(table.chunks(MAGLEV_CHUNK))
+            .map(|(chunk, ids)| {
+                let mut value = MaglevChunk::default();
+                value.backend_ids[..ids.len()].copy_from_slice(ids);
+                let key = MaglevKey {
+                    fe_id: self.id,
+                    rev: self.rev,
+                    chunk,
+                };
+                (key, value)
+            })
+    }
+
     /// Whether the revision gets members (session affinity).
     fn has_members(&self) -> bool {
         self.flags & FE_F_AFFINITY != 0
@@ -163,6 +194,7 @@ pub(super) fn apply<F: Family, T: Tables>(
     let mut removals = Vec::new();
     {
         let mut new_ids: HashMap<F::Backend, u32> = HashMap::new();
+        let mut tables = BuiltTables::default();
         for change in changes {
             match (change.target, change.frontend) {
                 (Some(target), Some(frontend)) => {
@@ -174,6 +206,7 @@ pub(super) fn apply<F: Family, T: Tables>(
                         &mut new_ids,
                         &mut new_backends,
                         &mut reserved_fe,
+                        &mut tables,
                     );
                     match plan {
                         Ok(Some(p)) => plans.push(p),
@@ -190,6 +223,7 @@ pub(super) fn apply<F: Family, T: Tables>(
     write_backends(maps, &new_backends, &mut plans, &mut out);
     write_slots(maps, &mut plans, &mut out);
     write_members(maps, &mut plans, &mut out);
+    write_chunks(maps, &mut plans, &mut out);
     write_states(maps, &mut plans, &mut out);
     write_entries(maps, &mut plans, &mut out);
 
@@ -216,6 +250,7 @@ pub(super) fn apply<F: Family, T: Tables>(
     if full {
         clean_up(maps, retired, &mut stale_states, &mut retire);
         delete_stray_members(maps, &mut out);
+        delete_stray_chunks(maps, &mut out);
     }
     free_states(maps, &stale_states, &mut out);
     if !retire.is_empty() {
@@ -261,15 +296,50 @@ pub(super) fn reap<F: Family, T: Tables>(
         .flat_map(|(id, rev)| maps.members().range(member_range(*id, *rev)))
         .map(|(k, _)| *k)
         .collect();
+    let chunks: Vec<MaglevKey> = sets
+        .iter()
+        .flat_map(|(id, rev)| maps.maglev_keys().range(chunk_range(*id, *rev)))
+        .copied()
+        .collect();
     // A revision a failed delete leaves behind is retired again by the
-    // next full pass (stray members: deleted by it).
+    // next full pass (stray members and chunks: deleted by it).
+    delete(&mut out, maps.delete_chunks(&chunks), chunks.len());
     delete(&mut out, maps.delete_members(&members), members.len());
     delete(&mut out, maps.delete_slots(&keys), keys.len());
     delete_unreferenced(maps, named, &mut out);
     out
 }
 
+/// The Maglev tables built in one pass, by backend ids: a Service's
+/// frontends (its node ports on each address, its external IPs) share
+/// their backends, and a table costs M·N steps to build.
+type BuiltTables = HashMap<Vec<u32>, Arc<Vec<u32>>>;
+
+/// The Maglev table of `backend_ids` (whose addresses are `addrs`), from
+/// `tables` or built.
+fn maglev_table(
+    params: MaglevParams,
+    backend_ids: &[u32],
+    addrs: &[SocketAddr],
+    tables: &mut BuiltTables,
+) -> Arc<Vec<u32>> {
+    if let Some(t) = tables.get(backend_ids) {
+        return t.clone();
+    }
+    let table: Vec<u32> = lookup_table(addrs, params.size, &params.seed)
+        .into_iter()
+        .map(|i| backend_ids[i as usize])
+        .collect();
+    let table = Arc::new(table);
+    tables.insert(backend_ids.to_vec(), table.clone());
+    table
+}
+
 /// The plan for one frontend, `None` when it already has what it needs.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the pass's indexes, threaded through"
+)]
 fn plan<F: Family, T: Tables>(
     maps: &mut LbMaps<F, T>,
     frontend: Frontend,
@@ -278,13 +348,21 @@ fn plan<F: Family, T: Tables>(
     new_ids: &mut HashMap<F::Backend, u32>,
     new_backends: &mut Vec<(u32, F::Backend)>,
     reserved_fe: &mut Vec<u32>,
+    tables: &mut BuiltTables,
 ) -> Result<Option<Plan<F::FrontendKey>>, StoreError> {
     let list = &target.backends;
     let list = &list[..list.len().min(usize::from(MAX_BACKENDS_PER_FRONTEND))];
     let (flags, affinity_timeout) = state_bits(target);
     let mut backend_ids = Vec::with_capacity(list.len());
+    let mut addrs = Vec::new();
     // The model never mixes families; a backend of another one is skipped.
-    for value in list.iter().filter_map(|be| F::backend(be, frontend.proto)) {
+    for (be, value) in list
+        .iter()
+        .filter_map(|be| Some((be, F::backend(be, frontend.proto)?)))
+    {
+        if target.maglev {
+            addrs.push(SocketAddr::new(be.ip, be.port));
+        }
         let id = match maps.id_of(&value).or_else(|| new_ids.get(&value).copied()) {
             Some(id) => id,
             None => {
@@ -298,11 +376,15 @@ fn plan<F: Family, T: Tables>(
         };
         backend_ids.push(id);
     }
+    let table = (target.maglev && !backend_ids.is_empty())
+        .then(|| maglev_table(maps.params(), &backend_ids, &addrs, tables));
+    let maglev_size = table.as_ref().map_or(0, |t| t.len() as u32);
     let proto = F::key_proto(&key);
     let live = maps.live(&key);
     if let Some((id, st)) = live
-        && (st.flags, st.affinity_timeout) == (flags, affinity_timeout)
+        && (st.flags, st.affinity_timeout, st.maglev_size) == (flags, affinity_timeout, maglev_size)
         && maps.complete_set(id, st.rev, st.count, proto).as_ref() == Some(&backend_ids)
+        && maps.chunks(id, st.rev) == (maglev_size as usize).div_ceil(MAGLEV_CHUNK)
     {
         return Ok(None);
     }
@@ -328,12 +410,14 @@ fn plan<F: Family, T: Tables>(
         backend_ids,
         flags,
         affinity_timeout,
+        table,
         old_rev,
         insert_entry,
         replace_entry,
         failed: None,
         slots_written: 0,
         members_written: 0,
+        chunks_written: 0,
         state_written: false,
     }))
 }
@@ -418,6 +502,23 @@ fn write_members<F: Family, T: Tables>(
     );
 }
 
+/// Phase 2c: the Maglev tables of every new revision that has one, in one
+/// batch; a failure fails its plan like a failed slot.
+fn write_chunks<F: Family, T: Tables>(
+    maps: &mut LbMaps<F, T>,
+    plans: &mut [Plan<F::FrontendKey>],
+    out: &mut Outcome,
+) {
+    write_per_plan(
+        maps,
+        plans,
+        out,
+        |p| p.chunk_entries().collect(),
+        LbMaps::put_chunks,
+        |p| &mut p.chunks_written,
+    );
+}
+
 /// Writes the `entries` of every plan not failed yet in one batch with
 /// `put`, counting each plan's entries in `written_of`. A failure fails the
 /// plan it hit, whose slots and members are deleted at once (no state names
@@ -481,6 +582,7 @@ fn write_states<F: Family, T: Tables>(
                     count: p.backend_ids.len() as u16,
                     flags: p.flags,
                     affinity_timeout: p.affinity_timeout,
+                    maglev_size: p.maglev_size(),
                 };
                 (p.id, F::state(view))
             })
@@ -552,12 +654,20 @@ fn write_entries<F: Family, T: Tables>(
     }
 }
 
-/// Deletes a failed plan's slots and members, which no state ever named.
+/// Deletes a failed plan's slots, members and chunks, which no state ever
+/// named.
 fn roll_back_slots<F: Family, T: Tables>(
     maps: &mut LbMaps<F, T>,
     p: &mut Plan<F::FrontendKey>,
     out: &mut Outcome,
 ) {
+    let chunks: Vec<MaglevKey> = p
+        .chunk_entries()
+        .take(usize::from(p.chunks_written))
+        .map(|(k, _)| k)
+        .collect();
+    delete(out, maps.delete_chunks(&chunks), chunks.len());
+    p.chunks_written = 0;
     let members: Vec<MemberKey> = p
         .member_entries()
         .take(usize::from(p.members_written))
@@ -646,6 +756,19 @@ fn delete_stray_members<F: Family, T: Tables>(maps: &mut LbMaps<F, T>, out: &mut
         .copied()
         .collect();
     delete(out, maps.delete_members(&stray), stray.len());
+}
+
+/// Full passes only: Maglev chunks of revisions without slots, as stray
+/// members.
+fn delete_stray_chunks<F: Family, T: Tables>(maps: &mut LbMaps<F, T>, out: &mut Outcome) {
+    let sets: HashSet<Set> = maps.sets().collect();
+    let stray: Vec<MaglevKey> = maps
+        .maglev_keys()
+        .iter()
+        .filter(|k| !sets.contains(&(k.fe_id, k.rev)))
+        .copied()
+        .collect();
+    delete(out, maps.delete_chunks(&stray), stray.len());
 }
 
 fn free_states<F: Family, T: Tables>(maps: &mut LbMaps<F, T>, ids: &[u32], out: &mut Outcome) {

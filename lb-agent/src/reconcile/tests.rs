@@ -12,6 +12,8 @@ use lb_common::{
     SlotKey,
 };
 
+use crate::model::maglev::MaglevParams;
+
 use super::{
     mem::{Journal, ManualGrace, Mem, MemTable, Step},
     table::Table as _,
@@ -212,13 +214,20 @@ impl Fixture {
             slots: MemTable::hash(SLOTS4.name, sl, &journal),
             members: MemTable::hash(lb_common::MEMBERS4.name, sl, &journal),
             backends: MemTable::hash(lb_common::BACKENDS4.name, b, &journal),
+            maglev: MemTable::hash(lb_common::MAGLEV4.name, 1 << 20, &journal),
         };
         tables.frontends.content = snap.frontends.clone();
         tables.states.content = snap.states.clone();
         tables.slots.content = snap.slots.clone();
         tables.backends.content = snap.backends.clone();
         let grace = ManualGrace::new(&journal);
-        let r = Reconciler::adopt(tables, grace.clone(), Found::Pinned).unwrap();
+        let r = Reconciler::adopt(
+            tables,
+            grace.clone(),
+            Found::Pinned,
+            MaglevParams::default(),
+        )
+        .unwrap();
         Self { journal, grace, r }
     }
 
@@ -1027,6 +1036,7 @@ fn a_full_pass_after_adopting_cleans_up_what_nothing_accounts_for() {
             count: 0,
             flags: 0,
             affinity_timeout: 0,
+            maglev_size: 0,
         }),
     );
     dirty.states.remove(&id2);

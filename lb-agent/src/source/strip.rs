@@ -24,6 +24,15 @@ use k8s_openapi::{
 use serde::{Deserialize, Deserializer, de};
 
 use super::TRIGGER_TIME_ANNOTATION;
+use crate::model::{CILIUM_LB_ALGORITHM_ANNOTATION, LB_ALGORITHM_ANNOTATION};
+
+/// The annotations kept (of any object): the others' keys are compared in
+/// place and their values skipped unread.
+const KEPT_ANNOTATIONS: [&str; 3] = [
+    TRIGGER_TIME_ANNOTATION,
+    LB_ALGORITHM_ANNOTATION,
+    CILIUM_LB_ALGORITHM_ANNOTATION,
+];
 
 /// A Kubernetes object of type `K` holding only the kept fields; the same
 /// resource as `K` for the API.
@@ -52,7 +61,8 @@ impl<K: k8s_openapi::Metadata<Ty = ObjectMeta>> k8s_openapi::Metadata for Kept<K
     }
 }
 
-/// Of a Service: name, namespace, labels, resourceVersion; the whole spec
+/// Of a Service: name, namespace, labels, resourceVersion, the
+/// lb-algorithm annotations; the whole spec
 /// but the selector (which pods back it is the slice controller's
 /// business); of the status, the load balancer's ingress points.
 fn service<'de, D: Deserializer<'de>>(d: D, kind: KindField) -> Result<Service, D::Error> {
@@ -73,10 +83,7 @@ fn service<'de, D: Deserializer<'de>>(d: D, kind: KindField) -> Result<Service, 
     let w = Wire::deserialize(d)?;
     check_type::<Service, D::Error>(w.api_version, w.kind, kind)?;
     Ok(Service {
-        metadata: ObjectMeta {
-            annotations: None,
-            ..w.metadata.map(Meta::into_object_meta).unwrap_or_default()
-        },
+        metadata: w.metadata.map(Meta::into_object_meta).unwrap_or_default(),
         spec: w.spec.map(|spec| ServiceSpec {
             selector: None,
             ..spec
@@ -204,7 +211,7 @@ struct Meta {
     namespace: Option<String>,
     labels: Option<BTreeMap<String, String>>,
     resource_version: Option<String>,
-    #[serde(default, deserialize_with = "trigger_time_only")]
+    #[serde(default, deserialize_with = "kept_annotations")]
     annotations: Option<BTreeMap<String, String>>,
 }
 
@@ -221,22 +228,21 @@ impl Meta {
     }
 }
 
-/// The annotations, of which only the trigger time is kept: the others'
-/// keys are compared in place and their values skipped unread.
-fn trigger_time_only<'de, D: Deserializer<'de>>(
+/// The annotations, of which only [`KEPT_ANNOTATIONS`] are kept.
+fn kept_annotations<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<BTreeMap<String, String>>, D::Error> {
-    struct IsTrigger(bool);
-    impl<'de> Deserialize<'de> for IsTrigger {
+    struct IsKept(Option<&'static str>);
+    impl<'de> Deserialize<'de> for IsKept {
         fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
             struct V;
             impl de::Visitor<'_> for V {
-                type Value = IsTrigger;
+                type Value = IsKept;
                 fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                     f.write_str("an annotation key")
                 }
-                fn visit_str<E: de::Error>(self, v: &str) -> Result<IsTrigger, E> {
-                    Ok(IsTrigger(v == TRIGGER_TIME_ANNOTATION))
+                fn visit_str<E: de::Error>(self, v: &str) -> Result<IsKept, E> {
+                    Ok(IsKept(KEPT_ANNOTATIONS.into_iter().find(|k| *k == v)))
                 }
             }
             d.deserialize_str(V)
@@ -258,16 +264,16 @@ fn trigger_time_only<'de, D: Deserializer<'de>>(
             d.deserialize_map(self)
         }
         fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut kept = None;
-            while let Some(IsTrigger(trigger)) = map.next_key()? {
-                if trigger {
-                    let value: String = map.next_value()?;
-                    kept = Some(BTreeMap::from([(
-                        TRIGGER_TIME_ANNOTATION.to_owned(),
-                        value,
-                    )]));
-                } else {
-                    map.next_value::<de::IgnoredAny>()?;
+            let mut kept: Option<BTreeMap<String, String>> = None;
+            while let Some(IsKept(key)) = map.next_key()? {
+                match key {
+                    Some(key) => {
+                        let value: String = map.next_value()?;
+                        kept.get_or_insert_default().insert(key.to_owned(), value);
+                    }
+                    None => {
+                        map.next_value::<de::IgnoredAny>()?;
+                    }
                 }
             }
             Ok(kept)
@@ -330,7 +336,8 @@ mod tests {
                 "labels": {"app": "web", "service.kubernetes.io/headless": ""},
                 "annotations": {
                     "kubectl.kubernetes.io/last-applied-configuration": "{}",
-                    "endpoints.kubernetes.io/last-change-trigger-time": "2025-05-12T08:30:00Z",
+                    "service.cilium.io/lb-algorithm": "maglev",
+                    "service.cilium.io/other": "x",
                 },
                 "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "x", "uid": "u"}],
                 "finalizers": ["service.kubernetes.io/load-balancer-cleanup"],
@@ -367,6 +374,7 @@ mod tests {
             set(&[
                 ".apiVersion",
                 ".kind",
+                ".metadata.annotations.service.cilium.io/lb-algorithm",
                 ".metadata.labels.app",
                 ".metadata.labels.service.kubernetes.io/headless",
                 ".metadata.name",
@@ -507,12 +515,18 @@ mod tests {
     #[test]
     fn yaml_reads_the_same() {
         let text = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  annotations:\n    \
-                    a: b\nspec:\n  clusterIP: 10.96.0.1\n  selector: {app: web}\n  \
+                    a: b\n    lb-agent.io/lb-algorithm: maglev\nspec:\n  clusterIP: 10.96.0.1\n  selector: {app: web}\n  \
                     ports: [{port: 80, targetPort: http}]\n";
         let kept: Kept<Service> = yaml_serde::from_str(text).unwrap();
         let spec = kept.0.spec.unwrap();
         assert_eq!(kept.0.metadata.name.as_deref(), Some("web"));
-        assert_eq!(kept.0.metadata.annotations, None);
+        assert_eq!(
+            kept.0.metadata.annotations,
+            Some(BTreeMap::from([(
+                "lb-agent.io/lb-algorithm".to_owned(),
+                "maglev".to_owned()
+            )]))
+        );
         assert_eq!(spec.selector, None);
         assert_eq!(spec.cluster_ip.as_deref(), Some("10.96.0.1"));
         assert_eq!(spec.ports.unwrap()[0].port, 80);

@@ -9,6 +9,8 @@ use super::{
 };
 use lb_fixtures::{Ep, Slice, Svc};
 
+use crate::model::maglev::MaglevParams;
+
 use crate::{
     model::{Feature, ObjectKind},
     reconcile::{
@@ -69,6 +71,7 @@ fn syncer_waiting(
         lb_tables::<V6>(frontends, 1024, 1024, &journal),
         grace.clone(),
         Found::Created,
+        MaglevParams::default(),
     )
     .unwrap();
     let shared = Arc::new(Shared::default());

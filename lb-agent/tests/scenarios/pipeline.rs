@@ -10,6 +10,7 @@ use std::{sync::Arc, time::Instant};
 
 use anyhow::{Context as _, bail};
 use clap::Parser as _;
+use lb_agent::model::maglev::MaglevParams;
 use lb_agent::{
     cli::{Cli, Command as CliCommand},
     config::{RunConfig, Source},
@@ -145,6 +146,7 @@ impl Agent {
             lb_tables::<V6>(c.frontends, c.slots, c.backends, &journal),
             grace.clone(),
             Found::Created,
+            MaglevParams::default(),
         )?;
         let shared = Arc::new(Shared::default());
         let syncer = Syncer::new(

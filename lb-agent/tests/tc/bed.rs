@@ -18,9 +18,10 @@ use etherparse::{
 use lb_agent::datapath::loader;
 use lb_common::{
     BACKEND_STATE_ACTIVE, Backend4, Backend6, Ct4Key, Ct4Value, Ct6Key, Ct6Value, DatapathConfig,
-    FE_KIND_NODE_PORT, Frontend4Key, Frontend4State, Frontend6Key, Frontend6State, FrontendId,
-    Nat4Key, Nat4Value, Nat6Key, Nat6Value, SCOPE_EXTERNAL, SOURCE_RANGE_PREFIX,
-    SOURCE_RANGE6_PREFIX, Slot, SlotKey, SourceRange4, SourceRange6, SpinLock,
+    FE_F_MAGLEV, FE_KIND_NODE_PORT, Frontend4Key, Frontend4State, Frontend6Key, Frontend6State,
+    FrontendId, MAGLEV_CHUNK, MaglevChunk, MaglevKey, Nat4Key, Nat4Value, Nat6Key, Nat6Value,
+    SCOPE_EXTERNAL, SOURCE_RANGE_PREFIX, SOURCE_RANGE6_PREFIX, Slot, SlotKey, SourceRange4,
+    SourceRange6, SpinLock,
 };
 
 /// What the programs return: pass on (TCX "next"), or drop.
@@ -45,6 +46,7 @@ pub(crate) struct Bed {
     frontends: HashMap<MapData, Frontend4Key, FrontendId>,
     states: Array<MapData, Frontend4State>,
     slots: HashMap<MapData, SlotKey, Slot>,
+    maglev: HashMap<MapData, MaglevKey, MaglevChunk>,
     pub backends: HashMap<MapData, u32, Backend4>,
     config: Array<MapData, DatapathConfig>,
     stats: PerCpuArray<MapData, u64>,
@@ -86,6 +88,8 @@ impl Bed {
             ("LB4_BACKENDS", 256),
             ("LB4_MEMBERS", 256),
             ("LB4_AFFINITY", 256),
+            ("LB4_MAGLEV", 64),
+            ("LB6_MAGLEV", 64),
             ("LB4_REVNAT", 256),
             ("LB6_FRONTENDS", 64),
             ("LB6_FE_STATE", 65),
@@ -121,6 +125,7 @@ impl Bed {
             frontends: take(&mut ebpf, "LB4_FRONTENDS"),
             states: take(&mut ebpf, "LB4_FE_STATE"),
             slots: take(&mut ebpf, "LB4_SLOTS"),
+            maglev: take(&mut ebpf, "LB4_MAGLEV"),
             backends: take(&mut ebpf, "LB4_BACKENDS"),
             config: take(&mut ebpf, "LB_CONFIG"),
             stats: take(&mut ebpf, "LB_STATS"),
@@ -187,11 +192,47 @@ impl Bed {
             flags: flags | FE_KIND_NODE_PORT,
             _pad0: [0; 2],
             affinity_timeout: 0,
+            maglev_size: 0,
         };
         self.states.set(fe_id, state, 0).unwrap();
         self.frontends
             .insert(key, FrontendId { id: fe_id }, 0)
             .unwrap();
+    }
+
+    /// Gives the frontend `NODE:port/proto` a Maglev table: entry `i` names
+    /// its backend `table[i]` (an index into the frontend's backends), and
+    /// flows are hashed with `seed`.
+    pub(crate) fn maglev(&mut self, port: u16, proto: u8, table: &[u32], seed: u32) {
+        let key = Frontend4Key {
+            addr_be: NODE,
+            port_be: port.to_be(),
+            proto,
+            scope: SCOPE_EXTERNAL,
+        };
+        let fe_id = self.frontends.get(&key, 0).unwrap().id;
+        let mut state = self.states.get(&fe_id, 0).unwrap();
+        for (chunk, entries) in table.chunks(MAGLEV_CHUNK).enumerate() {
+            let mut value = MaglevChunk::default();
+            for (slot, backend) in value.backend_ids.iter_mut().zip(entries) {
+                // The ids `frontend_at` gave the backends.
+                *slot = fe_id * 100 + backend;
+            }
+            let key = MaglevKey {
+                fe_id,
+                rev: state.rev,
+                chunk: chunk as u16,
+            };
+            self.maglev.insert(key, value, 0).unwrap();
+        }
+        state.flags |= FE_F_MAGLEV;
+        state.maglev_size = table.len() as u32;
+        self.states.set(fe_id, state, 0).unwrap();
+        let cfg = DatapathConfig {
+            maglev_seed: seed,
+            ..self.config()
+        };
+        self.set_config(cfg);
     }
 
     /// Admits sources in `net/len` to the frontend `NODE:port/proto`, as
@@ -251,6 +292,7 @@ impl Bed {
             flags: flags | FE_KIND_NODE_PORT,
             _pad0: [0; 2],
             affinity_timeout: 0,
+            maglev_size: 0,
         };
         self.states6.set(fe_id, state, 0).unwrap();
         self.frontends6

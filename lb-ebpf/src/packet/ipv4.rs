@@ -3,7 +3,7 @@
 
 use core::mem::MaybeUninit;
 
-use lb_common::{Frag4Key, PROTO_ICMP, PROTO_TCP, PROTO_UDP};
+use lb_common::{FlowHash, Frag4Key, PROTO_ICMP, PROTO_TCP, PROTO_UDP};
 
 use super::{Ip, Kind, PSEUDO, Packet, csum::csum_replace4, finish, icmp, read, write};
 use crate::{ctx::PacketCtx, family::V4};
@@ -123,6 +123,11 @@ impl Ip for [u8; 4] {
     #[inline(always)]
     fn fold(&self) -> u32 {
         u32::from_ne_bytes(*self)
+    }
+
+    #[inline(always)]
+    fn hash(&self, h: FlowHash) -> FlowHash {
+        h.word(u32::from_ne_bytes(*self))
     }
 
     #[inline(always)]

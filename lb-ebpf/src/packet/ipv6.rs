@@ -5,7 +5,9 @@
 
 use core::mem::MaybeUninit;
 
-use lb_common::{Frag6Key, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, STAT_TC6_PASSED_EXT_HEADERS};
+use lb_common::{
+    FlowHash, Frag6Key, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, STAT_TC6_PASSED_EXT_HEADERS,
+};
 
 use super::{Ip, Kind, PSEUDO, Packet, csum::diff16, finish, read, write};
 use crate::{
@@ -173,6 +175,11 @@ impl Ip for Addr6 {
     #[inline(always)]
     fn fold(&self) -> u32 {
         self[0] ^ self[1] ^ self[2] ^ self[3]
+    }
+
+    #[inline(always)]
+    fn hash(&self, h: FlowHash) -> FlowHash {
+        h.word(self[0]).word(self[1]).word(self[2]).word(self[3])
     }
 
     #[inline(always)]

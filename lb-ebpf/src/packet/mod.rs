@@ -15,7 +15,7 @@ mod ipv6;
 use core::mem::MaybeUninit;
 
 use aya_ebpf::bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR};
-use lb_common::{PROTO_TCP, SCOPE_EXTERNAL};
+use lb_common::{FlowHash, PROTO_TCP, SCOPE_EXTERNAL};
 
 pub use self::{
     csum::{fold, sum_words},
@@ -86,6 +86,10 @@ pub trait Ip: Copy + PartialEq + Default + 'static {
 
     /// The address folded into one word (IPv4's is its word).
     fn fold(&self) -> u32;
+
+    /// `h` with the address's words mixed in (a flow's hash, see
+    /// `lb_common::FlowHash`).
+    fn hash(&self, h: FlowHash) -> FlowHash;
 
     /// Stores `to` over `from` at `l3 + off` (an address of the IP header
     /// at `l3`), and updates the IP header checksum if there is one.

@@ -1,0 +1,202 @@
+//! The write protocol of Maglev tables: each revision of a frontend with
+//! `FE_F_MAGLEV` gets its table beside its slots, published by the same
+//! state write, and deleted with them a grace period after.
+
+use std::{collections::BTreeMap, net::SocketAddr};
+
+use lb_common::{FE_F_MAGLEV, FE_STATE4, MAGLEV_CHUNK, MAGLEV4, MaglevKey};
+
+use super::{
+    Family, Reconciler, V4,
+    mem::{Journal, ManualGrace, Mem, Step, lb_tables},
+    table::Found,
+};
+use crate::model::{
+    Backend, Frontend, Proto, Scope, Target,
+    maglev::{HashSeed, MaglevParams, TableSize, lookup_table},
+};
+
+fn frontend() -> Frontend {
+    Frontend {
+        vip: "192.0.2.10".parse().unwrap(),
+        port: 30080,
+        proto: Proto::Tcp,
+        scope: Scope::External,
+    }
+}
+
+fn key() -> lb_common::Frontend4Key {
+    <V4 as Family>::frontend_key(&frontend()).unwrap()
+}
+
+fn backends(n: u8) -> Vec<Backend> {
+    (1..=n)
+        .map(|i| Backend {
+            ip: format!("10.42.0.{i}").parse().unwrap(),
+            port: 8080,
+        })
+        .collect()
+}
+
+fn maglev(backends: Vec<Backend>) -> BTreeMap<Frontend, Target> {
+    BTreeMap::from([(
+        frontend(),
+        Target {
+            maglev: true,
+            ..Target::plain(backends)
+        },
+    )])
+}
+
+struct Fixture {
+    journal: Journal,
+    grace: ManualGrace,
+    r: Reconciler<V4, Mem, ManualGrace>,
+    params: MaglevParams,
+}
+
+impl Fixture {
+    fn new(size: u32) -> Self {
+        let journal = Journal::default();
+        let grace = ManualGrace::new(&journal);
+        let params = MaglevParams {
+            size: TableSize::try_from(size).unwrap(),
+            seed: HashSeed::default(),
+        };
+        let tables = lb_tables::<V4>(100, 1000, 100, &journal);
+        let r = Reconciler::adopt(tables, grace.clone(), Found::Created, params).unwrap();
+        Self {
+            journal,
+            grace,
+            r,
+            params,
+        }
+    }
+
+    /// The table the map holds for the frontend's live revision, as
+    /// backend addresses.
+    fn live_table(&self) -> Vec<SocketAddr> {
+        let maps = self.r.maps();
+        let (id, st) = maps.live(&key()).unwrap();
+        assert_ne!(st.flags & FE_F_MAGLEV, 0);
+        let chunks = &maps.maglev_table().content;
+        (0..st.maglev_size)
+            .map(|i| {
+                let key = MaglevKey {
+                    fe_id: id,
+                    rev: st.rev,
+                    chunk: (i / MAGLEV_CHUNK as u32) as u16,
+                };
+                let backend_id = chunks[&key].backend_ids[i as usize % MAGLEV_CHUNK];
+                let b = maps.backends()[&backend_id];
+                SocketAddr::new(b.addr_be.into(), u16::from_be(b.port_be))
+            })
+            .collect()
+    }
+
+    fn expected(&self, backends: &[Backend]) -> Vec<SocketAddr> {
+        let addrs: Vec<SocketAddr> = backends
+            .iter()
+            .map(|b| SocketAddr::new(b.ip, b.port))
+            .collect();
+        lookup_table(&addrs, self.params.size, &self.params.seed)
+            .into_iter()
+            .map(|i| addrs[i as usize])
+            .collect()
+    }
+
+    fn chunk_count(&self) -> usize {
+        self.r.maps().maglev_keys().len()
+    }
+}
+
+#[test]
+fn each_revision_gets_its_table_before_its_state_publishes_it() {
+    let mut t = Fixture::new(16381);
+    let from = t.journal.len();
+    let out = t.r.reconcile(&maglev(backends(3)));
+    assert!(out.failed.is_empty(), "{out:?}");
+    assert_eq!(t.live_table(), t.expected(&backends(3)));
+    // 16,381 entries: 64 chunks, the last one partly used and zero after.
+    assert_eq!(t.chunk_count(), 64);
+    let last = t.r.maps().maglev_table().content.values().last().unwrap();
+    assert!(
+        last.backend_ids[16381 % MAGLEV_CHUNK..]
+            .iter()
+            .all(|id| *id == 0)
+    );
+    assert!(
+        last.backend_ids[..16381 % MAGLEV_CHUNK]
+            .iter()
+            .all(|id| *id != 0)
+    );
+    // Every chunk is written before the state that names its revision.
+    let (last_chunk, state) = t.journal.with_steps(from, |steps| {
+        let pos = |name| {
+            steps
+                .iter()
+                .rposition(|s| matches!(s, Step::Put(t, _) if *t == name))
+        };
+        (pos(MAGLEV4.name).unwrap(), pos(FE_STATE4.name).unwrap())
+    });
+    assert!(last_chunk < state);
+
+    // Unchanged: nothing is written again.
+    let out = t.r.reconcile(&maglev(backends(3)));
+    assert_eq!(out.changed(), 0, "{out:?}");
+
+    // One backend fewer: a new revision with its own table; the old one
+    // stays until a grace period has passed.
+    let out = t.r.reconcile(&maglev(backends(2)));
+    assert!(out.failed.is_empty(), "{out:?}");
+    assert_eq!(t.live_table(), t.expected(&backends(2)));
+    assert_eq!(t.chunk_count(), 128);
+    t.grace.elapse();
+    t.r.reap();
+    assert_eq!(t.chunk_count(), 64);
+
+    // Removed: its tables go with its revisions.
+    t.r.reconcile(&BTreeMap::new());
+    t.grace.elapse();
+    t.r.reap();
+    assert_eq!(t.chunk_count(), 0);
+}
+
+#[test]
+fn a_frontend_switched_between_algorithms_gets_a_new_revision() {
+    let mut t = Fixture::new(251);
+    t.r.reconcile(&maglev(backends(4)));
+    assert_eq!(t.chunk_count(), 1);
+    let random = BTreeMap::from([(frontend(), Target::plain(backends(4)))]);
+    let out = t.r.reconcile(&random);
+    assert!(out.failed.is_empty() && out.changed() > 0, "{out:?}");
+    let (_, st) = t.r.maps().live(&key()).unwrap();
+    assert_eq!((st.flags & FE_F_MAGLEV, st.maglev_size), (0, 0));
+    t.grace.elapse();
+    t.r.reap();
+    assert_eq!(t.chunk_count(), 0);
+}
+
+#[test]
+fn a_frontend_without_endpoints_has_no_table() {
+    let mut t = Fixture::new(251);
+    t.r.reconcile(&maglev(Vec::new()));
+    assert_eq!(t.chunk_count(), 0);
+    let (_, st) = t.r.maps().live(&key()).unwrap();
+    assert_eq!((st.count, st.maglev_size), (0, 0));
+}
+
+#[test]
+fn a_full_maglev_map_fails_the_frontend_and_leaves_no_chunk_behind() {
+    let journal = Journal::default();
+    let grace = ManualGrace::new(&journal);
+    let mut tables = lb_tables::<V4>(100, 1000, 100, &journal);
+    // Room for half a table of 16,381 entries.
+    tables.maglev = super::mem::MemTable::hash(MAGLEV4.name, 32, &journal);
+    let mut r = Reconciler::adopt(tables, grace, Found::Created, MaglevParams::default()).unwrap();
+    let out = r.reconcile(&maglev(backends(2)));
+    assert_eq!(out.failed.len(), 1, "{out:?}");
+    assert!(r.maps().maglev_keys().is_empty());
+    assert!(r.maps().slots().is_empty());
+    assert!(r.maps().frontends().is_empty());
+}
