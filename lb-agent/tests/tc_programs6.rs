@@ -323,3 +323,44 @@ fn neighbour_discovery_and_other_ipv6_traffic_pass_untouched() {
     assert_eq!(bed.ingress(&other), (PASS, other));
     assert!(bed.ct6().is_empty());
 }
+
+/// IPv6 flows hash their source address's sixteen bytes: each flow goes to
+/// the backend the frontend's Maglev table names at its hash.
+#[test]
+fn ipv6_maglev_frontends_send_each_flow_where_its_hash_points_in_the_table() {
+    use lb_agent::model::maglev::{HashSeed, TableSize, lookup_table};
+    use lb_common::{FlowHash, ports_word};
+
+    let backends: Vec<Addr6> = (0..3).map(|i| (LOCAL_POD6.0, 8080 + i)).collect();
+    let addrs: Vec<std::net::SocketAddr> = backends
+        .iter()
+        .map(|(ip, port)| (std::net::Ipv6Addr::from(*ip), *port).into())
+        .collect();
+    let seed = HashSeed::default();
+    let table = lookup_table(&addrs, TableSize::try_from(509).unwrap(), &seed);
+    let mut bed = Bed::new();
+    bed.frontend6(FRONTEND6, PROTO_UDP, FE_F_EXTERNAL_LOCAL, &backends);
+    bed.maglev6(FRONTEND6, PROTO_UDP, &table, seed.flow[0]);
+    let mut chosen = std::collections::BTreeSet::new();
+    for sport in 40_000..40_064u16 {
+        let client = (CLIENT6.0, sport);
+        let words = client
+            .0
+            .chunks(4)
+            .map(|w| u32::from_ne_bytes(w.try_into().unwrap()));
+        let hash = words
+            .fold(FlowHash::new(seed.flow[0]), FlowHash::word)
+            .word(ports_word(sport.to_be(), FRONTEND6.1.to_be()))
+            .word(u32::from(PROTO_UDP))
+            .finish();
+        let want = backends[table[(hash % 509) as usize] as usize];
+        let (verdict, out) = bed.ingress(&udp6(client, FRONTEND6));
+        assert_eq!(
+            (verdict, seen6(&out)),
+            (PASS, flow6(client, want)),
+            "{sport}"
+        );
+        chosen.insert(want);
+    }
+    assert_eq!(chosen.len(), 3, "64 flows reach every backend");
+}

@@ -28,6 +28,7 @@ pub mod layout3;
 pub mod layout4;
 pub mod layout5;
 pub mod layout6;
+pub mod layout7;
 pub mod maps;
 pub mod metrics;
 pub mod netns;

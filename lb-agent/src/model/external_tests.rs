@@ -257,7 +257,12 @@ fn external_addresses_refuse_without_endpoints_and_pass_through_when_all_are_exc
 fn the_lb_algorithm_annotation_chooses_maglev_for_flows_from_outside() {
     use super::maglev::Algorithm;
     /// The default, the annotations, Maglev from outside, reported.
-    type Case = (Algorithm, &'static [(&'static str, &'static str)], bool, bool);
+    type Case = (
+        Algorithm,
+        &'static [(&'static str, &'static str)],
+        bool,
+        bool,
+    );
     let cases: [Case; 7] = [
         (Algorithm::Random, &[], false, false),
         (

@@ -24,6 +24,29 @@ use lb_common::{
     SourceRange6, SpinLock,
 };
 
+/// Writes the Maglev table of revision `rev` of frontend `fe_id`: entry
+/// `i` names the frontend's backend `table[i]`, by the ids the bed gave
+/// its backends.
+fn write_table(
+    map: &mut HashMap<MapData, MaglevKey, MaglevChunk>,
+    fe_id: u32,
+    rev: u16,
+    table: &[u32],
+) {
+    for (chunk, entries) in table.chunks(MAGLEV_CHUNK).enumerate() {
+        let mut value = MaglevChunk::default();
+        for (slot, backend) in value.backend_ids.iter_mut().zip(entries) {
+            *slot = fe_id * 100 + backend;
+        }
+        let key = MaglevKey {
+            fe_id,
+            rev,
+            chunk: chunk as u16,
+        };
+        map.insert(key, value, 0).unwrap();
+    }
+}
+
 /// What the programs return: pass on (TCX "next"), or drop.
 pub(crate) const PASS: i32 = -1;
 pub(crate) const DROP: i32 = 2;
@@ -47,6 +70,7 @@ pub(crate) struct Bed {
     states: Array<MapData, Frontend4State>,
     slots: HashMap<MapData, SlotKey, Slot>,
     maglev: HashMap<MapData, MaglevKey, MaglevChunk>,
+    maglev6: HashMap<MapData, MaglevKey, MaglevChunk>,
     pub backends: HashMap<MapData, u32, Backend4>,
     config: Array<MapData, DatapathConfig>,
     stats: PerCpuArray<MapData, u64>,
@@ -126,6 +150,7 @@ impl Bed {
             states: take(&mut ebpf, "LB4_FE_STATE"),
             slots: take(&mut ebpf, "LB4_SLOTS"),
             maglev: take(&mut ebpf, "LB4_MAGLEV"),
+            maglev6: take(&mut ebpf, "LB6_MAGLEV"),
             backends: take(&mut ebpf, "LB4_BACKENDS"),
             config: take(&mut ebpf, "LB_CONFIG"),
             stats: take(&mut ebpf, "LB_STATS"),
@@ -212,22 +237,31 @@ impl Bed {
         };
         let fe_id = self.frontends.get(&key, 0).unwrap().id;
         let mut state = self.states.get(&fe_id, 0).unwrap();
-        for (chunk, entries) in table.chunks(MAGLEV_CHUNK).enumerate() {
-            let mut value = MaglevChunk::default();
-            for (slot, backend) in value.backend_ids.iter_mut().zip(entries) {
-                // The ids `frontend_at` gave the backends.
-                *slot = fe_id * 100 + backend;
-            }
-            let key = MaglevKey {
-                fe_id,
-                rev: state.rev,
-                chunk: chunk as u16,
-            };
-            self.maglev.insert(key, value, 0).unwrap();
-        }
+        write_table(&mut self.maglev, fe_id, state.rev, table);
         state.flags |= FE_F_MAGLEV;
         state.maglev_size = table.len() as u32;
         self.states.set(fe_id, state, 0).unwrap();
+        self.set_maglev_seed(seed);
+    }
+
+    /// [`Self::maglev`] for the IPv6 frontend `addr:port/proto`.
+    pub(crate) fn maglev6(&mut self, (addr, port): Addr6, proto: u8, table: &[u32], seed: u32) {
+        let key = Frontend6Key {
+            addr_be: addr,
+            port_be: port.to_be(),
+            proto,
+            scope: SCOPE_EXTERNAL,
+        };
+        let fe_id = self.frontends6.get(&key, 0).unwrap().id;
+        let mut state = self.states6.get(&fe_id, 0).unwrap();
+        write_table(&mut self.maglev6, fe_id, state.rev, table);
+        state.flags |= FE_F_MAGLEV;
+        state.maglev_size = table.len() as u32;
+        self.states6.set(fe_id, state, 0).unwrap();
+        self.set_maglev_seed(seed);
+    }
+
+    fn set_maglev_seed(&mut self, seed: u32) {
         let cfg = DatapathConfig {
             maglev_seed: seed,
             ..self.config()
