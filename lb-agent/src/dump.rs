@@ -5,9 +5,10 @@ use std::{fmt::Write as _, net::SocketAddr};
 
 use lb_common::{
     CT_DIR_IN, CT_F_KERNEL, CT_F_SNAT, CT_SEEN, CT_SEEN_FIN, CT_SEEN_RST, CtKey, CtValue,
-    FE_F_AFFINITY, FE_F_EXTERNAL_LOCAL, FE_F_LOCAL, FE_F_NO_LOCAL_ENDPOINTS, FE_F_SOURCE_RANGES,
-    FE_KIND_EXTERNAL_IP, FE_KIND_LOAD_BALANCER, FE_KIND_MASK, FE_KIND_NODE_PORT, NatKey, NatValue,
-    PROTO_TCP, SCOPE_EXTERNAL, ct_closed, ct_established, ct_expired,
+    FE_F_AFFINITY, FE_F_EXTERNAL_LOCAL, FE_F_LOCAL, FE_F_MAGLEV, FE_F_NO_LOCAL_ENDPOINTS,
+    FE_F_SOURCE_RANGES, FE_KIND_EXTERNAL_IP, FE_KIND_LOAD_BALANCER, FE_KIND_MASK,
+    FE_KIND_NODE_PORT, NatKey, NatValue, PROTO_TCP, SCOPE_EXTERNAL, ct_closed, ct_established,
+    ct_expired,
 };
 
 use crate::{
@@ -35,6 +36,7 @@ pub fn render(view: &LbView) -> String {
             // EHOSTUNREACH: internalTrafficPolicy Local, no local endpoint.
             (true, 0) if fe.flags & FE_F_NO_LOCAL_ENDPOINTS != 0 => "unreachable",
             (true, 0) => "reject",
+            (true, _) if fe.flags & FE_F_MAGLEV != 0 => "maglev",
             (true, _) => "random",
         };
         let mut extra = String::new();
@@ -55,6 +57,9 @@ pub fn render(view: &LbView) -> String {
         }
         if fe.flags & FE_F_SOURCE_RANGES != 0 {
             extra.push_str(" source-ranges");
+        }
+        if fe.flags & FE_F_MAGLEV != 0 {
+            let _ = write!(extra, " table {}", fe.maglev_size);
         }
         if fe.scope == SCOPE_EXTERNAL {
             // The frontend as traffic from outside the node sees it (tc).
@@ -229,6 +234,7 @@ mod tests {
                 count: 2,
                 flags: FE_F_AFFINITY | FE_F_LOCAL,
                 affinity_timeout: 10_800,
+                maglev_size: 0,
                 slots: vec![SlotView::MissingSlots(0..1), SlotView::MissingBackend(9)],
             }],
             retired_revisions: 1,
@@ -258,6 +264,7 @@ mod tests {
             count: 0,
             flags,
             affinity_timeout: 0,
+            maglev_size: 0,
             slots: Vec::new(),
         };
         let view = LbView {
@@ -270,15 +277,23 @@ mod tests {
                     scope: SCOPE_EXTERNAL,
                     ..fe(FE_KIND_NODE_PORT | FE_F_EXTERNAL_LOCAL)
                 },
+                FrontendView {
+                    scope: SCOPE_EXTERNAL,
+                    count: 2,
+                    maglev_size: 16381,
+                    ..fe(FE_KIND_LOAD_BALANCER | FE_F_MAGLEV)
+                },
             ],
             retired_revisions: 0,
-            entries: [5, 5, 0, 0, 0],
+            entries: [6, 6, 0, 0, 0],
         };
         let text = render(&view);
+        let maglev = text.lines().find(|l| l.contains(" maglev ")).unwrap_or("");
+        assert!(maglev.contains(" maglev      2 (id 3, rev 1)"), "{text}");
         let tails: Vec<&str> = text
             .lines()
             .skip(2)
-            .take(5)
+            .take(6)
             .map(|l| l.split_once("rev 1)").expect("a frontend line").1)
             .collect();
         assert_eq!(
@@ -288,7 +303,8 @@ mod tests {
                 " ExternalIP",
                 " LoadBalancer",
                 "",
-                " NodePort eTP=Local from-outside"
+                " NodePort eTP=Local from-outside",
+                " LoadBalancer table 16381 from-outside"
             ],
             "{text}"
         );

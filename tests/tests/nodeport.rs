@@ -192,6 +192,62 @@ fn nodeports_and_external_ips_reach_pods_on_both_nodes_from_outside() -> anyhow:
     Ok(())
 }
 
+/// With Maglev, both nodes build the same table from the same endpoints and
+/// seed, and hash a flow without its destination address: a client's flow
+/// reaches the same pod through either node's NodePort, while its flows
+/// still spread over both pods. The Service `local-random` opts out by
+/// Cilium's annotation.
+#[test]
+fn with_maglev_a_flow_reaches_the_same_pod_through_either_node() -> anyhow::Result<()> {
+    let opted_out = node_port_svc("local-random", "10.96.57.9", 30089)
+        .annotation("service.cilium.io/lb-algorithm", "random");
+    let manifest = format!(
+        "{}{}",
+        manifest(),
+        yaml::<lb_fixtures::Object>([
+            opted_out.into(),
+            slice("local-random", vec![p1(), p2()]).into()
+        ])
+    );
+    let bed = Bed::new(&manifest)?;
+    let args = [
+        "--bpf-lb-algorithm=maglev",
+        "--bpf-lb-maglev-table-size=251",
+    ];
+    let _agent1 = bed.agent_with(&bed.node1, &args)?;
+    let _agent2 = bed.agent_with(&bed.node2, &args)?;
+    for node in [NODE1, NODE2] {
+        bed.wait_reachable(&format!("{node}:30080"))?;
+    }
+    let pod = |node: &str, sport: u16| -> anyhow::Result<String> {
+        let to = format!("{node}:30080");
+        let sport = sport.to_string();
+        let r = bed.client(&["udp", "--to", &to, "-n", "2", "--sport", &sport])?;
+        let got = answers(&r, 2, &to);
+        anyhow::ensure!(got.len() == 1, "one pod per flow: {r:?}");
+        Ok(got.into_iter().next().unwrap_or_default().to_owned())
+    };
+    let mut pods = BTreeSet::new();
+    for sport in 41_000..41_024 {
+        let (via1, via2) = (pod(NODE1, sport)?, pod(NODE2, sport)?);
+        assert_eq!(via1, via2, "source port {sport}");
+        pods.insert(via1);
+    }
+    assert_eq!(pods, BTreeSet::from(["p1".to_owned(), "p2".to_owned()]));
+
+    let dump = bed.node1.pins.dump()?;
+    let maglev = |addr: &str| {
+        dump.lines().any(|l| {
+            l.starts_with(&format!("UDP  {addr} "))
+                && l.contains(" maglev ")
+                && l.ends_with(" NodePort table 251 from-outside")
+        })
+    };
+    assert!(maglev(&format!("{NODE1}:30080")), "{dump}");
+    assert!(!maglev(&format!("{NODE1}:30089")), "opted out: {dump}");
+    Ok(())
+}
+
 #[test]
 fn each_node_translates_its_own_traffic_and_answers_its_own_health_checks() -> anyhow::Result<()> {
     let bed = Bed::new(&manifest())?;

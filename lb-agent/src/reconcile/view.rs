@@ -42,6 +42,8 @@ pub struct FrontendView {
     pub flags: u16,
     /// Session affinity timeout in seconds (0: none).
     pub affinity_timeout: u32,
+    /// Entries of the revision's Maglev table (0: none).
+    pub maglev_size: u32,
     pub slots: Vec<SlotView>,
 }
 
@@ -123,9 +125,10 @@ impl LbView {
                 let (addr, port, proto, scope) = F::key_parts(key);
                 let state = states.get(&id.id).map(F::view);
                 let live = state.is_some_and(|s| s.owner == *key);
-                let (rev, count, flags, affinity_timeout) = state.map_or((0, 0, 0, 0), |s| {
-                    (s.rev, s.count, s.flags, s.affinity_timeout)
-                });
+                let (rev, count, flags, affinity_timeout, maglev_size) = state
+                    .map_or((0, 0, 0, 0, 0), |s| {
+                        (s.rev, s.count, s.flags, s.affinity_timeout, s.maglev_size)
+                    });
                 let slots = if live {
                     live_sets.insert((id.id, rev));
                     revision_slots::<F>(id.id, rev, count, slots, backends)
@@ -143,6 +146,7 @@ impl LbView {
                     count,
                     flags: if live { flags } else { 0 },
                     affinity_timeout: if live { affinity_timeout } else { 0 },
+                    maglev_size: if live { maglev_size } else { 0 },
                     slots,
                 }
             })

@@ -120,6 +120,10 @@ enum Cmd {
         /// sender still in `peers`).
         #[arg(long, default_value_t = 0, value_parser = udp_size, conflicts_with = "from")]
         size: usize,
+        /// Send from this source port (0: any), so that a flow can be sent
+        /// again, through another node, with the same 5-tuple.
+        #[arg(long, default_value_t = 0)]
+        sport: u16,
     },
     /// One-way UDP from one socket: `push` every `--interval-ms` for
     /// `--seconds`, with no reply, then `pushed?`. Its reply (`<id> pushed
@@ -259,13 +263,14 @@ fn main() -> anyhow::Result<()> {
             connected,
             from,
             size,
+            sport,
         } => {
             let line = if size > 0 {
                 padded(size)
             } else {
                 ask(from).to_vec()
             };
-            print(udp(to, n, connected, &line, size > 0)?)
+            print(udp(to, n, connected, sport, &line, size > 0)?)
         }
         Cmd::UdpPush {
             to,
@@ -693,12 +698,13 @@ fn udp(
     to: SocketAddr,
     n: u32,
     connected: bool,
+    sport: u16,
     line: &[u8],
     sized: bool,
 ) -> anyhow::Result<Report> {
     let start = Instant::now();
     let mut r = Report::default();
-    let Some(s) = udp_client(to, connected, &mut r)? else {
+    let Some(s) = udp_client(to, connected, sport, &mut r)? else {
         return Ok(r);
     };
     let mut buf = vec![0u8; UDP_MAX];
@@ -734,9 +740,12 @@ fn udp(
 fn udp_client(
     to: SocketAddr,
     connected: bool,
+    sport: u16,
     r: &mut Report,
 ) -> anyhow::Result<Option<UdpSocket>> {
-    let s = UdpSocket::bind(sock::any_port_of_family(&to))?;
+    let mut local = sock::any_port_of_family(&to);
+    local.set_port(sport);
+    let s = UdpSocket::bind(local)?;
     s.set_read_timeout(Some(TIMEOUT))?;
     if connected {
         if let Err(e) = s.connect(to) {
@@ -773,7 +782,7 @@ fn udp_push(
     let interval = Duration::from_millis(interval_ms);
     let start = Instant::now();
     let mut r = Report::default();
-    let Some(s) = udp_client(to, connected, &mut r)? else {
+    let Some(s) = udp_client(to, connected, 0, &mut r)? else {
         return Ok(r);
     };
     let send = |msg: &[u8]| {
