@@ -65,8 +65,25 @@ pub const STAT_TC6_OFFSET: u32 = 9;
 /// tell whether the packet is ours.
 pub const STAT_TC6_PASSED_EXT_HEADERS: u32 = 28;
 
+/// XDP recorded a new flow to a remote backend (and forwarded its first
+/// packet). The XDP counters follow the tc ones, which keep their indices.
+pub const STAT_XDP_NEW_FLOW: u32 = 29;
+/// XDP translated a packet and sent it on itself (`XDP_TX`): tc never saw
+/// it.
+pub const STAT_XDP_FORWARDED: u32 = 30;
+/// XDP left a packet of an external frontend's flow to tc untouched: its
+/// backend is local or behind another device, the FIB lookup failed, or
+/// its TTL ran out.
+pub const STAT_XDP_PASSED_TO_TC: u32 = 31;
+/// XDP dropped the first packet of a flow it could not record.
+pub const STAT_XDP_DROP_CT_FULL: u32 = 32;
+/// XDP dropped a packet that found no SNAT port.
+pub const STAT_XDP_DROP_SNAT_EXHAUSTED: u32 = 33;
+/// The IPv6 twins of the XDP counters are at their index plus this.
+pub const STAT_XDP6_OFFSET: u32 = 5;
+
 /// Number of counters (entries of `LB_STATS`).
-pub const STATS_COUNT: u32 = 29;
+pub const STATS_COUNT: u32 = 39;
 
 /// Each counter's name, indexed by its constant: the `reason` label on
 /// `/metrics` and the row name in `lb-agent dump --stats`.
@@ -100,5 +117,16 @@ pub const STAT_NAMES: [&str; STATS_COUNT as usize] = [
     "tc6_passed_untracked",
     "tc6_drop_conntrack_insert",
     "tc6_passed_ext_headers",
+    "xdp_new_flow",
+    "xdp_forwarded",
+    "xdp_passed_to_tc",
+    "xdp_drop_conntrack_insert",
+    "xdp_drop_snat_exhausted",
+    "xdp6_new_flow",
+    "xdp6_forwarded",
+    "xdp6_passed_to_tc",
+    "xdp6_drop_conntrack_insert",
+    "xdp6_drop_snat_exhausted",
 ];
 const _: () = assert!(STAT_TC_DROP_CT_FULL + STAT_TC6_OFFSET + 1 == STAT_TC6_PASSED_EXT_HEADERS);
+const _: () = assert!(STAT_XDP_DROP_SNAT_EXHAUSTED + STAT_XDP6_OFFSET + 1 == STATS_COUNT);

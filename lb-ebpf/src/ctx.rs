@@ -1,13 +1,20 @@
 //! The packet a per-packet program runs on, behind one trait, so that the
 //! NodePort logic (`nodeport`) is written once for every hook that sees
-//! packets: tc now (`TcContext`), XDP next.
+//! packets: tc (`TcContext`) and XDP (`XdpContext`).
+
+use core::mem::MaybeUninit;
 
 use aya_ebpf::{
     EbpfContext as _,
-    bindings::bpf_adj_room_mode::BPF_ADJ_ROOM_MAC,
-    helpers::{bpf_redirect, bpf_skb_change_tail, bpf_skb_load_bytes},
-    programs::TcContext,
+    bindings::{BPF_F_MARK_MANGLED_0, bpf_adj_room_mode::BPF_ADJ_ROOM_MAC, xdp_action},
+    helpers::{
+        bpf_redirect, bpf_skb_change_tail, bpf_skb_load_bytes, bpf_xdp_load_bytes,
+        bpf_xdp_store_bytes,
+    },
+    programs::{TcContext, XdpContext},
 };
+
+use crate::packet::{csum_add, csum_replace4};
 
 /// What the NodePort logic needs of a packet: its bytes (in place, or
 /// copied by helpers), checksum updates, and reshaping it into an answer
@@ -115,5 +122,120 @@ impl PacketCtx for TcContext {
         let ifindex = unsafe { (*self.skb.skb).ifindex };
         // SAFETY: the helper has no preconditions; it returns the verdict.
         unsafe { bpf_redirect(ifindex, 0) as i32 }
+    }
+}
+
+/// `EOPNOTSUPP`: what XDP cannot do to a packet (reshaping it into an
+/// answer). The XDP program never asks: such packets go to tc untouched.
+const EOPNOTSUPP: i64 = -95;
+
+/// XDP has no skb: the bytes are copied with the `bpf_xdp_*_bytes` helpers
+/// (which also reach the fragments of a multi-buffer frame), and the
+/// checksums are updated here in place. A frame at XDP comes from the wire
+/// with its checksums complete (no `CHECKSUM_PARTIAL` state as an skb may
+/// carry; see the README on veth senders), so every update is the plain
+/// incremental one of RFC 1624, pseudo-header flag or not.
+impl PacketCtx for XdpContext {
+    #[inline(always)]
+    fn data(&self) -> usize {
+        XdpContext::data(self)
+    }
+
+    #[inline(always)]
+    fn data_end(&self) -> usize {
+        XdpContext::data_end(self)
+    }
+
+    #[inline(always)]
+    fn load<T>(&self, off: usize) -> Result<T, i64> {
+        let mut v = MaybeUninit::<T>::uninit();
+        // SAFETY: `v` is writable for `size_of::<T>()` bytes; the helper
+        // fills all of them or fails, and the programs load only plain
+        // bytes, for which any bit pattern is valid.
+        errno(unsafe {
+            bpf_xdp_load_bytes(
+                self.ctx,
+                off as u32,
+                v.as_mut_ptr().cast(),
+                size_of::<T>() as u32,
+            )
+        })?;
+        // SAFETY: initialized by the helper, as it succeeded.
+        Ok(unsafe { v.assume_init() })
+    }
+
+    #[inline(always)]
+    fn load_into<T: Copy>(&self, off: usize, dst: &mut T) -> Result<(), i64> {
+        // SAFETY: as in `load`: `dst` is a writable `T` of plain bytes.
+        errno(unsafe {
+            bpf_xdp_load_bytes(
+                self.ctx,
+                off as u32,
+                core::ptr::from_mut(dst).cast(),
+                size_of::<T>() as u32,
+            )
+        })
+    }
+
+    #[inline(always)]
+    fn store<T>(&self, off: usize, v: &T) -> Result<(), i64> {
+        // SAFETY: `v` is readable for `size_of::<T>()` bytes; the helper
+        // only reads them.
+        errno(unsafe {
+            bpf_xdp_store_bytes(
+                self.ctx,
+                off as u32,
+                core::ptr::from_ref(v).cast_mut().cast(),
+                size_of::<T>() as u32,
+            )
+        })
+    }
+
+    #[inline(always)]
+    fn l3_csum_replace(&self, off: usize, from: u64, to: u64, size: u64) -> Result<(), i64> {
+        let csum: u16 = self.load(off)?;
+        let new = if size == 2 {
+            csum_add(csum, (!(from as u32) & 0xffff) + (to as u32 & 0xffff))
+        } else {
+            csum_replace4(csum, from as u32, to as u32)
+        };
+        self.store(off, &new)
+    }
+
+    #[inline(always)]
+    fn l4_csum_replace(&self, off: usize, from: u64, to: u64, flags: u64) -> Result<(), i64> {
+        let csum: u16 = self.load(off)?;
+        let mangled_0 = flags & u64::from(BPF_F_MARK_MANGLED_0) != 0;
+        if mangled_0 && csum == 0 {
+            // A UDP datagram without a checksum keeps none.
+            return Ok(());
+        }
+        let mut new = match flags & 0xf {
+            2 => csum_add(csum, (!(from as u32) & 0xffff) + (to as u32 & 0xffff)),
+            4 => csum_replace4(csum, from as u32, to as u32),
+            // Size 0: `to` is a checksum difference.
+            _ => csum_add(csum, to as u32),
+        };
+        if mangled_0 && new == 0 {
+            // 0 means "none" in UDP: a computed 0 is sent as its other
+            // form, as the kernel's `CSUM_MANGLED_0`.
+            new = 0xffff;
+        }
+        self.store(off, &new)
+    }
+
+    #[inline(always)]
+    fn change_tail(&self, _len: u32) -> Result<(), i64> {
+        Err(EOPNOTSUPP)
+    }
+
+    #[inline(always)]
+    fn grow_below_l2(&self, _len: i32) -> Result<(), i64> {
+        Err(EOPNOTSUPP)
+    }
+
+    #[inline(always)]
+    fn bounce(&self) -> i32 {
+        xdp_action::XDP_TX as i32
     }
 }

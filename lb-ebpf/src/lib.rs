@@ -4,7 +4,8 @@
 //! and the per-packet code of traffic from outside the node: packet parsing
 //! and rewriting (`packet`), connection tracking and SNAT (`ct`), the
 //! NodePort logic (`nodeport`) and rejects (`reject`), all over a
-//! packet-context trait (`ctx`). The program entry
+//! packet-context trait (`ctx`), and the XDP fast path over them (`xdp`).
+//! The program entry
 //! points live in the binary (`programs/`), one file per hook family.
 #![no_std]
 // `atomic_cxchg`: the BPF target has no compare-and-swap in `core::sync`
@@ -22,3 +23,4 @@ pub mod packet;
 pub mod reject;
 pub mod sock;
 pub mod stats;
+pub mod xdp;

@@ -55,17 +55,50 @@ pub enum Verdict {
 
 use Verdict::{Drop as DROP, Pass as PASS};
 
-/// Counts the tc counter `stat` (a `STAT_TC_*`) of family `F`.
+/// What differs between the hooks that run this logic: tc, which decides
+/// on every packet, and XDP, which runs first and translates only what it
+/// forwards itself, leaving everything else untouched to tc.
+pub trait Hook {
+    /// Whether tc sees what this hook passes: then what is not forwarded
+    /// here is passed untouched and uncounted, for tc to decide and count.
+    const FIRST: bool;
+    /// The counter this hook counts event `stat` (a `STAT_TC_*`) of family
+    /// `F` in; one past the last counter for an event it never has.
+    fn stat<F: Family>(stat: u32) -> u32;
+    /// Whether to translate packet `p`, which then goes to `dst`: called
+    /// before anything of the packet or its flow changes.
+    fn admit<F: Family>(&mut self, p: &Packet<F::Addr>, dst: &F::Addr) -> bool;
+}
+
+/// The tc programs: every packet is theirs to decide.
+pub struct Tc;
+
+impl Hook for Tc {
+    const FIRST: bool = false;
+
+    #[inline(always)]
+    fn stat<F: Family>(stat: u32) -> u32 {
+        stat + F::STAT_OFFSET
+    }
+
+    #[inline(always)]
+    fn admit<F: Family>(&mut self, _p: &Packet<F::Addr>, _dst: &F::Addr) -> bool {
+        true
+    }
+}
+
+/// Counts the tc counter `stat` (a `STAT_TC_*`) of family `F`, as hook `H`
+/// counts it.
 #[inline(always)]
-fn count_tc<F: Family>(stat: u32) {
-    count(stat + F::STAT_OFFSET);
+fn count_tc<H: Hook, F: Family>(stat: u32) {
+    count(H::stat::<F>(stat));
 }
 
 /// A later fragment whose first one was not seen: its ports are unknown,
 /// so whether it is ours is too.
 #[inline(always)]
 pub fn unknown_fragment<F: Family>() -> Verdict {
-    count_tc::<F>(STAT_TC_DROP_FRAGMENT);
+    count_tc::<Tc, F>(STAT_TC_DROP_FRAGMENT);
     DROP
 }
 
@@ -110,19 +143,22 @@ enum Step {
 /// from here: their stacks do not add up (the verifier's limit is 512
 /// bytes over a chain of calls), and IPv6's keys are large.
 #[inline(always)]
-pub fn ingress<const L2: usize, C: PacketCtx, F: Family>(
+pub fn ingress<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     ctx: &C,
     p: &mut Packet<F::Addr>,
+    h: &mut H,
 ) -> Verdict {
-    match known::<L2, C, F>(ctx, p) {
+    match known::<L2, C, F, H>(ctx, p, h) {
         Step::Done(v) => v,
         Step::New => {
             let mut backend = MaybeUninit::uninit();
-            match choose::<F>(p, &mut backend) {
+            match choose::<F, H>(p, h, &mut backend) {
                 Chosen::Done(v) => v,
                 Chosen::Reject => reject::<L2, C, F>(ctx, p),
-                // SAFETY: `choose` initializes the backend when it says so.
-                Chosen::Backend => record::<L2, C, F>(ctx, p, unsafe { backend.assume_init_ref() }),
+                Chosen::Backend => {
+                    // SAFETY: `choose` initializes the backend when it says so.
+                    record::<L2, C, F, H>(ctx, p, unsafe { backend.assume_init_ref() })
+                }
             }
         }
     }
@@ -147,14 +183,19 @@ impl From<Verdict> for Step {
 
 /// Ingress of a packet of a known flow, or of a SNATed flow's reply.
 #[inline(never)]
-fn known<const L2: usize, C: PacketCtx, F: Family>(ctx: &C, p: &mut Packet<F::Addr>) -> Step {
-    settle(known_nat::<L2, C, F>(ctx, p))
+fn known<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
+    ctx: &C,
+    p: &mut Packet<F::Addr>,
+    h: &mut H,
+) -> Step {
+    settle(known_nat::<L2, C, F, H>(ctx, p, h))
 }
 
 #[inline(always)]
-fn known_nat<const L2: usize, C: PacketCtx, F: Family>(
+fn known_nat<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     ctx: &C,
     p: &mut Packet<F::Addr>,
+    h: &mut H,
 ) -> Result<Step, i64> {
     let now = now();
     let Some(cfg) = config() else {
@@ -172,21 +213,27 @@ fn known_nat<const L2: usize, C: PacketCtx, F: Family>(
         let client = unsafe { *nat };
         if !ct_expired(client.expires, now) {
             if client.flags & CT_F_KERNEL != 0 {
-                count_tc::<F>(STAT_TC_PASSED_UNTRACKED);
+                if !H::FIRST {
+                    count_tc::<H, F>(STAT_TC_PASSED_UNTRACKED);
+                }
+                return Ok(Step::Done(PASS));
+            }
+            if !h.admit::<F>(p, &client.addr_be) {
                 return Ok(Step::Done(PASS));
             }
             p.rewrite::<L2, C>(ctx, true, client.addr_be, client.port_be)?;
             return Ok(Step::Done(PASS));
         }
     }
-    known_flow::<L2, C, F>(ctx, p, cfg, now)
+    known_flow::<L2, C, F, H>(ctx, p, h, cfg, now)
 }
 
 /// A packet from a client: its flow's backend, or a new flow.
 #[inline(always)]
-fn known_flow<const L2: usize, C: PacketCtx, F: Family>(
+fn known_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     ctx: &C,
     p: &mut Packet<F::Addr>,
+    h: &mut H,
     cfg: &DatapathConfig,
     now: u32,
 ) -> Result<Step, i64> {
@@ -201,6 +248,11 @@ fn known_flow<const L2: usize, C: PacketCtx, F: Family>(
         // kernel had, is a new flow of ours: it picks a backend again.
         let reopened = syn && (kernel || ct_closed(ct.seen_client, ct.seen_backend));
         if !ct_expired(ct.expires, now) && !reopened {
+            // A first hook leaves the kernel's flows, and what it does not
+            // forward, to tc before anything changes.
+            if H::FIRST && (kernel || !h.admit::<F>(p, &ct.addr_be)) {
+                return Ok(Step::Done(PASS));
+            }
             if !p.later_fragment {
                 // SAFETY: `entry` was looked up in the conntrack map by this run.
                 let (after, changed) =
@@ -211,7 +263,7 @@ fn known_flow<const L2: usize, C: PacketCtx, F: Family>(
             }
             if kernel {
                 // kube-proxy's flow, which the kernel's conntrack translates.
-                count_tc::<F>(STAT_TC_PASSED_UNTRACKED);
+                count_tc::<H, F>(STAT_TC_PASSED_UNTRACKED);
                 return Ok(Step::Done(PASS));
             }
             p.rewrite::<L2, C>(ctx, true, ct.addr_be, ct.port_be)?;
@@ -227,8 +279,8 @@ fn known_flow<const L2: usize, C: PacketCtx, F: Family>(
         // the kernel may know (kube-proxy's, when the agent took over) or
         // none: the kernel translates it, or resets it as a reset backend
         // would.
-        if F::frontends().get_ptr(p.frontend::<F>()).is_some() {
-            count_tc::<F>(STAT_TC_PASSED_UNTRACKED);
+        if !H::FIRST && F::frontends().get_ptr(p.frontend::<F>()).is_some() {
+            count_tc::<H, F>(STAT_TC_PASSED_UNTRACKED);
         }
         return Ok(Step::Done(PASS));
     }
@@ -297,9 +349,14 @@ impl<A: Ip> Strategy for NewFlow<'_, A> {
 }
 
 /// The first packet of a flow: picks a backend of its external frontend,
-/// written to `backend`.
+/// written to `backend`. A first hook (`H::FIRST`) passes every other
+/// outcome on to tc, which counts it and drops or rejects.
 #[inline(never)]
-fn choose<F: Family>(p: &Packet<F::Addr>, backend: &mut MaybeUninit<Backend<F::Addr>>) -> Chosen {
+fn choose<F: Family, H: Hook>(
+    p: &Packet<F::Addr>,
+    h: &mut H,
+    backend: &mut MaybeUninit<Backend<F::Addr>>,
+) -> Chosen {
     let frontend = p.frontend::<F>();
     // Session affinity by client address, as kube-proxy's ClientIP.
     let selection = select::<F>(&frontend, false, &NewFlow(p), || {
@@ -313,8 +370,14 @@ fn choose<F: Family>(p: &Packet<F::Addr>, backend: &mut MaybeUninit<Backend<F::A
         && flags & FE_F_SOURCE_RANGES != 0
         && !admitted::<F>(p)
     {
-        count_tc::<F>(STAT_TC_DROP_SOURCE_RANGE);
+        if H::FIRST {
+            return Chosen::Done(PASS);
+        }
+        count_tc::<H, F>(STAT_TC_DROP_SOURCE_RANGE);
         return Chosen::Done(DROP);
+    }
+    if H::FIRST && !matches!(selection, Selection::Backend { .. }) {
+        return Chosen::Done(PASS);
     }
     match selection {
         Selection::NotFrontend | Selection::UnknownPort => Chosen::Done(PASS),
@@ -324,12 +387,12 @@ fn choose<F: Family>(p: &Packet<F::Addr>, backend: &mut MaybeUninit<Backend<F::A
         }
         Selection::NoLocalEndpoints { .. } => {
             // kube-proxy drops these too (externalTrafficPolicy: Local).
-            count_tc::<F>(STAT_TC_DROP_NO_LOCAL);
+            count_tc::<H, F>(STAT_TC_DROP_NO_LOCAL);
             Chosen::Done(DROP)
         }
         Selection::NoEndpoints { .. } => {
             // kube-proxy rejects these: a reset, or port unreachable.
-            count_tc::<F>(STAT_TC_REJECT_NO_ENDPOINTS);
+            count_tc::<H, F>(STAT_TC_REJECT_NO_ENDPOINTS);
             Chosen::Reject
         }
         Selection::Inconsistent => {
@@ -343,6 +406,9 @@ fn choose<F: Family>(p: &Packet<F::Addr>, backend: &mut MaybeUninit<Backend<F::A
             ..
         } => {
             let (addr, port_be) = F::backend_addr(&b);
+            if !h.admit::<F>(p, &addr) {
+                return Chosen::Done(PASS);
+            }
             backend.write(Backend {
                 addr,
                 port_be,
@@ -357,16 +423,16 @@ fn choose<F: Family>(p: &Packet<F::Addr>, backend: &mut MaybeUninit<Backend<F::A
 /// Records a new flow to backend `b` in both directions and DNATs its
 /// first packet.
 #[inline(never)]
-fn record<const L2: usize, C: PacketCtx, F: Family>(
+fn record<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     ctx: &C,
     p: &mut Packet<F::Addr>,
     b: &Backend<F::Addr>,
 ) -> Verdict {
-    settle(record_flow::<L2, C, F>(ctx, p, b))
+    settle(record_flow::<L2, C, F, H>(ctx, p, b))
 }
 
 #[inline(always)]
-fn record_flow<const L2: usize, C: PacketCtx, F: Family>(
+fn record_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     ctx: &C,
     p: &mut Packet<F::Addr>,
     b: &Backend<F::Addr>,
@@ -408,10 +474,10 @@ fn record_flow<const L2: usize, C: PacketCtx, F: Family>(
     if F::ct().insert(key.partner(&inbound), outbound, 0).is_err()
         || F::ct().insert(key, inbound, 0).is_err()
     {
-        count_tc::<F>(STAT_TC_DROP_CT_FULL);
+        count_tc::<H, F>(STAT_TC_DROP_CT_FULL);
         return Ok(DROP);
     }
-    count_tc::<F>(STAT_TC_NEW_FLOW);
+    count_tc::<H, F>(STAT_TC_NEW_FLOW);
     p.rewrite::<L2, C>(ctx, true, b.addr, b.port_be)?;
     Ok(PASS)
 }
@@ -420,13 +486,13 @@ fn record_flow<const L2: usize, C: PacketCtx, F: Family>(
 /// client, or a packet DNATed towards a remote backend. Each step is a BPF
 /// function of its own, as in [`ingress`].
 #[inline(always)]
-pub fn egress<const L2: usize, C: PacketCtx, F: Family>(
+pub fn egress<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     ctx: &C,
     p: &mut Packet<F::Addr>,
 ) -> Verdict {
     match reply::<L2, C, F>(ctx, p) {
         Step::Done(v) => v,
-        Step::New => snat::<L2, C, F>(ctx, p),
+        Step::New => snat::<L2, C, F, H>(ctx, p),
     }
 }
 
@@ -483,12 +549,15 @@ fn reply_flow<const L2: usize, C: PacketCtx, F: Family>(
 /// A DNATed packet leaving towards its backend: SNATed if its flow is
 /// `externalTrafficPolicy: Cluster`.
 #[inline(never)]
-fn snat<const L2: usize, C: PacketCtx, F: Family>(ctx: &C, p: &mut Packet<F::Addr>) -> Verdict {
-    settle(snat_flow::<L2, C, F>(ctx, p))
+fn snat<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
+    ctx: &C,
+    p: &mut Packet<F::Addr>,
+) -> Verdict {
+    settle(snat_flow::<L2, C, F, H>(ctx, p))
 }
 
 #[inline(always)]
-fn snat_flow<const L2: usize, C: PacketCtx, F: Family>(
+fn snat_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     ctx: &C,
     p: &mut Packet<F::Addr>,
 ) -> Result<Verdict, i64> {
@@ -519,7 +588,7 @@ fn snat_flow<const L2: usize, C: PacketCtx, F: Family>(
         let snat = F::snat(cfg);
         let Some(port) = allocate_port::<F>(cfg, snat, p.dst(), p.proto, client, ct.expires, now)
         else {
-            count_tc::<F>(STAT_TC_DROP_SNAT_EXHAUSTED);
+            count_tc::<H, F>(STAT_TC_DROP_SNAT_EXHAUSTED);
             return Ok(DROP);
         };
         // SAFETY: looked up by this run: mapped while it runs (RCU). Two
@@ -539,7 +608,7 @@ fn snat_flow<const L2: usize, C: PacketCtx, F: Family>(
     if !hold_nat::<F>(&nat, &client, ct.expires, cfg) {
         // SAFETY: looked up by this run: mapped while it runs (RCU).
         unsafe { (*entry).nat_port_be = 0 };
-        count_tc::<F>(STAT_TC_DROP_SNAT_EXHAUSTED);
+        count_tc::<H, F>(STAT_TC_DROP_SNAT_EXHAUSTED);
         return Ok(DROP);
     }
     p.rewrite::<L2, C>(ctx, false, nat_addr, nat_port)?;

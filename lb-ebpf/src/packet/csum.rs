@@ -5,7 +5,7 @@
 /// An Internet checksum after one 32-bit word of what it covers changed
 /// from `from` to `to` (RFC 1624: HC' = ~(~HC + ~m + m')).
 #[inline(always)]
-pub(super) fn csum_replace4(csum: u16, from: u32, to: u32) -> u16 {
+pub fn csum_replace4(csum: u16, from: u32, to: u32) -> u16 {
     let mut sum = u32::from(!csum);
     sum += (!from >> 16) + (!from & 0xffff);
     sum += (to >> 16) + (to & 0xffff);
@@ -43,6 +43,17 @@ pub fn sum_words(bytes: &[u8], mut sum: u32) -> u32 {
 /// The Internet checksum of a one's complement sum.
 #[inline(always)]
 pub fn fold(mut sum: u32) -> u16 {
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    !(sum as u16)
+}
+
+/// An Internet checksum after adding `diff` (a 32-bit one's complement sum,
+/// as [`diff16`] or `bpf_csum_diff` make) to what it covers.
+#[inline(always)]
+pub fn csum_add(csum: u16, diff: u32) -> u16 {
+    let mut sum = u64::from(!csum) + u64::from(diff);
+    sum = (sum & 0xffff) + (sum >> 16);
     sum = (sum & 0xffff) + (sum >> 16);
     sum = (sum & 0xffff) + (sum >> 16);
     !(sum as u16)

@@ -125,6 +125,14 @@ impl Ip for [u8; 4] {
         u32::from_ne_bytes(*self)
     }
 
+    const AF: u8 = 2;
+    const TTL: usize = 8;
+
+    #[inline(always)]
+    fn fib_words(&self) -> [u32; 4] {
+        [u32::from_ne_bytes(*self), 0, 0, 0]
+    }
+
     #[inline(always)]
     fn hash(&self, h: FlowHash) -> FlowHash {
         h.word(u32::from_ne_bytes(*self))

@@ -103,6 +103,7 @@ pub(super) fn parse<const L2: usize, C: PacketCtx>(
     ctx: &C,
     first: u8,
     p: &mut MaybeUninit<Packet<Addr6>>,
+    first_hook: bool,
 ) -> Kind {
     let l3 = L2;
     if first >> 4 != 6 {
@@ -148,7 +149,10 @@ pub(super) fn parse<const L2: usize, C: PacketCtx>(
     };
     let later = w.frag_off & FRAG_OFFSET_MASK != 0;
     if !later && is_extension(w.next) {
-        count(STAT_TC6_PASSED_EXT_HEADERS);
+        // Counted by tc, after a first hook (XDP) passed it on.
+        if !first_hook {
+            count(STAT_TC6_PASSED_EXT_HEADERS);
+        }
         return Kind::Other;
     }
     p.in_place = false;
@@ -175,6 +179,14 @@ impl Ip for Addr6 {
     #[inline(always)]
     fn fold(&self) -> u32 {
         self[0] ^ self[1] ^ self[2] ^ self[3]
+    }
+
+    const AF: u8 = 10;
+    const TTL: usize = 7;
+
+    #[inline(always)]
+    fn fib_words(&self) -> [u32; 4] {
+        *self
     }
 
     #[inline(always)]

@@ -18,7 +18,7 @@ use aya_ebpf::bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR};
 use lb_common::{FlowHash, PROTO_TCP, SCOPE_EXTERNAL};
 
 pub use self::{
-    csum::{fold, sum_words},
+    csum::{csum_add, csum_replace4, fold, sum_words},
     icmp::IcmpError,
     ipv4::IP_HLEN,
     ipv6::IP6_HLEN,
@@ -68,6 +68,9 @@ pub struct Packet<A> {
 /// returning it in an enum: LLVM would merge the paths that return none
 /// with an uninitialized payload, which the verifier refuses to read.
 pub trait Handler {
+    /// Whether tc sees what this handler's program passes (XDP): then the
+    /// parser counts nothing it passes, for tc to count it.
+    const FIRST: bool = false;
     fn flow<F: Family>(self, p: &mut Packet<F::Addr>) -> i32;
     fn icmp_error<F: Family>(self, l3: usize, l4: usize) -> i32;
     fn unknown_fragment<F: Family>(self) -> i32;
@@ -90,6 +93,14 @@ pub trait Ip: Copy + PartialEq + Default + 'static {
     /// `h` with the address's words mixed in (a flow's hash, see
     /// `lb_common::FlowHash`).
     fn hash(&self, h: FlowHash) -> FlowHash;
+
+    /// The kernel's address family number (`AF_INET`, `AF_INET6`).
+    const AF: u8;
+    /// Offset of the TTL (hop limit) in the IP header.
+    const TTL: usize;
+    /// The address as the words of a FIB lookup's address fields (IPv4's
+    /// in the first).
+    fn fib_words(&self) -> [u32; 4];
 
     /// Stores `to` over `from` at `l3 + off` (an address of the IP header
     /// at `l3`), and updates the IP header checksum if there is one.
@@ -221,7 +232,7 @@ pub fn parse<const L2: usize, C: PacketCtx, H: Handler>(ctx: &C, h: H) -> i32 {
     };
     if v6 {
         let mut p = MaybeUninit::uninit();
-        let kind = ipv6::parse::<L2, C>(ctx, first, &mut p);
+        let kind = ipv6::parse::<L2, C>(ctx, first, &mut p, H::FIRST);
         hand::<V6, H>(kind, &mut p, h)
     } else {
         let mut p = MaybeUninit::uninit();

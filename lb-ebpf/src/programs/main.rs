@@ -1,10 +1,11 @@
 //! The eBPF programs: one thin file per hook family over the `lb_ebpf`
-//! library. Socket hooks and tc; XDP joins them here.
+//! library: socket hooks, tc and XDP.
 #![no_std]
 #![no_main]
 
 mod sock;
 mod tc;
+mod xdp;
 
 #[cfg(not(test))]
 #[panic_handler]

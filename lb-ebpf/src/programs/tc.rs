@@ -18,7 +18,7 @@ use aya_ebpf::{
 use lb_ebpf::{
     ctx::PacketCtx as _,
     family::Family,
-    nodeport::{self, Verdict},
+    nodeport::{self, Tc, Verdict},
     packet::{ETH_HLEN, Handler, Packet, parse},
 };
 
@@ -60,7 +60,7 @@ struct Ingress<'a, const L2: usize>(&'a TcContext);
 impl<const L2: usize> Handler for Ingress<'_, L2> {
     #[inline(always)]
     fn flow<F: Family>(self, p: &mut Packet<F::Addr>) -> i32 {
-        code(self.0, nodeport::ingress::<L2, _, F>(self.0, p))
+        code(self.0, nodeport::ingress::<L2, _, F, _>(self.0, p, &mut Tc))
     }
 
     #[inline(always)]
@@ -85,7 +85,7 @@ struct Egress<'a, const L2: usize>(&'a TcContext);
 impl<const L2: usize> Handler for Egress<'_, L2> {
     #[inline(always)]
     fn flow<F: Family>(self, p: &mut Packet<F::Addr>) -> i32 {
-        code(self.0, nodeport::egress::<L2, _, F>(self.0, p))
+        code(self.0, nodeport::egress::<L2, _, F, Tc>(self.0, p))
     }
 
     #[inline(always)]

@@ -1,0 +1,216 @@
+//! The XDP fast path: the NodePort logic (`nodeport`) run first, on the
+//! frame as the driver got it, for the packets XDP can send on itself.
+//!
+//! A packet of an external frontend's flow whose translated destination
+//! the FIB sends back out of the device it came in on (a backend on
+//! another node behind the same link, or a client for a backend's reply)
+//! is translated exactly as tc would translate it at ingress and then at
+//! egress (DNAT and the SNAT of `externalTrafficPolicy: Cluster`, or the
+//! reverse of both), its TTL decremented and its MAC addresses set as the
+//! FIB says, and sent with `XDP_TX`: it never reaches tc, whose egress
+//! would have applied the SNAT. Everything else is passed (`XDP_PASS`)
+//! untouched, before any map or byte changes, for the tc programs to
+//! handle as they do without XDP: local backends and backends behind
+//! another device, host traffic, ICMP errors, fragments after the first,
+//! IPv4 options and IPv6 extension headers, rejects, drops by policy,
+//! failed FIB lookups (no neighbour yet, forwarding off, MTU exceeded),
+//! an expiring TTL. No metadata is passed to tc: it repeats the lookup of
+//! the packets XDP passes.
+
+use aya_ebpf::{
+    EbpfContext as _,
+    bindings::{BPF_FIB_LKUP_RET_SUCCESS, bpf_fib_lookup, xdp_action},
+    helpers::bpf_fib_lookup as fib_lookup,
+    programs::XdpContext,
+};
+use lb_common::{
+    STAT_TC_DROP_CT_FULL, STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_NEW_FLOW, STAT_XDP_DROP_CT_FULL,
+    STAT_XDP_DROP_SNAT_EXHAUSTED, STAT_XDP_FORWARDED, STAT_XDP_NEW_FLOW, STAT_XDP_PASSED_TO_TC,
+    STAT_XDP6_OFFSET, STATS_COUNT,
+};
+
+use crate::{
+    ct::config,
+    ctx::PacketCtx as _,
+    family::Family,
+    nodeport::{self, Hook, Verdict},
+    packet::{ETH_HLEN, Ip, Packet, csum_add},
+    stats::count,
+};
+
+const PASS: i32 = xdp_action::XDP_PASS as i32;
+const DROP: i32 = xdp_action::XDP_DROP as i32;
+const TX: i32 = xdp_action::XDP_TX as i32;
+/// `AF_INET6`, as [`Ip::AF`] says it.
+const AF_INET6: u8 = 10;
+
+/// The counter `stat` (a `STAT_XDP_*`) of the family of addresses `A`.
+#[inline(always)]
+fn xdp_stat<A: Ip>(stat: u32) -> u32 {
+    if A::AF == AF_INET6 {
+        stat + STAT_XDP6_OFFSET
+    } else {
+        stat
+    }
+}
+
+/// The XDP hook of the NodePort logic: admits a packet only if it can be
+/// sent on from here.
+pub struct Forward<'a> {
+    ctx: &'a XdpContext,
+    /// Whether [`Hook::admit`] said yes: the packet is being translated.
+    admitted: bool,
+}
+
+impl Hook for Forward<'_> {
+    const FIRST: bool = true;
+
+    #[inline(always)]
+    fn stat<F: Family>(stat: u32) -> u32 {
+        let xdp = match stat {
+            STAT_TC_NEW_FLOW => STAT_XDP_NEW_FLOW,
+            STAT_TC_DROP_CT_FULL => STAT_XDP_DROP_CT_FULL,
+            STAT_TC_DROP_SNAT_EXHAUSTED => STAT_XDP_DROP_SNAT_EXHAUSTED,
+            // Events XDP leaves to tc: counted there.
+            _ => return STATS_COUNT,
+        };
+        xdp_stat::<F::Addr>(xdp)
+    }
+
+    #[inline(always)]
+    fn admit<F: Family>(&mut self, p: &Packet<F::Addr>, dst: &F::Addr) -> bool {
+        self.admitted = lookup(self.ctx, p, dst);
+        if !self.admitted {
+            count(xdp_stat::<F::Addr>(STAT_XDP_PASSED_TO_TC));
+        }
+        self.admitted
+    }
+}
+
+/// Whether `p`, translated to `dst`, goes back out of the device it came
+/// in on, by the FIB; if so, the frame gets the MAC addresses the FIB gave
+/// (it is then translated and sent, or dropped). A BPF function of its
+/// own: the lookup's 64 bytes of parameters stay off the stack of the
+/// steps that call it, and it keeps nothing else on its own (the
+/// verifier's 512 bytes over a chain of calls hold IPv6's conntrack step
+/// above it).
+#[inline(never)]
+fn lookup<A: Ip>(ctx: &XdpContext, p: &Packet<A>, dst: &A) -> bool {
+    let ingress = ctx.ingress_ifindex() as u32;
+    // SAFETY: the lookup's parameters are plain integers and arrays, for
+    // which all zero is valid (and what the kernel wants of the fields not
+    // set).
+    let mut f: bpf_fib_lookup = unsafe { core::mem::zeroed() };
+    f.family = A::AF;
+    f.l4_protocol = p.proto;
+    f.sport = p.sport_be;
+    f.dport = p.dport_be;
+    // The IP length, for the kernel's MTU check.
+    f.__bindgen_anon_1.tot_len = (ctx.data_end() - ctx.data() - ETH_HLEN) as u16;
+    f.ifindex = ingress;
+    f.__bindgen_anon_3.ipv6_src = p.saddr.fib_words();
+    f.__bindgen_anon_4.ipv6_dst = dst.fib_words();
+    // SAFETY: the context is this program's; the parameters are a valid
+    // `bpf_fib_lookup` of the size given.
+    let ret = unsafe {
+        fib_lookup(
+            ctx.as_ptr(),
+            &raw mut f,
+            size_of::<bpf_fib_lookup>() as i32,
+            0,
+        )
+    };
+    if ret != i64::from(BPF_FIB_LKUP_RET_SUCCESS) || f.ifindex != ingress {
+        return false;
+    }
+    let (data, end) = (ctx.data(), ctx.data_end());
+    if data + ETH_HLEN > end {
+        return false;
+    }
+    // SAFETY: the Ethernet header is in the packet, just checked; the
+    // destination address, then the source.
+    unsafe {
+        (data as *mut [u8; 6]).write_unaligned(f.dmac);
+        ((data + 6) as *mut [u8; 6]).write_unaligned(f.smac);
+    }
+    true
+}
+
+impl<'a> Forward<'a> {
+    #[inline(always)]
+    fn new(ctx: &'a XdpContext) -> Self {
+        Self {
+            ctx,
+            admitted: false,
+        }
+    }
+
+    /// Sends the translated packet on (its MAC addresses are the FIB's
+    /// already): TTL (hop limit) one less, back out of its device.
+    #[inline(always)]
+    fn send<A: Ip>(&self) -> i32 {
+        let (data, end) = (self.ctx.data(), self.ctx.data_end());
+        if data + ETH_HLEN + A::HLEN > end {
+            // Parsed in place, so never; the verifier wants the check.
+            return DROP;
+        }
+        let ttl = (data + ETH_HLEN + A::TTL) as *mut u8;
+        // SAFETY: the Ethernet and IP headers are in the packet, just
+        // checked against its end; written at constant offsets inside them.
+        unsafe {
+            if A::AF == AF_INET6 {
+                *ttl -= 1;
+            } else {
+                // The TTL and protocol bytes are one word of the header
+                // checksum.
+                let word = ttl.cast::<u16>();
+                let csum = (data + ETH_HLEN + 10) as *mut u16;
+                let old = word.read_unaligned();
+                *ttl -= 1;
+                let new = word.read_unaligned();
+                let sum = (u32::from(!old)) + u32::from(new);
+                csum.write_unaligned(csum_add(csum.read_unaligned(), sum));
+            }
+        }
+        count(xdp_stat::<A>(STAT_XDP_FORWARDED));
+        TX
+    }
+}
+
+/// Whether XDP could send `p` on at all: headers at constant offsets (no
+/// IPv4 options, no IPv6 extension headers; `send` rewrites the TTL there),
+/// a TTL that does not expire here, a sound IPv4 header, and settings (the
+/// agent writes them before it attaches XDP). Anything else,
+/// which the stack drops or answers (time exceeded), is tc's.
+#[inline(always)]
+fn sendable<A: Ip>(ctx: &XdpContext, p: &Packet<A>) -> bool {
+    let (data, end) = (ctx.data(), ctx.data_end());
+    if !p.in_place() || data + ETH_HLEN + A::HLEN > end || config().is_none() {
+        return false;
+    }
+    // SAFETY: inside the IP header, just checked against the packet's end.
+    let ttl = unsafe { *((data + ETH_HLEN + A::TTL) as *const u8) };
+    ttl > 1 && A::header_ok::<XdpContext, ETH_HLEN>(ctx, true)
+}
+
+/// A TCP or UDP packet (or later fragment) at XDP: sent on translated if
+/// its flow's next hop is behind the device it came in on, else passed to
+/// tc untouched.
+#[inline(always)]
+pub fn forward<F: Family>(ctx: &XdpContext, p: &mut Packet<F::Addr>) -> i32 {
+    if !sendable::<F::Addr>(ctx, p) {
+        return PASS;
+    }
+    let mut hop = Forward::new(ctx);
+    let v = nodeport::ingress::<ETH_HLEN, _, F, _>(ctx, p, &mut hop);
+    if !hop.admitted {
+        // Nothing changed: tc decides.
+        return PASS;
+    }
+    if v != Verdict::Pass
+        || nodeport::egress::<ETH_HLEN, _, F, Forward<'_>>(ctx, p) == Verdict::Drop
+    {
+        return DROP;
+    }
+    hop.send::<F::Addr>()
+}
