@@ -9,7 +9,7 @@ use aya::{
         Array, ArrayOfMaps, HashMap, Map, MapData, PerCpuArray,
         lpm_trie::{Key, LpmTrie},
     },
-    programs::{SchedClassifier, TestRun as _, TestRunOptions},
+    programs::{SchedClassifier, TestRun as _, TestRunOptions, Xdp},
 };
 use etherparse::{
     Icmpv4Header, Icmpv4Type, IpNumber, Ipv4Header, NetHeaders, PacketBuilder, PacketHeaders,
@@ -433,6 +433,44 @@ impl Bed {
             .test_run(opts)
             .expect("BPF_PROG_TEST_RUN");
         result.duration
+    }
+
+    /// Loads the XDP fast path (`lb_xdp`), which few tests run: its
+    /// verification takes a while.
+    pub(crate) fn load_xdp(&mut self) {
+        let prog: &mut Xdp = self
+            .ebpf
+            .program_mut("lb_xdp")
+            .expect("program in the object")
+            .try_into()
+            .expect("an XDP program");
+        prog.load().expect("the verifier accepts the XDP program");
+    }
+
+    /// Runs `lb_xdp` on `packet` as if it arrived on device `ifindex` of
+    /// the caller's network namespace (where its FIB lookups happen): its
+    /// action and the frame after it.
+    pub(crate) fn xdp(&self, packet: &[u8], ifindex: u32) -> (u32, Vec<u8>) {
+        let prog: &Xdp = self
+            .ebpf
+            .program("lb_xdp")
+            .expect("program in the object")
+            .try_into()
+            .expect("an XDP program");
+        // `struct xdp_md`: data, data_end, data_meta, ingress_ifindex,
+        // rx_queue_index, egress_ifindex.
+        let mut md = Vec::with_capacity(24);
+        for word in [0, packet.len() as u32, 0, ifindex, 0, 0] {
+            md.extend(word.to_ne_bytes());
+        }
+        let mut out = vec![0u8; packet.len() + 256];
+        let mut opts = TestRunOptions::new();
+        opts.data_in = Some(packet);
+        opts.data_out = Some(&mut out);
+        opts.ctx_in = Some(&md);
+        let result = prog.test_run(opts).expect("BPF_PROG_TEST_RUN");
+        out.truncate(result.data_size_out as usize);
+        (result.return_value, out)
     }
 
     pub(crate) fn ingress(&self, packet: &[u8]) -> (i32, Vec<u8>) {

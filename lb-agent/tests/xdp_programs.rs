@@ -1,0 +1,259 @@
+//! The XDP fast path (`lb_xdp`) on crafted packets of both families,
+//! through `BPF_PROG_TEST_RUN`, in a network namespace of the test's own
+//! whose FIB the program consults: a device `x0` (the node's external
+//! device; backends on other nodes and clients behind a router on it) and
+//! `x1` (local pods). Every checksum is checked against etherparse's
+//! reference computation. Needs root (CAP_BPF, CAP_NET_ADMIN, setns);
+//! without it every test fails.
+
+#[path = "tc/bed.rs"]
+#[expect(dead_code, reason = "helpers of the tc tests")]
+mod bed;
+#[path = "tc/packets6.rs"]
+#[expect(dead_code, reason = "helpers of the IPv6 tc tests")]
+mod packets6;
+
+use std::{fs::File, process::Command};
+
+use bed::*;
+use lb_common::{
+    PROTO_TCP, PROTO_UDP, STAT_TC_NEW_FLOW, STAT_XDP_FORWARDED, STAT_XDP_NEW_FLOW,
+    STAT_XDP_PASSED_TO_TC, STAT_XDP6_OFFSET,
+};
+use packets6::*;
+use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
+
+const XDP_PASS: u32 = 2;
+const XDP_TX: u32 = 3;
+/// The router's MAC address (the next hop to other nodes and clients),
+/// and the node device's.
+const ROUTER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0x99];
+const DEVICE_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0x0a];
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("running ip");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The test's network namespace, deleted on drop (also when the test
+/// panics). Only routes and neighbours: no packet is ever sent in it.
+struct Netns(String);
+
+impl Netns {
+    fn new() -> Self {
+        let ns = Self(format!("lbt{}xdp{}", std::process::id(), fastrand_tag()));
+        ip(&["netns", "add", &ns.0]);
+        let n = ns.0.as_str();
+        for cmd in [
+            "link set lo up",
+            "link add x0 address 02:00:00:00:00:0a type veth peer name x0p",
+            "link add x1 type veth peer name x1p",
+            "link set x0 up",
+            "link set x0p up",
+            "link set x1 up",
+            "link set x1p up",
+            "addr add 192.0.2.10/24 dev x0",
+            "addr add fd00:57::1/64 dev x0 nodad",
+            "addr add 10.1.0.1/24 dev x1",
+            "addr add fd42:1::1/64 dev x1 nodad",
+            "neigh add 192.0.2.1 lladdr 02:00:00:00:00:99 dev x0 nud permanent",
+            "neigh add fd00:57::fe lladdr 02:00:00:00:00:99 dev x0 nud permanent",
+            "neigh add 10.1.0.5 lladdr 02:00:00:00:00:55 dev x1 nud permanent",
+            "neigh add fd42:1::5 lladdr 02:00:00:00:00:55 dev x1 nud permanent",
+            "route add 10.2.0.0/24 via 192.0.2.1 dev x0",
+            "route add 198.51.100.0/24 via 192.0.2.1 dev x0",
+            "route add fd42:2::/64 via fd00:57::fe dev x0",
+            "route add 2001:db8:c::/64 via fd00:57::fe dev x0",
+        ] {
+            let mut args = vec!["-n", n];
+            args.extend(cmd.split(' '));
+            ip(&args);
+        }
+        for setting in ["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"] {
+            let out = Command::new("ip")
+                .args(["netns", "exec", n, "sysctl", "-qw", setting])
+                .output()
+                .expect("running sysctl");
+            assert!(out.status.success(), "sysctl {setting}");
+        }
+        ns
+    }
+
+    /// The ifindex of `dev` in the namespace.
+    fn ifindex(&self, dev: &str) -> u32 {
+        let out = Command::new("ip")
+            .args(["-n", &self.0, "-o", "link", "show", dev])
+            .output()
+            .expect("running ip");
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.split(':').next().unwrap().trim().parse().unwrap()
+    }
+
+    /// Runs `f` on a thread inside the namespace, where the program's FIB
+    /// lookups happen.
+    fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        let file = File::open(format!("/var/run/netns/{}", self.0)).expect("the netns");
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                move_into_link_name_space(
+                    std::os::fd::AsFd::as_fd(&file),
+                    Some(LinkNameSpaceType::Network),
+                )
+                .expect("setns (needs root)");
+                f()
+            })
+            .join()
+            .unwrap()
+        })
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// A tag unique within this process.
+fn fastrand_tag() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The MAC addresses and the TTL (hop limit) of a frame.
+fn hop(frame: &[u8], v6: bool) -> ([u8; 6], [u8; 6], u8) {
+    let ttl = if v6 { frame[14 + 7] } else { frame[14 + 8] };
+    (
+        frame[..6].try_into().unwrap(),
+        frame[6..12].try_into().unwrap(),
+        ttl,
+    )
+}
+
+fn bed() -> Bed {
+    let mut bed = Bed::new();
+    bed.load_xdp();
+    bed
+}
+
+#[test]
+fn xdp_sends_a_cluster_flow_to_a_remote_backend_translated_both_ways_back_out_of_its_device() {
+    let ns = Netns::new();
+    let x0 = ns.ifindex("x0");
+    let mut bed = bed();
+    bed.snat(NODE, 61_000, 61_010);
+    bed.frontend(NODE_PORT, PROTO_TCP, 0, &[REMOTE_POD]);
+    let frontend = (NODE, NODE_PORT);
+    ns.run(|| {
+        // The first packet: DNAT and SNAT, as tc ingress and egress would.
+        let (action, out) = bed.xdp(&tcp(CLIENT, frontend, Tcp::Syn), x0);
+        assert_eq!(action, XDP_TX);
+        let on_wire = seen(&out);
+        assert_eq!((on_wire.src.0, on_wire.dst), (NODE, REMOTE_POD));
+        assert!((61_000..=61_010).contains(&on_wire.src.1), "{on_wire:?}");
+        assert_eq!(hop(&out, false), (ROUTER_MAC, DEVICE_MAC, 63));
+        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 1);
+        assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 0, "tc saw nothing");
+        assert_eq!(bed.ct().len(), 2, "both directions recorded");
+        assert_eq!(bed.nat().len(), 1, "the SNAT port held");
+
+        // A conntrack hit: the same backend and SNAT port.
+        let (action, next) = bed.xdp(&tcp(CLIENT, frontend, Tcp::Ack), x0);
+        assert_eq!(action, XDP_TX);
+        assert_eq!(seen(&next), on_wire);
+
+        // The backend's reply to the node's port: back to the client, from
+        // the frontend.
+        let (action, back) = bed.xdp(&tcp(REMOTE_POD, on_wire.src, Tcp::SynAck), x0);
+        assert_eq!(action, XDP_TX);
+        assert_eq!(
+            seen(&back),
+            Seen {
+                src: frontend,
+                dst: CLIENT
+            }
+        );
+        assert_eq!(hop(&back, false), (ROUTER_MAC, DEVICE_MAC, 63));
+        assert_eq!(bed.stat(STAT_XDP_FORWARDED), 3);
+        assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC), 0);
+    });
+}
+
+#[test]
+fn xdp_leaves_local_backends_and_strangers_to_tc_untouched() {
+    let ns = Netns::new();
+    let x0 = ns.ifindex("x0");
+    let mut bed = bed();
+    bed.snat(NODE, 61_000, 61_010);
+    bed.frontend(NODE_PORT, PROTO_UDP, 0, &[LOCAL_POD]);
+    ns.run(|| {
+        // A local backend: behind another device.
+        let to_local = udp(CLIENT, (NODE, NODE_PORT));
+        assert_eq!(bed.xdp(&to_local, x0), (XDP_PASS, to_local.clone()));
+        assert!(bed.ct().is_empty(), "no flow recorded");
+        assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC), 1);
+        // No frontend: not ours.
+        let stranger = udp(CLIENT, (NODE, NODE_PORT + 1));
+        assert_eq!(bed.xdp(&stranger, x0), (XDP_PASS, stranger.clone()));
+        assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC), 1, "not a flow of ours");
+        // tc then does what it does without XDP.
+        let (_, dnated) = bed.ingress(&to_local);
+        assert_eq!(seen(&dnated).dst, LOCAL_POD);
+        assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 1);
+        assert_eq!(bed.stat(STAT_XDP_FORWARDED), 0);
+    });
+}
+
+#[test]
+fn xdp_sends_an_ipv6_cluster_flow_to_a_remote_backend_translated_both_ways() {
+    let ns = Netns::new();
+    let x0 = ns.ifindex("x0");
+    let mut bed = bed();
+    bed.snat6(NODE6, 61_000, 61_010);
+    bed.frontend6(FRONTEND6, PROTO_UDP, 0, &[REMOTE_POD6]);
+    let six = |stat: u32| stat + STAT_XDP6_OFFSET;
+    ns.run(|| {
+        let (action, out) = bed.xdp(&udp6(CLIENT6, FRONTEND6), x0);
+        assert_eq!(action, XDP_TX);
+        let on_wire = seen6(&out);
+        assert_eq!((on_wire.src.0, on_wire.dst), (NODE6, REMOTE_POD6));
+        assert!((61_000..=61_010).contains(&on_wire.src.1), "{on_wire:?}");
+        assert_eq!(hop(&out, true), (ROUTER_MAC, DEVICE_MAC, 63));
+        assert_eq!(bed.stat(six(STAT_XDP_NEW_FLOW)), 1);
+        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 0, "not an IPv4 flow");
+
+        let (action, next) = bed.xdp(&udp6(CLIENT6, FRONTEND6), x0);
+        assert_eq!(action, XDP_TX);
+        assert_eq!(seen6(&next), on_wire, "a conntrack hit");
+
+        let (action, back) = bed.xdp(&udp6(REMOTE_POD6, on_wire.src), x0);
+        assert_eq!(action, XDP_TX);
+        assert_eq!(seen6(&back), flow6(FRONTEND6, CLIENT6));
+        assert_eq!(hop(&back, true), (ROUTER_MAC, DEVICE_MAC, 63));
+        assert_eq!(bed.stat(six(STAT_XDP_FORWARDED)), 3);
+    });
+}
+
+#[test]
+fn xdp_leaves_ipv6_local_backends_and_strangers_to_tc_untouched() {
+    let ns = Netns::new();
+    let x0 = ns.ifindex("x0");
+    let mut bed = bed();
+    bed.snat6(NODE6, 61_000, 61_010);
+    bed.frontend6(FRONTEND6, PROTO_TCP, 0, &[LOCAL_POD6]);
+    ns.run(|| {
+        let to_local = tcp6(CLIENT6, FRONTEND6, Tcp::Syn);
+        assert_eq!(bed.xdp(&to_local, x0), (XDP_PASS, to_local.clone()));
+        assert!(bed.ct6().is_empty(), "no flow recorded");
+        assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC + STAT_XDP6_OFFSET), 1);
+        let stranger = tcp6(CLIENT6, (NODE6, 9), Tcp::Syn);
+        assert_eq!(bed.xdp(&stranger, x0), (XDP_PASS, stranger.clone()));
+        assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC + STAT_XDP6_OFFSET), 1);
+    });
+}
