@@ -78,6 +78,13 @@ pub struct RunArgs {
     /// filters on a clsact qdisc.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub enable_tcx: bool,
+    /// The XDP fast path for traffic from outside the node (Cilium's
+    /// flag): `native` attaches it in driver mode on every device of
+    /// `--devices` (a device that cannot have it stays on tc, is logged and
+    /// counted unattached), `best-effort` where the driver can, `disabled`
+    /// (the default) tc only. The tc programs stay attached either way.
+    #[arg(long, value_name = "MODE", value_enum, default_value_t = Default::default())]
+    pub bpf_lb_acceleration: crate::datapath::xdp::Acceleration,
     /// Accepted for kube-proxy compatibility. The socket LB needs no
     /// masquerade, so the pod CIDR changes nothing.
     #[arg(long, value_name = "CIDR")]

@@ -55,12 +55,13 @@ impl Agent {
         };
         let pins = Pins::new(&config.bpffs_dir);
         let hook = TcHook::choose(config.enable_tcx);
-        let datapath = Datapath::open(&pins, &config.capacities, hook).with_context(|| {
-            format!(
-                "loading the programs and maps under {}",
-                pins.dir().display()
-            )
-        })?;
+        let datapath = Datapath::open(&pins, &config.capacities, hook, config.acceleration)
+            .with_context(|| {
+                format!(
+                    "loading the programs and maps under {}",
+                    pins.dir().display()
+                )
+            })?;
         log_start(datapath.start(), &pins, config);
         let _ = shared.metrics.datapath_maps.set(pins.maps_dir());
         let grace = MembarrierGrace::start().context("starting the grace-period thread")?;

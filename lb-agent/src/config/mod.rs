@@ -53,6 +53,8 @@ pub struct RunConfig {
     pub devices: Vec<String>,
     /// `--enable-tcx`.
     pub enable_tcx: bool,
+    /// `--bpf-lb-acceleration`.
+    pub acceleration: crate::datapath::xdp::Acceleration,
     /// `None`: the cgroup2 mount root, found at start.
     pub cgroup: Option<PathBuf>,
     pub bpffs_dir: PathBuf,
@@ -153,6 +155,7 @@ impl RunConfig {
             node_port_addresses,
             devices: args.devices.into_iter().filter(|d| !d.is_empty()).collect(),
             enable_tcx: args.enable_tcx,
+            acceleration: args.bpf_lb_acceleration,
             cgroup: args.cgroup_path,
             bpffs_dir: args.bpffs_dir,
             capacities: capacities(&args.maps),

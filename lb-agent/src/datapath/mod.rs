@@ -22,6 +22,7 @@ pub mod stats;
 pub mod table;
 pub mod takeover;
 pub mod tc;
+pub mod xdp;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -71,6 +72,9 @@ pub struct Datapath {
     unattached: usize,
     /// How they are attached.
     tc_hook: tc::TcHook,
+    /// Whether the XDP fast path goes beside them, and where it is.
+    accel: xdp::Acceleration,
+    xdp_attached: BTreeMap<String, (u32, xdp::Attached)>,
     /// The devices this agent attached them to, with their index then.
     attached: BTreeMap<String, u32>,
     /// Whether the previous-map slots are set: a migration is switching.
@@ -198,7 +202,12 @@ impl Datapath {
     /// Recovers from an interrupted migration, compares the pinned maps with
     /// what `caps` asks for, and loads the object: against the pinned maps
     /// when they match, else against new maps pinned beside them.
-    pub fn open(pins: &Pins, caps: &Capacities, tc_hook: tc::TcHook) -> Result<Self, Error> {
+    pub fn open(
+        pins: &Pins,
+        caps: &Capacities,
+        tc_hook: tc::TcHook,
+        accel: xdp::Acceleration,
+    ) -> Result<Self, Error> {
         let (maps_dir, start) = match migrate::recover(pins)? {
             Leftover::Switched => (pins.next_dir(), Start::Resuming),
             Leftover::None => {
@@ -231,6 +240,8 @@ impl Datapath {
             devices: tc::linked_devices(pins)?,
             unattached: 0,
             tc_hook,
+            accel,
+            xdp_attached: BTreeMap::new(),
             attached: BTreeMap::new(),
             prev: false,
         })
@@ -291,7 +302,25 @@ impl Datapath {
             Err(Error::Devices { devices, .. }) => devices.len(),
             Err(_) => self.devices.len(),
         };
-        done
+        done?;
+        // XDP only where tc is: it passes what it does not forward to tc.
+        let fast = xdp::sync(
+            &mut self.ebpf,
+            &self.pins,
+            self.accel,
+            &self.devices,
+            &mut self.xdp_attached,
+        );
+        if let Err(Error::Devices { devices, .. }) = &fast {
+            self.unattached = devices.len();
+        }
+        fast
+    }
+
+    /// The devices the XDP fast path was tried on: attached natively, or
+    /// left on tc only.
+    pub fn xdp_devices(&self) -> impl Iterator<Item = (&str, xdp::Attached)> {
+        self.xdp_attached.iter().map(|(d, (_, a))| (d.as_str(), *a))
     }
 
     /// `config` with what only the datapath knows: whether the programs

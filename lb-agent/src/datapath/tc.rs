@@ -51,7 +51,7 @@ const PROGRAMS: [(&str, &str, TcAttachType, &str); 2] = [
 pub const FUNCTIONS: [&str; 4] = [PROGRAMS[0].0, PROGRAMS[0].1, PROGRAMS[1].0, PROGRAMS[1].1];
 
 /// `ARPHRD_ETHER`: a device whose packets start with an Ethernet header.
-const ARPHRD_ETHER: u16 = 1;
+pub(super) const ARPHRD_ETHER: u16 = 1;
 /// Link types whose packets start with the IP header: `ARPHRD_NONE` (TUN,
 /// WireGuard), `ARPHRD_TUNNEL` (IPIP), `ARPHRD_TUNNEL6`, `ARPHRD_SIT`,
 /// `ARPHRD_IPGRE`, `ARPHRD_IP6GRE`, `ARPHRD_PPP`, `ARPHRD_RAWIP`.
@@ -76,7 +76,7 @@ fn program_for(
 
 /// `device`'s link type (`ARPHRD_*`), as `SIOCGIFHWADDR` reports it in
 /// this network namespace.
-fn link_type(device: &str) -> Result<u16, Error> {
+pub(super) fn link_type(device: &str) -> Result<u16, Error> {
     let io = |source| Error::Device {
         device: device.to_owned(),
         source,
@@ -341,7 +341,7 @@ pub fn moved(attached: &BTreeMap<String, u32>) -> bool {
 }
 
 /// `device`'s interface index; 0 if there is no such device.
-fn if_index(device: &str) -> u32 {
+pub(super) fn if_index(device: &str) -> u32 {
     socket(AddressFamily::INET, SocketType::DGRAM, None)
         .and_then(|s| name_to_index(s, device))
         .unwrap_or(0)
