@@ -9,10 +9,12 @@
 mod foreign_cni;
 mod namespaces;
 mod star;
+mod veth_xdp;
 
 pub use foreign_cni::{foreign_cni_dnat, foreign_cni_hits};
 pub use namespaces::{End, Namespaces, veth};
 pub use star::{Topology, v6_of};
+pub use veth_xdp::{XdpPass, tx_checksum_off, xdp_pass};
 
 use std::process::Command;
 

@@ -1,0 +1,113 @@
+//! The XDP fast path (`--bpf-lb-acceleration=native`) with real sockets in
+//! the two-node bed (`lb_tests::two_nodes`), on veths in native mode:
+//! NodePort flows from the outside client to the pod on the other node,
+//! TCP and UDP, both families, answered by the pod with its identity, and
+//! translated by XDP (its counters move, tc's new-flow counters do not).
+//! `lb-agent cleanup` takes the XDP program off the device. Needs root.
+
+use std::{
+    collections::BTreeSet,
+    time::{Duration, Instant},
+};
+
+use anyhow::bail;
+use lb_fixtures::yaml;
+use lb_tests::{
+    agent,
+    netns::{exec, tx_checksum_off, xdp_pass},
+    two_nodes::{
+        Bed, NODE1, NODE1_6, addr, answers, dual_stack, node_objects, node_port_svc, p2, p2_6,
+        slice, slice6,
+    },
+};
+
+const NODE_PORT: u16 = 30090;
+
+/// `remote`: a dual-stack NodePort Service whose one endpoint (of each
+/// family) is the pod on node-2.
+fn manifest() -> String {
+    let [node1, node2] = node_objects();
+    yaml([
+        node1,
+        node2,
+        dual_stack(node_port_svc("remote", "10.96.62.1", NODE_PORT), "fd00:96::62:1").into(),
+        slice("remote", vec![p2()]).into(),
+        slice6("remote", vec![p2_6()]).into(),
+    ])
+}
+
+/// Whether `dev` in namespace `ns` has an XDP program attached.
+fn has_xdp(ns: &str, dev: &str) -> anyhow::Result<bool> {
+    let out = exec(ns, &["ip", "-d", "link", "show", dev])?;
+    Ok(out.contains("prog/xdp"))
+}
+
+#[test]
+fn xdp_forwards_node_port_flows_to_a_remote_pod_in_both_families() -> anyhow::Result<()> {
+    let bed = Bed::new(&manifest())?;
+    // Complete checksums from the senders, as from a NIC (see the README
+    // on veths), and NAPI at the router's ports, where node-1's XDP sends
+    // frames back out.
+    for host in ["c", "p1", "p2"] {
+        tx_checksum_off(&bed.nodes.ns(host), "eth0")?;
+    }
+    let r = bed.nodes.ns("r");
+    let _peers = [xdp_pass(&r, "n1")?, xdp_pass(&r, "n2")?];
+    let agent1 = bed.agent_with(&bed.node1, &["--bpf-lb-acceleration=native"])?;
+    let _agent2 = bed.agent(&bed.node2)?;
+    let n1 = bed.nodes.ns("n1");
+    assert!(has_xdp(&n1, "eth0")?, "lb_xdp on node-1's eth0");
+
+    for node in [NODE1, NODE1_6] {
+        let to = addr(node, NODE_PORT);
+        // The first flows teach node-1 its neighbours (tc serves them
+        // while the FIB has none).
+        bed.wait_reachable(&to)?;
+        let before = bed.node1.pins.stats()?;
+        let p2_sees_node = format!("p2 from {node}");
+        let r = bed.client(&["tcp", "--to", &to, "-n", "20", "--from"])?;
+        assert_eq!(
+            answers(&r, 20, &to),
+            BTreeSet::from([p2_sees_node.as_str()])
+        );
+        let r = bed.client(&["udp", "--to", &to, "-n", "5", "--from"])?;
+        assert_eq!(answers(&r, 5, &to), BTreeSet::from([p2_sees_node.as_str()]));
+        let after = bed.node1.pins.stats()?;
+        let delta = |name: &str| after[name] - before[name];
+        let (xdp, tc) = if node == NODE1 {
+            ("xdp", "tc")
+        } else {
+            ("xdp6", "tc6")
+        };
+        // 20 TCP connections and one UDP socket: 21 flows, each recorded
+        // by XDP, none by tc; every request and answer sent on by XDP.
+        assert_eq!(delta(&format!("{xdp}_new_flow")), 21, "{to}: {after:?}");
+        assert_eq!(delta(&format!("{tc}_new_flow")), 0, "{to}: {after:?}");
+        assert!(
+            delta(&format!("{xdp}_forwarded")) >= 2 * 21,
+            "{to}: {after:?}"
+        );
+    }
+
+    // The program outlives its agent (its link is pinned), and `lb-agent
+    // cleanup` takes it off the device with the rest.
+    drop(agent1);
+    assert!(has_xdp(&n1, "eth0")?, "XDP stays when the agent exits");
+    // From this namespace: `ip netns exec` would remount /sys, bpffs
+    // with it. Its links are pinned, not per namespace.
+    let status = std::process::Command::new(agent::agent_bin())
+        .args(["cleanup", "--bpffs-dir"])
+        .arg(bed.node1.pins.path())
+        .stdout(std::process::Stdio::null())
+        .status()?;
+    assert!(status.success(), "lb-agent cleanup: {status}");
+    // The kernel releases an unpinned link from a work queue.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while has_xdp(&n1, "eth0")? {
+        if Instant::now() > deadline {
+            bail!("XDP left on node-1's eth0 after cleanup");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
