@@ -85,6 +85,14 @@ struct FamilyLabel {
     family: IpFamily,
 }
 
+/// A device of the XDP fast path and how it ended up: `native`, or
+/// `tc-only` (best-effort, the driver refused).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct XdpLabel {
+    pub device: String,
+    pub mode: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     kind: ObjectKind,
@@ -140,6 +148,9 @@ pub struct Metrics {
     /// Devices the tc programs should be on but could not be attached to
     /// (missing, say); retried at each sync and every 5 s.
     pub tc_devices_unattached: Gauge,
+    /// 1 per device the XDP fast path was tried on
+    /// (`--bpf-lb-acceleration`), labelled with how it ended up.
+    pub xdp_attached: Family<XdpLabel, Gauge>,
     /// 1 while the maps are programmed without this node's Node: the first
     /// sync's wait for it ended without it.
     pub node_missing: Gauge,
@@ -187,6 +198,7 @@ impl Default for Metrics {
             udp_socket_destroy_errors: Counter::default(),
             service_health_listeners: Gauge::default(),
             tc_devices_unattached: Gauge::default(),
+            xdp_attached: Family::default(),
             node_missing: Gauge::default(),
             conntrack_entries: Gauge::default(),
             nat_entries: Gauge::default(),
@@ -388,6 +400,11 @@ impl Metrics {
             "lbagent_tc_devices_unattached",
             "Devices the tc programs should be on but could not be attached to (retried every 5 s)",
             self.tc_devices_unattached.clone(),
+        );
+        r.register(
+            "lbagent_xdp_attached",
+            "1 per external device the XDP fast path was tried on, by mode: native, or tc-only (best-effort, the driver refused native XDP)",
+            self.xdp_attached.clone(),
         );
         r.register(
             "lbagent_node_missing",

@@ -385,6 +385,27 @@ impl Agent {
         let _ = self.child.wait();
     }
 
+    /// Waits up to `patience` for the agent to exit on its own: its exit
+    /// status.
+    pub fn exited_within(
+        &mut self,
+        patience: Duration,
+    ) -> anyhow::Result<std::process::ExitStatus> {
+        let deadline = Instant::now() + patience;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "lb-agent still running after {patience:?}:\n{}",
+                    self.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// SIGTERM, then waits; returns whether it exited successfully.
     pub fn terminate(&mut self) -> anyhow::Result<bool> {
         // SAFETY: plain kill(2) on our own child's pid.

@@ -14,7 +14,7 @@ use anyhow::bail;
 use lb_fixtures::yaml;
 use lb_tests::{
     agent,
-    netns::{exec, tx_checksum_off, xdp_pass},
+    netns::{exec, ip, tx_checksum_off, xdp_pass},
     two_nodes::{
         Bed, NODE1, NODE1_6, addr, answers, dual_stack, node_objects, node_port_svc, p2, p2_6,
         slice, slice6,
@@ -30,7 +30,11 @@ fn manifest() -> String {
     yaml([
         node1,
         node2,
-        dual_stack(node_port_svc("remote", "10.96.62.1", NODE_PORT), "fd00:96::62:1").into(),
+        dual_stack(
+            node_port_svc("remote", "10.96.62.1", NODE_PORT),
+            "fd00:96::62:1",
+        )
+        .into(),
         slice("remote", vec![p2()]).into(),
         slice6("remote", vec![p2_6()]).into(),
     ])
@@ -101,13 +105,62 @@ fn xdp_forwards_node_port_flows_to_a_remote_pod_in_both_families() -> anyhow::Re
         .stdout(std::process::Stdio::null())
         .status()?;
     assert!(status.success(), "lb-agent cleanup: {status}");
-    // The kernel releases an unpinned link from a work queue.
+    wait_no_xdp(&n1, "eth0")
+}
+
+/// Waits until `dev` in `ns` has no XDP program (the kernel releases an
+/// unpinned link from a work queue).
+fn wait_no_xdp(ns: &str, dev: &str) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while has_xdp(&n1, "eth0")? {
+    while has_xdp(ns, dev)? {
         if Instant::now() > deadline {
-            bail!("XDP left on node-1's eth0 after cleanup");
+            bail!("XDP left on {dev} in {ns}");
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    Ok(())
+}
+
+#[test]
+fn best_effort_leaves_a_device_without_native_xdp_on_tc_native_refuses_to_run() -> anyhow::Result<()>
+{
+    let bed = Bed::new(&manifest())?;
+    // A TUN device: no Ethernet header, which lb_xdp parses.
+    let n1 = bed.nodes.ns("n1");
+    ip(&["-n", &n1, "tuntap", "add", "tun0", "mode", "tun"])?;
+    ip(&["-n", &n1, "link", "set", "tun0", "up"])?;
+    let devices = "--devices=eth0,tun0";
+
+    let mut agent = bed.agent_with(&bed.node1, &[devices, "--bpf-lb-acceleration=best-effort"])?;
+    for sample in [
+        r#"lbagent_xdp_attached{device="eth0",mode="native"}"#,
+        r#"lbagent_xdp_attached{device="tun0",mode="tc-only"}"#,
+    ] {
+        // Published once the devices are attached, after the first sync.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while agent.metrics()?.value(sample).ok() != Some(1.0) {
+            if Instant::now() > deadline {
+                bail!("no {sample} = 1 on /metrics");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    assert_eq!(agent.metric("lbagent_tc_devices_unattached")?, 0.0);
+    assert!(has_xdp(&n1, "eth0")?);
+    assert!(!has_xdp(&n1, "tun0")?);
+    drop(agent);
+
+    let mut agent = bed.node1.launch(&[
+        "--hostname-override=node-1",
+        devices,
+        "--bpf-lb-acceleration=native",
+    ])?;
+    let status = agent.exited_within(Duration::from_secs(60))?;
+    assert!(!status.success(), "native ran without XDP on tun0");
+
+    // Disabled, the default: what an earlier agent attached goes.
+    let mut agent = bed.agent_with(&bed.node1, &[devices])?;
+    wait_no_xdp(&n1, "eth0")?;
+    agent.alive("running without XDP")?;
     Ok(())
 }

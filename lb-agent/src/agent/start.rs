@@ -4,6 +4,7 @@
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, sync::mpsc::SyncSender};
 
 use anyhow::Context as _;
+use prometheus_client::metrics::family::Family;
 use tracing::{debug, error, info, warn};
 
 use super::{gc, tc::TcSettings};
@@ -14,7 +15,7 @@ use crate::{
         table::Bpf, tc::TcHook,
     },
     memory,
-    metrics::Gauge,
+    metrics::{Gauge, XdpLabel},
     model::{NodeContext, Proto, Scope},
     reconcile::{DualReconciler, Found},
     shared::Shared,
@@ -41,6 +42,11 @@ pub(super) struct Agent {
     collect_now: SyncSender<()>,
     /// `lbagent_tc_devices_unattached`.
     pub(super) tc_unattached: Gauge,
+    /// `lbagent_xdp_attached`.
+    pub(super) xdp_attached: Family<XdpLabel, Gauge>,
+    /// `--bpf-lb-acceleration=native` found a device without native XDP
+    /// at the first attachment: the agent exits with this.
+    pub(super) refused: Option<anyhow::Error>,
 }
 
 impl Agent {
@@ -118,6 +124,8 @@ impl Agent {
             tc,
             collect_now,
             tc_unattached: shared.metrics.tc_devices_unattached.clone(),
+            xdp_attached: shared.metrics.xdp_attached.clone(),
+            refused: None,
         };
         if !agent.devices.is_empty() {
             let devices = agent.devices.iter().cloned().collect();

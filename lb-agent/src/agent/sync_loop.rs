@@ -100,6 +100,9 @@ async fn sync_loop(
     let mut next_interfaces = Instant::now();
     let mut waiting_logged = false;
     loop {
+        if let Some(refused) = agent.refused.take() {
+            return Err(refused);
+        }
         if next_interfaces <= Instant::now() {
             if let Some(ips) = interfaces.changed() {
                 agent

@@ -12,7 +12,8 @@ use tracing::{error, info, warn};
 use super::start::Agent;
 use crate::{
     config::Conntrack,
-    datapath::{conntrack, kernel_conntrack, snat_ports},
+    datapath::{conntrack, kernel_conntrack, snat_ports, xdp},
+    metrics::XdpLabel,
     model::maglev::HashSeed,
     reconcile::StoreError,
 };
@@ -32,6 +33,9 @@ pub(super) struct TcSettings {
     /// Whether the kernel's flows were left to it ([`Agent::take_over`]),
     /// once, around the tc programs' first attachment.
     taken_over: bool,
+    /// Whether the first attachment of the XDP fast path was checked
+    /// (`--bpf-lb-acceleration=native` refuses to run without it).
+    xdp_checked: bool,
 }
 
 impl TcSettings {
@@ -44,6 +48,7 @@ impl TcSettings {
             maglev_seed: maglev.flow[0],
             written: None,
             taken_over: false,
+            xdp_checked: false,
         })
     }
 
@@ -128,12 +133,45 @@ impl Agent {
         }
         self.tc_unattached
             .set(self.datapath.unattached_devices() as f64);
+        self.check_xdp();
         if let Err(e) = self.syncer.write_source_ranges() {
             error!(
                 error = &e as &dyn std::error::Error,
                 "writing loadBalancerSourceRanges failed (their frontends admit nobody \
                  meanwhile); retrying at the next sync"
             );
+        }
+    }
+
+    /// Publishes where the XDP fast path is (`lbagent_xdp_attached`); at
+    /// its first attachment with `--bpf-lb-acceleration=native`, a device
+    /// without native XDP makes the agent refuse to run
+    /// ([`Agent::refused`]). Later ones are logged and counted unattached.
+    fn check_xdp(&mut self) {
+        self.xdp_attached.clear();
+        for (device, how) in self.datapath.xdp_devices() {
+            let mode = match how {
+                xdp::Attached::Native => "native",
+                xdp::Attached::TcOnly => "tc-only",
+            };
+            let label = XdpLabel {
+                device: device.to_owned(),
+                mode: mode.to_owned(),
+            };
+            self.xdp_attached.get_or_create(&label).set(1.0);
+        }
+        let Some(failed) = self.datapath.xdp_failed() else {
+            return;
+        };
+        if self.tc.xdp_checked {
+            return;
+        }
+        self.tc.xdp_checked = true;
+        if self.datapath.acceleration() == xdp::Acceleration::Native && !failed.is_empty() {
+            self.refused = Some(anyhow::anyhow!(
+                "--bpf-lb-acceleration=native: no native XDP on {failed:?} (use best-effort to \
+                 leave such devices on tc)"
+            ));
         }
     }
 
@@ -243,6 +281,7 @@ mod tests {
             maglev_seed: 9,
             written: None,
             taken_over: false,
+            xdp_checked: false,
         }
     }
 

@@ -75,6 +75,10 @@ pub struct Datapath {
     /// Whether the XDP fast path goes beside them, and where it is.
     accel: xdp::Acceleration,
     xdp_attached: BTreeMap<String, (u32, xdp::Attached)>,
+    /// Devices where native XDP failed at the last attempt (`Native`), and
+    /// whether an attempt was made at all.
+    xdp_failed: Vec<String>,
+    xdp_tried: bool,
     /// The devices this agent attached them to, with their index then.
     attached: BTreeMap<String, u32>,
     /// Whether the previous-map slots are set: a migration is switching.
@@ -242,6 +246,8 @@ impl Datapath {
             tc_hook,
             accel,
             xdp_attached: BTreeMap::new(),
+            xdp_failed: Vec::new(),
+            xdp_tried: false,
             attached: BTreeMap::new(),
             prev: false,
         })
@@ -311,10 +317,24 @@ impl Datapath {
             &self.devices,
             &mut self.xdp_attached,
         );
-        if let Err(Error::Devices { devices, .. }) = &fast {
-            self.unattached = devices.len();
-        }
+        self.xdp_tried = true;
+        self.xdp_failed = match &fast {
+            Err(Error::Devices { devices, .. }) => devices.clone(),
+            _ => Vec::new(),
+        };
+        self.unattached = self.xdp_failed.len();
         fast
+    }
+
+    /// `--bpf-lb-acceleration`.
+    pub fn acceleration(&self) -> xdp::Acceleration {
+        self.accel
+    }
+
+    /// The devices native XDP failed on at the last attempt; `None` before
+    /// the first.
+    pub fn xdp_failed(&self) -> Option<&[String]> {
+        self.xdp_tried.then_some(self.xdp_failed.as_slice())
     }
 
     /// The devices the XDP fast path was tried on: attached natively, or

@@ -57,6 +57,11 @@ fn render_names_every_family_once_with_every_label() {
     m.unsupported(Feature::Sctp).inc();
     m.unsupported(Feature::Sctp).inc();
     m.service_changes.inc();
+    let eth0 = XdpLabel {
+        device: "eth0".to_owned(),
+        mode: "native".to_owned(),
+    };
+    m.xdp_attached.get_or_create(&eth0).set(1.0);
     m.map_entries(&[
         MapEntries {
             family: IpFamily::V4,
@@ -101,6 +106,7 @@ fn render_names_every_family_once_with_every_label() {
         "lbagent_service_health_check_listeners",
         "lbagent_service_health_check_listen_errors",
         "lbagent_tc_devices_unattached",
+        "lbagent_xdp_attached",
         "lbagent_node_missing",
         "lbagent_conntrack_entries",
         "lbagent_nat_entries",
@@ -124,6 +130,10 @@ fn render_names_every_family_once_with_every_label() {
     );
 
     let value = |s: &str| sample(&text, s).unwrap_or_else(|| panic!("no {s} in\n{text}"));
+    assert_eq!(
+        value(r#"lbagent_xdp_attached{device="eth0",mode="native"}"#),
+        1.0
+    );
     assert_eq!(
         value("kubeproxy_sync_proxy_rules_service_changes_total"),
         1.0
