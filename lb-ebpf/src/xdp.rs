@@ -31,7 +31,6 @@ use lb_common::{
 
 use crate::{
     ct::config,
-    ctx::PacketCtx as _,
     family::Family,
     nodeport::{self, Hook, Verdict},
     packet::{ETH_HLEN, Ip, Packet, csum_add},

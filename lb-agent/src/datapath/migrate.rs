@@ -44,13 +44,14 @@ use super::{
     layout,
     loader::{REVERSING, TRANSLATING, remove_if_present},
     pins::Pins,
-    tc,
+    tc, xdp,
 };
 
-/// Ids of the maps the programs attached through our links (socket and
-/// tc) use.
+/// Ids of the maps the programs attached through our links (socket, tc
+/// and XDP) use.
 pub fn active_map_ids(pins: &Pins) -> BTreeSet<u32> {
-    let tc_links = tc::linked(pins).unwrap_or_default();
+    let mut tc_links = tc::linked(pins).unwrap_or_default();
+    tc_links.extend(xdp::linked(pins).unwrap_or_default());
     let programs: BTreeSet<u32> = TRANSLATING
         .iter()
         .chain(&REVERSING)

@@ -1,9 +1,6 @@
-//! The XDP programs on the node's external (Ethernet) devices: `lb_xdp`,
-//! the fast path over `lb_ebpf::xdp` for both families, and `lb_xdp_pass`,
-//! which passes every frame: attached to a veth whose peer receives
-//! frames XDP sends (`XDP_TX`, redirects), it gives the peer the NAPI
-//! context such frames need. Packets `lb_xdp` does not send on itself go
-//! up to the tc programs untouched.
+//! The XDP program on the node's external (Ethernet) devices: `lb_xdp`,
+//! the fast path over `lb_ebpf::xdp` for both families. Packets it does
+//! not send on itself go up to the tc programs untouched.
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use lb_ebpf::{
@@ -17,11 +14,6 @@ const PASS: i32 = xdp_action::XDP_PASS as i32;
 #[xdp]
 pub(crate) fn lb_xdp(ctx: XdpContext) -> u32 {
     parse::<ETH_HLEN, _, _>(&ctx, Fast(&ctx)) as u32
-}
-
-#[xdp]
-pub(crate) fn lb_xdp_pass(_ctx: XdpContext) -> u32 {
-    xdp_action::XDP_PASS
 }
 
 /// What XDP does with each packet: flows it may forward; the rest is tc's.

@@ -104,8 +104,7 @@ pub fn xdp_pass(ns: &str, dev: &str) -> anyhow::Result<XdpPass> {
             );
         }
         // SAFETY: a new fd, ours alone.
-        Ok(XdpPass {
-            _link: unsafe { OwnedFd::from_raw_fd(fd as i32) },
-        })
+        let link = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        Ok(XdpPass { _link: link })
     })
 }
