@@ -1,8 +1,9 @@
 //! The XDP fast path (`lb_xdp`) on crafted packets of both families,
 //! through `BPF_PROG_TEST_RUN`, in a network namespace of the test's own
 //! whose FIB the program consults: a device `x0` (the node's external
-//! device; backends on other nodes and clients behind a router on it) and
-//! `x1` (local pods). Every checksum is checked against etherparse's
+//! device; backends on other nodes and clients behind a router on it),
+//! `x1` (local pods) and `x2` (another external device, to a third
+//! network of backends). Every checksum is checked against etherparse's
 //! reference computation. Needs root (CAP_BPF, CAP_NET_ADMIN, setns);
 //! without it every test fails.
 
@@ -25,6 +26,9 @@ use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
 
 const XDP_PASS: u32 = 2;
 const XDP_TX: u32 = 3;
+const XDP_REDIRECT: u32 = 4;
+/// A backend behind `x2`.
+const FAR_POD: Addr = ([10, 3, 0, 9], 8080);
 /// The router's MAC address (the next hop to other nodes and clients),
 /// and the node device's.
 const ROUTER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0x99];
@@ -53,6 +57,12 @@ impl Netns {
             "link set lo up",
             "link add x0 address 02:00:00:00:00:0a type veth peer name x0p",
             "link add x1 type veth peer name x1p",
+            "link add x2 address 02:00:00:00:00:0b type veth peer name x2p",
+            "link set x2 up",
+            "link set x2p up",
+            "addr add 192.0.3.10/24 dev x2",
+            "neigh add 192.0.3.1 lladdr 02:00:00:00:00:33 dev x2 nud permanent",
+            "route add 10.3.0.0/24 via 192.0.3.1 dev x2",
             "link set x0 up",
             "link set x0p up",
             "link set x1 up",
@@ -255,5 +265,47 @@ fn xdp_leaves_ipv6_local_backends_and_strangers_to_tc_untouched() {
         let stranger = tcp6(CLIENT6, (NODE6, 9), Tcp::Syn);
         assert_eq!(bed.xdp(&stranger, x0), (XDP_PASS, stranger.clone()));
         assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC + STAT_XDP6_OFFSET), 1);
+    });
+}
+
+#[test]
+fn xdp_redirects_to_another_device_it_runs_on_and_leaves_other_devices_to_tc() {
+    let ns = Netns::new();
+    let (x0, x2) = (ns.ifindex("x0"), ns.ifindex("x2"));
+    let mut bed = bed();
+    bed.snat(NODE, 61_000, 61_010);
+    bed.frontend(NODE_PORT, PROTO_UDP, 0, &[FAR_POD]);
+    let request = udp(CLIENT, (NODE, NODE_PORT));
+    // x2 is not one of the fast path's devices: tc egress runs there, and
+    // tc decides.
+    let passed = ns.run(|| bed.xdp(&request, x0));
+    assert_eq!(passed, (XDP_PASS, request.clone()));
+    assert!(bed.ct().is_empty(), "no flow recorded");
+    assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC), 1);
+
+    bed.xdp_devices(&[x0, x2]);
+    ns.run(|| {
+        let (action, out) = bed.xdp(&request, x0);
+        assert_eq!(action, XDP_REDIRECT);
+        let on_wire = seen(&out);
+        assert_eq!((on_wire.src.0, on_wire.dst), (NODE, FAR_POD));
+        assert!((61_000..=61_010).contains(&on_wire.src.1), "{on_wire:?}");
+        assert_eq!(
+            hop(&out, false),
+            ([2, 0, 0, 0, 0, 0x33], [2, 0, 0, 0, 0, 0x0b], 63),
+            "x2's next hop and address"
+        );
+        // The reply comes in on x2 and goes back out of x0.
+        let (action, back) = bed.xdp(&udp(FAR_POD, on_wire.src), x2);
+        assert_eq!(action, XDP_REDIRECT);
+        assert_eq!(
+            seen(&back),
+            Seen {
+                src: (NODE, NODE_PORT),
+                dst: CLIENT
+            }
+        );
+        assert_eq!(hop(&back, false), (ROUTER_MAC, DEVICE_MAC, 63));
+        assert_eq!(bed.stat(STAT_XDP_FORWARDED), 2);
     });
 }

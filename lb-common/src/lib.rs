@@ -34,6 +34,7 @@ pub mod reject;
 pub mod revnat;
 pub mod src_ranges;
 pub mod stats;
+pub mod xdp;
 
 pub use addrs::*;
 pub use affinity::*;
@@ -49,3 +50,4 @@ pub use reject::*;
 pub use revnat::*;
 pub use src_ranges::*;
 pub use stats::*;
+pub use xdp::*;

@@ -2,16 +2,16 @@
 //! frame as the driver got it, for the packets XDP can send on itself.
 //!
 //! A packet of an external frontend's flow whose translated destination
-//! the FIB sends back out of the device it came in on (a backend on
-//! another node behind the same link, or a client for a backend's reply)
-//! is translated exactly as tc would translate it at ingress and then at
-//! egress (DNAT and the SNAT of `externalTrafficPolicy: Cluster`, or the
+//! the FIB sends out of the device it came in on, or out of another device
+//! the fast path runs on ([`LB_XDP_DEVICES`]: tc egress would run there
+//! too), is translated exactly as tc would translate it at ingress and then
+//! at egress (DNAT and the SNAT of `externalTrafficPolicy: Cluster`, or the
 //! reverse of both), its TTL decremented and its MAC addresses set as the
-//! FIB says, and sent with `XDP_TX`: it never reaches tc, whose egress
-//! would have applied the SNAT. Everything else is passed (`XDP_PASS`)
+//! FIB says, and sent with `XDP_TX` or `bpf_redirect`: it never reaches
+//! tc, whose egress would have applied the SNAT. Everything else is passed (`XDP_PASS`)
 //! untouched, before any map or byte changes, for the tc programs to
 //! handle as they do without XDP: local backends and backends behind
-//! another device, host traffic, ICMP errors, fragments after the first,
+//! any other device, host traffic, ICMP errors, fragments after the first,
 //! IPv4 options and IPv6 extension headers, rejects, drops by policy,
 //! failed FIB lookups (no neighbour yet, forwarding off, MTU exceeded),
 //! an expiring TTL. No metadata is passed to tc: it repeats the lookup of
@@ -20,13 +20,13 @@
 use aya_ebpf::{
     EbpfContext as _,
     bindings::{BPF_FIB_LKUP_RET_SUCCESS, bpf_fib_lookup, xdp_action},
-    helpers::bpf_fib_lookup as fib_lookup,
+    helpers::{bpf_fib_lookup as fib_lookup, bpf_redirect},
     programs::XdpContext,
 };
 use lb_common::{
     STAT_TC_DROP_CT_FULL, STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_NEW_FLOW, STAT_XDP_DROP_CT_FULL,
     STAT_XDP_DROP_SNAT_EXHAUSTED, STAT_XDP_FORWARDED, STAT_XDP_NEW_FLOW, STAT_XDP_PASSED_TO_TC,
-    STAT_XDP6_OFFSET, STATS_COUNT,
+    STAT_XDP6_OFFSET, STATS_COUNT, XDP_DEVICES_MAX,
 };
 
 use crate::{
@@ -43,6 +43,26 @@ const TX: i32 = xdp_action::XDP_TX as i32;
 /// `AF_INET6`, as [`Ip::AF`] says it.
 const AF_INET6: u8 = 10;
 
+/// The interface indexes of the devices the fast path runs on, which it
+/// may redirect to (`lb_common::xdp`); written by the agent, 0 unused.
+#[unsafe(no_mangle)]
+static mut LB_XDP_DEVICES: [u32; XDP_DEVICES_MAX] = [0; XDP_DEVICES_MAX];
+
+/// Whether `ifindex` is one of [`LB_XDP_DEVICES`].
+#[inline(always)]
+fn xdp_device(ifindex: u32) -> bool {
+    let list = (&raw const LB_XDP_DEVICES).cast::<u32>();
+    for i in 0..XDP_DEVICES_MAX {
+        // SAFETY: inside the array; read afresh (the agent writes it while
+        // the program runs), a word at a time, which the kernel writes
+        // whole.
+        if unsafe { core::ptr::read_volatile(list.add(i)) } == ifindex {
+            return true;
+        }
+    }
+    false
+}
+
 /// The counter `stat` (a `STAT_XDP_*`) of the family of addresses `A`.
 #[inline(always)]
 fn xdp_stat<A: Ip>(stat: u32) -> u32 {
@@ -57,8 +77,9 @@ fn xdp_stat<A: Ip>(stat: u32) -> u32 {
 /// sent on from here.
 pub struct Forward<'a> {
     ctx: &'a XdpContext,
-    /// Whether [`Hook::admit`] said yes: the packet is being translated.
-    admitted: bool,
+    /// The device the FIB sends the packet out of, once [`Hook::admit`]
+    /// said yes (the packet is then being translated); 0 before.
+    egress: u32,
 }
 
 impl Hook for Forward<'_> {
@@ -78,23 +99,23 @@ impl Hook for Forward<'_> {
 
     #[inline(always)]
     fn admit<F: Family>(&mut self, p: &Packet<F::Addr>, dst: &F::Addr) -> bool {
-        self.admitted = lookup(self.ctx, p, dst);
-        if !self.admitted {
+        self.egress = lookup(self.ctx, p, dst);
+        if self.egress == 0 {
             count(xdp_stat::<F::Addr>(STAT_XDP_PASSED_TO_TC));
         }
-        self.admitted
+        self.egress != 0
     }
 }
 
-/// Whether `p`, translated to `dst`, goes back out of the device it came
-/// in on, by the FIB; if so, the frame gets the MAC addresses the FIB gave
-/// (it is then translated and sent, or dropped). A BPF function of its
-/// own: the lookup's 64 bytes of parameters stay off the stack of the
-/// steps that call it, and it keeps nothing else on its own (the
-/// verifier's 512 bytes over a chain of calls hold IPv6's conntrack step
-/// above it).
+/// The device `p`, translated to `dst`, leaves by, by the FIB, if it is
+/// the one it came in on or another one the fast path runs on; else 0. If
+/// not 0, the frame has the MAC addresses the FIB gave (it is then
+/// translated and sent, or dropped). A BPF function of its own: the
+/// lookup's 64 bytes of parameters stay off the stack of the steps that
+/// call it, and it keeps nothing else on its own (the verifier's 512 bytes
+/// over a chain of calls hold IPv6's conntrack step above it).
 #[inline(never)]
-fn lookup<A: Ip>(ctx: &XdpContext, p: &Packet<A>, dst: &A) -> bool {
+fn lookup<A: Ip>(ctx: &XdpContext, p: &Packet<A>, dst: &A) -> u32 {
     let ingress = ctx.ingress_ifindex() as u32;
     // SAFETY: the lookup's parameters are plain integers and arrays, for
     // which all zero is valid (and what the kernel wants of the fields not
@@ -119,12 +140,16 @@ fn lookup<A: Ip>(ctx: &XdpContext, p: &Packet<A>, dst: &A) -> bool {
             0,
         )
     };
-    if ret != i64::from(BPF_FIB_LKUP_RET_SUCCESS) || f.ifindex != ingress {
-        return false;
+    let egress = f.ifindex;
+    if ret != i64::from(BPF_FIB_LKUP_RET_SUCCESS)
+        || egress == 0
+        || (egress != ingress && !xdp_device(egress))
+    {
+        return 0;
     }
     let (data, end) = (ctx.data(), ctx.data_end());
     if data + ETH_HLEN > end {
-        return false;
+        return 0;
     }
     // SAFETY: the Ethernet header is in the packet, just checked; the
     // destination address, then the source.
@@ -132,20 +157,17 @@ fn lookup<A: Ip>(ctx: &XdpContext, p: &Packet<A>, dst: &A) -> bool {
         (data as *mut [u8; 6]).write_unaligned(f.dmac);
         ((data + 6) as *mut [u8; 6]).write_unaligned(f.smac);
     }
-    true
+    egress
 }
 
 impl<'a> Forward<'a> {
     #[inline(always)]
     fn new(ctx: &'a XdpContext) -> Self {
-        Self {
-            ctx,
-            admitted: false,
-        }
+        Self { ctx, egress: 0 }
     }
 
     /// Sends the translated packet on (its MAC addresses are the FIB's
-    /// already): TTL (hop limit) one less, back out of its device.
+    /// already): TTL (hop limit) one less, out of the device the FIB said.
     #[inline(always)]
     fn send<A: Ip>(&self) -> i32 {
         let (data, end) = (self.ctx.data(), self.ctx.data_end());
@@ -172,7 +194,12 @@ impl<'a> Forward<'a> {
             }
         }
         count(xdp_stat::<A>(STAT_XDP_FORWARDED));
-        TX
+        if self.egress == self.ctx.ingress_ifindex() as u32 {
+            return TX;
+        }
+        // SAFETY: the helper has no preconditions; it returns the verdict
+        // (`XDP_REDIRECT`, or `XDP_ABORTED` for flags it does not know).
+        unsafe { bpf_redirect(self.egress, 0) as i32 }
     }
 }
 
@@ -193,8 +220,8 @@ fn sendable<A: Ip>(ctx: &XdpContext, p: &Packet<A>) -> bool {
 }
 
 /// A TCP or UDP packet (or later fragment) at XDP: sent on translated if
-/// its flow's next hop is behind the device it came in on, else passed to
-/// tc untouched.
+/// its flow's next hop is behind the device it came in on or another one
+/// the fast path runs on, else passed to tc untouched.
 #[inline(always)]
 pub fn forward<F: Family>(ctx: &XdpContext, p: &mut Packet<F::Addr>) -> i32 {
     if !sendable::<F::Addr>(ctx, p) {
@@ -202,7 +229,7 @@ pub fn forward<F: Family>(ctx: &XdpContext, p: &mut Packet<F::Addr>) -> i32 {
     }
     let mut hop = Forward::new(ctx);
     let v = nodeport::ingress::<ETH_HLEN, _, F, _>(ctx, p, &mut hop);
-    if !hop.admitted {
+    if hop.egress == 0 {
         // Nothing changed: tc decides.
         return PASS;
     }

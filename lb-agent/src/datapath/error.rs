@@ -35,6 +35,15 @@ pub enum Error {
     Load(#[from] aya::EbpfError),
     #[error("program {0} missing from the eBPF object")]
     MissingProgram(&'static str),
+    #[error("global section {0} missing from the eBPF object")]
+    MissingGlobal(&'static str),
+    /// A global of the programs (`section`) could not be written.
+    #[error("writing the programs' global {section}")]
+    Global {
+        section: &'static str,
+        #[source]
+        source: MapError,
+    },
     /// Loading or attaching a program failed.
     #[error("program {name}")]
     Program {

@@ -6,7 +6,9 @@
 //! pinned link in place (`BPF_LINK_UPDATE`: no moment without a program),
 //! and the pins of devices no longer wanted (all of them when acceleration
 //! is disabled) are removed, which detaches their programs. `lb-agent
-//! cleanup` removes every pin under `links/`, these too.
+//! cleanup` removes every pin under `links/`, these too. The program may
+//! redirect to the devices it runs on natively: their interface indexes
+//! are written to its global `LB_XDP_DEVICES` after each attachment.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -15,12 +17,15 @@ use std::{
 
 use aya::{
     Ebpf,
+    maps::Array,
     programs::{
         Xdp, XdpMode,
         links::{FdLink, PinnedLink},
         xdp::XdpLink,
     },
 };
+
+use lb_common::{XDP_DEVICES_MAX, XDP_DEVICES_SECTION};
 
 use super::{
     error::{Error, io_err},
@@ -112,6 +117,7 @@ pub fn sync(
             remove_if_present(&pins.link(&pin))?;
         }
     }
+    publish(ebpf, attached)?;
     let (names, mut errors): (Vec<String>, Vec<Error>) = failed.into_iter().unzip();
     if errors.is_empty() {
         return Ok(());
@@ -120,6 +126,27 @@ pub fn sync(
         devices: names,
         source: Box::new(errors.swap_remove(0)),
     })
+}
+
+/// Tells the program which devices it runs on natively (it may redirect
+/// to those): `LB_XDP_DEVICES`, at most [`XDP_DEVICES_MAX`] of them.
+fn publish(ebpf: &mut Ebpf, attached: &BTreeMap<String, (u32, Attached)>) -> Result<(), Error> {
+    let global = |source| Error::Global {
+        section: XDP_DEVICES_SECTION,
+        source,
+    };
+    let mut list = [0u32; XDP_DEVICES_MAX];
+    let native = attached
+        .values()
+        .filter(|(index, how)| *how == Attached::Native && *index != 0);
+    for (slot, (index, _)) in list.iter_mut().zip(native) {
+        *slot = *index;
+    }
+    let map = ebpf
+        .map_mut(XDP_DEVICES_SECTION)
+        .ok_or(Error::MissingGlobal(XDP_DEVICES_SECTION))?;
+    let mut array: Array<_, [u32; XDP_DEVICES_MAX]> = Array::try_from(map).map_err(global)?;
+    array.set(0, list, 0).map_err(global)
 }
 
 /// Puts `lb_xdp` on `device` in driver mode: into the pinned link an

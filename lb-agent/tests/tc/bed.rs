@@ -447,6 +447,20 @@ impl Bed {
         prog.load().expect("the verifier accepts the XDP program");
     }
 
+    /// Tells `lb_xdp` the devices it runs on (it may redirect to them), as
+    /// the agent writes them.
+    pub(crate) fn xdp_devices(&mut self, ifindexes: &[u32]) {
+        let mut list = [0u32; lb_common::XDP_DEVICES_MAX];
+        list[..ifindexes.len()].copy_from_slice(ifindexes);
+        let map = self
+            .ebpf
+            .map_mut(lb_common::XDP_DEVICES_SECTION)
+            .expect("the programs' .bss");
+        let mut array: Array<_, [u32; lb_common::XDP_DEVICES_MAX]> =
+            Array::try_from(map).expect("an array");
+        array.set(0, list, 0).unwrap();
+    }
+
     /// Runs `lb_xdp` on `packet` as if it arrived on device `ifindex` of
     /// the caller's network namespace (where its FIB lookups happen): its
     /// action and the frame after it.
