@@ -14,7 +14,7 @@ use anyhow::bail;
 use lb_fixtures::yaml;
 use lb_tests::{
     agent,
-    netns::{exec, ip, tx_checksum_off, xdp_pass},
+    netns::{XdpPass, exec, ip, tx_checksum_off, veth, xdp_pass},
     two_nodes::{
         Bed, NODE1, NODE1_6, addr, answers, dual_stack, node_objects, node_port_svc, p2, p2_6,
         slice, slice6,
@@ -46,22 +46,23 @@ fn has_xdp(ns: &str, dev: &str) -> anyhow::Result<bool> {
     Ok(out.contains("prog/xdp"))
 }
 
-#[test]
-fn xdp_forwards_node_port_flows_to_a_remote_pod_in_both_families() -> anyhow::Result<()> {
+/// The bed with `remote`, its senders computing complete checksums (as a
+/// NIC delivers them; see the README on veths) and NAPI at the router's
+/// ports, where node-1's XDP sends frames back out.
+fn bed() -> anyhow::Result<(Bed, [XdpPass; 2])> {
     let bed = Bed::new(&manifest())?;
-    // Complete checksums from the senders, as from a NIC (see the README
-    // on veths), and NAPI at the router's ports, where node-1's XDP sends
-    // frames back out.
     for host in ["c", "p1", "p2"] {
         tx_checksum_off(&bed.nodes.ns(host), "eth0")?;
     }
     let r = bed.nodes.ns("r");
-    let _peers = [xdp_pass(&r, "n1")?, xdp_pass(&r, "n2")?];
-    let agent1 = bed.agent_with(&bed.node1, &["--bpf-lb-acceleration=native"])?;
-    let _agent2 = bed.agent(&bed.node2)?;
-    let n1 = bed.nodes.ns("n1");
-    assert!(has_xdp(&n1, "eth0")?, "lb_xdp on node-1's eth0");
+    let peers = [xdp_pass(&r, "n1")?, xdp_pass(&r, "n2")?];
+    Ok((bed, peers))
+}
 
+/// TCP and UDP from the client through node-1's NodePort to p2, in each
+/// family: every answer from p2, which sees node-1 (SNAT); every flow
+/// recorded by XDP, none by tc, and every packet sent on by XDP.
+fn through_xdp(bed: &Bed) -> anyhow::Result<()> {
     for node in [NODE1, NODE1_6] {
         let to = addr(node, NODE_PORT);
         // The first flows teach node-1 its neighbours (tc serves them
@@ -83,8 +84,7 @@ fn xdp_forwards_node_port_flows_to_a_remote_pod_in_both_families() -> anyhow::Re
         } else {
             ("xdp6", "tc6")
         };
-        // 20 TCP connections and one UDP socket: 21 flows, each recorded
-        // by XDP, none by tc; every request and answer sent on by XDP.
+        // 20 TCP connections and one UDP socket: 21 flows.
         assert_eq!(delta(&format!("{xdp}_new_flow")), 21, "{to}: {after:?}");
         assert_eq!(delta(&format!("{tc}_new_flow")), 0, "{to}: {after:?}");
         assert!(
@@ -92,6 +92,18 @@ fn xdp_forwards_node_port_flows_to_a_remote_pod_in_both_families() -> anyhow::Re
             "{to}: {after:?}"
         );
     }
+    Ok(())
+}
+
+#[test]
+fn xdp_forwards_node_port_flows_to_a_remote_pod_in_both_families() -> anyhow::Result<()> {
+    let (bed, _peers) = bed()?;
+    let agent1 = bed.agent_with(&bed.node1, &["--bpf-lb-acceleration=native"])?;
+    let _agent2 = bed.agent(&bed.node2)?;
+    let n1 = bed.nodes.ns("n1");
+    assert!(has_xdp(&n1, "eth0")?, "lb_xdp on node-1's eth0");
+    // Out of eth0, where the packets came in: XDP_TX.
+    through_xdp(&bed)?;
 
     // The program outlives its agent (its link is pinned), and `lb-agent
     // cleanup` takes it off the device with the rest.
@@ -106,6 +118,50 @@ fn xdp_forwards_node_port_flows_to_a_remote_pod_in_both_families() -> anyhow::Re
         .status()?;
     assert!(status.success(), "lb-agent cleanup: {status}");
     wait_no_xdp(&n1, "eth0")
+}
+
+#[test]
+fn xdp_redirects_node_port_flows_out_of_another_device_it_runs_on() -> anyhow::Result<()> {
+    let (bed, _peers) = bed()?;
+    // A direct link between the nodes, node-1's route to p2 through it:
+    // requests leave node-1 by eth1, replies come back by eth0.
+    let (n1, n2) = (bed.nodes.ns("n1"), bed.nodes.ns("n2"));
+    veth(
+        (&n1, "eth1", Some("192.168.58.1/24")),
+        (&n2, "eth1", Some("192.168.58.2/24")),
+    )?;
+    for (ns, a) in [(&n1, "fd00:58::1/64"), (&n2, "fd00:58::2/64")] {
+        ip(&["-n", ns, "addr", "add", a, "dev", "eth1", "nodad"])?;
+    }
+    ip(&[
+        "-n",
+        &n1,
+        "route",
+        "replace",
+        "10.42.2.0/24",
+        "via",
+        "192.168.58.2",
+    ])?;
+    ip(&[
+        "-n",
+        &n1,
+        "route",
+        "replace",
+        "fd42:2::/64",
+        "via",
+        "fd00:58::2",
+    ])?;
+    // NAPI at the far end of eth1, where node-1's XDP redirects to.
+    let _far = xdp_pass(&n2, "eth1")?;
+    let _agent1 = bed.agent_with(
+        &bed.node1,
+        &["--devices=eth0,eth1", "--bpf-lb-acceleration=native"],
+    )?;
+    let _agent2 = bed.agent(&bed.node2)?;
+    assert!(has_xdp(&n1, "eth1")?, "lb_xdp on node-1's eth1");
+    // Every flow XDP's, though its requests leave by another device than
+    // they came in on: redirected (XDP_TX cannot send them there).
+    through_xdp(&bed)
 }
 
 /// Waits until `dev` in `ns` has no XDP program (the kernel releases an
