@@ -18,12 +18,14 @@ use std::{fs::File, process::Command};
 
 use bed::*;
 use lb_common::{
-    PROTO_TCP, PROTO_UDP, STAT_TC_NEW_FLOW, STAT_XDP_FORWARDED, STAT_XDP_NEW_FLOW,
-    STAT_XDP_PASSED_TO_TC, STAT_XDP6_OFFSET,
+    PROTO_TCP, PROTO_UDP, STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_NEW_FLOW,
+    STAT_XDP_DROP_SNAT_EXHAUSTED, STAT_XDP_FORWARDED, STAT_XDP_NEW_FLOW, STAT_XDP_PASSED_TO_TC,
+    STAT_XDP6_OFFSET,
 };
 use packets6::*;
 use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
 
+const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
 const XDP_TX: u32 = 3;
 const XDP_REDIRECT: u32 = 4;
@@ -308,4 +310,24 @@ fn xdp_redirects_to_another_device_it_runs_on_and_leaves_other_devices_to_tc() {
         assert_eq!(hop(&back, false), (ROUTER_MAC, DEVICE_MAC, 63));
         assert_eq!(bed.stat(STAT_XDP_FORWARDED), 2);
     });
+}
+
+#[test]
+fn what_xdp_drops_is_counted_by_reason_as_xdps() {
+    let ns = Netns::new();
+    let x0 = ns.ifindex("x0");
+    let mut bed = bed();
+    // One SNAT port: the first client's flow takes it.
+    bed.snat(NODE, 61_000, 61_000);
+    bed.frontend(NODE_PORT, PROTO_UDP, 0, &[REMOTE_POD]);
+    let other = ([198, 51, 100, 8], 40000);
+    ns.run(|| {
+        let (action, _) = bed.xdp(&udp(CLIENT, (NODE, NODE_PORT)), x0);
+        assert_eq!(action, XDP_TX);
+        let (action, _) = bed.xdp(&udp(other, (NODE, NODE_PORT)), x0);
+        assert_eq!(action, XDP_DROP);
+    });
+    assert_eq!(bed.stat(STAT_XDP_DROP_SNAT_EXHAUSTED), 1);
+    assert_eq!(bed.stat(STAT_TC_DROP_SNAT_EXHAUSTED), 0, "XDP's, not tc's");
+    assert_eq!(bed.stat(STAT_XDP_FORWARDED), 1);
 }
