@@ -8,14 +8,17 @@
 //! at egress (DNAT and the SNAT of `externalTrafficPolicy: Cluster`, or the
 //! reverse of both), its TTL decremented and its MAC addresses set as the
 //! FIB says, and sent with `XDP_TX` or `bpf_redirect`: it never reaches
-//! tc, whose egress would have applied the SNAT. Everything else is passed (`XDP_PASS`)
-//! untouched, before any map or byte changes, for the tc programs to
-//! handle as they do without XDP: local backends and backends behind
-//! any other device, host traffic, ICMP errors, fragments after the first,
-//! IPv4 options and IPv6 extension headers, rejects, drops by policy,
-//! failed FIB lookups (no neighbour yet, forwarding off, MTU exceeded),
-//! an expiring TTL. No metadata is passed to tc: it repeats the lookup of
-//! the packets XDP passes.
+//! tc, whose egress would have applied the SNAT.
+//!
+//! Everything else is passed (`XDP_PASS`) untouched, before any byte or
+//! flow entry changes (only what makes tc decide alike may be written: a
+//! ClientIP affinity entry for the backend picked, a first fragment's
+//! ports), for the tc programs to handle as they do without XDP: local
+//! backends and backends behind any other device, host traffic, ICMP
+//! errors, fragments after the first, IPv4 options and IPv6 extension
+//! headers, rejects, drops by policy, failed FIB lookups (no neighbour yet,
+//! forwarding off, MTU exceeded), an expiring TTL. No metadata is passed
+//! to tc: it repeats the lookup of the packets XDP passes.
 
 use aya_ebpf::{
     EbpfContext as _,
