@@ -15,10 +15,11 @@
 //! ClientIP affinity entry for the backend picked, a first fragment's
 //! ports), for the tc programs to handle as they do without XDP: local
 //! backends and backends behind any other device, host traffic, ICMP
-//! errors, fragments after the first, IPv4 options and IPv6 extension
-//! headers, rejects, drops by policy, failed FIB lookups (no neighbour yet,
-//! forwarding off, MTU exceeded), an expiring TTL. No metadata is passed
-//! to tc: it repeats the lookup of the packets XDP passes.
+//! errors, IPv4 fragments whose first fragment was not seen, IPv4
+//! options and IPv6 extension headers (IPv6 fragments too), rejects,
+//! drops by policy, failed FIB lookups (no neighbour yet, forwarding off,
+//! MTU exceeded), an expiring TTL. No metadata is passed to tc: it repeats
+//! the lookup of the packets XDP passes.
 
 use aya_ebpf::{
     EbpfContext as _,
