@@ -331,3 +331,28 @@ fn what_xdp_drops_is_counted_by_reason_as_xdps() {
     assert_eq!(bed.stat(STAT_TC_DROP_SNAT_EXHAUSTED), 0, "XDP's, not tc's");
     assert_eq!(bed.stat(STAT_XDP_FORWARDED), 1);
 }
+
+#[test]
+fn xdp_sends_later_ipv4_fragments_where_their_first_went() {
+    let ns = Netns::new();
+    let x0 = ns.ifindex("x0");
+    let mut bed = bed();
+    bed.snat(NODE, 61_000, 61_010);
+    bed.frontend(NODE_PORT, PROTO_UDP, 0, &[REMOTE_POD]);
+    let fragments = udp_fragments(CLIENT, (NODE, NODE_PORT), 7, 3000, 1280);
+    assert!(fragments.len() >= 3);
+    ns.run(|| {
+        for (i, fragment) in fragments.iter().enumerate() {
+            let (action, out) = bed.xdp(fragment, x0);
+            assert_eq!(action, XDP_TX, "fragment {i}");
+            let (src, dst, later) = seen_ip(&out);
+            assert_eq!(
+                (src, dst, later),
+                (NODE, REMOTE_POD.0, i > 0),
+                "fragment {i}"
+            );
+        }
+    });
+    assert_eq!(bed.stat(STAT_XDP_FORWARDED), fragments.len() as u64);
+    assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 1);
+}
