@@ -11,6 +11,7 @@ use std::{
 };
 
 use anyhow::bail;
+use aya::programs::links::{FdLink, PinnedLink};
 use lb_fixtures::yaml;
 use lb_tests::{
     agent,
@@ -38,6 +39,14 @@ fn manifest() -> String {
         slice("remote", vec![p2()]).into(),
         slice6("remote", vec![p2_6()]).into(),
     ])
+}
+
+/// The ids of the link pinned for `dev`'s XDP program under `pins`, and
+/// of the program in it.
+fn xdp_link(pins: &std::path::Path, dev: &str) -> anyhow::Result<(u32, u32)> {
+    let pin = pins.join("links").join(format!("xdp-{dev}"));
+    let info = FdLink::from(PinnedLink::from_pin(pin)?).info()?;
+    Ok((info.id(), info.program_id()))
 }
 
 /// Whether `dev` in namespace `ns` has an XDP program attached.
@@ -105,10 +114,20 @@ fn xdp_forwards_node_port_flows_to_a_remote_pod_in_both_families() -> anyhow::Re
     // Out of eth0, where the packets came in: XDP_TX.
     through_xdp(&bed)?;
 
-    // The program outlives its agent (its link is pinned), and `lb-agent
-    // cleanup` takes it off the device with the rest.
+    // The program outlives its agent (its link is pinned); the next agent
+    // puts its own program into that link (no moment without one), and
+    // the flows go on through it.
+    let (link, program) = xdp_link(bed.node1.pins.path(), "eth0")?;
     drop(agent1);
     assert!(has_xdp(&n1, "eth0")?, "XDP stays when the agent exits");
+    let agent1 = bed.agent_with(&bed.node1, &["--bpf-lb-acceleration=native"])?;
+    let (link_after, program_after) = xdp_link(bed.node1.pins.path(), "eth0")?;
+    assert_eq!(link_after, link, "the same link");
+    assert_ne!(program_after, program, "the new agent's program");
+    through_xdp(&bed)?;
+
+    // `lb-agent cleanup` takes it off the device with the rest.
+    drop(agent1);
     // From this namespace: `ip netns exec` would remount /sys, bpffs
     // with it. Its links are pinned, not per namespace.
     let status = std::process::Command::new(agent::agent_bin())

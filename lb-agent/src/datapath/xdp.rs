@@ -117,7 +117,9 @@ pub fn sync(
             remove_if_present(&pins.link(&pin))?;
         }
     }
-    publish(ebpf, attached)?;
+    if accel != Acceleration::Disabled {
+        publish(ebpf, attached)?;
+    }
     let (names, mut errors): (Vec<String>, Vec<Error>) = failed.into_iter().unzip();
     if errors.is_empty() {
         return Ok(());
