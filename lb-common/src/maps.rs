@@ -25,7 +25,8 @@ use crate::{
 /// 6 had no IPv6 maps for the tc programs (`LB6_CT`, `LB6_NAT`, ...), no
 /// IPv6 tc counters and a shorter `LB_CONFIG`. Layout 7 had no Maglev
 /// tables (`LB4_MAGLEV`, `LB6_MAGLEV`), a frontend state without
-/// `maglev_size` and an `LB_CONFIG` without `maglev_seed`.
+/// `maglev_size`, an `LB_CONFIG` without `maglev_seed`, and no XDP
+/// counters (29 `LB_STATS` entries).
 pub const LAYOUT_VERSION: u32 = 8;
 
 /// `BPF_MAP_TYPE_HASH`.

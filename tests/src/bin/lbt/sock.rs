@@ -128,10 +128,12 @@ impl std::fmt::Display for WrongPeer {
 impl std::error::Error for WrongPeer {}
 
 /// A failure's cause, as the reports name it: the `io::ErrorKind`, or
-/// `WrongPeer`, or `TimedOut` for a socket timeout.
+/// `WrongPeer <the peer seen>`, or `TimedOut` for a socket timeout.
 pub(crate) fn cause(e: &io::Error) -> String {
     match e.kind() {
-        _ if e.get_ref().is_some_and(|inner| inner.is::<WrongPeer>()) => "WrongPeer".to_owned(),
+        _ if let Some(WrongPeer(peer)) = e.get_ref().and_then(|i| i.downcast_ref()) => {
+            format!("WrongPeer {peer}")
+        }
         // A timed-out blocking call on a socket with SO_{SND,RCV}TIMEO.
         io::ErrorKind::WouldBlock => "TimedOut".to_owned(),
         k => format!("{k:?}"),
