@@ -356,3 +356,43 @@ fn xdp_sends_later_ipv4_fragments_where_their_first_went() {
     assert_eq!(bed.stat(STAT_XDP_FORWARDED), fragments.len() as u64);
     assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 1);
 }
+
+/// XDP picks a new flow's backend the way tc does, Maglev included: each
+/// flow to a frontend with a table goes to the backend its hash names.
+#[test]
+fn xdp_sends_each_new_flow_of_a_maglev_frontend_where_its_hash_points() {
+    use lb_agent::model::maglev::{HashSeed, TableSize, lookup_table};
+    use lb_common::{FlowHash, ports_word};
+
+    let ns = Netns::new();
+    let x0 = ns.ifindex("x0");
+    let backends: Vec<Addr> = (0..3).map(|i| (REMOTE_POD.0, 8080 + i)).collect();
+    let addrs: Vec<std::net::SocketAddr> = backends
+        .iter()
+        .map(|(ip, port)| (std::net::Ipv4Addr::from(*ip), *port).into())
+        .collect();
+    let seed = HashSeed::default();
+    let table = lookup_table(&addrs, TableSize::try_from(251).unwrap(), &seed);
+    let mut bed = bed();
+    bed.snat(NODE, 61_000, 61_100);
+    bed.frontend(NODE_PORT, PROTO_UDP, 0, &backends);
+    bed.maglev(NODE_PORT, PROTO_UDP, &table, seed.flow[0]);
+    ns.run(|| {
+        let mut chosen = std::collections::BTreeSet::new();
+        for sport in 40_000..40_032u16 {
+            let client = (CLIENT.0, sport);
+            let hash = FlowHash::new(seed.flow[0])
+                .word(u32::from_ne_bytes(client.0))
+                .word(ports_word(sport.to_be(), NODE_PORT.to_be()))
+                .word(u32::from(PROTO_UDP))
+                .finish();
+            let want = backends[table[(hash % 251) as usize] as usize];
+            let (action, out) = bed.xdp(&udp(client, (NODE, NODE_PORT)), x0);
+            assert_eq!(action, XDP_TX, "{sport}");
+            assert_eq!(seen(&out).dst, want, "{sport}");
+            chosen.insert(want);
+        }
+        assert_eq!(chosen.len(), 3, "32 flows reach every backend");
+        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 32);
+    });
+}
