@@ -28,6 +28,8 @@
 #[path = "../tests/tc/bed.rs"]
 #[expect(dead_code, reason = "the bed's checkers serve the tests")]
 mod bed;
+#[path = "../tests/tc/fib_netns.rs"]
+mod fib_netns;
 #[path = "../tests/tc/packets6.rs"]
 #[expect(dead_code, reason = "the checkers serve the tests")]
 mod packets6;
@@ -35,6 +37,7 @@ mod packets6;
 use std::time::Duration;
 
 use bed::{Bed, CLIENT, FRONTEND, NODE, NODE_PORT, Tcp, tcp};
+use fib_netns::Netns;
 use lb_common::{FE_F_EXTERNAL_LOCAL, PROTO_TCP};
 use packets6::{CLIENT6, FRONTEND6, NODE6, tcp6, v6};
 use serde_json::{Value, json};
@@ -44,14 +47,20 @@ const JSON_ENV: &str = "TC_COST_JSON";
 /// Runs of each repeat case: their spread shows what a difference of a few
 /// nanoseconds is worth on this machine.
 const BATCHES: usize = 5;
+/// Repetitions per `BPF_PROG_TEST_RUN` of the XDP program when it
+/// forwards: each run decrements the frame's TTL (64), which must not run
+/// out within a call.
+const XDP_REPEAT: u32 = 50;
+/// `XDP_TX`: the action of a frame sent back out of its device.
+const XDP_TX: u32 = 3;
 
 fn main() {
     let runs: u32 = std::env::args()
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(200_000);
-    // Both families' new flows.
-    let mut bed = Bed::with_flows(runs + 16);
+    // Both families' new flows, and XDP's.
+    let mut bed = Bed::with_flows(2 * runs + 64);
     let pods: Vec<_> = (1..=16).map(|i| ([10, 1, 0, i], 8080)).collect();
     bed.frontend(NODE_PORT, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &pods);
     // The ping-pong pair.
@@ -189,6 +198,106 @@ fn main() {
         "ingress_not_ours",
         "ingress, not ours (per-run overhead reference)",
         pass,
+    ));
+
+    // The XDP fast path, in a namespace whose FIB sends 10.2.0.0/24,
+    // 198.51.100.0/24 and fd42:2::/64 back out of `x0`, the device the
+    // frames arrive on: each run a conntrack hit forwarded with XDP_TX.
+    let ns = Netns::new();
+    let x0 = ns.ifindex("x0");
+    bed.load_xdp();
+    let (c, d) = (([198, 51, 100, 20], 80), ([10, 2, 0, 1], 8080));
+    bed.frontend_at(c, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[d]);
+    bed.frontend_at(d, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[c]);
+    let (c6, d6) = (
+        (v6([0xfd42, 2, 0, 0, 0, 0, 0, 0x20]), 80),
+        (v6([0xfd42, 2, 0, 0, 0, 0, 0, 1]), 8080),
+    );
+    bed.frontend6(c6, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[d6]);
+    bed.frontend6(d6, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[c6]);
+    let far: Vec<_> = (1..=16).map(|i| ([10, 2, 0, i], 8080)).collect();
+    let far_frontend = (NODE, NODE_PORT + 2);
+    bed.frontend_at(far_frontend, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &far);
+    let (xdp_rows, xdp_miss) = ns.run(|| {
+        for syn in [
+            tcp(CLIENT, c, Tcp::Syn),
+            tcp(CLIENT, d, Tcp::Syn),
+            tcp6(CLIENT6, c6, Tcp::Syn),
+            tcp6(CLIENT6, d6, Tcp::Syn),
+        ] {
+            assert_eq!(bed.xdp(&syn, x0).0, XDP_TX, "the pair is forwarded");
+        }
+        let forwarded = |packet: &[u8]| -> u64 {
+            let calls = (runs / XDP_REPEAT).max(1);
+            let total: u128 = (0..calls)
+                .map(|_| bed.time_xdp(packet, x0, XDP_REPEAT).as_nanos())
+                .sum();
+            (total / u128::from(calls)) as u64
+        };
+        let cases: [(&str, &str, Vec<u8>, bool); 3] = [
+            (
+                "xdp_hit",
+                "XDP, conntrack hit (DNAT, XDP_TX)",
+                tcp(CLIENT, c, Tcp::Ack),
+                true,
+            ),
+            (
+                "xdp_hit6",
+                "IPv6 XDP, conntrack hit (DNAT, XDP_TX)",
+                tcp6(CLIENT6, c6, Tcp::Ack),
+                true,
+            ),
+            (
+                "xdp_not_ours",
+                "XDP, not ours (XDP_PASS)",
+                tcp(CLIENT, (NODE, 22), Tcp::Ack),
+                false,
+            ),
+        ];
+        let rows: Vec<(&str, &str, Vec<u64>)> = cases
+            .iter()
+            .map(|(id, case, packet, fwd)| {
+                let batches = (0..BATCHES)
+                    .map(|_| {
+                        if *fwd {
+                            forwarded(packet)
+                        } else {
+                            bed.time_xdp(packet, x0, runs).as_nanos() as u64
+                        }
+                    })
+                    .collect();
+                (*id, *case, batches)
+            })
+            .collect();
+        let miss: Vec<Duration> = (0..runs)
+            .map(|i| {
+                let client = (
+                    [100, 64 + (i >> 16) as u8, (i >> 8) as u8, i as u8],
+                    1024 + (i % 60_000) as u16,
+                );
+                bed.time_xdp(&tcp(client, far_frontend, Tcp::Syn), x0, 1)
+            })
+            .collect();
+        (rows, miss)
+    });
+    println!(
+        "{:<52} {:>8} {:>8} {:>8}",
+        "XDP (repeat: mean, median of batches)", "ns", "min", "max"
+    );
+    for (id, case, mut batches) in xdp_rows {
+        batches.sort_unstable();
+        let (ns, min, max) = (batches[BATCHES / 2], batches[0], batches[BATCHES - 1]);
+        println!("{case:<52} {ns:>8} {min:>8} {max:>8}");
+        repeat.push(json!({ "id": id, "case": case, "ns": ns, "min": min, "max": max }));
+    }
+    println!(
+        "{:<52} {:>8} {:>8} {:>8}",
+        "XDP (single runs)", "p50", "p99", "mean"
+    );
+    single.push(report(
+        "xdp_miss",
+        "XDP, conntrack miss (new flow, 16 remote backends)",
+        xdp_miss.into_iter(),
     ));
 
     if let Some(path) = std::env::var_os(JSON_ENV) {

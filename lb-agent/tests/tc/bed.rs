@@ -465,6 +465,26 @@ impl Bed {
     /// the caller's network namespace (where its FIB lookups happen): its
     /// action and the frame after it.
     pub(crate) fn xdp(&self, packet: &[u8], ifindex: u32) -> (u32, Vec<u8>) {
+        let mut out = vec![0u8; packet.len() + 256];
+        let result = self.run_xdp(packet, ifindex, Some(&mut out), 1);
+        out.truncate(result.data_size_out as usize);
+        (result.return_value, out)
+    }
+
+    /// The kernel's mean time per run of `lb_xdp` on `packet` arriving on
+    /// `ifindex`, `repeat` times over the same frame (which each run leaves
+    /// as it rewrote it).
+    pub(crate) fn time_xdp(&self, packet: &[u8], ifindex: u32, repeat: u32) -> std::time::Duration {
+        self.run_xdp(packet, ifindex, None, repeat).duration
+    }
+
+    fn run_xdp(
+        &self,
+        packet: &[u8],
+        ifindex: u32,
+        out: Option<&mut [u8]>,
+        repeat: u32,
+    ) -> aya::programs::TestRunResult {
         let prog: &Xdp = self
             .ebpf
             .program("lb_xdp")
@@ -477,14 +497,12 @@ impl Bed {
         for word in [0, packet.len() as u32, 0, ifindex, 0, 0] {
             md.extend(word.to_ne_bytes());
         }
-        let mut out = vec![0u8; packet.len() + 256];
         let mut opts = TestRunOptions::new();
         opts.data_in = Some(packet);
-        opts.data_out = Some(&mut out);
+        opts.data_out = out;
         opts.ctx_in = Some(&md);
-        let result = prog.test_run(opts).expect("BPF_PROG_TEST_RUN");
-        out.truncate(result.data_size_out as usize);
-        (result.return_value, out)
+        opts.repeat = repeat;
+        prog.test_run(opts).expect("BPF_PROG_TEST_RUN")
     }
 
     pub(crate) fn ingress(&self, packet: &[u8]) -> (i32, Vec<u8>) {

@@ -140,3 +140,5 @@ impl Figures {
 
 /// The repeated case of a DNATed packet on a conntrack hit.
 pub(crate) const INGRESS_HIT: &str = "ingress_hit";
+/// The XDP fast path's: DNATed and sent with `XDP_TX`.
+pub(crate) const XDP_HIT: &str = "xdp_hit";

@@ -2,7 +2,7 @@
 
 use super::super::{
     Plan,
-    results::nodeport::{Family, INGRESS_HIT, Load, Mode, NodePort, find},
+    results::nodeport::{Family, INGRESS_HIT, Load, Mode, NodePort, XDP_HIT, find},
 };
 use super::{Measured, Target};
 
@@ -65,6 +65,17 @@ pub(crate) fn targets(plan: &Plan, np: &NodePort) -> Vec<Target> {
             Measured::Nanos(ns),
         ),
         None => Target::new("tc ingress per-packet cost", Measured::Missing, false),
+    });
+    // The target for the XDP fast path: a forwarded conntrack hit.
+    let xdp = np.tc_cost.figures.repeat_ns(XDP_HIT);
+    t.push(match xdp.map(|ns| ns as f64) {
+        Some(ns) => Target::at_most(
+            "XDP <= 100 ns per packet on a conntrack hit, forwarded (BPF_PROG_TEST_RUN)",
+            ns,
+            100.0,
+            Measured::Nanos(ns),
+        ),
+        None => Target::new("XDP per-packet cost", Measured::Missing, false),
     });
     t
 }

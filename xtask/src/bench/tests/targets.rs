@@ -48,6 +48,11 @@ fn nodeport_targets_are_evaluated_from_its_results() {
                 Measured::Nanos(120.0),
                 true
             ),
+            Target::new(
+                "XDP <= 100 ns per packet on a conntrack hit, forwarded (BPF_PROG_TEST_RUN)",
+                Measured::Nanos(90.0),
+                true
+            ),
         ]
     );
 }
@@ -56,8 +61,9 @@ fn nodeport_targets_are_evaluated_from_its_results() {
 fn the_tc_cost_target_reads_the_conntrack_hit_figure() {
     let last = |hit| {
         targets::nodeport::targets(&plan(&[1]), &nodeport(hit))
-            .pop()
-            .expect("the tc target comes last")
+            .into_iter()
+            .find(|t| t.goal.starts_with("tc ingress"))
+            .expect("the tc target")
     };
     let slow = last(Some(151));
     assert_eq!(slow.measured, Measured::Nanos(151.0));
