@@ -8,8 +8,8 @@
 //!   [`probe`] (`lbt` servers and clients), and the beds built from them:
 //!   [`scenario`] (one node) and [`two_nodes`] (traffic from outside).
 //! * Tools of their own: [`apiserver`] (the stand-in apiserver),
-//!   [`kubeproxy`] (kube-proxy's rule generators), [`soak`], and `lbt`
-//!   (`src/bin/lbt`).
+//!   [`kubeproxy`] (kube-proxy's rule generators), [`pktgen`] (a packet
+//!   generator and counter on XDP), [`soak`], and `lbt` (`src/bin/lbt`).
 //!
 //! Network safety: every address used lives on veths inside namespaces the
 //! harness created; the root namespace gets no interface, route or packet.
@@ -34,6 +34,7 @@ pub mod metrics;
 pub mod netns;
 mod orphans;
 pub mod percentile;
+pub mod pktgen;
 pub mod probe;
 pub mod procnet;
 pub mod progstats;

@@ -13,7 +13,11 @@
 //! client never runs out of ephemeral ports; it changes no sysctl at all (so it
 //! cannot touch the root namespace's). Benchmarks refuse to run outside a
 //! `--netns` unless every target is in 127.0.0.0/8.
+//!
+//! `pktgen` sends crafted UDP frames out of a veth at full rate from an XDP
+//! program (`lb_tests::pktgen`); it refuses to run outside a `--netns`.
 
+mod pktgen;
 mod soak;
 mod sock;
 
@@ -169,6 +173,10 @@ enum Cmd {
     /// The soak's client: requests without pause to the Services named on
     /// stdin, until stdin closes; tallies on stdout.
     SoakClient(soak::Args),
+    /// UDP frames out of a veth at full rate from an XDP program
+    /// (`BPF_F_TEST_XDP_LIVE_FRAMES`), over many source ports; prints the
+    /// frames sent and their rate.
+    Pktgen(pktgen::Args),
 }
 
 #[derive(clap::Args)]
@@ -284,6 +292,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::BenchTcp(a) => print_json(&bench(&a, cli.netns.is_some(), Proto::Tcp)?),
         Cmd::BenchUdp(a) => print_json(&bench(&a, cli.netns.is_some(), Proto::Udp)?),
         Cmd::BenchConnect(a) => print_json(&bench_connect(&a, cli.netns.is_some())?),
+        Cmd::Pktgen(a) => print_json(&pktgen::run(&a, cli.netns.is_some())?),
         Cmd::SoakClient(a) => {
             if cli.netns.is_none() {
                 bail!("refusing to generate load from the root netns: pass --netns");
