@@ -70,6 +70,9 @@ const fn stx_dw(dst: u8, off: i16, src: u8) -> Insn {
 const fn st_w(dst: u8, off: i16, imm: i32) -> Insn {
     insn(0x62, dst, 0, off, imm)
 }
+const fn st_h(dst: u8, off: i16, imm: i32) -> Insn {
+    insn(0x6a, dst, 0, off, imm)
+}
 /// `if dst > src goto +off` (unsigned).
 const fn jgt(dst: u8, src: u8, off: i16) -> Insn {
     insn(0x2d, dst, src, off, 0)
@@ -97,24 +100,31 @@ const fn ld_map_fd(dst: u8, fd: i32) -> [Insn; 2] {
 const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
 const BPF_FUNC_GET_PRANDOM_U32: i32 = 7;
 
-/// The generator: flow `i = random & (flows - 1)` of `frame` (source port
-/// and balancing word, see `super::frame`), sent back out (`XDP_TX`).
-/// `flows` is a power of two up to `frame::MAX_FLOWS`.
+/// The generator: the template's headers written afresh, then flow
+/// `i = random & (flows - 1)` of `frame` (source port and balancing word,
+/// see `super::frame`), sent back out (`XDP_TX`). `flows` is a power of
+/// two up to `frame::MAX_FLOWS`.
+///
+/// Why rewrite the headers every run: live frames reuse their pages
+/// without copying the template again, and a veth peer's stack forwards a
+/// frame in its page, rewriting MACs, TTL, addresses and checksums; the
+/// page's next frame would carry them.
 pub(super) fn generator(frame: &Frame, flows: u32) -> Vec<Insn> {
     assert!(
         flows.is_power_of_two() && flows <= super::frame::MAX_FLOWS,
         "flows {flows}"
     );
-    let end = (frame.word_at + 2) as i32;
-    vec![
-        mov(R6, R1),
-        call(BPF_FUNC_GET_PRANDOM_U32),
-        and_imm(R0, (flows - 1) as i32),
-        ldx_w(R2, R6, 0), // data
-        ldx_w(R3, R6, 4), // data_end
-        mov(R4, R2),
-        add_imm(R4, end),
-        jgt(R4, R3, 8), // the verifier's bounds check: to `tx`
+    let head = frame.word_at + 2;
+    let mut body = Vec::new();
+    for (i, chunk) in frame.bytes[..head].chunks(4).enumerate() {
+        let off = (i * 4) as i16;
+        body.push(match *chunk {
+            [a, b, c, d] => st_w(R2, off, i32::from_le_bytes([a, b, c, d])),
+            [a, b] => st_h(R2, off, i32::from(u16::from_le_bytes([a, b]))),
+            _ => unreachable!("headers and the word are whole 16-bit words"),
+        });
+    }
+    body.extend([
         mov(R4, R0),
         add_imm(R4, i32::from(BASE_PORT)),
         be16(R4),
@@ -123,10 +133,22 @@ pub(super) fn generator(frame: &Frame, flows: u32) -> Vec<Insn> {
         sub(R5, R0),
         be16(R5),
         stx_h(R2, frame.word_at as i16, R5),
-        // tx:
-        mov_imm(R0, XDP_TX),
-        exit(),
-    ]
+    ]);
+    let mut p = vec![
+        mov(R6, R1),
+        call(BPF_FUNC_GET_PRANDOM_U32),
+        and_imm(R0, (flows - 1) as i32),
+        ldx_w(R2, R6, 0), // data
+        ldx_w(R3, R6, 4), // data_end
+        mov(R4, R2),
+        add_imm(R4, head as i32),
+        // The verifier's bounds check: past the body, to `tx`.
+        jgt(R4, R3, body.len() as i16),
+    ];
+    p.extend(body);
+    // tx:
+    p.extend([mov_imm(R0, XDP_TX), exit()]);
+    p
 }
 
 /// The counter: adds one to `map`'s (a per-CPU array of one `u64`)
