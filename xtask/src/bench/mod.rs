@@ -22,6 +22,7 @@ mod render;
 mod results;
 mod rounds;
 mod scale;
+mod softirq;
 mod stats;
 mod targets;
 mod tc_cost;
@@ -75,9 +76,14 @@ pub(crate) struct BenchArgs {
     /// and the tc programs' per-packet cost. Writes bench-nodeport.md.
     #[arg(long, conflicts_with_all = ["control_only", "scale"])]
     pub nodeport_only: bool,
+    /// Only packets per second to a NodePort: the XDP generator's frames
+    /// through ours (tc), kube-proxy's iptables and nftables layouts, and
+    /// its ceiling. Writes bench-pps.md and bench-pps.svg.
+    #[arg(long, conflicts_with_all = ["control_only", "scale", "nodeport_only"])]
+    pub pps_only: bool,
     /// Leave out the NodePort section: the datapath section (N = 1 to
     /// 100,000 in a full run) and the control plane.
-    #[arg(long, conflicts_with_all = ["control_only", "scale", "nodeport_only"])]
+    #[arg(long, conflicts_with_all = ["control_only", "scale", "nodeport_only", "pps_only"])]
     pub no_nodeport: bool,
     /// With --scale: the largest N measured.
     #[arg(long, value_name = "N", requires = "scale")]
@@ -98,6 +104,7 @@ impl BenchArgs {
             realistic_objects: false,
             scale: false,
             nodeport_only: false,
+            pps_only: false,
             no_nodeport: false,
             scale_max: None,
         }
@@ -115,6 +122,10 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
         return output::write_scale(&plan.out_dir, &rows, started.elapsed());
     }
     let started = Started::now();
+    if args.pps_only {
+        let pps = nodeport::measure_pps(&plan)?;
+        return output::write_pps(&plan, &pps, &started.end());
+    }
     if args.nodeport_only {
         let np = nodeport::measure(&plan)?;
         return output::write_nodeport(&plan, &np, &started.end());

@@ -24,6 +24,8 @@
 //! own measure of our tc programs per packet: during our runs, and on
 //! crafted packets (`BPF_PROG_TEST_RUN`, the `tc_cost` bench).
 
+mod pps;
+
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use anyhow::Context as _;
@@ -38,7 +40,10 @@ use lb_tests::{
 
 use super::{
     Plan,
-    results::nodeport::{Capacity, Family, Load, Mode, NodePort, Row},
+    results::{
+        nodeport::{Capacity, Family, Load, Mode, NodePort, Row},
+        pps::Pps,
+    },
     rounds, tc_cost,
 };
 
@@ -125,6 +130,11 @@ impl Mode {
         Ipv4Addr::new(172, 16, self.k(), 1)
     }
 
+    /// This mode's client.
+    fn client_addr(self) -> Ipv4Addr {
+        Ipv4Addr::new(172, 16, self.k(), 2)
+    }
+
     /// This mode's node on the pods' bridge.
     fn fabric_addr(self) -> Ipv4Addr {
         Ipv4Addr::new(10, 42, 0, 101 + self.k())
@@ -155,22 +165,57 @@ fn services(n: usize, pods: &[Ipv4Addr], filler_endpoints: usize) -> Vec<SvcSpec
     all
 }
 
-/// The namespaces of one N, deleted on drop (the agent and servers first).
-struct Bed {
-    rig: Rig,
+/// The namespaces of one N, deleted on drop (the agents and servers
+/// first).
+pub(super) struct Bed {
+    /// An agent of ours in the node of each mode that runs one
+    /// ([`Mode::agent_flags`]).
+    rigs: Vec<(Mode, Rig)>,
     _servers: Vec<Server>,
     namespaces: Namespaces,
 }
 
 impl Bed {
-    fn ns(&self, host: &str) -> String {
+    pub(super) fn ns(&self, host: &str) -> String {
         self.namespaces.ns(host)
+    }
+
+    /// The namespace of `mode`'s node.
+    pub(super) fn node_ns(&self, mode: Mode) -> String {
+        self.ns(&format!("n{}", mode.k()))
+    }
+
+    /// The namespace of `mode`'s client.
+    pub(super) fn client_ns(&self, mode: Mode) -> String {
+        self.ns(&format!("c{}", mode.k()))
+    }
+
+    /// The namespaces of the pods.
+    pub(super) fn pod_namespaces(&self, pods: usize) -> Vec<String> {
+        (0..pods).map(|i| self.ns(&format!("pod{i}"))).collect()
+    }
+
+    /// The agent in `mode`'s node.
+    fn rig(&self, mode: Mode) -> &Rig {
+        &self
+            .rigs
+            .iter()
+            .find(|(m, _)| *m == mode)
+            .expect("an agent in every mode of ours")
+            .1
     }
 
     fn new(pods: &[Ipv4Addr]) -> anyhow::Result<Self> {
         let prefix = unique("npb");
         let mut namespaces = Namespaces::new(&prefix);
-        let rig = Rig::in_netns(&prefix, &namespaces.ns(&format!("n{}", Mode::Ours.k())))?;
+        let rigs = Mode::ALL
+            .into_iter()
+            .filter(|m| m.agent_flags().is_some())
+            .map(|m| {
+                let node = namespaces.ns(&format!("n{}", m.k()));
+                Ok((m, Rig::in_netns(&format!("{prefix}a{}", m.k()), &node)?))
+            })
+            .collect::<anyhow::Result<_>>()?;
         // Every namespace without duplicate address detection before its
         // interfaces exist, so that no IPv6 address is ever tentative.
         let mut add = |host: &str| -> anyhow::Result<String> {
@@ -203,7 +248,7 @@ impl Bed {
             addrs(&node, "eth1", (mode.fabric_addr(), 24))?;
             ip(&["-n", &fabric, "link", "set", &port, "master", "br0"])?;
             veth((&client, "eth0", None), (&node, "eth0", None))?;
-            addrs(&client, "eth0", (Ipv4Addr::new(172, 16, k, 2), 24))?;
+            addrs(&client, "eth0", (mode.client_addr(), 24))?;
             addrs(&node, "eth0", (mode.node_addr(), 24))?;
             route(&client, None, mode.node_addr())?;
             sysctl(
@@ -216,7 +261,7 @@ impl Bed {
             )?;
         }
         Ok(Self {
-            rig,
+            rigs,
             _servers: servers,
             namespaces,
         })
@@ -225,11 +270,14 @@ impl Bed {
     /// The bed with `specs` (dual-stack: see [`in_family`]) programmed in
     /// every mode's node: our agent's, and kube-proxy's iptables and
     /// nftables rules of each family.
-    fn programmed(pods: &[Ipv4Addr], specs: &[SvcSpec]) -> anyhow::Result<Self> {
+    pub(super) fn programmed(pods: &[Ipv4Addr], specs: &[SvcSpec]) -> anyhow::Result<Self> {
         let mut bed = Self::new(pods)?;
         let [v4, v6] = Family::ALL.map(|f| in_family(specs, f));
-        bed.start_agent(&super::datapath::manifests(&[&v4, &v6]))?;
-        let node_ns = |m: Mode| bed.ns(&format!("n{}", m.k()));
+        let manifest = super::datapath::manifests(&[&v4, &v6]);
+        for (mode, rig) in &mut bed.rigs {
+            start_agent(*mode, rig, &manifest)?;
+        }
+        let node_ns = |m: Mode| bed.node_ns(m);
         for (family, specs) in [(Family::V4, &v4), (Family::V6, &v6)] {
             let cidr = prefix(family, CLUSTER_NET);
             let rules = kubeproxy::iptables_restore(specs, &cidr);
@@ -245,36 +293,18 @@ impl Bed {
         Ok(bed)
     }
 
-    /// Our agent in ours' node, on both devices, from `manifest`; its Node
-    /// has an InternalIP of each family (each family's NodePort address and
-    /// SNAT source).
-    fn start_agent(&mut self, manifest: &str) -> anyhow::Result<()> {
-        let [v4, v6] = Family::ALL.map(|f| at(f, Mode::Ours.node_addr()));
-        let node = format!(
-            "---\napiVersion: v1\nkind: Node\nmetadata: {{name: {NODE}}}\n\
-             status: {{addresses: [{{type: InternalIP, address: \"{v4}\"}}, \
-             {{type: InternalIP, address: \"{v6}\"}}]}}\n"
-        );
-        self.rig.write_manifest(&(node + manifest))?;
-        self.rig.start_agent(&[
-            &format!("--hostname-override={NODE}"),
-            "--devices=eth0,eth1",
-        ])?;
-        Ok(())
-    }
-
     /// Our tc programs' drops for want of a SNAT port in `family`, so far.
     fn exhausted(&self, family: Family) -> anyhow::Result<u64> {
         let counter = match family {
             Family::V4 => "tc_drop_snat_exhausted",
             Family::V6 => "tc6_drop_snat_exhausted",
         };
-        Ok(self.rig.pins.stats()?[counter])
+        Ok(self.rig(Mode::Ours).pins.stats()?[counter])
     }
 
     /// (ingress, egress) counters of our tc programs, summed over devices.
     fn tc_runs(&self) -> anyhow::Result<(Runs, Runs)> {
-        let links = self.rig.pins_path().join("links");
+        let links = self.rig(Mode::Ours).pins_path().join("links");
         let sum = |prefix: &str| -> anyhow::Result<Runs> {
             let mut total = Runs::default();
             for dev in ["eth0", "eth1"] {
@@ -288,13 +318,41 @@ impl Bed {
     }
 }
 
-/// The whole NodePort section: every mode at each N, the SNAT capacity
-/// runs, and the `tc_cost` bench.
+/// Our agent in `mode`'s node, on both devices, with the mode's flags,
+/// from `manifest`; its Node has an InternalIP of each family (each
+/// family's NodePort address and SNAT source).
+fn start_agent(mode: Mode, rig: &mut Rig, manifest: &str) -> anyhow::Result<()> {
+    let [v4, v6] = Family::ALL.map(|f| at(f, mode.node_addr()));
+    let node = format!(
+        "---\napiVersion: v1\nkind: Node\nmetadata: {{name: {NODE}}}\n\
+         status: {{addresses: [{{type: InternalIP, address: \"{v4}\"}}, \
+         {{type: InternalIP, address: \"{v6}\"}}]}}\n"
+    );
+    rig.write_manifest(&(node + manifest))?;
+    let mut flags = vec![
+        format!("--hostname-override={NODE}"),
+        "--devices=eth0,eth1".to_owned(),
+    ];
+    flags.extend(
+        mode.agent_flags()
+            .into_iter()
+            .flatten()
+            .map(|f| f.to_string()),
+    );
+    rig.start_agent(&flags.iter().map(String::as_str).collect::<Vec<_>>())?;
+    Ok(())
+}
+
+/// The whole NodePort section: every mode at each N (requests, then
+/// packets per second), the SNAT capacity runs, and the `tc_cost` bench.
 pub(super) fn measure(plan: &Plan) -> anyhow::Result<NodePort> {
     let mut rows = Vec::new();
+    let mut pps_rows = Vec::new();
     for &n in &plan.nodeport_scales {
         eprintln!("== NodePort, N = {n}");
-        rows.extend(every_mode(plan, n)?);
+        let (r, p) = every_mode(plan, n, true)?;
+        rows.extend(r);
+        pps_rows.extend(p);
     }
     eprintln!("== SNAT ports: fresh-port flows to one remote endpoint");
     let capacity = capacity(plan)?;
@@ -304,21 +362,53 @@ pub(super) fn measure(plan: &Plan) -> anyhow::Result<NodePort> {
         capacity,
         capacity_seconds: capacity_seconds(plan),
         tc_cost: tc_cost::run(plan)?,
+        pps: pps_of(plan, pps_rows),
     })
 }
 
-/// Every mode at one N in each family, over the plan's rounds: one bed,
-/// IPv4's rounds then IPv6's.
-fn every_mode(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
+/// `--pps-only`: packets per second at each N, on the NodePort section's
+/// bed, without its other measurements.
+pub(super) fn measure_pps(plan: &Plan) -> anyhow::Result<Pps> {
+    let mut rows = Vec::new();
+    for &n in &plan.nodeport_scales {
+        eprintln!("== packets per second to a NodePort, N = {n}");
+        rows.extend(every_mode(plan, n, false)?.1);
+    }
+    Ok(pps_of(plan, rows))
+}
+
+fn pps_of(plan: &Plan, rows: Vec<super::results::pps::Row>) -> Pps {
+    Pps {
+        rows,
+        flows: pps::FLOWS,
+        frame_len: pps::FRAME_LEN,
+        generator_cpu: pps::GENERATOR_CPU,
+        seconds: plan.pps_seconds,
+        rounds: plan.pps_rounds,
+    }
+}
+
+/// Every mode at one N in each family on one bed: with `requests`, the
+/// request rounds over the plan's rounds (IPv4's then IPv6's); then the
+/// packets-per-second runs.
+fn every_mode(
+    plan: &Plan,
+    n: usize,
+    requests: bool,
+) -> anyhow::Result<(Vec<Row>, Vec<super::results::pps::Row>)> {
     let pods: Vec<Ipv4Addr> = (0..plan.endpoints)
         .map(|i| Ipv4Addr::new(10, 42, 0, i as u8 + 1))
         .collect();
     let bed = Bed::programmed(&pods, &services(n, &pods, plan.endpoints))?;
     let mut rows = Vec::new();
-    for family in Family::ALL {
-        rows.extend(rounds_of(plan, n, &bed, &pods, family)?);
+    if requests {
+        for family in Family::ALL {
+            rows.extend(rounds_of(plan, n, &bed, &pods, family)?);
+        }
     }
-    Ok(rows)
+    eprintln!("   packets per second");
+    let pps = pps::measure(plan, n, &bed, pods.len())?;
+    Ok((rows, pps))
 }
 
 /// Every mode at one N over `family`.

@@ -7,7 +7,7 @@ use super::{
     Plan,
     conditions::Conditions,
     render,
-    results::{Results, nodeport::NodePort, scale},
+    results::{Results, nodeport::NodePort, pps::Pps, scale},
     targets,
 };
 
@@ -21,30 +21,63 @@ pub(super) fn write(plan: &Plan, results: &Results, cond: &Conditions) -> anyhow
     }
     let md_path = plan.out_dir.join(format!("{name}.md"));
     let chart = (!plan.control_only).then(|| plan.out_dir.join(format!("{name}.svg")));
-    let chart_name = chart.as_ref().map(|c| c.display().to_string());
+    let pps_chart = results
+        .nodeport
+        .as_ref()
+        .map(|np| (np, plan.out_dir.join(format!("{name}-pps.svg"))));
+    let charts: Vec<String> = chart
+        .iter()
+        .chain(pps_chart.as_ref().map(|(_, p)| p))
+        .map(|c| c.display().to_string())
+        .collect();
     let targets = targets::of(plan, results);
-    let md = render::report::full(plan, results, &targets, cond, chart_name.as_deref());
+    let md = render::report::full(plan, results, &targets, cond, &charts);
     print!("{md}");
     std::fs::write(&md_path, &md)?;
-    match &chart {
-        Some(chart) => {
-            render::chart::draw(plan, &results.datapath, chart)?;
-            eprintln!("wrote {} and {}", md_path.display(), chart.display());
-        }
-        None => eprintln!("wrote {}", md_path.display()),
+    if let Some(chart) = &chart {
+        render::chart::draw(plan, &results.datapath, chart)?;
     }
+    if let Some((np, path)) = &pps_chart {
+        render::pps_chart::draw(plan, &np.pps, path)?;
+    }
+    eprintln!("wrote {} {}", md_path.display(), charts.join(" "));
     Ok(())
 }
 
 /// `--nodeport-only`: the NodePort section alone, in bench-nodeport.md.
 pub(super) fn write_nodeport(plan: &Plan, np: &NodePort, cond: &Conditions) -> anyhow::Result<()> {
     std::fs::create_dir_all(&plan.out_dir)?;
-    let targets = targets::nodeport::targets(plan, np);
-    let md = render::report::nodeport_only(plan, np, &targets, cond);
+    let mut targets = targets::nodeport::targets(plan, np);
+    targets.extend(targets::pps::targets(plan, &np.pps));
+    let svg = plan.out_dir.join("bench-nodeport-pps.svg");
+    let charts = [svg.display().to_string()];
+    let md = render::report::nodeport_only(plan, np, &targets, cond, &charts);
     print!("{md}");
     let path = plan.out_dir.join("bench-nodeport.md");
     std::fs::write(&path, &md)?;
-    eprintln!("wrote {}", path.display());
+    render::pps_chart::draw(plan, &np.pps, &svg)?;
+    eprintln!("wrote {} and {}", path.display(), svg.display());
+    Ok(())
+}
+
+/// `--pps-only`: packets per second alone, in bench-pps.md (bench-pps-quick
+/// with `--quick`) and its chart.
+pub(super) fn write_pps(plan: &Plan, pps: &Pps, cond: &Conditions) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&plan.out_dir)?;
+    let name = if plan.quick {
+        "bench-pps-quick"
+    } else {
+        "bench-pps"
+    };
+    let targets = targets::pps::targets(plan, pps);
+    let svg = plan.out_dir.join(format!("{name}.svg"));
+    let charts = [svg.display().to_string()];
+    let md = render::report::pps_only(plan, pps, &targets, cond, &charts);
+    print!("{md}");
+    let path = plan.out_dir.join(format!("{name}.md"));
+    std::fs::write(&path, &md)?;
+    render::pps_chart::draw(plan, pps, &svg)?;
+    eprintln!("wrote {} and {}", path.display(), svg.display());
     Ok(())
 }
 

@@ -23,6 +23,10 @@ pub(super) struct Plan {
     pub seconds: f64,
     /// Datapath rounds per mode, alternating in ABBA order.
     pub rounds: usize,
+    /// Packets per second: seconds per measurement, and rounds per mode
+    /// (ABBA).
+    pub pps_seconds: f64,
+    pub pps_rounds: usize,
     /// Control plane: Services and endpoints each.
     pub cold: (usize, usize),
     /// Control plane: one-endpoint changes for ours, and kube-proxy partial
@@ -66,6 +70,8 @@ impl Plan {
             concurrency: a.concurrency,
             seconds: a.seconds.unwrap_or(seconds),
             rounds,
+            pps_seconds: if a.quick { 0.5 } else { 2.0 },
+            pps_rounds: if a.quick { 1 } else { 3 },
             cold,
             updates,
             partial_syncs,

@@ -6,6 +6,8 @@ mod control;
 mod datapath;
 mod nodeport;
 mod phases;
+pub(super) mod pps;
+pub(super) mod pps_chart;
 pub(super) mod report;
 pub(super) mod scale;
 pub(super) mod scale_chart;

@@ -4,6 +4,7 @@
 pub(super) mod control;
 pub(super) mod datapath;
 pub(super) mod nodeport;
+pub(super) mod pps;
 pub(super) mod scale;
 
 /// Everything a run of the main bench measured.

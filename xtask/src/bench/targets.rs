@@ -5,6 +5,7 @@
 pub(super) mod control;
 pub(super) mod datapath;
 pub(super) mod nodeport;
+pub(super) mod pps;
 pub(super) mod scale;
 
 use std::time::Duration;
@@ -82,6 +83,7 @@ pub(super) fn of(plan: &Plan, results: &Results) -> Vec<Target> {
     t.extend(control::targets(&results.control));
     if let Some(np) = &results.nodeport {
         t.extend(nodeport::targets(plan, np));
+        t.extend(pps::targets(plan, &np.pps));
     }
     t
 }

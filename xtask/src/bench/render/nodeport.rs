@@ -8,7 +8,8 @@ use super::super::{
 };
 use super::rate_cells;
 
-/// The NodePort section: its tables and the `tc_cost` bench's.
+/// The NodePort section: its tables, the `tc_cost` bench's, and packets
+/// per second.
 pub(super) fn section(o: &mut String, plan: &Plan, np: &NodePort) {
     let _ = writeln!(
         o,
@@ -37,6 +38,7 @@ pub(super) fn section(o: &mut String, plan: &Plan, np: &NodePort) {
          ### Our tc programs on crafted packets (`BPF_PROG_TEST_RUN`)\n\n```text\n{}```\n",
         np.tc_cost.table
     );
+    super::pps::section(o, plan, &np.pps);
 }
 
 /// Rates and latencies of every mode at each N, one table per load and

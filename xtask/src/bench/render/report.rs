@@ -5,19 +5,19 @@ use std::fmt::Write as _;
 use super::super::{
     Plan,
     conditions::Conditions,
-    results::{Results, nodeport::NodePort},
+    results::{Results, nodeport::NodePort, pps::Pps},
     targets::Target,
 };
-use super::{control, datapath, nodeport, write_targets};
+use super::{control, datapath, nodeport, pps, write_targets};
 
 /// The whole report: datapath, NodePort and control plane sections, then
-/// every target. `chart` names the chart file, if one is drawn.
+/// every target. `charts` names the chart files drawn.
 pub(crate) fn full(
     plan: &Plan,
     results: &Results,
     targets: &[Target],
     cond: &Conditions,
-    chart: Option<&str>,
+    charts: &[String],
 ) -> String {
     let mut o = String::new();
     let _ = writeln!(
@@ -51,11 +51,15 @@ pub(crate) fn full(
     }
     control::tables(&mut o, plan, &results.control);
     write_targets(&mut o, targets);
-    if let Some(chart) = chart {
-        let _ = writeln!(o, "\nChart: {chart}.");
-    }
+    charts_line(&mut o, charts);
     let _ = writeln!(o, "\nRun took {:.0} s.", cond.took.as_secs_f64());
     o
+}
+
+fn charts_line(o: &mut String, charts: &[String]) {
+    if !charts.is_empty() {
+        let _ = writeln!(o, "\nCharts: {}.", charts.join(", "));
+    }
 }
 
 /// `--nodeport-only`: the NodePort section alone.
@@ -64,6 +68,7 @@ pub(crate) fn nodeport_only(
     np: &NodePort,
     targets: &[Target],
     cond: &Conditions,
+    charts: &[String],
 ) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "# lb-agent NodePort benchmark\n\n{}\n", cond.machine);
@@ -74,6 +79,35 @@ pub(crate) fn nodeport_only(
     );
     nodeport::section(&mut o, plan, np);
     write_targets(&mut o, targets);
+    charts_line(&mut o, charts);
+    let _ = writeln!(o, "\nRun took {:.0} s.", cond.took.as_secs_f64());
+    o
+}
+
+/// `--pps-only`: the packets-per-second section alone.
+pub(crate) fn pps_only(
+    plan: &Plan,
+    pps: &Pps,
+    targets: &[Target],
+    cond: &Conditions,
+    charts: &[String],
+) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "# lb-agent packets-per-second benchmark{}\n\n{}\n",
+        if plan.quick { " (--quick)" } else { "" },
+        cond.machine
+    );
+    let _ = writeln!(
+        o,
+        "Load average (1, 5, 15 min) at the start: {}, at the end: {}; other work on the \
+         machine competes for the same cores.\n",
+        cond.load_before, cond.load_after
+    );
+    pps::section(&mut o, plan, pps);
+    write_targets(&mut o, targets);
+    charts_line(&mut o, charts);
     let _ = writeln!(o, "\nRun took {:.0} s.", cond.took.as_secs_f64());
     o
 }

@@ -5,7 +5,10 @@ pub(crate) use lb_tests::kubeproxy::Family;
 use lb_tests::{probe::BenchReport, progstats::Runs};
 use serde::Deserialize;
 
-use super::super::rounds::{Compared, Rounds};
+use super::{
+    super::rounds::{Compared, Rounds},
+    pps::Pps,
+};
 
 /// Everything the NodePort section measured.
 pub(crate) struct NodePort {
@@ -14,6 +17,8 @@ pub(crate) struct NodePort {
     /// How long each capacity run lasted.
     pub capacity_seconds: &'static str,
     pub tc_cost: TcCost,
+    /// Packets per second at each N.
+    pub pps: Pps,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,6 +38,15 @@ impl Mode {
             Mode::Ours => "ours (tc)",
             Mode::Iptables => "iptables",
             Mode::Nftables => "nftables",
+        }
+    }
+
+    /// The extra flags of our agent in this mode's node; `None`: no agent
+    /// of ours runs there. (Ours at XDP will be `Some(&["--bpf-lb-acceleration=native"])`.)
+    pub(crate) fn agent_flags(self) -> Option<&'static [&'static str]> {
+        match self {
+            Mode::Ours => Some(&[]),
+            Mode::Direct | Mode::Iptables | Mode::Nftables => None,
         }
     }
 }

@@ -68,7 +68,14 @@ fn the_nodeport_report_shows_tables_and_targets() {
         ),
         Target::new("tc ingress per-packet cost", Measured::Missing, false),
     ];
-    let md = report::nodeport_only(&plan(&[1]), &nodeport(Some(120)), &targets, &conditions());
+    let charts = ["/out/bench-nodeport-pps.svg".to_owned()];
+    let md = report::nodeport_only(
+        &plan(&[1]),
+        &nodeport(Some(120)),
+        &targets,
+        &conditions(),
+        &charts,
+    );
     let lines: Vec<&str> = md.lines().collect();
     for line in [
         "# lb-agent NodePort benchmark",
@@ -91,6 +98,9 @@ fn the_nodeport_report_shows_tables_and_targets() {
         "### Targets (measured, not asserted)",
         "- [met] NodePort: ours >= nftables at N=1 (TCP): 3.00x",
         "- [MISSED] tc ingress per-packet cost: not measured",
+        "## Packets per second: UDP to a NodePort (externalTrafficPolicy: Cluster)",
+        "### Over IPv6",
+        "Charts: /out/bench-nodeport-pps.svg.",
         "Run took 12 s.",
     ] {
         assert!(lines.contains(&line), "no line {line:?} in:\n{md}");
@@ -103,4 +113,32 @@ fn the_nodeport_report_shows_tables_and_targets() {
         md.contains("4 concurrent clients for 2 s, longer than the UDP timeout"),
         "{md}"
     );
+}
+
+#[test]
+fn the_pps_report_shows_rates_ratios_and_cpus() {
+    let targets = [Target::new(
+        "pps: ours (tc) >= 4x iptables per core at N=1 over IPv4 (the XDP target)",
+        Measured::Times(2.0),
+        false,
+    )];
+    let charts = ["/out/bench-pps.svg".to_owned()];
+    let md = report::pps_only(&plan(&[1]), &super::pps(), &targets, &conditions(), &charts);
+    let lines: Vec<&str> = md.lines().collect();
+    for line in [
+        "# lb-agent packets-per-second benchmark (--quick)",
+        "### Over IPv4",
+        "| N | mode | received pps | offered pps | vs ceiling | vs iptables | node ns/packet | CPUs | per core | received by CPU | softirq by CPU |",
+        // 1e9/1e6 = 1000 ns a frame at the ceiling; ours 2000: 1000 more.
+        "| 1 | generator ceiling | 1000000 | 1100000 | 1.00 | 4.00 |  | 1 | 1000000 | 100% / 0% | 95% / 5% |",
+        "| 1 | ours (tc) | 500000 | 550000 | 0.50 | 2.00 | 1000 | 1 | 500000 | 100% / 0% | 95% / 5% |",
+        "| 1 | iptables | 250000 | 275000 | 0.25 | 1.00 | 3000 | 1 | 250000 | 100% / 0% | 95% / 5% |",
+        "### Over IPv6",
+        "| 1 | nftables | 100000 | 110000 | 0.20 | 0.80 | 8000 | 1 | 100000 | 100% / 0% | 95% / 5% |",
+        "- [MISSED] pps: ours (tc) >= 4x iptables per core at N=1 over IPv4 (the XDP target): 2.00x",
+        "Charts: /out/bench-pps.svg.",
+    ] {
+        assert!(lines.contains(&line), "no line {line:?} in:\n{md}");
+    }
+    assert!(md.contains("The generator runs on CPU 0"), "{md}");
 }

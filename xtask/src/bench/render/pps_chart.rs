@@ -1,0 +1,72 @@
+//! The packets-per-second chart: frames per second received through each
+//! mode against N, IPv4 solid and IPv6 dashed.
+
+use plotters::prelude::*;
+
+use super::super::{
+    Plan,
+    results::pps::{Family, Pps, PpsMode, find},
+};
+
+pub(crate) fn draw(plan: &Plan, pps: &Pps, path: &std::path::Path) -> anyhow::Result<()> {
+    let root = SVGBackend::new(path, (860, 520)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let ymax = pps.rows.iter().map(|r| r.pps()).fold(0.0, f64::max) * 1.15;
+    let scales = plan.nodeport_scales.clone();
+    let xs = scales.len().saturating_sub(1) as f64;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "UDP to a NodePort: packets per second vs number of Services",
+            ("sans-serif", 22),
+        )
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(80)
+        .build_cartesian_2d(-0.2..xs + 0.2, 0.0..ymax.max(1.0))?;
+    chart
+        .configure_mesh()
+        .x_labels(scales.len())
+        .x_label_formatter(&|x| {
+            if (x - x.round()).abs() < 1e-6 {
+                scales
+                    .get(x.round() as usize)
+                    .map_or(String::new(), |n| n.to_string())
+            } else {
+                String::new()
+            }
+        })
+        .x_desc("Services (N)")
+        .y_desc("packets / s received")
+        .draw()?;
+    let colors = [BLACK, BLUE, RED, GREEN, MAGENTA, CYAN];
+    for (mode, color) in PpsMode::ALL.into_iter().zip(colors.into_iter().cycle()) {
+        for family in Family::ALL {
+            let points: Vec<(f64, f64)> = plan
+                .nodeport_scales
+                .iter()
+                .enumerate()
+                .filter_map(|(i, &n)| Some((i as f64, find(&pps.rows, family, mode, n)?.pps())))
+                .collect();
+            let style = color.stroke_width(2);
+            let label = format!("{} ({})", mode.name(), family.name());
+            let series = match family {
+                Family::V4 => chart.draw_series(LineSeries::new(points.clone(), style))?,
+                Family::V6 => {
+                    chart.draw_series(DashedLineSeries::new(points.clone(), 8, 5, style))?
+                }
+            };
+            series.label(label).legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+            chart.draw_series(points.iter().map(|p| Circle::new(*p, 4, color.filled())))?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}

@@ -1,0 +1,51 @@
+//! The packets-per-second section's targets. They are set for ours at XDP
+//! (issue 31): at least 4x iptables per core at N = 10,000, and at least
+//! 80% of the generator's ceiling. Every row of ours is held to them, so
+//! ours at tc is evaluated now, and the XDP row will be when it is added.
+
+use super::super::{
+    Plan,
+    results::{
+        nodeport::Mode,
+        pps::{Family, Pps, PpsMode, find},
+    },
+};
+use super::{Measured, Target};
+
+/// The section's targets, at the largest N measured (10,000 in a full run).
+pub(crate) fn targets(plan: &Plan, pps: &Pps) -> Vec<Target> {
+    let Some(&n) = plan.nodeport_scales.iter().max() else {
+        return Vec::new();
+    };
+    let mut t = Vec::new();
+    for family in Family::ALL {
+        let row = |mode| find(&pps.rows, family, mode, n);
+        let over = family.name();
+        for mode in PpsMode::ALL.into_iter().filter(|m| m.ours()) {
+            let us = row(mode);
+            let name = mode.name();
+            let ipt = row(PpsMode::Node(Mode::Iptables));
+            let goal = format!(
+                "pps: {name} >= 4x iptables per core at N={n} over {over} (the XDP target)"
+            );
+            t.push(match (us, ipt) {
+                (Some(us), Some(ipt)) => {
+                    let r = us.per_core() / ipt.per_core();
+                    Target::at_least(goal, r, 4.0, Measured::Times(r))
+                }
+                _ => Target::new(goal, Measured::Missing, false),
+            });
+            let goal = format!(
+                "pps: {name} >= 80% of the generator ceiling at N={n} over {over} (the XDP target)"
+            );
+            t.push(match (us, row(PpsMode::Ceiling)) {
+                (Some(us), Some(c)) => {
+                    let r = us.pps() / c.pps();
+                    Target::at_least(goal, r, 0.8, Measured::Percent(r))
+                }
+                _ => Target::new(goal, Measured::Missing, false),
+            });
+        }
+    }
+    t
+}
