@@ -24,8 +24,9 @@ pub(crate) fn section(o: &mut String, plan: &Plan, pps: &Pps) {
          measurement, {} round(s) in ABBA order, medians; conntrack of the kube-proxy nodes \
          flushed, then warmed with every flow, before each.\n\n\
          The generator runs on CPU {}; a veth runs its peer's receive path on the CPU that \
-         sent, so that CPU also forwards. \"CPUs\" counts the CPUs with a tenth or more of \
-         the run's softirq time; \"per core\" divides by them. \"node ns/packet\" is the \
+         sent, so that CPU also forwards. \"CPUs\" counts the CPUs on which a tenth or more \
+         of the frames arrived; \"per core\" divides by them. \"softirq by CPU\" is the \
+         machine's softirq time per CPU during the runs, other work included. \"node ns/packet\" is the \
          node's own cost per frame on that core: 1/pps less 1/ceiling.\n",
         pps.frame_len, pps.flows, pps.seconds, pps.rounds, pps.generator_cpu
     );

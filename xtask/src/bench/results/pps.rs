@@ -80,10 +80,13 @@ impl Row {
         median(self.runs.iter().map(|r| r.sent.rate))
     }
 
-    /// CPUs that spent at least a tenth of the run's softirq time: the
-    /// ones that forwarded (and, on the generator's, also generated).
+    /// CPUs on which at least a tenth of the frames arrived: the ones that
+    /// forwarded them (a veth hands a frame to its peer's receive on the
+    /// sending CPU, so the node's receive, its forwarding and the pod's
+    /// counter run in one softirq on one CPU). Softirq time per CPU would
+    /// also count other work on the machine.
     pub(crate) fn cpus(&self) -> usize {
-        self.softirq_shares()
+        self.rx_shares()
             .iter()
             .filter(|&&s| s >= 0.1)
             .count()
