@@ -73,7 +73,8 @@ pub(crate) struct BenchArgs {
     pub scale: bool,
     /// Only the NodePort section: traffic from outside the node through
     /// ours (tc), kube-proxy's iptables and nftables layouts, and direct,
-    /// and the tc programs' per-packet cost. Writes bench-nodeport.md.
+    /// packets per second, and the tc programs' per-packet cost. Writes
+    /// bench-nodeport.md and bench-nodeport-pps.svg.
     #[arg(long, conflicts_with_all = ["control_only", "scale"])]
     pub nodeport_only: bool,
     /// Only packets per second to a NodePort: the XDP generator's frames
