@@ -79,7 +79,7 @@ pub(crate) struct BenchArgs {
     pub nodeport_only: bool,
     /// Only packets per second to a NodePort: the XDP generator's frames
     /// through ours (tc), kube-proxy's iptables and nftables layouts, and
-    /// its ceiling. Writes bench-pps.md and bench-pps.svg.
+    /// its ceiling. Writes bench-pps-only.md and .svg.
     #[arg(long, conflicts_with_all = ["control_only", "scale", "nodeport_only"])]
     pub pps_only: bool,
     /// Leave out the NodePort section: the datapath section (N = 1 to

@@ -60,14 +60,15 @@ pub(super) fn write_nodeport(plan: &Plan, np: &NodePort, cond: &Conditions) -> a
     Ok(())
 }
 
-/// `--pps-only`: packets per second alone, in bench-pps.md (bench-pps-quick
-/// with `--quick`) and its chart.
+/// `--pps-only`: packets per second alone, in bench-pps-only.md
+/// (bench-pps-only-quick with `--quick`) and its chart; the main run's
+/// chart of the same section is bench-pps.svg.
 pub(super) fn write_pps(plan: &Plan, pps: &Pps, cond: &Conditions) -> anyhow::Result<()> {
     std::fs::create_dir_all(&plan.out_dir)?;
     let name = if plan.quick {
-        "bench-pps-quick"
+        "bench-pps-only-quick"
     } else {
-        "bench-pps"
+        "bench-pps-only"
     };
     let targets = targets::pps::targets(plan, pps);
     let svg = plan.out_dir.join(format!("{name}.svg"));
