@@ -31,7 +31,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use anyhow::Context as _;
 use lb_tests::{
     kubeproxy::{self, Proto, SvcSpec},
-    netns::{Namespaces, exec, ip, no_dad, sysctl, v6_of, veth},
+    netns::{
+        Namespaces, XdpPass, exec, ip, no_dad, sysctl, tx_checksum_off, v6_of, veth, xdp_pass,
+    },
     probe::{self, Server},
     progstats::{Runs, StatsOn},
     rig::Rig,
@@ -172,6 +174,9 @@ pub(super) struct Bed {
     /// ([`Mode::agent_flags`]).
     rigs: Vec<(Mode, Rig)>,
     _servers: Vec<Server>,
+    /// NAPI at the peers of the XDP node's devices, where its fast path
+    /// sends frames out (see `lb_tests::netns::xdp_pass`).
+    _xdp_peers: Vec<XdpPass>,
     namespaces: Namespaces,
 }
 
@@ -238,7 +243,11 @@ impl Bed {
                 route(&ns, Some(client_net), mode.fabric_addr())?;
             }
             servers.push(Server::start(&ns, &port, &[8080], &[5353])?);
+            // Complete checksums, as a NIC delivers them: the XDP node's
+            // fast path cannot complete a veth's partial ones.
+            tx_checksum_off(&ns, "eth0")?;
         }
+        let mut xdp_peers = Vec::new();
         for mode in Mode::ALL {
             let k = mode.k();
             let node = add(&format!("n{k}"))?;
@@ -251,6 +260,11 @@ impl Bed {
             addrs(&client, "eth0", (mode.client_addr(), 24))?;
             addrs(&node, "eth0", (mode.node_addr(), 24))?;
             route(&client, None, mode.node_addr())?;
+            if mode == Mode::OursXdp {
+                tx_checksum_off(&client, "eth0")?;
+                xdp_peers.push(xdp_pass(&client, "eth0")?);
+                xdp_peers.push(xdp_pass(&fabric, &port)?);
+            }
             sysctl(
                 &node,
                 &[
@@ -263,6 +277,7 @@ impl Bed {
         Ok(Self {
             rigs,
             _servers: servers,
+            _xdp_peers: xdp_peers,
             namespaces,
         })
     }

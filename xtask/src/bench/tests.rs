@@ -84,7 +84,7 @@ fn nodeport(hit: Option<u64>) -> NodePort {
         .flat_map(|(family, scale)| {
             Mode::ALL
                 .into_iter()
-                .zip([4000.0, 3000.0, 2000.0, 1000.0])
+                .zip([4000.0, 3000.0, 2000.0, 1000.0, 3500.0])
                 .map(move |(mode, rate)| (family, mode, rate * scale))
         })
         .map(|(family, mode, rate)| {

@@ -27,10 +27,19 @@ pub(crate) enum Mode {
     Ours,
     Iptables,
     Nftables,
+    /// Our agent with `--bpf-lb-acceleration=native`: the XDP fast path on
+    /// both devices, tc behind it.
+    OursXdp,
 }
 
 impl Mode {
-    pub(crate) const ALL: [Mode; 4] = [Mode::Direct, Mode::Ours, Mode::Iptables, Mode::Nftables];
+    pub(crate) const ALL: [Mode; 5] = [
+        Mode::Direct,
+        Mode::Ours,
+        Mode::Iptables,
+        Mode::Nftables,
+        Mode::OursXdp,
+    ];
 
     pub(crate) fn name(self) -> &'static str {
         match self {
@@ -38,14 +47,16 @@ impl Mode {
             Mode::Ours => "ours (tc)",
             Mode::Iptables => "iptables",
             Mode::Nftables => "nftables",
+            Mode::OursXdp => "ours (XDP)",
         }
     }
 
     /// The extra flags of our agent in this mode's node; `None`: no agent
-    /// of ours runs there. (Ours at XDP will be `Some(&["--bpf-lb-acceleration=native"])`.)
+    /// of ours runs there.
     pub(crate) fn agent_flags(self) -> Option<&'static [&'static str]> {
         match self {
             Mode::Ours => Some(&[]),
+            Mode::OursXdp => Some(&["--bpf-lb-acceleration=native"]),
             Mode::Direct | Mode::Iptables | Mode::Nftables => None,
         }
     }

@@ -19,11 +19,10 @@ pub(crate) enum PpsMode {
 }
 
 impl PpsMode {
-    /// Every row, in table order. Ours at XDP is one more line here,
-    /// `PpsMode::Node(Mode::OursXdp)`, once the NodePort bed runs it (a
-    /// `Mode` whose `agent_flags` carry `--bpf-lb-acceleration=native`).
-    pub(crate) const ALL: [PpsMode; 4] = [
+    /// Every row, in table order.
+    pub(crate) const ALL: [PpsMode; 5] = [
         PpsMode::Ceiling,
+        PpsMode::Node(Mode::OursXdp),
         PpsMode::Node(Mode::Ours),
         PpsMode::Node(Mode::Iptables),
         PpsMode::Node(Mode::Nftables),
