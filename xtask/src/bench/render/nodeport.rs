@@ -14,8 +14,10 @@ pub(super) fn section(o: &mut String, plan: &Plan, np: &NodePort) {
     let _ = writeln!(
         o,
         "## NodePort from outside the node (externalTrafficPolicy: Cluster)\n\n\
-         A client in its own namespace reaches the NodePort of a node namespace: ours runs \
-         the agent with its tc programs on both of the node's devices; iptables and nftables \
+         A client in its own namespace reaches the NodePort of a node namespace: ours (tc) runs \
+         the agent with its tc programs on both of the node's devices, ours (XDP) with \
+         `--bpf-lb-acceleration=native` (the XDP fast path before them; every pod and that \
+         node's client send complete checksums, as a NIC delivers them); iptables and nftables \
          run kube-proxy v1.31's layouts (`KUBE-NODEPORTS` -> `KUBE-EXT-*`, `service-nodeports`) \
          for the same N NodePort Services ({} endpoints each; the measured ones last); direct \
          goes through a plain router to the pods. The pods are on other nodes as far as every \

@@ -34,11 +34,6 @@ impl PpsMode {
             PpsMode::Node(m) => m.name(),
         }
     }
-
-    /// Whether an agent of ours forwards in this mode.
-    pub(crate) fn ours(self) -> bool {
-        matches!(self, PpsMode::Node(m) if m.agent_flags().is_some())
-    }
 }
 
 /// One measurement: what was sent, what arrived, and where the CPUs spent

@@ -106,7 +106,7 @@ fn the_nodeport_report_shows_tables_and_targets() {
         assert!(lines.contains(&line), "no line {line:?} in:\n{md}");
     }
     assert!(
-        md.contains("Failed requests over all NodePort runs: 16."),
+        md.contains("Failed requests over all NodePort runs: 20."),
         "{md}"
     );
     assert!(
