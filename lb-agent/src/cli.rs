@@ -7,7 +7,10 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{
     datapath::pins::DEFAULT_BPFFS_DIR,
-    model::maglev::{Algorithm, HashSeed, TableSize},
+    model::{
+        forwarding::{DsrDispatch, LbMode},
+        maglev::{Algorithm, HashSeed, TableSize},
+    },
 };
 
 #[derive(Parser, Debug)]
@@ -116,6 +119,26 @@ pub struct RunArgs {
     pub conntrack: ConntrackArgs,
     #[command(flatten)]
     pub algorithm: AlgorithmArgs,
+    #[command(flatten)]
+    pub forwarding: ForwardingArgs,
+}
+
+/// How flows from outside the node reach backends on other nodes
+/// (Cilium's flags).
+#[derive(Args, Debug, Default, Clone, Copy)]
+pub struct ForwardingArgs {
+    /// `snat`: the node SNATs such flows to its own address and the reply
+    /// comes back through it; `dsr`: direct server return, the backend's
+    /// node answers the client itself with the service address; `hybrid`:
+    /// DSR for TCP, SNAT for UDP. A Service's
+    /// `lb-agent.io/forwarding-mode` annotation (`snat` or `dsr`, or
+    /// Cilium's `service.cilium.io/forwarding-mode`) overrides it.
+    #[arg(long, value_name = "snat|dsr|hybrid", default_value = "snat")]
+    pub bpf_lb_mode: LbMode,
+    /// How DSR carries the service address to the backend's node: `opt`,
+    /// an IPv4 option (the only one for now).
+    #[arg(long, value_name = "opt", default_value = "opt")]
+    pub bpf_lb_dsr_dispatch: DsrDispatch,
 }
 
 /// How flows from outside the node pick a backend (Cilium's flags).

@@ -5,7 +5,7 @@ use std::{fmt::Write as _, net::SocketAddr};
 
 use lb_common::{
     CT_DIR_IN, CT_F_KERNEL, CT_F_SNAT, CT_SEEN, CT_SEEN_FIN, CT_SEEN_RST, CtKey, CtValue,
-    FE_F_AFFINITY, FE_F_EXTERNAL_LOCAL, FE_F_LOCAL, FE_F_MAGLEV, FE_F_NO_LOCAL_ENDPOINTS,
+    FE_F_AFFINITY, FE_F_DSR, FE_F_EXTERNAL_LOCAL, FE_F_LOCAL, FE_F_MAGLEV, FE_F_NO_LOCAL_ENDPOINTS,
     FE_F_SOURCE_RANGES, FE_KIND_EXTERNAL_IP, FE_KIND_LOAD_BALANCER, FE_KIND_MASK,
     FE_KIND_NODE_PORT, NatKey, NatValue, PROTO_TCP, SCOPE_EXTERNAL, ct_closed, ct_established,
     ct_expired,
@@ -60,6 +60,9 @@ pub fn render(view: &LbView) -> String {
         }
         if fe.flags & FE_F_MAGLEV != 0 {
             let _ = write!(extra, " table {}", fe.maglev_size);
+        }
+        if fe.flags & FE_F_DSR != 0 {
+            extra.push_str(" dsr");
         }
         if fe.scope == SCOPE_EXTERNAL {
             // The frontend as traffic from outside the node sees it (tc).

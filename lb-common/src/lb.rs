@@ -154,6 +154,13 @@ pub const FE_F_SOURCE_RANGES: u16 = 1 << 6;
 /// frontends have it); without it, at random.
 pub const FE_F_MAGLEV: u16 = 1 << 7;
 
+/// New flows to a backend on another node go by direct server return: DNAT
+/// without SNAT, the frontend's address and port carried to the backend's
+/// node in an IP option, which answers the client itself (tc only, and
+/// only `SCOPE_EXTERNAL` frontends of `externalTrafficPolicy: Cluster`
+/// Services have it); without it, SNAT to the node's address.
+pub const FE_F_DSR: u16 = 1 << 8;
+
 /// Port and protocol of a frontend key that stands for every other port and
 /// protocol of its address: a connect to a Service address on a port the
 /// Service does not define finds it (`count` 0) and is refused, as

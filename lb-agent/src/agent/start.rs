@@ -96,6 +96,7 @@ impl Agent {
             config.excluded.clone(),
             NodeContext {
                 algorithm: config.lb_algorithm,
+                lb_mode: config.lb_mode,
                 ..NodeContext::named(&config.node_name)
             },
             match config.source {

@@ -14,6 +14,7 @@ use crate::{
     datapath::layout::Capacities,
     model::{
         ExcludedCidrs, NodePortAddresses, NodePortAddressesError, ParseCidrError,
+        forwarding::LbMode,
         maglev::{Algorithm, MaglevParams},
     },
 };
@@ -62,6 +63,8 @@ pub struct RunConfig {
     pub conntrack: Conntrack,
     /// `--bpf-lb-algorithm`.
     pub lb_algorithm: Algorithm,
+    /// `--bpf-lb-mode`.
+    pub lb_mode: LbMode,
     /// `--bpf-lb-maglev-table-size` and `--bpf-lb-maglev-hash-seed`.
     pub maglev: MaglevParams,
     pub metrics_addr: SocketAddr,
@@ -161,6 +164,7 @@ impl RunConfig {
             capacities: capacities(&args.maps),
             conntrack: conntrack(&args.conntrack),
             lb_algorithm: args.algorithm.bpf_lb_algorithm,
+            lb_mode: args.forwarding.bpf_lb_mode,
             maglev: MaglevParams {
                 size: args.algorithm.bpf_lb_maglev_table_size,
                 seed: args.algorithm.bpf_lb_maglev_hash_seed,

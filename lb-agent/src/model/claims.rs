@@ -66,6 +66,11 @@ pub struct Target {
     /// table (the external scope only: the Service's algorithm, or
     /// `--bpf-lb-algorithm`).
     pub maglev: bool,
+    /// New flows from outside the node to a backend on another node go by
+    /// direct server return rather than SNAT (the external scope of an
+    /// `externalTrafficPolicy: Cluster` Service only: the Service's
+    /// forwarding mode, or `--bpf-lb-mode`).
+    pub dsr: bool,
 }
 
 /// Which address of its Service a frontend is.
@@ -174,7 +179,7 @@ pub(super) fn service_claims(
                     } else {
                         Vec::new()
                     };
-                    let [internal, external, outside] = targets(spec, &c, node);
+                    let [internal, external, outside] = targets(spec, port.proto, &c, node);
                     let claim = |target, serving| Claim::Program { target, serving };
                     (
                         claim(internal, socket_serving.clone()),
@@ -434,7 +439,12 @@ fn topology_mode(candidates: &[Candidate<'_>], node: &NodeContext) -> TopologyMo
 /// addresses as seen from this node (the cluster endpoint set), and as seen
 /// from outside (`externalTrafficPolicy: Local`: this node's endpoints
 /// only, and none of them means drop).
-fn targets(spec: &ServiceSpec, candidates: &[Candidate<'_>], node: &NodeContext) -> [Target; 3] {
+fn targets(
+    spec: &ServiceSpec,
+    proto: Proto,
+    candidates: &[Candidate<'_>],
+    node: &NodeContext,
+) -> [Target; 3] {
     let sets = categorize(candidates, node);
     let affinity = match spec.affinity {
         Affinity::None => None,
@@ -455,8 +465,11 @@ fn targets(spec: &ServiceSpec, candidates: &[Candidate<'_>], node: &NodeContext)
             ..external.clone()
         }
     } else {
+        // Under Local every backend from outside is on this node: nothing
+        // to forward.
         Target {
             maglev,
+            dsr: node.lb_mode.dsr(proto, spec.forwarding),
             ..external.clone()
         }
     };

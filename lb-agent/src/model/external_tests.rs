@@ -326,3 +326,98 @@ fn the_lb_algorithm_annotation_chooses_maglev_for_flows_from_outside() {
         );
     }
 }
+
+/// Flows from outside go DSR by `--bpf-lb-mode` (hybrid: TCP only), unless
+/// the Service's annotation (ours, else Cilium's) says otherwise; never for
+/// the socket hooks' view, nor under `externalTrafficPolicy: Local`.
+#[test]
+fn the_forwarding_mode_annotation_chooses_dsr_for_flows_from_outside() {
+    use super::forwarding::LbMode;
+    /// The default, the annotations, eTP Local, DSR for TCP and UDP from
+    /// outside, reported.
+    type Case = (
+        LbMode,
+        &'static [(&'static str, &'static str)],
+        bool,
+        [bool; 2],
+        bool,
+    );
+    let cases: [Case; 9] = [
+        (LbMode::Snat, &[], false, [false, false], false),
+        (LbMode::Dsr, &[], false, [true, true], false),
+        (LbMode::Hybrid, &[], false, [true, false], false),
+        (LbMode::Dsr, &[], true, [false, false], false),
+        (
+            LbMode::Snat,
+            &[(FORWARDING_MODE_ANNOTATION, "dsr")],
+            false,
+            [true, true],
+            false,
+        ),
+        (
+            LbMode::Hybrid,
+            &[(CILIUM_FORWARDING_MODE_ANNOTATION, "SNAT")],
+            false,
+            [false, false],
+            false,
+        ),
+        (
+            LbMode::Snat,
+            &[
+                (FORWARDING_MODE_ANNOTATION, "snat"),
+                (CILIUM_FORWARDING_MODE_ANNOTATION, "dsr"),
+            ],
+            false,
+            [false, false],
+            false,
+        ),
+        (
+            LbMode::Hybrid,
+            &[(FORWARDING_MODE_ANNOTATION, "geneve")],
+            false,
+            [true, false],
+            true,
+        ),
+        (
+            LbMode::Snat,
+            &[(CILIUM_FORWARDING_MODE_ANNOTATION, "dsr")],
+            true,
+            [false, false],
+            false,
+        ),
+    ];
+    for (default, annotations, local, [tcp, udp], unknown) in cases {
+        let node = NodeContext {
+            node_port_ips: vec![ip("192.0.2.10")],
+            lb_mode: default,
+            ..NodeContext::named("node-a")
+        };
+        let mut c = Cache::new(ExcludedCidrs::default(), node);
+        let svc = annotations
+            .iter()
+            .fold(node_port_web(), |s, (k, v)| s.annotation(k, v));
+        let svc = if local {
+            svc.external_traffic_policy("Local")
+        } else {
+            svc
+        };
+        c.apply_service(&svc.build());
+        c.apply_slice(&slice("web-4", "IPv4", &[Ep::new("10.0.0.1")]));
+        let flush = c.flush();
+        let what = format!("{default:?} {annotations:?} local {local}");
+        let outside = |port, proto| {
+            c.desired(&fe("192.0.2.10", port, proto).external())
+                .map(|t| t.dsr)
+        };
+        assert_eq!(outside(30080, Proto::Tcp), Some(tcp), "{what}");
+        assert_eq!(outside(30053, Proto::Udp), Some(udp), "{what}");
+        let inside = c.desired(&fe("192.0.2.10", 30080, Proto::Tcp));
+        assert_eq!(inside.map(|t| t.dsr), Some(false), "{what}");
+        let report = &flush.services[&ObjectRef::service("default", "web")];
+        assert_eq!(
+            report.unsupported.contains(&Feature::UnknownForwardingMode),
+            unknown,
+            "{what}"
+        );
+    }
+}

@@ -13,6 +13,7 @@ mod claims;
 mod desired;
 mod exclusion;
 mod few;
+pub mod forwarding;
 mod health_check;
 pub mod maglev;
 mod nodeport_addresses;
@@ -29,9 +30,9 @@ pub use exclusion::{ExcludedCidrs, ParseCidrError};
 pub use health_check::HealthCheck;
 pub use nodeport_addresses::{NodePortAddresses, NodePortAddressesError};
 pub use service::{
-    Affinity, CILIUM_LB_ALGORITHM_ANNOTATION, HEADLESS_LABEL, LB_ALGORITHM_ANNOTATION,
-    SERVICE_PROXY_NAME_LABEL, ServicePort, ServiceSpec, ServiceType, TrafficPolicy,
-    object_ref as service_ref,
+    Affinity, CILIUM_FORWARDING_MODE_ANNOTATION, CILIUM_LB_ALGORITHM_ANNOTATION,
+    FORWARDING_MODE_ANNOTATION, HEADLESS_LABEL, LB_ALGORITHM_ANNOTATION, SERVICE_PROXY_NAME_LABEL,
+    ServicePort, ServiceSpec, ServiceType, TrafficPolicy, object_ref as service_ref,
 };
 pub use slice::{EndpointTopology, SliceEndpoint, SlicePort, SliceSpec, object_ref as slice_ref};
 
@@ -223,13 +224,16 @@ pub enum Feature {
     LoadBalancerSourceRanges,
     /// An lb-algorithm annotation whose value is no algorithm we know.
     UnknownLbAlgorithm,
+    /// A forwarding-mode annotation whose value is neither `snat` nor `dsr`.
+    UnknownForwardingMode,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 3] = [
+    pub const ALL: [Feature; 4] = [
         Feature::Sctp,
         Feature::LoadBalancerSourceRanges,
         Feature::UnknownLbAlgorithm,
+        Feature::UnknownForwardingMode,
     ];
 
     /// The label value in metrics and logs.
@@ -238,6 +242,7 @@ impl Feature {
             Feature::Sctp => "sctp",
             Feature::LoadBalancerSourceRanges => "load_balancer_source_ranges",
             Feature::UnknownLbAlgorithm => "unknown_lb_algorithm",
+            Feature::UnknownForwardingMode => "unknown_forwarding_mode",
         }
     }
 
@@ -251,6 +256,9 @@ impl Feature {
             }
             Feature::UnknownLbAlgorithm => {
                 "its external frontends pick backends with --bpf-lb-algorithm, as if unannotated"
+            }
+            Feature::UnknownForwardingMode => {
+                "its external frontends forward with --bpf-lb-mode, as if unannotated"
             }
         }
     }
@@ -277,6 +285,9 @@ pub struct NodeContext {
     /// `--bpf-lb-algorithm`: how external frontends of Services that do
     /// not choose pick backends for flows from outside.
     pub algorithm: maglev::Algorithm,
+    /// `--bpf-lb-mode`: whether flows from outside to backends on other
+    /// nodes go by DSR, for Services that do not choose.
+    pub lb_mode: forwarding::LbMode,
 }
 
 impl NodeContext {

@@ -6,7 +6,9 @@ use std::{collections::BTreeSet, net::IpAddr};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Service;
 
-use super::{Feature, IpFamily, ObjectKind, ObjectRef, Proto, maglev::Algorithm};
+use super::{
+    Feature, IpFamily, ObjectKind, ObjectRef, Proto, forwarding::ForwardingMode, maglev::Algorithm,
+};
 
 /// Labels that hand a Service to another proxy, or mark it headless; kube-proxy
 /// ignores such Services and so do we. The apiserver source filters them on
@@ -20,6 +22,12 @@ pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
 /// Services annotated for Cilium keep their meaning.
 pub const LB_ALGORITHM_ANNOTATION: &str = "lb-agent.io/lb-algorithm";
 pub const CILIUM_LB_ALGORITHM_ANNOTATION: &str = "service.cilium.io/lb-algorithm";
+
+/// Whether a Service's flows from outside reach backends on other nodes by
+/// SNAT or DSR (`snat` or `dsr`), over `--bpf-lb-mode`; and Cilium's
+/// annotation of the same meaning, read when ours is absent.
+pub const FORWARDING_MODE_ANNOTATION: &str = "lb-agent.io/forwarding-mode";
+pub const CILIUM_FORWARDING_MODE_ANNOTATION: &str = "service.cilium.io/forwarding-mode";
 
 /// kube-proxy's default and maximum `sessionAffinityConfig.clientIP.timeoutSeconds`.
 const DEFAULT_AFFINITY_TIMEOUT: u32 = 10_800;
@@ -51,6 +59,12 @@ pub struct ServiceSpec {
     /// The annotation names no algorithm we know: the default applies and
     /// the Service reports [`Feature::UnknownLbAlgorithm`].
     pub unknown_algorithm: bool,
+    /// The forwarding mode its annotation chooses; `None`: the node's
+    /// `--bpf-lb-mode`.
+    pub forwarding: Option<ForwardingMode>,
+    /// The annotation names no forwarding mode we know: the default
+    /// applies and the Service reports [`Feature::UnknownForwardingMode`].
+    pub unknown_forwarding: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,6 +118,7 @@ impl ServiceSpec {
             Feature::LoadBalancerSourceRanges,
         );
         add(self.unknown_algorithm, Feature::UnknownLbAlgorithm);
+        add(self.unknown_forwarding, Feature::UnknownForwardingMode);
         out
     }
 
@@ -294,6 +309,13 @@ pub(super) fn validate(svc: &Service) -> Verdict {
         .into_iter()
         .find_map(|key| annotations?.get(key));
     let algorithm = chosen.map(|v| v.trim().to_lowercase().parse::<Algorithm>());
+    let chosen = [
+        FORWARDING_MODE_ANNOTATION,
+        CILIUM_FORWARDING_MODE_ANNOTATION,
+    ]
+    .into_iter()
+    .find_map(|key| annotations?.get(key));
+    let forwarding = chosen.map(|v| v.trim().to_lowercase().parse::<ForwardingMode>());
     Verdict::Program(ServiceSpec {
         object,
         type_,
@@ -312,6 +334,8 @@ pub(super) fn validate(svc: &Service) -> Verdict {
         traffic_distribution: spec.traffic_distribution.clone(),
         algorithm: algorithm.as_ref().and_then(|a| a.as_ref().ok()).copied(),
         unknown_algorithm: algorithm.is_some_and(|a| a.is_err()),
+        forwarding: forwarding.as_ref().and_then(|f| f.as_ref().ok()).copied(),
+        unknown_forwarding: forwarding.is_some_and(|f| f.is_err()),
     })
 }
 

@@ -21,7 +21,7 @@ use std::{
 };
 
 use lb_common::{
-    FE_F_AFFINITY, FE_F_EXTERNAL_LOCAL, FE_F_LOCAL, FE_F_MAGLEV, FE_F_NO_LOCAL_ENDPOINTS,
+    FE_F_AFFINITY, FE_F_DSR, FE_F_EXTERNAL_LOCAL, FE_F_LOCAL, FE_F_MAGLEV, FE_F_NO_LOCAL_ENDPOINTS,
     FE_F_SOURCE_RANGES, FE_KIND_CLUSTER_IP, FE_KIND_EXTERNAL_IP, FE_KIND_LOAD_BALANCER,
     FE_KIND_NODE_PORT, FrontendId, MAGLEV_CHUNK, MAX_BACKENDS_PER_FRONTEND, MaglevChunk, MaglevKey,
     Member, MemberKey, Slot, SlotKey,
@@ -89,6 +89,7 @@ fn state_bits(t: &Target) -> (u16, u32) {
     set(t.external_local, FE_F_EXTERNAL_LOCAL);
     set(!t.source_ranges.is_empty(), FE_F_SOURCE_RANGES);
     set(t.maglev, FE_F_MAGLEV);
+    set(t.dsr, FE_F_DSR);
     flags |= match t.kind {
         FrontendKind::ClusterIp => FE_KIND_CLUSTER_IP,
         FrontendKind::NodePort => FE_KIND_NODE_PORT,

@@ -1481,3 +1481,27 @@ fn no_local_endpoints_and_local_policy_are_state_bits() {
     );
     assert_eq!(t.r.reconcile(&want).changed(), 0);
 }
+
+/// DSR is a state bit, and turning it on or off is a change like any other.
+#[test]
+fn dsr_is_a_state_bit() {
+    let f = fe(1, 80, Proto::Tcp);
+    let mut t = Fixture::new(BIG);
+    let target = |dsr| {
+        BTreeMap::from([(
+            f,
+            Target {
+                backends: vec![be(10, 8080)],
+                dsr,
+                ..Target::default()
+            },
+        )])
+    };
+    t.r.reconcile(&target(true));
+    let (_, st) = t.r.maps().live(&key(&f)).unwrap();
+    assert_eq!(st.flags & lb_common::FE_F_DSR, lb_common::FE_F_DSR);
+    assert_eq!(t.r.reconcile(&target(true)).changed(), 0);
+    assert_ne!(t.r.reconcile(&target(false)).changed(), 0);
+    let (_, st) = t.r.maps().live(&key(&f)).unwrap();
+    assert_eq!(st.flags & lb_common::FE_F_DSR, 0);
+}

@@ -24,14 +24,19 @@ use k8s_openapi::{
 use serde::{Deserialize, Deserializer, de};
 
 use super::TRIGGER_TIME_ANNOTATION;
-use crate::model::{CILIUM_LB_ALGORITHM_ANNOTATION, LB_ALGORITHM_ANNOTATION};
+use crate::model::{
+    CILIUM_FORWARDING_MODE_ANNOTATION, CILIUM_LB_ALGORITHM_ANNOTATION, FORWARDING_MODE_ANNOTATION,
+    LB_ALGORITHM_ANNOTATION,
+};
 
 /// The annotations kept (of any object): the others' keys are compared in
 /// place and their values skipped unread.
-const KEPT_ANNOTATIONS: [&str; 3] = [
+const KEPT_ANNOTATIONS: [&str; 5] = [
     TRIGGER_TIME_ANNOTATION,
     LB_ALGORITHM_ANNOTATION,
     CILIUM_LB_ALGORITHM_ANNOTATION,
+    FORWARDING_MODE_ANNOTATION,
+    CILIUM_FORWARDING_MODE_ANNOTATION,
 ];
 
 /// A Kubernetes object of type `K` holding only the kept fields; the same
@@ -62,7 +67,7 @@ impl<K: k8s_openapi::Metadata<Ty = ObjectMeta>> k8s_openapi::Metadata for Kept<K
 }
 
 /// Of a Service: name, namespace, labels, resourceVersion, the
-/// lb-algorithm annotations; the whole spec
+/// lb-algorithm and forwarding-mode annotations; the whole spec
 /// but the selector (which pods back it is the slice controller's
 /// business); of the status, the load balancer's ingress points.
 fn service<'de, D: Deserializer<'de>>(d: D, kind: KindField) -> Result<Service, D::Error> {
@@ -337,6 +342,7 @@ mod tests {
                 "annotations": {
                     "kubectl.kubernetes.io/last-applied-configuration": "{}",
                     "service.cilium.io/lb-algorithm": "maglev",
+                    "service.cilium.io/forwarding-mode": "dsr",
                     "service.cilium.io/other": "x",
                 },
                 "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "x", "uid": "u"}],
@@ -374,6 +380,7 @@ mod tests {
             set(&[
                 ".apiVersion",
                 ".kind",
+                ".metadata.annotations.service.cilium.io/forwarding-mode",
                 ".metadata.annotations.service.cilium.io/lb-algorithm",
                 ".metadata.labels.app",
                 ".metadata.labels.service.kubernetes.io/headless",
