@@ -4,7 +4,7 @@
 use std::{fmt::Write as _, net::SocketAddr};
 
 use lb_common::{
-    CT_DIR_IN, CT_F_KERNEL, CT_F_SNAT, CT_SEEN, CT_SEEN_FIN, CT_SEEN_RST, CtKey, CtValue,
+    CT_DIR_IN, CT_F_DSR, CT_F_KERNEL, CT_F_SNAT, CT_SEEN, CT_SEEN_FIN, CT_SEEN_RST, CtKey, CtValue,
     FE_F_AFFINITY, FE_F_DSR, FE_F_EXTERNAL_LOCAL, FE_F_LOCAL, FE_F_MAGLEV, FE_F_NO_LOCAL_ENDPOINTS,
     FE_F_SOURCE_RANGES, FE_KIND_EXTERNAL_IP, FE_KIND_LOAD_BALANCER, FE_KIND_MASK,
     FE_KIND_NODE_PORT, NatKey, NatValue, PROTO_TCP, SCOPE_EXTERNAL, ct_closed, ct_established,
@@ -157,6 +157,8 @@ fn render_family<A: Addr + Ord>(
         };
         let snat = if v.flags & CT_F_SNAT != 0 {
             " snat"
+        } else if v.flags & CT_F_DSR != 0 {
+            " dsr"
         } else {
             ""
         };

@@ -294,3 +294,35 @@ fn xdp_sends_each_new_flow_of_a_maglev_frontend_where_its_hash_points() {
         assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 32);
     });
 }
+
+/// XDP cannot insert DSR's IPv4 option: a DSR frontend's flows, new and
+/// known, go up to tc untouched, which then carries them as DSR.
+#[test]
+fn xdp_leaves_dsr_flows_to_tc_untouched() {
+    let ns = Netns::new();
+    let x0 = ns.ifindex("x0");
+    let mut bed = bed();
+    bed.snat(NODE, 61_000, 61_010);
+    bed.frontend(NODE_PORT, PROTO_TCP, lb_common::FE_F_DSR, &[REMOTE_POD]);
+    let frontend = (NODE, NODE_PORT);
+    ns.run(|| {
+        let syn = tcp(CLIENT, frontend, Tcp::Syn);
+        let (action, out) = bed.xdp(&syn, x0);
+        assert_eq!(action, XDP_PASS);
+        assert_eq!(out, syn, "untouched");
+        assert!(bed.ct().is_empty(), "no flow recorded by XDP");
+        // tc takes it: DNAT, and the option at egress.
+        let (_, dnated) = bed.ingress(&syn);
+        assert_eq!(seen(&dnated), flow(CLIENT, REMOTE_POD));
+        let (_, carried) = bed.egress(&dnated);
+        assert_eq!(seen(&carried), flow(CLIENT, REMOTE_POD));
+        assert_eq!(carried.len(), syn.len() + 8, "the option added");
+        // A known DSR flow: still tc's.
+        let ack = tcp(CLIENT, frontend, Tcp::Ack);
+        let (action, out) = bed.xdp(&ack, x0);
+        assert_eq!(action, XDP_PASS);
+        assert_eq!(out, ack);
+        assert_eq!(bed.stat(STAT_XDP_FORWARDED), 0);
+        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 0);
+    });
+}

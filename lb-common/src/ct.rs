@@ -162,6 +162,12 @@ const _: () = assert!(size_of::<Ct6Value>() == 48);
 /// The flow's packets to the backend are SNATed when they leave through an
 /// external device (`externalTrafficPolicy: Cluster`).
 pub const CT_F_SNAT: u16 = 1;
+/// A direct-server-return flow. On the node that load-balanced it: its
+/// packets to a backend on another node leave DNATed, not SNATed, with
+/// the frontend in an IPv4 option. On the backend's node (a `CT_DIR_OUT`
+/// entry keyed by the backend's reply, made from that option): the reply
+/// leaves with the frontend as its source, straight to the client.
+pub const CT_F_DSR: u16 = 1 << 4;
 /// A flow the kernel's conntrack translates (kube-proxy's, found when the
 /// agent took over): its packets are left to the kernel.
 pub const CT_F_KERNEL: u16 = 1 << 8;

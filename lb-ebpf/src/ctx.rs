@@ -6,7 +6,11 @@ use core::mem::MaybeUninit;
 
 use aya_ebpf::{
     EbpfContext as _,
-    bindings::{BPF_F_MARK_MANGLED_0, bpf_adj_room_mode::BPF_ADJ_ROOM_MAC, xdp_action},
+    bindings::{
+        BPF_F_MARK_MANGLED_0,
+        bpf_adj_room_mode::{BPF_ADJ_ROOM_MAC, BPF_ADJ_ROOM_NET},
+        xdp_action,
+    },
     helpers::{
         bpf_redirect, bpf_skb_change_tail, bpf_skb_load_bytes, bpf_xdp_load_bytes,
         bpf_xdp_store_bytes,
@@ -41,6 +45,10 @@ pub trait PacketCtx {
     fn change_tail(&self, len: u32) -> Result<(), i64>;
     /// Inserts `len` bytes right behind the link-layer header.
     fn grow_below_l2(&self, len: i32) -> Result<(), i64>;
+    /// Inserts `len` bytes (removes `-len`) right behind the first 20 bytes
+    /// of the IPv4 header (the kernel's `BPF_ADJ_ROOM_NET`), where IP
+    /// options begin; the header's fields are the caller's to fix.
+    fn adjust_net(&self, len: i32) -> Result<(), i64>;
     /// The verdict that sends the packet back out of the device it came in
     /// on.
     fn bounce(&self) -> i32;
@@ -114,6 +122,11 @@ impl PacketCtx for TcContext {
     #[inline(always)]
     fn grow_below_l2(&self, len: i32) -> Result<(), i64> {
         self.adjust_room(len, BPF_ADJ_ROOM_MAC, 0)
+    }
+
+    #[inline(always)]
+    fn adjust_net(&self, len: i32) -> Result<(), i64> {
+        self.adjust_room(len, BPF_ADJ_ROOM_NET, 0)
     }
 
     #[inline(always)]
@@ -231,6 +244,11 @@ impl PacketCtx for XdpContext {
 
     #[inline(always)]
     fn grow_below_l2(&self, _len: i32) -> Result<(), i64> {
+        Err(EOPNOTSUPP)
+    }
+
+    #[inline(always)]
+    fn adjust_net(&self, _len: i32) -> Result<(), i64> {
         Err(EOPNOTSUPP)
     }
 

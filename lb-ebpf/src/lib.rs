@@ -15,6 +15,7 @@
 
 pub mod ct;
 pub mod ctx;
+pub mod dsr;
 pub mod family;
 pub mod lb;
 pub mod maps;

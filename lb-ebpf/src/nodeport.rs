@@ -25,17 +25,18 @@ use core::mem::MaybeUninit;
 
 use aya_ebpf::{btf_maps::lpm_trie::Key, helpers::bpf_get_prandom_u32};
 use lb_common::{
-    CT_DIR_IN, CT_DIR_OUT, CT_F_KERNEL, CT_F_SNAT, CtKey, CtValue, DatapathConfig,
-    FE_F_EXTERNAL_LOCAL, FE_F_SOURCE_RANGES, FlowHash, NatKey, PROTO_TCP, STAT_PASSED_REMOVED,
-    STAT_REFUSED_INCONSISTENT, STAT_TC_DROP_CT_FULL, STAT_TC_DROP_FRAGMENT, STAT_TC_DROP_NO_LOCAL,
-    STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_DROP_SOURCE_RANGE, STAT_TC_NEW_FLOW,
-    STAT_TC_PASSED_UNTRACKED, STAT_TC_REJECT_NO_ENDPOINTS, SourceRange, TCP_ACK, TCP_SYN,
-    ct_closed, ct_expired, ct_new_expiry, ports_word, seen_bits,
+    CT_DIR_IN, CT_DIR_OUT, CT_F_DSR, CT_F_KERNEL, CT_F_SNAT, CT_SEEN, CtKey, CtValue,
+    DatapathConfig, FE_F_DSR, FE_F_EXTERNAL_LOCAL, FE_F_SOURCE_RANGES, FlowHash, NatKey, PROTO_TCP,
+    STAT_PASSED_REMOVED, STAT_REFUSED_INCONSISTENT, STAT_TC_DROP_CT_FULL, STAT_TC_DROP_FRAGMENT,
+    STAT_TC_DROP_NO_LOCAL, STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_DROP_SOURCE_RANGE,
+    STAT_TC_NEW_FLOW, STAT_TC_PASSED_UNTRACKED, STAT_TC_REJECT_NO_ENDPOINTS, SourceRange, TCP_ACK,
+    TCP_SYN, ct_closed, ct_expired, ct_new_expiry, ports_word, seen_bits,
 };
 
 use crate::{
     ct::{advance, allocate_port, config, ct_entry, hold_nat, mirror, nat_entry, now},
     ctx::{PacketCtx, code, errno},
+    dsr,
     family::Family,
     lb::{Random, Selection, Strategy, select},
     packet::{IcmpError, Ip, Packet},
@@ -135,6 +136,8 @@ enum Step {
     Done(Verdict),
     /// Not a packet of a known flow: the next step's.
     New,
+    /// Egress: a DNATed packet of a DSR flow, to carry its frontend.
+    Dsr,
 }
 
 /// A TCP, UDP (or later fragment) packet arriving at the node.
@@ -148,9 +151,18 @@ pub fn ingress<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     p: &mut Packet<F::Addr>,
     h: &mut H,
 ) -> Verdict {
+    // A DSR flow's packet from the node that load-balanced it (IPv4 with
+    // options only): tc's alone, as it changes the packet's length.
+    if !H::FIRST
+        && size_of::<F::Addr>() == 4
+        && !p.in_place()
+        && let Step::Done(v) = dsr_restore::<L2, C, F>(ctx, p)
+    {
+        return v;
+    }
     match known::<L2, C, F, H>(ctx, p, h) {
         Step::Done(v) => v,
-        Step::New => {
+        Step::New | Step::Dsr => {
             let mut backend = MaybeUninit::uninit();
             match choose::<F, H>(p, h, &mut backend) {
                 Chosen::Done(v) => v,
@@ -179,6 +191,69 @@ impl From<Verdict> for Step {
     fn from(v: Verdict) -> Self {
         Step::Done(v)
     }
+}
+
+/// A packet carrying a DSR flow's frontend ([`dsr::carried`]): records
+/// (or refreshes) the flow as its backend's replies will see it, a
+/// [`CT_F_DSR`] reply entry that gives them the frontend as their source
+/// at egress, and takes the option out. [`Step::New`] for any other packet.
+#[inline(never)]
+fn dsr_restore<const L2: usize, C: PacketCtx, F: Family>(ctx: &C, p: &mut Packet<F::Addr>) -> Step {
+    let Some(frontend) = dsr::carried::<L2, C, F::Addr>(ctx) else {
+        return Step::New;
+    };
+    settle(dsr_record::<L2, C, F>(ctx, p, frontend))
+}
+
+#[inline(always)]
+fn dsr_record<const L2: usize, C: PacketCtx, F: Family>(
+    ctx: &C,
+    p: &mut Packet<F::Addr>,
+    frontend: (F::Addr, u16),
+) -> Result<Step, i64> {
+    let Some(cfg) = config() else {
+        return Ok(Step::New);
+    };
+    let (t, now) = (cfg.timeouts(), now());
+    // The backend's reply runs backend -> client.
+    let key = ct_key(p.dst(), p.src(), p.proto, CT_DIR_OUT);
+    let syn = p.proto == PROTO_TCP && p.tcp_flags & (TCP_SYN | TCP_ACK) == TCP_SYN;
+    let live = ct_entry::<F>(&key, cfg).filter(|e| {
+        // SAFETY: looked up by this run: mapped while it runs (RCU).
+        let ct = unsafe { **e };
+        !ct_expired(ct.expires, now)
+            && ct.flags & CT_F_DSR != 0
+            && (ct.addr_be, ct.port_be) == frontend
+            && !(syn && ct_closed(ct.seen_client, ct.seen_backend))
+    });
+    match live {
+        Some(entry) if !p.later_fragment => {
+            // SAFETY: `entry` was looked up in the conntrack map by this run.
+            unsafe { advance(entry, &t, p.proto, p.tcp_flags, true, now) };
+        }
+        Some(_) => {}
+        None => {
+            let value = CtValue {
+                addr_be: frontend.0,
+                port_be: frontend.1,
+                flags: CT_F_DSR,
+                nat_addr_be: F::Addr::default(),
+                nat_port_be: 0,
+                seen_client: seen_bits(p.proto, p.tcp_flags),
+                seen_backend: 0,
+                backend_id: 0,
+                expires: ct_new_expiry(&t, p.proto, now),
+            };
+            // Without memory for it, the reply would leave with the
+            // backend's address, which the client refuses: drop.
+            if F::ct().insert(key, value, 0).is_err() {
+                count_tc::<Tc, F>(STAT_TC_DROP_CT_FULL);
+                return Ok(Step::Done(DROP));
+            }
+        }
+    }
+    dsr::strip::<L2, C>(ctx)?;
+    Ok(Step::Done(PASS))
 }
 
 /// Ingress of a packet of a known flow, or of a SNATed flow's reply.
@@ -250,7 +325,8 @@ fn known_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
         if !ct_expired(ct.expires, now) && !reopened {
             // A first hook leaves the kernel's flows, and what it does not
             // forward, to tc before anything changes.
-            if H::FIRST && (kernel || !h.admit::<F>(p, &ct.addr_be)) {
+            // DSR flows too: XDP cannot insert the option.
+            if H::FIRST && (kernel || ct.flags & CT_F_DSR != 0 || !h.admit::<F>(p, &ct.addr_be)) {
                 return Ok(Step::Done(PASS));
             }
             if !p.later_fragment {
@@ -379,6 +455,16 @@ fn choose<F: Family, H: Hook>(
     if H::FIRST && !matches!(selection, Selection::Backend { .. }) {
         return Chosen::Done(PASS);
     }
+    // XDP cannot insert DSR's option (a flow to a remote backend), nor know
+    // before the FIB lookup whether it must: tc takes DSR frontends' new
+    // flows whole.
+    if H::FIRST
+        && let Selection::Backend { flags, .. } = selection
+        && flags & FE_F_DSR != 0
+        && size_of::<F::Addr>() == 4
+    {
+        return Chosen::Done(PASS);
+    }
     match selection {
         Selection::NotFrontend | Selection::UnknownPort => Chosen::Done(PASS),
         Selection::Removed => {
@@ -446,10 +532,14 @@ fn record_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     };
     let (t, now) = (cfg.timeouts(), now());
     let key = ct_key(p.src(), p.dst(), p.proto, CT_DIR_IN);
-    let snat = if b.fe_flags & FE_F_EXTERNAL_LOCAL == 0 {
-        CT_F_SNAT
-    } else {
+    // DSR (IPv4 only so far; IPv6 flows of such a frontend are SNATed).
+    let dsr = b.fe_flags & FE_F_DSR != 0 && size_of::<F::Addr>() == 4;
+    let snat = if b.fe_flags & FE_F_EXTERNAL_LOCAL != 0 {
         0
+    } else if dsr {
+        CT_F_DSR
+    } else {
+        CT_F_SNAT
     };
     // Whatever its first packet, a new flow lives as if it were a SYN.
     let inbound = CtValue {
@@ -459,7 +549,9 @@ fn record_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
         nat_addr_be: F::Addr::default(),
         nat_port_be: 0,
         seen_client: seen_bits(p.proto, p.tcp_flags),
-        seen_backend: 0,
+        // A DSR flow's replies never pass here: its backend side counts as
+        // seen, so that the client's ACK establishes it.
+        seen_backend: if dsr { CT_SEEN } else { 0 },
         backend_id: b.id,
         expires: ct_new_expiry(&t, p.proto, now),
     };
@@ -493,6 +585,7 @@ pub fn egress<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     match reply::<L2, C, F>(ctx, p) {
         Step::Done(v) => v,
         Step::New => snat::<L2, C, F, H>(ctx, p),
+        Step::Dsr => dsr_insert::<L2, C, F>(ctx, p),
     }
 }
 
@@ -539,11 +632,42 @@ fn reply_flow<const L2: usize, C: PacketCtx, F: Family>(
     // packet of a flow to SNAT (its reversed tuple is the flow's reply
     // entry) pays the next step's call.
     let reply = ct_key(p.dst(), p.src(), p.proto, CT_DIR_OUT);
-    match ct_entry::<F>(&reply, cfg) {
+    match ct_entry::<F>(&reply, cfg).map(|e| {
         // SAFETY: looked up by this run: mapped while it runs (RCU).
-        Some(entry) if unsafe { (*entry).flags } & CT_F_SNAT != 0 => Ok(Step::New),
+        unsafe { (*e).flags }
+    }) {
+        Some(flags) if flags & CT_F_SNAT != 0 => Ok(Step::New),
+        Some(flags) if flags & CT_F_DSR != 0 => Ok(Step::Dsr),
         _ => Ok(Step::Done(PASS)),
     }
+}
+
+/// A DNATed packet of a DSR flow leaving towards its backend on another
+/// node: carries the flow's frontend (its reply entry's) in the option.
+#[inline(never)]
+fn dsr_insert<const L2: usize, C: PacketCtx, F: Family>(
+    ctx: &C,
+    p: &mut Packet<F::Addr>,
+) -> Verdict {
+    settle(dsr_insert_flow::<L2, C, F>(ctx, p))
+}
+
+#[inline(always)]
+fn dsr_insert_flow<const L2: usize, C: PacketCtx, F: Family>(
+    ctx: &C,
+    p: &mut Packet<F::Addr>,
+) -> Result<Verdict, i64> {
+    let Some(cfg) = config() else {
+        return Ok(PASS);
+    };
+    let reply = ct_key(p.dst(), p.src(), p.proto, CT_DIR_OUT);
+    let Some(entry) = ct_entry::<F>(&reply, cfg) else {
+        return Ok(PASS);
+    };
+    // SAFETY: looked up by this run: mapped while it runs (RCU).
+    let frontend = unsafe { ((*entry).addr_be, (*entry).port_be) };
+    dsr::insert::<L2, C, F::Addr>(ctx, p, frontend)?;
+    Ok(PASS)
 }
 
 /// A DNATed packet leaving towards its backend: SNATed if its flow is

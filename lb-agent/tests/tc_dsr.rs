@@ -1,0 +1,245 @@
+//! Direct server return through the tc programs, on crafted packets
+//! (`BPF_PROG_TEST_RUN`), as `tc_programs.rs`: the node that load-balances
+//! a flow of a `FE_F_DSR` frontend to a backend on another node DNATs its
+//! packets without SNAT and carries the frontend in an IPv4 option (MSS of
+//! the SYN lowered by the option's 8 bytes); the backend's node records
+//! the frontend, strips the option, and gives the backend's replies the
+//! frontend as their source. Every checksum is checked against etherparse.
+//! Needs root (CAP_BPF and CAP_NET_ADMIN); without it every test fails.
+
+#[path = "tc/bed.rs"]
+#[expect(dead_code, reason = "the other helpers serve tc_programs.rs")]
+mod bed;
+
+use bed::*;
+use etherparse::{NetHeaders, PacketBuilder, PacketHeaders, TcpOptionElement, TransportHeader};
+use lb_common::{
+    CT_DIR_IN, CT_DIR_OUT, CT_F_DSR, CT_F_SNAT, FE_F_DSR, FE_F_EXTERNAL_LOCAL, PROTO_TCP, PROTO_UDP,
+};
+
+/// The option as the backend's node must find it: Cilium's type 0x9a,
+/// length 8, the frontend's port and address.
+fn option_of(frontend: Addr) -> [u8; 8] {
+    let p = frontend.1.to_be_bytes();
+    let a = frontend.0;
+    [0x9a, 8, p[0], p[1], a[0], a[1], a[2], a[3]]
+}
+
+/// A SYN announcing MSS `mss` (the option first, as Linux sends it).
+fn syn_with_mss(src: Addr, dst: Addr, mss: u16) -> Vec<u8> {
+    let builder = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4(src.0, dst.0, 64)
+        .tcp(src.1, dst.1, 1000, 64_240)
+        .syn()
+        .options(&[
+            TcpOptionElement::MaximumSegmentSize(mss),
+            TcpOptionElement::SelectiveAcknowledgementPermitted,
+            TcpOptionElement::WindowScale(7),
+        ])
+        .unwrap();
+    let mut out = Vec::with_capacity(builder.size(0));
+    builder.write(&mut out, &[]).unwrap();
+    out
+}
+
+/// What a packet of a DSR flow carries on the wire: its addresses (every
+/// checksum checked), its IP options, and a SYN's MSS.
+#[derive(Debug)]
+struct OnWire {
+    flow: Seen,
+    ip_options: Vec<u8>,
+    mss: Option<u16>,
+}
+
+fn on_wire(packet: &[u8]) -> OnWire {
+    let flow = seen(packet);
+    let headers = PacketHeaders::from_ethernet_slice(packet).unwrap();
+    let Some(NetHeaders::Ipv4(ip, _)) = &headers.net else {
+        panic!("not IPv4");
+    };
+    assert_eq!(
+        usize::from(ip.total_len),
+        packet.len() - 14,
+        "IPv4 total length"
+    );
+    let mss = match &headers.transport {
+        Some(TransportHeader::Tcp(t)) => t.options_iterator().find_map(|o| match o {
+            Ok(TcpOptionElement::MaximumSegmentSize(m)) => Some(m),
+            _ => None,
+        }),
+        _ => None,
+    };
+    OnWire {
+        flow,
+        ip_options: ip.options.as_slice().to_vec(),
+        mss,
+    }
+}
+
+/// The load-balancing node: a DSR NodePort frontend whose only backend is
+/// on another node; the node could SNAT (it has an address and ports).
+fn lb_node(proto: u8) -> Bed {
+    let mut bed = Bed::new();
+    bed.snat(NODE, 61_000, 61_010);
+    bed.frontend(NODE_PORT, proto, FE_F_DSR, &[REMOTE_POD]);
+    bed
+}
+
+/// The backend's node: configured, no frontend of its own.
+fn backend_node() -> Bed {
+    let mut bed = Bed::new();
+    bed.snat([192, 0, 2, 20], 61_000, 61_010);
+    bed
+}
+
+#[test]
+fn a_dsr_flow_leaves_dnated_not_snated_with_the_frontend_in_an_ip_option() {
+    let bed = lb_node(PROTO_TCP);
+
+    let (verdict, dnated) = bed.ingress(&syn_with_mss(CLIENT, FRONTEND, 1460));
+    assert_eq!(verdict, PASS);
+    assert_eq!(seen(&dnated), flow(CLIENT, REMOTE_POD));
+    let (verdict, out) = bed.egress(&dnated);
+    assert_eq!(verdict, PASS);
+    let wire = on_wire(&out);
+    assert_eq!(
+        wire.flow,
+        flow(CLIENT, REMOTE_POD),
+        "the client's own source"
+    );
+    assert_eq!(wire.ip_options, option_of(FRONTEND));
+    assert_eq!(wire.mss, Some(1452), "MSS lowered by the option's bytes");
+    assert!(bed.nat().is_empty(), "no SNAT port: {:?}", bed.nat());
+
+    let ct = bed.ct();
+    assert_eq!(ct.len(), 2, "{ct:?}");
+    for (k, v) in &ct {
+        assert_eq!(v.flags & CT_F_SNAT, 0, "{k:?}");
+        assert_ne!(v.flags & CT_F_DSR, 0, "{k:?}");
+    }
+
+    // A later packet of the flow carries it too, and it stays unSNATed.
+    let (_, dnated) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Ack));
+    let (verdict, out) = bed.egress(&dnated);
+    assert_eq!(verdict, PASS);
+    let wire = on_wire(&out);
+    assert_eq!(wire.flow, flow(CLIENT, REMOTE_POD));
+    assert_eq!(wire.ip_options, option_of(FRONTEND));
+    assert_eq!(wire.mss, None);
+    assert!(bed.nat().is_empty());
+}
+
+#[test]
+fn a_dsr_udp_flow_carries_the_option_on_every_datagram() {
+    let bed = lb_node(PROTO_UDP);
+    for _ in 0..2 {
+        let (_, dnated) = bed.ingress(&udp(CLIENT, FRONTEND));
+        let (verdict, out) = bed.egress(&dnated);
+        assert_eq!(verdict, PASS);
+        let wire = on_wire(&out);
+        assert_eq!(wire.flow, flow(CLIENT, REMOTE_POD));
+        assert_eq!(wire.ip_options, option_of(FRONTEND));
+    }
+    assert!(bed.nat().is_empty());
+}
+
+#[test]
+fn without_the_dsr_bit_the_same_flow_is_snated_as_before() {
+    let mut bed = Bed::new();
+    bed.snat(NODE, 61_000, 61_010);
+    bed.frontend(NODE_PORT, PROTO_TCP, 0, &[REMOTE_POD]);
+    let (_, dnated) = bed.ingress(&syn_with_mss(CLIENT, FRONTEND, 1460));
+    let (_, out) = bed.egress(&dnated);
+    let wire = on_wire(&out);
+    assert_eq!(wire.flow.src.0, NODE);
+    assert!(wire.ip_options.is_empty());
+    assert_eq!(wire.mss, Some(1460));
+}
+
+#[test]
+fn a_dsr_frontend_with_local_policy_neither_snats_nor_adds_the_option() {
+    let bed = {
+        let mut bed = Bed::new();
+        bed.snat(NODE, 61_000, 61_010);
+        bed.frontend(
+            NODE_PORT,
+            PROTO_TCP,
+            FE_F_DSR | FE_F_EXTERNAL_LOCAL,
+            &[LOCAL_POD],
+        );
+        bed
+    };
+    let (_, dnated) = bed.ingress(&syn_with_mss(CLIENT, FRONTEND, 1460));
+    let (_, out) = bed.egress(&dnated);
+    let wire = on_wire(&out);
+    assert_eq!(wire.flow, flow(CLIENT, LOCAL_POD));
+    assert!(wire.ip_options.is_empty());
+    assert!(bed.ct().iter().all(|(_, v)| v.flags & CT_F_DSR == 0));
+}
+
+#[test]
+fn the_backends_node_strips_the_option_and_replies_as_the_frontend() {
+    let lb = lb_node(PROTO_TCP);
+    let backend = backend_node();
+
+    let (_, dnated) = lb.ingress(&syn_with_mss(CLIENT, FRONTEND, 1460));
+    let (_, carried) = lb.egress(&dnated);
+
+    let (verdict, delivered) = backend.ingress(&carried);
+    assert_eq!(verdict, PASS);
+    let wire = on_wire(&delivered);
+    assert_eq!(wire.flow, flow(CLIENT, REMOTE_POD));
+    assert!(wire.ip_options.is_empty(), "{:?}", wire.ip_options);
+    assert_eq!(wire.mss, Some(1452));
+    assert_eq!(delivered.len(), carried.len() - 8);
+
+    let ct = backend.ct();
+    let [(key, value)] = ct.as_slice() else {
+        panic!("want the reply's entry alone: {ct:?}");
+    };
+    assert_eq!(key.dir, CT_DIR_OUT);
+    assert_eq!(
+        (
+            key.saddr_be,
+            key.sport_be,
+            key.daddr_be,
+            key.dport_be,
+            key.proto
+        ),
+        (
+            REMOTE_POD.0,
+            REMOTE_POD.1.to_be(),
+            CLIENT.0,
+            CLIENT.1.to_be(),
+            PROTO_TCP
+        )
+    );
+    assert_eq!((value.addr_be, value.port_be), (NODE, NODE_PORT.to_be()));
+    assert_ne!(value.flags & CT_F_DSR, 0);
+
+    // The backend's answer leaves its node as the frontend's, to the client.
+    let (verdict, reply) = backend.egress(&tcp(REMOTE_POD, CLIENT, Tcp::SynAck));
+    assert_eq!(verdict, PASS);
+    assert_eq!(seen(&reply), flow(FRONTEND, CLIENT));
+
+    // Later packets of the flow are stripped alike, the entry kept.
+    let (_, dnated) = lb.ingress(&tcp(CLIENT, FRONTEND, Tcp::Ack));
+    let (_, carried) = lb.egress(&dnated);
+    let (verdict, delivered) = backend.ingress(&carried);
+    assert_eq!(verdict, PASS);
+    let wire = on_wire(&delivered);
+    assert_eq!(wire.flow, flow(CLIENT, REMOTE_POD));
+    assert!(wire.ip_options.is_empty());
+    assert_eq!(backend.ct().len(), 1);
+    assert!(backend.ct().iter().all(|(k, _)| k.dir != CT_DIR_IN));
+}
+
+#[test]
+fn a_packet_without_the_option_is_untouched_on_the_backends_node() {
+    let backend = backend_node();
+    let packet = tcp(CLIENT, REMOTE_POD, Tcp::Syn);
+    let (verdict, out) = backend.ingress(&packet);
+    assert_eq!(verdict, PASS);
+    assert_eq!(out, packet);
+    assert!(backend.ct().is_empty());
+}
