@@ -1,10 +1,11 @@
 //! Direct server return through the tc programs, on crafted packets
 //! (`BPF_PROG_TEST_RUN`), as `tc_programs.rs`: the node that load-balances
 //! a flow of a `FE_F_DSR` frontend to a backend on another node DNATs its
-//! packets without SNAT and carries the frontend in an IPv4 option (MSS of
-//! the SYN lowered by the option's 8 bytes); the backend's node records
-//! the frontend, strips the option, and gives the backend's replies the
-//! frontend as their source. Every checksum is checked against etherparse.
+//! packets without SNAT and carries the frontend in an IPv4 option; the
+//! backend's node records the frontend, strips the option, and gives the
+//! backend's replies the frontend as their source, the SYN-ACK's MSS
+//! lowered by the option's 8 bytes (the client's segments carry it).
+//! Every checksum is checked against etherparse.
 //! Needs root (CAP_BPF and CAP_NET_ADMIN); without it every test fails.
 
 #[path = "tc/bed.rs"]
@@ -27,10 +28,21 @@ fn option_of(frontend: Addr) -> [u8; 8] {
 
 /// A SYN announcing MSS `mss` (the option first, as Linux sends it).
 fn syn_with_mss(src: Addr, dst: Addr, mss: u16) -> Vec<u8> {
+    handshake_with_mss(src, dst, mss, false)
+}
+
+/// A SYN-ACK announcing MSS `mss`.
+fn syn_ack_with_mss(src: Addr, dst: Addr, mss: u16) -> Vec<u8> {
+    handshake_with_mss(src, dst, mss, true)
+}
+
+fn handshake_with_mss(src: Addr, dst: Addr, mss: u16, ack: bool) -> Vec<u8> {
     let builder = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
         .ipv4(src.0, dst.0, 64)
         .tcp(src.1, dst.1, 1000, 64_240)
-        .syn()
+        .syn();
+    let builder = if ack { builder.ack(1001) } else { builder };
+    let builder = builder
         .options(&[
             TcpOptionElement::MaximumSegmentSize(mss),
             TcpOptionElement::SelectiveAcknowledgementPermitted,
@@ -108,7 +120,7 @@ fn a_dsr_flow_leaves_dnated_not_snated_with_the_frontend_in_an_ip_option() {
         "the client's own source"
     );
     assert_eq!(wire.ip_options, option_of(FRONTEND));
-    assert_eq!(wire.mss, Some(1452), "MSS lowered by the option's bytes");
+    assert_eq!(wire.mss, Some(1460), "the client's MSS: for the replies");
     assert!(bed.nat().is_empty(), "no SNAT port: {:?}", bed.nat());
 
     let ct = bed.ct();
@@ -190,7 +202,7 @@ fn the_backends_node_strips_the_option_and_replies_as_the_frontend() {
     let wire = on_wire(&delivered);
     assert_eq!(wire.flow, flow(CLIENT, REMOTE_POD));
     assert!(wire.ip_options.is_empty(), "{:?}", wire.ip_options);
-    assert_eq!(wire.mss, Some(1452));
+    assert_eq!(wire.mss, Some(1460));
     assert_eq!(delivered.len(), carried.len() - 8);
 
     let ct = backend.ct();
@@ -217,9 +229,15 @@ fn the_backends_node_strips_the_option_and_replies_as_the_frontend() {
     assert_eq!((value.addr_be, value.port_be), (NODE, NODE_PORT.to_be()));
     assert_ne!(value.flags & CT_F_DSR, 0);
 
-    // The backend's answer leaves its node as the frontend's, to the client.
-    let (verdict, reply) = backend.egress(&tcp(REMOTE_POD, CLIENT, Tcp::SynAck));
+    // The backend's answer leaves its node as the frontend's, to the
+    // client, announcing an MSS that leaves room for the option.
+    let (verdict, reply) = backend.egress(&syn_ack_with_mss(REMOTE_POD, CLIENT, 1460));
     assert_eq!(verdict, PASS);
+    let wire = on_wire(&reply);
+    assert_eq!(wire.flow, flow(FRONTEND, CLIENT));
+    assert_eq!(wire.mss, Some(1452), "MSS lowered by the option's bytes");
+    assert!(wire.ip_options.is_empty());
+    let (_, reply) = backend.egress(&tcp(REMOTE_POD, CLIENT, Tcp::Ack));
     assert_eq!(seen(&reply), flow(FRONTEND, CLIENT));
 
     // Later packets of the flow are stripped alike, the entry kept.

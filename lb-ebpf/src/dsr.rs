@@ -30,9 +30,8 @@ const IHL_MAX: u8 = 15;
 const TCP_OPT_MSS: [u8; 2] = [2, 4];
 
 /// Inserts the option carrying `frontend` into the IPv4 packet `p` (its
-/// header at `L2`), first lowering a SYN's MSS by the option's bytes so
-/// that the flow's full-sized segments still fit the path's MTU. An error
-/// (no room left for options: the flow cannot go DSR) drops the packet.
+/// header at `L2`). An error (no room left for options: the flow cannot
+/// go DSR) drops the packet.
 #[inline(always)]
 pub fn insert<const L2: usize, C: PacketCtx, A: Ip>(
     ctx: &C,
@@ -42,9 +41,6 @@ pub fn insert<const L2: usize, C: PacketCtx, A: Ip>(
     let head: [u8; 2] = ctx.load(L2)?;
     if head[0] & 0x0f > IHL_MAX - 2 {
         return Err(-1);
-    }
-    if p.proto == PROTO_TCP && p.tcp_flags & TCP_SYN != 0 && !p.later_fragment {
-        clamp_mss(ctx, p.l4())?;
     }
     let tot_len: u16 = ctx.load(L2 + IP_TOT_LEN)?;
     ctx.adjust_net(i32::from(DSR_OPT_LEN))?;
@@ -69,11 +65,17 @@ pub fn insert<const L2: usize, C: PacketCtx, A: Ip>(
     ctx.l3_csum_replace(csum, 0, u64::from(words[1]), 4)
 }
 
-/// Lowers the MSS a SYN announces by the option's length, where the MSS
-/// option comes first, as Linux, BSD and Windows send it; a SYN without
-/// one, or with it elsewhere, is left as it is.
+/// Lowers the MSS a backend's SYN-ACK (TCP `p`) announces to the client by
+/// the option's length, so that the client's full-sized segments, which
+/// carry the option from the load-balancing node on, still fit the MTU.
+/// Only where the MSS option comes first, as Linux, BSD and Windows send
+/// it; a SYN-ACK without one, or with it elsewhere, is left as it is.
 #[inline(always)]
-fn clamp_mss<C: PacketCtx>(ctx: &C, l4: usize) -> Result<(), i64> {
+pub fn clamp_mss<C: PacketCtx, A: Ip>(ctx: &C, p: &Packet<A>) -> Result<(), i64> {
+    if p.proto != PROTO_TCP || p.tcp_flags & TCP_SYN == 0 || p.later_fragment {
+        return Ok(());
+    }
+    let l4 = p.l4();
     let doff: u8 = ctx.load(l4 + 12)?;
     if doff >> 4 < 6 {
         return Ok(());

@@ -624,6 +624,10 @@ fn reply_flow<const L2: usize, C: PacketCtx, F: Family>(
                     }
                 }
             }
+            if ct.flags & CT_F_DSR != 0 {
+                // The client's segments will carry the option.
+                dsr::clamp_mss(ctx, p)?;
+            }
             p.rewrite::<L2, C>(ctx, false, ct.addr_be, ct.port_be)?;
             return Ok(Step::Done(PASS));
         }
