@@ -1,0 +1,133 @@
+//! Direct server return from outside the node, with real sockets in the
+//! two-node bed (`lb_tests::two_nodes`) and two real agents: a client's
+//! flow to node-1's NodePort reaches the pod on node-2 with the client's
+//! own address, and the pod's answer goes from node-2 straight to the
+//! router, as node-1's NodePort. Needs root; fails loudly without it.
+
+use lb_fixtures::yaml;
+use lb_tests::two_nodes::{Bed, CLIENT, NODE1, answers, node_objects, node_port_svc, p2, slice};
+
+/// `direct` (NodePort 30090, TCP and UDP) and `snatted` (30091, annotated
+/// `lb-agent.io/forwarding-mode: snat`), each with its one endpoint, p2, on
+/// node-2.
+fn manifest() -> String {
+    let [node1, node2] = node_objects();
+    yaml([
+        node1,
+        node2,
+        node_port_svc("direct", "10.96.58.1", 30090).into(),
+        slice("direct", vec![p2()]).into(),
+        node_port_svc("snatted", "10.96.58.2", 30091)
+            .annotation("lb-agent.io/forwarding-mode", "snat")
+            .into(),
+        slice("snatted", vec![p2()]).into(),
+    ])
+}
+
+/// Packets node-1's `eth0` received so far.
+fn node1_rx(bed: &Bed) -> anyhow::Result<u64> {
+    let text = bed.exec("n1", &["cat", "/sys/class/net/eth0/statistics/rx_packets"])?;
+    Ok(text.trim().parse()?)
+}
+
+/// The one answer of `r` (all `n` requests answered, from `to`).
+fn only(r: &lb_tests::probe::Report, n: u32, to: &str) -> String {
+    let got = answers(r, n, to);
+    assert_eq!(got.len(), 1, "{r:?}");
+    got.into_iter().next().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn dsr_flows_reach_the_remote_pod_with_the_clients_address_and_answer_around_the_node()
+-> anyhow::Result<()> {
+    let bed = Bed::new(&manifest())?;
+    let args = ["--bpf-lb-mode=dsr"];
+    let _agent1 = bed.agent_with(&bed.node1, &args)?;
+    let _agent2 = bed.agent_with(&bed.node2, &args)?;
+    let direct = format!("{NODE1}:30090");
+    let snatted = format!("{NODE1}:30091");
+    bed.wait_reachable(&direct)?;
+    let p2_sees_client = format!("p2 from {CLIENT}");
+
+    // TCP and UDP: p2 sees the client itself, the client sees the NodePort.
+    let r = bed.client(&["tcp", "--to", &direct, "-n", "20", "--from"])?;
+    assert_eq!(only(&r, 20, &direct), p2_sees_client);
+    let r = bed.client(&["udp", "--to", &direct, "-n", "20", "--from"])?;
+    assert_eq!(only(&r, 20, &direct), p2_sees_client);
+
+    // The answers do not pass node-1: of 40 datagrams each way, node-1
+    // receives the requests only (and a little neighbour discovery); the
+    // Service annotated `snat` gets its answers back through node-1.
+    let before = node1_rx(&bed)?;
+    let r = bed.client(&["udp", "--to", &direct, "-n", "40"])?;
+    assert_eq!((r.ok(), r.failed()), (40, 0), "{r:?}");
+    let dsr_rx = node1_rx(&bed)? - before;
+    let before = node1_rx(&bed)?;
+    let r = bed.client(&["udp", "--to", &snatted, "-n", "40", "--from"])?;
+    assert_eq!(only(&r, 40, &snatted), format!("p2 from {NODE1}"));
+    let snat_rx = node1_rx(&bed)? - before;
+    assert!(
+        dsr_rx < 60,
+        "node-1 received {dsr_rx} packets for 40 requests"
+    );
+    assert!(snat_rx >= 80, "node-1 received {snat_rx} packets, SNATed");
+
+    // Node-1 records the flows as DSR, no SNAT; node-2 holds their frontend.
+    let ct1 = bed.node1.pins.conntrack()?;
+    let ct2 = bed.node2.pins.conntrack()?;
+    let restored = |proto: &str, port: u16| {
+        ct2.lines().any(|l| {
+            l.starts_with(&format!("{proto} OUT 10.42.2.2:{port} -> {CLIENT}:"))
+                && l.contains(&format!(" frontend {direct} "))
+                && l.ends_with(" dsr")
+        })
+    };
+    assert!(restored("TCP ", 8080), "{ct2}");
+    assert!(restored("UDP ", 5353), "{ct2}");
+    let dsr_in = format!(" -> {direct} backend 10.42.2.2:");
+    assert!(
+        ct1.lines()
+            .any(|l| l.contains(&dsr_in) && l.ends_with(" dsr")),
+        "{ct1}"
+    );
+    assert!(
+        !ct1.lines()
+            .any(|l| l.contains(&dsr_in) && l.contains(" snat")),
+        "{ct1}"
+    );
+
+    // Full-sized segments both ways: the client's carry the option. One
+    // segment per packet from the client (no GSO, which would let the
+    // option's bytes be taken off the segment size after the fact): its
+    // 1500-byte packets fit node-1's egress only with the MSS lowered.
+    bed.exec("c", &["ip", "link", "set", "eth0", "gso_max_segs", "1"])?;
+    let r = bed.client(&["tcp", "--to", &direct, "-n", "3", "--size", "60000"])?;
+    assert_eq!((r.ok(), r.failed()), (3, 0), "a 60 kB upload: {r:?}");
+    let r = bed.client(&["tcp", "--to", &direct, "-n", "3", "--download", "400000"])?;
+    assert_eq!((r.ok(), r.failed()), (3, 0), "a 400 kB download: {r:?}");
+    Ok(())
+}
+
+#[test]
+fn hybrid_mode_returns_tcp_directly_and_snats_udp() -> anyhow::Result<()> {
+    let bed = Bed::new(&manifest())?;
+    let args = ["--bpf-lb-mode=hybrid"];
+    let _agent1 = bed.agent_with(&bed.node1, &args)?;
+    let _agent2 = bed.agent_with(&bed.node2, &args)?;
+    let direct = format!("{NODE1}:30090");
+    bed.wait_reachable(&direct)?;
+    let r = bed.client(&["tcp", "--to", &direct, "-n", "10", "--from"])?;
+    assert_eq!(only(&r, 10, &direct), format!("p2 from {CLIENT}"));
+    let r = bed.client(&["udp", "--to", &direct, "-n", "10", "--from"])?;
+    assert_eq!(only(&r, 10, &direct), format!("p2 from {NODE1}"));
+    let dump = bed.node1.pins.dump()?;
+    let from_outside = |proto: &str| {
+        dump.lines()
+            .find(|l| l.starts_with(&format!("{proto} {direct} ")) && l.ends_with(" from-outside"))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(from_outside("TCP ").contains(" dsr"), "{dump}");
+    assert!(!from_outside("UDP ").contains(" dsr"), "{dump}");
+    Ok(())
+}
