@@ -29,13 +29,12 @@ const IHL_MAX: u8 = 15;
 /// TCP's MSS option: kind and length.
 const TCP_OPT_MSS: [u8; 2] = [2, 4];
 
-/// Inserts the option carrying `frontend` into the IPv4 packet `p` (its
-/// header at `L2`). An error (no room left for options: the flow cannot
+/// Inserts the option carrying `frontend` into the IPv4 packet whose
+/// header is at `L2`. An error (no room left for options: the flow cannot
 /// go DSR) drops the packet.
 #[inline(always)]
 pub fn insert<const L2: usize, C: PacketCtx, A: Ip>(
     ctx: &C,
-    p: &Packet<A>,
     frontend: (A, u16),
 ) -> Result<(), i64> {
     let head: [u8; 2] = ctx.load(L2)?;

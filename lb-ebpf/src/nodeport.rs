@@ -670,7 +670,7 @@ fn dsr_insert_flow<const L2: usize, C: PacketCtx, F: Family>(
     };
     // SAFETY: looked up by this run: mapped while it runs (RCU).
     let frontend = unsafe { ((*entry).addr_be, (*entry).port_be) };
-    dsr::insert::<L2, C, F::Addr>(ctx, p, frontend)?;
+    dsr::insert::<L2, C, F::Addr>(ctx, frontend)?;
     Ok(PASS)
 }
 
