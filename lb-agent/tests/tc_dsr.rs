@@ -11,12 +11,16 @@
 #[path = "tc/bed.rs"]
 #[expect(dead_code, reason = "the other helpers serve tc_programs.rs")]
 mod bed;
+#[path = "tc/packets6.rs"]
+#[expect(dead_code, reason = "the other helpers serve tc_programs6.rs")]
+mod packets6;
 
 use bed::*;
 use etherparse::{NetHeaders, PacketBuilder, PacketHeaders, TcpOptionElement, TransportHeader};
 use lb_common::{
     CT_DIR_IN, CT_DIR_OUT, CT_F_DSR, CT_F_SNAT, FE_F_DSR, FE_F_EXTERNAL_LOCAL, PROTO_TCP, PROTO_UDP,
 };
+use packets6::*;
 
 /// The option as the backend's node must find it: Cilium's type 0x9a,
 /// length 8, the frontend's port and address.
@@ -260,4 +264,21 @@ fn a_packet_without_the_option_is_untouched_on_the_backends_node() {
     assert_eq!(verdict, PASS);
     assert_eq!(out, packet);
     assert!(backend.ct().is_empty());
+}
+
+#[test]
+fn an_ipv6_flow_of_a_dsr_frontend_is_snated_as_before() {
+    let mut bed = Bed::new();
+    bed.snat6(NODE6, 61_000, 61_010);
+    bed.frontend6(FRONTEND6, PROTO_TCP, FE_F_DSR, &[REMOTE_POD6]);
+    let (verdict, dnated) = bed.ingress(&tcp6(CLIENT6, FRONTEND6, Tcp::Syn));
+    assert_eq!(verdict, PASS);
+    let (verdict, out) = bed.egress(&dnated);
+    assert_eq!(verdict, PASS);
+    let wire = seen6(&out);
+    assert_eq!(wire.src.0, NODE6, "SNATed: {wire:?}");
+    assert_eq!(wire.dst, REMOTE_POD6);
+    assert_eq!(out.len(), dnated.len(), "no option added");
+    assert_eq!(bed.nat6().len(), 1);
+    assert!(bed.ct6().iter().all(|(_, v)| v.flags & CT_F_DSR == 0));
 }
