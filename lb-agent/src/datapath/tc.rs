@@ -25,6 +25,7 @@ use rustix::net::{AddressFamily, SocketType, netdevice::name_to_index, socket};
 
 use super::{
     error::{Error, io_err},
+    layout,
     loader::{pin_replacing, remove_if_present},
     pins::Pins,
 };
@@ -374,25 +375,11 @@ fn interface_names() -> Vec<String> {
 
 /// The pin names of our tc links.
 pub fn linked(pins: &Pins) -> Result<Vec<String>, Error> {
-    let links = pins.links_dir();
-    let entries = match fs::read_dir(&links) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io_err("reading", &links)(e)),
-    };
-    let mut names = Vec::new();
-    for entry in entries {
-        let name = entry
-            .map_err(io_err("reading", &links))?
-            .file_name()
-            .to_string_lossy()
-            .into_owned();
-        if PROGRAMS
+    let mut names = layout::pinned(&pins.links_dir())?;
+    names.retain(|name| {
+        PROGRAMS
             .iter()
             .any(|(_, _, _, prefix)| name.starts_with(prefix))
-        {
-            names.push(name);
-        }
-    }
+    });
     Ok(names)
 }

@@ -29,6 +29,7 @@ use lb_common::{XDP_DEVICES_MAX, XDP_DEVICES_SECTION};
 
 use super::{
     error::{Error, io_err},
+    layout,
     loader::{pin_replacing, remove_if_present},
     pins::Pins,
     tc,
@@ -199,22 +200,7 @@ fn attach(ebpf: &mut Ebpf, pins: &Pins, device: &str) -> Result<(), Error> {
 
 /// The pin names of our XDP links.
 pub fn linked(pins: &Pins) -> Result<Vec<String>, Error> {
-    let links = pins.links_dir();
-    let entries = match fs::read_dir(&links) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io_err("reading", &links)(e)),
-    };
-    let mut names = Vec::new();
-    for entry in entries {
-        let name = entry
-            .map_err(io_err("reading", &links))?
-            .file_name()
-            .to_string_lossy()
-            .into_owned();
-        if name.starts_with(PREFIX) && !name.ends_with("_new") {
-            names.push(name);
-        }
-    }
+    let mut names = layout::pinned(&pins.links_dir())?;
+    names.retain(|name| name.starts_with(PREFIX) && !name.ends_with("_new"));
     Ok(names)
 }
