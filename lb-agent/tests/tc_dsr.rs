@@ -4,7 +4,9 @@
 //! packets without SNAT and carries the frontend in an IPv4 option; the
 //! backend's node records the frontend, strips the option, and gives the
 //! backend's replies the frontend as their source, the SYN-ACK's MSS
-//! lowered by the option's 8 bytes (the client's segments carry it).
+//! lowered by the option's 8 bytes (the client's segments carry it). A
+//! frontend with Maglev and DSR takes a flow over mid-flow, at the backend
+//! its table names.
 //! Every checksum is checked against etherparse.
 //! Needs root (CAP_BPF and CAP_NET_ADMIN); without it every test fails.
 
@@ -18,7 +20,9 @@ mod packets6;
 use bed::*;
 use etherparse::{NetHeaders, PacketBuilder, PacketHeaders, TcpOptionElement, TransportHeader};
 use lb_common::{
-    CT_DIR_IN, CT_DIR_OUT, CT_F_DSR, CT_F_SNAT, FE_F_DSR, FE_F_EXTERNAL_LOCAL, PROTO_TCP, PROTO_UDP,
+    CFG_F_MIDFLOW, CT_DIR_IN, CT_DIR_OUT, CT_F_DSR, CT_F_KERNEL, CT_F_SNAT, CT_SEEN, Ct4Key,
+    Ct4Value, DatapathConfig, FE_F_DSR, FE_F_EXTERNAL_LOCAL, PROTO_TCP, PROTO_UDP,
+    STAT_TC_NEW_FLOW, STAT_TC_PASSED_UNTRACKED, Timeouts, ct_established,
 };
 use packets6::*;
 
@@ -281,4 +285,124 @@ fn an_ipv6_flow_of_a_dsr_frontend_is_snated_as_before() {
     assert_eq!(out.len(), dnated.len(), "no option added");
     assert_eq!(bed.nat6().len(), 1);
     assert!(bed.ct6().iter().all(|(_, v)| v.flags & CT_F_DSR == 0));
+}
+
+/// Mid-flow failover: a node with a frontend of `flags` (DSR, Maglev or
+/// both) whose two backends are on other nodes, told `config_flags`.
+/// Returns the bed and the backend each client port's flow hashes to.
+fn failover_node(flags: u16, maglev: bool, config_flags: u32) -> (Bed, impl Fn(u16) -> Addr) {
+    use lb_agent::model::maglev::{HashSeed, TableSize, lookup_table};
+    use lb_common::{FlowHash, ports_word};
+
+    let backends = [REMOTE_POD, ([10, 3, 0, 4], 8080)];
+    let addrs: Vec<std::net::SocketAddr> = backends
+        .iter()
+        .map(|(ip, port)| (std::net::Ipv4Addr::from(*ip), *port).into())
+        .collect();
+    let seed = HashSeed::default();
+    let table = lookup_table(&addrs, TableSize::try_from(251).unwrap(), &seed);
+    let mut bed = Bed::new();
+    bed.snat(NODE, 61_000, 61_010);
+    bed.frontend(NODE_PORT, PROTO_TCP, flags, &backends);
+    if maglev {
+        bed.maglev(NODE_PORT, PROTO_TCP, &table, seed.flow[0]);
+    }
+    let cfg = DatapathConfig {
+        flags: config_flags,
+        ..bed.config()
+    };
+    bed.set_config(cfg);
+    let hashed = move |sport: u16| {
+        let h = FlowHash::new(seed.flow[0])
+            .word(u32::from_ne_bytes(CLIENT.0))
+            .word(ports_word(sport.to_be(), NODE_PORT.to_be()))
+            .word(u32::from(PROTO_TCP))
+            .finish();
+        backends[table[(h % 251) as usize] as usize]
+    };
+    (bed, hashed)
+}
+
+#[test]
+fn with_maglev_and_dsr_a_mid_flow_segment_starts_its_flow_at_the_backend_the_table_names() {
+    let (bed, hashed) = failover_node(FE_F_DSR, true, CFG_F_MIDFLOW);
+    let mut reached = std::collections::BTreeSet::new();
+    for sport in 41_000..41_016 {
+        let client = (CLIENT.0, sport);
+        // The router moved the flow here: its next segment is an ACK.
+        let (verdict, dnated) = bed.ingress(&tcp(client, FRONTEND, Tcp::Ack));
+        assert_eq!(verdict, PASS);
+        assert_eq!(seen(&dnated), flow(client, hashed(sport)), "{sport}");
+        let (verdict, out) = bed.egress(&dnated);
+        assert_eq!(verdict, PASS);
+        let wire = on_wire(&out);
+        assert_eq!(wire.flow, flow(client, hashed(sport)), "not SNATed");
+        assert_eq!(wire.ip_options, option_of(FRONTEND));
+        reached.insert(hashed(sport));
+    }
+    assert_eq!(reached.len(), 2, "16 flows reach both backends");
+    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 16);
+    assert_eq!(bed.stat(STAT_TC_PASSED_UNTRACKED), 0);
+    assert!(bed.nat().is_empty());
+
+    // The flows are established at once: they live as established flows,
+    // not as a SYN's.
+    let syn_client = (CLIENT.0, 42_000);
+    bed.ingress(&tcp(syn_client, FRONTEND, Tcp::Syn));
+    let ct = bed.ct();
+    let expires = |port: u16| {
+        ct.iter()
+            .find(|(k, _)| k.dir == CT_DIR_IN && k.sport_be == port.to_be())
+            .map(|(_, v)| *v)
+            .unwrap()
+    };
+    let (taken, syn) = (expires(41_000), expires(42_000));
+    assert!(ct_established(taken.seen_client, taken.seen_backend));
+    let t = Timeouts::DEFAULT;
+    assert!(
+        taken.expires.wrapping_sub(syn.expires) >= t.tcp - t.tcp_syn - 1,
+        "{taken:?} {syn:?}"
+    );
+}
+
+#[test]
+fn a_mid_flow_segment_stays_the_kernels_without_the_flag_maglev_or_dsr() {
+    for (flags, maglev, config_flags, why) in [
+        (FE_F_DSR, true, 0, "the agent has not taken over yet"),
+        (FE_F_DSR, false, CFG_F_MIDFLOW, "no Maglev table"),
+        (0, true, CFG_F_MIDFLOW, "SNATed, not DSR"),
+    ] {
+        let (bed, _) = failover_node(flags, maglev, config_flags);
+        let segment = tcp(CLIENT, FRONTEND, Tcp::Ack);
+        assert_eq!(bed.ingress(&segment), (PASS, segment), "{why}");
+        assert!(bed.ct().is_empty(), "{why}");
+        assert_eq!(bed.stat(STAT_TC_PASSED_UNTRACKED), 1, "{why}");
+    }
+}
+
+#[test]
+fn a_flow_the_kernel_tracks_stays_the_kernels_at_a_failover_frontend() {
+    let (mut bed, _) = failover_node(FE_F_DSR, true, CFG_F_MIDFLOW);
+    // As the agent seeds kube-proxy's TCP flows when it takes over.
+    let key = Ct4Key {
+        saddr_be: CLIENT.0,
+        daddr_be: NODE,
+        sport_be: CLIENT.1.to_be(),
+        dport_be: NODE_PORT.to_be(),
+        proto: PROTO_TCP,
+        dir: CT_DIR_IN,
+        _pad0: [0; 2],
+    };
+    let kernel = Ct4Value {
+        flags: CT_F_KERNEL,
+        seen_client: CT_SEEN,
+        seen_backend: CT_SEEN,
+        expires: lb_agent::datapath::conntrack::now() + 30,
+        ..Ct4Value::default()
+    };
+    bed.ct.insert(key, kernel, 0).unwrap();
+    let segment = tcp(CLIENT, FRONTEND, Tcp::Ack);
+    assert_eq!(bed.ingress(&segment), (PASS, segment), "untouched");
+    assert_eq!(bed.ct().len(), 1, "no entry of ours: {:?}", bed.ct());
+    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 0);
 }

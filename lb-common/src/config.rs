@@ -46,6 +46,13 @@ const _: () = assert!(size_of::<DatapathConfig>() == 56);
 /// in their `*_PREV` slots, and the programs look there for what their own
 /// maps lack.
 pub const CFG_F_PREV: u32 = 1;
+/// Mid-flow failover: a TCP segment without SYN and without a flow of
+/// ours, to a frontend with both a Maglev table and DSR, starts a flow of
+/// ours, to the backend the node that had the flow picked (the tables
+/// agree on every node). Set by the agent once the kernel's flows are left
+/// to it, so that no connection the kernel's conntrack translates
+/// (kube-proxy's) is taken from it.
+pub const CFG_F_MIDFLOW: u32 = 1 << 1;
 
 impl DatapathConfig {
     /// Whether a reply to the SNAT address on `port` (host order) may be

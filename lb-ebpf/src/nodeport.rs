@@ -9,7 +9,8 @@
 //! an external frontend (`SCOPE_EXTERNAL`) picks a backend, records the
 //! flow in both directions and is DNATed. TCP without SYN and without a
 //! flow of ours is left to the kernel, whose conntrack may translate it
-//! (kube-proxy's flows, when the agent took over).
+//! (kube-proxy's flows, when the agent took over), but at a frontend with
+//! Maglev and DSR, where it is a flow another node had (mid-flow failover).
 //! Egress: replies to clients get their frontend back as source; packets
 //! of `externalTrafficPolicy: Cluster` flows leaving towards a backend on
 //! another node are SNATed to the node address.
@@ -25,12 +26,13 @@ use core::mem::MaybeUninit;
 
 use aya_ebpf::{btf_maps::lpm_trie::Key, helpers::bpf_get_prandom_u32};
 use lb_common::{
-    CT_DIR_IN, CT_DIR_OUT, CT_F_DSR, CT_F_KERNEL, CT_F_SNAT, CT_SEEN, CtKey, CtValue,
-    DatapathConfig, FE_F_DSR, FE_F_EXTERNAL_LOCAL, FE_F_SOURCE_RANGES, FlowHash, NatKey, PROTO_TCP,
-    STAT_PASSED_REMOVED, STAT_REFUSED_INCONSISTENT, STAT_TC_DROP_CT_FULL, STAT_TC_DROP_FRAGMENT,
-    STAT_TC_DROP_NO_LOCAL, STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_DROP_SOURCE_RANGE,
-    STAT_TC_NEW_FLOW, STAT_TC_PASSED_UNTRACKED, STAT_TC_REJECT_NO_ENDPOINTS, SourceRange, TCP_ACK,
-    TCP_SYN, ct_closed, ct_expired, ct_new_expiry, ports_word, seen_bits,
+    CFG_F_MIDFLOW, CT_DIR_IN, CT_DIR_OUT, CT_F_DSR, CT_F_KERNEL, CT_F_SNAT, CT_SEEN, CtKey,
+    CtValue, DatapathConfig, FE_F_DSR, FE_F_EXTERNAL_LOCAL, FE_F_MAGLEV, FE_F_SOURCE_RANGES,
+    FlowHash, NatKey, PROTO_TCP, STAT_PASSED_REMOVED, STAT_REFUSED_INCONSISTENT,
+    STAT_TC_DROP_CT_FULL, STAT_TC_DROP_FRAGMENT, STAT_TC_DROP_NO_LOCAL,
+    STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_DROP_SOURCE_RANGE, STAT_TC_NEW_FLOW,
+    STAT_TC_PASSED_UNTRACKED, STAT_TC_REJECT_NO_ENDPOINTS, SourceRange, TCP_ACK, TCP_SYN,
+    ct_closed, ct_established, ct_expired, ct_new_expiry, ports_word, seen_bits,
 };
 
 use crate::{
@@ -351,16 +353,55 @@ fn known_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
         return Ok(Step::Done(PASS));
     }
     if p.proto == PROTO_TCP && !syn {
-        // Only a SYN starts a flow. Anything else without one is a flow
-        // the kernel may know (kube-proxy's, when the agent took over) or
-        // none: the kernel translates it, or resets it as a reset backend
-        // would.
-        if !H::FIRST && F::frontends().get_ptr(p.frontend::<F>()).is_some() {
-            count_tc::<H, F>(STAT_TC_PASSED_UNTRACKED);
+        // Only a SYN starts a flow, but for mid-flow failover. Anything
+        // else without one is a flow the kernel may know (kube-proxy's,
+        // when the agent took over) or none: the kernel translates it, or
+        // resets it as a reset backend would.
+        if H::FIRST {
+            return Ok(Step::Done(PASS));
+        }
+        match untracked::<F>(p, cfg.flags & CFG_F_MIDFLOW != 0) {
+            UNTRACKED_FAILOVER => return Ok(Step::New),
+            UNTRACKED_FRONTEND => count_tc::<H, F>(STAT_TC_PASSED_UNTRACKED),
+            _ => {}
         }
         return Ok(Step::Done(PASS));
     }
     Ok(Step::New)
+}
+
+/// [`untracked`]: the segment is to no frontend of ours.
+const UNTRACKED_NONE: u32 = 0;
+/// [`untracked`]: to a frontend, left to the kernel.
+const UNTRACKED_FRONTEND: u32 = 1;
+/// [`untracked`]: to a frontend that takes flows over mid-flow.
+const UNTRACKED_FAILOVER: u32 = 2;
+
+/// What becomes of a TCP segment without SYN and without a flow of ours.
+/// With `failover` (`CFG_F_MIDFLOW`), one to an IPv4 frontend with a
+/// Maglev table and DSR is a flow another node balanced until the router
+/// in front moved it here: this node's table names the same backend, and
+/// DSR lets the backend answer the client as before, so the flow starts
+/// here as if new. A SNATed flow could not move: its backend knows it by
+/// the other node's address.
+#[inline(never)]
+fn untracked<F: Family>(p: &Packet<F::Addr>, failover: bool) -> u32 {
+    let key = p.frontend::<F>();
+    let Some(id) = F::frontends().get_ptr(key) else {
+        return UNTRACKED_NONE;
+    };
+    if !failover || size_of::<F::Addr>() != 4 {
+        return UNTRACKED_FRONTEND;
+    }
+    // SAFETY: looked up by this run: mapped while it runs (RCU).
+    match F::read_state(unsafe { (*id).id }) {
+        Some(s)
+            if s.owner == key && s.flags & (FE_F_MAGLEV | FE_F_DSR) == FE_F_MAGLEV | FE_F_DSR =>
+        {
+            UNTRACKED_FAILOVER
+        }
+        _ => UNTRACKED_FRONTEND,
+    }
 }
 
 /// Whether the packet's source is in one of its frontend's source ranges.
@@ -541,19 +582,27 @@ fn record_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     } else {
         CT_F_SNAT
     };
-    // Whatever its first packet, a new flow lives as if it were a SYN.
+    let seen_client = seen_bits(p.proto, p.tcp_flags);
+    // A DSR flow's replies never pass here: its backend side counts as
+    // seen, so that the client's ACK establishes it.
+    let seen_backend = if dsr { CT_SEEN } else { 0 };
+    // Whatever its first packet, a new flow lives as if it were a SYN, but
+    // a DSR flow taken over mid-flow, which is established already.
+    let expires = if p.proto == PROTO_TCP && ct_established(seen_client, seen_backend) {
+        now.wrapping_add(t.tcp)
+    } else {
+        ct_new_expiry(&t, p.proto, now)
+    };
     let inbound = CtValue {
         addr_be: b.addr,
         port_be: b.port_be,
         flags: snat,
         nat_addr_be: F::Addr::default(),
         nat_port_be: 0,
-        seen_client: seen_bits(p.proto, p.tcp_flags),
-        // A DSR flow's replies never pass here: its backend side counts as
-        // seen, so that the client's ACK establishes it.
-        seen_backend: if dsr { CT_SEEN } else { 0 },
+        seen_client,
+        seen_backend,
         backend_id: b.id,
-        expires: ct_new_expiry(&t, p.proto, now),
+        expires,
     };
     let outbound = CtValue {
         addr_be: p.daddr,

@@ -2,10 +2,17 @@
 //! two-node bed (`lb_tests::two_nodes`) and two real agents: a client's
 //! flow to node-1's NodePort reaches the pod on node-2 with the client's
 //! own address, and the pod's answer goes from node-2 straight to the
-//! router, as node-1's NodePort. Needs root; fails loudly without it.
+//! router, as node-1's NodePort. With Maglev too, a connection goes on
+//! when the router moves it to the other node mid-flow. Needs root; fails
+//! loudly without it.
 
-use lb_fixtures::yaml;
-use lb_tests::two_nodes::{Bed, CLIENT, NODE1, answers, node_objects, node_port_svc, p2, slice};
+use std::{collections::BTreeSet, time::Duration};
+
+use lb_fixtures::{Svc, SvcPort, yaml};
+use lb_tests::{
+    probe::Held,
+    two_nodes::{Bed, CLIENT, NODE1, NODE2, answers, node_objects, node_port_svc, p1, p2, slice},
+};
 
 /// `direct` (NodePort 30090, TCP and UDP) and `snatted` (30091, annotated
 /// `lb-agent.io/forwarding-mode: snat`), each with its one endpoint, p2, on
@@ -129,5 +136,89 @@ fn hybrid_mode_returns_tcp_directly_and_snats_udp() -> anyhow::Result<()> {
     };
     assert!(from_outside("TCP ").contains(" dsr"), "{dump}");
     assert!(!from_outside("UDP ").contains(" dsr"), "{dump}");
+    Ok(())
+}
+
+/// `moving`'s load-balancer IP, in the range the router sends to node-1.
+const MOVING_IP: &str = "198.51.100.40";
+
+/// Mid-flow failover: with Maglev and DSR on both nodes, held connections
+/// to a load-balancer IP (one endpoint on each node) go on, each with its
+/// pod, while the router sends the IP to node-2 and back to node-1, as a
+/// router in front of the cluster does when its ECMP set changes.
+#[test]
+fn with_maglev_and_dsr_connections_survive_the_router_moving_them_to_another_node()
+-> anyhow::Result<()> {
+    let [node1, node2] = node_objects();
+    let manifest = yaml([
+        node1,
+        node2,
+        Svc::new("default", "moving")
+            .type_("LoadBalancer")
+            .cluster_ip("10.96.58.3")
+            .with_port(SvcPort::new("http", 80, "TCP").node_port(30092))
+            .lb_ingress(MOVING_IP, Some("VIP"))
+            .into(),
+        slice("moving", vec![p1(), p2()]).into(),
+    ]);
+    let bed = Bed::new(&manifest)?;
+    let args = ["--bpf-lb-algorithm=maglev", "--bpf-lb-mode=dsr"];
+    let _agent1 = bed.agent_with(&bed.node1, &args)?;
+    let _agent2 = bed.agent_with(&bed.node2, &args)?;
+    let to = format!("{MOVING_IP}:80");
+    bed.wait_reachable(&to)?;
+
+    // 16 connections through node-1, each answered by its pod.
+    let c = bed.nodes.ns("c");
+    let mut held = Vec::new();
+    for _ in 0..16 {
+        let mut h = Held::open_in(&c, None, &to)?;
+        let pod = h.request()?;
+        held.push((h, pod));
+    }
+    let pods: BTreeSet<&str> = held.iter().map(|(_, pod)| pod.as_str()).collect();
+    assert_eq!(
+        pods,
+        BTreeSet::from(["p1", "p2"]),
+        "16 flows reach both pods"
+    );
+    let taken_over = |node: &lb_tests::two_nodes::NodeBed| -> anyhow::Result<usize> {
+        let ct = node.pins.conntrack()?;
+        let inbound = format!(" -> {to} backend ");
+        Ok(ct
+            .lines()
+            .filter(|l| l.starts_with("TCP  IN ") && l.contains(&inbound))
+            .count())
+    };
+    assert_eq!(taken_over(&bed.node2)?, 0, "node-2 has seen none of them");
+
+    // The router sends the IP to node-2, then back to node-1: every
+    // request on every connection is answered by the pod it had.
+    let mut requests = 0;
+    for (via, node) in [(NODE2, &bed.node2), (NODE1, &bed.node1)] {
+        bed.exec(
+            "r",
+            &[
+                "ip",
+                "route",
+                "replace",
+                &format!("{MOVING_IP}/32"),
+                "via",
+                via,
+            ],
+        )?;
+        for _ in 0..3 {
+            for (h, pod) in &mut held {
+                assert_eq!(h.request()?, *pod, "through {via}");
+                requests += 1;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(taken_over(node)? >= 16, "{}", node.pins.conntrack()?);
+    }
+    assert_eq!(requests, 96);
+    // New connections through node-1 again are answered too.
+    let r = bed.client(&["tcp", "--to", &to, "-n", "20"])?;
+    assert_eq!((r.ok(), r.failed()), (20, 0), "{r:?}");
     Ok(())
 }

@@ -128,9 +128,10 @@ fn kube_proxy_services(side: &Side, own: IpAddr) -> Vec<SvcSpec> {
 }
 
 /// kube-proxy (its rules for `side`'s family) serves held TCP connections
-/// and UDP flows; the agents start and the rules go; every connection goes
-/// on with its backend, translated by the kernel, and new ones are ours.
-fn replace_kube_proxy(side: &Side) -> anyhow::Result<()> {
+/// and UDP flows; the agents start (with `args`) and the rules go; every
+/// connection goes on with its backend, translated by the kernel, and new
+/// ones are ours.
+fn replace_kube_proxy(side: &Side, args: &[&str]) -> anyhow::Result<()> {
     let bed = Bed::new(&manifest(side))?;
     for (host, own) in [("n1", side.pods[0]), ("n2", side.pods[1])] {
         let rules = kubeproxy::iptables_restore(&kube_proxy_services(side, own), side.cluster_cidr);
@@ -174,7 +175,10 @@ fn replace_kube_proxy(side: &Side) -> anyhow::Result<()> {
 
     // The agents start on both nodes, their programs attach in front of
     // kube-proxy's rules; then kube-proxy's rules go.
-    let _agents = [bed.agent(&bed.node1)?, bed.agent(&bed.node2)?];
+    let _agents = [
+        bed.agent_with(&bed.node1, args)?,
+        bed.agent_with(&bed.node2, args)?,
+    ];
     bed.wait_reachable(&targets[0][0])?;
     bed.wait_reachable(&targets[1][1])?;
     let iptables = side.iptables;
@@ -216,10 +220,18 @@ fn replace_kube_proxy(side: &Side) -> anyhow::Result<()> {
 
 #[test]
 fn replacing_kube_proxy_keeps_every_established_connection() -> anyhow::Result<()> {
-    replace_kube_proxy(&V4)
+    replace_kube_proxy(&V4, &[])
 }
 
 #[test]
 fn replacing_kube_proxy_keeps_every_established_ipv6_connection() -> anyhow::Result<()> {
-    replace_kube_proxy(&V6)
+    replace_kube_proxy(&V6, &[])
+}
+
+/// With Maglev and DSR, the programs take TCP flows over mid-flow (a flow
+/// another node balanced): never one the kernel's conntrack translates.
+#[test]
+fn replacing_kube_proxy_with_maglev_and_dsr_keeps_every_established_connection()
+-> anyhow::Result<()> {
+    replace_kube_proxy(&V4, &["--bpf-lb-algorithm=maglev", "--bpf-lb-mode=dsr"])
 }

@@ -53,7 +53,7 @@ impl Agent {
     /// Loads the programs and maps (migrating older ones), and attaches
     /// the programs unless a migration must fill new maps first.
     pub(super) fn start(config: &RunConfig, shared: Arc<Shared>) -> anyhow::Result<Self> {
-        let tc = TcSettings::new(config.conntrack, config.maglev.seed)?;
+        let mut tc = TcSettings::new(config.conntrack, config.maglev.seed)?;
         let cgroup = match &config.cgroup {
             Some(p) => p.clone(),
             None => cgroup::cgroup2_mount()
@@ -69,6 +69,8 @@ impl Agent {
                 )
             })?;
         log_start(datapath.start(), &pins, config);
+        // An earlier agent took over from kube-proxy when it started.
+        tc.midflow = *datapath.start() != Start::Fresh;
         let _ = shared.metrics.datapath_maps.set(pins.maps_dir());
         let grace = MembarrierGrace::start().context("starting the grace-period thread")?;
         if !MembarrierGrace::exact() {

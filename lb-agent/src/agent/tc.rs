@@ -6,7 +6,7 @@ use std::{
     net::{IpAddr, SocketAddr},
 };
 
-use lb_common::DatapathConfig;
+use lb_common::{CFG_F_MIDFLOW, DatapathConfig};
 use tracing::{error, info, warn};
 
 use super::start::Agent;
@@ -33,6 +33,11 @@ pub(super) struct TcSettings {
     /// Whether the kernel's flows were left to it ([`Agent::take_over`]),
     /// once, around the tc programs' first attachment.
     taken_over: bool,
+    /// Whether the programs may take flows over mid-flow (`CFG_F_MIDFLOW`):
+    /// once the kernel's flows are left to it, or from the start when an
+    /// earlier agent's maps were found (it took over from kube-proxy then;
+    /// clearing the flag meanwhile would fail a flow moving to this node).
+    pub(super) midflow: bool,
     /// Whether the first attachment of the XDP fast path was checked
     /// (`--bpf-lb-acceleration=native` refuses to run without it).
     xdp_checked: bool,
@@ -48,6 +53,7 @@ impl TcSettings {
             maglev_seed: maglev.flow[0],
             written: None,
             taken_over: false,
+            midflow: false,
             xdp_checked: false,
         })
     }
@@ -77,7 +83,7 @@ impl TcSettings {
             nat_port_min: ct.snat_ports.0,
             nat_port_max: ct.snat_ports.1,
             nat_seed: self.nat_seed,
-            flags: 0,
+            flags: if self.midflow { CFG_F_MIDFLOW } else { 0 },
             timeout_tcp: t.tcp,
             timeout_tcp_syn: t.tcp_syn,
             timeout_tcp_fin: t.tcp_fin,
@@ -130,6 +136,15 @@ impl Agent {
             // Flows the kernel made while the programs were attaching.
             self.take_over();
             self.tc.taken_over = true;
+            if !self.tc.midflow {
+                self.tc.midflow = true;
+                if let Err(e) = self.write_tc_config() {
+                    error!(
+                        error = &e as &dyn std::error::Error,
+                        "writing the tc programs' settings failed; retrying at the next sync"
+                    );
+                }
+            }
         }
         self.tc_unattached
             .set(self.datapath.unattached_devices() as f64);
@@ -202,11 +217,10 @@ impl Agent {
         Ok(())
     }
 
-    /// Leaves the UDP flows kube-proxy's rules made to our external
-    /// frontends, and the SNAT ports of its flows, to the kernel, whose
-    /// conntrack keeps translating them (`datapath/takeover.rs`): replacing
-    /// kube-proxy on a live node keeps its connections. TCP needs nothing:
-    /// a segment without SYN and without a flow of ours is the kernel's.
+    /// Leaves the flows kube-proxy's rules made to our external frontends,
+    /// and the SNAT ports of its flows, to the kernel, whose conntrack
+    /// keeps translating them (`datapath/takeover.rs`): replacing
+    /// kube-proxy on a live node keeps its connections.
     fn take_over(&mut self) {
         let frontends: HashSet<(SocketAddr, u8)> = self
             .syncer
@@ -218,8 +232,8 @@ impl Agent {
             Err(e) => {
                 warn!(
                     error = &e as &dyn std::error::Error,
-                    "reading the kernel's conntrack: UDP flows another proxy made are balanced \
-                     anew by the tc programs"
+                    "reading the kernel's conntrack: UDP flows another proxy made (and TCP ones \
+                     to Maglev DSR frontends) are balanced anew by the tc programs"
                 );
                 return;
             }
@@ -234,7 +248,7 @@ impl Agent {
             .seed_kernel_flows(&flows, is_frontend, &config, conntrack::now())
         {
             Ok(s) if s.flows + s.ports > 0 => info!(
-                udp_flows = s.flows,
+                flows = s.flows,
                 snat_ports = s.ports,
                 "left flows the kernel's conntrack translates (kube-proxy's) to it"
             ),
@@ -281,6 +295,7 @@ mod tests {
             maglev_seed: 9,
             written: None,
             taken_over: false,
+            midflow: false,
             xdp_checked: false,
         }
     }
@@ -321,6 +336,12 @@ mod tests {
         );
         // The datapath's part is not the agent's to set.
         assert_eq!((c.flags, c.nat_reply_min, c.nat_reply_max), (0, 0, 0));
+        // Mid-flow failover, once the kernel's flows are left to it.
+        let s = TcSettings {
+            midflow: true,
+            ..settings()
+        };
+        assert_eq!(s.config(&[], &[]).flags, CFG_F_MIDFLOW);
     }
 
     #[test]

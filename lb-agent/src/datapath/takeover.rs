@@ -2,16 +2,18 @@
 //!
 //! kube-proxy's flows live in the kernel's conntrack, which keeps
 //! translating them after its rules are gone. The tc programs leave a TCP
-//! packet without SYN and without a flow of theirs to the kernel, so
-//! established TCP connections go on by themselves; a UDP datagram cannot
-//! tell an old flow from a new one. So before the tc programs first attach
-//! (and again right after, for flows the kernel made meanwhile) the agent
-//! reads the kernel's conntrack (`kernel_conntrack.rs`) and writes, for each
-//! UDP flow kube-proxy's rules sent from a client to one of our external
-//! frontends, a `CT_F_KERNEL` entry that leaves its datagrams to the
-//! kernel; and for each flow the kernel masqueraded to a port of our SNAT
-//! range, a `CT_F_KERNEL` mapping that keeps the port from our new flows
-//! and leaves its replies to the kernel. Entries live as any flow's, and a
+//! packet without SYN and without a flow of theirs to the kernel (but at a
+//! frontend with Maglev and DSR, which takes flows over mid-flow); a UDP
+//! datagram cannot tell an old flow from a new one. So before the tc
+//! programs first attach (and again right after, for flows the kernel made
+//! meanwhile) the agent reads the kernel's conntrack
+//! (`kernel_conntrack.rs`) and writes, for each flow kube-proxy's rules
+//! sent from a client to one of our external frontends, a `CT_F_KERNEL`
+//! entry that leaves its packets to the kernel; and for each flow the
+//! kernel masqueraded to a port of our SNAT range, a `CT_F_KERNEL` mapping
+//! that keeps the port from our new flows and leaves its replies to the
+//! kernel. The agent lets the programs take flows over mid-flow only once
+//! this is done (`CFG_F_MIDFLOW`). Entries live as any flow's, and a
 //! client opening a new connection on such a tuple starts a flow of ours.
 //! Nothing of ours is ever overwritten. IPv4 and IPv6 flows alike, each
 //! into its family's maps.
@@ -35,7 +37,7 @@ use super::{
 /// What [`seed`] wrote.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Seeded {
-    /// UDP flows left to the kernel.
+    /// Flows left to the kernel.
     pub flows: usize,
     /// SNAT ports held for the kernel's flows.
     pub ports: usize,
@@ -85,7 +87,7 @@ where
 /// What [`seed`] writes for one family.
 #[derive(Debug)]
 struct Entries<A> {
-    /// Conntrack entries of UDP flows left to the kernel.
+    /// Conntrack entries of flows left to the kernel.
     flows: Vec<(CtKey<A>, CtValue<A>)>,
     /// SNAT mappings of ports the kernel's flows hold.
     ports: Vec<(NatKey<A>, NatValue<A>)>,
@@ -133,25 +135,23 @@ fn entries<A: Addr>(
             timeouts.tcp
         };
         let expires = now.wrapping_add(f.timeout_secs.clamp(1, max));
-        if f.proto == PROTO_UDP {
-            let key = CtKey {
-                saddr_be: client.0,
-                daddr_be: frontend.0,
-                sport_be: client.1,
-                dport_be: frontend.1,
-                proto: f.proto,
-                dir: CT_DIR_IN,
-                _pad0: [0; 2],
-            };
-            let value = CtValue {
-                flags: CT_F_KERNEL,
-                seen_client: CT_SEEN,
-                seen_backend: CT_SEEN,
-                expires,
-                ..CtValue::default()
-            };
-            e.flows.push((key, value));
-        }
+        let key = CtKey {
+            saddr_be: client.0,
+            daddr_be: frontend.0,
+            sport_be: client.1,
+            dport_be: frontend.1,
+            proto: f.proto,
+            dir: CT_DIR_IN,
+            _pad0: [0; 2],
+        };
+        let value = CtValue {
+            flags: CT_F_KERNEL,
+            seen_client: CT_SEEN,
+            seen_backend: CT_SEEN,
+            expires,
+            ..CtValue::default()
+        };
+        e.flows.push((key, value));
         if f.src_nat && reply_to.0 == snat && ports.contains(&f.reply_dst.port()) {
             let key = NatKey {
                 saddr_be: backend.0,
@@ -237,7 +237,7 @@ mod tests {
                 (remote, 5353),
                 (node, 2000).into(),
             ),
-            // TCP to it: left alone (no SYN, no flow), but its port is held.
+            // TCP to it.
             flow(
                 PROTO_TCP,
                 (node, 30080),
@@ -268,17 +268,18 @@ mod tests {
         ]
     }
 
-    /// The entries of family `A` for `kernel`: those of the UDP flows of
-    /// [`kube_proxy_flows`] from `client`, and the ports they hold.
+    /// The entries of family `A` for `kernel`: those of the flows of
+    /// [`kube_proxy_flows`] from `client` to a frontend, and the ports they
+    /// hold.
     fn check<A: Addr + std::fmt::Debug>(kernel: &[KernelFlow], cfg: &DatapathConfig, client: &str) {
         let frontends = |a: SocketAddr, _| a.port() == 30053 || a.port() == 30080;
         let Entries { flows, ports: held } = entries::<A>(kernel, frontends, cfg, 100);
-        assert_eq!(flows.len(), 2, "{flows:?}");
+        // The two UDP flows and the two TCP flows, whose tuples from the
+        // client are alike (the writes keep the first of each).
+        assert_eq!(flows.len(), 4, "{flows:?}");
         for (k, v) in &flows {
-            assert_eq!(
-                (k.proto, k.dir, k.dport_be),
-                (PROTO_UDP, CT_DIR_IN, 30053u16.to_be())
-            );
+            let port = if k.proto == PROTO_UDP { 30053 } else { 30080 };
+            assert_eq!((k.dir, k.dport_be), (CT_DIR_IN, u16::to_be(port)));
             assert_eq!((k.saddr_be.ip(), k.sport_be), (ip(client), 2000u16.to_be()));
             assert_eq!((v.flags, v.expires), (CT_F_KERNEL, 125));
         }
