@@ -136,7 +136,8 @@ pub struct ForwardingArgs {
     #[arg(long, value_name = "snat|dsr|hybrid", default_value = "snat")]
     pub bpf_lb_mode: LbMode,
     /// How DSR carries the service address to the backend's node: `opt`,
-    /// an IPv4 option (the only one for now).
+    /// an IPv4 option or IPv6 destination-options header (the only one for
+    /// now).
     #[arg(long, value_name = "opt", default_value = "opt")]
     pub bpf_lb_dsr_dispatch: DsrDispatch,
 }

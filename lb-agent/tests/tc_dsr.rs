@@ -4,7 +4,8 @@
 //! packets without SNAT and carries the frontend in an IPv4 option; the
 //! backend's node records the frontend, strips the option, and gives the
 //! backend's replies the frontend as their source, the SYN-ACK's MSS
-//! lowered by the option's 8 bytes (the client's segments carry it). A
+//! lowered by the option's 8 bytes (the client's segments carry it);
+//! IPv6 alike, with a destination-options header of 24 bytes. A
 //! frontend with Maglev and DSR takes a flow over mid-flow, at the backend
 //! its table names.
 //! Every checksum is checked against etherparse.
@@ -270,21 +271,151 @@ fn a_packet_without_the_option_is_untouched_on_the_backends_node() {
     assert!(backend.ct().is_empty());
 }
 
-#[test]
-fn an_ipv6_flow_of_a_dsr_frontend_is_snated_as_before() {
+/// An IPv6 SYN (or SYN-ACK) announcing MSS `mss`.
+fn handshake6_with_mss(src: Addr6, dst: Addr6, mss: u16, ack: bool) -> Vec<u8> {
+    let builder = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv6(src.0, dst.0, 64)
+        .tcp(src.1, dst.1, 1000, 64_240)
+        .syn();
+    let builder = if ack { builder.ack(1001) } else { builder };
+    let builder = builder
+        .options(&[TcpOptionElement::MaximumSegmentSize(mss)])
+        .unwrap();
+    let mut out = Vec::with_capacity(builder.size(0));
+    builder.write(&mut out, &[]).unwrap();
+    out
+}
+
+/// What an IPv6 packet of a DSR flow carries on the wire: its addresses
+/// (checksums and payload length checked), its destination-options
+/// header's next header and options, and a SYN's MSS.
+#[derive(Debug)]
+struct OnWire6 {
+    flow: Seen6,
+    dest_opts: Option<(u8, Vec<u8>)>,
+    mss: Option<u16>,
+}
+
+fn on_wire6(packet: &[u8]) -> OnWire6 {
+    let flow = seen6(packet);
+    let headers = PacketHeaders::from_ethernet_slice(packet).unwrap();
+    let Some(NetHeaders::Ipv6(ip, exts)) = &headers.net else {
+        panic!("not IPv6");
+    };
+    assert_eq!(
+        usize::from(ip.payload_length),
+        packet.len() - 14 - 40,
+        "IPv6 payload length"
+    );
+    let mss = match &headers.transport {
+        Some(TransportHeader::Tcp(t)) => t.options_iterator().find_map(|o| match o {
+            Ok(TcpOptionElement::MaximumSegmentSize(m)) => Some(m),
+            _ => None,
+        }),
+        _ => None,
+    };
+    OnWire6 {
+        flow,
+        dest_opts: exts
+            .destination_options
+            .as_ref()
+            .map(|d| (d.next_header.0, d.payload().to_vec())),
+        mss,
+    }
+}
+
+/// The header's options as the backend's node must find them: Cilium's
+/// type 0x1b, length 20, the frontend's address and port, two bytes of
+/// padding.
+fn options6_of(frontend: Addr6) -> Vec<u8> {
+    let mut opts = vec![0x1b, 20];
+    opts.extend(frontend.0);
+    opts.extend(frontend.1.to_be_bytes());
+    opts.extend([0, 0]);
+    opts
+}
+
+/// [`lb_node`] for IPv6.
+fn lb_node6(proto: u8) -> Bed {
     let mut bed = Bed::new();
     bed.snat6(NODE6, 61_000, 61_010);
-    bed.frontend6(FRONTEND6, PROTO_TCP, FE_F_DSR, &[REMOTE_POD6]);
-    let (verdict, dnated) = bed.ingress(&tcp6(CLIENT6, FRONTEND6, Tcp::Syn));
+    bed.frontend6(FRONTEND6, proto, FE_F_DSR, &[REMOTE_POD6]);
+    bed
+}
+
+#[test]
+fn an_ipv6_dsr_flow_leaves_dnated_with_the_frontend_in_a_destination_options_header() {
+    let bed = lb_node6(PROTO_TCP);
+    let (verdict, dnated) = bed.ingress(&handshake6_with_mss(CLIENT6, FRONTEND6, 1440, false));
     assert_eq!(verdict, PASS);
     let (verdict, out) = bed.egress(&dnated);
     assert_eq!(verdict, PASS);
-    let wire = seen6(&out);
-    assert_eq!(wire.src.0, NODE6, "SNATed: {wire:?}");
-    assert_eq!(wire.dst, REMOTE_POD6);
-    assert_eq!(out.len(), dnated.len(), "no option added");
-    assert_eq!(bed.nat6().len(), 1);
-    assert!(bed.ct6().iter().all(|(_, v)| v.flags & CT_F_DSR == 0));
+    let wire = on_wire6(&out);
+    assert_eq!(wire.flow, flow6(CLIENT6, REMOTE_POD6), "not SNATed");
+    assert_eq!(
+        wire.dest_opts,
+        Some((PROTO_TCP, options6_of(FRONTEND6))),
+        "{out:x?}"
+    );
+    assert_eq!(wire.mss, Some(1440));
+    assert_eq!(out.len(), dnated.len() + 24);
+    assert!(bed.nat6().is_empty());
+    assert!(bed.ct6().iter().all(|(_, v)| v.flags & CT_F_DSR != 0));
+
+    // UDP alike, on every datagram.
+    let bed = lb_node6(PROTO_UDP);
+    for _ in 0..2 {
+        let (_, dnated) = bed.ingress(&udp6(CLIENT6, FRONTEND6));
+        let (_, out) = bed.egress(&dnated);
+        let wire = on_wire6(&out);
+        assert_eq!(wire.flow, flow6(CLIENT6, REMOTE_POD6));
+        assert_eq!(wire.dest_opts, Some((PROTO_UDP, options6_of(FRONTEND6))));
+    }
+    assert!(bed.nat6().is_empty());
+}
+
+#[test]
+fn the_backends_node_strips_the_ipv6_header_and_replies_as_the_frontend() {
+    let lb = lb_node6(PROTO_TCP);
+    let mut backend = Bed::new();
+    backend.snat6(v6([0xfd00, 0x57, 0, 0, 0, 0, 0, 2]), 61_000, 61_010);
+
+    let (_, dnated) = lb.ingress(&handshake6_with_mss(CLIENT6, FRONTEND6, 1440, false));
+    let (_, carried) = lb.egress(&dnated);
+    let (verdict, delivered) = backend.ingress(&carried);
+    assert_eq!(verdict, PASS);
+    assert_eq!(delivered, dnated, "the packet as it was before the header");
+
+    let ct = backend.ct6();
+    let [(key, value)] = ct.as_slice() else {
+        panic!("want the reply's entry alone: {ct:?}");
+    };
+    assert_eq!(
+        (key.dir, key.saddr_be, key.daddr_be),
+        (CT_DIR_OUT, REMOTE_POD6.0, CLIENT6.0)
+    );
+    assert_eq!(
+        (value.addr_be, value.port_be),
+        (FRONTEND6.0, FRONTEND6.1.to_be())
+    );
+    assert_ne!(value.flags & CT_F_DSR, 0);
+
+    // The answer leaves as the frontend's, its MSS lowered by the 24 bytes.
+    let (verdict, reply) = backend.egress(&handshake6_with_mss(REMOTE_POD6, CLIENT6, 1440, true));
+    assert_eq!(verdict, PASS);
+    let wire = on_wire6(&reply);
+    assert_eq!(wire.flow, flow6(FRONTEND6, CLIENT6));
+    assert_eq!(wire.mss, Some(1416));
+    assert_eq!(wire.dest_opts, None);
+
+    // A later segment is stripped alike; one without the header is not
+    // touched.
+    let (_, dnated) = lb.ingress(&tcp6(CLIENT6, FRONTEND6, Tcp::Ack));
+    let (_, carried) = lb.egress(&dnated);
+    assert_eq!(backend.ingress(&carried), (PASS, dnated));
+    let plain = tcp6(CLIENT6, REMOTE_POD6, Tcp::Ack);
+    assert_eq!(backend.ingress(&plain), (PASS, plain.clone()));
+    assert_eq!(backend.ct6().len(), 1);
 }
 
 /// Mid-flow failover: a node with a frontend of `flags` (DSR, Maglev or

@@ -295,8 +295,9 @@ fn xdp_sends_each_new_flow_of_a_maglev_frontend_where_its_hash_points() {
     });
 }
 
-/// XDP cannot insert DSR's IPv4 option: a DSR frontend's flows, new and
-/// known, go up to tc untouched, which then carries them as DSR.
+/// XDP cannot insert DSR's IPv4 option or IPv6 header: a DSR frontend's
+/// flows, new and known, go up to tc untouched, which then carries them as
+/// DSR.
 #[test]
 fn xdp_leaves_dsr_flows_to_tc_untouched() {
     let ns = Netns::new();
@@ -324,5 +325,26 @@ fn xdp_leaves_dsr_flows_to_tc_untouched() {
         assert_eq!(out, ack);
         assert_eq!(bed.stat(STAT_XDP_FORWARDED), 0);
         assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 0);
+    });
+}
+
+#[test]
+fn xdp_leaves_ipv6_dsr_flows_to_tc_untouched() {
+    let ns = Netns::new();
+    let x0 = ns.ifindex("x0");
+    let mut bed = bed();
+    bed.snat6(NODE6, 61_000, 61_010);
+    bed.frontend6(FRONTEND6, PROTO_TCP, lb_common::FE_F_DSR, &[REMOTE_POD6]);
+    ns.run(|| {
+        let syn = tcp6(CLIENT6, FRONTEND6, Tcp::Syn);
+        assert_eq!(bed.xdp(&syn, x0), (XDP_PASS, syn.clone()), "untouched");
+        assert!(bed.ct6().is_empty(), "no flow recorded by XDP");
+        let (_, dnated) = bed.ingress(&syn);
+        let (_, carried) = bed.egress(&dnated);
+        assert_eq!(seen6(&carried), flow6(CLIENT6, REMOTE_POD6));
+        assert_eq!(carried.len(), syn.len() + 24, "the header added");
+        let ack = tcp6(CLIENT6, FRONTEND6, Tcp::Ack);
+        assert_eq!(bed.xdp(&ack, x0), (XDP_PASS, ack.clone()));
+        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW + STAT_XDP6_OFFSET), 0);
     });
 }

@@ -153,10 +153,10 @@ pub fn ingress<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     p: &mut Packet<F::Addr>,
     h: &mut H,
 ) -> Verdict {
-    // A DSR flow's packet from the node that load-balanced it (IPv4 with
-    // options only): tc's alone, as it changes the packet's length.
+    // A DSR flow's packet from the node that load-balanced it (with IPv4
+    // options or IPv6 extension headers only): tc's alone, as it changes
+    // the packet's length.
     if !H::FIRST
-        && size_of::<F::Addr>() == 4
         && !p.in_place()
         && let Step::Done(v) = dsr_restore::<L2, C, F>(ctx, p)
     {
@@ -254,7 +254,7 @@ fn dsr_record<const L2: usize, C: PacketCtx, F: Family>(
             }
         }
     }
-    dsr::strip::<L2, C>(ctx)?;
+    dsr::strip::<L2, C, F::Addr>(ctx)?;
     Ok(Step::Done(PASS))
 }
 
@@ -378,7 +378,7 @@ const UNTRACKED_FRONTEND: u32 = 1;
 const UNTRACKED_FAILOVER: u32 = 2;
 
 /// What becomes of a TCP segment without SYN and without a flow of ours.
-/// With `failover` (`CFG_F_MIDFLOW`), one to an IPv4 frontend with a
+/// With `failover` (`CFG_F_MIDFLOW`), one to a frontend with a
 /// Maglev table and DSR is a flow another node balanced until the router
 /// in front moved it here: this node's table names the same backend, and
 /// DSR lets the backend answer the client as before, so the flow starts
@@ -390,7 +390,7 @@ fn untracked<F: Family>(p: &Packet<F::Addr>, failover: bool) -> u32 {
     let Some(id) = F::frontends().get_ptr(key) else {
         return UNTRACKED_NONE;
     };
-    if !failover || size_of::<F::Addr>() != 4 {
+    if !failover {
         return UNTRACKED_FRONTEND;
     }
     // SAFETY: looked up by this run: mapped while it runs (RCU).
@@ -502,7 +502,6 @@ fn choose<F: Family, H: Hook>(
     if H::FIRST
         && let Selection::Backend { flags, .. } = selection
         && flags & FE_F_DSR != 0
-        && size_of::<F::Addr>() == 4
     {
         return Chosen::Done(PASS);
     }
@@ -573,8 +572,7 @@ fn record_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     };
     let (t, now) = (cfg.timeouts(), now());
     let key = ct_key(p.src(), p.dst(), p.proto, CT_DIR_IN);
-    // DSR (IPv4 only so far; IPv6 flows of such a frontend are SNATed).
-    let dsr = b.fe_flags & FE_F_DSR != 0 && size_of::<F::Addr>() == 4;
+    let dsr = b.fe_flags & FE_F_DSR != 0;
     let snat = if b.fe_flags & FE_F_EXTERNAL_LOCAL != 0 {
         0
     } else if dsr {

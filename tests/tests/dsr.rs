@@ -11,12 +11,15 @@ use std::{collections::BTreeSet, time::Duration};
 use lb_fixtures::{Svc, SvcPort, yaml};
 use lb_tests::{
     probe::Held,
-    two_nodes::{Bed, CLIENT, NODE1, NODE2, answers, node_objects, node_port_svc, p1, p2, slice},
+    two_nodes::{
+        Bed, CLIENT, CLIENT6, NODE1, NODE1_6, NODE2, NODE2_6, addr, answers, dual_stack,
+        node_objects, node_port_svc, p1, p1_6, p2, p2_6, slice, slice6,
+    },
 };
 
 /// `direct` (NodePort 30090, TCP and UDP) and `snatted` (30091, annotated
 /// `lb-agent.io/forwarding-mode: snat`), each with its one endpoint, p2, on
-/// node-2.
+/// node-2; `direct6` (30093), dual-stack, with p2's IPv6 address.
 fn manifest() -> String {
     let [node1, node2] = node_objects();
     yaml([
@@ -28,6 +31,12 @@ fn manifest() -> String {
             .annotation("lb-agent.io/forwarding-mode", "snat")
             .into(),
         slice("snatted", vec![p2()]).into(),
+        dual_stack(
+            node_port_svc("direct6", "10.96.58.5", 30093),
+            "fd00:96::58:5",
+        )
+        .into(),
+        slice6("direct6", vec![p2_6()]).into(),
     ])
 }
 
@@ -116,6 +125,45 @@ fn dsr_flows_reach_the_remote_pod_with_the_clients_address_and_answer_around_the
 }
 
 #[test]
+fn ipv6_dsr_flows_reach_the_remote_pod_with_the_clients_address_and_answer_around_the_node()
+-> anyhow::Result<()> {
+    let bed = Bed::new(&manifest())?;
+    let args = ["--bpf-lb-mode=dsr"];
+    let _agent1 = bed.agent_with(&bed.node1, &args)?;
+    let _agent2 = bed.agent_with(&bed.node2, &args)?;
+    let direct = addr(NODE1_6, 30093);
+    bed.wait_reachable(&direct)?;
+    let p2_sees_client = format!("p2 from {CLIENT6}");
+    let r = bed.client(&["tcp", "--to", &direct, "-n", "20", "--from"])?;
+    assert_eq!(only(&r, 20, &direct), p2_sees_client);
+    let r = bed.client(&["udp", "--to", &direct, "-n", "20", "--from"])?;
+    assert_eq!(only(&r, 20, &direct), p2_sees_client);
+
+    // The answers do not pass node-1.
+    let before = node1_rx(&bed)?;
+    let r = bed.client(&["udp", "--to", &direct, "-n", "40"])?;
+    assert_eq!((r.ok(), r.failed()), (40, 0), "{r:?}");
+    let rx = node1_rx(&bed)? - before;
+    assert!(rx < 60, "node-1 received {rx} packets for 40 requests");
+    let ct2 = bed.node2.pins.conntrack()?;
+    assert!(
+        ct2.lines()
+            .any(|l| l.contains(&format!(" frontend {direct} ")) && l.ends_with(" dsr")),
+        "{ct2}"
+    );
+
+    // Full-sized segments both ways, one per packet from the client: its
+    // 1500-byte packets fit node-1's egress with the 24 bytes only with the
+    // MSS lowered.
+    bed.exec("c", &["ip", "link", "set", "eth0", "gso_max_segs", "1"])?;
+    let r = bed.client(&["tcp", "--to", &direct, "-n", "3", "--size", "60000"])?;
+    assert_eq!((r.ok(), r.failed()), (3, 0), "a 60 kB upload: {r:?}");
+    let r = bed.client(&["tcp", "--to", &direct, "-n", "3", "--download", "400000"])?;
+    assert_eq!((r.ok(), r.failed()), (3, 0), "a 400 kB download: {r:?}");
+    Ok(())
+}
+
+#[test]
 fn hybrid_mode_returns_tcp_directly_and_snats_udp() -> anyhow::Result<()> {
     let bed = Bed::new(&manifest())?;
     let args = ["--bpf-lb-mode=hybrid"];
@@ -139,13 +187,15 @@ fn hybrid_mode_returns_tcp_directly_and_snats_udp() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `moving`'s load-balancer IP, in the range the router sends to node-1.
+/// `moving`'s load-balancer IPs, in the ranges the router sends to node-1.
 const MOVING_IP: &str = "198.51.100.40";
+const MOVING_IP6: &str = "2001:db8:e::40";
 
 /// Mid-flow failover: with Maglev and DSR on both nodes, held connections
-/// to a load-balancer IP (one endpoint on each node) go on, each with its
-/// pod, while the router sends the IP to node-2 and back to node-1, as a
-/// router in front of the cluster does when its ECMP set changes.
+/// to a load-balancer IP of each family (one endpoint on each node) go on,
+/// each with its pod, while the router sends the IPs to node-2 and back to
+/// node-1, as a router in front of the cluster does when its ECMP set
+/// changes.
 #[test]
 fn with_maglev_and_dsr_connections_survive_the_router_moving_them_to_another_node()
 -> anyhow::Result<()> {
@@ -153,60 +203,66 @@ fn with_maglev_and_dsr_connections_survive_the_router_moving_them_to_another_nod
     let manifest = yaml([
         node1,
         node2,
-        Svc::new("default", "moving")
-            .type_("LoadBalancer")
-            .cluster_ip("10.96.58.3")
-            .with_port(SvcPort::new("http", 80, "TCP").node_port(30092))
-            .lb_ingress(MOVING_IP, Some("VIP"))
-            .into(),
+        dual_stack(
+            Svc::new("default", "moving")
+                .type_("LoadBalancer")
+                .cluster_ip("10.96.58.3")
+                .with_port(SvcPort::new("http", 80, "TCP").node_port(30092))
+                .lb_ingress(MOVING_IP, Some("VIP"))
+                .lb_ingress(MOVING_IP6, Some("VIP")),
+            "fd00:96::58:3",
+        )
+        .into(),
         slice("moving", vec![p1(), p2()]).into(),
+        slice6("moving", vec![p1_6(), p2_6()]).into(),
     ]);
     let bed = Bed::new(&manifest)?;
     let args = ["--bpf-lb-algorithm=maglev", "--bpf-lb-mode=dsr"];
     let _agent1 = bed.agent_with(&bed.node1, &args)?;
     let _agent2 = bed.agent_with(&bed.node2, &args)?;
-    let to = format!("{MOVING_IP}:80");
-    bed.wait_reachable(&to)?;
+    let targets = [addr(MOVING_IP, 80), addr(MOVING_IP6, 80)];
+    for to in &targets {
+        bed.wait_reachable(to)?;
+    }
 
-    // 16 connections through node-1, each answered by its pod.
+    // 16 connections of each family through node-1, each answered by its
+    // pod.
     let c = bed.nodes.ns("c");
     let mut held = Vec::new();
-    for _ in 0..16 {
-        let mut h = Held::open_in(&c, None, &to)?;
-        let pod = h.request()?;
-        held.push((h, pod));
+    for to in &targets {
+        let mut pods = BTreeSet::new();
+        for _ in 0..16 {
+            let mut h = Held::open_in(&c, None, to)?;
+            let pod = h.request()?;
+            pods.insert(pod.clone());
+            held.push((h, pod));
+        }
+        assert_eq!(pods.len(), 2, "16 flows to {to} reach both pods");
     }
-    let pods: BTreeSet<&str> = held.iter().map(|(_, pod)| pod.as_str()).collect();
-    assert_eq!(
-        pods,
-        BTreeSet::from(["p1", "p2"]),
-        "16 flows reach both pods"
-    );
     let taken_over = |node: &lb_tests::two_nodes::NodeBed| -> anyhow::Result<usize> {
         let ct = node.pins.conntrack()?;
-        let inbound = format!(" -> {to} backend ");
         Ok(ct
             .lines()
-            .filter(|l| l.starts_with("TCP  IN ") && l.contains(&inbound))
+            .filter(|l| {
+                l.starts_with("TCP  IN ")
+                    && targets
+                        .iter()
+                        .any(|to| l.contains(&format!(" -> {to} backend ")))
+            })
             .count())
     };
     assert_eq!(taken_over(&bed.node2)?, 0, "node-2 has seen none of them");
 
-    // The router sends the IP to node-2, then back to node-1: every
+    // The router sends the IPs to node-2, then back to node-1: every
     // request on every connection is answered by the pod it had.
     let mut requests = 0;
-    for (via, node) in [(NODE2, &bed.node2), (NODE1, &bed.node1)] {
-        bed.exec(
-            "r",
-            &[
-                "ip",
-                "route",
-                "replace",
-                &format!("{MOVING_IP}/32"),
-                "via",
-                via,
-            ],
-        )?;
+    for (via, via6, node) in [(NODE2, NODE2_6, &bed.node2), (NODE1, NODE1_6, &bed.node1)] {
+        for (ip, via) in [
+            (format!("{MOVING_IP}/32"), via),
+            (format!("{MOVING_IP6}/128"), via6),
+        ] {
+            bed.exec("r", &["ip", "route", "replace", &ip, "via", via])?;
+        }
         for _ in 0..3 {
             for (h, pod) in &mut held {
                 assert_eq!(h.request()?, *pod, "through {via}");
@@ -214,11 +270,13 @@ fn with_maglev_and_dsr_connections_survive_the_router_moving_them_to_another_nod
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        assert!(taken_over(node)? >= 16, "{}", node.pins.conntrack()?);
+        assert!(taken_over(node)? >= 32, "{}", node.pins.conntrack()?);
     }
-    assert_eq!(requests, 96);
-    // New connections through node-1 again are answered too.
-    let r = bed.client(&["tcp", "--to", &to, "-n", "20"])?;
-    assert_eq!((r.ok(), r.failed()), (20, 0), "{r:?}");
+    assert_eq!(requests, 192);
+    // New connections are answered too.
+    for to in &targets {
+        let r = bed.client(&["tcp", "--to", to, "-n", "20"])?;
+        assert_eq!((r.ok(), r.failed()), (20, 0), "{r:?}");
+    }
     Ok(())
 }

@@ -29,7 +29,8 @@ pub enum ForwardingMode {
 }
 
 /// `--bpf-lb-dsr-dispatch`: how the LB node tells the backend's node the
-/// service address. Only Cilium's `opt` (an IPv4 option) for now.
+/// service address. Only Cilium's `opt` (an IPv4 option, an IPv6
+/// destination-options header) for now.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum DsrDispatch {
     #[default]
