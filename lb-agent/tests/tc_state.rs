@@ -2,8 +2,8 @@
 //! `BPF_PROG_TEST_RUN` (the bed of `tc_programs.rs`): what starts a flow,
 //! how long each flow lives and how both directions keep it alive, when a
 //! SNAT port may go to another client, fragments, the previous maps of a
-//! migration, reject rate limits, devices without a link-layer header and
-//! flows left to the kernel. Needs root (CAP_BPF, CAP_NET_ADMIN); without
+//! migration, reject rate limits, devices without a link-layer header,
+//! flows left to the kernel, and the budget of unconfirmed flows. Needs root (CAP_BPF, CAP_NET_ADMIN); without
 //! it every test fails.
 
 #[path = "tc/bed.rs"]
@@ -15,9 +15,10 @@ use lb_agent::datapath::conntrack;
 use lb_common::{
     CT_DIR_IN, CT_DIR_OUT, CT_F_KERNEL, CT_SEEN, CT_SEEN_ACK, CT_TIME_WAIT, Ct4Key, Ct4Value,
     DEFAULT_CT_TIMEOUT_ANY, DEFAULT_CT_TIMEOUT_TCP, DEFAULT_CT_TIMEOUT_TCP_FIN,
-    DEFAULT_CT_TIMEOUT_TCP_SYN, FE_F_EXTERNAL_LOCAL, Nat4Value, PROTO_TCP, PROTO_UDP, REJECT_BURST,
-    STAT_TC_DROP_FRAGMENT, STAT_TC_DROP_REJECT_LIMIT, STAT_TC_DROP_SNAT_EXHAUSTED,
-    STAT_TC_NEW_FLOW, STAT_TC_PASSED_UNTRACKED, STAT_TC_REJECT_NO_ENDPOINTS,
+    DEFAULT_CT_TIMEOUT_TCP_SYN, DatapathConfig, FE_F_EXTERNAL_LOCAL, Nat4Value, PROTO_TCP,
+    PROTO_UDP, REJECT_BURST, STAT_TC_DROP_FRAGMENT, STAT_TC_DROP_REJECT_LIMIT,
+    STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_DROP_SYN_BUDGET, STAT_TC_NEW_FLOW,
+    STAT_TC_PASSED_UNTRACKED, STAT_TC_REJECT_NO_ENDPOINTS,
 };
 
 /// Every entry's expiry, in seconds from now: conntrack entries by
@@ -483,4 +484,54 @@ fn during_a_migration_the_previous_maps_answer_what_the_new_ones_lack() {
     let mut tight = remote_bed((nat.1, nat.1));
     tight.migrating_from(&old);
     assert_eq!(out(&tight, other, Tcp::Syn).0, DROP);
+}
+
+#[test]
+fn a_syn_flood_spends_the_budget_of_unconfirmed_flows_and_a_handshake_gives_its_token_back() {
+    let mut bed = remote_bed((2000, 2010));
+    bed.set_config(DatapathConfig {
+        syn_budget: 3,
+        syn_refill: 1,
+        ..bed.config()
+    });
+    let client = |port| (CLIENT.0, port);
+    on_one_cpu(|| {
+        // Three unconfirmed flows start; the fourth SYN is dropped and
+        // leaves nothing behind.
+        let mut nats = Vec::new();
+        for port in 41_000..41_003 {
+            let (verdict, snated) = out(&bed, client(port), Tcp::Syn);
+            assert_eq!(verdict, PASS, "{port}");
+            nats.push(seen(&snated).src);
+        }
+        let entries = (bed.ct().len(), bed.nat().len());
+        assert_eq!(out(&bed, client(41_003), Tcp::Syn).0, DROP);
+        assert_eq!(bed.stat(STAT_TC_DROP_SYN_BUDGET), 1);
+        assert_eq!((bed.ct().len(), bed.nat().len()), entries);
+        // A retransmitted SYN of a flow that has its entries needs none.
+        assert_eq!(out(&bed, client(41_000), Tcp::Syn).0, PASS);
+
+        // The first flow's handshake completes: its token comes back, and
+        // one more flow may start.
+        back(&bed, nats[0], Tcp::SynAck);
+        out(&bed, client(41_000), Tcp::Ack);
+        assert_eq!(out(&bed, client(41_004), Tcp::Syn).0, PASS);
+        assert_eq!(out(&bed, client(41_005), Tcp::Syn).0, DROP);
+        assert_eq!(bed.stat(STAT_TC_DROP_SYN_BUDGET), 2);
+        // UDP is not counted.
+        let (verdict, _) = bed.ingress(&udp(client(41_006), FRONTEND));
+        assert_eq!(verdict, PASS);
+        assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 5);
+    });
+}
+
+#[test]
+fn without_a_budget_syns_are_not_counted() {
+    let bed = remote_bed((2000, 2100));
+    on_one_cpu(|| {
+        for port in 41_000..41_050 {
+            assert_eq!(out(&bed, (CLIENT.0, port), Tcp::Syn).0, PASS, "{port}");
+        }
+        assert_eq!(bed.stat(STAT_TC_DROP_SYN_BUDGET), 0);
+    });
 }

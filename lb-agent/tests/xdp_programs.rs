@@ -295,6 +295,36 @@ fn xdp_sends_each_new_flow_of_a_maglev_frontend_where_its_hash_points() {
     });
 }
 
+/// A SYN flood meets the budget of unconfirmed flows in XDP: once this
+/// CPU's tokens are spent, SYNs of new flows are dropped there, counted as
+/// XDP's, before the kernel allocates anything.
+#[test]
+fn xdp_drops_syns_beyond_the_budget_of_unconfirmed_flows() {
+    let ns = Netns::new();
+    let x0 = ns.ifindex("x0");
+    let mut bed = bed();
+    bed.snat(NODE, 61_000, 61_010);
+    bed.frontend(NODE_PORT, PROTO_TCP, 0, &[REMOTE_POD]);
+    bed.set_config(lb_common::DatapathConfig {
+        syn_budget: 2,
+        syn_refill: 1,
+        ..bed.config()
+    });
+    ns.run(|| {
+        on_one_cpu(|| {
+            for port in [41_000, 41_001] {
+                let syn = tcp((CLIENT.0, port), (NODE, NODE_PORT), Tcp::Syn);
+                assert_eq!(bed.xdp(&syn, x0).0, XDP_TX, "{port}");
+            }
+            let syn = tcp((CLIENT.0, 41_002), (NODE, NODE_PORT), Tcp::Syn);
+            assert_eq!(bed.xdp(&syn, x0).0, XDP_DROP);
+            assert_eq!(bed.stat(lb_common::STAT_XDP_DROP_SYN_BUDGET), 1);
+            assert_eq!(bed.stat(lb_common::STAT_TC_DROP_SYN_BUDGET), 0);
+            assert_eq!(bed.ct().len(), 4, "two flows, none for the dropped SYN");
+        });
+    });
+}
+
 /// XDP cannot insert DSR's IPv4 option or IPv6 header: a DSR frontend's
 /// flows, new and known, go up to tc untouched, which then carries them as
 /// DSR.

@@ -39,8 +39,13 @@ pub struct DatapathConfig {
     /// Seeds the flow hash that indexes Maglev tables
     /// ([`crate::maglev::flow_hash`]); the same on every node.
     pub maglev_seed: u32,
+    /// Unconfirmed TCP flows each CPU may hold at once ([`crate::SynBucket`]);
+    /// 0: no budget.
+    pub syn_budget: u32,
+    /// Tokens each CPU's budget gets back a second.
+    pub syn_refill: u32,
 }
-const _: () = assert!(size_of::<DatapathConfig>() == 56);
+const _: () = assert!(size_of::<DatapathConfig>() == 64);
 
 /// A migration is in progress: the previous maps of the stateful maps are
 /// in their `*_PREV` slots, and the programs look there for what their own

@@ -12,8 +12,9 @@
 //! hash), [`affinity`] (session affinity), [`revnat`]
 //! (socket reverse NAT), and for the tc programs [`ct`] (conntrack),
 //! [`nat`] (source NAT), [`frag`] (fragments), [`src_ranges`]
-//! (`loadBalancerSourceRanges`), [`reject`] (reject rate limits) and
-//! [`config`] (their settings); [`stats`] (datapath counters); [`maps`] names
+//! (`loadBalancerSourceRanges`), [`reject`] (reject rate limits),
+//! [`syn_budget`] (the budget of unconfirmed TCP flows) and [`config`]
+//! (their settings); [`stats`] (datapath counters); [`maps`] names
 //! them, with the layout version in every pin name.
 //! The IPv6 maps are parallel `*6` maps whose keys and values hold
 //! `[u8; 16]` addresses; slots, members and affinity entries are shared
@@ -34,6 +35,7 @@ pub mod reject;
 pub mod revnat;
 pub mod src_ranges;
 pub mod stats;
+pub mod syn_budget;
 pub mod xdp;
 
 pub use addrs::*;
@@ -50,4 +52,5 @@ pub use reject::*;
 pub use revnat::*;
 pub use src_ranges::*;
 pub use stats::*;
+pub use syn_budget::*;
 pub use xdp::*;

@@ -82,8 +82,18 @@ pub const STAT_XDP_DROP_SNAT_EXHAUSTED: u32 = 33;
 /// The IPv6 twins of the XDP counters are at their index plus this.
 pub const STAT_XDP6_OFFSET: u32 = 5;
 
+/// tc dropped the SYN of a new IPv4 flow: its CPU's budget of
+/// unconfirmed flows was spent (a SYN flood, see [`crate::SynBucket`]).
+pub const STAT_TC_DROP_SYN_BUDGET: u32 = 39;
+/// The same for IPv6.
+pub const STAT_TC6_DROP_SYN_BUDGET: u32 = 40;
+/// XDP dropped it (IPv4), before the kernel allocated anything.
+pub const STAT_XDP_DROP_SYN_BUDGET: u32 = 41;
+/// XDP dropped it (IPv6).
+pub const STAT_XDP6_DROP_SYN_BUDGET: u32 = 42;
+
 /// Number of counters (entries of `LB_STATS`).
-pub const STATS_COUNT: u32 = 39;
+pub const STATS_COUNT: u32 = 43;
 
 /// Each counter's name, indexed by its constant: the `reason` label on
 /// `/metrics` and the row name in `lb-agent dump --stats`.
@@ -127,6 +137,12 @@ pub const STAT_NAMES: [&str; STATS_COUNT as usize] = [
     "xdp6_passed_to_tc",
     "xdp6_drop_conntrack_insert",
     "xdp6_drop_snat_exhausted",
+    "tc_drop_syn_budget",
+    "tc6_drop_syn_budget",
+    "xdp_drop_syn_budget",
+    "xdp6_drop_syn_budget",
 ];
 const _: () = assert!(STAT_TC_DROP_CT_FULL + STAT_TC6_OFFSET + 1 == STAT_TC6_PASSED_EXT_HEADERS);
-const _: () = assert!(STAT_XDP_DROP_SNAT_EXHAUSTED + STAT_XDP6_OFFSET + 1 == STATS_COUNT);
+const _: () =
+    assert!(STAT_XDP_DROP_SNAT_EXHAUSTED + STAT_XDP6_OFFSET + 1 == STAT_TC_DROP_SYN_BUDGET);
+const _: () = assert!(STAT_XDP6_DROP_SYN_BUDGET + 1 == STATS_COUNT);

@@ -13,11 +13,15 @@ use aya_ebpf::{
 };
 use lb_common::{
     CFG_F_PREV, CT_F_KERNEL, CtKey, CtValue, DatapathConfig, NAT_PORT_LINEAR_TRIES,
-    NAT_PORT_RANDOM_TRIES, NatKey, NatValue, PortClaim, Timeouts, ct_advance, nat_claim,
-    nat_first_offset,
+    NAT_PORT_RANDOM_TRIES, NatKey, NatValue, PROTO_TCP, PortClaim, Timeouts, ct_advance,
+    ct_established, nat_claim, nat_first_offset,
 };
 
-use crate::{family::Family, maps::LB_CONFIG, packet::Ip as _};
+use crate::{
+    family::Family,
+    maps::{LB_CONFIG, LB_SYN_BUDGET},
+    packet::Ip as _,
+};
 
 /// The boot-time monotonic clock in seconds, as `expires` fields hold it.
 #[inline(always)]
@@ -31,6 +35,31 @@ pub fn now() -> u32 {
 #[inline(always)]
 pub fn config() -> Option<&'static DatapathConfig> {
     LB_CONFIG.get(0)
+}
+
+/// Takes a token of this CPU's budget of unconfirmed TCP flows
+/// (`lb_common::syn_budget`): whether a new flow that is not established
+/// yet may start.
+#[inline(always)]
+pub fn take_syn_token(cfg: &DatapathConfig) -> bool {
+    let Some(bucket) = LB_SYN_BUDGET.get_ptr_mut(0) else {
+        return true;
+    };
+    // SAFETY: this CPU's element of an array, which lives as long as the
+    // map; only a program preempting this one on this CPU may write it
+    // meanwhile, which can cost one token's accuracy, never more. The
+    // helper has no preconditions.
+    unsafe { (*bucket).take(cfg.syn_budget, cfg.syn_refill, bpf_ktime_get_coarse_ns()) }
+}
+
+/// Gives this CPU's budget a token back: a flow's handshake is done.
+#[inline(never)]
+fn give_syn_token() -> i64 {
+    if let (Some(cfg), Some(bucket)) = (config(), LB_SYN_BUDGET.get_ptr_mut(0)) {
+        // SAFETY: as in `take_syn_token`.
+        unsafe { (*bucket).give_back(cfg.syn_budget) };
+    }
+    0
 }
 
 /// Swaps the `u64` at `ptr` from `old` to `new`: whether it was `old`.
@@ -128,6 +157,16 @@ pub unsafe fn advance<A: Copy>(
     let (c, b) = (v.seen_client, v.seen_backend);
     let a = ct_advance(t, proto, tcp_flags, from_client, c, b, v.expires, now);
     let own = if from_client { c } else { b };
+    if proto == PROTO_TCP && !ct_established(c, b) {
+        let (c2, b2) = if from_client {
+            (a.seen, b)
+        } else {
+            (c, a.seen)
+        };
+        if ct_established(c2, b2) {
+            give_syn_token();
+        }
+    }
     let changed = a.seen != own || a.expires != v.expires;
     if changed {
         // SAFETY: plain stores to a live element. Each side writes only its

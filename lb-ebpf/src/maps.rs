@@ -13,7 +13,7 @@ use lb_common::{
     DEFAULT_SLOTS_MAX, DEFAULT_SOURCE_RANGES_MAX, DatapathConfig, Frag4Key, Frag4Value,
     Frontend4Key, Frontend4State, Frontend6Key, Frontend6State, FrontendId, MaglevChunk, MaglevKey,
     Member, MemberKey, Nat4Key, Nat4Value, REJECTS_MAX, RejectBucket, RevNat4Key, RevNat4Value,
-    RevNat6Key, RevNat6Value, STATS_COUNT, Slot, SlotKey, SockRevNat, SourceRange4,
+    RevNat6Key, RevNat6Value, STATS_COUNT, Slot, SlotKey, SockRevNat, SourceRange4, SynBucket,
 };
 use lb_common::{CtKey, CtValue, Frag6Key, NatKey, NatValue, SourceRange};
 
@@ -125,6 +125,11 @@ pub static LB4_NAT: LruHashMap<Nat4Key, Nat4Value, { DEFAULT_NAT_MAX as usize }>
 /// The tc programs' settings, one entry. Written by the agent.
 #[btf_map]
 pub static LB_CONFIG: Array<DatapathConfig, 1> = Array::new();
+
+/// Each CPU's budget of unconfirmed TCP flows (`lb_common::syn_budget`).
+/// Written by the tc and XDP programs.
+#[btf_map]
+pub static LB_SYN_BUDGET: PerCpuArray<SynBucket, 1> = PerCpuArray::new();
 
 /// `loadBalancerSourceRanges` of external frontends. Written by the agent.
 #[btf_map]

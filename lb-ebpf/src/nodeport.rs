@@ -30,13 +30,16 @@ use lb_common::{
     CtValue, DatapathConfig, FE_F_DSR, FE_F_EXTERNAL_LOCAL, FE_F_MAGLEV, FE_F_SOURCE_RANGES,
     FlowHash, NatKey, PROTO_TCP, STAT_PASSED_REMOVED, STAT_REFUSED_INCONSISTENT,
     STAT_TC_DROP_CT_FULL, STAT_TC_DROP_FRAGMENT, STAT_TC_DROP_NO_LOCAL,
-    STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_DROP_SOURCE_RANGE, STAT_TC_NEW_FLOW,
-    STAT_TC_PASSED_UNTRACKED, STAT_TC_REJECT_NO_ENDPOINTS, SourceRange, TCP_ACK, TCP_SYN,
-    ct_closed, ct_established, ct_expired, ct_new_expiry, ports_word, seen_bits,
+    STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_DROP_SOURCE_RANGE, STAT_TC_DROP_SYN_BUDGET,
+    STAT_TC_NEW_FLOW, STAT_TC_PASSED_UNTRACKED, STAT_TC_REJECT_NO_ENDPOINTS,
+    STAT_TC6_DROP_SYN_BUDGET, STAT_XDP_DROP_SYN_BUDGET, STAT_XDP6_DROP_SYN_BUDGET, SourceRange,
+    TCP_ACK, TCP_SYN, ct_closed, ct_established, ct_expired, ct_new_expiry, ports_word, seen_bits,
 };
 
 use crate::{
-    ct::{advance, allocate_port, config, ct_entry, hold_nat, mirror, nat_entry, now},
+    ct::{
+        advance, allocate_port, config, ct_entry, hold_nat, mirror, nat_entry, now, take_syn_token,
+    },
     ctx::{PacketCtx, code, errno},
     dsr,
     family::Family,
@@ -95,6 +98,18 @@ impl Hook for Tc {
 #[inline(always)]
 fn count_tc<H: Hook, F: Family>(stat: u32) {
     count(H::stat::<F>(stat));
+}
+
+/// Counts a SYN dropped for want of a token of the budget of unconfirmed
+/// flows, by hook and family.
+#[inline(always)]
+fn count_syn_budget<H: Hook, F: Family>() {
+    count(match (H::FIRST, size_of::<F::Addr>() == 4) {
+        (false, true) => STAT_TC_DROP_SYN_BUDGET,
+        (false, false) => STAT_TC6_DROP_SYN_BUDGET,
+        (true, true) => STAT_XDP_DROP_SYN_BUDGET,
+        (true, false) => STAT_XDP6_DROP_SYN_BUDGET,
+    });
 }
 
 /// A later fragment whose first one was not seen: its ports are unknown,
@@ -591,6 +606,12 @@ fn record_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     } else {
         ct_new_expiry(&t, p.proto, now)
     };
+    // A SYN flood's flows would push established ones out of the LRU maps:
+    // one that is not established yet needs a token of the budget.
+    if p.proto == PROTO_TCP && !ct_established(seen_client, seen_backend) && !take_syn_token(cfg) {
+        count_syn_budget::<H, F>();
+        return Ok(DROP);
+    }
     let inbound = CtValue {
         addr_be: b.addr,
         port_be: b.port_be,

@@ -69,7 +69,13 @@ pub fn install(pins: &Path, cgroup: &Path, frontends: &[Frontend]) -> anyhow::Re
         cgroup,
         frontends,
     )?;
-    let data = MapData::from_pin(pins.join("maps/LB_ADDRS_V7"))?;
+    mark_addrs(pins, "LB_ADDRS_V7", frontends)
+}
+
+/// Sets the bits of `frontends`' addresses in the `LB_ADDRS` map pinned as
+/// `pin`, as the agents of layouts 6 on wrote them.
+pub(crate) fn mark_addrs(pins: &Path, pin: &str, frontends: &[Frontend]) -> anyhow::Result<()> {
+    let data = MapData::from_pin(pins.join("maps").join(pin))?;
     let mut words: Array<MapData, u64> = Array::try_from(Map::Array(data))?;
     for f in frontends {
         let (index, bit) = lb_common::addr_bit4(f.vip.octets());

@@ -18,7 +18,7 @@ use crate::{datapath::conntrack, model::Frontend, shared::Shared, sockets::Servi
 
 /// How often expired conntrack and SNAT entries are deleted, and the maps
 /// counted.
-const CONNTRACK_GC: Duration = Duration::from_secs(30);
+pub(super) const CONNTRACK_GC: Duration = Duration::from_secs(30);
 
 /// Collects every [`CONNTRACK_GC`] and whenever asked through the returned
 /// sender (after a sync that stopped an endpoint of an external frontend),

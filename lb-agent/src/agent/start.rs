@@ -53,7 +53,7 @@ impl Agent {
     /// Loads the programs and maps (migrating older ones), and attaches
     /// the programs unless a migration must fill new maps first.
     pub(super) fn start(config: &RunConfig, shared: Arc<Shared>) -> anyhow::Result<Self> {
-        let mut tc = TcSettings::new(config.conntrack, config.maglev.seed)?;
+        let mut tc = TcSettings::new(config.conntrack, config.maglev.seed, &config.capacities)?;
         let cgroup = match &config.cgroup {
             Some(p) => p.clone(),
             None => cgroup::cgroup2_mount()

@@ -6,13 +6,13 @@ use std::{
     net::{IpAddr, SocketAddr},
 };
 
-use lb_common::{CFG_F_MIDFLOW, DatapathConfig};
+use lb_common::{CFG_F_MIDFLOW, DatapathConfig, Timeouts};
 use tracing::{error, info, warn};
 
-use super::start::Agent;
+use super::{gc, start::Agent};
 use crate::{
     config::Conntrack,
-    datapath::{conntrack, kernel_conntrack, snat_ports, xdp},
+    datapath::{conntrack, kernel_conntrack, layout::Capacities, snat_ports, xdp},
     metrics::XdpLabel,
     model::maglev::HashSeed,
     reconcile::StoreError,
@@ -27,6 +27,9 @@ pub(super) struct TcSettings {
     nat_seed: u32,
     /// Seeds the flow hash of Maglev tables.
     maglev_seed: u32,
+    /// Each CPU's budget of unconfirmed TCP flows and its refill a second
+    /// ([`syn_budget`]).
+    syn_budget: (u32, u32),
     /// The settings as last written, before the datapath's part: written
     /// again only when the node's addresses change them.
     written: Option<DatapathConfig>,
@@ -45,9 +48,17 @@ pub(super) struct TcSettings {
 
 impl TcSettings {
     /// Refuses a SNAT range that overlaps the node's ephemeral ports.
-    pub(super) fn new(conntrack: Conntrack, maglev: HashSeed) -> anyhow::Result<Self> {
+    /// The budget of unconfirmed flows is shared out among the CPUs of
+    /// maps of `capacities`.
+    pub(super) fn new(
+        conntrack: Conntrack,
+        maglev: HashSeed,
+        capacities: &Capacities,
+    ) -> anyhow::Result<Self> {
         snat_ports::check(conntrack.snat_ports, snat_ports::ephemeral_range()?)?;
+        let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
         Ok(Self {
+            syn_budget: syn_budget(capacities, &conntrack.timeouts, cpus as u32),
             conntrack,
             nat_seed: snat_ports::seed(),
             maglev_seed: maglev.flow[0],
@@ -93,8 +104,21 @@ impl TcSettings {
             nat_reply_max: 0,
             snat6_be,
             maglev_seed: self.maglev_seed,
+            syn_budget: self.syn_budget.0,
+            syn_refill: self.syn_budget.1,
         }
     }
+}
+
+/// Each CPU's budget of unconfirmed TCP flows (`lb_common::syn_budget`),
+/// and the tokens it gets back a second: a quarter of the flows the
+/// conntrack and SNAT maps hold, shared by the `cpus`, coming back as fast
+/// as unconfirmed entries expire (`tcp_syn`) and are collected.
+fn syn_budget(capacities: &Capacities, t: &Timeouts, cpus: u32) -> (u32, u32) {
+    let flows = (capacities.ct / 2).min(capacities.nat) / 4;
+    let window = t.tcp_syn + gc::CONNTRACK_GC.as_secs() as u32;
+    let cpus = cpus.max(1);
+    ((flows / cpus).max(1), (flows / window / cpus).max(1))
 }
 
 impl Agent {
@@ -293,6 +317,7 @@ mod tests {
             },
             nat_seed: 7,
             maglev_seed: 9,
+            syn_budget: (11, 13),
             written: None,
             taken_over: false,
             midflow: false,
@@ -342,6 +367,28 @@ mod tests {
             ..settings()
         };
         assert_eq!(s.config(&[], &[]).flags, CFG_F_MIDFLOW);
+    }
+
+    #[test]
+    fn the_syn_budget_is_a_quarter_of_the_flows_the_maps_hold_shared_by_the_cpus() {
+        let t = Timeouts::DEFAULT;
+        let caps = |ct, nat| Capacities {
+            ct,
+            nat,
+            ..Capacities::default()
+        };
+        // 262,144 entries: 131,072 flows; a quarter, over 2 CPUs; back
+        // over 60 s of SYN timeout and 30 s of collection.
+        assert_eq!(
+            syn_budget(&caps(262_144, 131_072), &t, 2),
+            (16_384, 32_768 / 90 / 2)
+        );
+        // The smaller map bounds it.
+        assert_eq!(syn_budget(&caps(262_144, 8_192), &t, 1), (2_048, 22));
+        // Never nothing.
+        assert_eq!(syn_budget(&caps(2, 2), &t, 4), (1, 1));
+        let c = settings().config(&[], &[]);
+        assert_eq!((c.syn_budget, c.syn_refill), (11, 13));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use lb_common::{
     DEFAULT_SLOTS_MAX, DEFAULT_SOURCE_RANGES_MAX, FE_STATE4, FE_STATE6, FRAG4, FRAG6, FRONTENDS4,
     FRONTENDS6, MAGLEV4, MAGLEV6, MAP_TYPE_ARRAY_OF_MAPS, MEMBERS4, MEMBERS6, MapSpec, NAT4, NAT6,
     REJECTS_MAX, REJECTS4, REJECTS6, REVNAT4, REVNAT6, SLOTS4, SLOTS6, SOCK_REVNAT, SOURCE_RANGES4,
-    SOURCE_RANGES6, STATS, STATS_COUNT,
+    SOURCE_RANGES6, STATS, STATS_COUNT, SYN_BUDGET,
 };
 
 use super::error::{Error, io_err, map_err};
@@ -71,7 +71,7 @@ impl Capacities {
             _ if spec.name == STATS.name => STATS_COUNT,
             _ if is(&CT4, &CT6) => self.ct,
             _ if is(&NAT4, &NAT6) => self.nat,
-            _ if spec.name == CONFIG.name => 1,
+            _ if spec.name == CONFIG.name || spec.name == SYN_BUDGET.name => 1,
             _ if is(&SOURCE_RANGES4, &SOURCE_RANGES6) => DEFAULT_SOURCE_RANGES_MAX,
             _ if is(&FRAG4, &FRAG6) => self.frag,
             _ if is(&MAGLEV4, &MAGLEV6) => self.maglev,

@@ -740,3 +740,20 @@ pub(crate) fn seen_icmp(packet: &[u8]) -> ([u8; 4], [u8; 4], Seen) {
 }
 
 pub(crate) const FRONTEND: Addr = (NODE, NODE_PORT);
+
+/// Runs `f` on CPU 0 only: `BPF_PROG_TEST_RUN` runs the program on the
+/// calling CPU, and per-CPU state (the budget of unconfirmed flows) is
+/// that CPU's.
+pub(crate) fn on_one_cpu(f: impl FnOnce()) {
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET writes inside
+    // it; sched_setaffinity(0) changes only the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set),
+            0
+        );
+    }
+    f();
+}
