@@ -77,8 +77,27 @@ pub fn insert<const L2: usize, C: PacketCtx, A: Ip>(
     ctx.store(L2 + IP_HLEN + 2, &frontend.1)?;
     ctx.store(L2 + IP_HLEN + 4, &frontend.0)?;
     let words: [u32; 2] = ctx.load(L2 + IP_HLEN)?;
-    let new_head = [head[0] + 2, head[1]];
-    let new_len = (u16::from_be(tot_len) + u16::from(DSR_OPT_LEN)).to_be();
+    resize4::<L2, C>(ctx, head, tot_len, words, true)
+}
+
+/// Writes the IPv4 header at `L2` two words longer (`grown`) or shorter
+/// than `head` (its first two bytes) and `tot_len` said, and updates its
+/// checksum for that and for the option's `words` coming or going.
+#[inline(always)]
+fn resize4<const L2: usize, C: PacketCtx>(
+    ctx: &C,
+    head: [u8; 2],
+    tot_len: u16,
+    words: [u32; 2],
+    grown: bool,
+) -> Result<(), i64> {
+    let (ihl, len) = (head[0], u16::from_be(tot_len));
+    let (new_head, new_len) = if grown {
+        ([ihl + 2, head[1]], len + u16::from(DSR_OPT_LEN))
+    } else {
+        ([ihl - 2, head[1]], len - u16::from(DSR_OPT_LEN))
+    };
+    let new_len = new_len.to_be();
     ctx.store(L2, &new_head)?;
     ctx.store(L2 + IP_TOT_LEN, &new_len)?;
     let csum = L2 + IP_CSUM;
@@ -89,8 +108,11 @@ pub fn insert<const L2: usize, C: PacketCtx, A: Ip>(
         2,
     )?;
     ctx.l3_csum_replace(csum, u64::from(tot_len), u64::from(new_len), 2)?;
-    ctx.l3_csum_replace(csum, 0, u64::from(words[0]), 4)?;
-    ctx.l3_csum_replace(csum, 0, u64::from(words[1]), 4)
+    for w in words {
+        let (from, to) = if grown { (0, w) } else { (w, 0) };
+        ctx.l3_csum_replace(csum, u64::from(from), u64::from(to), 4)?;
+    }
+    Ok(())
 }
 
 /// The IPv6 half of [`insert`]: the destination-options header, the fixed
@@ -184,18 +206,5 @@ pub fn strip<const L2: usize, C: PacketCtx, A>(ctx: &C) -> Result<(), i64> {
     let tot_len: u16 = ctx.load(L2 + IP_TOT_LEN)?;
     let words: [u32; 2] = ctx.load(L2 + IP_HLEN)?;
     ctx.adjust_net(-i32::from(DSR_OPT_LEN))?;
-    let new_head = [head[0] - 2, head[1]];
-    let new_len = (u16::from_be(tot_len) - u16::from(DSR_OPT_LEN)).to_be();
-    ctx.store(L2, &new_head)?;
-    ctx.store(L2 + IP_TOT_LEN, &new_len)?;
-    let csum = L2 + IP_CSUM;
-    ctx.l3_csum_replace(
-        csum,
-        u64::from(u16::from_ne_bytes(head)),
-        u64::from(u16::from_ne_bytes(new_head)),
-        2,
-    )?;
-    ctx.l3_csum_replace(csum, u64::from(tot_len), u64::from(new_len), 2)?;
-    ctx.l3_csum_replace(csum, u64::from(words[0]), 0, 4)?;
-    ctx.l3_csum_replace(csum, u64::from(words[1]), 0, 4)
+    resize4::<L2, C>(ctx, head, tot_len, words, false)
 }
