@@ -25,6 +25,7 @@ fn spec(src: &str, dst: &str) -> Spec {
         src: src.parse().unwrap(),
         dst: dst.parse().unwrap(),
         len: 64,
+        syn: false,
     }
 }
 
@@ -39,7 +40,8 @@ fn families() -> [Spec; 2] {
 fn the_generator_program_writes_valid_flows_over_its_ports() {
     require_root();
     use std::os::fd::AsRawFd as _;
-    for s in families() {
+    let syns = families().map(|s| Spec { syn: true, ..s });
+    for s in families().into_iter().chain(syns) {
         let frame = Frame::new(&s).unwrap();
         let prog = programs::generator(&frame, 64).expect("the verifier takes it");
         let mut ports = BTreeSet::new();

@@ -1,11 +1,13 @@
-//! The generator's frame: Ethernet, IPv4 or IPv6, UDP, with valid
-//! checksums, and the flow variants its XDP program makes of it.
+//! The generator's frame: Ethernet, IPv4 or IPv6, UDP (or a TCP SYN), with
+//! valid checksums, and the flow variants its XDP program makes of it.
 //!
 //! Live frames (`BPF_F_TEST_XDP_LIVE_FRAMES`) start every run from the
 //! same bytes, so the program makes the flows: it writes source port
-//! `BASE_PORT + i` and, in a payload word, `BALANCE - i`. The two words
-//! always add up to the same number, so the UDP checksum of the template
-//! holds for every variant and the program never recomputes it.
+//! `BASE_PORT + i` and, in a balancing word, `BALANCE - i`. The two words
+//! always add up to the same number, so the L4 checksum of the template
+//! holds for every variant and the program never recomputes it. The
+//! balancing word is UDP's first payload word, and a SYN's urgent pointer,
+//! which no receiver reads without the URG flag.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -19,22 +21,27 @@ pub const MAX_FLOWS: u32 = 1 << 15;
 
 const ETH_LEN: usize = 14;
 const UDP_LEN: usize = 8;
+const TCP_LEN: usize = 20;
+/// Offset of the urgent pointer in the TCP header.
+const TCP_URG_PTR: usize = 18;
+const PROTO_TCP: u8 = 6;
 const ETHERTYPE_V4: u16 = 0x0800;
 const ETHERTYPE_V6: u16 = 0x86dd;
 const PROTO_UDP: u8 = 17;
 
-/// A UDP frame to send, and where the program writes each flow's words.
+/// A frame to send, and where the program writes each flow's words.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Frame {
     pub bytes: Vec<u8>,
-    /// Offset of the UDP source port.
+    /// Offset of the source port.
     pub sport_at: usize,
-    /// Offset of the balancing payload word (the payload's first).
+    /// Offset of the balancing word, the last the program writes.
     pub word_at: usize,
 }
 
 /// What a frame carries: the MACs, the 5-tuple's addresses and
-/// destination port, and its length on the wire without the FCS.
+/// destination port, and its length on the wire without the FCS (a SYN's
+/// is its headers': `len` is not read).
 #[derive(Clone, Copy, Debug)]
 pub struct Spec {
     pub src_mac: [u8; 6],
@@ -42,6 +49,8 @@ pub struct Spec {
     pub src: IpAddr,
     pub dst: SocketAddr,
     pub len: usize,
+    /// A TCP SYN (no options, no payload) instead of a UDP datagram.
+    pub syn: bool,
 }
 
 /// Why a [`Spec`] makes no frame.
@@ -79,29 +88,34 @@ impl Frame {
             (IpAddr::V6(_), IpAddr::V6(_)) => 40,
             _ => return Err(SpecError::MixedFamilies),
         };
-        let min = ETH_LEN + ip_len + UDP_LEN + 2;
-        if !(min..=MAX_LEN).contains(&spec.len) {
+        let l4_at = ETH_LEN + ip_len;
+        let (proto, len) = if spec.syn {
+            (PROTO_TCP, l4_at + TCP_LEN)
+        } else {
+            (PROTO_UDP, spec.len)
+        };
+        let min = l4_at + UDP_LEN + 2;
+        if !(min..=MAX_LEN).contains(&len) {
             return Err(SpecError::Length {
-                len: spec.len,
+                len,
                 min,
                 max: MAX_LEN,
             });
         }
-        let udp_at = ETH_LEN + ip_len;
-        let udp_len = (spec.len - udp_at) as u16;
-        let mut b = Vec::with_capacity(spec.len);
+        let l4_len = (len - l4_at) as u16;
+        let mut b = Vec::with_capacity(len);
         b.extend_from_slice(&spec.dst_mac);
         b.extend_from_slice(&spec.src_mac);
         match (spec.src, spec.dst.ip()) {
             (IpAddr::V4(s), IpAddr::V4(d)) => {
                 b.extend_from_slice(&ETHERTYPE_V4.to_be_bytes());
-                let total = (spec.len - ETH_LEN) as u16;
+                let total = (len - ETH_LEN) as u16;
                 let mut h = [0u8; 20];
                 h[0] = 0x45;
                 h[2..4].copy_from_slice(&total.to_be_bytes());
                 h[6] = 0x40; // DF: a router never fragments them
                 h[8] = 64;
-                h[9] = PROTO_UDP;
+                h[9] = proto;
                 h[12..16].copy_from_slice(&s.octets());
                 h[16..20].copy_from_slice(&d.octets());
                 let sum = !fold(sum16(&h));
@@ -111,8 +125,8 @@ impl Frame {
             (IpAddr::V6(s), IpAddr::V6(d)) => {
                 b.extend_from_slice(&ETHERTYPE_V6.to_be_bytes());
                 b.extend_from_slice(&[0x60, 0, 0, 0]);
-                b.extend_from_slice(&udp_len.to_be_bytes());
-                b.extend_from_slice(&[PROTO_UDP, 64]);
+                b.extend_from_slice(&l4_len.to_be_bytes());
+                b.extend_from_slice(&[proto, 64]);
                 b.extend_from_slice(&s.octets());
                 b.extend_from_slice(&d.octets());
             }
@@ -120,16 +134,27 @@ impl Frame {
         }
         b.extend_from_slice(&BASE_PORT.to_be_bytes());
         b.extend_from_slice(&spec.dst.port().to_be_bytes());
-        b.extend_from_slice(&udp_len.to_be_bytes());
-        b.extend_from_slice(&[0, 0]);
-        b.extend_from_slice(&BALANCE.to_be_bytes());
-        b.resize(spec.len, 0);
-        let sum = udp_checksum(spec.src, spec.dst.ip(), &b[udp_at..]);
-        b[udp_at + 6..udp_at + 8].copy_from_slice(&sum.to_be_bytes());
+        let (csum_at, word_at) = if spec.syn {
+            b.extend_from_slice(&1u32.to_be_bytes()); // sequence number
+            b.extend_from_slice(&[0; 4]); // no acknowledgement
+            b.extend_from_slice(&[(TCP_LEN as u8 / 4) << 4, 0x02]); // SYN
+            b.extend_from_slice(&64_240u16.to_be_bytes()); // window
+            b.extend_from_slice(&[0, 0]);
+            b.extend_from_slice(&BALANCE.to_be_bytes());
+            (l4_at + 16, l4_at + TCP_URG_PTR)
+        } else {
+            b.extend_from_slice(&l4_len.to_be_bytes());
+            b.extend_from_slice(&[0, 0]);
+            b.extend_from_slice(&BALANCE.to_be_bytes());
+            b.resize(len, 0);
+            (l4_at + 6, l4_at + UDP_LEN)
+        };
+        let sum = l4_checksum(spec.src, spec.dst.ip(), proto, &b[l4_at..]);
+        b[csum_at..csum_at + 2].copy_from_slice(&sum.to_be_bytes());
         Ok(Self {
             bytes: b,
-            sport_at: udp_at,
-            word_at: udp_at + UDP_LEN,
+            sport_at: l4_at,
+            word_at,
         })
     }
 
@@ -143,27 +168,27 @@ impl Frame {
     }
 }
 
-/// The UDP checksum over the pseudo-header and `udp` (header with a zero
-/// checksum, and payload); never 0, which means "none" in IPv4 and is
-/// invalid in IPv6.
-fn udp_checksum(src: IpAddr, dst: IpAddr, udp: &[u8]) -> u16 {
+/// The checksum of the `proto` segment `l4` (header with a zero checksum,
+/// and payload) over the pseudo-header; never 0, which means "none" to
+/// UDP in IPv4 and is invalid in IPv6 (and as good as 0xffff to TCP).
+fn l4_checksum(src: IpAddr, dst: IpAddr, proto: u8, l4: &[u8]) -> u16 {
     let mut pseudo = Vec::with_capacity(40);
     match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             pseudo.extend_from_slice(&s.octets());
             pseudo.extend_from_slice(&d.octets());
-            pseudo.extend_from_slice(&[0, PROTO_UDP]);
-            pseudo.extend_from_slice(&(udp.len() as u16).to_be_bytes());
+            pseudo.extend_from_slice(&[0, proto]);
+            pseudo.extend_from_slice(&(l4.len() as u16).to_be_bytes());
         }
         (IpAddr::V6(s), IpAddr::V6(d)) => {
             pseudo.extend_from_slice(&s.octets());
             pseudo.extend_from_slice(&d.octets());
-            pseudo.extend_from_slice(&(udp.len() as u32).to_be_bytes());
-            pseudo.extend_from_slice(&[0, 0, 0, PROTO_UDP]);
+            pseudo.extend_from_slice(&(l4.len() as u32).to_be_bytes());
+            pseudo.extend_from_slice(&[0, 0, 0, proto]);
         }
         _ => unreachable!("families checked by the caller"),
     }
-    match !fold(sum16(&pseudo) + sum16(udp)) {
+    match !fold(sum16(&pseudo) + sum16(l4)) {
         0 => 0xffff,
         s => s,
     }
@@ -202,6 +227,7 @@ mod tests {
             src,
             dst,
             len,
+            syn: false,
         }
     }
 
@@ -299,5 +325,46 @@ mod tests {
         );
         assert!(Frame::new(&Spec { len: 44, ..v4() }).is_ok());
         assert!(Frame::new(&Spec { len: 1515, ..v4() }).is_err());
+    }
+
+    /// Parses the SYN `bytes` and checks every checksum; returns the
+    /// source port.
+    fn verified_syn(bytes: &[u8], s: &Spec) -> u16 {
+        let p = SlicedPacket::from_ethernet(bytes).expect("a well-formed frame");
+        let Some(TransportSlice::Tcp(tcp)) = p.transport else {
+            panic!("not TCP")
+        };
+        assert!(tcp.syn() && !tcp.ack() && !tcp.urg(), "a bare SYN");
+        assert_eq!(tcp.destination_port(), s.dst.port());
+        let header = tcp.to_header();
+        let expected = match p.net.expect("an IP header") {
+            NetSlice::Ipv4(ip) => {
+                let h = ip.header().to_header();
+                assert_eq!(h.header_checksum, h.calc_header_checksum());
+                assert_eq!(IpAddr::from(h.source), s.src);
+                assert_eq!(usize::from(h.total_len), bytes.len() - 14);
+                header.calc_checksum_ipv4(&h, &[]).unwrap()
+            }
+            NetSlice::Ipv6(ip) => {
+                let h = ip.header().to_header();
+                assert_eq!(usize::from(h.payload_length), 20);
+                header.calc_checksum_ipv6(&h, &[]).unwrap()
+            }
+            NetSlice::Arp(_) => panic!("ARP"),
+        };
+        assert_eq!(header.checksum, expected);
+        tcp.source_port()
+    }
+
+    #[test]
+    fn syn_templates_and_every_flow_carry_valid_checksums() {
+        for s in [v4(), v6()] {
+            let s = Spec { syn: true, ..s };
+            let f = Frame::new(&s).unwrap();
+            assert_eq!(f.bytes.len(), if s.src.is_ipv4() { 54 } else { 74 });
+            for i in [0, 1, 255, (MAX_FLOWS - 1) as u16] {
+                assert_eq!(verified_syn(&f.flow(i), &s), BASE_PORT + i);
+            }
+        }
     }
 }

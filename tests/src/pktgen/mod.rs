@@ -2,8 +2,8 @@
 //! benchmarks on veths (this kernel has no pktgen; `xdp-trafficgen` does
 //! not load here).
 //!
-//! * [`Generator`]: run in a client's namespace, it sends UDP frames out of
-//!   the client's veth at full rate: `BPF_PROG_TEST_RUN` with
+//! * [`Generator`]: run in a client's namespace, it sends UDP frames (or
+//!   TCP SYNs, a SYN flood) out of the client's veth at full rate: `BPF_PROG_TEST_RUN` with
 //!   `BPF_F_TEST_XDP_LIVE_FRAMES` runs a tiny XDP program on frames made
 //!   from one template ([`Frame`]), "arriving" on the veth; the program
 //!   picks a flow (a source port out of `flows`) and returns `XDP_TX`, so
@@ -62,15 +62,36 @@ pub struct Generator {
 }
 
 impl Generator {
-    /// Frames from `dev` (in the calling thread's namespace, its MAC the
-    /// source) to `dst_mac`, `src` -> `dst`, `len` bytes each, over
+    /// UDP frames from `dev` (in the calling thread's namespace, its MAC
+    /// the source) to `dst_mac`, `src` -> `dst`, `len` bytes each, over
     /// `flows` source ports (a power of two up to [`MAX_FLOWS`]).
     pub fn new(
+        dev: &str,
+        dst_mac: [u8; 6],
+        ends: (IpAddr, SocketAddr),
+        len: usize,
+        flows: u32,
+    ) -> io::Result<Self> {
+        Self::with(dev, dst_mac, ends, len, flows, false)
+    }
+
+    /// [`Self::new`] for TCP SYNs, a SYN flood from `flows` source ports.
+    pub fn syn(
+        dev: &str,
+        dst_mac: [u8; 6],
+        ends: (IpAddr, SocketAddr),
+        flows: u32,
+    ) -> io::Result<Self> {
+        Self::with(dev, dst_mac, ends, 0, flows, true)
+    }
+
+    fn with(
         dev: &str,
         dst_mac: [u8; 6],
         (src, dst): (IpAddr, SocketAddr),
         len: usize,
         flows: u32,
+        syn: bool,
     ) -> io::Result<Self> {
         let spec = Spec {
             src_mac: iface::mac(dev)?,
@@ -78,6 +99,7 @@ impl Generator {
             src,
             dst,
             len,
+            syn,
         };
         let frame =
             Frame::new(&spec).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;

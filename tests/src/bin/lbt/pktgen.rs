@@ -17,9 +17,13 @@ pub(crate) struct Args {
     /// Source address of the frames (the client's).
     #[arg(long)]
     src: IpAddr,
-    /// Destination address and UDP port.
+    /// Destination address and UDP (or TCP) port.
     #[arg(long)]
     to: SocketAddr,
+    /// TCP SYNs, a SYN flood, instead of UDP datagrams (`--size` is
+    /// then the headers').
+    #[arg(long)]
+    syn: bool,
     /// Frame length without the FCS.
     #[arg(long, default_value_t = 64)]
     size: usize,
@@ -45,7 +49,12 @@ pub(crate) fn run(a: &Args, in_netns: bool) -> anyhow::Result<pktgen::Sent> {
     if let Some(cpu) = a.cpu {
         pktgen::pin_to_cpu(cpu).with_context(|| format!("pinning to CPU {cpu}"))?;
     }
-    let generator = Generator::new(&a.dev, dst_mac, (a.src, a.to), a.size, a.flows)
-        .context("loading the generator")?;
+    let ends = (a.src, a.to);
+    let generator = if a.syn {
+        Generator::syn(&a.dev, dst_mac, ends, a.flows)
+    } else {
+        Generator::new(&a.dev, dst_mac, ends, a.size, a.flows)
+    }
+    .context("loading the generator")?;
     Ok(generator.run(a.seconds, a.count)?)
 }
