@@ -23,7 +23,8 @@ use etherparse::{NetHeaders, PacketBuilder, PacketHeaders, TcpOptionElement, Tra
 use lb_common::{
     CFG_F_MIDFLOW, CT_DIR_IN, CT_DIR_OUT, CT_F_DSR, CT_F_KERNEL, CT_F_SNAT, CT_SEEN, Ct4Key,
     Ct4Value, DatapathConfig, FE_F_DSR, FE_F_EXTERNAL_LOCAL, PROTO_TCP, PROTO_UDP,
-    STAT_TC_NEW_FLOW, STAT_TC_PASSED_UNTRACKED, Timeouts, ct_established,
+    STAT_TC_DSR_RESTORED, STAT_TC_MIDFLOW_TAKEN_OVER, STAT_TC_NEW_FLOW, STAT_TC_PASSED_UNTRACKED,
+    STAT_TC6_DSR_RESTORED, Timeouts, ct_established,
 };
 use packets6::*;
 
@@ -259,6 +260,7 @@ fn the_backends_node_strips_the_option_and_replies_as_the_frontend() {
     assert!(wire.ip_options.is_empty());
     assert_eq!(backend.ct().len(), 1);
     assert!(backend.ct().iter().all(|(k, _)| k.dir != CT_DIR_IN));
+    assert_eq!(backend.stat(STAT_TC_DSR_RESTORED), 1, "one flow learned");
 }
 
 #[test]
@@ -416,6 +418,7 @@ fn the_backends_node_strips_the_ipv6_header_and_replies_as_the_frontend() {
     let plain = tcp6(CLIENT6, REMOTE_POD6, Tcp::Ack);
     assert_eq!(backend.ingress(&plain), (PASS, plain.clone()));
     assert_eq!(backend.ct6().len(), 1);
+    assert_eq!(backend.stat(STAT_TC6_DSR_RESTORED), 1, "one flow learned");
 }
 
 /// Mid-flow failover: a node with a frontend of `flags` (DSR, Maglev or
@@ -473,6 +476,7 @@ fn with_maglev_and_dsr_a_mid_flow_segment_starts_its_flow_at_the_backend_the_tab
     }
     assert_eq!(reached.len(), 2, "16 flows reach both backends");
     assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 16);
+    assert_eq!(bed.stat(STAT_TC_MIDFLOW_TAKEN_OVER), 16);
     assert_eq!(bed.stat(STAT_TC_PASSED_UNTRACKED), 0);
     assert!(bed.nat().is_empty());
 
@@ -508,6 +512,7 @@ fn a_mid_flow_segment_stays_the_kernels_without_the_flag_maglev_or_dsr() {
         assert_eq!(bed.ingress(&segment), (PASS, segment), "{why}");
         assert!(bed.ct().is_empty(), "{why}");
         assert_eq!(bed.stat(STAT_TC_PASSED_UNTRACKED), 1, "{why}");
+        assert_eq!(bed.stat(STAT_TC_MIDFLOW_TAKEN_OVER), 0, "{why}");
     }
 }
 

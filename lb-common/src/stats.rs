@@ -91,9 +91,19 @@ pub const STAT_TC6_DROP_SYN_BUDGET: u32 = 40;
 pub const STAT_XDP_DROP_SYN_BUDGET: u32 = 41;
 /// XDP dropped it (IPv6).
 pub const STAT_XDP6_DROP_SYN_BUDGET: u32 = 42;
+/// tc on a backend's node learned an IPv4 DSR flow from the frontend its
+/// packet carried (a new reply entry), and took the option out.
+pub const STAT_TC_DSR_RESTORED: u32 = 43;
+/// The same for IPv6 (the destination-options header).
+pub const STAT_TC6_DSR_RESTORED: u32 = 44;
+/// tc took over an IPv4 TCP flow mid-flow (a segment without SYN, at a
+/// frontend with Maglev and DSR): another node had balanced it.
+pub const STAT_TC_MIDFLOW_TAKEN_OVER: u32 = 45;
+/// The same for IPv6.
+pub const STAT_TC6_MIDFLOW_TAKEN_OVER: u32 = 46;
 
 /// Number of counters (entries of `LB_STATS`).
-pub const STATS_COUNT: u32 = 43;
+pub const STATS_COUNT: u32 = 47;
 
 /// Each counter's name, indexed by its constant: the `reason` label on
 /// `/metrics` and the row name in `lb-agent dump --stats`.
@@ -141,8 +151,12 @@ pub const STAT_NAMES: [&str; STATS_COUNT as usize] = [
     "tc6_drop_syn_budget",
     "xdp_drop_syn_budget",
     "xdp6_drop_syn_budget",
+    "tc_dsr_restored",
+    "tc6_dsr_restored",
+    "tc_midflow_taken_over",
+    "tc6_midflow_taken_over",
 ];
 const _: () = assert!(STAT_TC_DROP_CT_FULL + STAT_TC6_OFFSET + 1 == STAT_TC6_PASSED_EXT_HEADERS);
 const _: () =
     assert!(STAT_XDP_DROP_SNAT_EXHAUSTED + STAT_XDP6_OFFSET + 1 == STAT_TC_DROP_SYN_BUDGET);
-const _: () = assert!(STAT_XDP6_DROP_SYN_BUDGET + 1 == STATS_COUNT);
+const _: () = assert!(STAT_TC6_MIDFLOW_TAKEN_OVER + 1 == STATS_COUNT);

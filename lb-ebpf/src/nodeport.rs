@@ -31,8 +31,9 @@ use lb_common::{
     FlowHash, NatKey, PROTO_TCP, STAT_PASSED_REMOVED, STAT_REFUSED_INCONSISTENT,
     STAT_TC_DROP_CT_FULL, STAT_TC_DROP_FRAGMENT, STAT_TC_DROP_NO_LOCAL,
     STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_DROP_SOURCE_RANGE, STAT_TC_DROP_SYN_BUDGET,
-    STAT_TC_NEW_FLOW, STAT_TC_PASSED_UNTRACKED, STAT_TC_REJECT_NO_ENDPOINTS,
-    STAT_TC6_DROP_SYN_BUDGET, STAT_XDP_DROP_SYN_BUDGET, STAT_XDP6_DROP_SYN_BUDGET, SourceRange,
+    STAT_TC_DSR_RESTORED, STAT_TC_MIDFLOW_TAKEN_OVER, STAT_TC_NEW_FLOW, STAT_TC_PASSED_UNTRACKED,
+    STAT_TC_REJECT_NO_ENDPOINTS, STAT_TC6_DROP_SYN_BUDGET, STAT_TC6_DSR_RESTORED,
+    STAT_TC6_MIDFLOW_TAKEN_OVER, STAT_XDP_DROP_SYN_BUDGET, STAT_XDP6_DROP_SYN_BUDGET, SourceRange,
     TCP_ACK, TCP_SYN, ct_closed, ct_established, ct_expired, ct_new_expiry, ports_word, seen_bits,
 };
 
@@ -98,6 +99,12 @@ impl Hook for Tc {
 #[inline(always)]
 fn count_tc<H: Hook, F: Family>(stat: u32) {
     count(H::stat::<F>(stat));
+}
+
+/// Counts `v4` or `v6`, by family.
+#[inline(always)]
+fn count_family<F: Family>(v4: u32, v6: u32) {
+    count(if size_of::<F::Addr>() == 4 { v4 } else { v6 });
 }
 
 /// Counts a SYN dropped for want of a token of the budget of unconfirmed
@@ -267,6 +274,7 @@ fn dsr_record<const L2: usize, C: PacketCtx, F: Family>(
                 count_tc::<Tc, F>(STAT_TC_DROP_CT_FULL);
                 return Ok(Step::Done(DROP));
             }
+            count_family::<F>(STAT_TC_DSR_RESTORED, STAT_TC6_DSR_RESTORED);
         }
     }
     dsr::strip::<L2, C, F::Addr>(ctx)?;
@@ -376,7 +384,10 @@ fn known_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
             return Ok(Step::Done(PASS));
         }
         match untracked::<F>(p, cfg.flags & CFG_F_MIDFLOW != 0) {
-            UNTRACKED_FAILOVER => return Ok(Step::New),
+            UNTRACKED_FAILOVER => {
+                count_family::<F>(STAT_TC_MIDFLOW_TAKEN_OVER, STAT_TC6_MIDFLOW_TAKEN_OVER);
+                return Ok(Step::New);
+            }
             UNTRACKED_FRONTEND => count_tc::<H, F>(STAT_TC_PASSED_UNTRACKED),
             _ => {}
         }
