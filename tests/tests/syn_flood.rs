@@ -4,10 +4,11 @@
 //! the flood's flows would fill them many times over: established
 //! connections keep working, one busy during the flood and eight idle
 //! through it, because unconfirmed flows only get the budget's share of
-//! the maps; what the budget drops is counted. Needs root; fails loudly
-//! without it.
+//! the maps; what the budget drops is counted, by XDP when the fast path
+//! runs. Needs root; fails loudly without it.
 
 use std::{
+    collections::BTreeMap,
     net::{IpAddr, SocketAddr},
     time::Duration,
 };
@@ -15,7 +16,7 @@ use std::{
 use anyhow::Context as _;
 use lb_fixtures::yaml;
 use lb_tests::{
-    netns::within,
+    netns::{tx_checksum_off, within, xdp_pass},
     pktgen::{Generator, iface},
     probe::Held,
     two_nodes::{Bed, NODE1, node_objects, node_port_svc, p2, slice},
@@ -35,8 +36,11 @@ const SECONDS: f64 = 3.0;
 /// budget of 2,048 unconfirmed flows for the node.
 const MAPS: [&str; 2] = ["--bpf-ct-global-max=16384", "--bpf-nat-global-max=8192"];
 
-#[test]
-fn a_syn_flood_at_full_rate_evicts_no_established_connection() -> anyhow::Result<()> {
+/// The counters of node-1 after a flood of [`SECONDS`] against held
+/// connections through it, node-1's agent run with `node1_args` too; every
+/// connection checked. With `xdp`, the hosts send complete checksums and
+/// the router's ports to the nodes run NAPI, as XDP on veths needs.
+fn flood(node1_args: &[&str], xdp: bool) -> anyhow::Result<BTreeMap<String, u64>> {
     let [node1, node2] = node_objects();
     let bed = Bed::new(&yaml([
         node1,
@@ -44,8 +48,18 @@ fn a_syn_flood_at_full_rate_evicts_no_established_connection() -> anyhow::Result
         node_port_svc("remote", "10.96.63.1", REMOTE).into(),
         slice("remote", vec![p2()]).into(),
     ]))?;
+    let r = bed.nodes.ns("r");
+    let _peers = if xdp {
+        for host in ["c", "p1", "p2"] {
+            tx_checksum_off(&bed.nodes.ns(host), "eth0")?;
+        }
+        vec![xdp_pass(&r, "n1")?, xdp_pass(&r, "n2")?]
+    } else {
+        Vec::new()
+    };
+    let args: Vec<&str> = MAPS.iter().chain(node1_args).copied().collect();
     let _agents = [
-        bed.agent_with(&bed.node1, &MAPS)?,
+        bed.agent_with(&bed.node1, &args)?,
         bed.agent_with(&bed.node2, &MAPS)?,
     ];
     let to = format!("{NODE1}:{REMOTE}");
@@ -64,7 +78,6 @@ fn a_syn_flood_at_full_rate_evicts_no_established_connection() -> anyhow::Result
 
     // The generator's frames leave the client's veth by XDP_TX: the
     // router's end takes them only with NAPI (GRO).
-    let r = bed.nodes.ns("r");
     let dst_mac = within(&r, || {
         iface::gro_on("eth0")?;
         Ok(iface::mac("eth0")?)
@@ -92,17 +105,40 @@ fn a_syn_flood_at_full_rate_evicts_no_established_connection() -> anyhow::Result
         assert_eq!(held.request()?, "p2", "idle connection {i} after the flood");
     }
     assert_eq!(busy.request()?, "p2");
+    assert!(during > 0);
     let stats = bed.node1.pins.stats()?;
-    let (dropped, new) = (stats["tc_drop_syn_budget"], stats["tc_new_flow"]);
     eprintln!(
-        "flood: {} SYNs in {:.1} s ({:.0}/s); node-1 dropped {dropped} for the budget, \
-         recorded {new} new flows; {during} requests during it",
-        sent.frames, sent.seconds, sent.rate
+        "flood{}: {} SYNs in {:.1} s ({:.0}/s); node-1 dropped {} for the budget at tc, {} \
+         at XDP, recorded {} new flows at tc, {} at XDP; {during} requests during it",
+        if xdp { " (XDP)" } else { "" },
+        sent.frames,
+        sent.seconds,
+        sent.rate,
+        stats["tc_drop_syn_budget"],
+        stats["xdp_drop_syn_budget"],
+        stats["tc_new_flow"],
+        stats["xdp_new_flow"],
     );
+    Ok(stats)
+}
+
+#[test]
+fn a_syn_flood_at_full_rate_evicts_no_established_connection() -> anyhow::Result<()> {
+    let stats = flood(&[], false)?;
     // The flood far exceeded the budget (2,048 flows), and the budget held
     // it: the maps never had room to spare for it.
-    assert!(dropped > 20_000, "{stats:?}");
-    assert!(new < 8_192, "{stats:?}");
-    assert!(during > 0);
+    assert!(stats["tc_drop_syn_budget"] > 20_000, "{stats:?}");
+    assert!(stats["tc_new_flow"] < 8_192, "{stats:?}");
+    Ok(())
+}
+
+#[test]
+fn with_xdp_the_flood_is_dropped_by_xdp_and_counted_as_xdps() -> anyhow::Result<()> {
+    let stats = flood(&["--bpf-lb-acceleration=native"], true)?;
+    assert!(stats["xdp_drop_syn_budget"] > 20_000, "{stats:?}");
+    assert!(
+        stats["xdp_new_flow"] + stats["tc_new_flow"] < 8_192,
+        "{stats:?}"
+    );
     Ok(())
 }
