@@ -28,7 +28,8 @@ use crate::{
 /// `maglev_size`, an `LB_CONFIG` without `maglev_seed`, and no XDP
 /// counters (29 `LB_STATS` entries). Layout 8 had no budget of unconfirmed
 /// TCP flows (`LB_SYN_BUDGET`, its two `LB_CONFIG` fields and four
-/// counters) and no DSR and mid-flow counters: 39 `LB_STATS` entries.
+/// counters), no DSR and mid-flow counters and no count of what XDP told
+/// tc: 39 `LB_STATS` entries.
 pub const LAYOUT_VERSION: u32 = 9;
 
 /// `BPF_MAP_TYPE_HASH`.

@@ -102,8 +102,12 @@ pub const STAT_TC_MIDFLOW_TAKEN_OVER: u32 = 45;
 /// The same for IPv6.
 pub const STAT_TC6_MIDFLOW_TAKEN_OVER: u32 = 46;
 
+/// tc passed a packet at once: XDP had looked it up and found it no
+/// frontend's nor any flow's of ours ([`crate::XDP_META_NOT_OURS`]).
+pub const STAT_TC_PASSED_XDP_CHECKED: u32 = 47;
+
 /// Number of counters (entries of `LB_STATS`).
-pub const STATS_COUNT: u32 = 47;
+pub const STATS_COUNT: u32 = 48;
 
 /// Each counter's name, indexed by its constant: the `reason` label on
 /// `/metrics` and the row name in `lb-agent dump --stats`.
@@ -155,8 +159,9 @@ pub const STAT_NAMES: [&str; STATS_COUNT as usize] = [
     "tc6_dsr_restored",
     "tc_midflow_taken_over",
     "tc6_midflow_taken_over",
+    "tc_passed_xdp_checked",
 ];
 const _: () = assert!(STAT_TC_DROP_CT_FULL + STAT_TC6_OFFSET + 1 == STAT_TC6_PASSED_EXT_HEADERS);
 const _: () =
     assert!(STAT_XDP_DROP_SNAT_EXHAUSTED + STAT_XDP6_OFFSET + 1 == STAT_TC_DROP_SYN_BUDGET);
-const _: () = assert!(STAT_TC6_MIDFLOW_TAKEN_OVER + 1 == STATS_COUNT);
+const _: () = assert!(STAT_TC_PASSED_XDP_CHECKED + 1 == STATS_COUNT);

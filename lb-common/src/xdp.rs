@@ -13,3 +13,10 @@ pub const XDP_DEVICES_SECTION: &str = ".bss";
 /// natively, host order, the unused tail 0. A device beyond it is not
 /// redirected to (its flows stay on tc).
 pub const XDP_DEVICES_MAX: usize = 32;
+
+/// What the XDP program leaves in a packet's metadata (4 bytes before the
+/// frame, host order) for the tc programs: it looked the packet up and it
+/// is no frontend's nor any flow's of ours, so tc passes it at once
+/// instead of repeating the lookups. Only XDP programs on the device can
+/// write metadata; tc trusts nothing else.
+pub const XDP_META_NOT_OURS: u32 = 0x4c42_4e4f;

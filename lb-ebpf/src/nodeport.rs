@@ -75,6 +75,9 @@ pub trait Hook {
     /// Whether to translate packet `p`, which then goes to `dst`: called
     /// before anything of the packet or its flow changes.
     fn admit<F: Family>(&mut self, p: &Packet<F::Addr>, dst: &F::Addr) -> bool;
+    /// The packet, looked up, is no frontend's nor any flow's of ours.
+    #[inline(always)]
+    fn not_ours(&mut self) {}
 }
 
 /// The tc programs: every packet is theirs to decide.
@@ -381,6 +384,9 @@ fn known_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
         // when the agent took over) or none: the kernel translates it, or
         // resets it as a reset backend would.
         if H::FIRST {
+            if F::frontends().get_ptr(p.frontend::<F>()).is_none() {
+                h.not_ours();
+            }
             return Ok(Step::Done(PASS));
         }
         match untracked::<F>(p, cfg.flags & CFG_F_MIDFLOW != 0) {
@@ -520,6 +526,9 @@ fn choose<F: Family, H: Hook>(
         return Chosen::Done(DROP);
     }
     if H::FIRST && !matches!(selection, Selection::Backend { .. }) {
+        if matches!(selection, Selection::NotFrontend | Selection::UnknownPort) {
+            h.not_ours();
+        }
         return Chosen::Done(PASS);
     }
     // XDP cannot insert DSR's option (a flow to a remote backend), nor know

@@ -18,19 +18,21 @@
 //! errors, IPv4 fragments whose first fragment was not seen, IPv4
 //! options and IPv6 extension headers (IPv6 fragments too), rejects,
 //! drops by policy, failed FIB lookups (no neighbour yet, forwarding off,
-//! MTU exceeded), an expiring TTL. No metadata is passed to tc: it repeats
-//! the lookup of the packets XDP passes.
+//! MTU exceeded), an expiring TTL. A packet that XDP found to be no
+//! frontend's nor any flow's of ours (host traffic) carries that in its
+//! metadata ([`lb_common::XDP_META_NOT_OURS`]), and tc passes it without
+//! repeating the lookups.
 
 use aya_ebpf::{
     EbpfContext as _,
     bindings::{BPF_FIB_LKUP_RET_SUCCESS, bpf_fib_lookup, xdp_action},
-    helpers::{bpf_fib_lookup as fib_lookup, bpf_redirect},
+    helpers::{bpf_fib_lookup as fib_lookup, bpf_redirect, bpf_xdp_adjust_meta},
     programs::XdpContext,
 };
 use lb_common::{
     STAT_TC_DROP_CT_FULL, STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_NEW_FLOW, STAT_XDP_DROP_CT_FULL,
     STAT_XDP_DROP_SNAT_EXHAUSTED, STAT_XDP_FORWARDED, STAT_XDP_NEW_FLOW, STAT_XDP_PASSED_TO_TC,
-    STAT_XDP6_OFFSET, STATS_COUNT, XDP_DEVICES_MAX,
+    STAT_XDP6_OFFSET, STATS_COUNT, XDP_DEVICES_MAX, XDP_META_NOT_OURS,
 };
 
 use crate::{
@@ -84,6 +86,8 @@ pub struct Forward<'a> {
     /// The device the FIB sends the packet out of, once [`Hook::admit`]
     /// said yes (the packet is then being translated); 0 before.
     egress: u32,
+    /// [`Hook::not_ours`] was said.
+    not_ours: bool,
 }
 
 impl Hook for Forward<'_> {
@@ -108,6 +112,11 @@ impl Hook for Forward<'_> {
             count(xdp_stat::<F::Addr>(STAT_XDP_PASSED_TO_TC));
         }
         self.egress != 0
+    }
+
+    #[inline(always)]
+    fn not_ours(&mut self) {
+        self.not_ours = true;
     }
 }
 
@@ -167,7 +176,11 @@ fn lookup<A: Ip>(ctx: &XdpContext, p: &Packet<A>, dst: &A) -> u32 {
 impl<'a> Forward<'a> {
     #[inline(always)]
     fn new(ctx: &'a XdpContext) -> Self {
-        Self { ctx, egress: 0 }
+        Self {
+            ctx,
+            egress: 0,
+            not_ours: false,
+        }
     }
 
     /// Sends the translated packet on (its MAC addresses are the FIB's
@@ -234,7 +247,10 @@ pub fn forward<F: Family>(ctx: &XdpContext, p: &mut Packet<F::Addr>) -> i32 {
     let mut hop = Forward::new(ctx);
     let v = nodeport::ingress::<ETH_HLEN, _, F, _>(ctx, p, &mut hop);
     if hop.egress == 0 {
-        // Nothing changed: tc decides.
+        // Nothing changed: tc decides, told what XDP found.
+        if hop.not_ours {
+            tell_tc_not_ours(ctx);
+        }
         return PASS;
     }
     if v != Verdict::Pass
@@ -243,4 +259,20 @@ pub fn forward<F: Family>(ctx: &XdpContext, p: &mut Packet<F::Addr>) -> i32 {
         return DROP;
     }
     hop.send::<F::Addr>()
+}
+
+/// Leaves [`XDP_META_NOT_OURS`] in the packet's metadata for tc. Without
+/// room for it (a driver without metadata support), tc looks it up again.
+#[inline(always)]
+fn tell_tc_not_ours(ctx: &XdpContext) {
+    // SAFETY: the helper checks the context and the room it grows into.
+    if unsafe { bpf_xdp_adjust_meta(ctx.ctx, -(size_of::<u32>() as i32)) } != 0 {
+        return;
+    }
+    let (meta, data) = (ctx.metadata(), ctx.data());
+    if meta + size_of::<u32>() > data {
+        return;
+    }
+    // SAFETY: the four bytes before the frame are metadata, just checked.
+    unsafe { (meta as *mut u32).write_unaligned(XDP_META_NOT_OURS) };
 }

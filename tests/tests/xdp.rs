@@ -114,6 +114,15 @@ fn xdp_forwards_node_port_flows_to_a_remote_pod_in_both_families() -> anyhow::Re
     // Out of eth0, where the packets came in: XDP_TX.
     through_xdp(&bed)?;
 
+    // Host traffic: XDP found it no frontend's nor flow's and told tc so in
+    // its metadata; tc passed it without looking it up again, and the
+    // node's own stack answered (a reset from a closed port).
+    let before = bed.node1.pins.stats()?["tc_passed_xdp_checked"];
+    let r = bed.client(&["tcp", "--to", &format!("{NODE1}:9"), "-n", "3"])?;
+    assert_eq!(r.failed(), 3, "refused by node-1 itself: {r:?}");
+    let passed = bed.node1.pins.stats()?["tc_passed_xdp_checked"] - before;
+    assert!(passed >= 3, "{passed} SYNs passed on XDP's word");
+
     // The program outlives its agent (its link is pinned); the next agent
     // puts its own program into that link (no moment without one), and
     // the flows go on through it.
