@@ -173,9 +173,9 @@ enum Cmd {
     /// The soak's client: requests without pause to the Services named on
     /// stdin, until stdin closes; tallies on stdout.
     SoakClient(soak::Args),
-    /// UDP frames out of a veth at full rate from an XDP program
-    /// (`BPF_F_TEST_XDP_LIVE_FRAMES`), over many source ports; prints the
-    /// frames sent and their rate.
+    /// UDP frames (or TCP SYNs, `--syn`) out of a veth at full rate from
+    /// an XDP program (`BPF_F_TEST_XDP_LIVE_FRAMES`), over many source
+    /// ports; prints the frames sent and their rate.
     Pktgen(pktgen::Args),
 }
 
