@@ -95,6 +95,12 @@ fn xdp_sends_a_cluster_flow_to_a_remote_backend_translated_both_ways_back_out_of
     });
 }
 
+/// `frame` behind the metadata XDP leaves for tc on a packet it found no
+/// frontend's nor flow's of ours.
+fn not_ours(frame: &[u8]) -> Vec<u8> {
+    [&lb_common::XDP_META_NOT_OURS.to_ne_bytes()[..], frame].concat()
+}
+
 #[test]
 fn xdp_leaves_local_backends_and_strangers_to_tc_untouched() {
     let ns = Netns::new();
@@ -108,9 +114,10 @@ fn xdp_leaves_local_backends_and_strangers_to_tc_untouched() {
         assert_eq!(bed.xdp(&to_local, x0), (XDP_PASS, to_local.clone()));
         assert!(bed.ct().is_empty(), "no flow recorded");
         assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC), 1);
-        // No frontend: not ours.
+        // No frontend: not ours, and tc is told so in the metadata (the
+        // test run hands the frame back from its metadata on).
         let stranger = udp(CLIENT, (NODE, NODE_PORT + 1));
-        assert_eq!(bed.xdp(&stranger, x0), (XDP_PASS, stranger.clone()));
+        assert_eq!(bed.xdp(&stranger, x0), (XDP_PASS, not_ours(&stranger)));
         assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC), 1, "not a flow of ours");
         // tc then does what it does without XDP.
         let (_, dnated) = bed.ingress(&to_local);
@@ -163,7 +170,7 @@ fn xdp_leaves_ipv6_local_backends_and_strangers_to_tc_untouched() {
         assert!(bed.ct6().is_empty(), "no flow recorded");
         assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC + STAT_XDP6_OFFSET), 1);
         let stranger = tcp6(CLIENT6, (NODE6, 9), Tcp::Syn);
-        assert_eq!(bed.xdp(&stranger, x0), (XDP_PASS, stranger.clone()));
+        assert_eq!(bed.xdp(&stranger, x0), (XDP_PASS, not_ours(&stranger)));
         assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC + STAT_XDP6_OFFSET), 1);
     });
 }
