@@ -58,6 +58,11 @@ pub const CFG_F_PREV: u32 = 1;
 /// to it, so that no connection the kernel's conntrack translates
 /// (kube-proxy's) is taken from it.
 pub const CFG_F_MIDFLOW: u32 = 1 << 1;
+/// The XDP fast path runs on the node's devices: tc ingress passes at once
+/// a packet XDP marked as no frontend's nor flow's of ours
+/// ([`crate::XDP_META_NOT_OURS`]). Without it tc never reads metadata.
+/// Set by the agent's datapath.
+pub const CFG_F_XDP: u32 = 1 << 2;
 
 impl DatapathConfig {
     /// Whether a reply to the SNAT address on `port` (host order) may be

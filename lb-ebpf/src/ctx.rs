@@ -17,6 +17,7 @@ use aya_ebpf::{
     },
     programs::{TcContext, XdpContext},
 };
+use lb_common::XDP_META_NOT_OURS;
 
 use crate::packet::{csum_add, csum_replace4};
 
@@ -26,6 +27,11 @@ use crate::packet::{csum_add, csum_replace4};
 pub trait PacketCtx {
     /// The start and end of the packet's linear part, for reads in place.
     fn data(&self) -> usize;
+    /// Whether the XDP program left [`XDP_META_NOT_OURS`] in the packet's
+    /// metadata (only XDP programs on the device can write it).
+    fn xdp_found_not_ours(&self) -> bool {
+        false
+    }
     fn data_end(&self) -> usize;
     /// Copies a `T` out of the packet at `off`.
     fn load<T>(&self, off: usize) -> Result<T, i64>;
@@ -68,6 +74,18 @@ pub(crate) fn code(r: Result<(), i64>) -> i64 {
 }
 
 impl PacketCtx for TcContext {
+    #[inline(always)]
+    fn xdp_found_not_ours(&self) -> bool {
+        let skb = self.skb.skb;
+        // SAFETY: the program's own context; `data_meta` and `data` are the
+        // kernel's pointers into the packet, as 32-bit fields.
+        let (meta, data) = unsafe { ((*skb).data_meta as usize, (*skb).data as usize) };
+        // SAFETY: the four bytes from `meta` lie before `data`, just
+        // checked; without metadata `meta` equals `data`.
+        meta + size_of::<u32>() <= data
+            && unsafe { (meta as *const u32).read_unaligned() } == XDP_META_NOT_OURS
+    }
+
     #[inline(always)]
     fn data(&self) -> usize {
         TcContext::data(self)

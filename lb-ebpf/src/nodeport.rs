@@ -26,15 +26,16 @@ use core::mem::MaybeUninit;
 
 use aya_ebpf::{btf_maps::lpm_trie::Key, helpers::bpf_get_prandom_u32};
 use lb_common::{
-    CFG_F_MIDFLOW, CT_DIR_IN, CT_DIR_OUT, CT_F_DSR, CT_F_KERNEL, CT_F_SNAT, CT_SEEN, CtKey,
-    CtValue, DatapathConfig, FE_F_DSR, FE_F_EXTERNAL_LOCAL, FE_F_MAGLEV, FE_F_SOURCE_RANGES,
+    CFG_F_MIDFLOW, CFG_F_XDP, CT_DIR_IN, CT_DIR_OUT, CT_F_DSR, CT_F_KERNEL, CT_F_SNAT, CT_SEEN,
+    CtKey, CtValue, DatapathConfig, FE_F_DSR, FE_F_EXTERNAL_LOCAL, FE_F_MAGLEV, FE_F_SOURCE_RANGES,
     FlowHash, NatKey, PROTO_TCP, STAT_PASSED_REMOVED, STAT_REFUSED_INCONSISTENT,
     STAT_TC_DROP_CT_FULL, STAT_TC_DROP_FRAGMENT, STAT_TC_DROP_NO_LOCAL,
     STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_DROP_SOURCE_RANGE, STAT_TC_DROP_SYN_BUDGET,
     STAT_TC_DSR_RESTORED, STAT_TC_MIDFLOW_TAKEN_OVER, STAT_TC_NEW_FLOW, STAT_TC_PASSED_UNTRACKED,
-    STAT_TC_REJECT_NO_ENDPOINTS, STAT_TC6_DROP_SYN_BUDGET, STAT_TC6_DSR_RESTORED,
-    STAT_TC6_MIDFLOW_TAKEN_OVER, STAT_XDP_DROP_SYN_BUDGET, STAT_XDP6_DROP_SYN_BUDGET, SourceRange,
-    TCP_ACK, TCP_SYN, ct_closed, ct_established, ct_expired, ct_new_expiry, ports_word, seen_bits,
+    STAT_TC_PASSED_XDP_CHECKED, STAT_TC_REJECT_NO_ENDPOINTS, STAT_TC6_DROP_SYN_BUDGET,
+    STAT_TC6_DSR_RESTORED, STAT_TC6_MIDFLOW_TAKEN_OVER, STAT_XDP_DROP_SYN_BUDGET,
+    STAT_XDP6_DROP_SYN_BUDGET, SourceRange, TCP_ACK, TCP_SYN, ct_closed, ct_established,
+    ct_expired, ct_new_expiry, ports_word, seen_bits,
 };
 
 use crate::{
@@ -178,6 +179,12 @@ pub fn ingress<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     p: &mut Packet<F::Addr>,
     h: &mut H,
 ) -> Verdict {
+    // A packet the XDP fast path found to be no frontend's nor flow's of
+    // ours: passed without looking it up again.
+    if !H::FIRST && config().is_some_and(|c| c.flags & CFG_F_XDP != 0) && ctx.xdp_found_not_ours() {
+        count(STAT_TC_PASSED_XDP_CHECKED);
+        return PASS;
+    }
     // A DSR flow's packet from the node that load-balanced it (with IPv4
     // options or IPv6 extension headers only): tc's alone, as it changes
     // the packet's length.

@@ -345,13 +345,16 @@ impl Datapath {
 
     /// `config` with what only the datapath knows: whether the programs
     /// are to read the previous-map slots (`CFG_F_PREV`, while a migration
-    /// switches), and the ports replies are looked up for (the SNAT range
+    /// switches), whether XDP's marks are to be read (`CFG_F_XDP`), and the ports replies are looked up for (the SNAT range
     /// widened to the ports earlier flows hold). It changes in
     /// [`Self::prepare_attach`] and [`Self::attach`]: write it again after
     /// each.
     pub fn settings(&self, mut config: lb_common::DatapathConfig) -> lb_common::DatapathConfig {
         if self.prev {
             config.flags |= lb_common::CFG_F_PREV;
+        }
+        if self.acceleration() != xdp::Acceleration::Disabled {
+            config.flags |= lb_common::CFG_F_XDP;
         }
         let range = (config.nat_port_min, config.nat_port_max);
         (config.nat_reply_min, config.nat_reply_max) =

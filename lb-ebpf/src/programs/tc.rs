@@ -15,13 +15,11 @@ use aya_ebpf::{
     macros::classifier,
     programs::TcContext,
 };
-use lb_common::{STAT_TC_PASSED_XDP_CHECKED, XDP_META_NOT_OURS};
 use lb_ebpf::{
     ctx::PacketCtx as _,
     family::Family,
     nodeport::{self, Tc, Verdict},
     packet::{ETH_HLEN, Handler, Packet, parse},
-    stats::count,
 };
 
 const PASS: i32 = TC_ACT_UNSPEC;
@@ -56,30 +54,12 @@ fn code(ctx: &TcContext, v: Verdict) -> i32 {
     }
 }
 
-/// Whether the XDP program looked the packet up and left
-/// [`XDP_META_NOT_OURS`] in its metadata.
-#[inline(always)]
-fn xdp_found_not_ours(ctx: &TcContext) -> bool {
-    let skb = ctx.skb.skb;
-    // SAFETY: the program's own context; `data_meta` and `data` are the
-    // kernel's pointers into the packet, as 32-bit fields.
-    let (meta, data) = unsafe { ((*skb).data_meta as usize, (*skb).data as usize) };
-    // SAFETY: the four bytes from `meta` lie before `data`, just checked;
-    // without metadata `meta` equals `data`.
-    meta + size_of::<u32>() <= data
-        && unsafe { (meta as *const u32).read_unaligned() } == XDP_META_NOT_OURS
-}
-
 /// What ingress does with each packet.
 struct Ingress<'a, const L2: usize>(&'a TcContext);
 
 impl<const L2: usize> Handler for Ingress<'_, L2> {
     #[inline(always)]
     fn flow<F: Family>(self, p: &mut Packet<F::Addr>) -> i32 {
-        if xdp_found_not_ours(self.0) {
-            count(STAT_TC_PASSED_XDP_CHECKED);
-            return PASS;
-        }
         code(self.0, nodeport::ingress::<L2, _, F, _>(self.0, p, &mut Tc))
     }
 
