@@ -22,8 +22,8 @@ use lb_common::DatapathConfig;
 
 use crate::{
     model::{
-        Admission, Cache, ExcludedCidrs, Frontend, HealthCheck, NodeContext, NodePortAddresses,
-        ObjectRef, Proto, Scope, service_ref, slice_ref,
+        Admission, Backend, Cache, ExcludedCidrs, Frontend, FrontendKind, HealthCheck, NodeContext,
+        NodePortAddresses, ObjectRef, Proto, Scope, service_ref, slice_ref,
     },
     reconcile::{
         DualReconciler, GracePeriods, LbView, Outcome, Settings, SettingsStore, StoreError, Tables,
@@ -96,6 +96,9 @@ pub struct Syncer<T: Tables, G: GracePeriods, S> {
     /// External-scope frontends guarded by `loadBalancerSourceRanges` ->
     /// their ranges, as of the last sync.
     guarded: BTreeMap<Frontend, Vec<IpNet>>,
+    /// External-scope DSR frontends with endpoints on this node -> their
+    /// kind and those endpoints, as of the last sync.
+    dsr: BTreeMap<Frontend, (FrontendKind, Vec<Backend>)>,
     /// The tc programs' settings and `guarded`'s ranges, as written.
     settings: Settings<S>,
     /// Every UDP frontend's serving IPs, kept for the socket reaper.
@@ -126,6 +129,7 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
             },
             stale: BTreeSet::new(),
             guarded: BTreeMap::new(),
+            dsr: BTreeMap::new(),
             settings: Settings::new(settings),
             udp_serving: Arc::default(),
             external_serving: Arc::default(),
@@ -301,6 +305,13 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
         self.settings.write_source_ranges(&self.guarded)
     }
 
+    /// Writes the endpoints on this node of every DSR frontend if they
+    /// changed since they were last written; says whether it wrote. After
+    /// a failure the next call tries again.
+    pub fn write_dsr_endpoints(&mut self) -> Result<bool, StoreError> {
+        self.settings.write_dsr_endpoints(&self.dsr)
+    }
+
     /// Writes the tc programs' settings.
     pub fn write_tc_config(&mut self, config: DatapathConfig) -> Result<(), StoreError> {
         self.settings.write_config(config)
@@ -312,9 +323,9 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
         &self.settings
     }
 
-    /// Brings `guarded` up to date for the frontends a sync wrote (`None`:
-    /// every frontend).
-    fn track_guarded(&mut self, touched: Option<&BTreeSet<Frontend>>) {
+    /// Brings `guarded` and `dsr` up to date for the frontends a sync
+    /// wrote (`None`: every frontend).
+    fn track_external(&mut self, touched: Option<&BTreeSet<Frontend>>) {
         let all: Vec<Frontend>;
         let frontends: Box<dyn Iterator<Item = &Frontend>> = match touched {
             Some(t) => Box::new(t.iter()),
@@ -324,6 +335,7 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
                     .programmed()
                     .map(|(fe, _, _)| *fe)
                     .chain(self.guarded.keys().copied())
+                    .chain(self.dsr.keys().copied())
                     .collect();
                 Box::new(all.iter())
             }
@@ -341,6 +353,18 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
             };
             if changed {
                 self.settings.source_ranges_changed();
+            }
+            let want = self
+                .cache
+                .desired(fe)
+                .filter(|t| t.dsr && !t.dsr_endpoints.is_empty())
+                .map(|t| (t.kind, t.dsr_endpoints.clone()));
+            let changed = match want {
+                None => self.dsr.remove(fe).is_some(),
+                Some(want) => self.dsr.insert(*fe, want.clone()) != Some(want),
+            };
+            if changed {
+                self.settings.dsr_endpoints_changed();
             }
         }
     }
@@ -474,7 +498,7 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
             self.retries.room_freed(now);
         }
         self.track_owners(touched.as_ref());
-        self.track_guarded(touched.as_ref());
+        self.track_external(touched.as_ref());
         self.udp_serving.narrow(serving_now(&self.cache, &udp));
         self.external_serving
             .narrow(external.iter().map(|fe| (*fe, self.cache.serving(fe))));

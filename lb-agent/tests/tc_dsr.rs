@@ -14,17 +14,20 @@
 #[path = "tc/bed.rs"]
 #[expect(dead_code, reason = "the other helpers serve tc_programs.rs")]
 mod bed;
+#[path = "tc/fib_netns.rs"]
+mod fib_netns;
 #[path = "tc/packets6.rs"]
 #[expect(dead_code, reason = "the other helpers serve tc_programs6.rs")]
 mod packets6;
 
 use bed::*;
 use etherparse::{NetHeaders, PacketBuilder, PacketHeaders, TcpOptionElement, TransportHeader};
+use fib_netns::Netns;
 use lb_common::{
-    CFG_F_MIDFLOW, CT_DIR_IN, CT_DIR_OUT, CT_F_DSR, CT_F_KERNEL, CT_F_SNAT, CT_SEEN, Ct4Key,
-    Ct4Value, DatapathConfig, FE_F_DSR, FE_F_EXTERNAL_LOCAL, PROTO_TCP, PROTO_UDP,
+    CFG_F_MIDFLOW, CT_DIR_IN, CT_DIR_OUT, CT_F_DSR, CT_F_KERNEL, CT_F_SNAT, CT_SEEN, CT_SEEN_ACK,
+    Ct4Key, Ct4Value, DatapathConfig, FE_F_DSR, FE_F_EXTERNAL_LOCAL, PROTO_TCP, PROTO_UDP,
     STAT_TC_DSR_RESTORED, STAT_TC_MIDFLOW_TAKEN_OVER, STAT_TC_NEW_FLOW, STAT_TC_PASSED_UNTRACKED,
-    STAT_TC6_DSR_RESTORED, Timeouts, ct_established,
+    STAT_TC6_DSR_RESTORED, Timeouts,
 };
 use packets6::*;
 
@@ -107,11 +110,23 @@ fn lb_node(proto: u8) -> Bed {
     bed
 }
 
-/// The backend's node: configured, no frontend of its own.
-fn backend_node() -> Bed {
+/// The backend's node: configured, no frontend of its own, the backend
+/// one of its endpoints of the DSR NodePort (`proto`), as the agent writes
+/// them.
+fn backend_node(proto: u8) -> Bed {
     let mut bed = Bed::new();
     bed.snat([192, 0, 2, 20], 61_000, 61_010);
+    bed.dsr_endpoint(([0; 4], NODE_PORT), REMOTE_POD, proto);
     bed
+}
+
+/// Runs `f` with the FIB of a namespace where the clients are behind the
+/// device whose index it gets (`x0`, see `fib_netns`): the backend's node
+/// checks that a DSR flow's client is reached back through its device.
+fn on_device(f: impl FnOnce(u32) + Send) {
+    let ns = Netns::new();
+    let x0 = ns.ifindex("x0");
+    ns.run(|| f(x0));
 }
 
 #[test]
@@ -202,70 +217,71 @@ fn a_dsr_frontend_with_local_policy_neither_snats_nor_adds_the_option() {
 #[test]
 fn the_backends_node_strips_the_option_and_replies_as_the_frontend() {
     let lb = lb_node(PROTO_TCP);
-    let backend = backend_node();
+    let backend = backend_node(PROTO_TCP);
+    on_device(|x0| {
+        let (_, dnated) = lb.ingress(&syn_with_mss(CLIENT, FRONTEND, 1460));
+        let (_, carried) = lb.egress(&dnated);
 
-    let (_, dnated) = lb.ingress(&syn_with_mss(CLIENT, FRONTEND, 1460));
-    let (_, carried) = lb.egress(&dnated);
+        let (verdict, delivered) = backend.ingress_on(&carried, x0);
+        assert_eq!(verdict, PASS);
+        let wire = on_wire(&delivered);
+        assert_eq!(wire.flow, flow(CLIENT, REMOTE_POD));
+        assert!(wire.ip_options.is_empty(), "{:?}", wire.ip_options);
+        assert_eq!(wire.mss, Some(1460));
+        assert_eq!(delivered.len(), carried.len() - 8);
 
-    let (verdict, delivered) = backend.ingress(&carried);
-    assert_eq!(verdict, PASS);
-    let wire = on_wire(&delivered);
-    assert_eq!(wire.flow, flow(CLIENT, REMOTE_POD));
-    assert!(wire.ip_options.is_empty(), "{:?}", wire.ip_options);
-    assert_eq!(wire.mss, Some(1460));
-    assert_eq!(delivered.len(), carried.len() - 8);
+        let ct = backend.ct();
+        let [(key, value)] = ct.as_slice() else {
+            panic!("want the reply's entry alone: {ct:?}");
+        };
+        assert_eq!(key.dir, CT_DIR_OUT);
+        assert_eq!(
+            (
+                key.saddr_be,
+                key.sport_be,
+                key.daddr_be,
+                key.dport_be,
+                key.proto
+            ),
+            (
+                REMOTE_POD.0,
+                REMOTE_POD.1.to_be(),
+                CLIENT.0,
+                CLIENT.1.to_be(),
+                PROTO_TCP
+            )
+        );
+        assert_eq!((value.addr_be, value.port_be), (NODE, NODE_PORT.to_be()));
+        assert_ne!(value.flags & CT_F_DSR, 0);
 
-    let ct = backend.ct();
-    let [(key, value)] = ct.as_slice() else {
-        panic!("want the reply's entry alone: {ct:?}");
-    };
-    assert_eq!(key.dir, CT_DIR_OUT);
-    assert_eq!(
-        (
-            key.saddr_be,
-            key.sport_be,
-            key.daddr_be,
-            key.dport_be,
-            key.proto
-        ),
-        (
-            REMOTE_POD.0,
-            REMOTE_POD.1.to_be(),
-            CLIENT.0,
-            CLIENT.1.to_be(),
-            PROTO_TCP
-        )
-    );
-    assert_eq!((value.addr_be, value.port_be), (NODE, NODE_PORT.to_be()));
-    assert_ne!(value.flags & CT_F_DSR, 0);
+        // The backend's answer leaves its node as the frontend's, to the
+        // client, announcing an MSS that leaves room for the option.
+        let (verdict, reply) = backend.egress(&syn_ack_with_mss(REMOTE_POD, CLIENT, 1460));
+        assert_eq!(verdict, PASS);
+        let wire = on_wire(&reply);
+        assert_eq!(wire.flow, flow(FRONTEND, CLIENT));
+        assert_eq!(wire.mss, Some(1452), "MSS lowered by the option's bytes");
+        assert!(wire.ip_options.is_empty());
+        let (_, reply) = backend.egress(&tcp(REMOTE_POD, CLIENT, Tcp::Ack));
+        assert_eq!(seen(&reply), flow(FRONTEND, CLIENT));
 
-    // The backend's answer leaves its node as the frontend's, to the
-    // client, announcing an MSS that leaves room for the option.
-    let (verdict, reply) = backend.egress(&syn_ack_with_mss(REMOTE_POD, CLIENT, 1460));
-    assert_eq!(verdict, PASS);
-    let wire = on_wire(&reply);
-    assert_eq!(wire.flow, flow(FRONTEND, CLIENT));
-    assert_eq!(wire.mss, Some(1452), "MSS lowered by the option's bytes");
-    assert!(wire.ip_options.is_empty());
-    let (_, reply) = backend.egress(&tcp(REMOTE_POD, CLIENT, Tcp::Ack));
-    assert_eq!(seen(&reply), flow(FRONTEND, CLIENT));
-
-    // Later packets of the flow are stripped alike, the entry kept.
-    let (_, dnated) = lb.ingress(&tcp(CLIENT, FRONTEND, Tcp::Ack));
-    let (_, carried) = lb.egress(&dnated);
-    let (verdict, delivered) = backend.ingress(&carried);
-    assert_eq!(verdict, PASS);
-    let wire = on_wire(&delivered);
-    assert_eq!(wire.flow, flow(CLIENT, REMOTE_POD));
-    assert!(wire.ip_options.is_empty());
-    assert_eq!(backend.ct().len(), 1);
-    assert!(backend.ct().iter().all(|(k, _)| k.dir != CT_DIR_IN));
-    assert_eq!(backend.stat(STAT_TC_DSR_RESTORED), 1, "one flow learned");
+        // Later packets of the flow are stripped alike, the entry kept.
+        let (_, dnated) = lb.ingress(&tcp(CLIENT, FRONTEND, Tcp::Ack));
+        let (_, carried) = lb.egress(&dnated);
+        let (verdict, delivered) = backend.ingress_on(&carried, x0);
+        assert_eq!(verdict, PASS);
+        let wire = on_wire(&delivered);
+        assert_eq!(wire.flow, flow(CLIENT, REMOTE_POD));
+        assert!(wire.ip_options.is_empty());
+        assert_eq!(backend.ct().len(), 1);
+        assert!(backend.ct().iter().all(|(k, _)| k.dir != CT_DIR_IN));
+        assert_eq!(backend.stat(STAT_TC_DSR_RESTORED), 1, "one flow learned");
+    });
 }
 
 #[test]
 fn a_packet_without_the_option_is_untouched_on_the_backends_node() {
-    let backend = backend_node();
+    let backend = backend_node(PROTO_TCP);
     let packet = tcp(CLIENT, REMOTE_POD, Tcp::Syn);
     let (verdict, out) = backend.ingress(&packet);
     assert_eq!(verdict, PASS);
@@ -381,44 +397,47 @@ fn the_backends_node_strips_the_ipv6_header_and_replies_as_the_frontend() {
     let lb = lb_node6(PROTO_TCP);
     let mut backend = Bed::new();
     backend.snat6(v6([0xfd00, 0x57, 0, 0, 0, 0, 0, 2]), 61_000, 61_010);
+    backend.dsr_endpoint6(([0; 16], FRONTEND6.1), REMOTE_POD6, PROTO_TCP);
+    on_device(|x0| {
+        let (_, dnated) = lb.ingress(&handshake6_with_mss(CLIENT6, FRONTEND6, 1440, false));
+        let (_, carried) = lb.egress(&dnated);
+        let (verdict, delivered) = backend.ingress_on(&carried, x0);
+        assert_eq!(verdict, PASS);
+        assert_eq!(delivered, dnated, "the packet as it was before the header");
 
-    let (_, dnated) = lb.ingress(&handshake6_with_mss(CLIENT6, FRONTEND6, 1440, false));
-    let (_, carried) = lb.egress(&dnated);
-    let (verdict, delivered) = backend.ingress(&carried);
-    assert_eq!(verdict, PASS);
-    assert_eq!(delivered, dnated, "the packet as it was before the header");
+        let ct = backend.ct6();
+        let [(key, value)] = ct.as_slice() else {
+            panic!("want the reply's entry alone: {ct:?}");
+        };
+        assert_eq!(
+            (key.dir, key.saddr_be, key.daddr_be),
+            (CT_DIR_OUT, REMOTE_POD6.0, CLIENT6.0)
+        );
+        assert_eq!(
+            (value.addr_be, value.port_be),
+            (FRONTEND6.0, FRONTEND6.1.to_be())
+        );
+        assert_ne!(value.flags & CT_F_DSR, 0);
 
-    let ct = backend.ct6();
-    let [(key, value)] = ct.as_slice() else {
-        panic!("want the reply's entry alone: {ct:?}");
-    };
-    assert_eq!(
-        (key.dir, key.saddr_be, key.daddr_be),
-        (CT_DIR_OUT, REMOTE_POD6.0, CLIENT6.0)
-    );
-    assert_eq!(
-        (value.addr_be, value.port_be),
-        (FRONTEND6.0, FRONTEND6.1.to_be())
-    );
-    assert_ne!(value.flags & CT_F_DSR, 0);
+        // The answer leaves as the frontend's, its MSS lowered by the 24 bytes.
+        let (verdict, reply) =
+            backend.egress(&handshake6_with_mss(REMOTE_POD6, CLIENT6, 1440, true));
+        assert_eq!(verdict, PASS);
+        let wire = on_wire6(&reply);
+        assert_eq!(wire.flow, flow6(FRONTEND6, CLIENT6));
+        assert_eq!(wire.mss, Some(1416));
+        assert_eq!(wire.dest_opts, None);
 
-    // The answer leaves as the frontend's, its MSS lowered by the 24 bytes.
-    let (verdict, reply) = backend.egress(&handshake6_with_mss(REMOTE_POD6, CLIENT6, 1440, true));
-    assert_eq!(verdict, PASS);
-    let wire = on_wire6(&reply);
-    assert_eq!(wire.flow, flow6(FRONTEND6, CLIENT6));
-    assert_eq!(wire.mss, Some(1416));
-    assert_eq!(wire.dest_opts, None);
-
-    // A later segment is stripped alike; one without the header is not
-    // touched.
-    let (_, dnated) = lb.ingress(&tcp6(CLIENT6, FRONTEND6, Tcp::Ack));
-    let (_, carried) = lb.egress(&dnated);
-    assert_eq!(backend.ingress(&carried), (PASS, dnated));
-    let plain = tcp6(CLIENT6, REMOTE_POD6, Tcp::Ack);
-    assert_eq!(backend.ingress(&plain), (PASS, plain.clone()));
-    assert_eq!(backend.ct6().len(), 1);
-    assert_eq!(backend.stat(STAT_TC6_DSR_RESTORED), 1, "one flow learned");
+        // A later segment is stripped alike; one without the header is not
+        // touched.
+        let (_, dnated) = lb.ingress(&tcp6(CLIENT6, FRONTEND6, Tcp::Ack));
+        let (_, carried) = lb.egress(&dnated);
+        assert_eq!(backend.ingress_on(&carried, x0), (PASS, dnated));
+        let plain = tcp6(CLIENT6, REMOTE_POD6, Tcp::Ack);
+        assert_eq!(backend.ingress_on(&plain, x0), (PASS, plain.clone()));
+        assert_eq!(backend.ct6().len(), 1);
+        assert_eq!(backend.stat(STAT_TC6_DSR_RESTORED), 1, "one flow learned");
+    });
 }
 
 /// Mid-flow failover: a node with a frontend of `flags` (DSR, Maglev or
@@ -480,8 +499,8 @@ fn with_maglev_and_dsr_a_mid_flow_segment_starts_its_flow_at_the_backend_the_tab
     assert_eq!(bed.stat(STAT_TC_PASSED_UNTRACKED), 0);
     assert!(bed.nat().is_empty());
 
-    // The flows are established at once: they live as established flows,
-    // not as a SYN's.
+    // The flows live as established connections, not as a SYN's: this
+    // node sees their client's side only, which an ACK continues.
     let syn_client = (CLIENT.0, 42_000);
     bed.ingress(&tcp(syn_client, FRONTEND, Tcp::Syn));
     let ct = bed.ct();
@@ -492,7 +511,8 @@ fn with_maglev_and_dsr_a_mid_flow_segment_starts_its_flow_at_the_backend_the_tab
             .unwrap()
     };
     let (taken, syn) = (expires(41_000), expires(42_000));
-    assert!(ct_established(taken.seen_client, taken.seen_backend));
+    assert_ne!(taken.seen_client & CT_SEEN_ACK, 0);
+    assert_eq!(taken.seen_backend, 0, "its backend answers elsewhere");
     let t = Timeouts::DEFAULT;
     assert!(
         taken.expires.wrapping_sub(syn.expires) >= t.tcp - t.tcp_syn - 1,

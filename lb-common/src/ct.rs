@@ -357,6 +357,62 @@ pub const fn ct_new_expiry(t: &Timeouts, proto: u8, now: u32) -> u32 {
     now.wrapping_add(if proto == PROTO_TCP { t.tcp_syn } else { t.any })
 }
 
+/// TCP, a flow this node sees one side of: a direct-server-return flow on
+/// the node that balanced it (its `CT_DIR_IN` entry with [`CT_F_DSR`]),
+/// whose backend answers the client around it. Whether the client closed
+/// it: a FIN or a RST.
+#[inline(always)]
+pub const fn ct_closing_one_sided(client: u8) -> bool {
+    client & (CT_SEEN_FIN | CT_SEEN_RST) != 0
+}
+
+/// [`ct_advance`] for a packet from the client of a flow seen from the
+/// client's side only. The backend's answer can never confirm it, so the
+/// client's segments alone drive it, as IPVS's direct routing does for the
+/// connections it sees one way: a SYN lives the SYN timeout; any segment
+/// without SYN the TCP timeout (an idle connection keeps its backend); a
+/// FIN the FIN timeout, at least [`CT_TIME_WAIT`], from each segment (the
+/// backend may still be sending, and the client acknowledging); a RST
+/// closes it for good, the FIN timeout from then. A flow started by a
+/// segment without SYN (taken over mid-flow) is advanced from no bits.
+#[inline(always)]
+pub const fn ct_advance_one_sided(
+    t: &Timeouts,
+    tcp_flags: u8,
+    client: u8,
+    expires: u32,
+    now: u32,
+) -> Advanced {
+    let seen = client | seen_bits(PROTO_TCP, tcp_flags);
+    let expires = if client & CT_SEEN_RST != 0 {
+        expires
+    } else if seen & CT_SEEN_RST != 0 {
+        now.wrapping_add(t.tcp_fin)
+    } else if seen & CT_SEEN_FIN != 0 {
+        now.wrapping_add(if t.tcp_fin < CT_TIME_WAIT {
+            CT_TIME_WAIT
+        } else {
+            t.tcp_fin
+        })
+    } else if seen & CT_SEEN_ACK != 0 {
+        now.wrapping_add(t.tcp)
+    } else {
+        now.wrapping_add(t.tcp_syn)
+    };
+    Advanced { seen, expires }
+}
+
+/// Whether a new TCP flow whose client's first packet set `client` bits
+/// takes a token of the budget of unconfirmed flows
+/// ([`crate::SynBucket`]): every flow no backend answered yet, however it
+/// starts; a flow seen one side only ([`ct_advance_one_sided`]) is never
+/// answered where it is seen, and holds its token until the client closes
+/// it, unless it starts closed.
+#[inline(always)]
+pub const fn ct_takes_token(one_sided: bool, client: u8) -> bool {
+    !one_sided || !ct_closing_one_sided(client)
+}
+
 impl<A: Copy> CtValue<A> {
     /// This entry as this layout keeps it. An entry of layout 4 kept only
     /// its own direction's TCP state, in `flags` (`CT_DIR_IN`: the
@@ -562,6 +618,52 @@ mod tests {
             ..Ct4Value::default()
         };
         assert_eq!(v.upgraded(CT_DIR_IN), v);
+    }
+
+    /// Replays client segments on a one-sided flow whose first packet
+    /// has `first` flags at 0: the client's bits and the expiry after each.
+    fn replay_one_sided(first: u8, packets: &[(u8, u32)]) -> Vec<(u8, u32)> {
+        let a = ct_advance_one_sided(&T, first, 0, 0, 0);
+        let (mut c, mut expires) = (a.seen, a.expires);
+        let mut out = Vec::from([(c, expires)]);
+        for &(flags, now) in packets {
+            let a = ct_advance_one_sided(&T, flags, c, expires, now);
+            (c, expires) = (a.seen, a.expires);
+            out.push((c, expires));
+        }
+        out
+    }
+
+    #[test]
+    fn a_one_sided_flow_lives_on_the_clients_segments_alone() {
+        let after = replay_one_sided(SYN, &[(ACK, 5), (ACK, 500), (FIN, 600), (ACK, 650)]);
+        let e: Vec<u32> = after.iter().map(|&(_, e)| e).collect();
+        // SYN: the SYN timeout; ACKs: the TCP timeout from each; the
+        // client's FIN: TIME_WAIT (longer than T's FIN timeout), extended
+        // by its later acknowledgments (the backend may still send).
+        assert_eq!(e, [60, 1005, 1500, 660, 710]);
+        assert!(!ct_closing_one_sided(after[2].0));
+        assert!(ct_closing_one_sided(after[3].0));
+        // A RST closes it for good.
+        let after = replay_one_sided(SYN, &[(ACK, 5), (RST, 7), (ACK, 9)]);
+        assert_eq!(after[2].1, 17);
+        assert_eq!(after[3].1, 17);
+    }
+
+    #[test]
+    fn a_flow_taken_over_mid_flow_starts_as_its_first_segment_says() {
+        // An ACK: an established connection, the TCP timeout.
+        assert_eq!(replay_one_sided(ACK, &[])[0].1, 1000);
+        // A FIN or a RST: closing already, the closing timeout.
+        assert_eq!(replay_one_sided(FIN, &[])[0].1, CT_TIME_WAIT);
+        assert_eq!(replay_one_sided(RST, &[])[0].1, 10);
+        // Only a flow that does not start closed takes a token.
+        assert!(ct_takes_token(true, seen_bits(PROTO_TCP, ACK)));
+        assert!(ct_takes_token(true, seen_bits(PROTO_TCP, SYN)));
+        assert!(!ct_takes_token(true, seen_bits(PROTO_TCP, RST)));
+        assert!(!ct_takes_token(true, seen_bits(PROTO_TCP, FIN)));
+        // A flow seen both ways always does: no backend answered yet.
+        assert!(ct_takes_token(false, seen_bits(PROTO_TCP, RST)));
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! (socket reverse NAT), and for the tc programs [`ct`] (conntrack),
 //! [`nat`] (source NAT), [`frag`] (fragments), [`src_ranges`]
 //! (`loadBalancerSourceRanges`), [`reject`] (reject rate limits),
+//! [`dsr`] (the endpoints of DSR frontends and the nodes' networks),
 //! [`syn_budget`] (the budget of unconfirmed TCP flows) and [`config`]
 //! (their settings); [`stats`] (datapath counters); [`maps`] names
 //! them, with the layout version in every pin name.
@@ -25,6 +26,7 @@ pub mod addrs;
 pub mod affinity;
 pub mod config;
 pub mod ct;
+pub mod dsr;
 pub mod frag;
 pub mod lb;
 pub mod lock;
@@ -42,6 +44,7 @@ pub use addrs::*;
 pub use affinity::*;
 pub use config::*;
 pub use ct::*;
+pub use dsr::*;
 pub use frag::*;
 pub use lb::*;
 pub use lock::SpinLock;

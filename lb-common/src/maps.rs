@@ -8,10 +8,11 @@
 
 use crate::{
     AffinityKey, AffinityValue, Backend4, Backend6, Ct4Key, Ct4Value, Ct6Key, Ct6Value,
-    DatapathConfig, Frag4Key, Frag4Value, Frag6Key, Frontend4Key, Frontend4State, Frontend6Key,
-    Frontend6State, FrontendId, MaglevChunk, MaglevKey, Member, MemberKey, Nat4Key, Nat4Value,
-    Nat6Key, Nat6Value, RejectBucket, RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value, Slot,
-    SlotKey, SockRevNat, SourceRange4, SourceRange6, SynBucket,
+    DatapathConfig, DsrEndpoint4Key, DsrEndpoint6Key, Frag4Key, Frag4Value, Frag6Key, Frontend4Key,
+    Frontend4State, Frontend6Key, Frontend6State, FrontendId, MaglevChunk, MaglevKey, Member,
+    MemberKey, Nat4Key, Nat4Value, Nat6Key, Nat6Value, NodeNet, RejectBucket, RevNat4Key,
+    RevNat4Value, RevNat6Key, RevNat6Value, Slot, SlotKey, SockRevNat, SourceRange4, SourceRange6,
+    SynBucket,
 };
 
 /// Version of the map layout; part of every pin name. Layout 1 (pins without
@@ -29,8 +30,10 @@ use crate::{
 /// counters (29 `LB_STATS` entries). Layout 8 had no budget of unconfirmed
 /// TCP flows (`LB_SYN_BUDGET`, its two `LB_CONFIG` fields and four
 /// counters), no DSR and mid-flow counters and no count of what XDP told
-/// tc: 39 `LB_STATS` entries.
-pub const LAYOUT_VERSION: u32 = 9;
+/// tc: 39 `LB_STATS` entries. Layout 9 had no maps of DSR frontends'
+/// endpoints (`LB4_DSR_EPS`, `LB6_DSR_EPS`) or of the nodes' networks
+/// (`LB4_NODE_NETS`, `LB6_NODE_NETS`), and 48 `LB_STATS` entries.
+pub const LAYOUT_VERSION: u32 = 10;
 
 /// `BPF_MAP_TYPE_HASH`.
 pub const MAP_TYPE_HASH: u32 = 1;
@@ -77,25 +80,25 @@ const fn spec<K, V>(name: &'static str, pin: &'static str, map_type: u32, flags:
 /// Frontends: [`Frontend4Key`] -> [`FrontendId`]. Written by the agent.
 pub const FRONTENDS4: MapSpec = spec::<Frontend4Key, FrontendId>(
     "LB4_FRONTENDS",
-    "LB4_FRONTENDS_V9",
+    "LB4_FRONTENDS_V10",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// Frontend state, an array indexed by frontend id: [`Frontend4State`].
 /// Written by the agent with `BPF_F_LOCK`.
 pub const FE_STATE4: MapSpec =
-    spec::<u32, Frontend4State>("LB4_FE_STATE", "LB4_FE_STATE_V9", MAP_TYPE_ARRAY, 0);
+    spec::<u32, Frontend4State>("LB4_FE_STATE", "LB4_FE_STATE_V10", MAP_TYPE_ARRAY, 0);
 /// Backend slots of every revision: [`SlotKey`] -> [`Slot`]. Written by the agent.
 pub const SLOTS4: MapSpec = spec::<SlotKey, Slot>(
     "LB4_SLOTS",
-    "LB4_SLOTS_V9",
+    "LB4_SLOTS_V10",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// Backends: id (`u32`) -> [`Backend4`]. Written by the agent.
 pub const BACKENDS4: MapSpec = spec::<u32, Backend4>(
     "LB4_BACKENDS",
-    "LB4_BACKENDS_V9",
+    "LB4_BACKENDS_V10",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
@@ -103,20 +106,20 @@ pub const BACKENDS4: MapSpec = spec::<u32, Backend4>(
 /// for frontends with session affinity.
 pub const MEMBERS4: MapSpec = spec::<MemberKey, Member>(
     "LB4_MEMBERS",
-    "LB4_MEMBERS_V9",
+    "LB4_MEMBERS_V10",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// Session affinity: [`AffinityKey`] -> [`AffinityValue`]. Written by the
 /// programs; LRU, so a full map evicts the oldest clients.
 pub const AFFINITY4: MapSpec =
-    spec::<AffinityKey, AffinityValue>("LB4_AFFINITY", "LB4_AFFINITY_V9", MAP_TYPE_LRU_HASH, 0);
+    spec::<AffinityKey, AffinityValue>("LB4_AFFINITY", "LB4_AFFINITY_V10", MAP_TYPE_LRU_HASH, 0);
 /// Socket reverse NAT: [`RevNat4Key`] -> [`RevNat4Value`], for what
 /// [`SOCK_REVNAT`] cannot hold (an unconnected socket's second frontend).
 /// Written by the programs; LRU, so entries of closed sockets age out on
 /// their own.
 pub const REVNAT4: MapSpec =
-    spec::<RevNat4Key, RevNat4Value>("LB4_REVNAT", "LB4_REVNAT_V9", MAP_TYPE_LRU_HASH, 0);
+    spec::<RevNat4Key, RevNat4Value>("LB4_REVNAT", "LB4_REVNAT_V10", MAP_TYPE_LRU_HASH, 0);
 /// Socket-local reverse NAT: the socket -> [`SockRevNat`], in the socket's
 /// own storage, which lives and dies with it (no capacity, no eviction).
 /// Written by the programs. Its entries cannot be read without the socket
@@ -130,63 +133,64 @@ pub const SOCK_REVNAT: MapSpec = spec::<i32, SockRevNat>(
 );
 /// Which addresses have frontends: a bitmap of [`crate::ADDR_WORDS`] `u64`
 /// words, see [`crate::addrs`]. Written by the agent.
-pub const ADDRS: MapSpec = spec::<u32, u64>("LB_ADDRS", "LB_ADDRS_V9", MAP_TYPE_ARRAY, 0);
+pub const ADDRS: MapSpec = spec::<u32, u64>("LB_ADDRS", "LB_ADDRS_V10", MAP_TYPE_ARRAY, 0);
 /// IPv6 frontends: [`Frontend6Key`] -> [`FrontendId`], ids of their own.
 pub const FRONTENDS6: MapSpec = spec::<Frontend6Key, FrontendId>(
     "LB6_FRONTENDS",
-    "LB6_FRONTENDS_V9",
+    "LB6_FRONTENDS_V10",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// IPv6 frontend state: [`Frontend6State`], as [`FE_STATE4`].
 pub const FE_STATE6: MapSpec =
-    spec::<u32, Frontend6State>("LB6_FE_STATE", "LB6_FE_STATE_V9", MAP_TYPE_ARRAY, 0);
+    spec::<u32, Frontend6State>("LB6_FE_STATE", "LB6_FE_STATE_V10", MAP_TYPE_ARRAY, 0);
 /// IPv6 backend slots, as [`SLOTS4`].
 pub const SLOTS6: MapSpec = spec::<SlotKey, Slot>(
     "LB6_SLOTS",
-    "LB6_SLOTS_V9",
+    "LB6_SLOTS_V10",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// IPv6 backends: id (`u32`) -> [`Backend6`].
 pub const BACKENDS6: MapSpec = spec::<u32, Backend6>(
     "LB6_BACKENDS",
-    "LB6_BACKENDS_V9",
+    "LB6_BACKENDS_V10",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// IPv6 revision members, as [`MEMBERS4`].
 pub const MEMBERS6: MapSpec = spec::<MemberKey, Member>(
     "LB6_MEMBERS",
-    "LB6_MEMBERS_V9",
+    "LB6_MEMBERS_V10",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// IPv6 session affinity, as [`AFFINITY4`].
 pub const AFFINITY6: MapSpec =
-    spec::<AffinityKey, AffinityValue>("LB6_AFFINITY", "LB6_AFFINITY_V9", MAP_TYPE_LRU_HASH, 0);
+    spec::<AffinityKey, AffinityValue>("LB6_AFFINITY", "LB6_AFFINITY_V10", MAP_TYPE_LRU_HASH, 0);
 /// IPv6 socket reverse NAT: [`RevNat6Key`] -> [`RevNat6Value`], as [`REVNAT4`].
 pub const REVNAT6: MapSpec =
-    spec::<RevNat6Key, RevNat6Value>("LB6_REVNAT", "LB6_REVNAT_V9", MAP_TYPE_LRU_HASH, 0);
+    spec::<RevNat6Key, RevNat6Value>("LB6_REVNAT", "LB6_REVNAT_V10", MAP_TYPE_LRU_HASH, 0);
 /// Datapath counters, per CPU: index (`u32`, see [`crate::stats`]) -> `u64`.
-pub const STATS: MapSpec = spec::<u32, u64>("LB_STATS", "LB_STATS_V9", MAP_TYPE_PERCPU_ARRAY, 0);
+pub const STATS: MapSpec = spec::<u32, u64>("LB_STATS", "LB_STATS_V10", MAP_TYPE_PERCPU_ARRAY, 0);
 
 /// Connection tracking of flows from outside the node: [`Ct4Key`] ->
 /// [`Ct4Value`]. Written by the tc programs, aged out by the agent; LRU.
-pub const CT4: MapSpec = spec::<Ct4Key, Ct4Value>("LB4_CT", "LB4_CT_V9", MAP_TYPE_LRU_HASH, 0);
+pub const CT4: MapSpec = spec::<Ct4Key, Ct4Value>("LB4_CT", "LB4_CT_V10", MAP_TYPE_LRU_HASH, 0);
 /// Source NAT of those flows, reply side: [`Nat4Key`] -> [`Nat4Value`].
 /// Written by tc egress, aged out by the agent; LRU.
-pub const NAT4: MapSpec = spec::<Nat4Key, Nat4Value>("LB4_NAT", "LB4_NAT_V9", MAP_TYPE_LRU_HASH, 0);
+pub const NAT4: MapSpec =
+    spec::<Nat4Key, Nat4Value>("LB4_NAT", "LB4_NAT_V10", MAP_TYPE_LRU_HASH, 0);
 /// Settings of the tc programs, an array of one: [`DatapathConfig`].
 /// Written by the agent.
 pub const CONFIG: MapSpec =
-    spec::<u32, DatapathConfig>("LB_CONFIG", "LB_CONFIG_V9", MAP_TYPE_ARRAY, 0);
+    spec::<u32, DatapathConfig>("LB_CONFIG", "LB_CONFIG_V10", MAP_TYPE_ARRAY, 0);
 
 /// `loadBalancerSourceRanges` of external frontends: an LPM trie of
 /// `{u32 prefix length, SourceRange4}` -> `u32` (1). Written by the agent.
 pub const SOURCE_RANGES4: MapSpec = MapSpec {
     name: "LB4_SRC_RANGES",
-    pin: "LB4_SRC_RANGES_V9",
+    pin: "LB4_SRC_RANGES_V10",
     map_type: MAP_TYPE_LPM_TRIE,
     key_size: 4 + size_of::<SourceRange4>() as u32,
     value_size: 4,
@@ -196,21 +200,22 @@ pub const SOURCE_RANGES4: MapSpec = MapSpec {
 /// Fragments of translated datagrams: [`Frag4Key`] -> [`Frag4Value`].
 /// Written by the tc programs; LRU.
 pub const FRAG4: MapSpec =
-    spec::<Frag4Key, Frag4Value>("LB4_FRAG", "LB4_FRAG_V9", MAP_TYPE_LRU_HASH, 0);
+    spec::<Frag4Key, Frag4Value>("LB4_FRAG", "LB4_FRAG_V10", MAP_TYPE_LRU_HASH, 0);
 /// Reject rate limits of external frontends: [`Frontend4Key`] ->
 /// [`RejectBucket`]. Written by the tc programs; LRU.
 pub const REJECTS4: MapSpec =
-    spec::<Frontend4Key, RejectBucket>("LB4_REJECTS", "LB4_REJECTS_V9", MAP_TYPE_LRU_HASH, 0);
+    spec::<Frontend4Key, RejectBucket>("LB4_REJECTS", "LB4_REJECTS_V10", MAP_TYPE_LRU_HASH, 0);
 
 /// The IPv6 twins of the tc programs' maps: [`Ct6Key`] -> [`Ct6Value`], as
 /// [`CT4`].
-pub const CT6: MapSpec = spec::<Ct6Key, Ct6Value>("LB6_CT", "LB6_CT_V9", MAP_TYPE_LRU_HASH, 0);
+pub const CT6: MapSpec = spec::<Ct6Key, Ct6Value>("LB6_CT", "LB6_CT_V10", MAP_TYPE_LRU_HASH, 0);
 /// [`Nat6Key`] -> [`Nat6Value`], as [`NAT4`].
-pub const NAT6: MapSpec = spec::<Nat6Key, Nat6Value>("LB6_NAT", "LB6_NAT_V9", MAP_TYPE_LRU_HASH, 0);
+pub const NAT6: MapSpec =
+    spec::<Nat6Key, Nat6Value>("LB6_NAT", "LB6_NAT_V10", MAP_TYPE_LRU_HASH, 0);
 /// `{u32 prefix length, SourceRange6}` -> `u32`, as [`SOURCE_RANGES4`].
 pub const SOURCE_RANGES6: MapSpec = MapSpec {
     name: "LB6_SRC_RANGES",
-    pin: "LB6_SRC_RANGES_V9",
+    pin: "LB6_SRC_RANGES_V10",
     map_type: MAP_TYPE_LPM_TRIE,
     key_size: 4 + size_of::<SourceRange6>() as u32,
     value_size: 4,
@@ -218,10 +223,10 @@ pub const SOURCE_RANGES6: MapSpec = MapSpec {
 };
 /// [`Frag6Key`] -> [`Frag4Value`], as [`FRAG4`].
 pub const FRAG6: MapSpec =
-    spec::<Frag6Key, Frag4Value>("LB6_FRAG", "LB6_FRAG_V9", MAP_TYPE_LRU_HASH, 0);
+    spec::<Frag6Key, Frag4Value>("LB6_FRAG", "LB6_FRAG_V10", MAP_TYPE_LRU_HASH, 0);
 /// [`Frontend6Key`] -> [`RejectBucket`], as [`REJECTS4`].
 pub const REJECTS6: MapSpec =
-    spec::<Frontend6Key, RejectBucket>("LB6_REJECTS", "LB6_REJECTS_V9", MAP_TYPE_LRU_HASH, 0);
+    spec::<Frontend6Key, RejectBucket>("LB6_REJECTS", "LB6_REJECTS_V10", MAP_TYPE_LRU_HASH, 0);
 
 /// A previous-map slot: an array of maps of one entry, which during a
 /// migration holds the map a stateful map replaces, so that the programs
@@ -238,30 +243,30 @@ const fn prev(name: &'static str, pin: &'static str) -> MapSpec {
     }
 }
 /// The slot for [`REVNAT4`]'s previous map.
-pub const REVNAT4_PREV: MapSpec = prev("LB4_REVNAT_PREV", "LB4_REVNAT_PREV_V9");
+pub const REVNAT4_PREV: MapSpec = prev("LB4_REVNAT_PREV", "LB4_REVNAT_PREV_V10");
 /// The slot for [`REVNAT6`]'s previous map.
-pub const REVNAT6_PREV: MapSpec = prev("LB6_REVNAT_PREV", "LB6_REVNAT_PREV_V9");
+pub const REVNAT6_PREV: MapSpec = prev("LB6_REVNAT_PREV", "LB6_REVNAT_PREV_V10");
 /// The slot for [`CT4`]'s previous map.
-pub const CT4_PREV: MapSpec = prev("LB4_CT_PREV", "LB4_CT_PREV_V9");
+pub const CT4_PREV: MapSpec = prev("LB4_CT_PREV", "LB4_CT_PREV_V10");
 /// The slot for [`NAT4`]'s previous map.
-pub const NAT4_PREV: MapSpec = prev("LB4_NAT_PREV", "LB4_NAT_PREV_V9");
+pub const NAT4_PREV: MapSpec = prev("LB4_NAT_PREV", "LB4_NAT_PREV_V10");
 /// The slot for [`CT6`]'s previous map.
-pub const CT6_PREV: MapSpec = prev("LB6_CT_PREV", "LB6_CT_PREV_V9");
+pub const CT6_PREV: MapSpec = prev("LB6_CT_PREV", "LB6_CT_PREV_V10");
 /// The slot for [`NAT6`]'s previous map.
-pub const NAT6_PREV: MapSpec = prev("LB6_NAT_PREV", "LB6_NAT_PREV_V9");
+pub const NAT6_PREV: MapSpec = prev("LB6_NAT_PREV", "LB6_NAT_PREV_V10");
 
 /// Maglev tables: [`MaglevKey`] -> [`MaglevChunk`]. Written by the agent
 /// with the revisions of frontends with [`crate::FE_F_MAGLEV`].
 pub const MAGLEV4: MapSpec = spec::<MaglevKey, MaglevChunk>(
     "LB4_MAGLEV",
-    "LB4_MAGLEV_V9",
+    "LB4_MAGLEV_V10",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// IPv6 Maglev tables, as [`MAGLEV4`].
 pub const MAGLEV6: MapSpec = spec::<MaglevKey, MaglevChunk>(
     "LB6_MAGLEV",
-    "LB6_MAGLEV_V9",
+    "LB6_MAGLEV_V10",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
@@ -271,13 +276,49 @@ pub const MAGLEV6: MapSpec = spec::<MaglevKey, MaglevChunk>(
 /// layout's buckets start full).
 pub const SYN_BUDGET: MapSpec = spec::<u32, SynBucket>(
     "LB_SYN_BUDGET",
-    "LB_SYN_BUDGET_V9",
+    "LB_SYN_BUDGET_V10",
     MAP_TYPE_PERCPU_ARRAY,
     0,
 );
 
+/// The endpoints on this node of external DSR frontends:
+/// [`DsrEndpoint4Key`] -> `u32` (1). Written by the agent.
+pub const DSR_EPS4: MapSpec = spec::<DsrEndpoint4Key, u32>(
+    "LB4_DSR_EPS",
+    "LB4_DSR_EPS_V10",
+    MAP_TYPE_HASH,
+    BPF_F_NO_PREALLOC,
+);
+/// IPv6 endpoints of DSR frontends: [`DsrEndpoint6Key`] -> `u32`, as
+/// [`DSR_EPS4`].
+pub const DSR_EPS6: MapSpec = spec::<DsrEndpoint6Key, u32>(
+    "LB6_DSR_EPS",
+    "LB6_DSR_EPS_V10",
+    MAP_TYPE_HASH,
+    BPF_F_NO_PREALLOC,
+);
+/// Which node an IPv4 address belongs to: an LPM trie of `{u32 prefix
+/// length, [u8; 4]}` -> [`NodeNet`]. Written by the agent.
+pub const NODE_NETS4: MapSpec = MapSpec {
+    name: "LB4_NODE_NETS",
+    pin: "LB4_NODE_NETS_V10",
+    map_type: MAP_TYPE_LPM_TRIE,
+    key_size: 4 + 4,
+    value_size: size_of::<NodeNet>() as u32,
+    flags: BPF_F_NO_PREALLOC,
+};
+/// `{u32 prefix length, [u8; 16]}` -> [`NodeNet`], as [`NODE_NETS4`].
+pub const NODE_NETS6: MapSpec = MapSpec {
+    name: "LB6_NODE_NETS",
+    pin: "LB6_NODE_NETS_V10",
+    map_type: MAP_TYPE_LPM_TRIE,
+    key_size: 4 + 16,
+    value_size: size_of::<NodeNet>() as u32,
+    flags: BPF_F_NO_PREALLOC,
+};
+
 /// Every map of this layout.
-pub const ALL_MAPS: [MapSpec; 37] = [
+pub const ALL_MAPS: [MapSpec; 41] = [
     FRONTENDS4,
     FE_STATE4,
     SLOTS4,
@@ -315,17 +356,22 @@ pub const ALL_MAPS: [MapSpec; 37] = [
     MAGLEV4,
     MAGLEV6,
     SYN_BUDGET,
+    DSR_EPS4,
+    DSR_EPS6,
+    NODE_NETS4,
+    NODE_NETS6,
 ];
 
 /// Older layouts' `LB_CONFIG` pins. Every layout's value starts as
 /// [`DatapathConfig`] does (SNAT address, port range): a migration keeps
 /// the replies of flows on an older range's ports found.
-pub const OLD_CONFIG_PINS: [&str; 5] = [
+pub const OLD_CONFIG_PINS: [&str; 6] = [
     "LB_CONFIG_V4",
     "LB_CONFIG_V5",
     "LB_CONFIG_V6",
     "LB_CONFIG_V7",
     "LB_CONFIG_V8",
+    "LB_CONFIG_V9",
 ];
 
 /// A map the programs write, whose entries live with flows and sockets: a
@@ -362,6 +408,7 @@ pub const STATEFUL: [Stateful; 10] = [
             "LB4_REVNAT_V6",
             "LB4_REVNAT_V7",
             "LB4_REVNAT_V8",
+            "LB4_REVNAT_V9",
         ],
         prev: Some(REVNAT4_PREV),
     },
@@ -373,6 +420,7 @@ pub const STATEFUL: [Stateful; 10] = [
             "LB6_REVNAT_V6",
             "LB6_REVNAT_V7",
             "LB6_REVNAT_V8",
+            "LB6_REVNAT_V9",
         ],
         prev: Some(REVNAT6_PREV),
     },
@@ -385,6 +433,7 @@ pub const STATEFUL: [Stateful; 10] = [
             "LB4_AFFINITY_V6",
             "LB4_AFFINITY_V7",
             "LB4_AFFINITY_V8",
+            "LB4_AFFINITY_V9",
         ],
         prev: None,
     },
@@ -396,6 +445,7 @@ pub const STATEFUL: [Stateful; 10] = [
             "LB6_AFFINITY_V6",
             "LB6_AFFINITY_V7",
             "LB6_AFFINITY_V8",
+            "LB6_AFFINITY_V9",
         ],
         prev: None,
     },
@@ -407,6 +457,7 @@ pub const STATEFUL: [Stateful; 10] = [
             "LB4_CT_V6",
             "LB4_CT_V7",
             "LB4_CT_V8",
+            "LB4_CT_V9",
         ],
         prev: Some(CT4_PREV),
     },
@@ -418,27 +469,34 @@ pub const STATEFUL: [Stateful; 10] = [
             "LB4_NAT_V6",
             "LB4_NAT_V7",
             "LB4_NAT_V8",
+            "LB4_NAT_V9",
         ],
         prev: Some(NAT4_PREV),
     },
     Stateful {
         spec: FRAG4,
-        older: &["LB4_FRAG_V5", "LB4_FRAG_V6", "LB4_FRAG_V7", "LB4_FRAG_V8"],
+        older: &[
+            "LB4_FRAG_V5",
+            "LB4_FRAG_V6",
+            "LB4_FRAG_V7",
+            "LB4_FRAG_V8",
+            "LB4_FRAG_V9",
+        ],
         prev: None,
     },
     Stateful {
         spec: CT6,
-        older: &["LB6_CT_V7", "LB6_CT_V8"],
+        older: &["LB6_CT_V7", "LB6_CT_V8", "LB6_CT_V9"],
         prev: Some(CT6_PREV),
     },
     Stateful {
         spec: NAT6,
-        older: &["LB6_NAT_V7", "LB6_NAT_V8"],
+        older: &["LB6_NAT_V7", "LB6_NAT_V8", "LB6_NAT_V9"],
         prev: Some(NAT6_PREV),
     },
     Stateful {
         spec: FRAG6,
-        older: &["LB6_FRAG_V7", "LB6_FRAG_V8"],
+        older: &["LB6_FRAG_V7", "LB6_FRAG_V8", "LB6_FRAG_V9"],
         prev: None,
     },
 ];

@@ -76,6 +76,15 @@ const _: () = assert!(size_of::<Nat6Value>() == 24);
 /// Offset of the 8-byte word of a [`Nat6Value`] that its claim swaps.
 pub const NAT6_CLAIM_WORD: usize = 16;
 
+/// [`NatValue::flags`] of an `LB4_NAT` mapping whose port a CPU has just
+/// claimed ([`PortClaim::Expired`]): set in the same swap of the owner
+/// word that claims it, cleared once its expiry is written. Until then the
+/// port is taken for every other client: an IPv4 mapping's expiry lies
+/// outside the swapped word, and a reader seeing the new owner with the
+/// old, expired time would claim the port too. (`LB6_NAT`'s swapped word
+/// holds the expiry itself.)
+pub const NAT_F_CLAIMING: u16 = 1 << 15;
+
 /// What a flow from `client` may do with the port whose mapping is `nat`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PortClaim {
@@ -89,13 +98,15 @@ pub enum PortClaim {
     Taken,
 }
 
-/// See [`PortClaim`].
+/// See [`PortClaim`]: what the flow whose mapping would be `new` (its
+/// client in the owner fields) may do with the port whose mapping is `nat`.
 #[inline(always)]
-pub fn nat_claim<A: PartialEq>(nat: &NatValue<A>, client: &(A, u16), now: u32) -> PortClaim {
+pub fn nat_claim<A: PartialEq>(nat: &NatValue<A>, new: &NatValue<A>, now: u32) -> PortClaim {
     let kernel = nat.flags & CT_F_KERNEL != 0;
-    if ct_expired(nat.expires, now) {
+    let claiming = nat.flags & NAT_F_CLAIMING != 0;
+    if ct_expired(nat.expires, now) && !claiming {
         PortClaim::Expired
-    } else if !kernel && nat.addr_be == client.0 && nat.port_be == client.1 {
+    } else if !kernel && nat.addr_be == new.addr_be && nat.port_be == new.port_be {
         PortClaim::Same
     } else {
         PortClaim::Taken
@@ -159,6 +170,16 @@ mod tests {
 
     const CLIENT: ([u8; 4], u16) = ([198, 51, 100, 7], 40000u16.to_be());
 
+    /// The mapping a new flow from `client` would write.
+    fn of(client: ([u8; 4], u16)) -> Nat4Value {
+        Nat4Value {
+            addr_be: client.0,
+            port_be: client.1,
+            flags: 0,
+            expires: 500,
+        }
+    }
+
     #[test]
     fn the_clients_own_port_comes_first_when_it_is_in_the_range() {
         let c = ([198, 51, 100, 7], 2000u16.to_be());
@@ -206,16 +227,24 @@ mod tests {
             flags: 0,
             expires: 100,
         };
-        assert_eq!(nat_claim(&nat, &CLIENT, 50), PortClaim::Same);
+        assert_eq!(nat_claim(&nat, &of(CLIENT), 50), PortClaim::Same);
         let other = (CLIENT.0, 40001u16.to_be());
-        assert_eq!(nat_claim(&nat, &other, 50), PortClaim::Taken);
-        assert_eq!(nat_claim(&nat, &other, 100), PortClaim::Taken);
-        assert_eq!(nat_claim(&nat, &other, 101), PortClaim::Expired);
+        assert_eq!(nat_claim(&nat, &of(other), 50), PortClaim::Taken);
+        assert_eq!(nat_claim(&nat, &of(other), 100), PortClaim::Taken);
+        assert_eq!(nat_claim(&nat, &of(other), 101), PortClaim::Expired);
         // A port the kernel's NAT holds is nobody's to take over.
         let kernel = Nat4Value {
             flags: CT_F_KERNEL,
             ..nat
         };
-        assert_eq!(nat_claim(&kernel, &CLIENT, 50), PortClaim::Taken);
+        assert_eq!(nat_claim(&kernel, &of(CLIENT), 50), PortClaim::Taken);
+        // A port being claimed is the claimer's, whatever its old expiry
+        // says: another client must not claim it too.
+        let claiming = Nat4Value {
+            flags: NAT_F_CLAIMING,
+            ..nat
+        };
+        assert_eq!(nat_claim(&claiming, &of(other), 101), PortClaim::Taken);
+        assert_eq!(nat_claim(&claiming, &of(CLIENT), 101), PortClaim::Same);
     }
 }

@@ -106,8 +106,34 @@ pub const STAT_TC6_MIDFLOW_TAKEN_OVER: u32 = 46;
 /// frontend's nor any flow's of ours ([`crate::XDP_META_NOT_OURS`]).
 pub const STAT_TC_PASSED_XDP_CHECKED: u32 = 47;
 
+/// tc dropped an IPv4 packet carrying a DSR frontend it could not be
+/// sent: not to an endpoint on this node of that frontend, from a source
+/// the reply would not go back to through the device it came in on (a
+/// local address), over a live entry of another flow, or without a token
+/// of the budget (that one counted as such).
+pub const STAT_TC_DROP_DSR_INVALID: u32 = 48;
+/// The same for IPv6 (the destination-options header).
+pub const STAT_TC6_DROP_DSR_INVALID: u32 = 49;
+/// tc answered an IPv4 packet of a DSR flow that the option would take
+/// over its device's MTU with ICMP fragmentation needed (don't fragment
+/// set, or TCP).
+pub const STAT_TC_DSR_TOO_BIG: u32 = 50;
+/// tc answered an IPv6 packet of a DSR flow that the extension header
+/// would take over its device's MTU with ICMPv6 Packet Too Big.
+pub const STAT_TC6_DSR_TOO_BIG: u32 = 51;
+/// tc SNATed, rather than sent by DSR, an IPv4 datagram without don't
+/// fragment that the option would take over its device's MTU (and its
+/// flow's later packets).
+pub const STAT_TC_DSR_SNAT_TOO_BIG: u32 = 52;
+/// tc SNATed a new flow of a DSR frontend whose client is on its
+/// backend's node (the answer would never leave that node by a device of
+/// ours), IPv4.
+pub const STAT_TC_DSR_SNAT_HAIRPIN: u32 = 53;
+/// The same for IPv6.
+pub const STAT_TC6_DSR_SNAT_HAIRPIN: u32 = 54;
+
 /// Number of counters (entries of `LB_STATS`).
-pub const STATS_COUNT: u32 = 48;
+pub const STATS_COUNT: u32 = 55;
 
 /// Each counter's name, indexed by its constant: the `reason` label on
 /// `/metrics` and the row name in `lb-agent dump --stats`.
@@ -160,8 +186,15 @@ pub const STAT_NAMES: [&str; STATS_COUNT as usize] = [
     "tc_midflow_taken_over",
     "tc6_midflow_taken_over",
     "tc_passed_xdp_checked",
+    "tc_drop_dsr_invalid",
+    "tc6_drop_dsr_invalid",
+    "tc_dsr_too_big",
+    "tc6_dsr_too_big",
+    "tc_dsr_snat_too_big",
+    "tc_dsr_snat_hairpin",
+    "tc6_dsr_snat_hairpin",
 ];
 const _: () = assert!(STAT_TC_DROP_CT_FULL + STAT_TC6_OFFSET + 1 == STAT_TC6_PASSED_EXT_HEADERS);
 const _: () =
     assert!(STAT_XDP_DROP_SNAT_EXHAUSTED + STAT_XDP6_OFFSET + 1 == STAT_TC_DROP_SYN_BUDGET);
-const _: () = assert!(STAT_TC_PASSED_XDP_CHECKED + 1 == STATS_COUNT);
+const _: () = assert!(STAT_TC6_DSR_SNAT_HAIRPIN + 1 == STATS_COUNT);

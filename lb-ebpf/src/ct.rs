@@ -12,9 +12,10 @@ use aya_ebpf::{
     helpers::{bpf_get_prandom_u32, bpf_ktime_get_coarse_ns, bpf_loop},
 };
 use lb_common::{
-    CFG_F_PREV, CT_F_KERNEL, CtKey, CtValue, DatapathConfig, NAT_PORT_LINEAR_TRIES,
-    NAT_PORT_RANDOM_TRIES, NatKey, NatValue, PROTO_TCP, PortClaim, Timeouts, ct_advance,
-    ct_established, nat_claim, nat_first_offset,
+    CFG_F_PREV, CT_F_DSR, CT_F_KERNEL, CtKey, CtValue, DatapathConfig, NAT_F_CLAIMING,
+    NAT_PORT_LINEAR_TRIES, NAT_PORT_RANDOM_TRIES, NatKey, NatValue, PROTO_TCP, PortClaim, Timeouts,
+    ct_advance, ct_advance_one_sided, ct_closing_one_sided, ct_established, nat_claim,
+    nat_first_offset,
 };
 
 use crate::{
@@ -130,12 +131,26 @@ fn nat_carried<F: Family>(key: &NatKey<F::Addr>) -> Option<*mut NatValue<F::Addr
     F::nat().get_ptr_mut(key)
 }
 
+/// Whether the flow of a `CT_DIR_IN` entry with `flags` is seen from its
+/// client's side only on this node: a DSR flow, whose backend answers
+/// around this node (`lb_common::ct_advance_one_sided`).
+#[inline(always)]
+pub fn one_sided(flags: u16) -> bool {
+    flags & CT_F_DSR != 0
+}
+
 /// Advances the flow of `entry` by a packet of `proto` with `tcp_flags`
 /// from the client (`from_client`) or the backend, and stores what
-/// changed: that side's byte and the expiry. The entry's value after, and
-/// whether anything changed (then the flow's other entries need it too).
-/// Most packets change nothing (the expiry moves once a second): storing
-/// only then keeps the entry's cache line shared across CPUs.
+/// changed: that side's byte and the expiry. `one_sided`: the flow is seen
+/// from its client's side only ([`one_sided`] of its `CT_DIR_IN` entry).
+/// The entry's value after, and whether anything changed (then the flow's
+/// other entries need it too). Most packets change nothing (the expiry
+/// moves once a second): storing only then keeps the entry's cache line
+/// shared across CPUs.
+///
+/// The token of the budget of unconfirmed flows a TCP flow took goes back
+/// when a backend's answer confirms it, or, seen one side only, when its
+/// client closes it; never for the kernel's flows, which took none.
 ///
 /// # Safety
 ///
@@ -148,6 +163,7 @@ pub unsafe fn advance<A: Copy>(
     proto: u8,
     tcp_flags: u8,
     from_client: bool,
+    one_sided: bool,
     now: u32,
 ) -> (CtValue<A>, bool) {
     // SAFETY: mapped (the caller's contract); if the LRU recycles it
@@ -155,15 +171,22 @@ pub unsafe fn advance<A: Copy>(
     // as it would have with the entry gone.
     let mut v = unsafe { *entry };
     let (c, b) = (v.seen_client, v.seen_backend);
-    let a = ct_advance(t, proto, tcp_flags, from_client, c, b, v.expires, now);
+    let one_sided = one_sided && from_client && proto == PROTO_TCP;
+    let a = if one_sided {
+        ct_advance_one_sided(t, tcp_flags, c, v.expires, now)
+    } else {
+        ct_advance(t, proto, tcp_flags, from_client, c, b, v.expires, now)
+    };
     let own = if from_client { c } else { b };
-    if proto == PROTO_TCP && !ct_established(c, b) {
-        let (c2, b2) = if from_client {
-            (a.seen, b)
+    if proto == PROTO_TCP && v.flags & CT_F_KERNEL == 0 {
+        let confirmed = if one_sided {
+            !ct_closing_one_sided(c) && ct_closing_one_sided(a.seen)
+        } else if from_client {
+            !ct_established(c, b) && ct_established(a.seen, b)
         } else {
-            (c, a.seen)
+            !ct_established(c, b) && ct_established(c, a.seen)
         };
-        if ct_established(c2, b2) {
+        if confirmed {
             give_syn_token();
         }
     }
@@ -234,7 +257,12 @@ pub fn hold_nat<F: Family>(
     };
     // SAFETY: looked up by this run: mapped while it runs (RCU).
     unsafe {
-        if (*nat).addr_be != client.0 || (*nat).port_be != client.1 || (*nat).flags != 0 {
+        // A mapping this flow's first packets are claiming on another CPU
+        // ([`NAT_F_CLAIMING`]) is already the flow's.
+        if (*nat).addr_be != client.0
+            || (*nat).port_be != client.1
+            || (*nat).flags & !NAT_F_CLAIMING != 0
+        {
             return false;
         }
         if (*nat).expires != expires {
@@ -337,19 +365,18 @@ extern "C" fn try_port<F: Family>(i: u32, ctx: *mut c_void) -> i64 {
     };
     // Below the range's end, a u16.
     s.key.dport_be = (s.min + offset as u16).to_be();
-    let client = (s.value.addr_be, s.value.port_be);
-    s.found = claim::<F>(&s.key, &s.value, &client, cfg, s.now);
+    s.found = claim::<F>(&s.key, &s.value, cfg, s.now);
     i64::from(s.found)
 }
 
 /// Takes the port of `key` for the flow of `value`: free, the same
-/// client's, or dead. Two CPUs racing for a dead port both try to swap its
-/// owner from the one they read ([`Family::swap_owner`]); one wins.
+/// client's, or dead. Two CPUs racing for a dead port both try to swap the
+/// mapping's claim word from the one they read ([`Family::swap_owner`]);
+/// one wins, and no CPU reading the mapping meanwhile sees it dead.
 #[inline(always)]
 fn claim<F: Family>(
     key: &NatKey<F::Addr>,
     value: &NatValue<F::Addr>,
-    client: &(F::Addr, u16),
     cfg: &DatapathConfig,
     now: u32,
 ) -> bool {
@@ -358,7 +385,7 @@ fn claim<F: Family>(
     };
     // SAFETY: looked up by this run: mapped while it runs (RCU).
     let old = unsafe { *nat };
-    match nat_claim(&old, client, now) {
+    match nat_claim(&old, value, now) {
         PortClaim::Same => {}
         PortClaim::Expired => {
             // SAFETY: `nat` was looked up in the family's SNAT map by this run.
@@ -369,7 +396,11 @@ fn claim<F: Family>(
         PortClaim::Taken => return false,
     }
     // SAFETY: looked up by this run: mapped while it runs (RCU); the port
-    // is this flow's now.
-    unsafe { (*nat).expires = value.expires };
+    // is this flow's now. (A claim by swap wrote the expiry already.)
+    unsafe {
+        if (*nat).expires != value.expires {
+            (*nat).expires = value.expires;
+        }
+    }
     true
 }

@@ -7,12 +7,14 @@ use core::mem::MaybeUninit;
 use aya_ebpf::{
     EbpfContext as _,
     bindings::{
-        BPF_F_MARK_MANGLED_0,
+        BPF_F_MARK_MANGLED_0, BPF_F_RECOMPUTE_CSUM,
         bpf_adj_room_mode::{BPF_ADJ_ROOM_MAC, BPF_ADJ_ROOM_NET},
+        bpf_check_mtu_ret::BPF_MTU_CHK_RET_FRAG_NEEDED,
         xdp_action,
     },
+    cty::c_void,
     helpers::{
-        bpf_redirect, bpf_skb_change_tail, bpf_skb_load_bytes, bpf_xdp_load_bytes,
+        bpf_check_mtu, bpf_redirect, bpf_skb_change_tail, bpf_skb_load_bytes, bpf_xdp_load_bytes,
         bpf_xdp_store_bytes,
     },
     programs::{TcContext, XdpContext},
@@ -33,6 +35,23 @@ pub trait PacketCtx {
         false
     }
     fn data_end(&self) -> usize;
+    /// The context as the kernel's helpers take it.
+    fn raw(&self) -> *mut c_void;
+    /// The index of the device the program runs on.
+    fn ifindex(&self) -> u32;
+    /// The device's MTU, if `grow` more bytes would take the packet over
+    /// it (a GSO packet's segments are cut to fit when it grows, so it
+    /// never is). XDP never grows a packet: `None`.
+    fn too_big(&self, _grow: i32) -> Option<u32> {
+        None
+    }
+    /// Stores `v` at `off`, as [`Self::store`], where no checksum in the
+    /// packet covers the bytes (IPv6's next header and payload length): a
+    /// checksum the device computed over the whole packet
+    /// (`CHECKSUM_COMPLETE`) is updated for them.
+    fn store_summed<T>(&self, off: usize, v: &T) -> Result<(), i64> {
+        self.store(off, v)
+    }
     /// Copies a `T` out of the packet at `off`.
     fn load<T>(&self, off: usize) -> Result<T, i64>;
     /// Copies the packet's bytes at `off` into `dst`, in place: no
@@ -58,6 +77,13 @@ pub trait PacketCtx {
     /// The verdict that sends the packet back out of the device it came in
     /// on.
     fn bounce(&self) -> i32;
+    /// Sends the packet out of device `ifindex` once the program returns
+    /// the redirect verdict.
+    fn redirect(&self, ifindex: u32) {
+        // SAFETY: the helper has no preconditions; it records the device
+        // for the verdict the program returns.
+        unsafe { bpf_redirect(ifindex, 0) };
+    }
 }
 
 /// A helper's return code (0: done) as a result.
@@ -84,6 +110,31 @@ impl PacketCtx for TcContext {
         // checked; without metadata `meta` equals `data`.
         meta + size_of::<u32>() <= data
             && unsafe { (meta as *const u32).read_unaligned() } == XDP_META_NOT_OURS
+    }
+
+    #[inline(always)]
+    fn raw(&self) -> *mut c_void {
+        self.as_ptr()
+    }
+
+    #[inline(always)]
+    fn ifindex(&self) -> u32 {
+        // SAFETY: the program's own context.
+        unsafe { (*self.skb.skb).ifindex }
+    }
+
+    #[inline(always)]
+    fn too_big(&self, grow: i32) -> Option<u32> {
+        let mut mtu = 0u32;
+        // SAFETY: the context is the program's own skb; the helper writes
+        // the device's MTU to `mtu` (ifindex 0: the skb's device).
+        let ret = unsafe { bpf_check_mtu(self.as_ptr(), 0, &raw mut mtu, grow, 0) };
+        (ret == i64::from(BPF_MTU_CHK_RET_FRAG_NEEDED)).then_some(mtu)
+    }
+
+    #[inline(always)]
+    fn store_summed<T>(&self, off: usize, v: &T) -> Result<(), i64> {
+        TcContext::store(self, off, v, u64::from(BPF_F_RECOMPUTE_CSUM))
     }
 
     #[inline(always)]
@@ -170,6 +221,16 @@ impl PacketCtx for XdpContext {
     #[inline(always)]
     fn data(&self) -> usize {
         XdpContext::data(self)
+    }
+
+    #[inline(always)]
+    fn raw(&self) -> *mut c_void {
+        self.as_ptr()
+    }
+
+    #[inline(always)]
+    fn ifindex(&self) -> u32 {
+        self.ingress_ifindex() as u32
     }
 
     #[inline(always)]

@@ -47,7 +47,7 @@ const TCP_OPT_MSS: [u8; 2] = [2, 4];
 
 /// How many bytes the frontend adds to a packet of family `A`.
 #[inline(always)]
-const fn growth<A>() -> u16 {
+pub const fn growth<A>() -> u16 {
     if size_of::<A>() == 4 {
         DSR_OPT_LEN as u16
     } else {
@@ -127,9 +127,9 @@ fn insert6<const L2: usize, C: PacketCtx, A: Ip>(ctx: &C, frontend: (A, u16)) ->
     ctx.store(ext, &[next, DSR6_EXT_LEN, DSR6_OPT_TYPE, DSR6_OPT_LEN])?;
     ctx.store(ext + 4, &frontend.0)?;
     ctx.store(ext + 20, &[frontend.1, 0])?;
-    ctx.store(L2 + IP6_NEXT, &NEXTHDR_DEST)?;
+    ctx.store_summed(L2 + IP6_NEXT, &NEXTHDR_DEST)?;
     let grown = (u16::from_be(payload_len) + u16::from(DSR6_EXT_BYTES)).to_be();
-    ctx.store(L2 + IP6_PAYLOAD_LEN, &grown)
+    ctx.store_summed(L2 + IP6_PAYLOAD_LEN, &grown)
 }
 
 /// Lowers the MSS a backend's SYN-ACK (TCP `p`) announces to the client by
@@ -197,10 +197,13 @@ pub fn strip<const L2: usize, C: PacketCtx, A>(ctx: &C) -> Result<(), i64> {
     if size_of::<A>() != 4 {
         let next: u8 = ctx.load(L2 + IP6_HLEN)?;
         let payload_len: u16 = ctx.load(L2 + IP6_PAYLOAD_LEN)?;
+        // The removed bytes leave a device's complete checksum by the
+        // helper; these two fields, which no checksum in the packet
+        // covers, by the summed store.
         ctx.adjust_net(-i32::from(DSR6_EXT_BYTES))?;
-        ctx.store(L2 + IP6_NEXT, &next)?;
+        ctx.store_summed(L2 + IP6_NEXT, &next)?;
         let shrunk = (u16::from_be(payload_len) - u16::from(DSR6_EXT_BYTES)).to_be();
-        return ctx.store(L2 + IP6_PAYLOAD_LEN, &shrunk);
+        return ctx.store_summed(L2 + IP6_PAYLOAD_LEN, &shrunk);
     }
     let head: [u8; 2] = ctx.load(L2)?;
     let tot_len: u16 = ctx.load(L2 + IP_TOT_LEN)?;

@@ -9,9 +9,10 @@ use aya_ebpf::{
 };
 use lb_common::{
     AffinityKey, AffinityValue, Backend4, Backend6, CtKey, CtValue, DEFAULT_CT_MAX,
-    DEFAULT_FRAG_MAX, DEFAULT_NAT_MAX, DEFAULT_SOURCE_RANGES_MAX, DatapathConfig, Frag4Key,
-    Frag4Value, Frag6Key, Frontend4Key, Frontend6Key, FrontendId, MaglevChunk, MaglevKey, Member,
-    MemberKey, NatKey, NatValue, REJECTS_MAX, RejectBucket, SOURCE_RANGE_PREFIX,
+    DEFAULT_DSR_EPS_MAX, DEFAULT_FRAG_MAX, DEFAULT_NAT_MAX, DEFAULT_NODE_NETS_MAX,
+    DEFAULT_SOURCE_RANGES_MAX, DatapathConfig, DsrEndpointKey, Frag4Key, Frag4Value, Frag6Key,
+    Frontend4Key, Frontend6Key, FrontendId, MaglevChunk, MaglevKey, Member, MemberKey,
+    NAT_F_CLAIMING, NatKey, NatValue, NodeNet, REJECTS_MAX, RejectBucket, SOURCE_RANGE_PREFIX,
     SOURCE_RANGE6_PREFIX, STAT_TC6_OFFSET, Slot, SlotKey, SourceRange, WILDCARD_PORT,
     WILDCARD_PROTO,
 };
@@ -20,10 +21,11 @@ use crate::{
     lb::Snapshot,
     maps::{
         AFFINITY_MAX, BACKENDS_MAX, FRONTENDS_MAX, LB4_AFFINITY, LB4_BACKENDS, LB4_CT, LB4_CT_PREV,
-        LB4_FE_STATE, LB4_FRAG, LB4_FRONTENDS, LB4_MAGLEV, LB4_MEMBERS, LB4_NAT, LB4_NAT_PREV,
-        LB4_REJECTS, LB4_SLOTS, LB4_SRC_RANGES, LB6_AFFINITY, LB6_BACKENDS, LB6_CT, LB6_CT_PREV,
-        LB6_FE_STATE, LB6_FRAG, LB6_FRONTENDS, LB6_MAGLEV, LB6_MEMBERS, LB6_NAT, LB6_NAT_PREV,
-        LB6_REJECTS, LB6_SLOTS, LB6_SRC_RANGES, MAGLEV_MAX, NO_PREALLOC, PREV_TEMPLATE, SLOTS_MAX,
+        LB4_DSR_EPS, LB4_FE_STATE, LB4_FRAG, LB4_FRONTENDS, LB4_MAGLEV, LB4_MEMBERS, LB4_NAT,
+        LB4_NAT_PREV, LB4_NODE_NETS, LB4_REJECTS, LB4_SLOTS, LB4_SRC_RANGES, LB6_AFFINITY,
+        LB6_BACKENDS, LB6_CT, LB6_CT_PREV, LB6_DSR_EPS, LB6_FE_STATE, LB6_FRAG, LB6_FRONTENDS,
+        LB6_MAGLEV, LB6_MEMBERS, LB6_NAT, LB6_NAT_PREV, LB6_NODE_NETS, LB6_REJECTS, LB6_SLOTS,
+        LB6_SRC_RANGES, MAGLEV_MAX, NO_PREALLOC, PREV_TEMPLATE, SLOTS_MAX,
     },
     packet::Ip,
     reject::Answer,
@@ -34,6 +36,8 @@ const NAT_MAX: usize = DEFAULT_NAT_MAX as usize;
 const FRAG_MAX: usize = DEFAULT_FRAG_MAX as usize;
 const RANGES_MAX: usize = DEFAULT_SOURCE_RANGES_MAX as usize;
 const REJECT_MAX: usize = REJECTS_MAX as usize;
+const DSR_EPS_MAX: usize = DEFAULT_DSR_EPS_MAX as usize;
+const NODE_NETS_MAX: usize = DEFAULT_NODE_NETS_MAX as usize;
 
 /// A conntrack map of a family, and its previous-map slot.
 pub type CtMap<A> = LruHashMap<CtKey<A>, CtValue<A>, CT_MAX>;
@@ -76,6 +80,10 @@ pub trait Family {
     fn frag() -> &'static LruHashMap<Self::FragKey, Frag4Value, FRAG_MAX>;
     fn src_ranges() -> &'static LpmTrie<SourceRange<Self::Addr>, u32, RANGES_MAX>;
     fn rejects() -> &'static LruHashMap<Self::Key, RejectBucket, REJECT_MAX>;
+    /// The endpoints on this node of DSR frontends.
+    fn dsr_eps() -> &'static HashMap<DsrEndpointKey<Self::Addr>, u32, DSR_EPS_MAX, NO_PREALLOC>;
+    /// Which node an address belongs to.
+    fn node_nets() -> &'static LpmTrie<Self::Addr, NodeNet, NODE_NETS_MAX>;
     /// Bits of a source-range key before the source address.
     const SOURCE_RANGE_PREFIX: u32;
     /// Added to a `STAT_TC_*` counter: each family counts apart.
@@ -221,7 +229,7 @@ macro_rules! lookup_maps {
 
 macro_rules! tc_maps {
     ($ct:ident, $ct_prev:ident, $nat:ident, $nat_prev:ident, $frag:ident, $ranges:ident,
-     $rejects:ident) => {
+     $rejects:ident, $dsr_eps:ident, $node_nets:ident) => {
         #[inline(always)]
         fn ct() -> &'static CtMap<Self::Addr> {
             &$ct
@@ -249,6 +257,15 @@ macro_rules! tc_maps {
         #[inline(always)]
         fn rejects() -> &'static LruHashMap<Self::Key, RejectBucket, REJECT_MAX> {
             &$rejects
+        }
+        #[inline(always)]
+        fn dsr_eps() -> &'static HashMap<DsrEndpointKey<Self::Addr>, u32, DSR_EPS_MAX, NO_PREALLOC>
+        {
+            &$dsr_eps
+        }
+        #[inline(always)]
+        fn node_nets() -> &'static LpmTrie<Self::Addr, NodeNet, NODE_NETS_MAX> {
+            &$node_nets
         }
     };
 }
@@ -279,7 +296,9 @@ impl Family for V4 {
         LB4_NAT_PREV,
         LB4_FRAG,
         LB4_SRC_RANGES,
-        LB4_REJECTS
+        LB4_REJECTS,
+        LB4_DSR_EPS,
+        LB4_NODE_NETS
     );
 
     #[inline(always)]
@@ -306,10 +325,29 @@ impl Family for V4 {
             let [a0, a1, a2, a3] = v.addr_be;
             u64::from_ne_bytes([a0, a1, a2, a3, p0, p1, f0, f1])
         }
+        // The owner word alone is swapped: the expiry lies outside it. So
+        // the new owner first holds the port as `NAT_F_CLAIMING` (taken,
+        // whatever its old expiry says) until its expiry is written.
+        let claiming = NatValue {
+            flags: new.flags | NAT_F_CLAIMING,
+            ..*new
+        };
+        let word = nat.cast::<u64>();
         // SAFETY: the element is live (the caller's contract); map values
         // are 8-byte aligned, and its first 8 bytes are the owner fields,
         // plain bytes; the kernel allows atomic operations on map values.
-        unsafe { crate::ct::cas(nat.cast::<u64>(), owner(old), owner(new)) }
+        if !unsafe { crate::ct::cas(word, owner(old), owner(&claiming)) } {
+            return false;
+        }
+        // SAFETY: as above; the port is this CPU's, and only this CPU
+        // clears the claim. The second swap, a full barrier, publishes the
+        // expiry before the claim ends (it cannot fail: no other CPU swaps
+        // a claimed word).
+        unsafe {
+            (*nat).expires = new.expires;
+            crate::ct::cas(word, owner(&claiming), owner(new));
+        }
+        true
     }
 }
 
@@ -339,7 +377,9 @@ impl Family for V6 {
         LB6_NAT_PREV,
         LB6_FRAG,
         LB6_SRC_RANGES,
-        LB6_REJECTS
+        LB6_REJECTS,
+        LB6_DSR_EPS,
+        LB6_NODE_NETS
     );
 
     #[inline(always)]

@@ -3,7 +3,8 @@
 //! selection (`lb`), the counters, the socket hooks' translation (`sock`),
 //! and the per-packet code of traffic from outside the node: packet parsing
 //! and rewriting (`packet`), connection tracking and SNAT (`ct`), the
-//! NodePort logic (`nodeport`) and rejects (`reject`), all over a
+//! NodePort logic (`nodeport`), direct server return (`dsr`), FIB
+//! lookups (`fib`) and rejects and ICMP answers (`reject`), all over a
 //! packet-context trait (`ctx`), and the XDP fast path over them (`xdp`).
 //! The program entry
 //! points live in the binary (`programs/`), one file per hook family.
@@ -17,6 +18,7 @@ pub mod ct;
 pub mod ctx;
 pub mod dsr;
 pub mod family;
+pub mod fib;
 pub mod lb;
 pub mod maps;
 pub mod nodeport;

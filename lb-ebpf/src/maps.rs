@@ -15,7 +15,10 @@ use lb_common::{
     Member, MemberKey, Nat4Key, Nat4Value, REJECTS_MAX, RejectBucket, RevNat4Key, RevNat4Value,
     RevNat6Key, RevNat6Value, STATS_COUNT, Slot, SlotKey, SockRevNat, SourceRange4, SynBucket,
 };
-use lb_common::{CtKey, CtValue, Frag6Key, NatKey, NatValue, SourceRange};
+use lb_common::{
+    CtKey, CtValue, DEFAULT_DSR_EPS_MAX, DEFAULT_NODE_NETS_MAX, DsrEndpointKey, Frag6Key, NatKey,
+    NatValue, NodeNet, SourceRange,
+};
 
 use crate::family::Addr6;
 
@@ -207,9 +210,40 @@ pub static LB6_CT_PREV: ArrayOfMaps<LruHashMap<CtKey<Addr6>, CtValue<Addr6>, PRE
 pub static LB6_NAT_PREV: ArrayOfMaps<LruHashMap<NatKey<Addr6>, NatValue<Addr6>, PREV_TEMPLATE>, 1> =
     ArrayOfMaps::new();
 
+/// The endpoints on this node of external DSR frontends (`lb_common::dsr`):
+/// a packet carrying a frontend is trusted only if it is to one of them.
+/// Written by the agent.
+#[btf_map]
+pub static LB4_DSR_EPS: HashMap<
+    DsrEndpointKey<[u8; 4]>,
+    u32,
+    { DEFAULT_DSR_EPS_MAX as usize },
+    NO_PREALLOC,
+> = HashMap::new();
+
+#[btf_map]
+pub static LB6_DSR_EPS: HashMap<
+    DsrEndpointKey<Addr6>,
+    u32,
+    { DEFAULT_DSR_EPS_MAX as usize },
+    NO_PREALLOC,
+> = HashMap::new();
+
+/// Which node an address belongs to (`lb_common::dsr`): a client on its
+/// backend's node is SNATed rather than sent by DSR. Written by the agent.
+#[btf_map]
+pub static LB4_NODE_NETS: LpmTrie<[u8; 4], NodeNet, { DEFAULT_NODE_NETS_MAX as usize }> =
+    LpmTrie::new();
+
+#[btf_map]
+pub static LB6_NODE_NETS: LpmTrie<Addr6, NodeNet, { DEFAULT_NODE_NETS_MAX as usize }> =
+    LpmTrie::new();
+
 // The agent reads and writes these maps with `lb_common`'s byte types.
 const _: () = assert!(size_of::<CtKey<Addr6>>() == size_of::<lb_common::Ct6Key>());
 const _: () = assert!(size_of::<CtValue<Addr6>>() == size_of::<lb_common::Ct6Value>());
 const _: () = assert!(size_of::<NatKey<Addr6>>() == size_of::<lb_common::Nat6Key>());
 const _: () = assert!(size_of::<NatValue<Addr6>>() == size_of::<lb_common::Nat6Value>());
 const _: () = assert!(size_of::<SourceRange<Addr6>>() == size_of::<lb_common::SourceRange6>());
+const _: () =
+    assert!(size_of::<DsrEndpointKey<Addr6>>() == size_of::<lb_common::DsrEndpoint6Key>());

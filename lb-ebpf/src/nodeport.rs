@@ -24,30 +24,35 @@
 
 use core::mem::MaybeUninit;
 
-use aya_ebpf::{btf_maps::lpm_trie::Key, helpers::bpf_get_prandom_u32};
+use aya_ebpf::btf_maps::lpm_trie::Key;
 use lb_common::{
-    CFG_F_MIDFLOW, CFG_F_XDP, CT_DIR_IN, CT_DIR_OUT, CT_F_DSR, CT_F_KERNEL, CT_F_SNAT, CT_SEEN,
-    CtKey, CtValue, DatapathConfig, FE_F_DSR, FE_F_EXTERNAL_LOCAL, FE_F_MAGLEV, FE_F_SOURCE_RANGES,
-    FlowHash, NatKey, PROTO_TCP, STAT_PASSED_REMOVED, STAT_REFUSED_INCONSISTENT,
-    STAT_TC_DROP_CT_FULL, STAT_TC_DROP_FRAGMENT, STAT_TC_DROP_NO_LOCAL,
+    CFG_F_MIDFLOW, CFG_F_XDP, CT_DIR_IN, CT_DIR_OUT, CT_F_DSR, CT_F_KERNEL, CT_F_SNAT, CtKey,
+    CtValue, DatapathConfig, DsrEndpointKey, FE_F_DSR, FE_F_EXTERNAL_LOCAL, FE_F_MAGLEV,
+    FE_F_SOURCE_RANGES, FlowHash, NatKey, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, STAT_PASSED_REMOVED,
+    STAT_REFUSED_INCONSISTENT, STAT_TC_DROP_CT_FULL, STAT_TC_DROP_DSR_INVALID,
+    STAT_TC_DROP_FRAGMENT, STAT_TC_DROP_NO_LOCAL, STAT_TC_DROP_REJECT_LIMIT,
     STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_DROP_SOURCE_RANGE, STAT_TC_DROP_SYN_BUDGET,
-    STAT_TC_DSR_RESTORED, STAT_TC_MIDFLOW_TAKEN_OVER, STAT_TC_NEW_FLOW, STAT_TC_PASSED_UNTRACKED,
-    STAT_TC_PASSED_XDP_CHECKED, STAT_TC_REJECT_NO_ENDPOINTS, STAT_TC6_DROP_SYN_BUDGET,
-    STAT_TC6_DSR_RESTORED, STAT_TC6_MIDFLOW_TAKEN_OVER, STAT_XDP_DROP_SYN_BUDGET,
-    STAT_XDP6_DROP_SYN_BUDGET, SourceRange, TCP_ACK, TCP_SYN, ct_closed, ct_established,
-    ct_expired, ct_new_expiry, ports_word, seen_bits,
+    STAT_TC_DSR_RESTORED, STAT_TC_DSR_SNAT_HAIRPIN, STAT_TC_DSR_SNAT_TOO_BIG, STAT_TC_DSR_TOO_BIG,
+    STAT_TC_MIDFLOW_TAKEN_OVER, STAT_TC_NEW_FLOW, STAT_TC_PASSED_UNTRACKED,
+    STAT_TC_PASSED_XDP_CHECKED, STAT_TC_REJECT_NO_ENDPOINTS, STAT_TC6_DROP_DSR_INVALID,
+    STAT_TC6_DROP_SYN_BUDGET, STAT_TC6_DSR_RESTORED, STAT_TC6_DSR_SNAT_HAIRPIN,
+    STAT_TC6_DSR_TOO_BIG, STAT_TC6_MIDFLOW_TAKEN_OVER, STAT_XDP_DROP_SYN_BUDGET,
+    STAT_XDP6_DROP_SYN_BUDGET, SourceRange, TCP_ACK, TCP_SYN, ct_advance_one_sided, ct_closed,
+    ct_closing_one_sided, ct_expired, ct_new_expiry, ct_takes_token, ports_word, seen_bits,
 };
 
 use crate::{
     ct::{
-        advance, allocate_port, config, ct_entry, hold_nat, mirror, nat_entry, now, take_syn_token,
+        advance, allocate_port, config, ct_entry, hold_nat, mirror, nat_entry, now, one_sided,
+        take_syn_token,
     },
     ctx::{PacketCtx, code, errno},
     dsr,
     family::Family,
+    fib,
     lb::{Random, Selection, Strategy, select},
     packet::{IcmpError, Ip, Packet},
-    reject::reject,
+    reject::{self, Answer as _, reject},
     stats::count,
 };
 
@@ -59,6 +64,9 @@ pub enum Verdict {
     Drop,
     /// Rewritten into an answer, sent back out where it came in.
     Bounce,
+    /// Rewritten into an answer and handed to another device already
+    /// (tc only): the program says so.
+    Redirected,
 }
 
 use Verdict::{Drop as DROP, Pass as PASS};
@@ -164,8 +172,12 @@ enum Step {
     Done(Verdict),
     /// Not a packet of a known flow: the next step's.
     New,
-    /// Egress: a DNATed packet of a DSR flow, to carry its frontend.
+    /// Ingress: a packet carrying a DSR frontend, of no entry yet. Egress:
+    /// a DNATed packet of a DSR flow, to carry its frontend.
     Dsr,
+    /// Ingress: a TCP segment without SYN and without a flow of ours
+    /// ([`untracked`] says whose it is).
+    Untracked,
 }
 
 /// A TCP, UDP (or later fragment) packet arriving at the node.
@@ -188,24 +200,64 @@ pub fn ingress<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     // A DSR flow's packet from the node that load-balanced it (with IPv4
     // options or IPv6 extension headers only): tc's alone, as it changes
     // the packet's length.
-    if !H::FIRST
-        && !p.in_place()
-        && let Step::Done(v) = dsr_restore::<L2, C, F>(ctx, p)
-    {
-        return v;
+    if !H::FIRST && !p.in_place() {
+        match dsr_restore::<L2, C, F>(ctx, p) {
+            Step::Done(v) => return v,
+            Step::Dsr if dsr_allowed::<L2, C, F>(ctx, p) => {
+                return dsr_start::<L2, C, F>(ctx, p);
+            }
+            Step::Dsr => {
+                count_family::<F>(STAT_TC_DROP_DSR_INVALID, STAT_TC6_DROP_DSR_INVALID);
+                return DROP;
+            }
+            Step::New | Step::Untracked => {}
+        }
     }
     match known::<L2, C, F, H>(ctx, p, h) {
         Step::Done(v) => v,
-        Step::New | Step::Dsr => {
-            let mut backend = MaybeUninit::uninit();
-            match choose::<F, H>(p, h, &mut backend) {
-                Chosen::Done(v) => v,
-                Chosen::Reject => reject::<L2, C, F>(ctx, p),
-                Chosen::Backend => {
-                    // SAFETY: `choose` initializes the backend when it says so.
-                    record::<L2, C, F, H>(ctx, p, unsafe { backend.assume_init_ref() })
+        // A first hook leaves these to tc (`known` never says so there).
+        Step::Untracked if H::FIRST => PASS,
+        Step::Untracked => {
+            let failover = config().is_some_and(|c| c.flags & CFG_F_MIDFLOW != 0);
+            match untracked::<F>(p, failover) {
+                UNTRACKED_FAILOVER => {
+                    count_family::<F>(STAT_TC_MIDFLOW_TAKEN_OVER, STAT_TC6_MIDFLOW_TAKEN_OVER);
+                    new_flow::<L2, C, F, H>(ctx, p, h)
                 }
+                UNTRACKED_FRONTEND => {
+                    count_tc::<H, F>(STAT_TC_PASSED_UNTRACKED);
+                    PASS
+                }
+                _ => PASS,
             }
+        }
+        Step::New | Step::Dsr => new_flow::<L2, C, F, H>(ctx, p, h),
+    }
+}
+
+/// The first packet of a flow: picks its backend, records the flow, or
+/// rejects or drops it. Its steps are BPF functions called from here.
+#[inline(always)]
+fn new_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
+    ctx: &C,
+    p: &mut Packet<F::Addr>,
+    h: &mut H,
+) -> Verdict {
+    let mut backend = MaybeUninit::uninit();
+    match choose::<F, H>(p, h, &mut backend) {
+        Chosen::Done(v) => v,
+        Chosen::Reject => reject::<L2, C, F>(ctx, p),
+        Chosen::Backend => {
+            // SAFETY: `choose` initializes the backend when it says so.
+            let b = unsafe { backend.assume_init_mut() };
+            // A client on its backend's node would never get a DSR answer:
+            // it is SNATed instead. (A BPF function of its own, called
+            // from here: its keys stay off `record`'s frame.)
+            // A first hook leaves DSR frontends' flows to tc.
+            if !H::FIRST {
+                b.hairpin = b.fe_flags & FE_F_DSR != 0 && same_node::<F>(&p.saddr, &b.addr);
+            }
+            record::<L2, C, F, H>(ctx, p, b)
         }
     }
 }
@@ -227,20 +279,31 @@ impl From<Verdict> for Step {
     }
 }
 
-/// A packet carrying a DSR flow's frontend ([`dsr::carried`]): records
-/// (or refreshes) the flow as its backend's replies will see it, a
-/// [`CT_F_DSR`] reply entry that gives them the frontend as their source
-/// at egress, and takes the option out. [`Step::New`] for any other packet.
+/// A packet carrying a DSR flow's frontend ([`dsr::carried`]): refreshes
+/// the flow's reply entry (a [`CT_F_DSR`] entry keyed by the backend's
+/// reply, which gives it the frontend as its source at egress) and takes
+/// the option out; [`Step::Dsr`] when there is no such entry yet (the
+/// caller checks the packet, [`dsr_allowed`], and starts one,
+/// [`dsr_start`]); [`Step::New`] for a packet without the option.
+///
+/// Anyone can put an option in a packet, and the entry it writes changes
+/// how the backend's packets to the client look. So a packet starts such
+/// an entry only where it can be a DSR flow's, never over a live entry of
+/// another flow, and, TCP, with a token of the budget of unconfirmed
+/// flows, as any new flow; a packet that may not is dropped and counted
+/// (`tc_drop_dsr_invalid`). The steps are BPF functions called one after
+/// the other, as in [`ingress`]: the FIB lookup's frame adds to the
+/// program's only.
 #[inline(never)]
 fn dsr_restore<const L2: usize, C: PacketCtx, F: Family>(ctx: &C, p: &mut Packet<F::Addr>) -> Step {
     let Some(frontend) = dsr::carried::<L2, C, F::Addr>(ctx) else {
         return Step::New;
     };
-    settle(dsr_record::<L2, C, F>(ctx, p, frontend))
+    settle(dsr_refresh::<L2, C, F>(ctx, p, frontend))
 }
 
 #[inline(always)]
-fn dsr_record<const L2: usize, C: PacketCtx, F: Family>(
+fn dsr_refresh<const L2: usize, C: PacketCtx, F: Family>(
     ctx: &C,
     p: &mut Packet<F::Addr>,
     frontend: (F::Addr, u16),
@@ -252,43 +315,108 @@ fn dsr_record<const L2: usize, C: PacketCtx, F: Family>(
     // The backend's reply runs backend -> client.
     let key = ct_key(p.dst(), p.src(), p.proto, CT_DIR_OUT);
     let syn = p.proto == PROTO_TCP && p.tcp_flags & (TCP_SYN | TCP_ACK) == TCP_SYN;
-    let live = ct_entry::<F>(&key, cfg).filter(|e| {
+    if let Some(entry) = ct_entry::<F>(&key, cfg) {
         // SAFETY: looked up by this run: mapped while it runs (RCU).
-        let ct = unsafe { **e };
-        !ct_expired(ct.expires, now)
-            && ct.flags & CT_F_DSR != 0
-            && (ct.addr_be, ct.port_be) == frontend
-            && !(syn && ct_closed(ct.seen_client, ct.seen_backend))
-    });
-    match live {
-        Some(entry) if !p.later_fragment => {
-            // SAFETY: `entry` was looked up in the conntrack map by this run.
-            unsafe { advance(entry, &t, p.proto, p.tcp_flags, true, now) };
-        }
-        Some(_) => {}
-        None => {
-            let value = CtValue {
-                addr_be: frontend.0,
-                port_be: frontend.1,
-                flags: CT_F_DSR,
-                nat_addr_be: F::Addr::default(),
-                nat_port_be: 0,
-                seen_client: seen_bits(p.proto, p.tcp_flags),
-                seen_backend: 0,
-                backend_id: 0,
-                expires: ct_new_expiry(&t, p.proto, now),
-            };
-            // Without memory for it, the reply would leave with the
-            // backend's address, which the client refuses: drop.
-            if F::ct().insert(key, value, 0).is_err() {
-                count_tc::<Tc, F>(STAT_TC_DROP_CT_FULL);
+        let ct = unsafe { *entry };
+        let dsr = ct.flags & (CT_F_DSR | CT_F_KERNEL) == CT_F_DSR;
+        // A new connection from the client's port of a closed one.
+        let reopened = syn && dsr && ct_closed(ct.seen_client, ct.seen_backend);
+        if !ct_expired(ct.expires, now) && !reopened {
+            if !dsr || (ct.addr_be, ct.port_be) != frontend {
+                // Another flow's entry, or another frontend's.
+                count_family::<F>(STAT_TC_DROP_DSR_INVALID, STAT_TC6_DROP_DSR_INVALID);
                 return Ok(Step::Done(DROP));
             }
-            count_family::<F>(STAT_TC_DSR_RESTORED, STAT_TC6_DSR_RESTORED);
+            if !p.later_fragment {
+                // SAFETY: `entry` was looked up in the conntrack map by this run.
+                unsafe { advance(entry, &t, p.proto, p.tcp_flags, true, false, now) };
+            }
+            dsr::strip::<L2, C, F::Addr>(ctx)?;
+            return Ok(Step::Done(PASS));
         }
     }
+    Ok(Step::Dsr)
+}
+
+/// Whether the packet `p` may start a DSR flow's reply entry with the
+/// frontend it carries: it is no later fragment (whose first fragment
+/// started none), it is to an endpoint on this node of that frontend,
+/// which forwards by DSR (`LB4_DSR_EPS`: a NodePort's under the all-zero
+/// address, as every node's address serves it), and its client is
+/// reached back through the device it came in on, where this node's
+/// replies get the frontend back (never a local address, nor a pod of
+/// this node: their answers would leave by no device of ours; a node
+/// balancing for them SNATs).
+#[inline(never)]
+fn dsr_allowed<const L2: usize, C: PacketCtx, F: Family>(ctx: &C, p: &Packet<F::Addr>) -> bool {
+    let Some(frontend) = dsr::carried::<L2, C, F::Addr>(ctx) else {
+        return false;
+    };
+    if p.later_fragment {
+        return false;
+    }
+    let mut key = DsrEndpointKey {
+        frontend_be: frontend.0,
+        endpoint_be: p.daddr,
+        frontend_port_be: frontend.1,
+        endpoint_port_be: p.dport_be,
+        proto: p.proto,
+        _pad0: [0; 3],
+    };
+    if F::dsr_eps().get_ptr(key).is_none() {
+        key.frontend_be = F::Addr::default();
+        if F::dsr_eps().get_ptr(key).is_none() {
+            return false;
+        }
+    }
+    fib::out_device(ctx, &p.daddr, &p.saddr, p.proto, false) == ctx.ifindex()
+}
+
+/// Starts the reply entry of a DSR flow [`dsr_allowed`] admitted, and
+/// takes the option out.
+#[inline(never)]
+fn dsr_start<const L2: usize, C: PacketCtx, F: Family>(
+    ctx: &C,
+    p: &mut Packet<F::Addr>,
+) -> Verdict {
+    settle(dsr_record::<L2, C, F>(ctx, p))
+}
+
+#[inline(always)]
+fn dsr_record<const L2: usize, C: PacketCtx, F: Family>(
+    ctx: &C,
+    p: &mut Packet<F::Addr>,
+) -> Result<Verdict, i64> {
+    let (Some(frontend), Some(cfg)) = (dsr::carried::<L2, C, F::Addr>(ctx), config()) else {
+        return Ok(DROP);
+    };
+    // Its backend has not answered yet: unconfirmed.
+    if p.proto == PROTO_TCP && !take_syn_token(cfg) {
+        count_syn_budget::<Tc, F>();
+        return Ok(DROP);
+    }
+    let value = CtValue {
+        addr_be: frontend.0,
+        port_be: frontend.1,
+        flags: CT_F_DSR,
+        nat_addr_be: F::Addr::default(),
+        nat_port_be: 0,
+        seen_client: seen_bits(p.proto, p.tcp_flags),
+        seen_backend: 0,
+        backend_id: 0,
+        expires: ct_new_expiry(&cfg.timeouts(), p.proto, now()),
+    };
+    // Without memory for it, the reply would leave with the backend's
+    // address, which the client refuses: drop. (The key's entry, if any,
+    // is dead or a closed one's: [`dsr_restore`] said so.)
+    let key = ct_key(p.dst(), p.src(), p.proto, CT_DIR_OUT);
+    if F::ct().insert(key, value, 0).is_err() {
+        count_tc::<Tc, F>(STAT_TC_DROP_CT_FULL);
+        return Ok(DROP);
+    }
+    count_family::<F>(STAT_TC_DSR_RESTORED, STAT_TC6_DSR_RESTORED);
     dsr::strip::<L2, C, F::Addr>(ctx)?;
-    Ok(Step::Done(PASS))
+    Ok(PASS)
 }
 
 /// Ingress of a packet of a known flow, or of a SNATed flow's reply.
@@ -354,9 +482,15 @@ fn known_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
         // SAFETY: looked up by this run: mapped while it runs (RCU).
         let ct = unsafe { *entry };
         let kernel = ct.flags & CT_F_KERNEL != 0;
+        let one_sided = one_sided(ct.flags);
+        let closed = if one_sided {
+            ct_closing_one_sided(ct.seen_client)
+        } else {
+            ct_closed(ct.seen_client, ct.seen_backend)
+        };
         // A new connection on the port of a closed flow, or of one the
         // kernel had, is a new flow of ours: it picks a backend again.
-        let reopened = syn && (kernel || ct_closed(ct.seen_client, ct.seen_backend));
+        let reopened = syn && (kernel || closed);
         if !ct_expired(ct.expires, now) && !reopened {
             // A first hook leaves the kernel's flows, and what it does not
             // forward, to tc before anything changes.
@@ -367,7 +501,7 @@ fn known_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
             if !p.later_fragment {
                 // SAFETY: `entry` was looked up in the conntrack map by this run.
                 let (after, changed) =
-                    unsafe { advance(entry, &t, p.proto, p.tcp_flags, true, now) };
+                    unsafe { advance(entry, &t, p.proto, p.tcp_flags, true, one_sided, now) };
                 if changed && !kernel {
                     mirror::<F>(&key.partner(&ct), &after, true, cfg);
                 }
@@ -396,15 +530,7 @@ fn known_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
             }
             return Ok(Step::Done(PASS));
         }
-        match untracked::<F>(p, cfg.flags & CFG_F_MIDFLOW != 0) {
-            UNTRACKED_FAILOVER => {
-                count_family::<F>(STAT_TC_MIDFLOW_TAKEN_OVER, STAT_TC6_MIDFLOW_TAKEN_OVER);
-                return Ok(Step::New);
-            }
-            UNTRACKED_FRONTEND => count_tc::<H, F>(STAT_TC_PASSED_UNTRACKED),
-            _ => {}
-        }
-        return Ok(Step::Done(PASS));
+        return Ok(Step::Untracked);
     }
     Ok(Step::New)
 }
@@ -477,30 +603,52 @@ struct Backend<A> {
     /// Its id in the backends map, and its frontend's `FE_F_*` flags.
     id: u32,
     fe_flags: u16,
+    /// A DSR frontend's client on this backend's node ([`same_node`]).
+    hairpin: bool,
 }
 
 /// How the first packet of a flow picks its backend: by the flow's hash in
 /// a frontend's Maglev table, else at random.
+///
+/// "At random" is a hash of the flow's addresses and ports with a seed the
+/// agent chose at random (`nat_seed`, turned so as not to be the SNAT's or
+/// Maglev's hash): every backend gets its share of flows, as with
+/// kube-proxy's random rules, and every hook that looks at a packet picks
+/// the same backend for it. The XDP fast path picks first and leaves a flow
+/// it cannot send on (a backend on this node, say) to tc, which then picks
+/// that very backend again rather than drawing anew, which would give the
+/// backends XDP cannot reach too few flows.
 struct NewFlow<'a, A>(&'a Packet<A>);
+
+/// Turns `nat_seed` into the seed of the random pick's hash.
+const PICK_SEED_TURN: u32 = 0x5bd1_e995;
+
+impl<A: Ip> NewFlow<'_, A> {
+    /// The hash of the flow's source, its ports (`sport_be` for the
+    /// source's) and protocol, with `seed`.
+    #[inline(always)]
+    fn hash(&self, seed: u32, sport_be: u16) -> u32 {
+        let p = self.0;
+        p.saddr
+            .hash(FlowHash::new(seed))
+            .word(ports_word(sport_be, p.dport_be))
+            .word(u32::from(p.proto))
+            .finish()
+    }
+}
 
 impl<A: Ip> Strategy for NewFlow<'_, A> {
     #[inline(always)]
     fn slot(&self, fe_id: u32, count: u16) -> u16 {
-        // SAFETY: the helper has no preconditions.
-        Random(unsafe { bpf_get_prandom_u32() }).slot(fe_id, count)
+        let seed = config().map_or(0, |c| c.nat_seed) ^ PICK_SEED_TURN;
+        Random(self.hash(seed, self.0.sport_be)).slot(fe_id, count)
     }
 
     #[inline(always)]
     fn flow_hash(&self, affinity: bool) -> Option<u32> {
-        let p = self.0;
         let seed = config().map_or(0, |c| c.maglev_seed);
-        let sport_be = if affinity { 0 } else { p.sport_be };
-        let h = p.saddr.hash(FlowHash::new(seed));
-        Some(
-            h.word(ports_word(sport_be, p.dport_be))
-                .word(u32::from(p.proto))
-                .finish(),
-        )
+        let sport_be = if affinity { 0 } else { self.0.sport_be };
+        Some(self.hash(seed, sport_be))
     }
 }
 
@@ -582,6 +730,7 @@ fn choose<F: Family, H: Hook>(
                 port_be,
                 id,
                 fe_flags: flags,
+                hairpin: false,
             });
             Chosen::Backend
         }
@@ -614,7 +763,7 @@ fn record_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     };
     let (t, now) = (cfg.timeouts(), now());
     let key = ct_key(p.src(), p.dst(), p.proto, CT_DIR_IN);
-    let dsr = b.fe_flags & FE_F_DSR != 0;
+    let dsr = b.fe_flags & FE_F_DSR != 0 && !b.hairpin;
     let snat = if b.fe_flags & FE_F_EXTERNAL_LOCAL != 0 {
         0
     } else if dsr {
@@ -622,20 +771,22 @@ fn record_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     } else {
         CT_F_SNAT
     };
-    let seen_client = seen_bits(p.proto, p.tcp_flags);
-    // A DSR flow's replies never pass here: its backend side counts as
-    // seen, so that the client's ACK establishes it.
-    let seen_backend = if dsr { CT_SEEN } else { 0 };
-    // Whatever its first packet, a new flow lives as if it were a SYN, but
-    // a DSR flow taken over mid-flow, which is established already.
-    let expires = if p.proto == PROTO_TCP && ct_established(seen_client, seen_backend) {
-        now.wrapping_add(t.tcp)
+    // A DSR flow's backend answers around this node: it is seen from the
+    // client's side only, whose segments alone drive it. Any other new
+    // flow lives as if its first packet were a SYN, whatever it is.
+    let (seen_client, expires) = if dsr && p.proto == PROTO_TCP {
+        let a = ct_advance_one_sided(&t, p.tcp_flags, 0, now, now);
+        (a.seen, a.expires)
     } else {
-        ct_new_expiry(&t, p.proto, now)
+        (
+            seen_bits(p.proto, p.tcp_flags),
+            ct_new_expiry(&t, p.proto, now),
+        )
     };
     // A SYN flood's flows would push established ones out of the LRU maps:
-    // one that is not established yet needs a token of the budget.
-    if p.proto == PROTO_TCP && !ct_established(seen_client, seen_backend) && !take_syn_token(cfg) {
+    // one no backend confirmed yet needs a token of the budget, however it
+    // starts (a DSR flow taken over mid-flow too).
+    if p.proto == PROTO_TCP && ct_takes_token(dsr, seen_client) && !take_syn_token(cfg) {
         count_syn_budget::<H, F>();
         return Ok(DROP);
     }
@@ -646,7 +797,7 @@ fn record_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
         nat_addr_be: F::Addr::default(),
         nat_port_be: 0,
         seen_client,
-        seen_backend,
+        seen_backend: 0,
         backend_id: b.id,
         expires,
     };
@@ -665,8 +816,21 @@ fn record_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
         return Ok(DROP);
     }
     count_tc::<H, F>(STAT_TC_NEW_FLOW);
+    if b.hairpin {
+        count_family::<F>(STAT_TC_DSR_SNAT_HAIRPIN, STAT_TC6_DSR_SNAT_HAIRPIN);
+    }
     p.rewrite::<L2, C>(ctx, true, b.addr, b.port_be)?;
     Ok(PASS)
+}
+
+/// Whether `client` and `backend` are known to be on the same node
+/// (`LB4_NODE_NETS`: the nodes' addresses, their pod CIDRs, the endpoints
+/// of DSR frontends).
+#[inline(never)]
+fn same_node<F: Family>(client: &F::Addr, backend: &F::Addr) -> bool {
+    let bits = 8 * size_of::<F::Addr>() as u32;
+    let node = |addr: &F::Addr| F::node_nets().get(&Key::new(bits, *addr)).map(|n| n.node);
+    matches!((node(client), node(backend)), (Some(c), Some(b)) if c == b)
 }
 
 /// A TCP, UDP (or later fragment) packet leaving the node: a reply to a
@@ -680,7 +844,23 @@ pub fn egress<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     match reply::<L2, C, F>(ctx, p) {
         Step::Done(v) => v,
         Step::New => snat::<L2, C, F, H>(ctx, p),
-        Step::Dsr => dsr_insert::<L2, C, F>(ctx, p),
+        Step::Untracked => PASS,
+        // A first hook never sends a DSR flow on (it cannot reshape
+        // packets): it left it to tc before any change.
+        Step::Dsr if H::FIRST => PASS,
+        Step::Dsr => match dsr_insert::<L2, C, F>(ctx, p) {
+            DSR_SENT => PASS,
+            DSR_SNAT => snat::<L2, C, F, H>(ctx, p),
+            // Each a BPF function called from here (their frames do not
+            // add up): the quote made as the client sent it, the answer
+            // written over it, sent.
+            DSR_TOO_BIG => match dsr_unnat::<L2, C, F>(ctx, p) {
+                0 => DROP,
+                mtu if F::Addr::too_big::<L2, C>(ctx, p, mtu) != 0 => DROP,
+                _ => dsr_answer::<L2, C, F>(ctx, p),
+            },
+            _ => DROP,
+        },
     }
 }
 
@@ -710,7 +890,7 @@ fn reply_flow<const L2: usize, C: PacketCtx, F: Family>(
                 let t = cfg.timeouts();
                 // SAFETY: `entry` was looked up in the conntrack map by this run.
                 let (after, changed) =
-                    unsafe { advance(entry, &t, p.proto, p.tcp_flags, false, now) };
+                    unsafe { advance(entry, &t, p.proto, p.tcp_flags, false, false, now) };
                 if changed {
                     mirror::<F>(&key.partner(&ct), &after, false, cfg);
                     if ct.nat_port_be != 0 {
@@ -741,32 +921,118 @@ fn reply_flow<const L2: usize, C: PacketCtx, F: Family>(
     }
 }
 
+/// [`dsr_insert`]: the packet carries its frontend, and goes.
+const DSR_SENT: u32 = 0;
+/// [`dsr_insert`]: it could not be rewritten; dropped.
+const DSR_FAILED: u32 = 1;
+/// [`dsr_insert`]: the option would take it over the MTU, and it may be
+/// fragmented: its flow is SNATed from this packet on.
+const DSR_SNAT: u32 = 2;
+/// [`dsr_insert`]: the option would take it over the MTU, and it may not
+/// be fragmented: the client is told ([`dsr_unnat`]).
+const DSR_TOO_BIG: u32 = 3;
+
 /// A DNATed packet of a DSR flow leaving towards its backend on another
 /// node: carries the flow's frontend (its reply entry's) in the option.
+///
+/// A packet the option's bytes would take over the device's MTU is never
+/// lost unsaid (Cilium's `dsr_is_too_big`): one that may not be fragmented
+/// (IPv4 with don't fragment, any TCP segment, all of IPv6) is answered
+/// with ICMP fragmentation needed or Packet Too Big, so that the client
+/// sends smaller; an IPv4 datagram without don't fragment (a fragment of a
+/// larger one, or a sender that lets routers fragment) moves its flow to
+/// SNAT, as if the frontend did not forward by DSR: its replies come back
+/// through this node.
 #[inline(never)]
-fn dsr_insert<const L2: usize, C: PacketCtx, F: Family>(
-    ctx: &C,
-    p: &mut Packet<F::Addr>,
-) -> Verdict {
-    settle(dsr_insert_flow::<L2, C, F>(ctx, p))
+fn dsr_insert<const L2: usize, C: PacketCtx, F: Family>(ctx: &C, p: &mut Packet<F::Addr>) -> u32 {
+    dsr_insert_flow::<L2, C, F>(ctx, p).unwrap_or(DSR_FAILED)
 }
 
 #[inline(always)]
 fn dsr_insert_flow<const L2: usize, C: PacketCtx, F: Family>(
     ctx: &C,
     p: &mut Packet<F::Addr>,
-) -> Result<Verdict, i64> {
+) -> Result<u32, i64> {
     let Some(cfg) = config() else {
-        return Ok(PASS);
+        return Ok(DSR_SENT);
     };
     let reply = ct_key(p.dst(), p.src(), p.proto, CT_DIR_OUT);
     let Some(entry) = ct_entry::<F>(&reply, cfg) else {
-        return Ok(PASS);
+        return Ok(DSR_SENT);
     };
+    if ctx.too_big(i32::from(dsr::growth::<F::Addr>())).is_some() {
+        if p.proto == PROTO_TCP || !F::Addr::may_fragment::<C>(ctx, p.l3()) {
+            return Ok(DSR_TOO_BIG);
+        }
+        // SAFETY: looked up by this run: mapped while it runs (RCU). The
+        // flags of the flow's reply entry are written only here once the
+        // flow exists; the SNAT step reads them next.
+        unsafe { (*entry).flags |= CT_F_SNAT };
+        count(STAT_TC_DSR_SNAT_TOO_BIG);
+        return Ok(DSR_SNAT);
+    }
     // SAFETY: looked up by this run: mapped while it runs (RCU).
     let frontend = unsafe { ((*entry).addr_be, (*entry).port_be) };
     dsr::insert::<L2, C, F::Addr>(ctx, frontend)?;
-    Ok(PASS)
+    Ok(DSR_SENT)
+}
+
+/// A packet of a DSR flow that the option would take over the MTU and
+/// that may not be fragmented ([`DSR_TOO_BIG`]) is answered with ICMP
+/// fragmentation needed (ICMPv6 Packet Too Big) from its frontend to its
+/// client, saying the MTU less the option, sent to the client as the FIB
+/// says, at most as often as its frontend may reject (`LB4_REJECTS`); it is
+/// dropped when that cannot be done. First the packet is made as the
+/// client sent it (its destination the frontend again), to be quoted: the
+/// MTU to say, or 0 to drop it.
+#[inline(never)]
+fn dsr_unnat<const L2: usize, C: PacketCtx, F: Family>(ctx: &C, p: &mut Packet<F::Addr>) -> u32 {
+    dsr_unnat_packet::<L2, C, F>(ctx, p).unwrap_or(0)
+}
+
+#[inline(always)]
+fn dsr_unnat_packet<const L2: usize, C: PacketCtx, F: Family>(
+    ctx: &C,
+    p: &mut Packet<F::Addr>,
+) -> Result<u32, i64> {
+    let growth = dsr::growth::<F::Addr>();
+    let (Some(cfg), Some(mtu)) = (config(), ctx.too_big(i32::from(growth))) else {
+        return Ok(0);
+    };
+    if !p.in_place() || p.later_fragment {
+        return Ok(0);
+    }
+    let reply = ct_key(p.dst(), p.src(), p.proto, CT_DIR_OUT);
+    let Some(entry) = ct_entry::<F>(&reply, cfg) else {
+        return Ok(0);
+    };
+    // SAFETY: looked up by this run: mapped while it runs (RCU).
+    let frontend = unsafe { ((*entry).addr_be, (*entry).port_be) };
+    p.rewrite::<L2, C>(ctx, true, frontend.0, frontend.1)?;
+    if !reject::allowed::<F>(p) {
+        count_tc::<Tc, F>(STAT_TC_DROP_REJECT_LIMIT);
+        return Ok(0);
+    }
+    Ok(mtu - u32::from(growth))
+}
+
+/// Sends the answer [`dsr_unnat`] prepared and `Answer::too_big` wrote
+/// (from the frontend to the client, as the packet's addresses still say)
+/// out of the device the FIB names.
+#[inline(never)]
+fn dsr_answer<const L2: usize, C: PacketCtx, F: Family>(ctx: &C, p: &Packet<F::Addr>) -> Verdict {
+    let icmp = if size_of::<F::Addr>() == 4 {
+        PROTO_ICMP
+    } else {
+        PROTO_ICMPV6
+    };
+    let out = fib::out_device(ctx, &p.daddr, &p.saddr, icmp, L2 != 0);
+    if out == 0 {
+        return DROP;
+    }
+    count_family::<F>(STAT_TC_DSR_TOO_BIG, STAT_TC6_DSR_TOO_BIG);
+    ctx.redirect(out);
+    Verdict::Redirected
 }
 
 /// A DNATed packet leaving towards its backend: SNATed if its flow is

@@ -1,7 +1,10 @@
 //! Rejecting a new flow to a frontend without endpoints, as kube-proxy's
 //! `REJECT` rules do: a TCP reset, or an ICMP (ICMPv6) port unreachable for
 //! UDP, built in place of the packet and sent back out of the device it
-//! came in on, from the frontend's address.
+//! came in on, from the frontend's address. The ICMP errors are also built
+//! for a packet that the DSR option would take over the MTU
+//! (fragmentation needed, Packet Too Big; `nodeport`), under the same
+//! rate limit.
 //!
 //! Only packets without IPv4 options or IPv6 extension headers are
 //! answered; others are dropped, as are resets (a reset is never
@@ -43,6 +46,10 @@ pub trait Answer: Sized {
     /// Rewrites the packet into an ICMP (ICMPv6) port unreachable quoting
     /// its IP and UDP headers: 0, or a helper's error.
     fn port_unreachable<const L2: usize, C: PacketCtx>(ctx: &C, p: &Packet<Self>) -> i64;
+    /// Rewrites the packet into an ICMP fragmentation needed (ICMPv6
+    /// Packet Too Big) saying `mtu`, quoting its IP header and the first 8
+    /// bytes behind it (the ports): 0, or a helper's error.
+    fn too_big<const L2: usize, C: PacketCtx>(ctx: &C, p: &Packet<Self>, mtu: u32) -> i64;
 }
 
 /// The verdict of a rejected packet, behind an `L2`-byte link-layer
@@ -88,10 +95,10 @@ fn answer<const L2: usize, C: PacketCtx, F: Family>(
     Ok(Verdict::Bounce)
 }
 
-/// Whether the packet's frontend may send one more reject now; takes its
-/// token.
+/// Whether the packet's frontend (its destination) may send one more
+/// answer now (a reject, or an ICMP error of its flows); takes its token.
 #[inline(always)]
-fn allowed<F: Family>(p: &Packet<F::Addr>) -> bool {
+pub(crate) fn allowed<F: Family>(p: &Packet<F::Addr>) -> bool {
     let key = p.frontend::<F>();
     // SAFETY: the helper has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
@@ -168,20 +175,44 @@ impl Answer for [u8; 4] {
 
     #[inline(never)]
     fn port_unreachable<const L2: usize, C: PacketCtx>(ctx: &C, p: &Packet<Self>) -> i64 {
-        code((|| {
-            let quote = sum_quote(ctx, p.l3(), QUOTE4)?;
-            let mut h = [0u8; IP_HLEN + ICMP_HLEN];
-            ipv4_header(&mut h, (IP_HLEN + ICMP_HLEN + QUOTE4) as u16, PROTO_ICMP, p);
-            h[20] = 3; // destination unreachable
-            h[21] = 3; // port unreachable
-            let sum = sum_words(&h[20..], quote);
-            h[22..24].copy_from_slice(&fold(sum).to_be_bytes());
-            ctx.change_tail((L2 + QUOTE4) as u32)?;
-            // Room below the link-layer header (none on an L3 device).
-            ctx.grow_below_l2((IP_HLEN + ICMP_HLEN) as i32)?;
-            ctx.store(L2, &h)
-        })())
+        // Destination unreachable, port unreachable.
+        code(icmp4::<L2, C>(ctx, p, error_header(3, 3, 0)))
     }
+
+    #[inline(never)]
+    fn too_big<const L2: usize, C: PacketCtx>(ctx: &C, p: &Packet<Self>, mtu: u32) -> i64 {
+        // Destination unreachable, fragmentation needed: the next-hop MTU
+        // in the low half of the data word.
+        code(icmp4::<L2, C>(ctx, p, error_header(3, 4, mtu & 0xffff)))
+    }
+}
+
+/// Rewrites the IPv4 packet into the ICMP error `icmp` (checksum 0) from
+/// its destination to its source, quoting its IP header and 8 bytes.
+#[inline(always)]
+fn icmp4<const L2: usize, C: PacketCtx>(
+    ctx: &C,
+    p: &Packet<[u8; 4]>,
+    icmp: [u8; ICMP_HLEN],
+) -> Result<(), i64> {
+    let quote = sum_quote(ctx, p.l3(), QUOTE4)?;
+    let mut h = [0u8; IP_HLEN + ICMP_HLEN];
+    ipv4_header(&mut h, (IP_HLEN + ICMP_HLEN + QUOTE4) as u16, PROTO_ICMP, p);
+    h[IP_HLEN..].copy_from_slice(&icmp);
+    let sum = sum_words(&h[IP_HLEN..], quote);
+    h[IP_HLEN + 2..IP_HLEN + 4].copy_from_slice(&fold(sum).to_be_bytes());
+    ctx.change_tail((L2 + QUOTE4) as u32)?;
+    // Room below the link-layer header (none on an L3 device).
+    ctx.grow_below_l2((IP_HLEN + ICMP_HLEN) as i32)?;
+    ctx.store(L2, &h)
+}
+
+/// An ICMP error's header: type, code, checksum 0, and its four bytes of
+/// data (IPv4's unused word and next-hop MTU; ICMPv6's MTU).
+#[inline(always)]
+fn error_header(kind: u8, code: u8, data: u32) -> [u8; ICMP_HLEN] {
+    let d = data.to_be_bytes();
+    [kind, code, 0, 0, d[0], d[1], d[2], d[3]]
 }
 
 /// The one's complement sum of the `len` bytes (a multiple of 4) at `off`
@@ -236,21 +267,35 @@ impl Answer for Addr6 {
     /// ip6tables' `REJECT --reject-with icmp6-port-unreachable` sends.
     #[inline(never)]
     fn port_unreachable<const L2: usize, C: PacketCtx>(ctx: &C, p: &Packet<Self>) -> i64 {
-        code((|| {
-            let quote = sum_quote(ctx, p.l3(), QUOTE6)?;
-            let mut h = [0u8; IP6_HLEN + ICMP_HLEN];
-            let len = (ICMP_HLEN + QUOTE6) as u16;
-            ipv6_header(&mut h, len, PROTO_ICMPV6, p);
-            h[IP6_HLEN] = 1; // destination unreachable
-            h[IP6_HLEN + 1] = 4; // port unreachable
-            let mut sum = sum_words(&h[8..40], quote) + u32::from(len) + u32::from(PROTO_ICMPV6);
-            sum = sum_words(&h[IP6_HLEN..], sum);
-            h[IP6_HLEN + 2..IP6_HLEN + 4].copy_from_slice(&fold(sum).to_be_bytes());
-            ctx.change_tail((L2 + QUOTE6) as u32)?;
-            ctx.grow_below_l2((IP6_HLEN + ICMP_HLEN) as i32)?;
-            ctx.store(L2, &h)
-        })())
+        code(icmp6::<L2, C>(ctx, p, error_header(1, 4, 0)))
     }
+
+    /// ICMPv6 Packet Too Big (type 2, code 0) with the MTU.
+    #[inline(never)]
+    fn too_big<const L2: usize, C: PacketCtx>(ctx: &C, p: &Packet<Self>, mtu: u32) -> i64 {
+        code(icmp6::<L2, C>(ctx, p, error_header(2, 0, mtu)))
+    }
+}
+
+/// Rewrites the IPv6 packet into the ICMPv6 error `icmp` (checksum 0) from
+/// its destination to its source, quoting its IP header and 8 bytes.
+#[inline(always)]
+fn icmp6<const L2: usize, C: PacketCtx>(
+    ctx: &C,
+    p: &Packet<Addr6>,
+    icmp: [u8; ICMP_HLEN],
+) -> Result<(), i64> {
+    let quote = sum_quote(ctx, p.l3(), QUOTE6)?;
+    let mut h = [0u8; IP6_HLEN + ICMP_HLEN];
+    let len = (ICMP_HLEN + QUOTE6) as u16;
+    ipv6_header(&mut h, len, PROTO_ICMPV6, p);
+    h[IP6_HLEN..].copy_from_slice(&icmp);
+    let mut sum = sum_words(&h[8..40], quote) + u32::from(len) + u32::from(PROTO_ICMPV6);
+    sum = sum_words(&h[IP6_HLEN..], sum);
+    h[IP6_HLEN + 2..IP6_HLEN + 4].copy_from_slice(&fold(sum).to_be_bytes());
+    ctx.change_tail((L2 + QUOTE6) as u32)?;
+    ctx.grow_below_l2((IP6_HLEN + ICMP_HLEN) as i32)?;
+    ctx.store(L2, &h)
 }
 
 /// An IPv6 header from the packet's destination back to its source, for

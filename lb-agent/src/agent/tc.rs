@@ -180,6 +180,13 @@ impl Agent {
                  meanwhile); retrying at the next sync"
             );
         }
+        if let Err(e) = self.syncer.write_dsr_endpoints() {
+            error!(
+                error = &e as &dyn std::error::Error,
+                "writing the endpoints of DSR frontends failed (new DSR flows to them are \
+                 refused meanwhile); retrying at the next sync"
+            );
+        }
     }
 
     /// Publishes where the XDP fast path is (`lbagent_xdp_attached`); at

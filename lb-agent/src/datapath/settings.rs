@@ -1,19 +1,20 @@
 //! The tc programs' settings maps (`LB_CONFIG`, `LB4_SRC_RANGES`,
-//! `LB6_SRC_RANGES`) as the reconciler's [`SettingsStore`].
+//! `LB6_SRC_RANGES`, `LB4_DSR_EPS`, `LB6_DSR_EPS`) as the reconciler's
+//! [`SettingsStore`].
 
 use std::{collections::BTreeSet, path::Path};
 
 use aya::maps::{
-    Array, Map, MapData, MapError,
+    Array, HashMap, Map, MapData, MapError,
     lpm_trie::{Key, LpmTrie},
 };
 use lb_common::{
-    ADDRS, CONFIG, DatapathConfig, MapSpec, SOURCE_RANGES4, SOURCE_RANGES6, SourceRange4,
-    SourceRange6,
+    ADDRS, CONFIG, DSR_EPS4, DSR_EPS6, DatapathConfig, DsrEndpoint4Key, DsrEndpoint6Key, MapSpec,
+    SOURCE_RANGES4, SOURCE_RANGES6, SourceRange4, SourceRange6,
 };
 
 use super::batch::Typed;
-use crate::reconcile::{SettingsStore, SourceRangeKey, StoreError};
+use crate::reconcile::{DsrEndpointKey, SettingsStore, SourceRangeKey, StoreError};
 
 /// The settings maps pinned in one maps directory, opened once: the file
 /// descriptors keep naming the same maps when a migration moves the pins.
@@ -22,6 +23,8 @@ pub struct BpfSettings {
     ranges: LpmTrie<MapData, SourceRange4, u32>,
     ranges6: LpmTrie<MapData, SourceRange6, u32>,
     addresses: Typed<u32, u64>,
+    dsr_eps: HashMap<MapData, DsrEndpoint4Key, u32>,
+    dsr_eps6: HashMap<MapData, DsrEndpoint6Key, u32>,
 }
 
 impl BpfSettings {
@@ -37,6 +40,10 @@ impl BpfSettings {
             ranges6: LpmTrie::try_from(Map::LpmTrie(data(&SOURCE_RANGES6)?))
                 .map_err(store_err(&SOURCE_RANGES6, "open"))?,
             addresses: Typed::new(data(&ADDRS)?).map_err(store_err(&ADDRS, "open"))?,
+            dsr_eps: HashMap::try_from(Map::HashMap(data(&DSR_EPS4)?))
+                .map_err(store_err(&DSR_EPS4, "open"))?,
+            dsr_eps6: HashMap::try_from(Map::HashMap(data(&DSR_EPS6)?))
+                .map_err(store_err(&DSR_EPS6, "open"))?,
         })
     }
 }
@@ -92,6 +99,48 @@ impl SettingsStore for BpfSettings {
                 .ranges6
                 .remove(&Key::new(len, data))
                 .map_err(store_err(&SOURCE_RANGES6, "delete")),
+        }
+    }
+
+    fn dsr_endpoints(&self) -> Result<BTreeSet<DsrEndpointKey>, StoreError> {
+        let v4 = self
+            .dsr_eps
+            .keys()
+            .map(|k| k.map(DsrEndpointKey::V4))
+            .collect::<Result<BTreeSet<_>, _>>()
+            .map_err(store_err(&DSR_EPS4, "iterate"))?;
+        let v6 = self
+            .dsr_eps6
+            .keys()
+            .map(|k| k.map(DsrEndpointKey::V6))
+            .collect::<Result<BTreeSet<_>, _>>()
+            .map_err(store_err(&DSR_EPS6, "iterate"))?;
+        Ok(v4.into_iter().chain(v6).collect())
+    }
+
+    fn insert_dsr_endpoint(&mut self, key: &DsrEndpointKey) -> Result<(), StoreError> {
+        match key {
+            DsrEndpointKey::V4(k) => self
+                .dsr_eps
+                .insert(k, 1, 0)
+                .map_err(store_err(&DSR_EPS4, "update")),
+            DsrEndpointKey::V6(k) => self
+                .dsr_eps6
+                .insert(k, 1, 0)
+                .map_err(store_err(&DSR_EPS6, "update")),
+        }
+    }
+
+    fn remove_dsr_endpoint(&mut self, key: &DsrEndpointKey) -> Result<(), StoreError> {
+        match key {
+            DsrEndpointKey::V4(k) => self
+                .dsr_eps
+                .remove(k)
+                .map_err(store_err(&DSR_EPS4, "delete")),
+            DsrEndpointKey::V6(k) => self
+                .dsr_eps6
+                .remove(k)
+                .map_err(store_err(&DSR_EPS6, "delete")),
         }
     }
 

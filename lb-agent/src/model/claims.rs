@@ -71,6 +71,10 @@ pub struct Target {
     /// `externalTrafficPolicy: Cluster` Service only: the Service's
     /// forwarding mode, or `--bpf-lb-mode`).
     pub dsr: bool,
+    /// With `dsr`: the frontend's serving endpoints on this node, sorted.
+    /// Another node may send them this frontend's flows with the frontend
+    /// in the packets, which is trusted only for them (`LB4_DSR_EPS`).
+    pub dsr_endpoints: Vec<Backend>,
 }
 
 /// Which address of its Service a frontend is.
@@ -467,9 +471,22 @@ fn targets(
     } else {
         // Under Local every backend from outside is on this node: nothing
         // to forward.
+        let dsr = node.lb_mode.dsr(proto, spec.forwarding);
+        // Whatever topology this node's view filters by: other nodes filter
+        // by their own.
+        let dsr_endpoints = if dsr {
+            candidates
+                .iter()
+                .filter(|c| c.local && c.endpoint.is_serving())
+                .map(|c| c.backend)
+                .collect()
+        } else {
+            Vec::new()
+        };
         Target {
             maglev,
-            dsr: node.lb_mode.dsr(proto, spec.forwarding),
+            dsr,
+            dsr_endpoints,
             ..external.clone()
         }
     };

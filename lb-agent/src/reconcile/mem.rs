@@ -229,6 +229,8 @@ pub struct MemSettings {
     pub writes: [usize; 3],
     /// `LB_ADDRS`' words written, by index.
     pub address_words: BTreeMap<u32, u64>,
+    /// `LB4_DSR_EPS`' and `LB6_DSR_EPS`' keys.
+    pub dsr_endpoints: std::collections::BTreeSet<super::DsrEndpointKey>,
 }
 
 impl super::SettingsStore for MemSettings {
@@ -258,6 +260,22 @@ impl super::SettingsStore for MemSettings {
 
     fn write_address_words(&mut self, writes: &[(u32, u64)]) -> Result<(), StoreError> {
         self.address_words.extend(writes.iter().copied());
+        Ok(())
+    }
+
+    fn dsr_endpoints(
+        &self,
+    ) -> Result<std::collections::BTreeSet<super::DsrEndpointKey>, StoreError> {
+        Ok(self.dsr_endpoints.clone())
+    }
+
+    fn insert_dsr_endpoint(&mut self, key: &super::DsrEndpointKey) -> Result<(), StoreError> {
+        self.dsr_endpoints.insert(*key);
+        Ok(())
+    }
+
+    fn remove_dsr_endpoint(&mut self, key: &super::DsrEndpointKey) -> Result<(), StoreError> {
+        self.dsr_endpoints.remove(key);
         Ok(())
     }
 }

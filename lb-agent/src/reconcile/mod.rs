@@ -26,7 +26,7 @@ pub use family::{Family, StateView, V4, V6};
 pub use grace::GracePeriods;
 pub use lb::{LbMaps, LbTables, MapKey, MapValue, Tables, member_range, set_range};
 pub use pass::Outcome;
-pub use settings::{Settings, SettingsStore, SourceRangeKey};
+pub use settings::{DsrEndpointKey, Settings, SettingsStore, SourceRangeKey};
 pub use table::{BatchError, Found, StoreError, Table, WriteMode};
 pub use view::{FrontendView, LbView, SlotView};
 

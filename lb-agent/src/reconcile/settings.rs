@@ -1,6 +1,7 @@
 //! The programs' settings: `LB_CONFIG`'s one entry, the source ranges of
 //! the external frontends `loadBalancerSourceRanges` guards
-//! (`LB4_SRC_RANGES`, `LB6_SRC_RANGES`), and the bitmap of frontend
+//! (`LB4_SRC_RANGES`, `LB6_SRC_RANGES`), the endpoints on this node of DSR
+//! frontends (`LB4_DSR_EPS`, `LB6_DSR_EPS`), and the bitmap of frontend
 //! addresses (`LB_ADDRS`).
 //! Written here, like every other map the agent fills, so that one place
 //! owns the maps' contents.
@@ -12,11 +13,12 @@ use std::{
 
 use ipnet::IpNet;
 use lb_common::{
-    DatapathConfig, SOURCE_RANGE_PREFIX, SOURCE_RANGE6_PREFIX, SourceRange4, SourceRange6,
+    DatapathConfig, DsrEndpoint4Key, DsrEndpoint6Key, SOURCE_RANGE_PREFIX, SOURCE_RANGE6_PREFIX,
+    SourceRange4, SourceRange6,
 };
 
 use super::{StoreError, addresses::AddressBits};
-use crate::model::Frontend;
+use crate::model::{Backend, Frontend, FrontendKind};
 
 /// One source-range key, in the map of its family: prefix length in bits,
 /// and the data behind it.
@@ -24,6 +26,14 @@ use crate::model::Frontend;
 pub enum SourceRangeKey {
     V4(u32, SourceRange4),
     V6(u32, SourceRange6),
+}
+
+/// One key of `LB4_DSR_EPS` or `LB6_DSR_EPS`: an endpoint on this node of
+/// a DSR frontend (see `lb_common::dsr`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum DsrEndpointKey {
+    V4(DsrEndpoint4Key),
+    V6(DsrEndpoint6Key),
 }
 
 /// Where the settings are kept: the pinned maps, or memory in tests.
@@ -36,6 +46,10 @@ pub trait SettingsStore {
     fn remove_source_range(&mut self, key: &SourceRangeKey) -> Result<(), StoreError>;
     /// Sets words of `LB_ADDRS`: `(index, word)`, in one batch.
     fn write_address_words(&mut self, writes: &[(u32, u64)]) -> Result<(), StoreError>;
+    /// Every key of `LB4_DSR_EPS` and `LB6_DSR_EPS`.
+    fn dsr_endpoints(&self) -> Result<BTreeSet<DsrEndpointKey>, StoreError>;
+    fn insert_dsr_endpoint(&mut self, key: &DsrEndpointKey) -> Result<(), StoreError>;
+    fn remove_dsr_endpoint(&mut self, key: &DsrEndpointKey) -> Result<(), StoreError>;
 }
 
 /// Writes the settings; the source ranges only when they changed.
@@ -45,6 +59,8 @@ pub struct Settings<S> {
     /// The source ranges changed since they were last written (true at
     /// first, so that what an earlier agent left is reconciled).
     ranges_stale: bool,
+    /// The same for the DSR frontends' endpoints.
+    dsr_stale: bool,
     addresses: AddressBits,
 }
 
@@ -53,6 +69,7 @@ impl<S: SettingsStore> Settings<S> {
         Self {
             store,
             ranges_stale: true,
+            dsr_stale: true,
             addresses: AddressBits::default(),
         }
     }
@@ -89,6 +106,36 @@ impl<S: SettingsStore> Settings<S> {
             self.store.remove_source_range(key)?;
         }
         self.ranges_stale = false;
+        Ok(true)
+    }
+
+    /// The DSR frontends or their endpoints on this node changed: the
+    /// next [`Self::write_dsr_endpoints`] writes.
+    pub fn dsr_endpoints_changed(&mut self) {
+        self.dsr_stale = true;
+    }
+
+    /// Makes the DSR endpoint maps hold exactly the endpoints on this node
+    /// of the DSR frontends in `dsr` (frontend -> its kind and endpoints),
+    /// if they changed since they were last written: new entries first,
+    /// then the ones no longer wanted. Says whether it wrote; after a
+    /// failure, the next call tries again.
+    pub fn write_dsr_endpoints(
+        &mut self,
+        dsr: &BTreeMap<Frontend, (FrontendKind, Vec<Backend>)>,
+    ) -> Result<bool, StoreError> {
+        if !self.dsr_stale {
+            return Ok(false);
+        }
+        let want = dsr_endpoint_keys(dsr);
+        let have = self.store.dsr_endpoints()?;
+        for key in want.difference(&have) {
+            self.store.insert_dsr_endpoint(key)?;
+        }
+        for key in have.difference(&want) {
+            self.store.remove_dsr_endpoint(key)?;
+        }
+        self.dsr_stale = false;
         Ok(true)
     }
 
@@ -163,6 +210,44 @@ fn source_range_keys(guarded: &BTreeMap<Frontend, Vec<IpNet>>) -> BTreeSet<Sourc
                         src_be: net.network().octets(),
                     },
                 ),
+                _ => continue,
+            };
+            keys.insert(key);
+        }
+    }
+    keys
+}
+
+/// The DSR endpoint keys of `dsr`: a NodePort's under the all-zero
+/// address, since the packets carry the address of whichever node
+/// balanced them (every node's address serves a NodePort); an external or
+/// load-balancer IP's under its address.
+fn dsr_endpoint_keys(
+    dsr: &BTreeMap<Frontend, (FrontendKind, Vec<Backend>)>,
+) -> BTreeSet<DsrEndpointKey> {
+    let mut keys = BTreeSet::new();
+    for (fe, (kind, endpoints)) in dsr {
+        let node_port = *kind == FrontendKind::NodePort;
+        let (frontend_port_be, proto) = (fe.port.to_be(), fe.proto.number());
+        for ep in endpoints {
+            let endpoint_port_be = ep.port.to_be();
+            let key = match (fe.vip, ep.ip) {
+                (IpAddr::V4(vip), IpAddr::V4(ip)) => DsrEndpointKey::V4(DsrEndpoint4Key {
+                    frontend_be: if node_port { [0; 4] } else { vip.octets() },
+                    endpoint_be: ip.octets(),
+                    frontend_port_be,
+                    endpoint_port_be,
+                    proto,
+                    _pad0: [0; 3],
+                }),
+                (IpAddr::V6(vip), IpAddr::V6(ip)) => DsrEndpointKey::V6(DsrEndpoint6Key {
+                    frontend_be: if node_port { [0; 16] } else { vip.octets() },
+                    endpoint_be: ip.octets(),
+                    frontend_port_be,
+                    endpoint_port_be,
+                    proto,
+                    _pad0: [0; 3],
+                }),
                 _ => continue,
             };
             keys.insert(key);

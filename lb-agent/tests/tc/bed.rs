@@ -18,10 +18,10 @@ use etherparse::{
 use lb_agent::datapath::loader;
 use lb_common::{
     BACKEND_STATE_ACTIVE, Backend4, Backend6, Ct4Key, Ct4Value, Ct6Key, Ct6Value, DatapathConfig,
-    FE_F_MAGLEV, FE_KIND_NODE_PORT, Frontend4Key, Frontend4State, Frontend6Key, Frontend6State,
-    FrontendId, MAGLEV_CHUNK, MaglevChunk, MaglevKey, Nat4Key, Nat4Value, Nat6Key, Nat6Value,
-    SCOPE_EXTERNAL, SOURCE_RANGE_PREFIX, SOURCE_RANGE6_PREFIX, Slot, SlotKey, SourceRange4,
-    SourceRange6, SpinLock,
+    DsrEndpoint4Key, DsrEndpoint6Key, FE_F_MAGLEV, FE_KIND_NODE_PORT, Frontend4Key, Frontend4State,
+    Frontend6Key, Frontend6State, FrontendId, MAGLEV_CHUNK, MaglevChunk, MaglevKey, Nat4Key,
+    Nat4Value, Nat6Key, Nat6Value, NodeNet, SCOPE_EXTERNAL, SOURCE_RANGE_PREFIX,
+    SOURCE_RANGE6_PREFIX, Slot, SlotKey, SourceRange4, SourceRange6, SpinLock,
 };
 
 /// Writes the Maglev table of revision `rev` of frontend `fe_id`: entry
@@ -86,6 +86,10 @@ pub(crate) struct Bed {
     ranges6: LpmTrie<MapData, SourceRange6, u32>,
     prev_ct: ArrayOfMaps<MapData, HashMap<MapData, Ct4Key, Ct4Value>>,
     prev_nat: ArrayOfMaps<MapData, HashMap<MapData, Nat4Key, Nat4Value>>,
+    dsr_eps: HashMap<MapData, DsrEndpoint4Key, u32>,
+    dsr_eps6: HashMap<MapData, DsrEndpoint6Key, u32>,
+    node_nets: LpmTrie<MapData, [u8; 4], NodeNet>,
+    node_nets6: LpmTrie<MapData, [u8; 16], NodeNet>,
     next_id: u32,
 }
 
@@ -166,6 +170,10 @@ impl Bed {
             ranges6: take(&mut ebpf, "LB6_SRC_RANGES"),
             prev_ct: take(&mut ebpf, "LB4_CT_PREV"),
             prev_nat: take(&mut ebpf, "LB4_NAT_PREV"),
+            dsr_eps: take(&mut ebpf, "LB4_DSR_EPS"),
+            dsr_eps6: take(&mut ebpf, "LB6_DSR_EPS"),
+            node_nets: take(&mut ebpf, "LB4_NODE_NETS"),
+            node_nets6: take(&mut ebpf, "LB6_NODE_NETS"),
             ebpf,
             next_id: 1,
         }
@@ -347,6 +355,49 @@ impl Bed {
         self.ranges6.insert(&key, 1, 0).unwrap();
     }
 
+    /// Says that `endpoint` is on this node and an endpoint of the DSR
+    /// frontend `frontend` (all-zero address: a NodePort), as the agent
+    /// writes `LB4_DSR_EPS`.
+    pub(crate) fn dsr_endpoint(&mut self, frontend: Addr, endpoint: Addr, proto: u8) {
+        let key = DsrEndpoint4Key {
+            frontend_be: frontend.0,
+            endpoint_be: endpoint.0,
+            frontend_port_be: frontend.1.to_be(),
+            endpoint_port_be: endpoint.1.to_be(),
+            proto,
+            _pad0: [0; 3],
+        };
+        self.dsr_eps.insert(key, 1, 0).unwrap();
+    }
+
+    /// [`Self::dsr_endpoint`] for IPv6.
+    pub(crate) fn dsr_endpoint6(&mut self, frontend: Addr6, endpoint: Addr6, proto: u8) {
+        let key = DsrEndpoint6Key {
+            frontend_be: frontend.0,
+            endpoint_be: endpoint.0,
+            frontend_port_be: frontend.1.to_be(),
+            endpoint_port_be: endpoint.1.to_be(),
+            proto,
+            _pad0: [0; 3],
+        };
+        self.dsr_eps6.insert(key, 1, 0).unwrap();
+    }
+
+    /// Says that `net/len` belongs to node number `node`, as the agent
+    /// writes `LB4_NODE_NETS`.
+    pub(crate) fn node_net(&mut self, net: [u8; 4], len: u32, node: u32) {
+        self.node_nets
+            .insert(&Key::new(len, net), NodeNet { node }, 0)
+            .unwrap();
+    }
+
+    /// [`Self::node_net`] for IPv6.
+    pub(crate) fn node_net6(&mut self, net: [u8; 16], len: u32, node: u32) {
+        self.node_nets6
+            .insert(&Key::new(len, net), NodeNet { node }, 0)
+            .unwrap();
+    }
+
     pub(crate) fn snat6(&mut self, addr: [u8; 16], min: u16, max: u16) {
         let cfg = DatapathConfig {
             snat6_be: addr,
@@ -398,10 +449,23 @@ impl Bed {
 
     /// Runs program `name` on `packet`: its verdict and the packet after it.
     pub(crate) fn run(&self, name: &str, packet: &[u8]) -> (i32, Vec<u8>) {
+        self.run_on(name, packet, 0)
+    }
+
+    /// Runs program `name` on `packet` as if on device `ifindex` of the
+    /// caller's network namespace (0: the loopback device), where its FIB
+    /// lookups happen: its verdict and the packet after it.
+    pub(crate) fn run_on(&self, name: &str, packet: &[u8], ifindex: u32) -> (i32, Vec<u8>) {
         let mut out = vec![0u8; packet.len() + 256];
+        // `struct __sk_buff` up to its `ifindex` (offset 40), the rest 0.
+        let mut skb = [0u8; 44];
+        skb[40..].copy_from_slice(&ifindex.to_ne_bytes());
         let mut opts = TestRunOptions::new();
         opts.data_in = Some(packet);
         opts.data_out = Some(&mut out);
+        if ifindex != 0 {
+            opts.ctx_in = Some(&skb);
+        }
         let result = self
             .program(name)
             .test_run(opts)
@@ -511,6 +575,16 @@ impl Bed {
 
     pub(crate) fn egress(&self, packet: &[u8]) -> (i32, Vec<u8>) {
         self.run("lb_tc_egress", packet)
+    }
+
+    /// Runs tc ingress as on device `ifindex` (see [`Self::run_on`]).
+    pub(crate) fn ingress_on(&self, packet: &[u8], ifindex: u32) -> (i32, Vec<u8>) {
+        self.run_on("lb_tc_ingress", packet, ifindex)
+    }
+
+    /// Runs tc egress as on device `ifindex` (see [`Self::run_on`]).
+    pub(crate) fn egress_on(&self, packet: &[u8], ifindex: u32) -> (i32, Vec<u8>) {
+        self.run_on("lb_tc_egress", packet, ifindex)
     }
 
     /// Runs the ingress program of devices without a link-layer header on

@@ -20,6 +20,8 @@ const IP_DADDR: usize = 16;
 const IP_OFFSET_MASK: u16 = 0x1fff;
 /// More fragments follow.
 const IP_MF: u16 = 0x2000;
+/// Don't fragment.
+const IP_DF: u16 = 0x4000;
 /// Length of an IPv4 header without options.
 pub const IP_HLEN: usize = 20;
 /// `ver_ihl` of an IPv4 header without options, the common case: every
@@ -187,6 +189,12 @@ impl Ip for [u8; 4] {
         to: Self,
     ) -> Result<(), i64> {
         icmp::inner4(ctx, inner_l3, icmp_csum, off, from, to)
+    }
+
+    #[inline(always)]
+    fn may_fragment<C: PacketCtx>(ctx: &C, l3: usize) -> bool {
+        ctx.load::<u16>(l3 + IP_FRAG_OFF)
+            .is_ok_and(|f| u16::from_be(f) & IP_DF == 0)
     }
 
     /// Whether the IPv4 header checksum is right, where the header has no

@@ -247,4 +247,9 @@ impl Ip for Addr6 {
     fn header_ok<C: PacketCtx, const L2: usize>(_ctx: &C, _in_place: bool) -> bool {
         true
     }
+
+    #[inline(always)]
+    fn may_fragment<C: PacketCtx>(_ctx: &C, _l3: usize) -> bool {
+        false
+    }
 }

@@ -148,6 +148,10 @@ pub trait Ip: Copy + PartialEq + Default + 'static {
     /// Whether the IP header of a packet about to start a flow is sound
     /// (the IPv4 header checksum; IPv6 has none).
     fn header_ok<C: PacketCtx, const L2: usize>(ctx: &C, in_place: bool) -> bool;
+
+    /// Whether a router may fragment the packet whose IP header is at
+    /// `l3`: IPv4 without don't fragment. Never IPv6.
+    fn may_fragment<C: PacketCtx>(ctx: &C, l3: usize) -> bool;
 }
 
 /// The `T` at `off` in the packet, before any rewrite. `IN_PLACE` (only

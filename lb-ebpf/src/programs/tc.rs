@@ -11,7 +11,7 @@
 //! checks drop.
 
 use aya_ebpf::{
-    bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC},
+    bindings::{TC_ACT_REDIRECT, TC_ACT_SHOT, TC_ACT_UNSPEC},
     macros::classifier,
     programs::TcContext,
 };
@@ -50,6 +50,7 @@ fn code(ctx: &TcContext, v: Verdict) -> i32 {
     match v {
         Verdict::Pass => PASS,
         Verdict::Bounce => ctx.bounce(),
+        Verdict::Redirected => TC_ACT_REDIRECT,
         Verdict::Drop => TC_ACT_SHOT,
     }
 }
