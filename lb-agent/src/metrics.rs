@@ -151,6 +151,10 @@ pub struct Metrics {
     /// 1 per device the XDP fast path was tried on
     /// (`--bpf-lb-acceleration`), labelled with how it ended up.
     pub xdp_attached: Family<XdpLabel, Gauge>,
+    /// Veths among the devices the XDP fast path runs on natively: the
+    /// frames it sends back out of one reach its peer only if the peer
+    /// runs an XDP program of its own (the log names each once).
+    pub xdp_veth_devices: Gauge,
     /// 1 while the maps are programmed without this node's Node: the first
     /// sync's wait for it ended without it.
     pub node_missing: Gauge,
@@ -199,6 +203,7 @@ impl Default for Metrics {
             service_health_listeners: Gauge::default(),
             tc_devices_unattached: Gauge::default(),
             xdp_attached: Family::default(),
+            xdp_veth_devices: Gauge::default(),
             node_missing: Gauge::default(),
             conntrack_entries: Gauge::default(),
             nat_entries: Gauge::default(),
@@ -405,6 +410,11 @@ impl Metrics {
             "lbagent_xdp_attached",
             "1 per external device the XDP fast path was tried on, by mode: native, or tc-only (best-effort, the driver refused native XDP)",
             self.xdp_attached.clone(),
+        );
+        r.register(
+            "lbagent_xdp_veth_devices",
+            "Veths the XDP fast path runs on natively: frames it sends back out of one (XDP_TX) reach its peer only if the peer runs an XDP program of its own, else they are lost (the log names each device once)",
+            self.xdp_veth_devices.clone(),
         );
         r.register(
             "lbagent_node_missing",

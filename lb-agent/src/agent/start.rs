@@ -44,6 +44,8 @@ pub(super) struct Agent {
     pub(super) tc_unattached: Gauge,
     /// `lbagent_xdp_attached`.
     pub(super) xdp_attached: Family<XdpLabel, Gauge>,
+    /// `lbagent_xdp_veth_devices`.
+    pub(super) xdp_veth: Gauge,
     /// `--bpf-lb-acceleration=native` found a device without native XDP
     /// at the first attachment: the agent exits with this.
     pub(super) refused: Option<anyhow::Error>,
@@ -128,6 +130,7 @@ impl Agent {
             collect_now,
             tc_unattached: shared.metrics.tc_devices_unattached.clone(),
             xdp_attached: shared.metrics.xdp_attached.clone(),
+            xdp_veth: shared.metrics.xdp_veth_devices.clone(),
             refused: None,
         };
         if !agent.devices.is_empty() {

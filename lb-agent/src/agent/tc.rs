@@ -189,15 +189,20 @@ impl Agent {
         }
     }
 
-    /// Publishes where the XDP fast path is (`lbagent_xdp_attached`); at
+    /// Publishes where the XDP fast path is (`lbagent_xdp_attached`,
+    /// `lbagent_xdp_veth_devices`); at
     /// its first attachment with `--bpf-lb-acceleration=native`, a device
     /// without native XDP makes the agent refuse to run
     /// ([`Agent::refused`]). Later ones are logged and counted unattached.
     fn check_xdp(&mut self) {
         self.xdp_attached.clear();
+        let mut veths = 0;
         for (device, how) in self.datapath.xdp_devices() {
             let mode = match how {
-                xdp::Attached::Native => "native",
+                xdp::Attached::Native { veth } => {
+                    veths += usize::from(veth);
+                    "native"
+                }
                 xdp::Attached::TcOnly => "tc-only",
             };
             let label = XdpLabel {
@@ -206,6 +211,7 @@ impl Agent {
             };
             self.xdp_attached.get_or_create(&label).set(1.0);
         }
+        self.xdp_veth.set(veths as f64);
         let Some(failed) = self.datapath.xdp_failed() else {
             return;
         };

@@ -78,6 +78,57 @@ fn program_for(
 /// `device`'s link type (`ARPHRD_*`), as `SIOCGIFHWADDR` reports it in
 /// this network namespace.
 pub(super) fn link_type(device: &str) -> Result<u16, Error> {
+    let req = device_ioctl(device, libc::SIOCGIFHWADDR, |_| {})?;
+    // SAFETY: SIOCGIFHWADDR filled the hwaddr member of the union.
+    Ok(unsafe { req.ifr_ifru.ifru_hwaddr.sa_family })
+}
+
+/// `ETHTOOL_GDRVINFO`: a device's driver information.
+const ETHTOOL_GDRVINFO: u32 = 0x03;
+
+/// `struct ethtool_drvinfo` (`linux/ethtool.h`, 196 bytes), which
+/// `ETHTOOL_GDRVINFO` fills.
+#[repr(C)]
+struct EthtoolDrvinfo {
+    cmd: u32,
+    driver: [u8; 32],
+    /// `version` to `regdump_len`, unread.
+    _rest: [u8; 160],
+}
+
+/// `device`'s driver, as `ethtool -i` names it (`veth`, `virtio_net`,
+/// `mlx5_core`, ...): `SIOCETHTOOL` with `ETHTOOL_GDRVINFO`, in this
+/// network namespace. A device without driver information (`lo`) is an
+/// error.
+pub(super) fn driver(device: &str) -> Result<String, Error> {
+    let mut info = EthtoolDrvinfo {
+        cmd: ETHTOOL_GDRVINFO,
+        driver: [0; 32],
+        _rest: [0; 160],
+    };
+    let data: *mut libc::c_char = std::ptr::from_mut(&mut info).cast();
+    device_ioctl(device, libc::SIOCETHTOOL, |req| {
+        req.ifr_ifru.ifru_data = data;
+    })?;
+    Ok(c_field(&info.driver).to_owned())
+}
+
+/// A NUL-padded C string field, up to its first NUL (all of it if it has
+/// none); invalid UTF-8 is an empty name.
+fn c_field(field: &[u8]) -> &str {
+    let end = field.iter().position(|b| *b == 0).unwrap_or(field.len());
+    std::str::from_utf8(&field[..end]).unwrap_or_default()
+}
+
+/// Runs the `SIOC*` ioctl `request` on `device`, on a datagram socket of
+/// this network namespace, with an `ifreq` naming the device that `fill`
+/// completes first (whatever it points to must outlive the call); the
+/// `ifreq` as the kernel left it.
+fn device_ioctl(
+    device: &str,
+    request: libc::c_ulong,
+    fill: impl FnOnce(&mut libc::ifreq),
+) -> Result<libc::ifreq, Error> {
     let io = |source| Error::Device {
         device: device.to_owned(),
         source,
@@ -93,20 +144,15 @@ pub(super) fn link_type(device: &str) -> Result<u16, Error> {
     for (dst, src) in req.ifr_name.iter_mut().zip(name) {
         *dst = *src as libc::c_char;
     }
-    // SAFETY: SIOCGIFHWADDR reads the name and fills `ifr_hwaddr` of the
-    // ifreq it is given, which outlives the call.
-    let r = unsafe {
-        libc::ioctl(
-            std::os::fd::AsRawFd::as_raw_fd(&socket),
-            libc::SIOCGIFHWADDR,
-            &mut req,
-        )
-    };
+    fill(&mut req);
+    // SAFETY: the ioctls given here read the name (and what `fill` pointed
+    // the union at, alive across the call, as its caller keeps it) and
+    // write the ifreq they are given, which outlives the call.
+    let r = unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&socket), request, &mut req) };
     if r != 0 {
         return Err(io(std::io::Error::last_os_error()));
     }
-    // SAFETY: SIOCGIFHWADDR filled the hwaddr member of the union.
-    Ok(unsafe { req.ifr_ifru.ifru_hwaddr.sa_family })
+    Ok(req)
 }
 
 /// A device's part of a pin name: bpffs refuses dots, which VLAN devices
@@ -382,4 +428,25 @@ pub fn linked(pins: &Pins) -> Result<Vec<String>, Error> {
             .any(|(_, _, _, prefix)| name.starts_with(prefix))
     });
     Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_c_field_ends_at_its_first_nul_or_its_end() {
+        let mut field = [0u8; 32];
+        field[..4].copy_from_slice(b"veth");
+        assert_eq!(c_field(&field), "veth");
+        assert_eq!(c_field(b"virtio_net"), "virtio_net");
+        assert_eq!(c_field(&[0; 32]), "");
+        assert_eq!(c_field(&[0xff, 0]), "");
+    }
+
+    #[test]
+    fn drvinfo_is_the_kernel_s_196_bytes() {
+        assert_eq!(size_of::<EthtoolDrvinfo>(), 196);
+        assert_eq!(std::mem::offset_of!(EthtoolDrvinfo, driver), 4);
+    }
 }

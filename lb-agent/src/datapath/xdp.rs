@@ -9,6 +9,15 @@
 //! cleanup` removes every pin under `links/`, these too. The program may
 //! redirect to the devices it runs on natively: their interface indexes
 //! are written to its global `LB_XDP_DEVICES` after each attachment.
+//!
+//! On a veth, a frame sent back out (`XDP_TX`) reaches the peer only if
+//! the peer runs an XDP program of its own. Without NAPI at the peer the
+//! kernel drops it; with GRO on there the peer has NAPI, and the frame is
+//! put in its ring, but the kernel (6.18) wakes that NAPI for `XDP_TX`'d
+//! frames only if the peer has an XDP program: they wait there (256 of
+//! them; the rest are dropped). The peer is usually in another namespace,
+//! out of the agent's reach, so the agent says so once per such device,
+//! naming it, and counts them (`lbagent_xdp_veth_devices`).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -57,10 +66,36 @@ pub enum Acceleration {
 /// and created again lost its program).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Attached {
-    /// `lb_xdp` in driver mode.
-    Native,
+    /// `lb_xdp` in driver mode; on a veth (whose peer needs an XDP program
+    /// of its own for the frames sent out of it).
+    Native { veth: bool },
     /// tc only: the driver refused native XDP (best-effort).
     TcOnly,
+}
+
+impl Attached {
+    /// Whether `lb_xdp` runs on the device.
+    pub fn native(self) -> bool {
+        matches!(self, Self::Native { .. })
+    }
+}
+
+/// Whether `device` is a veth (its driver, as `ethtool -i` names it); a
+/// device without driver information is not.
+pub(super) fn is_veth(device: &str) -> bool {
+    tc::driver(device).is_ok_and(|d| d == "veth")
+}
+
+/// Said once per veth the fast path is attached to (again only if the
+/// device goes and comes back).
+fn warn_veth(device: &str) {
+    tracing::warn!(
+        device,
+        "native XDP on a veth: the frames the fast path sends back out of it (XDP_TX) reach \
+         its peer only if the peer runs an XDP program of its own (an XDP_PASS program in \
+         driver mode; GRO on the peer is not enough), else they are lost while xdp_forwarded \
+         counts them; see the README's troubleshooting"
+    );
 }
 
 /// A device's part of a pin name (bpffs refuses dots).
@@ -93,7 +128,14 @@ pub fn sync(
         match attach(ebpf, pins, device) {
             Ok(()) => {
                 tracing::info!(device, mode = "native", "XDP fast path attached");
-                attached.insert(device.clone(), (tc::if_index(device), Attached::Native));
+                let veth = is_veth(device);
+                if veth {
+                    warn_veth(device);
+                }
+                attached.insert(
+                    device.clone(),
+                    (tc::if_index(device), Attached::Native { veth }),
+                );
             }
             Err(e) if accel == Acceleration::BestEffort => {
                 tracing::warn!(
@@ -109,7 +151,7 @@ pub fn sync(
     attached.retain(|d, _| wanted.contains(d));
     let keep: BTreeSet<String> = attached
         .iter()
-        .filter(|(_, (_, a))| *a == Attached::Native)
+        .filter(|(_, (_, a))| a.native())
         .map(|(d, _)| pin_name(d))
         .chain(failed.iter().map(|(d, _)| pin_name(d)))
         .collect();
@@ -141,7 +183,7 @@ fn publish(ebpf: &mut Ebpf, attached: &BTreeMap<String, (u32, Attached)>) -> Res
     let mut list = [0u32; XDP_DEVICES_MAX];
     let native = attached
         .values()
-        .filter(|(index, how)| *how == Attached::Native && *index != 0);
+        .filter(|(index, how)| how.native() && *index != 0);
     for (slot, (index, _)) in list.iter_mut().zip(native) {
         *slot = *index;
     }
@@ -203,4 +245,69 @@ pub fn linked(pins: &Pins) -> Result<Vec<String>, Error> {
     let mut names = layout::pinned(&pins.links_dir())?;
     names.retain(|name| name.starts_with(PREFIX) && !name.ends_with("_new"));
     Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_native_device_runs_the_fast_path() {
+        assert!(Attached::Native { veth: false }.native());
+        assert!(Attached::Native { veth: true }.native());
+        assert!(!Attached::TcOnly.native());
+    }
+}
+
+/// Which devices are veths, on real devices in a network namespace of the
+/// test's own: needs root (`ip netns`, `setns`) and fails without it.
+/// Skipped by `cargo test -p lb-agent --lib -- --skip privileged`. No
+/// packet is sent.
+#[cfg(test)]
+mod privileged {
+    use std::process::Command;
+
+    use super::*;
+    use crate::test_netns::{TestNetns, require_root};
+
+    fn ip(ns: &str, args: &[&str]) {
+        let out = Command::new("ip")
+            .args(["-n", ns])
+            .args(args)
+            .output()
+            .expect("running ip");
+        assert!(
+            out.status.success(),
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    #[test]
+    fn a_veth_is_told_from_a_tun_loopback_and_a_missing_device() {
+        require_root();
+        let ns = TestNetns::new();
+        let path = ns.path();
+        let name = path.file_name().and_then(|n| n.to_str()).expect("name");
+        ip(
+            name,
+            &["link", "add", "v0", "type", "veth", "peer", "name", "v1"],
+        );
+        ip(name, &["tuntap", "add", "t0", "mode", "tun"]);
+        let found = ns.run(|| {
+            ["v0", "v1", "t0", "lo", "nosuchdev"].map(|d| (d, is_veth(d), tc::driver(d).ok()))
+        });
+        assert_eq!(
+            found,
+            [
+                ("v0", true, Some("veth".to_owned())),
+                ("v1", true, Some("veth".to_owned())),
+                ("t0", false, Some("tun".to_owned())),
+                // No driver information: not a veth.
+                ("lo", false, None),
+                ("nosuchdev", false, None),
+            ]
+        );
+    }
 }

@@ -107,6 +107,7 @@ fn render_names_every_family_once_with_every_label() {
         "lbagent_service_health_check_listen_errors",
         "lbagent_tc_devices_unattached",
         "lbagent_xdp_attached",
+        "lbagent_xdp_veth_devices",
         "lbagent_node_missing",
         "lbagent_conntrack_entries",
         "lbagent_nat_entries",
