@@ -3,7 +3,9 @@
 //! NodePort flows from the outside client to the pod on the other node,
 //! TCP and UDP, both families, answered by the pod with its identity, and
 //! translated by XDP (its counters move, tc's new-flow counters do not).
-//! `lb-agent cleanup` takes the XDP program off the device. Needs root.
+//! The agent counts the veths it runs XDP on natively
+//! (`lbagent_xdp_veth_devices`), whose peers need XDP programs of their
+//! own. `lb-agent cleanup` takes the XDP program off the device. Needs root.
 
 use std::{
     collections::BTreeSet,
@@ -56,8 +58,9 @@ fn has_xdp(ns: &str, dev: &str) -> anyhow::Result<bool> {
 }
 
 /// The bed with `remote`, its senders computing complete checksums (as a
-/// NIC delivers them; see the README on veths) and NAPI at the router's
-/// ports, where node-1's XDP sends frames back out.
+/// NIC delivers them; see the README on veths) and an XDP program at the
+/// router's ports, the peers of the nodes' veths, where node-1's XDP sends
+/// frames back out (`XDP_TX`: GRO there would not do).
 fn bed() -> anyhow::Result<(Bed, [XdpPass; 2])> {
     let bed = Bed::new(&manifest())?;
     for host in ["c", "p1", "p2"] {
@@ -107,10 +110,12 @@ fn through_xdp(bed: &Bed) -> anyhow::Result<()> {
 #[test]
 fn xdp_forwards_node_port_flows_to_a_remote_pod_in_both_families() -> anyhow::Result<()> {
     let (bed, _peers) = bed()?;
-    let agent1 = bed.agent_with(&bed.node1, &["--bpf-lb-acceleration=native"])?;
+    let mut agent1 = bed.agent_with(&bed.node1, &["--bpf-lb-acceleration=native"])?;
     let _agent2 = bed.agent(&bed.node2)?;
     let n1 = bed.nodes.ns("n1");
     assert!(has_xdp(&n1, "eth0")?, "lb_xdp on node-1's eth0");
+    // eth0 is a veth: the agent says its peer needs an XDP program.
+    agent1.wait_metric("lbagent_xdp_veth_devices", 1.0)?;
     // Out of eth0, where the packets came in: XDP_TX.
     through_xdp(&bed)?;
 
@@ -179,14 +184,16 @@ fn xdp_redirects_node_port_flows_out_of_another_device_it_runs_on() -> anyhow::R
         "via",
         "fd00:58::2",
     ])?;
-    // NAPI at the far end of eth1, where node-1's XDP redirects to.
+    // NAPI at the far end of eth1, where node-1's XDP redirects to: an XDP
+    // program (GRO would do for redirected frames, not for XDP_TX'd ones).
     let _far = xdp_pass(&n2, "eth1")?;
-    let _agent1 = bed.agent_with(
+    let mut agent1 = bed.agent_with(
         &bed.node1,
         &["--devices=eth0,eth1", "--bpf-lb-acceleration=native"],
     )?;
     let _agent2 = bed.agent(&bed.node2)?;
     assert!(has_xdp(&n1, "eth1")?, "lb_xdp on node-1's eth1");
+    agent1.wait_metric("lbagent_xdp_veth_devices", 2.0)?;
     // Every flow XDP's, though its requests leave by another device than
     // they came in on: redirected (XDP_TX cannot send them there).
     through_xdp(&bed)
@@ -230,6 +237,8 @@ fn best_effort_leaves_a_device_without_native_xdp_on_tc_native_refuses_to_run() 
         }
     }
     assert_eq!(agent.metric("lbagent_tc_devices_unattached")?, 0.0);
+    // eth0, a veth; tun0 has no XDP to warn about.
+    assert_eq!(agent.metric("lbagent_xdp_veth_devices")?, 1.0);
     assert!(has_xdp(&n1, "eth0")?);
     assert!(!has_xdp(&n1, "tun0")?);
     drop(agent);

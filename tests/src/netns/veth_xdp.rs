@@ -1,6 +1,9 @@
 //! What XDP on a veth needs of the bed around it: frames an XDP program
-//! sends back out (`XDP_TX`, redirects) arrive at the peer only if the peer
-//! has NAPI, which an XDP program of its own gives it ([`xdp_pass`]); and
+//! sends back out (`XDP_TX`) arrive at the peer only if the peer runs an
+//! XDP program of its own ([`xdp_pass`]): GRO gives the peer NAPI too,
+//! which takes redirected frames, but the kernel (6.18) wakes it for
+//! `XDP_TX`'d ones only if the peer has an XDP program, and they stay in
+//! its ring (the sender's `xdp_tx` counts them, then `xdp_tx_errors`); and
 //! an XDP program sees a sender's partial checksum as it is (a veth hands
 //! on `CHECKSUM_PARTIAL` packets, which a NIC never delivers), so senders
 //! compute theirs in full ([`tx_checksum_off`]).

@@ -82,9 +82,11 @@ pub fn mac(dev: &str) -> io::Result<[u8; 6]> {
 }
 
 /// Turns GRO on for the interface (`ethtool -K dev gro on`; the machine has
-/// no ethtool). A veth takes frames from its peer's `XDP_TX` only while it
-/// runs NAPI, which it does with an XDP program or with GRO on; GRO lets
-/// the kernel's stack and tc see those frames as any received packet.
+/// no ethtool). A veth takes the generator's frames only while it runs
+/// NAPI, which it does with an XDP program or with GRO on (the generator's
+/// `XDP_TX` is a redirect under `BPF_PROG_TEST_RUN`, which wakes GRO's
+/// NAPI; a driver's `XDP_TX` does not); GRO lets the kernel's stack and tc
+/// see those frames as any received packet.
 pub fn gro_on(dev: &str) -> io::Result<()> {
     /// `struct ethtool_value` with `ETHTOOL_SGRO`.
     #[repr(C)]

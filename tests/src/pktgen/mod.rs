@@ -13,7 +13,11 @@
 //!   what is measured is frames delivered, not a socket's throughput.
 //!
 //! The peer of the generator's veth must run NAPI to take `XDP_TX`ed
-//! frames: an XDP program (the counter) or GRO ([`iface::gro_on`]).
+//! frames: an XDP program (the counter) or GRO ([`iface::gro_on`]). GRO
+//! does here because `BPF_PROG_TEST_RUN` sends an `XDP_TX`'d frame as a
+//! redirect to the same device, which wakes the peer's NAPI; a driver's
+//! `XDP_TX` (the agent's) needs an XDP program at the peer
+//! (`crate::netns::xdp_pass`).
 //! Both programs are assembled in [`progs`] and loaded with raw `bpf(2)`
 //! ([`bpf`]): they stay out of the agent's object. Everything is held by
 //! file descriptors: the counter's link detaches when it is dropped, or
