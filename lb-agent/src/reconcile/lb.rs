@@ -3,8 +3,9 @@
 //! here, so the indexes never drift from the content.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::BTreeMap,
     fmt::Debug,
+    hash::{Hash as _, Hasher as _},
     ops::RangeInclusive,
 };
 
@@ -97,10 +98,12 @@ pub struct LbMaps<F: Family, T: Tables> {
     slots: Mirror<T::Table<SlotKey, Slot>>,
     members: Mirror<T::Table<MemberKey, Member>>,
     backends: Mirror<T::Table<u32, F::Backend>>,
-    /// Maglev tables: the chunks' keys only (a table is rebuilt from its
-    /// revision's backends whenever needed; its content is not kept).
+    /// Maglev tables: each chunk's key and a digest of its content (a
+    /// table is rebuilt from its revision's backends whenever needed; its
+    /// content is not kept, only enough to tell whether the map holds the
+    /// table this agent builds).
     maglev: T::Table<MaglevKey, MaglevChunk>,
-    maglev_keys: BTreeSet<MaglevKey>,
+    maglev_chunks: BTreeMap<MaglevKey, ChunkDigest>,
     /// What the tables are built with.
     params: MaglevParams,
     /// Backend address -> its id.
@@ -123,9 +126,9 @@ impl<F: Family, T: Tables> LbMaps<F, T> {
         found: Found,
         params: MaglevParams,
     ) -> Result<Self, StoreError> {
-        let maglev_keys = match found {
-            Found::Created => BTreeSet::new(),
-            Found::Pinned => chunk_keys(&tables.maglev)?,
+        let maglev_chunks = match found {
+            Found::Created => BTreeMap::new(),
+            Found::Pinned => chunk_digests(&tables.maglev)?,
         };
         let mut maps = Self {
             frontends: Mirror::adopt(tables.frontends, found)?,
@@ -134,7 +137,7 @@ impl<F: Family, T: Tables> LbMaps<F, T> {
             members: Mirror::adopt(tables.members, found)?,
             backends: Mirror::adopt(tables.backends, found)?,
             maglev: tables.maglev,
-            maglev_keys,
+            maglev_chunks,
             params,
             id_of: HashMap::default(),
             backend_refs: HashMap::default(),
@@ -178,8 +181,8 @@ impl<F: Family, T: Tables> LbMaps<F, T> {
         let slots = self.slots.reread()?;
         let members = self.members.reread()?;
         let backends = self.backends.reread()?;
-        let maglev_keys = chunk_keys(&self.maglev)?;
-        self.maglev_keys = maglev_keys;
+        let maglev_chunks = chunk_digests(&self.maglev)?;
+        self.maglev_chunks = maglev_chunks;
         self.frontends.set_content(frontends);
         self.states.set_content(states);
         self.slots.set_content(slots);
@@ -223,9 +226,9 @@ impl<F: Family, T: Tables> LbMaps<F, T> {
         self.members.content()
     }
 
-    /// The keys of every Maglev chunk in the map.
-    pub fn maglev_keys(&self) -> &BTreeSet<MaglevKey> {
-        &self.maglev_keys
+    /// Every Maglev chunk in the map: its key and [`chunk_digest`].
+    pub fn maglev_chunks(&self) -> &BTreeMap<MaglevKey, ChunkDigest> {
+        &self.maglev_chunks
     }
 
     /// The Maglev map itself.
@@ -239,10 +242,14 @@ impl<F: Family, T: Tables> LbMaps<F, T> {
         self.params
     }
 
-    /// How many chunks of revision `rev` of frontend `id`'s Maglev table
-    /// the map holds.
-    pub fn chunks(&self, id: u32, rev: u16) -> usize {
-        self.maglev_keys.range(chunk_range(id, rev)).count()
+    /// Whether the map holds exactly the chunks whose digests are
+    /// `digests`, in order, as revision `rev` of frontend `id`'s Maglev
+    /// table (none: no table). A table built with other settings (another
+    /// seed, after a restart) differs in content, not only in size.
+    pub fn holds_table(&self, id: u32, rev: u16, digests: &[ChunkDigest]) -> bool {
+        let held = self.maglev_chunks.range(chunk_range(id, rev));
+        held.map(|(k, d)| (usize::from(k.chunk), *d))
+            .eq(digests.iter().copied().enumerate())
     }
 
     /// The state of `id`, if it is not free.
@@ -391,15 +398,15 @@ impl<F: Family, T: Tables> LbMaps<F, T> {
     pub fn put_chunks(&mut self, entries: &[(MaglevKey, MaglevChunk)]) -> Result<(), BatchError> {
         let result = self.maglev.put(entries);
         let done = written(&result, entries.len());
-        self.maglev_keys
-            .extend(entries[..done].iter().map(|(k, _)| *k));
+        self.maglev_chunks
+            .extend(entries[..done].iter().map(|(k, v)| (*k, chunk_digest(v))));
         result
     }
 
     pub fn delete_chunks(&mut self, keys: &[MaglevKey]) -> Result<(), BatchError> {
         let result = self.maglev.delete(keys);
         for k in &keys[..written(&result, keys.len())] {
-            self.maglev_keys.remove(k);
+            self.maglev_chunks.remove(k);
         }
         result
     }
@@ -518,10 +525,29 @@ fn bump(counts: &mut HashMap<u32, u32>, key: u32, delta: i32) -> bool {
     was_zero != is_zero
 }
 
-/// The keys of every chunk `table` holds. Reads the chunks whole (1 KiB
-/// each) and keeps only their keys.
-fn chunk_keys<T: Table<Key = MaglevKey>>(table: &T) -> Result<BTreeSet<MaglevKey>, StoreError> {
-    Ok(table.read()?.into_iter().map(|(k, _)| k).collect())
+/// What the mirror keeps of a Maglev chunk's content: a 64-bit hash of
+/// its entries, enough to tell a table built with other settings from
+/// this agent's (a chance of 2^-64 per chunk to miss a difference).
+pub(super) type ChunkDigest = u64;
+
+/// The digest of `chunk`: SipHash with fixed keys, the same for the same
+/// content within a run (never stored).
+pub(super) fn chunk_digest(chunk: &MaglevChunk) -> ChunkDigest {
+    let mut h = std::hash::DefaultHasher::new();
+    chunk.backend_ids.hash(&mut h);
+    h.finish()
+}
+
+/// The key and digest of every chunk `table` holds. Reads the chunks
+/// whole (1 KiB each) and keeps only their keys and digests.
+fn chunk_digests<T: Table<Key = MaglevKey, Value = MaglevChunk>>(
+    table: &T,
+) -> Result<BTreeMap<MaglevKey, ChunkDigest>, StoreError> {
+    Ok(table
+        .read()?
+        .into_iter()
+        .map(|(k, v)| (k, chunk_digest(&v)))
+        .collect())
 }
 
 /// How many entries of a batch took effect.

@@ -17,16 +17,24 @@ use crate::model::{
 };
 
 fn frontend() -> Frontend {
+    frontend_at(30080)
+}
+
+fn frontend_at(port: u16) -> Frontend {
     Frontend {
         vip: "192.0.2.10".parse().unwrap(),
-        port: 30080,
+        port,
         proto: Proto::Tcp,
         scope: Scope::External,
     }
 }
 
 fn key() -> lb_common::Frontend4Key {
-    <V4 as Family>::frontend_key(&frontend()).unwrap()
+    key_of(&frontend())
+}
+
+fn key_of(fe: &Frontend) -> lb_common::Frontend4Key {
+    <V4 as Family>::frontend_key(fe).unwrap()
 }
 
 fn backends(n: u8) -> Vec<Backend> {
@@ -57,14 +65,40 @@ struct Fixture {
 
 impl Fixture {
     fn new(size: u32) -> Self {
-        let journal = Journal::default();
-        let grace = ManualGrace::new(&journal);
-        let params = MaglevParams {
+        Self::with(MaglevParams {
             size: TableSize::try_from(size).unwrap(),
             seed: HashSeed::default(),
-        };
+        })
+    }
+
+    /// A new agent on empty maps, building tables with `params`.
+    fn with(params: MaglevParams) -> Self {
+        let journal = Journal::default();
+        let grace = ManualGrace::new(&journal);
         let tables = lb_tables::<V4>(100, 1000, 100, &journal);
         let r = Reconciler::adopt(tables, grace.clone(), Found::Created, params).unwrap();
+        Self {
+            journal,
+            grace,
+            r,
+            params,
+        }
+    }
+
+    /// The agent restarted with `params`: a new reconciler adopts what the
+    /// maps hold (pinned maps outlive the agent).
+    fn restart(&self, params: MaglevParams) -> Self {
+        let journal = Journal::default();
+        let grace = ManualGrace::new(&journal);
+        let maps = self.r.maps();
+        let mut tables = lb_tables::<V4>(100, 1000, 100, &journal);
+        tables.frontends.content = maps.frontends().clone();
+        tables.states.content = maps.states().clone();
+        tables.slots.content = maps.slots().clone();
+        tables.members.content = maps.members().clone();
+        tables.backends.content = maps.backends().clone();
+        tables.maglev.content = maps.maglev_table().content.clone();
+        let r = Reconciler::adopt(tables, grace.clone(), Found::Pinned, params).unwrap();
         Self {
             journal,
             grace,
@@ -76,8 +110,13 @@ impl Fixture {
     /// The table the map holds for the frontend's live revision, as
     /// backend addresses.
     fn live_table(&self) -> Vec<SocketAddr> {
+        self.live_table_of(&frontend())
+    }
+
+    /// The same for `fe`.
+    fn live_table_of(&self, fe: &Frontend) -> Vec<SocketAddr> {
         let maps = self.r.maps();
-        let (id, st) = maps.live(&key()).unwrap();
+        let (id, st) = maps.live(&key_of(fe)).unwrap();
         assert_ne!(st.flags & FE_F_MAGLEV, 0);
         let chunks = &maps.maglev_table().content;
         (0..st.maglev_size)
@@ -106,7 +145,7 @@ impl Fixture {
     }
 
     fn chunk_count(&self) -> usize {
-        self.r.maps().maglev_keys().len()
+        self.r.maps().maglev_chunks().len()
     }
 }
 
@@ -196,7 +235,91 @@ fn a_full_maglev_map_fails_the_frontend_and_leaves_no_chunk_behind() {
     let mut r = Reconciler::adopt(tables, grace, Found::Created, MaglevParams::default()).unwrap();
     let out = r.reconcile(&maglev(backends(2)));
     assert_eq!(out.failed.len(), 1, "{out:?}");
-    assert!(r.maps().maglev_keys().is_empty());
+    assert!(r.maps().maglev_chunks().is_empty());
     assert!(r.maps().slots().is_empty());
     assert!(r.maps().frontends().is_empty());
+}
+
+/// A restarted agent adopts the pinned maps. With another seed it builds
+/// other tables, so it rebuilds every table it finds (a new revision each,
+/// the old one retired): it then agrees with an agent that started
+/// afresh with that seed, as on a node that rebooted. The seed's flow words
+/// build no table: with only those changed, nothing is rewritten.
+#[test]
+fn a_restart_with_another_seed_rebuilds_every_table() {
+    let mut t = Fixture::new(251);
+    let (a, b, c) = (frontend_at(30080), frontend_at(30081), frontend_at(30082));
+    let desired = BTreeMap::from([
+        (a, maglev(backends(3)).remove(&frontend()).unwrap()),
+        (b, maglev(backends(3)).remove(&frontend()).unwrap()),
+        (c, maglev(backends(5)).remove(&frontend()).unwrap()),
+        (frontend_at(80), Target::plain(backends(2))),
+    ]);
+    let out = t.r.reconcile(&desired);
+    assert!(out.failed.is_empty(), "{out:?}");
+    let revs = |t: &Fixture| -> Vec<u16> {
+        [a, b, c]
+            .iter()
+            .map(|fe| t.r.maps().live(&key_of(fe)).unwrap().1.rev)
+            .collect()
+    };
+    let before = revs(&t);
+
+    // The same settings: nothing to write.
+    let mut same = t.restart(t.params);
+    let out = same.r.reconcile(&desired);
+    assert_eq!(out.changed(), 0, "{out:?}");
+    // Other flow words, the same permutation word: the same tables.
+    let flow_only = MaglevParams {
+        seed: HashSeed {
+            flow: [1, 2],
+            ..t.params.seed
+        },
+        ..t.params
+    };
+    let out = t.restart(flow_only).r.reconcile(&desired);
+    assert_eq!(out.changed(), 0, "{out:?}");
+
+    let seed: HashSeed = "AAECAwQFBgcICQoL".parse().unwrap();
+    assert_ne!(seed.permutation, t.params.seed.permutation);
+    let params = MaglevParams { seed, ..t.params };
+    let mut restarted = t.restart(params);
+    let out = restarted.r.reconcile(&desired);
+    assert!(out.failed.is_empty(), "{out:?}");
+    let mut fresh = Fixture::with(params);
+    fresh.r.reconcile(&desired);
+    // Entries of two tables that name different backends.
+    let differ = |x: &[SocketAddr], y: &[SocketAddr]| -> usize {
+        assert_eq!(x.len(), y.len());
+        x.iter().zip(y).filter(|(p, q)| p != q).count()
+    };
+    for (fe, n) in [(a, 3), (b, 3), (c, 5)] {
+        let table = restarted.live_table_of(&fe);
+        let (new, old) = (restarted.expected(&backends(n)), t.expected(&backends(n)));
+        assert!(
+            differ(&new, &old) > 100,
+            "{fe}: the seeds build other tables"
+        );
+        assert_eq!(
+            (
+                differ(&table, &new),
+                differ(&table, &fresh.live_table_of(&fe))
+            ),
+            (0, 0),
+            "{fe}: entries unlike the new seed's table, and unlike a new node's"
+        );
+    }
+    let after = revs(&restarted);
+    assert!(
+        before.iter().zip(&after).all(|(x, y)| x != y),
+        "{before:?} -> {after:?}"
+    );
+    // The old tables go a grace period later: one table per frontend is
+    // left (251 entries, one chunk), and the next pass writes nothing.
+    assert_eq!(restarted.chunk_count(), 6);
+    restarted.grace.elapse();
+    restarted.r.reap();
+    assert_eq!(restarted.chunk_count(), 3);
+    let out = restarted.r.reconcile(&desired);
+    assert_eq!(out.changed(), 0, "{out:?}");
 }

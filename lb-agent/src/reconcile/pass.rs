@@ -30,7 +30,7 @@ use lb_common::{
 use super::{
     family::{Family, StateView},
     grace::{GracePeriods, Retired},
-    lb::{LbMaps, Tables, chunk_range, member_range, set_range},
+    lb::{ChunkDigest, LbMaps, Tables, chunk_digest, chunk_range, member_range, set_range},
     table::{BatchError, StoreError},
 };
 use crate::model::{
@@ -111,9 +111,9 @@ struct Plan<K> {
     backend_ids: Vec<u32>,
     flags: u16,
     affinity_timeout: u32,
-    /// The revision's Maglev table (backend ids), for a frontend with
-    /// [`FE_F_MAGLEV`] and backends.
-    table: Option<Arc<Vec<u32>>>,
+    /// The revision's Maglev table, for a frontend with [`FE_F_MAGLEV`]
+    /// and backends.
+    table: Option<Arc<BuiltTable>>,
     /// The live revision this one replaces.
     old_rev: Option<u16>,
     /// The frontend entry must be inserted (a new frontend, or one whose
@@ -131,23 +131,19 @@ struct Plan<K> {
 impl<K> Plan<K> {
     /// The state's `maglev_size`.
     fn maglev_size(&self) -> u32 {
-        self.table.as_ref().map_or(0, |t| t.len() as u32)
+        self.table.as_ref().map_or(0, |t| t.ids.len() as u32)
     }
 
     fn chunk_entries(&self) -> impl Iterator<Item = (MaglevKey, MaglevChunk)> + '_ {
-        let table = self.table.as_deref().map_or(&[][..], Vec::as_slice);
-        (0u16..)
-            .zip(table.chunks(MAGLEV_CHUNK))
-            .map(|(chunk, ids)| {
-                let mut value = MaglevChunk::default();
-                value.backend_ids[..ids.len()].copy_from_slice(ids);
-                let key = MaglevKey {
-                    fe_id: self.id,
-                    rev: self.rev,
-                    chunk,
-                };
-                (key, value)
-            })
+        let table = self.table.as_deref().map_or(&[][..], |t| t.ids.as_slice());
+        (0u16..).zip(chunks(table)).map(|(chunk, value)| {
+            let key = MaglevKey {
+                fe_id: self.id,
+                rev: self.rev,
+                chunk,
+            };
+            (key, value)
+        })
     }
 
     /// Whether the revision gets members (session affinity).
@@ -299,8 +295,8 @@ pub(super) fn reap<F: Family, T: Tables>(
         .collect();
     let chunks: Vec<MaglevKey> = sets
         .iter()
-        .flat_map(|(id, rev)| maps.maglev_keys().range(chunk_range(*id, *rev)))
-        .copied()
+        .flat_map(|(id, rev)| maps.maglev_chunks().range(chunk_range(*id, *rev)))
+        .map(|(k, _)| *k)
         .collect();
     // A revision a failed delete leaves behind is retired again by the
     // next full pass (stray members and chunks: deleted by it).
@@ -311,10 +307,27 @@ pub(super) fn reap<F: Family, T: Tables>(
     out
 }
 
+/// A Maglev table as this agent builds it for one set of backends.
+struct BuiltTable {
+    /// Its entries: backend ids.
+    ids: Vec<u32>,
+    /// The digest of each of its chunks, to compare with what the map holds.
+    digests: Vec<ChunkDigest>,
+}
+
 /// The Maglev tables built in one pass, by backend ids: a Service's
 /// frontends (its node ports on each address, its external IPs) share
 /// their backends, and a table costs M·N steps to build.
-type BuiltTables = HashMap<Vec<u32>, Arc<Vec<u32>>>;
+type BuiltTables = HashMap<Vec<u32>, Arc<BuiltTable>>;
+
+/// `table`'s chunks, in order; entries past its end are 0.
+fn chunks(table: &[u32]) -> impl Iterator<Item = MaglevChunk> + '_ {
+    table.chunks(MAGLEV_CHUNK).map(|ids| {
+        let mut value = MaglevChunk::default();
+        value.backend_ids[..ids.len()].copy_from_slice(ids);
+        value
+    })
+}
 
 /// The Maglev table of `backend_ids` (whose addresses are `addrs`), from
 /// `tables` or built.
@@ -323,15 +336,16 @@ fn maglev_table(
     backend_ids: &[u32],
     addrs: &[SocketAddr],
     tables: &mut BuiltTables,
-) -> Arc<Vec<u32>> {
+) -> Arc<BuiltTable> {
     if let Some(t) = tables.get(backend_ids) {
         return t.clone();
     }
-    let table: Vec<u32> = lookup_table(addrs, params.size, &params.seed)
+    let ids: Vec<u32> = lookup_table(addrs, params.size, &params.seed)
         .into_iter()
         .map(|i| backend_ids[i as usize])
         .collect();
-    let table = Arc::new(table);
+    let digests = chunks(&ids).map(|c| chunk_digest(&c)).collect();
+    let table = Arc::new(BuiltTable { ids, digests });
     tables.insert(backend_ids.to_vec(), table.clone());
     table
 }
@@ -379,13 +393,17 @@ fn plan<F: Family, T: Tables>(
     }
     let table = (target.maglev && !backend_ids.is_empty())
         .then(|| maglev_table(maps.params(), &backend_ids, &addrs, tables));
-    let maglev_size = table.as_ref().map_or(0, |t| t.len() as u32);
+    let maglev_size = table.as_ref().map_or(0, |t| t.ids.len() as u32);
+    let digests = table.as_ref().map_or(&[][..], |t| t.digests.as_slice());
     let proto = F::key_proto(&key);
     let live = maps.live(&key);
+    // The live revision's Maglev table is compared by content: one an
+    // earlier agent built with another seed (the flag changed across a
+    // restart) is rebuilt, or nodes would disagree.
     if let Some((id, st)) = live
         && (st.flags, st.affinity_timeout, st.maglev_size) == (flags, affinity_timeout, maglev_size)
         && maps.complete_set(id, st.rev, st.count, proto).as_ref() == Some(&backend_ids)
-        && maps.chunks(id, st.rev) == (maglev_size as usize).div_ceil(MAGLEV_CHUNK)
+        && maps.holds_table(id, st.rev, digests)
     {
         return Ok(None);
     }
@@ -764,8 +782,8 @@ fn delete_stray_members<F: Family, T: Tables>(maps: &mut LbMaps<F, T>, out: &mut
 fn delete_stray_chunks<F: Family, T: Tables>(maps: &mut LbMaps<F, T>, out: &mut Outcome) {
     let sets: HashSet<Set> = maps.sets().collect();
     let stray: Vec<MaglevKey> = maps
-        .maglev_keys()
-        .iter()
+        .maglev_chunks()
+        .keys()
         .filter(|k| !sets.contains(&(k.fe_id, k.rev)))
         .copied()
         .collect();
