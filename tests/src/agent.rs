@@ -78,24 +78,30 @@ impl PinDir {
             })
             .collect()
     }
+
+    /// `lb-agent cleanup`: detaches the programs and removes the maps, as
+    /// a node's reboot leaves its bpffs empty. The directory can be used
+    /// again. Nothing to do if it does not exist.
+    pub fn clean_up(&self) -> anyhow::Result<()> {
+        if !self.path.exists() {
+            return Ok(());
+        }
+        let status = Command::new(agent_bin())
+            .args(["cleanup", "--bpffs-dir"])
+            .arg(&self.path)
+            .stdout(Stdio::null())
+            .status()?;
+        if !status.success() {
+            bail!("lb-agent cleanup {}: {status}", self.path.display());
+        }
+        Ok(())
+    }
 }
 
 impl Drop for PinDir {
     fn drop(&mut self) {
-        if !self.path.exists() {
-            return;
-        }
-        let ok = Command::new(agent_bin())
-            .args(["cleanup", "--bpffs-dir"])
-            .arg(&self.path)
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            eprintln!(
-                "warning: lb-agent cleanup failed for {}",
-                self.path.display()
-            );
+        if let Err(e) = self.clean_up() {
+            eprintln!("warning: {e:#}");
         }
     }
 }

@@ -7,7 +7,7 @@
 
 use std::{
     collections::BTreeMap,
-    net::{Ipv4Addr, SocketAddrV4},
+    net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4},
     path::Path,
 };
 
@@ -17,9 +17,11 @@ use aya::{
     maps::{Array, HashMap, Map, MapData, MapError},
 };
 use lb_common::{
-    AFFINITY4, AffinityKey, AffinityValue, BACKENDS4, Backend4, FE_STATE4, FRONTENDS4,
-    Frontend4Key, Frontend4State, FrontendId, MEMBERS4, MapSpec, Member, MemberKey, REVNAT4,
-    RevNat4Key, RevNat4Value, SLOTS4, Slot, SlotKey,
+    AFFINITY4, AffinityKey, AffinityValue, BACKENDS4, BACKENDS6, Backend4, Backend6, FE_F_MAGLEV,
+    FE_STATE4, FE_STATE6, FRONTENDS4, FRONTENDS6, Frontend4Key, Frontend4State, Frontend6Key,
+    Frontend6State, FrontendId, MAGLEV_CHUNK, MAGLEV4, MAGLEV6, MEMBERS4, MaglevChunk, MaglevKey,
+    MapSpec, Member, MemberKey, REVNAT4, RevNat4Key, RevNat4Value, SCOPE_EXTERNAL, SLOTS4, Slot,
+    SlotKey,
 };
 
 /// `BPF_F_LOCK`: the state is copied under its spin lock, whole.
@@ -206,4 +208,119 @@ pub fn count_entries(dir: &Path, revnat: bool) -> anyhow::Result<Entries> {
             None
         },
     })
+}
+
+/// One family's maps, as far as a Maglev table needs them.
+trait MaglevFamily {
+    type Key: Pod + PartialEq;
+    type State: Pod;
+    type Backend: Pod;
+    const FRONTENDS: MapSpec;
+    const STATES: MapSpec;
+    const BACKENDS: MapSpec;
+    const MAGLEV: MapSpec;
+    /// The frontend's address, and whether it is in the external scope.
+    fn frontend(key: &Self::Key) -> (SocketAddr, u8, bool);
+    /// The state's owner, revision, flags and table size.
+    fn state(state: &Self::State) -> (Self::Key, u16, u16, u32);
+    fn backend(b: &Self::Backend) -> SocketAddr;
+}
+
+struct V4;
+struct V6;
+
+impl MaglevFamily for V4 {
+    type Key = Frontend4Key;
+    type State = Frontend4State;
+    type Backend = Backend4;
+    const FRONTENDS: MapSpec = FRONTENDS4;
+    const STATES: MapSpec = FE_STATE4;
+    const BACKENDS: MapSpec = BACKENDS4;
+    const MAGLEV: MapSpec = MAGLEV4;
+    fn frontend(k: &Frontend4Key) -> (SocketAddr, u8, bool) {
+        let addr = SocketAddr::new(Ipv4Addr::from(k.addr_be).into(), u16::from_be(k.port_be));
+        (addr, k.proto, k.scope == SCOPE_EXTERNAL)
+    }
+    fn state(s: &Frontend4State) -> (Frontend4Key, u16, u16, u32) {
+        (s.owner, s.rev, s.flags, s.maglev_size)
+    }
+    fn backend(b: &Backend4) -> SocketAddr {
+        SocketAddr::new(Ipv4Addr::from(b.addr_be).into(), u16::from_be(b.port_be))
+    }
+}
+
+impl MaglevFamily for V6 {
+    type Key = Frontend6Key;
+    type State = Frontend6State;
+    type Backend = Backend6;
+    const FRONTENDS: MapSpec = FRONTENDS6;
+    const STATES: MapSpec = FE_STATE6;
+    const BACKENDS: MapSpec = BACKENDS6;
+    const MAGLEV: MapSpec = MAGLEV6;
+    fn frontend(k: &Frontend6Key) -> (SocketAddr, u8, bool) {
+        let ip = IpAddr::from(k.addr_be);
+        (
+            SocketAddr::new(ip, u16::from_be(k.port_be)),
+            k.proto,
+            k.scope == SCOPE_EXTERNAL,
+        )
+    }
+    fn state(s: &Frontend6State) -> (Frontend6Key, u16, u16, u32) {
+        (s.owner, s.rev, s.flags, s.maglev_size)
+    }
+    fn backend(b: &Backend6) -> SocketAddr {
+        SocketAddr::new(IpAddr::from(b.addr_be), u16::from_be(b.port_be))
+    }
+}
+
+/// A frontend seen from outside the node: its address and IP protocol.
+pub type ExternalFrontend = (SocketAddr, u8);
+
+/// The Maglev table of every frontend seen from outside the node that has
+/// one, in both families, as a program reads it: the live revision's
+/// entries (`LB4_MAGLEV`, `LB6_MAGLEV`), each as its backend's address.
+/// Backend ids differ between nodes; addresses are what must agree.
+pub fn maglev_tables(dir: &Path) -> anyhow::Result<BTreeMap<ExternalFrontend, Vec<SocketAddr>>> {
+    let mut tables = family_tables::<V4>(dir)?;
+    tables.extend(family_tables::<V6>(dir)?);
+    Ok(tables)
+}
+
+fn family_tables<F: MaglevFamily>(
+    dir: &Path,
+) -> anyhow::Result<BTreeMap<ExternalFrontend, Vec<SocketAddr>>> {
+    let frontends = hash::<F::Key, FrontendId>(dir, &F::FRONTENDS)?;
+    let states: Array<MapData, F::State> = Array::try_from(open(dir, &F::STATES)?)?;
+    let chunks = hash::<MaglevKey, MaglevChunk>(dir, &F::MAGLEV)?;
+    let backends = hash::<u32, F::Backend>(dir, &F::BACKENDS)?;
+    let mut tables = BTreeMap::new();
+    for entry in frontends.iter() {
+        let (key, id) = entry?;
+        let (addr, proto, external) = F::frontend(&key);
+        let Some(state) = get(states.get(&id.id, BPF_F_LOCK))? else {
+            continue;
+        };
+        let (owner, rev, flags, size) = F::state(&state);
+        if !external || owner != key || flags & FE_F_MAGLEV == 0 {
+            continue;
+        }
+        let mut table = Vec::with_capacity(size as usize);
+        for chunk in 0..(size as usize).div_ceil(MAGLEV_CHUNK) {
+            let k = MaglevKey {
+                fe_id: id.id,
+                rev,
+                chunk: chunk as u16,
+            };
+            let ids = get(chunks.get(&k, 0))?
+                .with_context(|| format!("{addr}: chunk {chunk} of revision {rev} missing"))?;
+            let n = (size as usize - chunk * MAGLEV_CHUNK).min(MAGLEV_CHUNK);
+            for backend_id in &ids.backend_ids[..n] {
+                let b = get(backends.get(backend_id, 0))?
+                    .with_context(|| format!("{addr}: backend {backend_id} missing"))?;
+                table.push(F::backend(&b));
+            }
+        }
+        tables.insert((addr, proto), table);
+    }
+    Ok(tables)
 }

@@ -6,10 +6,15 @@
 //! when the router moves it to the other node mid-flow. Needs root; fails
 //! loudly without it.
 
-use std::{collections::BTreeSet, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::SocketAddr,
+    time::Duration,
+};
 
 use lb_fixtures::{Svc, SvcPort, yaml};
 use lb_tests::{
+    maps::{ExternalFrontend, maglev_tables},
     probe::Held,
     two_nodes::{
         Bed, CLIENT, CLIENT6, NODE1, NODE1_6, NODE2, NODE2_6, addr, answers, dual_stack,
@@ -191,16 +196,11 @@ fn hybrid_mode_returns_tcp_directly_and_snats_udp() -> anyhow::Result<()> {
 const MOVING_IP: &str = "198.51.100.40";
 const MOVING_IP6: &str = "2001:db8:e::40";
 
-/// Mid-flow failover: with Maglev and DSR on both nodes, held connections
-/// to a load-balancer IP of each family (one endpoint on each node) go on,
-/// each with its pod, while the router sends the IPs to node-2 and back to
-/// node-1, as a router in front of the cluster does when its ECMP set
-/// changes.
-#[test]
-fn with_maglev_and_dsr_connections_survive_the_router_moving_them_to_another_node()
--> anyhow::Result<()> {
+/// `moving`, dual-stack, with a load-balancer IP of each family
+/// ([`MOVING_IP`], [`MOVING_IP6`]) and one endpoint on each node.
+fn moving_manifest() -> String {
     let [node1, node2] = node_objects();
-    let manifest = yaml([
+    yaml([
         node1,
         node2,
         dual_stack(
@@ -215,8 +215,18 @@ fn with_maglev_and_dsr_connections_survive_the_router_moving_them_to_another_nod
         .into(),
         slice("moving", vec![p1(), p2()]).into(),
         slice6("moving", vec![p1_6(), p2_6()]).into(),
-    ]);
-    let bed = Bed::new(&manifest)?;
+    ])
+}
+
+/// Mid-flow failover: with Maglev and DSR on both nodes, held connections
+/// to a load-balancer IP of each family (one endpoint on each node) go on,
+/// each with its pod, while the router sends the IPs to node-2 and back to
+/// node-1, as a router in front of the cluster does when its ECMP set
+/// changes.
+#[test]
+fn with_maglev_and_dsr_connections_survive_the_router_moving_them_to_another_node()
+-> anyhow::Result<()> {
+    let bed = Bed::new(&moving_manifest())?;
     let args = ["--bpf-lb-algorithm=maglev", "--bpf-lb-mode=dsr"];
     let _agent1 = bed.agent_with(&bed.node1, &args)?;
     let _agent2 = bed.agent_with(&bed.node2, &args)?;
@@ -287,5 +297,119 @@ fn with_maglev_and_dsr_connections_survive_the_router_moving_them_to_another_nod
         let r = bed.client(&["tcp", "--to", to, "-n", "20"])?;
         assert_eq!((r.ok(), r.failed()), (20, 0), "{r:?}");
     }
+    Ok(())
+}
+
+/// `moving`'s Maglev tables on `node` (its load-balancer IPs', the same
+/// addresses on both nodes), each as endpoint addresses.
+fn moving_tables(
+    node: &lb_tests::two_nodes::NodeBed,
+) -> anyhow::Result<BTreeMap<ExternalFrontend, Vec<SocketAddr>>> {
+    let mut tables = maglev_tables(&node.pins.path().join("maps"))?;
+    tables.retain(|(addr, _), _| [MOVING_IP, MOVING_IP6].contains(&addr.ip().to_string().as_str()));
+    Ok(tables)
+}
+
+/// How many entries of `a` and `b` differ, per frontend; a frontend that
+/// only one of them has counts whole.
+fn differing(
+    a: &BTreeMap<ExternalFrontend, Vec<SocketAddr>>,
+    b: &BTreeMap<ExternalFrontend, Vec<SocketAddr>>,
+) -> BTreeMap<String, usize> {
+    a.keys()
+        .chain(b.keys())
+        .map(|fe| {
+            let (x, y) = (a.get(fe), b.get(fe));
+            let n = match (x, y) {
+                (Some(x), Some(y)) if x.len() == y.len() => {
+                    x.iter().zip(y).filter(|(p, q)| p != q).count()
+                }
+                _ => x.map_or(0, Vec::len).max(y.map_or(0, Vec::len)),
+            };
+            (format!("{}/{}", fe.0, fe.1), n)
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+/// A new `--bpf-lb-maglev-hash-seed` reaches every Maglev table: node-1's
+/// agent restarts with it on its pinned maps, node-2 reboots (its bpffs
+/// empty) and its agent starts with it. Both nodes then hold the same
+/// tables, so that connections opened through node-1 go on with their pod
+/// when the router moves them to node-2. (An agent that kept the tables it
+/// had built with the old seed would send some of them to the other pod,
+/// which resets them.)
+#[test]
+fn after_a_new_maglev_seed_both_nodes_build_the_same_tables_and_connections_survive_a_move()
+-> anyhow::Result<()> {
+    let bed = Bed::new(&moving_manifest())?;
+    let old = ["--bpf-lb-algorithm=maglev", "--bpf-lb-mode=dsr"];
+    let targets = [addr(MOVING_IP, 80), addr(MOVING_IP6, 80)];
+    {
+        let _agent1 = bed.agent_with(&bed.node1, &old)?;
+        let _agent2 = bed.agent_with(&bed.node2, &old)?;
+        let before = moving_tables(&bed.node1)?;
+        assert_eq!(before.len(), 2, "{before:?}");
+        assert_eq!(
+            differing(&before, &moving_tables(&bed.node2)?),
+            BTreeMap::new()
+        );
+        // The agents stop (their programs and maps stay).
+    }
+    // Node-2 reboots: its programs and maps are gone.
+    bed.node2.pins.clean_up()?;
+    let new = [
+        "--bpf-lb-algorithm=maglev",
+        "--bpf-lb-mode=dsr",
+        "--bpf-lb-maglev-hash-seed=AAECAwQFBgcICQoL",
+    ];
+    let _agent1 = bed.agent_with(&bed.node1, &new)?;
+    let _agent2 = bed.agent_with(&bed.node2, &new)?;
+    for to in &targets {
+        bed.wait_reachable(to)?;
+    }
+    let tables1 = moving_tables(&bed.node1)?;
+    let tables2 = moving_tables(&bed.node2)?;
+    assert_eq!(tables2.len(), 2, "{tables2:?}");
+
+    // 16 connections of each family through node-1, then the router sends
+    // the IPs to node-2: each must be answered by the pod it had.
+    let c = bed.nodes.ns("c");
+    let mut held = Vec::new();
+    for to in &targets {
+        for _ in 0..16 {
+            let mut h = Held::open_in(&c, None, to)?;
+            let pod = h.request()?;
+            held.push((to.clone(), h, pod));
+        }
+    }
+    for (ip, via) in [
+        (format!("{MOVING_IP}/32"), NODE2),
+        (format!("{MOVING_IP6}/128"), NODE2_6),
+    ] {
+        bed.exec("r", &["ip", "route", "replace", &ip, "via", via])?;
+    }
+    let mut broken = BTreeMap::new();
+    for _ in 0..3 {
+        for (i, (to, h, pod)) in held.iter_mut().enumerate() {
+            if broken.contains_key(&i) {
+                continue;
+            }
+            let what = match h.request() {
+                Ok(got) if got == *pod => continue,
+                Ok(got) => format!("answered by {got}"),
+                Err(e) => format!("{e:#}"),
+            };
+            broken.insert(i, format!("{to}, had {pod}: {what}"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let differ = differing(&tables1, &tables2);
+    assert!(
+        differ.is_empty() && broken.is_empty(),
+        "entries that differ between the nodes' tables: {differ:?}; \
+         {} of 32 connections broken by the move: {broken:#?}",
+        broken.len()
+    );
     Ok(())
 }
