@@ -25,7 +25,12 @@
 //!   for traffic from outside the node (the tc programs), with
 //!   `externalTrafficPolicy` applied: `Local` takes this node's endpoints
 //!   only (with the terminating fallback) and drops without one; there an
-//!   LB VIP guarded by source ranges is claimed too, with its ranges.
+//!   LB VIP guarded by source ranges is claimed too, with its ranges;
+//! * there, with `externalTrafficPolicy: Cluster` and Maglev, the topology
+//!   hints are not applied (unlike kube-proxy): the Maglev table is built
+//!   from every ready endpoint (or, if none, every serving and terminating
+//!   one), the same on every node whatever its zone, so that a flow the
+//!   router moves to another node keeps its endpoint.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -351,18 +356,7 @@ pub(super) struct Categories {
 
 pub(super) fn categorize(candidates: &[Candidate<'_>], node: &NodeContext) -> Categories {
     let mode = topology_mode(candidates, node);
-    let mut cluster: Vec<Backend> = candidates
-        .iter()
-        .filter(|c| c.ready() && mode.admits(c.endpoint, node))
-        .map(|c| c.backend)
-        .collect();
-    if cluster.is_empty() {
-        cluster = candidates
-            .iter()
-            .filter(|c| c.serving_terminating())
-            .map(|c| c.backend)
-            .collect();
-    }
+    let cluster = cluster_set(candidates, |c| mode.admits(c.endpoint, node));
     let local_ready = candidates.iter().any(|c| c.local && c.ready());
     let local = candidates
         .iter()
@@ -381,6 +375,35 @@ pub(super) fn categorize(candidates: &[Candidate<'_>], node: &NodeContext) -> Ca
         cluster,
         local,
     }
+}
+
+/// The ready endpoints that `admits` lets through; if none, every
+/// serving-and-terminating endpoint (topology ignored, as kube-proxy).
+fn cluster_set(
+    candidates: &[Candidate<'_>],
+    admits: impl Fn(&Candidate<'_>) -> bool,
+) -> Vec<Backend> {
+    let ready: Vec<Backend> = candidates
+        .iter()
+        .filter(|c| c.ready() && admits(c))
+        .map(|c| c.backend)
+        .collect();
+    if !ready.is_empty() {
+        return ready;
+    }
+    candidates
+        .iter()
+        .filter(|c| c.serving_terminating())
+        .map(|c| c.backend)
+        .collect()
+}
+
+/// The cluster endpoints without topology: what every node computes alike
+/// from the same EndpointSlices, whatever its zone or name. A Maglev table
+/// is built from these, so that every node's table names the same
+/// endpoint for a flow.
+fn cluster_wide(candidates: &[Candidate<'_>]) -> Vec<Backend> {
+    cluster_set(candidates, |_| true)
 }
 
 /// kube-proxy's topology modes (`topologyModeFromHints`).
@@ -442,7 +465,8 @@ fn topology_mode(candidates: &[Candidate<'_>], node: &NodeContext) -> TopologyMo
 /// What the frontends of a Service port get: its cluster IP, its external
 /// addresses as seen from this node (the cluster endpoint set), and as seen
 /// from outside (`externalTrafficPolicy: Local`: this node's endpoints
-/// only, and none of them means drop).
+/// only, and none of them means drop; with Maglev under `Cluster`, the
+/// cluster endpoints without topology).
 fn targets(
     spec: &ServiceSpec,
     proto: Proto,
@@ -487,6 +511,16 @@ fn targets(
             maglev,
             dsr,
             dsr_endpoints,
+            // Maglev's promise (a flow maps to the same endpoint on every
+            // node) holds only for the same table on every node: topology
+            // hints, which differ by node and zone, are not applied.
+            // (Under Local the table is this node's endpoints only, and
+            // differs by node by definition.)
+            backends: if maglev {
+                cluster_wide(candidates)
+            } else {
+                external.backends.clone()
+            },
             ..external.clone()
         }
     };

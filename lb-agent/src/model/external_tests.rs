@@ -421,3 +421,155 @@ fn the_forwarding_mode_annotation_chooses_dsr_for_flows_from_outside() {
         );
     }
 }
+
+/// Topology hints and Maglev, on two nodes in different zones. Inside the
+/// node (the cluster IP, and the external addresses as the socket hooks
+/// see them) each node follows the hints, as kube-proxy. From outside, the
+/// Maglev frontends of an `externalTrafficPolicy: Cluster` Service get
+/// every ready endpoint on both nodes, so both build the same table and a
+/// flow the router moves between them keeps its endpoint; without Maglev
+/// they follow the hints, as kube-proxy's rules; under `Local` each node's
+/// table is its own endpoints, different by definition.
+#[test]
+fn maglev_frontends_from_outside_are_the_same_on_nodes_in_every_zone() {
+    use std::net::SocketAddr;
+
+    use super::maglev::{HashSeed, TableSize, lookup_table};
+    let node = |name: &str, zone: &str, addr: &str| NodeContext {
+        zone: Some(zone.to_owned()),
+        node_port_ips: vec![ip(addr)],
+        ..NodeContext::named(name)
+    };
+    let nodes = [
+        node("node-a", "zone-a", "192.0.2.10"),
+        node("node-b", "zone-b", "192.0.2.11"),
+    ];
+    // Name, LB IP, node port, Maglev, `externalTrafficPolicy`.
+    let services: [(&str, &str, u16, bool, &str); 3] = [
+        ("web", "198.51.100.7", 30080, true, "Cluster"),
+        ("plain", "198.51.100.8", 30081, false, "Cluster"),
+        ("local", "198.51.100.9", 30082, true, "Local"),
+    ];
+    let (a1, a2, b1) = (
+        be("10.0.0.1", 8080),
+        be("10.0.0.2", 8080),
+        be("10.0.0.3", 8080),
+    );
+    // Zone hints as the EndpointSlice controller writes them; then node
+    // hints (`trafficDistribution: PreferSameNode`).
+    let by_zone = [
+        Ep::new("10.0.0.1")
+            .node("node-a")
+            .zone("zone-a")
+            .hint_zone("zone-a"),
+        Ep::new("10.0.0.2")
+            .node("node-a2")
+            .zone("zone-a")
+            .hint_zone("zone-a"),
+        Ep::new("10.0.0.3")
+            .node("node-b")
+            .zone("zone-b")
+            .hint_zone("zone-b"),
+    ];
+    let by_node = [
+        Ep::new("10.0.0.1")
+            .node("node-a")
+            .zone("zone-a")
+            .hint_node("node-a"),
+        Ep::new("10.0.0.2")
+            .node("node-a2")
+            .zone("zone-a")
+            .hint_node("node-a2"),
+        Ep::new("10.0.0.3")
+            .node("node-b")
+            .zone("zone-b")
+            .hint_node("node-b"),
+    ];
+    // What each node programs: (cluster IP, LB IP inside, from outside) per
+    // Service.
+    type Seen = Vec<[Target; 3]>;
+    let seen = |node: &NodeContext, eps: &[Ep]| -> Seen {
+        let mut c = Cache::new(ExcludedCidrs::default(), node.clone());
+        for (i, (name, lb_ip, node_port, maglev, etp)) in services.iter().enumerate() {
+            let mut svc = Svc::new("default", name)
+                .type_("LoadBalancer")
+                .cluster_ip(&format!("10.96.0.{}", 20 + i))
+                .with_port(SvcPort::new("http", 80, "TCP").node_port(i32::from(*node_port)))
+                .lb_ingress_ip(lb_ip)
+                .external_traffic_policy(etp);
+            if *maglev {
+                svc = svc.annotation(LB_ALGORITHM_ANNOTATION, "maglev");
+            }
+            c.apply_service(&svc.build());
+            let slice = Slice::new("default", &format!("{name}-1"))
+                .service(name)
+                .port("http", 8080, "TCP")
+                .endpoints(eps.iter().cloned())
+                .build();
+            c.apply_slice(&slice);
+        }
+        c.flush();
+        services
+            .iter()
+            .enumerate()
+            .map(|(i, (_, lb_ip, node_port, _, _))| {
+                let at = |f: Frontend| c.desired(&f).cloned().unwrap_or_else(|| panic!("{f}"));
+                let outside = at(fe(lb_ip, 80, Proto::Tcp).external());
+                // The node port from outside: as the LB IP.
+                let node_port =
+                    at(fe(&node.node_port_ips[0].to_string(), *node_port, Proto::Tcp).external());
+                assert_eq!(node_port.backends, outside.backends, "{}", node.name);
+                [
+                    at(fe(&format!("10.96.0.{}", 20 + i), 80, Proto::Tcp)),
+                    at(fe(lb_ip, 80, Proto::Tcp)),
+                    outside,
+                ]
+            })
+            .collect()
+    };
+    let table = |t: &Target| {
+        let addrs: Vec<_> = t
+            .backends
+            .iter()
+            .map(|b| SocketAddr::new(b.ip, b.port))
+            .collect();
+        let size = TableSize::try_from(251).unwrap();
+        let seed = HashSeed::default();
+        lookup_table(&addrs, size, &seed)
+            .into_iter()
+            .map(|i| addrs[i as usize])
+            .collect::<Vec<_>>()
+    };
+    for (eps, hinted) in [
+        (&by_zone, [vec![a1, a2], vec![b1]]),
+        (&by_node, [vec![a1], vec![b1]]),
+    ] {
+        let [on_a, on_b] = [&nodes[0], &nodes[1]].map(|n| seen(n, eps));
+        for (node, seen, hinted) in [
+            (&nodes[0], &on_a, &hinted[0]),
+            (&nodes[1], &on_b, &hinted[1]),
+        ] {
+            let [web, plain, local] = [&seen[0], &seen[1], &seen[2]];
+            let what = &node.name;
+            // Inside the node: the hints, for every Service.
+            for [cluster_ip, lb_inside, _] in [web, plain, local] {
+                assert_eq!(&cluster_ip.backends, hinted, "{what}");
+                assert_eq!(&lb_inside.backends, hinted, "{what}");
+                assert!(!lb_inside.maglev, "{what}");
+            }
+            // From outside: Maglev under Cluster takes every endpoint,
+            // random follows the hints, Local takes this node's.
+            assert!(web[2].maglev, "{what}");
+            assert_eq!(web[2].backends, [a1, a2, b1], "{what}");
+            assert!(!plain[2].maglev, "{what}");
+            assert_eq!(&plain[2].backends, hinted, "{what}");
+            assert!(local[2].maglev && local[2].external_local, "{what}");
+            let own = if node.name == "node-a" { a1 } else { b1 };
+            assert_eq!(local[2].backends, [own], "{what}");
+        }
+        // Both nodes build the same table for the Maglev frontend under
+        // Cluster, and different ones under Local.
+        assert_eq!(table(&on_a[0][2]), table(&on_b[0][2]));
+        assert_ne!(table(&on_a[2][2]), table(&on_b[2][2]));
+    }
+}
