@@ -96,6 +96,7 @@ macro_rules! golden_scenarios {
             port_rename,
             recreate,
             slice_moves,
+            topology_maglev,
             vip_conflict,
         );
     };
