@@ -657,6 +657,9 @@ fn later(
 fn tcp_once(to: SocketAddr, r: &mut Report, ask: &TcpAsk) -> io::Result<()> {
     let mut s = TcpStream::connect_timeout(&to, TIMEOUT)?;
     s.set_read_timeout(Some(ask.read_timeout()))?;
+    // A large request whose segments stop getting through (a lost
+    // "fragmentation needed") fails as a stalled reply does, not hangs.
+    s.set_write_timeout(Some(TIMEOUT))?;
     let peer = s.peer_addr()?;
     *r.peers.entry(peer.to_string()).or_default() += 1;
     let mut reader = BufReader::new(s.try_clone()?);

@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// connect() and read timeout of a TCP request.
+/// connect(), read and write timeout of a TCP request.
 pub(crate) const TIMEOUT: Duration = Duration::from_secs(2);
 /// Attempts of one request whose socket the agent destroyed as stale.
 pub(crate) const UDP_DESTROYED_TRIES: u32 = 3;
