@@ -21,9 +21,10 @@
 //! IPs (198.51.100.0/24 and 2001:db8:e::/64, which the router sends to
 //! node-1 and no namespace owns). Each agent finds its device itself (the
 //! one holding its Node's address). Nodes route the other node's pods to it
-//! directly, so a backend answers a flow it got unSNATed straight to the
-//! client through the router, and one it got SNATed to the node that sent
-//! it: which address the backend saw tells.
+//! directly (or through the router: [`Bed::route_pods_through_router`]), so
+//! a backend answers a flow it got unSNATed straight to the client through
+//! the router, and one it got SNATed to the node that sent it: which
+//! address the backend saw tells.
 
 use std::{
     collections::BTreeSet,
@@ -376,6 +377,60 @@ impl Bed {
     pub fn write_manifest(&self, manifest: &str) -> anyhow::Result<()> {
         self.node1.write_manifest(manifest)?;
         self.node2.write_manifest(manifest)
+    }
+
+    /// Narrows the router's way back to the client, in both families, to
+    /// 1,280 bytes (IPv6's minimum) while every link stays at 1,500, so that
+    /// only path-MTU discovery carries a large reply: the router's
+    /// "fragmentation needed" or Packet Too Big must reach the socket that
+    /// sent it.
+    pub fn narrow_way_to_client(&self) -> anyhow::Result<()> {
+        // The kernel's own routes, replaced with their metric: an IPv6
+        // route replaced without its metric is added beside it instead,
+        // and shadowed.
+        self.narrow(&["-4", "203.0.113.0/24", "dev", "eth0"])?;
+        self.narrow(&["-6", "2001:db8:c::/64", "dev", "eth0", "metric", "256"])
+    }
+
+    /// Makes the nodes reach each other's pods through the router, at the
+    /// IP level, rather than straight across the bridge, as nodes in
+    /// different subnets or behind a top-of-rack router do: every packet
+    /// between a node and the other node's pod crosses the router, which
+    /// (IPv4) drops one that carries its own address as the source.
+    pub fn route_pods_through_router(&self) -> anyhow::Result<()> {
+        for (host, to, via) in [
+            ("r", "10.42.1.0/24", NODE1),
+            ("r", "10.42.2.0/24", NODE2),
+            ("r", "fd42:1::/64", NODE1_6),
+            ("r", "fd42:2::/64", NODE2_6),
+            ("n1", "10.42.2.0/24", "192.168.57.254"),
+            ("n2", "10.42.1.0/24", "192.168.57.254"),
+            ("n1", "fd42:2::/64", "fd00:57::fe"),
+            ("n2", "fd42:1::/64", "fd00:57::fe"),
+        ] {
+            self.exec(host, &["ip", "route", "replace", to, "via", via])?;
+        }
+        // It sends those packets back out of the bridge they came in on:
+        // no redirect, which would take it off the path again.
+        sysctl(&self.nodes.ns("r"), &["net.ipv4.conf.br0.send_redirects=0"])
+    }
+
+    /// Narrows the router's way to node-2's pod, in both families, to
+    /// 1,280 bytes, as [`Self::narrow_way_to_client`] its way to the client;
+    /// after [`Self::route_pods_through_router`], whose routes it replaces.
+    pub fn narrow_way_to_p2(&self) -> anyhow::Result<()> {
+        self.narrow(&["-4", "10.42.2.0/24", "via", NODE2])?;
+        self.narrow(&["-6", "fd42:2::/64", "via", NODE2_6])
+    }
+
+    /// Replaces the router's `route` (`ip route replace` arguments, the
+    /// family first) with one whose MTU is 1,280 and locked (`mtu lock`,
+    /// which a router forwards with whatever path MTU it might learn).
+    fn narrow(&self, route: &[&str]) -> anyhow::Result<()> {
+        let mut cmd = vec!["ip", route[0], "route", "replace"];
+        cmd.extend_from_slice(&route[1..]);
+        cmd.extend_from_slice(&["mtu", "lock", "1280"]);
+        self.exec("r", &cmd).map(drop)
     }
 
     /// Runs `cmd` in `host`'s namespace (`c`, `r`, `n1`, `n2`, `p1`, `p2`).
