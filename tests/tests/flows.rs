@@ -1,12 +1,14 @@
 //! The state the tc programs keep for traffic from outside the node, under
 //! real traffic, with real sockets and an agent in each of two node
-//! namespaces (`lb_tests::two_nodes`): path MTU through SNAT, fragments,
-//! SNAT ports under fresh-port queries, half-closed connections, one-way
-//! streams, restarts that migrate the maps under held connections, and
-//! terminating endpoints. Needs root; fails loudly without it.
+//! namespaces (`lb_tests::two_nodes`): path MTU through SNAT (also when the
+//! router routes between the nodes, as kube-proxy's rules carry it),
+//! fragments, SNAT ports under fresh-port queries, half-closed connections,
+//! one-way streams, restarts that migrate the maps under held connections,
+//! and terminating endpoints. Needs root; fails loudly without it.
 
 use std::{
     collections::BTreeSet,
+    net::IpAddr,
     time::{Duration, Instant},
 };
 
@@ -15,6 +17,7 @@ use aya::maps::MapInfo;
 use lb_common::{CT4, NAT4};
 use lb_fixtures::{Ep, Svc, SvcPort, yaml};
 use lb_tests::{
+    kubeproxy::{self, NodePort, Proto, SvcSpec},
     layout4,
     probe::{Held, HeldUdp, UdpAnswer, outside_bench},
     two_nodes::{
@@ -130,6 +133,75 @@ fn path_mtu_discovery_works_through_snat_and_every_kind_of_frontend() -> anyhow:
         assert_eq!((r.ok(), r.failed()), (4, 0), "400 kB from {to}: {r:?}");
     }
     Ok(())
+}
+
+/// The router's way back to the client and its way to p2 carry at most
+/// 1,280 bytes (`mtu lock 1280`) while every link is 1,500, and it routes
+/// between the nodes' pods too, so that an ICMP error node-1 passes on to
+/// p2 or to the client crosses it a second time. Large downloads from
+/// node-1's NodePorts (each 400 kB reply carried by path-MTU discovery
+/// alone) and large uploads to p2 through them all complete: the
+/// router's "fragmentation needed" reaches the socket that sent the
+/// segment, through SNAT or not. Panics with the failed transfer.
+fn path_mtu_through_a_routed_node_hop(bed: &Bed) -> anyhow::Result<()> {
+    bed.route_pods_through_router()?;
+    bed.narrow_way_to_client()?;
+    bed.narrow_way_to_p2()?;
+    // `remote` SNATed to p2, `local` to p1 unSNATed, `cluster` to either.
+    for to in [
+        format!("{NODE1}:{REMOTE}"),
+        format!("{NODE1}:{LOCAL}"),
+        format!("{NODE1}:{CLUSTER}"),
+    ] {
+        let r = bed.client(&["tcp", "--to", &to, "-n", "2", "--download", "400000"])?;
+        assert_eq!((r.ok(), r.failed()), (2, 0), "400 kB from {to}: {r:?}");
+    }
+    let to = format!("{NODE1}:{REMOTE}");
+    let r = bed.client(&["tcp", "--to", &to, "-n", "2", "--size", "400000"])?;
+    assert_eq!((r.ok(), r.failed()), (2, 0), "400 kB to {to}: {r:?}");
+    Ok(())
+}
+
+#[test]
+fn path_mtu_discovery_works_through_snat_when_the_router_also_routes_between_the_nodes()
+-> anyhow::Result<()> {
+    let (bed, _agents) = bed_with(&[])?;
+    path_mtu_through_a_routed_node_hop(&bed)
+}
+
+#[test]
+fn kube_proxy_s_rules_carry_path_mtu_discovery_through_a_routed_node_hop() -> anyhow::Result<()> {
+    // The behaviour to match: kube-proxy's rules in place of the agents,
+    // for the same NodePorts.
+    let bed = Bed::new(&manifest(ready_p2()))?;
+    let (pod1, pod2) = (IpAddr::from([10, 42, 1, 2]), IpAddr::from([10, 42, 2, 2]));
+    for (host, own) in [("n1", pod1), ("n2", pod2)] {
+        let mut services = Vec::new();
+        for (name, vip, node_port, endpoints) in [
+            ("remote", [10, 96, 58, 1], REMOTE, vec![pod2]),
+            ("local", [10, 96, 58, 2], LOCAL, vec![pod1, pod2]),
+            ("cluster", [10, 96, 58, 3], CLUSTER, vec![pod1, pod2]),
+        ] {
+            services.push(SvcSpec {
+                namespace: "default".into(),
+                name: name.into(),
+                port_name: "http".into(),
+                vip: vip.into(),
+                port: 80,
+                proto: Proto::Tcp,
+                endpoints: endpoints.iter().map(|&pod| (pod, 8080)).collect(),
+                node_port: Some(if name == "local" {
+                    NodePort::local(node_port, [own])
+                } else {
+                    NodePort::cluster(node_port)
+                }),
+            });
+        }
+        let rules = kubeproxy::iptables_restore(&services, "10.42.0.0/16");
+        kubeproxy::load_iptables(&bed.nodes.ns(host), &rules)?;
+    }
+    bed.wait_reachable(&format!("{NODE1}:{REMOTE}"))?;
+    path_mtu_through_a_routed_node_hop(&bed)
 }
 
 #[test]

@@ -381,6 +381,31 @@ fn packet_too_big_through_a_smaller_hop_reaches_the_ipv6_senders_behind_every_fr
 }
 
 #[test]
+fn packet_too_big_reaches_the_ipv6_senders_when_the_router_also_routes_between_the_nodes()
+-> anyhow::Result<()> {
+    let (bed, _agents) = bed()?;
+    // IPv4's shape in `flows`: the router's ways to the client and to p2
+    // carry at most 1,280 bytes (`mtu lock 1280`), every link 1,500, and
+    // it routes between the nodes' pods, so that an error node-1 passes on
+    // to p2 or to the client crosses it a second time.
+    bed.route_pods_through_router()?;
+    bed.narrow_way_to_client()?;
+    bed.narrow_way_to_p2()?;
+    for to in [
+        addr(NODE1_6, REMOTE),
+        addr(NODE1_6, LOCAL),
+        addr(NODE1_6, CLUSTER),
+    ] {
+        let r = bed.client(&["tcp", "--to", &to, "-n", "2", "--download", "400000"])?;
+        assert_eq!((r.ok(), r.failed()), (2, 0), "400 kB from {to}: {r:?}");
+    }
+    let to = addr(NODE1_6, REMOTE);
+    let r = bed.client(&["tcp", "--to", &to, "-n", "2", "--size", "400000"])?;
+    assert_eq!((r.ok(), r.failed()), (2, 0), "400 kB to {to}: {r:?}");
+    Ok(())
+}
+
+#[test]
 fn ipv6_datagrams_of_3000_bytes_are_answered_both_ways() -> anyhow::Result<()> {
     let (bed, _agents) = bed()?;
     for (to, pods) in [
