@@ -431,9 +431,12 @@ fn icmp_errors_about_a_snated_packet_go_back_to_the_client_quoting_its_frontend(
         seen_icmp(&in_node),
         (router, CLIENT.0, flow(CLIENT, REMOTE_POD))
     );
+    // It leaves from the frontend, as NAT sends it: with the router's
+    // address, it would be dropped by that router if the way to the client
+    // crossed it again (a martian source).
     let (verdict, out) = bed.egress(&in_node);
     assert_eq!(verdict, PASS);
-    assert_eq!(seen_icmp(&out), (router, CLIENT.0, flow(CLIENT, FRONTEND)));
+    assert_eq!(seen_icmp(&out), (NODE, CLIENT.0, flow(CLIENT, FRONTEND)));
     assert_ne!(nat_port, 0);
 }
 
@@ -475,13 +478,17 @@ fn icmp_errors_about_a_reply_reach_the_backend_that_sent_it() {
         seen_icmp(&in_node),
         (router, REMOTE_POD.0, flow(REMOTE_POD, CLIENT))
     );
-    // ...and it leaves for the other node with the SNAT port restored.
+    // ...and it leaves for the other node with the SNAT port restored,
+    // from the SNAT address as NAT sends it: with the router's address, it
+    // would be dropped by that router if the way to the other node crossed
+    // it again (a martian source).
     let (verdict, out) = bed.egress(&in_node);
     assert_eq!(verdict, PASS);
     assert_eq!(
         seen_icmp(&out),
-        (router, REMOTE_POD.0, flow(REMOTE_POD, nat))
+        (nat.0, REMOTE_POD.0, flow(REMOTE_POD, nat))
     );
+    assert_eq!(nat.0, NODE);
 }
 
 #[test]

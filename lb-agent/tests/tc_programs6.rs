@@ -196,13 +196,42 @@ fn packet_too_big_about_a_snated_packet_goes_back_to_the_client_quoting_its_fron
     let (src, dst, kind, quote) = seen_icmp6(&in_node);
     assert_eq!((src, dst, kind), (router, CLIENT6.0, TOO_BIG));
     assert_eq!(quote, flow6(CLIENT6, REMOTE_POD6));
-    // Leaving towards the client: the quote shows what the client sent.
+    // Leaving towards the client: the quote shows what the client sent,
+    // and it comes from the frontend, as NAT sends it.
     let (verdict, out) = bed.egress(&in_node);
     assert_eq!(verdict, PASS);
     let (src, dst, _, quote) = seen_icmp6(&out);
-    assert_eq!((src, dst), (router, CLIENT6.0));
+    assert_eq!((src, dst), (FRONTEND6.0, CLIENT6.0));
     assert_eq!(quote, flow6(CLIENT6, FRONTEND6));
     assert_ne!(nat_port, 0);
+}
+
+#[test]
+fn packet_too_big_about_a_snated_reply_reaches_the_remote_backend_from_the_node() {
+    let mut bed = Bed::new();
+    bed.snat6(NODE6, 61_000, 61_010);
+    bed.frontend6(FRONTEND6, PROTO_TCP, 0, &[REMOTE_POD6]);
+    let (_, dnated) = bed.ingress(&tcp6(CLIENT6, FRONTEND6, Tcp::Syn));
+    let (_, snated) = bed.egress(&dnated);
+    let nat = seen6(&snated).src;
+    let (_, back) = bed.ingress(&tcp6(REMOTE_POD6, nat, Tcp::SynAck));
+    let (_, reply) = bed.egress(&back);
+    assert_eq!(seen6(&reply), flow6(FRONTEND6, CLIENT6));
+    // A router towards the client: the reply was too big.
+    let router = v6([0x2001, 0xdb8, 0xc, 0, 0, 0, 0, 1]);
+    let error = icmp6_error(router, NODE6, TOO_BIG, &reply);
+    let (verdict, in_node) = bed.ingress(&error);
+    assert_eq!(verdict, PASS);
+    let (src, dst, kind, quote) = seen_icmp6(&in_node);
+    assert_eq!((src, dst, kind), (router, REMOTE_POD6.0, TOO_BIG));
+    assert_eq!(quote, flow6(REMOTE_POD6, CLIENT6), "as conntrack saw it");
+    // Leaving for the backend's node: the quote shows the SNAT port the
+    // backend sent to, and it comes from the SNAT address, as NAT sends it.
+    let (verdict, out) = bed.egress(&in_node);
+    assert_eq!(verdict, PASS);
+    let (src, dst, kind, quote) = seen_icmp6(&out);
+    assert_eq!((src, dst, kind), (NODE6, REMOTE_POD6.0, TOO_BIG));
+    assert_eq!(quote, flow6(REMOTE_POD6, nat));
 }
 
 #[test]

@@ -1157,7 +1157,13 @@ fn ingress_icmp_error<C: PacketCtx, F: Family>(
 /// about a packet DNATed to a backend (the quote runs client -> backend),
 /// the client must see its frontend; for a remote backend, about its reply
 /// (the quote runs backend -> client, as ingress left it), the backend must
-/// see the node's SNAT port it sent to.
+/// see the node's SNAT port it sent to. Either way the error leaves from
+/// the address NAT gives it, as the kernel's NAT makes an error's outer
+/// header that of a reply to the flow (kube-proxy's rules do): the
+/// frontend's towards the client, the SNAT address towards the backend.
+/// Kept, the address of a router that sent it would come back to that
+/// router where the node's way on crosses it again (nodes routed through
+/// it), and a router drops an IPv4 packet from its own address (a martian).
 #[inline(never)]
 pub fn egress_icmp<C: PacketCtx, F: Family>(ctx: &C, l3: usize, l4: usize) -> Verdict {
     settle(egress_icmp_error::<C, F>(ctx, l3, l4))
@@ -1180,14 +1186,9 @@ fn egress_icmp_error<C: PacketCtx, F: Family>(
     if let Some(entry) = ct_entry::<F>(&outbound, cfg) {
         // SAFETY: looked up by this run: mapped while it runs (RCU).
         let frontend = unsafe { ((*entry).addr_be, (*entry).port_be) };
-        // An error the backend itself sent (port unreachable) must not show
-        // the client the backend's address either.
-        let how = if e.saddr == e.inner_daddr {
-            How::FromSrc
-        } else {
-            How::FromQuoteOnly
-        };
-        translate_icmp::<C, F>(ctx, &mut e, &frontend, how)?;
+        // Whoever sent it: the backend itself (port unreachable) must not
+        // show the client its address either.
+        translate_icmp::<C, F>(ctx, &mut e, &frontend, How::FromSrc)?;
         return Ok(PASS);
     }
     if e.daddr != e.inner_saddr {
@@ -1200,7 +1201,7 @@ fn egress_icmp_error<C: PacketCtx, F: Family>(
     // SAFETY: looked up by this run: mapped while it runs (RCU).
     let nat = unsafe { ((*entry).nat_addr_be, (*entry).nat_port_be) };
     if nat.1 != 0 {
-        translate_icmp::<C, F>(ctx, &mut e, &nat, How::FromQuoteOnly)?;
+        translate_icmp::<C, F>(ctx, &mut e, &nat, How::FromSrc)?;
     }
     Ok(PASS)
 }
@@ -1213,8 +1214,6 @@ enum How {
     ToDst,
     /// Leaving: the quoted packet's destination, and the outer source too.
     FromSrc,
-    /// Leaving: the quoted packet's destination only.
-    FromQuoteOnly,
 }
 
 /// Rewrites an ICMP error's quoted packet (and outer address) as `how`
@@ -1231,7 +1230,6 @@ fn translate_icmp<C: PacketCtx, F: Family>(
     match how {
         How::ToDst => errno(rewrite_outer::<C, F>(ctx, e, &to.0, true)),
         How::FromSrc => errno(rewrite_outer::<C, F>(ctx, e, &to.0, false)),
-        How::FromQuoteOnly => Ok(()),
     }
 }
 
