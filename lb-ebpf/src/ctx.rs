@@ -14,8 +14,8 @@ use aya_ebpf::{
     },
     cty::c_void,
     helpers::{
-        bpf_check_mtu, bpf_redirect, bpf_skb_change_tail, bpf_skb_load_bytes, bpf_xdp_load_bytes,
-        bpf_xdp_store_bytes,
+        bpf_check_mtu, bpf_redirect, bpf_redirect_neigh, bpf_skb_change_tail, bpf_skb_load_bytes,
+        bpf_xdp_load_bytes, bpf_xdp_store_bytes,
     },
     programs::{TcContext, XdpContext},
 };
@@ -78,12 +78,9 @@ pub trait PacketCtx {
     /// on.
     fn bounce(&self) -> i32;
     /// Sends the packet out of device `ifindex` once the program returns
-    /// the redirect verdict.
-    fn redirect(&self, ifindex: u32) {
-        // SAFETY: the helper has no preconditions; it records the device
-        // for the verdict the program returns.
-        unsafe { bpf_redirect(ifindex, 0) };
-    }
+    /// the redirect verdict, its link-layer header as the kernel's route
+    /// and neighbour (resolved if need be) say (tc only).
+    fn redirect_neigh(&self, _ifindex: u32) {}
 }
 
 /// A helper's return code (0: done) as a result.
@@ -196,6 +193,14 @@ impl PacketCtx for TcContext {
     #[inline(always)]
     fn adjust_net(&self, len: i32) -> Result<(), i64> {
         self.adjust_room(len, BPF_ADJ_ROOM_NET, 0)
+    }
+
+    #[inline(always)]
+    fn redirect_neigh(&self, ifindex: u32) {
+        // SAFETY: the helper has no preconditions; without neighbour
+        // parameters (null, 0) the kernel routes the packet itself. It
+        // records the device for the verdict the program returns.
+        unsafe { bpf_redirect_neigh(ifindex, core::ptr::null_mut(), 0, 0) };
     }
 
     #[inline(always)]

@@ -1,6 +1,7 @@
 //! Asking the kernel's FIB where a packet goes from the device a tc
 //! program runs on: whether a DSR flow's answer can leave by that device,
-//! and where to send an answer the program writes itself. (The XDP fast
+//! and by which device an answer the program writes itself leaves (sent
+//! with `bpf_redirect_neigh`, which resolves its neighbour). (The XDP fast
 //! path has its own lookup, which must leave the frame untouched unless it
 //! forwards it.)
 
@@ -13,14 +14,12 @@ use crate::{ctx::PacketCtx, packet::Ip};
 
 /// Where the FIB sends a packet from `src` to `dst` (as packets hold them)
 /// that arrived on the program's device, as the kernel would forward it:
-/// the index of the device it leaves by, or 0 when it is not forwarded (a
-/// local address, a broadcast, no route, forwarding off). Without `macs`
-/// the neighbour need not be known; with it, the frame's Ethernet
-/// addresses (at offset 0) are set as the FIB says, and 0 is returned when
-/// the neighbour is not known. A BPF function of its own: its 64 bytes of
+/// the index of the device it leaves by (its neighbour need not be known
+/// yet), or 0 when it is not forwarded (a local address, a broadcast, no
+/// route, forwarding off). A BPF function of its own: its 64 bytes of
 /// parameters stay off its callers' stacks.
 #[inline(never)]
-pub fn out_device<C: PacketCtx, A: Ip>(ctx: &C, src: &A, dst: &A, proto: u8, macs: bool) -> u32 {
+pub fn out_device<C: PacketCtx, A: Ip>(ctx: &C, src: &A, dst: &A, proto: u8) -> u32 {
     // SAFETY: the lookup's parameters are plain integers and arrays, for
     // which all zero is valid (and what the kernel wants of the fields not
     // set).
@@ -33,17 +32,9 @@ pub fn out_device<C: PacketCtx, A: Ip>(ctx: &C, src: &A, dst: &A, proto: u8, mac
     // SAFETY: the context is the program's; the parameters are a valid
     // `bpf_fib_lookup` of the size given.
     let ret = unsafe { fib_lookup(ctx.raw(), &raw mut f, size_of::<bpf_fib_lookup>() as i32, 0) };
-    let found = ret == i64::from(BPF_FIB_LKUP_RET_SUCCESS);
-    if !(found || (!macs && ret == i64::from(BPF_FIB_LKUP_RET_NO_NEIGH))) {
-        return 0;
+    if ret == i64::from(BPF_FIB_LKUP_RET_SUCCESS) || ret == i64::from(BPF_FIB_LKUP_RET_NO_NEIGH) {
+        f.ifindex
+    } else {
+        0
     }
-    if macs {
-        let mut addrs = [0u8; 12];
-        addrs[..6].copy_from_slice(&f.dmac);
-        addrs[6..].copy_from_slice(&f.smac);
-        if ctx.store(0, &addrs).is_err() {
-            return 0;
-        }
-    }
-    f.ifindex
 }

@@ -369,7 +369,7 @@ fn dsr_allowed<const L2: usize, C: PacketCtx, F: Family>(ctx: &C, p: &Packet<F::
             return false;
         }
     }
-    fib::out_device(ctx, &p.daddr, &p.saddr, p.proto, false) == ctx.ifindex()
+    fib::out_device(ctx, &p.daddr, &p.saddr, p.proto) == ctx.ifindex()
 }
 
 /// Starts the reply entry of a DSR flow [`dsr_allowed`] admitted, and
@@ -1018,7 +1018,7 @@ fn dsr_unnat_packet<const L2: usize, C: PacketCtx, F: Family>(
 
 /// Sends the answer [`dsr_unnat`] prepared and `Answer::too_big` wrote
 /// (from the frontend to the client, as the packet's addresses still say)
-/// out of the device the FIB names.
+/// out of the device the FIB names, the kernel resolving its neighbour.
 #[inline(never)]
 fn dsr_answer<const L2: usize, C: PacketCtx, F: Family>(ctx: &C, p: &Packet<F::Addr>) -> Verdict {
     let icmp = if size_of::<F::Addr>() == 4 {
@@ -1026,12 +1026,12 @@ fn dsr_answer<const L2: usize, C: PacketCtx, F: Family>(ctx: &C, p: &Packet<F::A
     } else {
         PROTO_ICMPV6
     };
-    let out = fib::out_device(ctx, &p.daddr, &p.saddr, icmp, L2 != 0);
+    let out = fib::out_device(ctx, &p.daddr, &p.saddr, icmp);
     if out == 0 {
         return DROP;
     }
     count_family::<F>(STAT_TC_DSR_TOO_BIG, STAT_TC6_DSR_TOO_BIG);
-    ctx.redirect(out);
+    ctx.redirect_neigh(out);
     Verdict::Redirected
 }
 

@@ -474,6 +474,75 @@ impl Bed {
         (result.return_value as i32, out)
     }
 
+    /// Runs program `name` on `packet` as on device `ifindex` (see
+    /// [`Self::run_on`]) with the checksum a NIC computes over the whole
+    /// packet (`BPF_F_TEST_SKB_CHECKSUM_COMPLETE`: the kernel sums the
+    /// packet before the run and checks the skb's sum against the packet
+    /// after it): its verdict and the packet after it, or the kernel's
+    /// `EBADMSG` when the program changed bytes without updating the sum.
+    pub(crate) fn run_summed(
+        &self,
+        name: &str,
+        packet: &[u8],
+        ifindex: u32,
+    ) -> std::io::Result<(i32, Vec<u8>)> {
+        use std::os::fd::{AsFd as _, AsRawFd as _};
+        const BPF_PROG_TEST_RUN: libc::c_long = 10;
+        const BPF_F_TEST_SKB_CHECKSUM_COMPLETE: u32 = 1 << 2;
+        let fd = self.program(name).fd().expect("a loaded program");
+        let mut out = vec![0u8; packet.len() + 256];
+        let mut skb = [0u8; 44];
+        skb[40..].copy_from_slice(&ifindex.to_ne_bytes());
+        // `union bpf_attr`'s `test` member, as the kernel lays it out.
+        #[repr(C)]
+        #[derive(Default)]
+        struct TestRun {
+            prog_fd: u32,
+            retval: u32,
+            data_size_in: u32,
+            data_size_out: u32,
+            data_in: u64,
+            data_out: u64,
+            repeat: u32,
+            duration: u32,
+            ctx_size_in: u32,
+            ctx_size_out: u32,
+            ctx_in: u64,
+            ctx_out: u64,
+            flags: u32,
+            cpu: u32,
+            batch_size: u32,
+            _pad: u32,
+        }
+        let mut attr = TestRun {
+            prog_fd: fd.as_fd().as_raw_fd() as u32,
+            data_size_in: packet.len() as u32,
+            data_size_out: out.len() as u32,
+            data_in: packet.as_ptr() as u64,
+            data_out: out.as_mut_ptr() as u64,
+            ctx_size_in: if ifindex == 0 { 0 } else { skb.len() as u32 },
+            ctx_in: skb.as_ptr() as u64,
+            flags: BPF_F_TEST_SKB_CHECKSUM_COMPLETE,
+            ..TestRun::default()
+        };
+        // SAFETY: `attr` is a valid BPF_PROG_TEST_RUN attribute whose
+        // buffers (`packet`, `out`, `skb`) live across the call, `out`
+        // writable for the size given.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_PROG_TEST_RUN,
+                &raw mut attr,
+                size_of::<TestRun>(),
+            )
+        };
+        if ret != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        out.truncate(attr.data_size_out as usize);
+        Ok((attr.retval as i32, out))
+    }
+
     /// Runs program `name` once on `packet`: the time the kernel measured
     /// around the program alone. (A `repeat` run would feed the program its
     /// own output, which a translating program has already rewritten.)
@@ -671,6 +740,8 @@ pub(crate) fn udp(src: Addr, dst: Addr) -> Vec<u8> {
 pub(crate) fn udp_fragments(src: Addr, dst: Addr, id: u16, len: usize, mtu: usize) -> Vec<Vec<u8>> {
     let payload: Vec<u8> = (0..len).map(|i| i as u8).collect();
     let mut ip = Ipv4Header::new(0, 64, IpNumber::UDP, src.0, dst.0).unwrap();
+    // A fragment never has don't fragment set.
+    ip.dont_fragment = false;
     let udp = UdpHeader::with_ipv4_checksum(src.1, dst.1, &ip, &payload).unwrap();
     let mut datagram = udp.to_bytes().to_vec();
     datagram.extend(&payload);

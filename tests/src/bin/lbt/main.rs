@@ -128,6 +128,12 @@ enum Cmd {
         /// again, through another node, with the same 5-tuple.
         #[arg(long, default_value_t = 0)]
         sport: u16,
+        /// The socket's path-MTU discovery (`IP_MTU_DISCOVER`,
+        /// `IPV6_MTU_DISCOVER`): `dont` sends without don't fragment;
+        /// `want` (Linux's default) sets it and fragments what exceeds the
+        /// path MTU; `do` never fragments. Unset: the system's default.
+        #[arg(long, value_enum)]
+        pmtu: Option<Pmtu>,
     },
     /// One-way UDP from one socket: `push` every `--interval-ms` for
     /// `--seconds`, with no reply, then `pushed?`. Its reply (`<id> pushed
@@ -272,13 +278,20 @@ fn main() -> anyhow::Result<()> {
             from,
             size,
             sport,
+            pmtu,
         } => {
             let line = if size > 0 {
                 padded(size)
             } else {
                 ask(from).to_vec()
             };
-            print(udp(to, n, connected, sport, &line, size > 0)?)
+            let socket = UdpClient {
+                to,
+                connected,
+                sport,
+                pmtu,
+            };
+            print(udp(&socket, n, &line, size > 0)?)
         }
         Cmd::UdpPush {
             to,
@@ -704,21 +717,44 @@ fn padded(size: usize) -> Vec<u8> {
     line
 }
 
-/// N requests of `line`; with `sized`, a reply must be as long as the
-/// request (else `ShortReply`). The id is the reply's first line.
-fn udp(
+/// What `lbt udp` asks of its socket.
+struct UdpClient {
     to: SocketAddr,
-    n: u32,
     connected: bool,
     sport: u16,
-    line: &[u8],
-    sized: bool,
-) -> anyhow::Result<Report> {
+    pmtu: Option<Pmtu>,
+}
+
+/// Path-MTU discovery of a UDP socket (`IP_PMTUDISC_*`).
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Pmtu {
+    Dont,
+    Want,
+    Do,
+}
+
+/// N requests of `line`; with `sized`, a reply must be as long as the
+/// request (else `ShortReply`). The id is the reply's first line.
+fn udp(c: &UdpClient, n: u32, line: &[u8], sized: bool) -> anyhow::Result<Report> {
     let start = Instant::now();
     let mut r = Report::default();
-    let Some(s) = udp_client(to, connected, sport, &mut r)? else {
+    let (to, connected) = (c.to, c.connected);
+    let Some(s) = udp_client(to, connected, c.sport, &mut r)? else {
         return Ok(r);
     };
+    if let Some(pmtu) = c.pmtu {
+        let mode: libc::c_int = match pmtu {
+            Pmtu::Dont => libc::IP_PMTUDISC_DONT,
+            Pmtu::Want => libc::IP_PMTUDISC_WANT,
+            Pmtu::Do => libc::IP_PMTUDISC_DO,
+        };
+        let (level, name) = if to.is_ipv4() {
+            (libc::IPPROTO_IP, libc::IP_MTU_DISCOVER)
+        } else {
+            (libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER)
+        };
+        sock::setsockopt(s.as_raw_fd(), level, name, &mode)?;
+    }
     let mut buf = vec![0u8; UDP_MAX];
     let line = line.trim_ascii_end();
     for _ in 0..n {
