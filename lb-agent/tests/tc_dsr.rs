@@ -26,8 +26,8 @@ use fib_netns::Netns;
 use lb_common::{
     CFG_F_MIDFLOW, CT_DIR_IN, CT_DIR_OUT, CT_F_DSR, CT_F_KERNEL, CT_F_SNAT, CT_SEEN, CT_SEEN_ACK,
     Ct4Key, Ct4Value, DatapathConfig, FE_F_DSR, FE_F_EXTERNAL_LOCAL, PROTO_TCP, PROTO_UDP,
-    STAT_TC_DSR_RESTORED, STAT_TC_MIDFLOW_TAKEN_OVER, STAT_TC_NEW_FLOW, STAT_TC_PASSED_UNTRACKED,
-    STAT_TC6_DSR_RESTORED, Timeouts,
+    STAT_TC_DROP_SYN_BUDGET, STAT_TC_DSR_RESTORED, STAT_TC_MIDFLOW_TAKEN_OVER, STAT_TC_NEW_FLOW,
+    STAT_TC_PASSED_UNTRACKED, STAT_TC6_DSR_RESTORED, Timeouts,
 };
 use packets6::*;
 
@@ -561,4 +561,101 @@ fn a_flow_the_kernel_tracks_stays_the_kernels_at_a_failover_frontend() {
     assert_eq!(bed.ingress(&segment), (PASS, segment), "untouched");
     assert_eq!(bed.ct().len(), 1, "no entry of ours: {:?}", bed.ct());
     assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 0);
+}
+
+#[test]
+fn a_flow_taken_over_mid_flow_takes_a_token_and_one_that_starts_closed_lives_as_closed() {
+    let (mut bed, _) = failover_node(FE_F_DSR, true, CFG_F_MIDFLOW);
+    bed.set_config(DatapathConfig {
+        syn_budget: 1,
+        syn_refill: 0,
+        ..bed.config()
+    });
+    let client = |port| (CLIENT.0, port);
+    let t = Timeouts::DEFAULT;
+    on_one_cpu(|| {
+        // An ACK takes the budget's one token; the next flow's is dropped.
+        assert_eq!(
+            bed.ingress(&tcp(client(41_000), FRONTEND, Tcp::Ack)).0,
+            PASS
+        );
+        assert_eq!(
+            bed.ingress(&tcp(client(41_001), FRONTEND, Tcp::Ack)).0,
+            DROP
+        );
+        assert_eq!(bed.stat(STAT_TC_DROP_SYN_BUDGET), 1);
+        // A RST or a FIN starts a flow closing, which takes no token and
+        // lives the closing timeouts, not the established one.
+        assert_eq!(
+            bed.ingress(&tcp(client(41_002), FRONTEND, Tcp::Rst)).0,
+            PASS
+        );
+        assert_eq!(
+            bed.ingress(&tcp(client(41_003), FRONTEND, Tcp::Fin)).0,
+            PASS
+        );
+    });
+    let now = lb_agent::datapath::conntrack::now();
+    let expires = |port: u16| {
+        bed.ct()
+            .iter()
+            .find(|(k, _)| k.dir == CT_DIR_IN && k.sport_be == port.to_be())
+            .map(|(_, v)| v.expires.wrapping_sub(now))
+            .unwrap()
+    };
+    assert!(expires(41_002) <= t.tcp_fin, "{}", expires(41_002));
+    assert!(
+        expires(41_003) <= lb_common::CT_TIME_WAIT,
+        "{}",
+        expires(41_003)
+    );
+    assert!(expires(41_000) >= t.tcp - 5, "{}", expires(41_000));
+}
+
+/// `BPF_F_TEST_SKB_CHECKSUM_COMPLETE`: the kernel gives the packet the
+/// sum a NIC computes over all of it and, after the run, checks the skb's
+/// sum against the packet. A program that changes bytes without updating
+/// it makes the receiving stack log "hw csum failure" for every packet
+/// (and recompute the sum), as a host-network endpoint showed for the
+/// IPv6 header's strip.
+#[test]
+fn a_devices_complete_checksum_stays_right_through_dsr_both_ways_and_both_families() {
+    let lb = lb_node6(PROTO_TCP);
+    let mut backend = Bed::new();
+    backend.snat6(v6([0xfd00, 0x57, 0, 0, 0, 0, 0, 2]), 61_000, 61_010);
+    backend.dsr_endpoint6(([0; 16], FRONTEND6.1), REMOTE_POD6, PROTO_TCP);
+    let lb4 = lb_node(PROTO_TCP);
+    let backend4 = backend_node(PROTO_TCP);
+    on_device(|x0| {
+        let summed = |bed: &Bed, program: &str, packet: &[u8], what: &str| {
+            let (verdict, out) = bed
+                .run_summed(program, packet, x0)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(verdict, PASS, "{what}");
+            out
+        };
+        let syn = handshake6_with_mss(CLIENT6, FRONTEND6, 1440, false);
+        let dnated = summed(&lb, "lb_tc_ingress", &syn, "IPv6 DNAT");
+        let carried = summed(&lb, "lb_tc_egress", &dnated, "IPv6 header in");
+        summed(&backend, "lb_tc_ingress", &carried, "IPv6 header out");
+        let answer = handshake6_with_mss(REMOTE_POD6, CLIENT6, 1440, true);
+        summed(
+            &backend,
+            "lb_tc_egress",
+            &answer,
+            "IPv6 answer as the frontend",
+        );
+
+        let syn = syn_with_mss(CLIENT, FRONTEND, 1460);
+        let dnated = summed(&lb4, "lb_tc_ingress", &syn, "IPv4 DNAT");
+        let carried = summed(&lb4, "lb_tc_egress", &dnated, "IPv4 option in");
+        summed(&backend4, "lb_tc_ingress", &carried, "IPv4 option out");
+        let answer = syn_ack_with_mss(REMOTE_POD, CLIENT, 1460);
+        summed(
+            &backend4,
+            "lb_tc_egress",
+            &answer,
+            "IPv4 answer as the frontend",
+        );
+    });
 }

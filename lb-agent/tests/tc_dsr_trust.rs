@@ -444,3 +444,39 @@ fn an_ipv6_packet_the_header_would_take_over_the_mtu_gets_packet_too_big() {
         assert_eq!(bed.stat(STAT_TC6_DSR_TOO_BIG), 1);
     });
 }
+
+#[test]
+fn a_dsr_flows_blind_ack_keeps_its_token_and_the_clients_close_gives_it_back() {
+    let mut bed = lb_node(PROTO_TCP);
+    bed.set_config(DatapathConfig {
+        syn_budget: 2,
+        syn_refill: 0,
+        ..bed.config()
+    });
+    let client = |port| (CLIENT.0, port);
+    on_one_cpu(|| {
+        // Two flows take both tokens, each followed at once by an ACK, as
+        // a blind spoofer's would be: no backend's answer can confirm a
+        // flow this node sees one way, so neither gives its token back.
+        for port in [41_000, 41_001] {
+            assert_eq!(bed.ingress(&tcp(client(port), FRONTEND, Tcp::Syn)).0, PASS);
+            assert_eq!(bed.ingress(&tcp(client(port), FRONTEND, Tcp::Ack)).0, PASS);
+        }
+        assert_eq!(
+            bed.ingress(&tcp(client(41_002), FRONTEND, Tcp::Syn)).0,
+            DROP
+        );
+        assert_eq!(bed.stat(STAT_TC_DROP_SYN_BUDGET), 1);
+        // The ACK gave the flow the TCP timeout all the same: an idle
+        // connection keeps its backend.
+        let now = lb_agent::datapath::conntrack::now();
+        let t = lb_common::Timeouts::DEFAULT;
+        assert!(bed.ct().iter().all(|(_, v)| v.expires + 5 >= now + t.tcp));
+        // The client closing its flow gives the token back.
+        bed.ingress(&tcp(client(41_000), FRONTEND, Tcp::Fin));
+        assert_eq!(
+            bed.ingress(&tcp(client(41_002), FRONTEND, Tcp::Syn)).0,
+            PASS
+        );
+    });
+}

@@ -14,8 +14,8 @@ use aya_ebpf::{
     },
     cty::c_void,
     helpers::{
-        bpf_check_mtu, bpf_redirect, bpf_redirect_neigh, bpf_skb_change_tail, bpf_skb_load_bytes,
-        bpf_xdp_load_bytes, bpf_xdp_store_bytes,
+        bpf_check_mtu, bpf_csum_update, bpf_redirect, bpf_redirect_neigh, bpf_skb_change_tail,
+        bpf_skb_load_bytes, bpf_xdp_load_bytes, bpf_xdp_store_bytes,
     },
     programs::{TcContext, XdpContext},
 };
@@ -46,12 +46,17 @@ pub trait PacketCtx {
         None
     }
     /// Stores `v` at `off`, as [`Self::store`], where no checksum in the
-    /// packet covers the bytes (IPv6's next header and payload length): a
-    /// checksum the device computed over the whole packet
-    /// (`CHECKSUM_COMPLETE`) is updated for them.
+    /// packet covers the bytes (IPv6's next header and payload length, an
+    /// inserted extension header): a checksum the device computed over
+    /// the whole packet (`CHECKSUM_COMPLETE`) is updated for them.
     fn store_summed<T>(&self, off: usize, v: &T) -> Result<(), i64> {
         self.store(off, v)
     }
+    /// Adds `diff` (a 32-bit one's complement sum) to the checksum the
+    /// device computed over the whole packet (`CHECKSUM_COMPLETE`), for
+    /// bytes changed without [`Self::store_summed`]; nothing for any other
+    /// packet (and at XDP, which has no such sum).
+    fn sum_changed(&self, _diff: u32) {}
     /// Copies a `T` out of the packet at `off`.
     fn load<T>(&self, off: usize) -> Result<T, i64>;
     /// Copies the packet's bytes at `off` into `dst`, in place: no
@@ -132,6 +137,13 @@ impl PacketCtx for TcContext {
     #[inline(always)]
     fn store_summed<T>(&self, off: usize, v: &T) -> Result<(), i64> {
         TcContext::store(self, off, v, u64::from(BPF_F_RECOMPUTE_CSUM))
+    }
+
+    #[inline(always)]
+    fn sum_changed(&self, diff: u32) {
+        // SAFETY: the context is the program's own skb; the helper only
+        // adds to its sum, and only a CHECKSUM_COMPLETE one.
+        unsafe { bpf_csum_update(self.skb.skb, diff) };
     }
 
     #[inline(always)]

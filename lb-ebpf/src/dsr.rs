@@ -122,11 +122,13 @@ fn resize4<const L2: usize, C: PacketCtx>(
 fn insert6<const L2: usize, C: PacketCtx, A: Ip>(ctx: &C, frontend: (A, u16)) -> Result<(), i64> {
     let next: u8 = ctx.load(L2 + IP6_NEXT)?;
     let payload_len: u16 = ctx.load(L2 + IP6_PAYLOAD_LEN)?;
+    // The room comes as zeros, which a device's complete sum took in; what
+    // is written there goes into it with each store.
     ctx.adjust_net(i32::from(DSR6_EXT_BYTES))?;
     let ext = L2 + IP6_HLEN;
-    ctx.store(ext, &[next, DSR6_EXT_LEN, DSR6_OPT_TYPE, DSR6_OPT_LEN])?;
-    ctx.store(ext + 4, &frontend.0)?;
-    ctx.store(ext + 20, &[frontend.1, 0])?;
+    ctx.store_summed(ext, &[next, DSR6_EXT_LEN, DSR6_OPT_TYPE, DSR6_OPT_LEN])?;
+    ctx.store_summed(ext + 4, &frontend.0)?;
+    ctx.store_summed(ext + 20, &[frontend.1, 0])?;
     ctx.store_summed(L2 + IP6_NEXT, &NEXTHDR_DEST)?;
     let grown = (u16::from_be(payload_len) + u16::from(DSR6_EXT_BYTES)).to_be();
     ctx.store_summed(L2 + IP6_PAYLOAD_LEN, &grown)
@@ -209,5 +211,17 @@ pub fn strip<const L2: usize, C: PacketCtx, A>(ctx: &C) -> Result<(), i64> {
     let tot_len: u16 = ctx.load(L2 + IP_TOT_LEN)?;
     let words: [u32; 2] = ctx.load(L2 + IP_HLEN)?;
     ctx.adjust_net(-i32::from(DSR_OPT_LEN))?;
-    resize4::<L2, C>(ctx, head, tot_len, words, false)
+    resize4::<L2, C>(ctx, head, tot_len, words, false)?;
+    // The helper took the option's words out of a device's complete sum,
+    // but the header checksum gave them back: the header still sums to
+    // all ones, and so does the packet's sum over it.
+    ctx.sum_changed(sum_words(words));
+    Ok(())
+}
+
+/// The one's complement sum of `words`, as `bpf_csum_diff` adds them.
+#[inline(always)]
+fn sum_words(words: [u32; 2]) -> u32 {
+    let sum = u64::from(words[0]) + u64::from(words[1]);
+    (sum as u32).wrapping_add((sum >> 32) as u32)
 }

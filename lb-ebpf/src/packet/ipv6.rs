@@ -194,15 +194,21 @@ impl Ip for Addr6 {
         h.word(self[0]).word(self[1]).word(self[2]).word(self[3])
     }
 
+    /// No header checksum: but a device's sum over the whole packet
+    /// (`CHECKSUM_COMPLETE`) covers the address, and the L4 checksum's
+    /// pseudo-header update that follows takes it out of that sum as IPv4
+    /// would need: the address's change goes in here.
     #[inline(always)]
     fn store_addr<C: PacketCtx, const IN_PLACE: bool>(
         ctx: &C,
         l3: usize,
         off: usize,
-        _from: Self,
+        from: Self,
         to: Self,
     ) -> Result<(), i64> {
-        write::<C, IN_PLACE, _>(ctx, l3 + off, to)
+        write::<C, IN_PLACE, _>(ctx, l3 + off, to)?;
+        ctx.sum_changed(diff16(&from, &to));
+        Ok(())
     }
 
     #[inline(always)]
@@ -227,7 +233,10 @@ impl Ip for Addr6 {
         to: Self,
     ) -> Result<(), i64> {
         ctx.store(l3 + off, &to)?;
-        ctx.l4_csum_replace(icmp_csum, 0, u64::from(diff16(&from, &to)), PSEUDO)
+        // As `store_addr`.
+        let diff = diff16(&from, &to);
+        ctx.sum_changed(diff);
+        ctx.l4_csum_replace(icmp_csum, 0, u64::from(diff), PSEUDO)
     }
 
     #[inline(always)]

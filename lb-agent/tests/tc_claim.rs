@@ -1,0 +1,190 @@
+//! Two CPUs claiming one dead SNAT port at once, through the tc egress
+//! program (`BPF_PROG_TEST_RUN` runs it on the calling CPU): exactly one
+//! may win it. An IPv4 mapping's expiry lies outside the word its claim
+//! swaps, so a CPU reading the mapping between another's swap and its
+//! expiry's store saw the new owner with the old, dead time and claimed the
+//! port as well (`lb_common::NAT_F_CLAIMING` closes that window). Needs
+//! root and two CPUs; fails loudly without them.
+
+#[path = "tc/bed.rs"]
+#[expect(dead_code, reason = "each test file uses a part of the bed")]
+mod bed;
+
+use std::sync::{Barrier, Mutex};
+
+use aya::{
+    Pod,
+    maps::{HashMap, IterableMap as _, Map, MapData},
+};
+use bed::*;
+use lb_agent::datapath::conntrack;
+use lb_common::{CT_DIR_OUT, Ct4Key, Nat4Key, Nat4Value, PROTO_TCP};
+
+/// Rounds of the race: each starts both CPUs on one dead port.
+const ROUNDS: usize = 20_000;
+/// The one SNAT port.
+const PORT: u16 = 2000;
+
+/// Pins the calling thread to `cpu`.
+fn pin(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET writes inside
+    // it; sched_setaffinity(0) changes only the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set),
+            0,
+            "pinning to CPU {cpu}"
+        );
+    }
+}
+
+/// Another handle on the hash map `map` (the bed's own is borrowed by the
+/// CPUs racing through the programs).
+fn handle<K: Pod, V: Pod>(map: &HashMap<MapData, K, V>) -> HashMap<MapData, K, V> {
+    use std::os::fd::AsFd as _;
+    let fd = map.map().fd().as_fd().try_clone_to_owned().unwrap();
+    HashMap::try_from(Map::HashMap(MapData::from_fd(fd).unwrap())).unwrap()
+}
+
+/// The reply-side conntrack key of a flow from `client` to the backend.
+fn reply_key(client: Addr) -> Ct4Key {
+    Ct4Key {
+        saddr_be: REMOTE_POD.0,
+        daddr_be: client.0,
+        sport_be: REMOTE_POD.1.to_be(),
+        dport_be: client.1.to_be(),
+        proto: PROTO_TCP,
+        dir: CT_DIR_OUT,
+        _pad0: [0; 2],
+    }
+}
+
+#[test]
+fn two_cpus_claiming_one_dead_snat_port_at_once_never_both_win_it() {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    assert!(
+        cpus >= 2,
+        "the race needs two CPUs, this machine has {cpus}"
+    );
+    let mut bed = Bed::new();
+    bed.snat(NODE, PORT, PORT);
+    bed.frontend(NODE_PORT, PROTO_TCP, 0, &[REMOTE_POD]);
+    // Two flows, each DNATed and waiting for its first packet to leave.
+    let clients = [(CLIENT.0, 41_000), (CLIENT.0, 41_001)];
+    let dnated = clients.map(|c| {
+        let (verdict, out) = bed.ingress(&tcp(c, FRONTEND, Tcp::Syn));
+        assert_eq!(verdict, PASS);
+        out
+    });
+    let fresh = clients.map(|c| {
+        let key = reply_key(c);
+        (key, bed.ct.get(&key, 0).expect("the flow's reply entry"))
+    });
+    let nat_key = Nat4Key {
+        saddr_be: REMOTE_POD.0,
+        daddr_be: NODE,
+        sport_be: REMOTE_POD.1.to_be(),
+        dport_be: PORT.to_be(),
+        proto: PROTO_TCP,
+        _pad0: [0; 3],
+    };
+    // Another client's mapping of the port, dead a while.
+    let dead = Nat4Value {
+        addr_be: [203, 0, 113, 99],
+        port_be: 1234u16.to_be(),
+        flags: 0,
+        expires: conntrack::now().wrapping_sub(5),
+    };
+
+    let (mut ct, mut nat) = (handle(&bed.ct), handle(&bed.nat));
+    let start = Barrier::new(3);
+    let done = Barrier::new(3);
+    let results = Mutex::new([(0, 0u16); 2]);
+    let (mut winners, mut both) = ([0usize; 2], 0usize);
+    let bed = &bed;
+    std::thread::scope(|s| {
+        for cpu in 0..2 {
+            let (start, done, results, dnated) = (&start, &done, &results, &dnated[cpu]);
+            s.spawn(move || {
+                pin(cpu);
+                for _ in 0..ROUNDS {
+                    start.wait();
+                    let (verdict, out) = bed.egress(dnated);
+                    let port = if verdict == PASS { seen(&out).src.1 } else { 0 };
+                    results.lock().unwrap()[cpu] = (verdict, port);
+                    done.wait();
+                }
+            });
+        }
+        for _ in 0..ROUNDS {
+            // Both flows without a port, the port dead: a claim each.
+            nat.insert(nat_key, dead, 0).unwrap();
+            for (key, value) in &fresh {
+                ct.insert(key, value, 0).unwrap();
+            }
+            start.wait();
+            done.wait();
+            let r = *results.lock().unwrap();
+            let won: Vec<bool> = r
+                .iter()
+                .map(|&(v, port)| v == PASS && port == PORT)
+                .collect();
+            match (won[0], won[1]) {
+                (true, true) => both += 1,
+                (true, false) => winners[0] += 1,
+                (false, true) => winners[1] += 1,
+                (false, false) => panic!("nobody won the dead port: {r:?}"),
+            }
+        }
+    });
+    println!(
+        "{ROUNDS} rounds: CPU 0 won {}, CPU 1 won {}, both {both}",
+        winners[0], winners[1]
+    );
+    assert_eq!(both, 0, "rounds in which both CPUs took the port");
+    assert!(
+        winners.iter().all(|&w| w > 0),
+        "the CPUs raced: {winners:?}"
+    );
+}
+
+#[test]
+fn a_port_caught_between_its_claims_swap_and_its_expiry_is_taken_for_other_clients() {
+    let mut bed = Bed::new();
+    bed.snat(NODE, PORT, PORT);
+    bed.frontend(NODE_PORT, PROTO_TCP, 0, &[REMOTE_POD]);
+    let (a, b): (Addr, Addr) = ((CLIENT.0, 41_000), (CLIENT.0, 41_001));
+    let nat_key = Nat4Key {
+        saddr_be: REMOTE_POD.0,
+        daddr_be: NODE,
+        sport_be: REMOTE_POD.1.to_be(),
+        dport_be: PORT.to_be(),
+        proto: PROTO_TCP,
+        _pad0: [0; 3],
+    };
+    // What another CPU's claim for `a` has written so far: its owner word,
+    // swapped in with the claim flag, the old owner's expiry still dead.
+    let caught = Nat4Value {
+        addr_be: a.0,
+        port_be: a.1.to_be(),
+        flags: lb_common::NAT_F_CLAIMING,
+        expires: conntrack::now().wrapping_sub(5),
+    };
+    bed.nat.insert(nat_key, caught, 0).unwrap();
+    // `b` finds the port taken: its one port being `a`'s, it has none.
+    let (verdict, dnated) = bed.ingress(&tcp(b, FRONTEND, Tcp::Syn));
+    assert_eq!(verdict, PASS);
+    assert_eq!(
+        bed.egress(&dnated).0,
+        DROP,
+        "another client took a claimed port"
+    );
+    assert_eq!(bed.nat.get(&nat_key, 0).unwrap(), caught, "untouched");
+    // `a`'s own first packets on another CPU take the mapping as theirs.
+    let (_, dnated) = bed.ingress(&tcp(a, FRONTEND, Tcp::Syn));
+    let (verdict, out) = bed.egress(&dnated);
+    assert_eq!(verdict, PASS);
+    assert_eq!(seen(&out).src, (NODE, PORT));
+}
