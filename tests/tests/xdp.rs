@@ -19,7 +19,7 @@ use lb_tests::{
     agent,
     netns::{XdpPass, exec, ip, tx_checksum_off, veth, xdp_pass},
     two_nodes::{
-        Bed, NODE1, NODE1_6, addr, answers, dual_stack, node_objects, node_port_svc, p2, p2_6,
+        Bed, NODE1, NODE1_6, addr, answers, dual_stack, node_objects, node_port_svc, p1, p2, p2_6,
         slice, slice6,
     },
 };
@@ -62,7 +62,12 @@ fn has_xdp(ns: &str, dev: &str) -> anyhow::Result<bool> {
 /// router's ports, the peers of the nodes' veths, where node-1's XDP sends
 /// frames back out (`XDP_TX`: GRO there would not do).
 fn bed() -> anyhow::Result<(Bed, [XdpPass; 2])> {
-    let bed = Bed::new(&manifest())?;
+    bed_with(&manifest())
+}
+
+/// [`bed`] with `manifest` as the agents' source.
+fn bed_with(manifest: &str) -> anyhow::Result<(Bed, [XdpPass; 2])> {
+    let bed = Bed::new(manifest)?;
     for host in ["c", "p1", "p2"] {
         tx_checksum_off(&bed.nodes.ns(host), "eth0")?;
     }
@@ -255,5 +260,58 @@ fn best_effort_leaves_a_device_without_native_xdp_on_tc_native_refuses_to_run() 
     let mut agent = bed.agent_with(&bed.node1, &[devices])?;
     wait_no_xdp(&n1, "eth0")?;
     agent.alive("running without XDP")?;
+    Ok(())
+}
+
+/// Of `n` TCP connections from the client to node-1's NodePort of `both`
+/// (one pod on node-1, one on node-2, picked at random), how many p1
+/// answered; every connection answered.
+fn p1_share(bed: &Bed, n: u32) -> anyhow::Result<u32> {
+    let to = format!("{NODE1}:{NODE_PORT}");
+    let r = bed.client(&["tcp", "--to", &to, "-n", &n.to_string()])?;
+    assert_eq!((r.ok(), r.failed()), (n, 0), "{r:?}");
+    let p1 = r.replies.get("p1").copied().unwrap_or(0);
+    let p2 = r.replies.get("p2").copied().unwrap_or(0);
+    assert_eq!(p1 + p2, n, "{r:?}");
+    Ok(p1)
+}
+
+#[test]
+fn a_random_pick_keeps_its_odds_whether_xdp_or_tc_forwards_the_flow() -> anyhow::Result<()> {
+    let [node1, node2] = node_objects();
+    let manifest = yaml([
+        node1,
+        node2,
+        node_port_svc("both", "10.96.62.2", NODE_PORT).into(),
+        slice("both", vec![p1(), p2()]).into(),
+    ]);
+    let (bed, _peers) = bed_with(&manifest)?;
+    let n = 1000;
+    // Within 6 points of half: more than 3.5 standard deviations of a fair
+    // pick's; a pick drawn twice (by XDP, then again by tc for the flows
+    // XDP cannot send on) gives the local pod a quarter.
+    let fair = |p1: u32| p1.abs_diff(n / 2) <= n * 6 / 100;
+    let without = {
+        let _agent1 = bed.agent(&bed.node1)?;
+        let _agent2 = bed.agent(&bed.node2)?;
+        bed.wait_reachable(&format!("{NODE1}:{NODE_PORT}"))?;
+        p1_share(&bed, n)?
+    };
+    let with = {
+        let _agent1 = bed.agent_with(&bed.node1, &["--bpf-lb-acceleration=native"])?;
+        let _agent2 = bed.agent(&bed.node2)?;
+        bed.wait_reachable(&format!("{NODE1}:{NODE_PORT}"))?;
+        let before = bed.node1.pins.stats()?;
+        let p1 = p1_share(&bed, n)?;
+        let after = bed.node1.pins.stats()?;
+        assert!(
+            after["xdp_new_flow"] > before["xdp_new_flow"],
+            "XDP sent p2's flows on: {after:?}"
+        );
+        p1
+    };
+    println!("of {n} connections p1 answered {without} with tc alone, {with} with XDP");
+    assert!(fair(without), "tc alone: p1 answered {without} of {n}");
+    assert!(fair(with), "with XDP: p1 answered {with} of {n}");
     Ok(())
 }
