@@ -30,6 +30,7 @@ pub mod layout5;
 pub mod layout6;
 pub mod layout7;
 pub mod layout8;
+pub mod layout9;
 pub mod maps;
 pub mod metrics;
 pub mod netns;

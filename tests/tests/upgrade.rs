@@ -18,7 +18,7 @@ use lb_common::{ALL_MAPS, BACKENDS4, FRONTENDS4, REVNAT4};
 use lb_fixtures::{Object, Slice, Svc, yaml};
 use lb_tests::{
     install::Frontend,
-    layout1, layout2, layout3, layout5, layout6, layout7, layout8,
+    layout1, layout2, layout3, layout5, layout6, layout7, layout8, layout9,
     probe::{self, BenchReport},
     scenario::Bed,
 };
@@ -282,6 +282,11 @@ fn upgrading_from_layout_7_under_traffic_fails_no_connection() -> anyhow::Result
 #[test]
 fn upgrading_from_layout_8_under_traffic_fails_no_connection() -> anyhow::Result<()> {
     upgrade_under_traffic(layout8::install, "upgrade from layout 8")
+}
+
+#[test]
+fn upgrading_from_layout_9_under_traffic_fails_no_connection() -> anyhow::Result<()> {
+    upgrade_under_traffic(layout9::install, "upgrade from layout 9")
 }
 
 #[test]
