@@ -41,6 +41,9 @@
 //!   new SYN from its client reopens it as a new flow.
 //! * Other protocols: every packet, either way, gives the flow the
 //!   non-TCP timeout, so a one-way stream keeps its mapping while it flows.
+//! * A DSR flow on the node that balanced it is seen one side only: its
+//!   backend answers around the node. Its client's segments alone drive it
+//!   ([`ct_advance_one_sided`]), and nothing there can confirm it.
 //!
 //! Timeouts are settings of the agent ([`crate::DatapathConfig`]), with
 //! Cilium's defaults and names. The agent deletes expired entries, and
