@@ -305,9 +305,14 @@ fn a_client_on_its_backends_node_is_snated_not_sent_by_dsr() {
     assert_eq!(bed.stat(STAT_TC_DSR_SNAT_HAIRPIN), 2);
 }
 
+/// An ICMP error's outer source and destination.
+type Outer = ([u8; 4], [u8; 4]);
+/// An ICMP error's type, code and next-hop MTU.
+type What = (u8, u8, u16);
+
 /// The ICMP error `packet`: its addresses, type, code, its next-hop MTU,
 /// and the flow it quotes; every checksum checked.
-fn icmp4(packet: &[u8]) -> (([u8; 4], [u8; 4]), (u8, u8, u16), Seen) {
+fn icmp4(packet: &[u8]) -> (Outer, What, Seen) {
     let headers = PacketHeaders::from_ethernet_slice(packet).expect("a valid packet");
     let Some(NetHeaders::Ipv4(ip, _)) = &headers.net else {
         panic!("not IPv4");
