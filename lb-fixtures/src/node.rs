@@ -1,4 +1,5 @@
-//! The Node builder: the agent reads its own Node's zone label and addresses.
+//! The Node builder: the agent reads its own Node's zone label and
+//! addresses, and every Node's addresses and pod CIDRs.
 
 use std::collections::BTreeMap;
 
@@ -58,6 +59,17 @@ impl Node {
         );
         self
     }
+
+    /// Appends `cidr` to `spec.podCIDRs`; the first is `spec.podCIDR` too,
+    /// as the node IPAM controller writes them.
+    pub fn pod_cidr(mut self, cidr: &str) -> Self {
+        let spec = self.node.spec.get_or_insert_with(Default::default);
+        spec.pod_cidr.get_or_insert_with(|| cidr.to_owned());
+        spec.pod_cidrs
+            .get_or_insert_with(Vec::new)
+            .push(cidr.to_owned());
+        self
+    }
 }
 
 impl From<Node> for Object {
@@ -78,6 +90,17 @@ mod tests {
         assert_eq!(v["metadata"]["name"], "node-1");
         assert_eq!(v["metadata"]["labels"][ZONE_LABEL], "zone-a");
         assert_eq!(v["metadata"]["labels"]["a"], "b");
+        let v = Object::from(
+            Node::new("node-2")
+                .pod_cidr("10.42.2.0/24")
+                .pod_cidr("fd42:2::/64"),
+        )
+        .json();
+        assert_eq!(v["spec"]["podCIDR"], "10.42.2.0/24");
+        assert_eq!(
+            v["spec"]["podCIDRs"],
+            serde_json::json!(["10.42.2.0/24", "fd42:2::/64"])
+        );
         assert_eq!(
             Object::from(Node::new("n")).id(),
             ("Node".into(), None, "n".into())
