@@ -1,16 +1,21 @@
 //! The tc programs' settings maps (`LB_CONFIG`, `LB4_SRC_RANGES`,
-//! `LB6_SRC_RANGES`, `LB4_DSR_EPS`, `LB6_DSR_EPS`) as the reconciler's
-//! [`SettingsStore`].
+//! `LB6_SRC_RANGES`, `LB4_DSR_EPS`, `LB6_DSR_EPS`, `LB4_NODE_NETS`,
+//! `LB6_NODE_NETS`) as the reconciler's [`SettingsStore`].
 
-use std::{collections::BTreeSet, path::Path};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::{Ipv4Addr, Ipv6Addr},
+    path::Path,
+};
 
 use aya::maps::{
     Array, HashMap, Map, MapData, MapError,
     lpm_trie::{Key, LpmTrie},
 };
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use lb_common::{
     ADDRS, CONFIG, DSR_EPS4, DSR_EPS6, DatapathConfig, DsrEndpoint4Key, DsrEndpoint6Key, MapSpec,
-    SOURCE_RANGES4, SOURCE_RANGES6, SourceRange4, SourceRange6,
+    NODE_NETS4, NODE_NETS6, NodeNet, SOURCE_RANGES4, SOURCE_RANGES6, SourceRange4, SourceRange6,
 };
 
 use super::batch::Typed;
@@ -25,6 +30,8 @@ pub struct BpfSettings {
     addresses: Typed<u32, u64>,
     dsr_eps: HashMap<MapData, DsrEndpoint4Key, u32>,
     dsr_eps6: HashMap<MapData, DsrEndpoint6Key, u32>,
+    node_nets: LpmTrie<MapData, [u8; 4], NodeNet>,
+    node_nets6: LpmTrie<MapData, [u8; 16], NodeNet>,
 }
 
 impl BpfSettings {
@@ -44,6 +51,10 @@ impl BpfSettings {
                 .map_err(store_err(&DSR_EPS4, "open"))?,
             dsr_eps6: HashMap::try_from(Map::HashMap(data(&DSR_EPS6)?))
                 .map_err(store_err(&DSR_EPS6, "open"))?,
+            node_nets: LpmTrie::try_from(Map::LpmTrie(data(&NODE_NETS4)?))
+                .map_err(store_err(&NODE_NETS4, "open"))?,
+            node_nets6: LpmTrie::try_from(Map::LpmTrie(data(&NODE_NETS6)?))
+                .map_err(store_err(&NODE_NETS6, "open"))?,
         })
     }
 }
@@ -141,6 +152,52 @@ impl SettingsStore for BpfSettings {
                 .dsr_eps6
                 .remove(k)
                 .map_err(store_err(&DSR_EPS6, "delete")),
+        }
+    }
+
+    fn node_nets(&self) -> Result<BTreeMap<IpNet, u32>, StoreError> {
+        let mut out = BTreeMap::new();
+        for entry in self.node_nets.iter() {
+            let (k, v) = entry.map_err(store_err(&NODE_NETS4, "iterate"))?;
+            if let Ok(net) = Ipv4Net::new(Ipv4Addr::from(k.data()), k.prefix_len() as u8) {
+                out.insert(IpNet::V4(net), v.node);
+            }
+        }
+        for entry in self.node_nets6.iter() {
+            let (k, v) = entry.map_err(store_err(&NODE_NETS6, "iterate"))?;
+            if let Ok(net) = Ipv6Net::new(Ipv6Addr::from(k.data()), k.prefix_len() as u8) {
+                out.insert(IpNet::V6(net), v.node);
+            }
+        }
+        Ok(out)
+    }
+
+    fn insert_node_net(&mut self, net: &IpNet, node: u32) -> Result<(), StoreError> {
+        let value = NodeNet { node };
+        let len = u32::from(net.prefix_len());
+        match net {
+            IpNet::V4(n) => self
+                .node_nets
+                .insert(&Key::new(len, n.network().octets()), value, 0)
+                .map_err(store_err(&NODE_NETS4, "update")),
+            IpNet::V6(n) => self
+                .node_nets6
+                .insert(&Key::new(len, n.network().octets()), value, 0)
+                .map_err(store_err(&NODE_NETS6, "update")),
+        }
+    }
+
+    fn remove_node_net(&mut self, net: &IpNet) -> Result<(), StoreError> {
+        let len = u32::from(net.prefix_len());
+        match net {
+            IpNet::V4(n) => self
+                .node_nets
+                .remove(&Key::new(len, n.network().octets()))
+                .map_err(store_err(&NODE_NETS4, "delete")),
+            IpNet::V6(n) => self
+                .node_nets6
+                .remove(&Key::new(len, n.network().octets()))
+                .map_err(store_err(&NODE_NETS6, "delete")),
         }
     }
 

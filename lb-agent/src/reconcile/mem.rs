@@ -231,6 +231,10 @@ pub struct MemSettings {
     pub address_words: BTreeMap<u32, u64>,
     /// `LB4_DSR_EPS`' and `LB6_DSR_EPS`' keys.
     pub dsr_endpoints: std::collections::BTreeSet<super::DsrEndpointKey>,
+    /// `LB4_NODE_NETS`' and `LB6_NODE_NETS`' entries.
+    pub node_nets: BTreeMap<ipnet::IpNet, u32>,
+    /// Every write of those, in order: inserted (or replaced), or removed.
+    pub node_net_ops: Vec<(bool, ipnet::IpNet)>,
 }
 
 impl super::SettingsStore for MemSettings {
@@ -276,6 +280,22 @@ impl super::SettingsStore for MemSettings {
 
     fn remove_dsr_endpoint(&mut self, key: &super::DsrEndpointKey) -> Result<(), StoreError> {
         self.dsr_endpoints.remove(key);
+        Ok(())
+    }
+
+    fn node_nets(&self) -> Result<BTreeMap<ipnet::IpNet, u32>, StoreError> {
+        Ok(self.node_nets.clone())
+    }
+
+    fn insert_node_net(&mut self, net: &ipnet::IpNet, node: u32) -> Result<(), StoreError> {
+        self.node_nets.insert(*net, node);
+        self.node_net_ops.push((true, *net));
+        Ok(())
+    }
+
+    fn remove_node_net(&mut self, net: &ipnet::IpNet) -> Result<(), StoreError> {
+        self.node_nets.remove(net);
+        self.node_net_ops.push((false, *net));
         Ok(())
     }
 }

@@ -1,7 +1,8 @@
 //! The programs' settings: `LB_CONFIG`'s one entry, the source ranges of
 //! the external frontends `loadBalancerSourceRanges` guards
 //! (`LB4_SRC_RANGES`, `LB6_SRC_RANGES`), the endpoints on this node of DSR
-//! frontends (`LB4_DSR_EPS`, `LB6_DSR_EPS`), and the bitmap of frontend
+//! frontends (`LB4_DSR_EPS`, `LB6_DSR_EPS`), which node each address is on
+//! (`LB4_NODE_NETS`, `LB6_NODE_NETS`), and the bitmap of frontend
 //! addresses (`LB_ADDRS`).
 //! Written here, like every other map the agent fills, so that one place
 //! owns the maps' contents.
@@ -50,6 +51,12 @@ pub trait SettingsStore {
     fn dsr_endpoints(&self) -> Result<BTreeSet<DsrEndpointKey>, StoreError>;
     fn insert_dsr_endpoint(&mut self, key: &DsrEndpointKey) -> Result<(), StoreError>;
     fn remove_dsr_endpoint(&mut self, key: &DsrEndpointKey) -> Result<(), StoreError>;
+    /// Every entry of `LB4_NODE_NETS` and `LB6_NODE_NETS`: prefix -> node
+    /// number.
+    fn node_nets(&self) -> Result<BTreeMap<IpNet, u32>, StoreError>;
+    /// Inserts or replaces the entry of `net` (host bits clear).
+    fn insert_node_net(&mut self, net: &IpNet, node: u32) -> Result<(), StoreError>;
+    fn remove_node_net(&mut self, net: &IpNet) -> Result<(), StoreError>;
 }
 
 /// Writes the settings; the source ranges only when they changed.
@@ -61,6 +68,11 @@ pub struct Settings<S> {
     ranges_stale: bool,
     /// The same for the DSR frontends' endpoints.
     dsr_stale: bool,
+    /// The same for the node networks.
+    node_nets_stale: bool,
+    /// The node networks' maps as written (`None`: to be read first, at
+    /// start and after a failed write).
+    node_nets: Option<BTreeMap<IpNet, u32>>,
     addresses: AddressBits,
 }
 
@@ -70,6 +82,8 @@ impl<S: SettingsStore> Settings<S> {
             store,
             ranges_stale: true,
             dsr_stale: true,
+            node_nets_stale: true,
+            node_nets: None,
             addresses: AddressBits::default(),
         }
     }
@@ -136,6 +150,66 @@ impl<S: SettingsStore> Settings<S> {
             self.store.remove_dsr_endpoint(key)?;
         }
         self.dsr_stale = false;
+        Ok(true)
+    }
+
+    /// The nodes or their networks, or the DSR frontends' endpoints,
+    /// changed: the next [`Self::write_node_nets`] writes.
+    pub fn node_nets_changed(&mut self) {
+        self.node_nets_stale = true;
+    }
+
+    /// Whether [`Self::write_node_nets`] has anything to do.
+    pub fn node_nets_stale(&self) -> bool {
+        self.node_nets_stale
+    }
+
+    /// The node networks' maps read afresh at the next write, and written
+    /// whether or not anything changed (repairing a hand edit).
+    pub fn reload_node_nets(&mut self) {
+        self.node_nets = None;
+        self.node_nets_stale = true;
+    }
+
+    /// What the node networks' maps hold: as last written, or read.
+    pub fn written_node_nets(&mut self) -> Result<&BTreeMap<IpNet, u32>, StoreError> {
+        let have = match self.node_nets.take() {
+            Some(have) => have,
+            None => self.store.node_nets()?,
+        };
+        Ok(self.node_nets.insert(have))
+    }
+
+    /// Makes the node networks' maps hold exactly `want` (prefix -> node
+    /// number), if anything changed since they were last written: new and
+    /// renumbered entries first, then the ones no longer wanted, so that
+    /// no address loses its node on the way. Says whether it wrote; after
+    /// a failure, the next call reads the maps and tries again.
+    pub fn write_node_nets(&mut self, want: &BTreeMap<IpNet, u32>) -> Result<bool, StoreError> {
+        if !self.node_nets_stale {
+            return Ok(false);
+        }
+        let mut have = match self.node_nets.take() {
+            Some(have) => have,
+            None => self.store.node_nets()?,
+        };
+        for (net, node) in want {
+            if have.get(net) != Some(node) {
+                self.store.insert_node_net(net, *node)?;
+                have.insert(*net, *node);
+            }
+        }
+        let gone: Vec<IpNet> = have
+            .keys()
+            .filter(|net| !want.contains_key(net))
+            .copied()
+            .collect();
+        for net in gone {
+            self.store.remove_node_net(&net)?;
+            have.remove(&net);
+        }
+        self.node_nets = Some(have);
+        self.node_nets_stale = false;
         Ok(true)
     }
 
@@ -316,6 +390,54 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    fn node_nets(list: &[(&str, u32)]) -> BTreeMap<IpNet, u32> {
+        list.iter().map(|(n, v)| (n.parse().unwrap(), *v)).collect()
+    }
+
+    #[test]
+    fn node_networks_are_written_new_and_renumbered_first_and_only_when_changed() {
+        // An earlier agent's.
+        let store = MemSettings {
+            node_nets: node_nets(&[("10.42.9.0/24", 3), ("192.168.57.2/32", 1)]),
+            ..MemSettings::default()
+        };
+        let mut settings = Settings::new(store);
+        assert_eq!(
+            settings.written_node_nets().unwrap(),
+            &node_nets(&[("10.42.9.0/24", 3), ("192.168.57.2/32", 1)])
+        );
+        let want = node_nets(&[
+            ("192.168.57.2/32", 2),
+            ("fd42:2::/64", 2),
+            ("10.42.2.0/24", 2),
+        ]);
+        assert!(settings.write_node_nets(&want).unwrap());
+        assert_eq!(settings.store().node_nets, want);
+        let op = |insert, net: &str| (insert, net.parse::<IpNet>().unwrap());
+        assert_eq!(
+            settings.store().node_net_ops,
+            [
+                op(true, "10.42.2.0/24"),
+                op(true, "192.168.57.2/32"),
+                op(true, "fd42:2::/64"),
+                op(false, "10.42.9.0/24"),
+            ]
+        );
+        // Unchanged: nothing read or written.
+        assert!(!settings.write_node_nets(&want).unwrap());
+        settings.node_nets_changed();
+        assert!(settings.write_node_nets(&want).unwrap());
+        assert_eq!(settings.store().node_net_ops.len(), 4, "the same entries");
+        // A hand edit is repaired once the maps are read again.
+        settings.store.node_nets.clear();
+        settings.node_nets_changed();
+        assert!(settings.write_node_nets(&want).unwrap());
+        assert!(settings.store().node_nets.is_empty(), "not read again");
+        settings.reload_node_nets();
+        assert!(settings.write_node_nets(&want).unwrap());
+        assert_eq!(settings.store().node_nets, want);
     }
 
     #[test]
