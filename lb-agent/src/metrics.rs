@@ -158,6 +158,11 @@ pub struct Metrics {
     /// 1 while the maps are programmed without this node's Node: the first
     /// sync's wait for it ended without it.
     pub node_missing: Gauge,
+    /// Refusals (401, 403) of the list or watch of every Node: without
+    /// it, the node networks of DSR are the endpoints' only.
+    pub node_list_refused: Counter,
+    /// Entries of `LB4_NODE_NETS` and `LB6_NODE_NETS`, as last written.
+    pub node_networks: Gauge,
     /// Entries of the tc programs' conntrack (`LB4_CT`, two per flow) and
     /// SNAT (`LB4_NAT`) maps, as the collector last counted them.
     pub conntrack_entries: Gauge,
@@ -205,6 +210,8 @@ impl Default for Metrics {
             xdp_attached: Family::default(),
             xdp_veth_devices: Gauge::default(),
             node_missing: Gauge::default(),
+            node_list_refused: Counter::default(),
+            node_networks: Gauge::default(),
             conntrack_entries: Gauge::default(),
             nat_entries: Gauge::default(),
             conntrack_collected: Counter::default(),
@@ -420,6 +427,16 @@ impl Metrics {
             "lbagent_node_missing",
             "1 while the maps are programmed without this node's Node (the first sync waited 30 s for it in vain, or it cannot be read): no zone for topology hints, no primary addresses for NodePorts; 0 once it is seen",
             self.node_missing.clone(),
+        );
+        r.register(
+            "lbagent_node_list_refused",
+            "Refusals (401, 403) to list or watch every Node (the agent's ClusterRole lacks it): meanwhile DSR knows a node's addresses and pod CIDRs only from the endpoints' node names, and a flow from a node to a backend on that same node may fail (logged once)",
+            self.node_list_refused.clone(),
+        );
+        r.register(
+            "lbagent_node_networks",
+            "Entries of LB4_NODE_NETS and LB6_NODE_NETS as last written: every Node's addresses and pod CIDRs and every DSR endpoint, each with its node's number, which a DSR flow's client and backend are looked up in (the same node: SNAT instead)",
+            self.node_networks.clone(),
         );
         r.register(
             "lbagent_conntrack_entries",

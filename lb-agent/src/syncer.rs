@@ -23,7 +23,7 @@ use lb_common::DatapathConfig;
 use crate::{
     model::{
         Admission, Backend, Cache, ExcludedCidrs, Frontend, FrontendKind, HealthCheck, NodeContext,
-        NodePortAddresses, ObjectRef, Proto, Scope, service_ref, slice_ref,
+        NodePortAddresses, ObjectRef, Proto, Scope, node_nets::NodeNets, service_ref, slice_ref,
     },
     reconcile::{
         DualReconciler, GracePeriods, LbView, Outcome, Settings, SettingsStore, StoreError, Tables,
@@ -99,6 +99,9 @@ pub struct Syncer<T: Tables, G: GracePeriods, S> {
     /// External-scope DSR frontends with endpoints on this node -> their
     /// kind and those endpoints, as of the last sync.
     dsr: BTreeMap<Frontend, (FrontendKind, Vec<Backend>)>,
+    /// Every Node's networks and the DSR frontends' endpoints, for
+    /// `LB4_NODE_NETS` (its DSR frontends as of the last sync).
+    node_nets: NodeNets,
     /// The tc programs' settings and `guarded`'s ranges, as written.
     settings: Settings<S>,
     /// Every UDP frontend's serving IPs, kept for the socket reaper.
@@ -130,6 +133,7 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
             stale: BTreeSet::new(),
             guarded: BTreeMap::new(),
             dsr: BTreeMap::new(),
+            node_nets: NodeNets::default(),
             settings: Settings::new(settings),
             udp_serving: Arc::default(),
             external_serving: Arc::default(),
@@ -229,17 +233,36 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
                 self.cache.relist_slices();
                 return;
             }
-            Change::Listed(kind) => {
-                match kind {
-                    ListKind::Services => {
-                        self.listed.0 = true;
-                        self.cache.services_listed();
-                    }
-                    ListKind::Slices => {
-                        self.listed.1 = true;
-                        self.cache.slices_listed();
-                    }
-                }
+            Change::Relist(ListKind::Nodes) => {
+                self.node_nets.relist();
+                return;
+            }
+            // Every Node's networks: nothing waits for them, and a Node
+            // that changes at its heartbeat only is no change.
+            Change::Listed(ListKind::Nodes) => {
+                let changed = self.node_nets.listed();
+                self.node_nets_changed(changed, received);
+                return;
+            }
+            Change::NodeNetworks(networks) => {
+                let changed = self.node_nets.apply(networks);
+                self.node_nets_changed(changed, received);
+                return;
+            }
+            Change::NodeNetworksDeleted(name) => {
+                let changed = self.node_nets.delete(&name);
+                self.node_nets_changed(changed, received);
+                return;
+            }
+            Change::Listed(ListKind::Services) => {
+                self.listed.0 = true;
+                self.cache.services_listed();
+                self.full_pending = true;
+                Vec::new()
+            }
+            Change::Listed(ListKind::Slices) => {
+                self.listed.1 = true;
+                self.cache.slices_listed();
                 self.full_pending = true;
                 Vec::new()
             }
@@ -286,6 +309,17 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
         self.unwritten.received.push(received);
     }
 
+    /// After a change of the Nodes' networks: if it `changed` them, they
+    /// are to be written, and the change is pending from `received` (a
+    /// sync follows, after which they are written).
+    fn node_nets_changed(&mut self, changed: bool, received: Instant) {
+        if changed {
+            self.settings.node_nets_changed();
+            self.shared.health.queued();
+            self.unwritten.received.push(received);
+        }
+    }
+
     /// Recomputes the addresses that serve NodePorts (logged when they change).
     fn select_node_port_ips(&mut self) {
         let ips = self
@@ -312,6 +346,32 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
         self.settings.write_dsr_endpoints(&self.dsr)
     }
 
+    /// Writes which node each address is on (every Node's addresses and
+    /// pod CIDRs, the DSR frontends' endpoints) if that changed since it
+    /// was last written; says whether it wrote. A prefix claimed for two
+    /// nodes is logged when the conflict begins. After a failure the next
+    /// call tries again.
+    pub fn write_node_nets(&mut self) -> Result<bool, StoreError> {
+        if !self.settings.node_nets_stale() {
+            return Ok(false);
+        }
+        let table = self.node_nets.table(self.settings.written_node_nets()?);
+        for c in &table.new_conflicts {
+            warn!(
+                prefix = %c.net,
+                kept = %c.kept,
+                other = %c.other,
+                "two nodes claim the same address or pod CIDR; it is placed on the first"
+            );
+        }
+        let wrote = self.settings.write_node_nets(&table.entries)?;
+        self.shared
+            .metrics
+            .node_networks
+            .set(table.entries.len() as f64);
+        Ok(wrote)
+    }
+
     /// Writes the tc programs' settings.
     pub fn write_tc_config(&mut self, config: DatapathConfig) -> Result<(), StoreError> {
         self.settings.write_config(config)
@@ -323,8 +383,9 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
         &self.settings
     }
 
-    /// Brings `guarded` and `dsr` up to date for the frontends a sync
-    /// wrote (`None`: every frontend).
+    /// Brings `guarded`, `dsr` and the DSR frontends' endpoints in
+    /// `node_nets` up to date for the frontends a sync wrote (`None`: every
+    /// frontend).
     fn track_external(&mut self, touched: Option<&BTreeSet<Frontend>>) {
         let all: Vec<Frontend>;
         let frontends: Box<dyn Iterator<Item = &Frontend>> = match touched {
@@ -336,6 +397,7 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
                     .map(|(fe, _, _)| *fe)
                     .chain(self.guarded.keys().copied())
                     .chain(self.dsr.keys().copied())
+                    .chain(self.node_nets.frontends().copied())
                     .collect();
                 Box::new(all.iter())
             }
@@ -365,6 +427,15 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
             };
             if changed {
                 self.settings.dsr_endpoints_changed();
+            }
+            let nodes = self
+                .cache
+                .desired(fe)
+                .filter(|t| t.dsr)
+                .map(|t| t.dsr_nodes.clone())
+                .unwrap_or_default();
+            if self.node_nets.set_endpoints(*fe, nodes) {
+                self.settings.node_nets_changed();
             }
         }
     }
@@ -541,6 +612,8 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
             }
         }
         self.full_pending = true;
+        // The node networks too are read back and repaired.
+        self.settings.reload_node_nets();
         self.sync(now)
     }
 

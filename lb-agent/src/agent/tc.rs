@@ -123,9 +123,10 @@ fn syn_budget(capacities: &Capacities, t: &Timeouts, cpus: u32) -> (u32, u32) {
 
 impl Agent {
     /// Points the tc programs at the devices wanted now (`--devices`, else
-    /// those holding the Node's primary addresses), writes their settings
-    /// and the guarded frontends' source ranges if they changed; a failure
-    /// is logged and retried at the next sync.
+    /// those holding the Node's primary addresses), writes their settings,
+    /// the guarded frontends' source ranges, the node networks and the DSR
+    /// frontends' endpoints if they changed; a failure is logged and
+    /// retried at the next sync.
     pub(super) fn sync_tc(&mut self) {
         if let Err(e) = self.write_tc_config() {
             error!(
@@ -178,6 +179,13 @@ impl Agent {
                 error = &e as &dyn std::error::Error,
                 "writing loadBalancerSourceRanges failed (their frontends admit nobody \
                  meanwhile); retrying at the next sync"
+            );
+        }
+        if let Err(e) = self.syncer.write_node_nets() {
+            error!(
+                error = &e as &dyn std::error::Error,
+                "writing which node each address is on failed (a DSR flow from a node to a \
+                 backend on that same node may fail meanwhile); retrying at the next sync"
             );
         }
         if let Err(e) = self.syncer.write_dsr_endpoints() {

@@ -109,6 +109,8 @@ fn render_names_every_family_once_with_every_label() {
         "lbagent_xdp_attached",
         "lbagent_xdp_veth_devices",
         "lbagent_node_missing",
+        "lbagent_node_list_refused",
+        "lbagent_node_networks",
         "lbagent_conntrack_entries",
         "lbagent_nat_entries",
         "lbagent_conntrack_collected",

@@ -42,6 +42,7 @@ use ipnet::IpNet;
 use super::{
     Backend, ExcludedCidrs, Frontend, IpFamily, NodeContext, Proto, Scope,
     maglev::Algorithm,
+    node_nets::EndpointNode,
     service::{Affinity, ServicePort, ServiceSpec, TrafficPolicy},
     slice::{SliceEndpoint, SliceSpec},
 };
@@ -80,6 +81,10 @@ pub struct Target {
     /// Another node may send them this frontend's flows with the frontend
     /// in the packets, which is trusted only for them (`LB4_DSR_EPS`).
     pub dsr_endpoints: Vec<Backend>,
+    /// With `dsr`: every endpoint that names its node, with its topology
+    /// (which names it), by address: which node a backend is on
+    /// (`LB4_NODE_NETS`), so that a client on the same node is SNATed.
+    pub dsr_nodes: Vec<EndpointNode>,
 }
 
 /// Which address of its Service a frontend is.
@@ -498,19 +503,30 @@ fn targets(
         let dsr = node.lb_mode.dsr(proto, spec.forwarding);
         // Whatever topology this node's view filters by: other nodes filter
         // by their own.
-        let dsr_endpoints = if dsr {
-            candidates
-                .iter()
-                .filter(|c| c.local && c.endpoint.is_serving())
-                .map(|c| c.backend)
-                .collect()
+        let (dsr_endpoints, dsr_nodes) = if dsr {
+            let on_node = candidates.iter().filter_map(|c| {
+                let topology = c.endpoint.topology.as_ref()?;
+                topology
+                    .node_name
+                    .is_some()
+                    .then(|| (c.backend.ip, topology.clone()))
+            });
+            (
+                candidates
+                    .iter()
+                    .filter(|c| c.local && c.endpoint.is_serving())
+                    .map(|c| c.backend)
+                    .collect(),
+                on_node.collect(),
+            )
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
         Target {
             maglev,
             dsr,
             dsr_endpoints,
+            dsr_nodes,
             // Maglev's promise (a flow maps to the same endpoint on every
             // node) holds only for the same table on every node: topology
             // hints, which differ by node and zone, are not applied.

@@ -422,6 +422,59 @@ fn the_forwarding_mode_annotation_chooses_dsr_for_flows_from_outside() {
     }
 }
 
+/// A DSR frontend from outside knows the node of each endpoint that names
+/// one, ready or not, on this node or another (`LB4_NODE_NETS`); other
+/// frontends, and the socket hooks' view, none.
+#[test]
+fn a_dsr_frontend_knows_which_node_each_endpoint_is_on() {
+    let mut c = cache(&["192.0.2.10"]);
+    c.apply_service(
+        &node_port_web()
+            .annotation(FORWARDING_MODE_ANNOTATION, "dsr")
+            .build(),
+    );
+    c.apply_slice(&slice(
+        "web-4",
+        "IPv4",
+        &[
+            Ep::new("10.0.0.1").ready(true).node("node-a"),
+            Ep::new("10.0.0.2").ready(false).node("node-b"),
+            Ep::new("10.0.0.3").ready(true),
+        ],
+    ));
+    c.flush();
+    let nodes = |f: Frontend| {
+        c.desired(&f)
+            .map(|t| {
+                t.dsr_nodes
+                    .iter()
+                    .map(|(ip, t)| (ip.to_string(), t.node_name.clone().unwrap_or_default()))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    let outside = fe("192.0.2.10", 30080, Proto::Tcp).external();
+    assert_eq!(
+        nodes(outside),
+        [
+            ("10.0.0.1".to_owned(), "node-a".to_owned()),
+            ("10.0.0.2".to_owned(), "node-b".to_owned())
+        ]
+    );
+    assert_eq!(nodes(fe("192.0.2.10", 30080, Proto::Tcp)), []);
+    assert_eq!(nodes(fe("10.96.0.20", 80, Proto::Tcp)), []);
+    // Without DSR, none.
+    let mut c = cache(&["192.0.2.10"]);
+    c.apply_service(&node_port_web().build());
+    c.apply_slice(&slice(
+        "web-4",
+        "IPv4",
+        &[Ep::new("10.0.0.1").node("node-a")],
+    ));
+    c.flush();
+    assert_eq!(c.desired(&outside).map(|t| t.dsr_nodes.len()), Some(0));
+}
+
 /// Topology hints and Maglev, on two nodes in different zones. Inside the
 /// node (the cluster IP, and the external addresses as the socket hooks
 /// see them) each node follows the hints, as kube-proxy. From outside, the

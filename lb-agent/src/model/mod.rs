@@ -6,7 +6,8 @@
 //! Modules depend one way: `service`/`slice` validate objects into specs,
 //! `claims` turns one Service's specs into per-frontend claims, `cache` keeps
 //! every spec and claim incrementally, and `desired` is the whole-state
-//! entry point built on the cache.
+//! entry point built on the cache. `node_nets` places every node's
+//! addresses and pod CIDRs, and DSR endpoints, for the tc programs.
 
 mod cache;
 mod claims;
@@ -16,6 +17,7 @@ mod few;
 pub mod forwarding;
 mod health_check;
 pub mod maglev;
+pub mod node_nets;
 mod nodeport_addresses;
 mod service;
 mod slice;

@@ -4,10 +4,10 @@
 use std::{sync::Arc, time::Instant};
 
 use futures::{StreamExt as _, stream::BoxStream};
-use tracing::info;
+use tracing::{info, warn};
 
 use super::{
-    Change, NodeFacts,
+    Change, ListKind, NodeFacts,
     file_poll::FilePoll,
     kube::{self, KubeError},
 };
@@ -34,6 +34,9 @@ pub enum Changes {
         /// update that leaves it (taints, heartbeats) is no change for the
         /// model.
         node: Option<NodeFacts>,
+        /// The apiserver refuses to list every Node, as it said last
+        /// (logged once until it lists them again).
+        nodes_refused: bool,
         shared: Arc<Shared>,
     },
     File {
@@ -49,10 +52,11 @@ impl Changes {
         Ok(match &config.source {
             Source::Kube { kubeconfig, master } => {
                 let client = kube::client(kubeconfig.as_deref(), master.as_deref()).await?;
-                info!(node = %config.node_name, "watching Services, EndpointSlices and this Node");
+                info!(node = %config.node_name, "watching Services, EndpointSlices, this Node and every Node's networks");
                 Self::Kube {
                     events: kube::watch(client, &config.node_name),
                     node: None,
+                    nodes_refused: false,
                     shared,
                 }
             }
@@ -70,6 +74,7 @@ impl Changes {
             Self::Kube {
                 events,
                 node,
+                nodes_refused,
                 shared,
             } => loop {
                 match events.next().await {
@@ -92,6 +97,28 @@ impl Changes {
                         return Ok(vec![(Change::NodeRefused(why), Instant::now())]);
                     }
                     Some(kube::Event::NodeDeleted) => shared.health.set_node_eligible(false),
+                    // Pending only if the model finds that it changes
+                    // something (the syncer says so).
+                    Some(kube::Event::Networks(c)) => {
+                        if *nodes_refused && matches!(c, Change::Listed(ListKind::Nodes)) {
+                            *nodes_refused = false;
+                            info!("the Nodes are listed now, with their addresses and pod CIDRs");
+                        }
+                        return Ok(vec![(c, Instant::now())]);
+                    }
+                    Some(kube::Event::NodesRefused(why)) => {
+                        shared.metrics.node_list_refused.inc();
+                        if !*nodes_refused {
+                            *nodes_refused = true;
+                            warn!(
+                                "the Nodes cannot be listed ({why}); going on without their \
+                                 addresses and pod CIDRs: a DSR flow from a node to a backend on \
+                                 that same node is SNATed only if its client is itself an \
+                                 endpoint of a DSR Service, and is lost otherwise (retrying with \
+                                 backoff; logged again once they are listed)"
+                            );
+                        }
+                    }
                     None => return Err(SourceError::WatchEnded),
                 }
             },

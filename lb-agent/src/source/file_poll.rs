@@ -10,7 +10,7 @@ use std::{
 use tokio::time::{Interval, MissedTickBehavior};
 use tracing::{error, warn};
 
-use super::{Change, ListKind, NodeFacts, file};
+use super::{Change, ListKind, NodeFacts, NodeNetworks, file};
 use crate::shared::Shared;
 
 /// How often the source files are checked for edits.
@@ -50,9 +50,9 @@ impl FilePoll {
         }
     }
 
-    /// The next changes of an edit: its beginning (a relist of both
-    /// kinds), then each chunk's Services and EndpointSlices, then its end
-    /// with this node's Node. A file that cannot be read keeps what the
+    /// The next changes of an edit: its beginning (a relist of every
+    /// kind), then each chunk's Services, EndpointSlices and Nodes' networks,
+    /// then its end with this node's Node. A file that cannot be read keeps what the
     /// model has (a half-written file is retried on the next edit; nothing
     /// is deleted without a complete read); malformed documents are skipped
     /// and counted. Cancel-safe: it only waits on the poll timer.
@@ -115,27 +115,29 @@ pub fn changes(
     all
 }
 
-/// The beginning of an edit: a relist of both kinds.
+/// The beginning of an edit: a relist of every kind.
 fn begin(read: Instant) -> Vec<(Change, Instant)> {
     vec![
         (Change::Relist(ListKind::Services), read),
         (Change::Relist(ListKind::Slices), read),
+        (Change::Relist(ListKind::Nodes), read),
     ]
 }
 
-/// The end of an edit: both lists complete, and this node's Node (empty
+/// The end of an edit: every list complete, and this node's Node (empty
 /// if the files do not hold it).
 fn end(node: Option<NodeFacts>, read: Instant) -> Vec<(Change, Instant)> {
     vec![
         (Change::Listed(ListKind::Services), read),
         (Change::Listed(ListKind::Slices), read),
+        (Change::Listed(ListKind::Nodes), read),
         (Change::Node(node.unwrap_or_default()), read),
     ]
 }
 
-/// The Services and slices of one chunk, read at `read`; its skipped
-/// documents are logged and counted, and this node's Node (`node_name`),
-/// if it holds it, kept in `node` for the end of the edit.
+/// The Services, slices and Nodes' networks of one chunk, read at `read`;
+/// its skipped documents are logged and counted, and this node's Node
+/// (`node_name`), if it holds it, kept in `node` for the end of the edit.
 fn chunk_changes(
     objects: file::Objects,
     node_name: &str,
@@ -162,7 +164,12 @@ fn chunk_changes(
         .slices
         .into_iter()
         .map(|s| (Change::Slice(Box::new(s)), read));
-    services.chain(slices).collect()
+    let networks = objects
+        .nodes
+        .iter()
+        .filter(|n| n.metadata.name.is_some())
+        .map(|n| (Change::NodeNetworks(NodeNetworks::of(n)), read));
+    services.chain(slices).chain(networks).collect()
 }
 
 #[cfg(test)]
@@ -249,15 +256,25 @@ spec: {ports: nope}
         let [
             Change::Relist(ListKind::Services),
             Change::Relist(ListKind::Slices),
+            Change::Relist(ListKind::Nodes),
             Change::Service(web),
+            Change::NodeNetworks(b),
+            Change::NodeNetworks(a),
             Change::Listed(ListKind::Services),
             Change::Listed(ListKind::Slices),
+            Change::Listed(ListKind::Nodes),
             Change::Node(node),
         ] = got.as_slice()
         else {
             panic!("not one whole edit: {got:?}");
         };
         assert_eq!(web.metadata.name.as_deref(), Some("web"));
+        // Every Node's networks, this node's too.
+        assert_eq!((a.name.as_str(), b.name.as_str()), ("node-a", "node-b"));
+        assert_eq!(
+            b.addresses,
+            ["192.168.0.2".parse::<std::net::IpAddr>().unwrap()]
+        );
         assert_eq!(node.zone.as_deref(), Some("zone-a"));
         assert_eq!(
             node.primary_ips,
@@ -288,7 +305,7 @@ spec: {ports: nope}
         let file = TempFile::new("large", &docs.join("---\n"));
         let shared = Shared::default();
         let mut poll = FilePoll::new(file.path().to_owned(), "node-a".into());
-        assert_eq!(poll.next(&shared).await.len(), 2, "the relists");
+        assert_eq!(poll.next(&shared).await.len(), 3, "the relists");
         assert_eq!(poll.next(&shared).await.len(), file::CHUNK);
         let rest = poll.next(&shared).await;
         let rest: Vec<Change> = rest.into_iter().map(|(c, _)| c).collect();

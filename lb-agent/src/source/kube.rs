@@ -1,5 +1,5 @@
-//! The Kubernetes source: watchers with reflectors on Services,
-//! EndpointSlices and this node's Node.
+//! The Kubernetes source: watchers on Services, EndpointSlices, this
+//! node's Node, and every Node's addresses and pod CIDRs.
 
 use std::{fmt::Debug, path::Path};
 
@@ -18,7 +18,7 @@ use tracing::warn;
 
 use super::backoff::with_backoff;
 use super::strip::Kept;
-use super::{Change, ListKind, NodeFacts};
+use super::{Change, ListKind, NodeFacts, NodeNetworks};
 
 /// One kind of apiserver request the agent makes: API group, resource, verbs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,6 +93,13 @@ pub enum Event {
     NodeDeleted,
     /// The apiserver refused to show this node's Node (why).
     NodeRefused(String),
+    /// A change of the list of every Node ([`NodeNetworks`], its relists),
+    /// pending only if the model finds that it changes anything (a Node
+    /// changes at every heartbeat; its networks seldom).
+    Networks(Change),
+    /// The apiserver refused to list or watch every Node (why): the agent
+    /// goes on without their networks.
+    NodesRefused(String),
 }
 
 /// A client as kube-proxy builds one: `--kubeconfig` if given, else the
@@ -132,8 +139,9 @@ fn parse_url(url: &str) -> Result<http::Uri, KubeError> {
     })
 }
 
-/// Watches Services and EndpointSlices cluster-wide and this node's Node,
-/// with kube-runtime's default backoff, except that a watch the apiserver
+/// Watches Services and EndpointSlices cluster-wide, this node's Node,
+/// and every Node (their networks: [`node_networks`]), with
+/// kube-runtime's default backoff, except that a watch the apiserver
 /// expires relists at once (`backoff.rs`). After every complete (re)list a kind's whole
 /// list is reported, so objects deleted while the watch was down disappear
 /// too.
@@ -159,6 +167,7 @@ pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
         },
         ListKind::Slices,
     );
+    let networks = node_networks(Api::<Kept<Node>>::all(client.clone()));
     let node = with_backoff(watcher(
         Api::<Node>::all(client),
         watcher::Config::default().fields(&format!("metadata.name={node_name}")),
@@ -177,7 +186,43 @@ pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
             }
         }
     });
-    futures::stream::select_all([services.boxed(), slices.boxed(), node.boxed()]).boxed()
+    futures::stream::select_all([
+        services.boxed(),
+        slices.boxed(),
+        node.boxed(),
+        networks.boxed(),
+    ])
+    .boxed()
+}
+
+/// Every Node's networks, parsed with only their names, addresses and pod
+/// CIDRs ([`Kept`]), streamed as the other kinds are. A watch beside the
+/// one on this node's Node, whose full object (labels, taints, deletion)
+/// only this node's needs. Refused (401, 403: a ClusterRole without it),
+/// it reports so and retries with backoff; nothing waits for it.
+fn node_networks(api: Api<Kept<Node>>) -> impl Stream<Item = Event> + Send {
+    with_backoff(watcher(api, watcher::Config::default())).filter_map(|ev| {
+        let event = match ev {
+            Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => Some(Event::Networks(
+                Change::NodeNetworks(NodeNetworks::of(&n.0)),
+            )),
+            Ok(watcher::Event::Delete(n)) => {
+                Some(Event::Networks(Change::NodeNetworksDeleted(n.name_any())))
+            }
+            Ok(watcher::Event::Init) => Some(Event::Networks(Change::Relist(ListKind::Nodes))),
+            Ok(watcher::Event::InitDone) => Some(Event::Networks(Change::Listed(ListKind::Nodes))),
+            Err(e) => match refused(&e) {
+                Some(code) => Some(Event::NodesRefused(format!("HTTP {code}: {e}"))),
+                None => {
+                    warn!(
+                        "watching every Node: {e}; keeping the last state, retrying with backoff"
+                    );
+                    None
+                }
+            },
+        };
+        futures::future::ready(event)
+    })
 }
 
 /// One kind's watcher, of objects parsed with only the fields the model

@@ -11,12 +11,18 @@
 //! Kept: whatever the model reads now or will read for traffic policies,
 //! topology, affinity and external traffic. Used by the watchers and the
 //! file source alike; [`Kept`] stands in for the Kubernetes type in both.
+//! Of the Nodes the watcher of every Node reads, only their names,
+//! addresses and pod CIDRs (a Node's status, with its images and
+//! conditions, is most of it, and changes at every heartbeat).
 
 use std::{collections::BTreeMap, fmt};
 
 use k8s_openapi::{
     api::{
-        core::v1::{LoadBalancerStatus, Service, ServiceSpec, ServiceStatus},
+        core::v1::{
+            LoadBalancerStatus, Node, NodeAddress, NodeSpec, NodeStatus, Service, ServiceSpec,
+            ServiceStatus,
+        },
         discovery::v1::{Endpoint, EndpointConditions, EndpointHints, EndpointPort, EndpointSlice},
     },
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
@@ -148,6 +154,64 @@ fn endpoint_slice<'de, D: Deserializer<'de>>(
         endpoints,
         ports: w.ports,
     })
+}
+
+/// Of a Node: name and resourceVersion, `spec.podCIDR(s)` and
+/// `status.addresses`.
+fn node<'de, D: Deserializer<'de>>(d: D, kind: KindField) -> Result<Node, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Wire {
+        api_version: Option<String>,
+        kind: Option<String>,
+        metadata: Option<NodeMeta>,
+        spec: Option<Spec>,
+        status: Option<Status>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct NodeMeta {
+        name: Option<String>,
+        resource_version: Option<String>,
+    }
+    #[derive(Deserialize)]
+    struct Spec {
+        #[serde(rename = "podCIDR")]
+        pod_cidr: Option<String>,
+        #[serde(rename = "podCIDRs")]
+        pod_cidrs: Option<Vec<String>>,
+    }
+    #[derive(Deserialize)]
+    struct Status {
+        addresses: Option<Vec<NodeAddress>>,
+    }
+    let w = Wire::deserialize(d)?;
+    check_type::<Node, D::Error>(w.api_version, w.kind, kind)?;
+    Ok(Node {
+        metadata: w
+            .metadata
+            .map(|m| ObjectMeta {
+                name: m.name,
+                resource_version: m.resource_version,
+                ..ObjectMeta::default()
+            })
+            .unwrap_or_default(),
+        spec: w.spec.map(|s| NodeSpec {
+            pod_cidr: s.pod_cidr,
+            pod_cidrs: s.pod_cidrs,
+            ..NodeSpec::default()
+        }),
+        status: w.status.map(|s| NodeStatus {
+            addresses: s.addresses,
+            ..NodeStatus::default()
+        }),
+    })
+}
+
+impl<'de> Deserialize<'de> for Kept<Node> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        node(d, KindField::Optional).map(Kept)
+    }
 }
 
 impl<'de> Deserialize<'de> for Kept<Service> {
@@ -482,6 +546,60 @@ mod tests {
         );
         // The second endpoint, with nothing but an address, is still there.
         assert_eq!(left["endpoints"][1], json!({"addresses": ["10.0.0.2"]}));
+    }
+
+    #[test]
+    fn a_node_keeps_its_name_addresses_and_pod_cidrs_and_loses_the_rest() {
+        let full = json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {
+                "name": "node-2", "uid": "u-3", "resourceVersion": "44",
+                "labels": {"topology.kubernetes.io/zone": "zone-a", "kubernetes.io/os": "linux"},
+                "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+                "managedFields": managed_fields(),
+            },
+            "spec": {
+                "podCIDR": "10.42.2.0/24", "podCIDRs": ["10.42.2.0/24", "fd42:2::/64"],
+                "providerID": "kind://docker/kind/node-2",
+                "taints": [{"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"}],
+            },
+            "status": {
+                "addresses": [{"type": "InternalIP", "address": "192.168.57.2"},
+                              {"type": "Hostname", "address": "node-2"}],
+                "capacity": {"cpu": "2", "memory": "4Gi"},
+                "conditions": [{"type": "Ready", "status": "True",
+                                "lastHeartbeatTime": "2025-05-12T08:30:00Z"}],
+                "images": [{"names": ["registry.k8s.io/pause:3.10"], "sizeBytes": 320368}],
+                "nodeInfo": {"kubeletVersion": "v1.33.0", "architecture": "amd64",
+                             "bootID": "b", "containerRuntimeVersion": "c", "kernelVersion": "k",
+                             "kubeProxyVersion": "", "machineID": "m", "operatingSystem": "linux",
+                             "osImage": "o", "systemUUID": "s"},
+            },
+        });
+        let kept: Kept<Node> = serde_json::from_value(full.clone()).unwrap();
+        let left = serde_json::to_value(&kept.0).unwrap();
+        assert_eq!(
+            paths(&left),
+            set(&[
+                ".apiVersion",
+                ".kind",
+                ".metadata.name",
+                ".metadata.resourceVersion",
+                ".spec.podCIDR",
+                ".spec.podCIDRs[]",
+                ".status.addresses[].address",
+                ".status.addresses[].type",
+            ])
+        );
+        // What the model reads of it is what it reads of the whole Node.
+        let whole: Node = serde_json::from_value(full).unwrap();
+        assert_eq!(
+            super::super::NodeNetworks::of(&kept.0),
+            super::super::NodeNetworks::of(&whole)
+        );
+        let empty: Kept<Node> = serde_json::from_value(json!({"metadata": null})).unwrap();
+        assert_eq!(empty.0, Node::default());
+        assert!(serde_json::from_value::<Kept<Node>>(json!({"kind": "Service"})).is_err());
     }
 
     #[test]

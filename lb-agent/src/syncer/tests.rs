@@ -613,3 +613,135 @@ fn a_node_the_apiserver_refuses_to_show_is_not_waited_for() {
     assert_eq!(port_80_backends(&s).len(), 2);
     assert_eq!(e.metrics.node_missing.get(), 1.0);
 }
+
+/// Node `name`'s networks.
+fn networks(name: &str, addresses: &[&str], pod_cidrs: &[&str]) -> Change {
+    Change::NodeNetworks(crate::source::NodeNetworks {
+        name: name.into(),
+        addresses: addresses.iter().map(|a| a.parse().unwrap()).collect(),
+        pod_cidrs: pod_cidrs.iter().map(|c| c.parse().unwrap()).collect(),
+    })
+}
+
+/// `LB4_NODE_NETS` as the in-memory store holds it.
+fn node_nets(s: &Syncer<Mem, ManualGrace, MemSettings>) -> BTreeMap<String, u32> {
+    s.settings()
+        .store()
+        .node_nets
+        .iter()
+        .map(|(net, n)| (net.to_string(), *n))
+        .collect()
+}
+
+fn nets(list: &[(&str, u32)]) -> BTreeMap<String, u32> {
+    list.iter().map(|(n, v)| (n.to_string(), *v)).collect()
+}
+
+#[test]
+fn node_networks_follow_the_nodes_and_the_dsr_endpoints_and_a_heartbeat_writes_nothing() {
+    let (mut s, shared, _) = syncer(64);
+    let now = Instant::now();
+    let lb = Svc::new("default", "lb")
+        .type_("LoadBalancer")
+        .cluster_ip("10.96.0.9")
+        .lb_ingress_ip("192.0.2.9")
+        .annotation(crate::model::FORWARDING_MODE_ANNOTATION, "dsr")
+        .port("http", 80, "TCP");
+    let eps = |ips: &[(&str, &str)]| {
+        Slice::new("default", "lb-1")
+            .service("lb")
+            .port("http", 8080, "TCP")
+            .endpoints(
+                ips.iter()
+                    .map(|(ip, node)| Ep::new(ip).ready(true).node(node)),
+            )
+            .build()
+    };
+    let both = eps(&[("10.1.0.5", "node-b"), ("10.2.0.7", "node-a")]);
+    list(&mut s, vec![lb.clone()], vec![both.clone()], now);
+    for c in [
+        Change::Relist(ListKind::Nodes),
+        networks("node-a", &["192.0.2.1"], &["10.2.0.0/24"]),
+        networks("node-b", &["192.0.2.2", "fd00::2"], &[]),
+        Change::Listed(ListKind::Nodes),
+    ] {
+        s.apply(c, now);
+    }
+    s.sync(now).unwrap();
+    assert!(s.write_node_nets().unwrap());
+    // node-b has no pod CIDR: its endpoint has an entry of its own;
+    // node-a's is in its CIDR.
+    assert_eq!(
+        node_nets(&s),
+        nets(&[
+            ("10.1.0.5/32", 2),
+            ("10.2.0.0/24", 1),
+            ("192.0.2.1/32", 1),
+            ("192.0.2.2/32", 2),
+            ("fd00::2/128", 2),
+        ])
+    );
+    assert_eq!(shared.metrics.node_networks.get(), 5.0);
+    assert!(!s.write_node_nets().unwrap(), "nothing changed");
+
+    // A heartbeat: nothing pending, nothing written.
+    s.apply(networks("node-b", &["192.0.2.2", "fd00::2"], &[]), now);
+    assert!(!s.pending(now));
+    // node-b gets its pod CIDR: its endpoint's entry goes, after the CIDR
+    // came.
+    s.apply(
+        networks("node-b", &["192.0.2.2", "fd00::2"], &["10.1.0.0/24"]),
+        now,
+    );
+    assert!(s.pending(now));
+    s.sync(now).unwrap();
+    let ops = s.settings().store().node_net_ops.len();
+    assert!(s.write_node_nets().unwrap());
+    let op = |insert, net: &str| (insert, net.parse::<IpNet>().unwrap());
+    assert_eq!(
+        s.settings().store().node_net_ops[ops..],
+        [op(true, "10.1.0.0/24"), op(false, "10.1.0.5/32")]
+    );
+
+    // A relist that no longer names node-a: its Node's entries go; its
+    // endpoint, named by the slice, keeps it placed (and numbered).
+    for c in [
+        Change::Relist(ListKind::Nodes),
+        networks("node-b", &["192.0.2.2", "fd00::2"], &["10.1.0.0/24"]),
+        Change::Listed(ListKind::Nodes),
+    ] {
+        s.apply(c, now);
+    }
+    s.sync(now).unwrap();
+    assert!(s.write_node_nets().unwrap());
+    assert_eq!(
+        node_nets(&s),
+        nets(&[
+            ("10.1.0.0/24", 2),
+            ("10.2.0.7/32", 1),
+            ("192.0.2.2/32", 2),
+            ("fd00::2/128", 2),
+        ])
+    );
+
+    // The Service forwards by SNAT now: its endpoints' entries go.
+    list(
+        &mut s,
+        vec![lb.annotation(crate::model::FORWARDING_MODE_ANNOTATION, "snat")],
+        vec![both],
+        now,
+    );
+    s.sync(now).unwrap();
+    assert!(s.write_node_nets().unwrap());
+    assert_eq!(
+        node_nets(&s),
+        nets(&[("10.1.0.0/24", 2), ("192.0.2.2/32", 2), ("fd00::2/128", 2)])
+    );
+    // node-b is deleted.
+    s.apply(Change::NodeNetworksDeleted("node-b".into()), now);
+    s.apply(Change::NodeNetworksDeleted("node-b".into()), now);
+    s.sync(now).unwrap();
+    assert!(s.write_node_nets().unwrap());
+    assert!(node_nets(&s).is_empty());
+    assert_eq!(shared.metrics.node_networks.get(), 0.0);
+}
