@@ -285,4 +285,10 @@ pub struct DumpArgs {
     /// frontends.
     #[arg(long, conflicts_with = "stats")]
     pub conntrack: bool,
+    /// Print the DSR tables instead of the frontends: which node each
+    /// address is on (every Node's addresses and pod CIDRs, and the DSR
+    /// frontends' endpoints, by node number) and the endpoints on this node
+    /// of DSR frontends.
+    #[arg(long, conflicts_with_all = ["stats", "conntrack"])]
+    pub dsr: bool,
 }

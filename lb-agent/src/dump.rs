@@ -1,7 +1,13 @@
-//! `lb-agent dump`: the maps as an `ipvsadm -ln`-style listing, and the
-//! datapath counters.
+//! `lb-agent dump`: the maps as an `ipvsadm -ln`-style listing, the
+//! datapath counters, the conntrack, and the DSR tables.
 
-use std::{fmt::Write as _, net::SocketAddr};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt::Write as _,
+    net::{IpAddr, SocketAddr},
+};
+
+use ipnet::IpNet;
 
 use lb_common::{
     CT_DIR_IN, CT_F_DSR, CT_F_KERNEL, CT_F_SNAT, CT_SEEN, CT_SEEN_FIN, CT_SEEN_RST, CtKey, CtValue,
@@ -14,7 +20,7 @@ use lb_common::{
 use crate::{
     datapath::conntrack::{Addr, Entries},
     model::{Frontend, Proto},
-    reconcile::{LbView, SlotView},
+    reconcile::{DsrEndpointKey, LbView, SlotView},
 };
 
 /// Renders every frontend with the backends of its live revision, sorted by
@@ -209,6 +215,54 @@ fn render_family<A: Addr + Ord>(
     }
 }
 
+/// Renders the DSR tables (`dump --dsr`): which node each address is on
+/// (`LB4_NODE_NETS`, `LB6_NODE_NETS`: prefix and node number, by node),
+/// then the endpoints on this node of DSR frontends (`LB4_DSR_EPS`,
+/// `LB6_DSR_EPS`; a NodePort's frontend is `*`, every node address).
+pub fn render_dsr(
+    node_nets: &BTreeMap<IpNet, u32>,
+    endpoints: &BTreeSet<DsrEndpointKey>,
+) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# node networks: prefix -> node");
+    let by_node: BTreeSet<(u32, IpNet)> = node_nets.iter().map(|(net, n)| (*n, *net)).collect();
+    for (node, net) in by_node {
+        let _ = writeln!(out, "{:<28} node {node}", net.to_string());
+    }
+    let _ = writeln!(out, "# DSR endpoints on this node: frontend -> endpoint");
+    let proto = |p: u8| Proto::from_number(p).map_or_else(|| p.to_string(), |p| p.to_string());
+    let frontend = |addr: IpAddr, port_be: u16| {
+        let port = u16::from_be(port_be);
+        if addr.is_unspecified() {
+            format!("*:{port}")
+        } else {
+            SocketAddr::new(addr, port).to_string()
+        }
+    };
+    for key in endpoints {
+        let (p, fe, ep) = match key {
+            DsrEndpointKey::V4(k) => (
+                k.proto,
+                frontend(k.frontend_be.into(), k.frontend_port_be),
+                SocketAddr::new(k.endpoint_be.into(), u16::from_be(k.endpoint_port_be)),
+            ),
+            DsrEndpointKey::V6(k) => (
+                k.proto,
+                frontend(k.frontend_be.into(), k.frontend_port_be),
+                SocketAddr::new(k.endpoint_be.into(), u16::from_be(k.endpoint_port_be)),
+            ),
+        };
+        let _ = writeln!(out, "{:<4} {fe:<40} -> {ep}", proto(p));
+    }
+    let _ = writeln!(
+        out,
+        "# entries: {} node networks, {} DSR endpoints",
+        node_nets.len(),
+        endpoints.len()
+    );
+    out
+}
+
 /// Renders the datapath counters, one per line.
 pub fn render_stats(counters: impl Iterator<Item = (&'static str, u64)>) -> String {
     let mut out = String::new();
@@ -224,6 +278,60 @@ mod tests {
 
     use super::*;
     use crate::reconcile::FrontendView;
+
+    #[test]
+    fn the_dsr_tables_list_each_nodes_networks_and_each_endpoint() {
+        let nets: BTreeMap<IpNet, u32> = [
+            ("192.168.57.2/32", 2),
+            ("10.42.1.0/24", 1),
+            ("fd42:2::/64", 2),
+            ("10.42.2.0/24", 2),
+        ]
+        .into_iter()
+        .map(|(n, v)| (n.parse().unwrap(), v))
+        .collect();
+        let v4 = |fe: [u8; 4], ep: [u8; 4]| {
+            DsrEndpointKey::V4(lb_common::DsrEndpoint4Key {
+                frontend_be: fe,
+                endpoint_be: ep,
+                frontend_port_be: 30090u16.to_be(),
+                endpoint_port_be: 8080u16.to_be(),
+                proto: PROTO_TCP,
+                _pad0: [0; 3],
+            })
+        };
+        let v6 = DsrEndpointKey::V6(lb_common::DsrEndpoint6Key {
+            frontend_be: "2001:db8:e::10"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .octets(),
+            endpoint_be: "fd42:2::2".parse::<std::net::Ipv6Addr>().unwrap().octets(),
+            frontend_port_be: 80u16.to_be(),
+            endpoint_port_be: 8080u16.to_be(),
+            proto: lb_common::PROTO_UDP,
+            _pad0: [0; 3],
+        });
+        let eps = BTreeSet::from([
+            v4([0; 4], [10, 42, 2, 2]),
+            v4([198, 51, 100, 10], [10, 42, 2, 2]),
+            v6,
+        ]);
+        let text = render_dsr(&nets, &eps);
+        let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
+        let want = [
+            "# node networks: prefix -> node",
+            "10.42.1.0/24                 node 1",
+            "10.42.2.0/24                 node 2",
+            "192.168.57.2/32              node 2",
+            "fd42:2::/64                  node 2",
+            "# DSR endpoints on this node: frontend -> endpoint",
+            "TCP  *:30090                                  -> 10.42.2.2:8080",
+            "TCP  198.51.100.10:30090                      -> 10.42.2.2:8080",
+            "UDP  [2001:db8:e::10]:80                      -> [fd42:2::2]:8080",
+            "# entries: 4 node networks, 3 DSR endpoints",
+        ];
+        assert_eq!(lines, want, "{text}");
+    }
 
     #[test]
     fn missing_slots_and_backends_are_shown_not_hidden() {

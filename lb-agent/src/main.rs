@@ -6,8 +6,9 @@ use clap::Parser as _;
 use lb_agent::{
     cli::{Cli, Command},
     config::RunConfig,
-    datapath::{conntrack, pins::Pins, stats},
+    datapath::{conntrack, pins::Pins, settings::BpfSettings, stats},
     dump, memory,
+    reconcile::SettingsStore as _,
 };
 
 fn main() -> anyhow::Result<()> {
@@ -60,6 +61,17 @@ fn main() -> anyhow::Result<()> {
                     format!("reading the conntrack under {}", pins.maps_dir().display())
                 })?;
                 dump::render_conntrack(&entries, conntrack::now())
+            } else if args.dsr {
+                let maps = pins.maps_dir();
+                let read = || -> Result<_, lb_agent::reconcile::StoreError> {
+                    let settings = BpfSettings::open(&maps)?;
+                    Ok(dump::render_dsr(
+                        &settings.node_nets()?,
+                        &settings.dsr_endpoints()?,
+                    ))
+                };
+                read()
+                    .with_context(|| format!("reading the DSR tables under {}", maps.display()))?
             } else {
                 dump::render(&lb_agent::datapath::read_view(&pins)?)
             };
