@@ -68,6 +68,12 @@ impl PinDir {
         self.dump_with(&["--conntrack"])
     }
 
+    /// `lb-agent dump --dsr`: which node each address is on, and the DSR
+    /// frontends' endpoints on this node.
+    pub fn dsr(&self) -> anyhow::Result<String> {
+        self.dump_with(&["--dsr"])
+    }
+
     /// `lb-agent dump --stats`: each datapath counter by name.
     pub fn stats(&self) -> anyhow::Result<std::collections::BTreeMap<String, u64>> {
         self.dump_with(&["--stats"])?

@@ -9,9 +9,14 @@
 //!                          192.168.57.254, fd00:57::fe (bridge)
 //!                     /                          \
 //!   node-1 eth0 192.168.57.1, fd00:57::1   node-2 eth0 192.168.57.2, fd00:57::2
-//!        |                                        |
-//!   pod p1 10.42.1.2, fd42:1::2              pod p2 10.42.2.2, fd42:2::2
+//!        |                                        |              \
+//!   pod p1 10.42.1.2, fd42:1::2              pod p2 10.42.2.2,    pod p3 10.42.2.130,
+//!                                                   fd42:2::2            fd42:2::1:2
 //! ```
+//!
+//! Node-1's pod CIDRs are 10.42.1.0/24 and fd42:1::/64, node-2's
+//! 10.42.2.0/24 and fd42:2::/64 (p3 is in a /25 and a /112 of node-2's of
+//! its own, routed by node-2 to its veth).
 //!
 //! Every link is dual-stack, and both families are routed alike (duplicate
 //! address detection is off, so every address is usable at once). The
@@ -62,12 +67,16 @@ pub const NODE2_6: &str = "fd00:57::2";
 /// The pods' IPv6 addresses.
 pub const P1_6: &str = "fd42:1::2";
 pub const P2_6: &str = "fd42:2::2";
+/// Pod `p3`, the second on node-2 (it serves nothing unless a test starts
+/// a server there: a client on the node of another pod).
+pub const P3: &str = "10.42.2.130";
+pub const P3_6: &str = "fd42:2::1:2";
 /// An IPv6 external IP; the router sends 2001:db8:e::/64 to node-1.
 pub const EXTERNAL_IP6: &str = "2001:db8:e::10";
 /// `lonely`'s health-check port.
 pub const HC_PORT: u16 = 32100;
 
-/// Namespaces `<name>-{c,r,n1,n2,p1,p2}`, deleted on drop.
+/// Namespaces `<name>-{c,r,n1,n2,p1,p2,p3}`, deleted on drop.
 pub struct Nodes {
     namespaces: Namespaces,
 }
@@ -79,17 +88,18 @@ impl Nodes {
 
     pub fn new(name: &str) -> anyhow::Result<Self> {
         let mut namespaces = Namespaces::new(name);
-        let [c, r, n1, n2, p1, p2] = [
+        let [c, r, n1, n2, p1, p2, p3] = [
             namespaces.add("c")?,
             namespaces.add("r")?,
             namespaces.add("n1")?,
             namespaces.add("n2")?,
             namespaces.add("p1")?,
             namespaces.add("p2")?,
+            namespaces.add("p3")?,
         ];
         // Before any interface exists, so that link-local addresses are
         // not tentative either.
-        for ns in [&c, &r, &n1, &n2, &p1, &p2] {
+        for ns in [&c, &r, &n1, &n2, &p1, &p2, &p3] {
             no_dad(ns)?;
         }
         veth(
@@ -114,6 +124,12 @@ impl Nodes {
             (&p2, "eth0", Some("10.42.2.2/24")),
             (&n2, "p2", Some("10.42.2.1/24")),
         )?;
+        // A narrower subnet of node-2's pod CIDR: its connected route
+        // wins over p2's.
+        veth(
+            (&p3, "eth0", Some(&format!("{P3}/25"))),
+            (&n2, "p3", Some("10.42.2.129/25")),
+        )?;
         for (ns, dev, addr) in [
             (&c, "eth0", format!("{CLIENT6}/64")),
             (&r, "eth0", "2001:db8:c::1/64".to_owned()),
@@ -124,6 +140,8 @@ impl Nodes {
             (&n1, "p1", "fd42:1::1/64".to_owned()),
             (&p2, "eth0", format!("{P2_6}/64")),
             (&n2, "p2", "fd42:2::1/64".to_owned()),
+            (&p3, "eth0", format!("{P3_6}/112")),
+            (&n2, "p3", "fd42:2::1:1/112".to_owned()),
         ] {
             ip(&["-n", ns, "addr", "add", &addr, "dev", dev, "nodad"])?;
         }
@@ -133,11 +151,13 @@ impl Nodes {
             (&n2, "192.168.57.254"),
             (&p1, "10.42.1.1"),
             (&p2, "10.42.2.1"),
+            (&p3, "10.42.2.129"),
             (&c, "2001:db8:c::1"),
             (&n1, "fd00:57::fe"),
             (&n2, "fd00:57::fe"),
             (&p1, "fd42:1::1"),
             (&p2, "fd42:2::1"),
+            (&p3, "fd42:2::1:1"),
         ] {
             ip(&["-n", ns, "route", "add", "default", "via", via])?;
         }
@@ -197,16 +217,20 @@ pub fn p2_6() -> Ep {
 }
 
 /// Node objects `node-1` and `node-2` with their addresses, an InternalIP
-/// of each family.
+/// of each family, and their pod CIDRs.
 pub fn node_objects() -> [Object; 2] {
     [
         Node::new("node-1")
             .address("InternalIP", NODE1)
             .address("InternalIP", NODE1_6)
+            .pod_cidr("10.42.1.0/24")
+            .pod_cidr("fd42:1::/64")
             .into(),
         Node::new("node-2")
             .address("InternalIP", NODE2)
             .address("InternalIP", NODE2_6)
+            .pod_cidr("10.42.2.0/24")
+            .pod_cidr("fd42:2::/64")
             .into(),
     ]
 }
@@ -433,7 +457,8 @@ impl Bed {
         self.exec("r", &cmd).map(drop)
     }
 
-    /// Runs `cmd` in `host`'s namespace (`c`, `r`, `n1`, `n2`, `p1`, `p2`).
+    /// Runs `cmd` in `host`'s namespace (`c`, `r`, `n1`, `n2`, `p1`, `p2`,
+    /// `p3`).
     pub fn exec(&self, host: &str, cmd: &[&str]) -> anyhow::Result<String> {
         exec(&self.nodes.ns(host), cmd)
     }

@@ -165,6 +165,11 @@ fn a_node_the_apiserver_refuses_to_show_is_not_waited_for() -> anyhow::Result<()
     agent.wait_syncs(1)?;
     assert!(api.request_count("nodes", Verb::List) > 0);
     assert_eq!(agent.metric(MISSING)?, 1.0);
+    // So is the list of every Node (DSR's node networks): counted, and the
+    // agent goes on without it.
+    eventually("the refused list of every Node counted", || {
+        Ok(agent.metric("lbagent_node_list_refused_total")? >= 1.0)
+    })?;
     let dump = rig.pins.dump()?;
     assert_eq!(
         backends(&dump, ZONED),
