@@ -24,7 +24,7 @@ struct Target {
     max_len: usize,
 }
 
-const TARGETS: [Target; 4] = [
+const TARGETS: [Target; 5] = [
     // Most real objects are below 2 KB, and the YAML parser's time grows
     // with the input: 4 KB halved the executions (about 1,100 per CPU
     // second against 2,000).
@@ -42,6 +42,11 @@ const TARGETS: [Target; 4] = [
     },
     Target {
         name: "dump_decode",
+        max_len: 4096,
+    },
+    // A few frames of up to 1,514 bytes; most findings need short ones.
+    Target {
+        name: "packet_programs",
         max_len: 4096,
     },
 ];
@@ -64,7 +69,7 @@ pub(crate) struct FuzzArgs {
     #[arg(long, value_name = "N")]
     pub runs: Option<u64>,
     /// The target to run (default: every one): file_source, model_events,
-    /// kube_proxy_config, dump_decode.
+    /// kube_proxy_config, dump_decode, packet_programs (needs root).
     pub target: Option<String>,
 }
 

@@ -179,6 +179,15 @@ impl Bed {
         }
     }
 
+    /// Takes the map `name` out of the object, for a caller that reads or
+    /// writes one the bed keeps no handle of.
+    pub(crate) fn take_map<T: TryFrom<Map>>(&mut self, name: &str) -> T
+    where
+        T::Error: std::fmt::Debug,
+    {
+        take(&mut self.ebpf, name)
+    }
+
     /// An external frontend `NODE:port/proto` with `backends`, written in
     /// the agent's order (backends, slots, state, then the key).
     pub(crate) fn frontend(&mut self, port: u16, proto: u8, flags: u16, backends: &[Addr]) {
@@ -456,6 +465,18 @@ impl Bed {
     /// caller's network namespace (0: the loopback device), where its FIB
     /// lookups happen: its verdict and the packet after it.
     pub(crate) fn run_on(&self, name: &str, packet: &[u8], ifindex: u32) -> (i32, Vec<u8>) {
+        self.try_run_on(name, packet, ifindex)
+            .expect("BPF_PROG_TEST_RUN")
+    }
+
+    /// [`Self::run_on`], or the kernel's refusal to run the program on
+    /// `packet`.
+    pub(crate) fn try_run_on(
+        &self,
+        name: &str,
+        packet: &[u8],
+        ifindex: u32,
+    ) -> Result<(i32, Vec<u8>), aya::programs::ProgramError> {
         let mut out = vec![0u8; packet.len() + 256];
         // `struct __sk_buff` up to its `ifindex` (offset 40), the rest 0.
         let mut skb = [0u8; 44];
@@ -466,12 +487,9 @@ impl Bed {
         if ifindex != 0 {
             opts.ctx_in = Some(&skb);
         }
-        let result = self
-            .program(name)
-            .test_run(opts)
-            .expect("BPF_PROG_TEST_RUN");
+        let result = self.program(name).test_run(opts)?;
         out.truncate(result.data_size_out as usize);
-        (result.return_value as i32, out)
+        Ok((result.return_value as i32, out))
     }
 
     /// Runs program `name` on `packet` as on device `ifindex` (see
@@ -598,17 +616,29 @@ impl Bed {
     /// the caller's network namespace (where its FIB lookups happen): its
     /// action and the frame after it.
     pub(crate) fn xdp(&self, packet: &[u8], ifindex: u32) -> (u32, Vec<u8>) {
+        self.try_xdp(packet, ifindex).expect("BPF_PROG_TEST_RUN")
+    }
+
+    /// [`Self::xdp`], or the kernel's refusal to run the program on
+    /// `packet`.
+    pub(crate) fn try_xdp(
+        &self,
+        packet: &[u8],
+        ifindex: u32,
+    ) -> Result<(u32, Vec<u8>), aya::programs::ProgramError> {
         let mut out = vec![0u8; packet.len() + 256];
-        let result = self.run_xdp(packet, ifindex, Some(&mut out), 1);
+        let result = self.run_xdp(packet, ifindex, Some(&mut out), 1)?;
         out.truncate(result.data_size_out as usize);
-        (result.return_value, out)
+        Ok((result.return_value, out))
     }
 
     /// The kernel's mean time per run of `lb_xdp` on `packet` arriving on
     /// `ifindex`, `repeat` times over the same frame (which each run leaves
     /// as it rewrote it).
     pub(crate) fn time_xdp(&self, packet: &[u8], ifindex: u32, repeat: u32) -> std::time::Duration {
-        self.run_xdp(packet, ifindex, None, repeat).duration
+        self.run_xdp(packet, ifindex, None, repeat)
+            .expect("BPF_PROG_TEST_RUN")
+            .duration
     }
 
     fn run_xdp(
@@ -617,7 +647,7 @@ impl Bed {
         ifindex: u32,
         out: Option<&mut [u8]>,
         repeat: u32,
-    ) -> aya::programs::TestRunResult {
+    ) -> Result<aya::programs::TestRunResult, aya::programs::ProgramError> {
         let prog: &Xdp = self
             .ebpf
             .program("lb_xdp")
@@ -635,7 +665,7 @@ impl Bed {
         opts.data_out = out;
         opts.ctx_in = Some(&md);
         opts.repeat = repeat;
-        prog.test_run(opts).expect("BPF_PROG_TEST_RUN")
+        prog.test_run(opts)
     }
 
     pub(crate) fn ingress(&self, packet: &[u8]) -> (i32, Vec<u8>) {

@@ -79,17 +79,23 @@ impl Netns {
         text.split(':').next().unwrap().trim().parse().unwrap()
     }
 
+    /// Moves the calling thread into the namespace for good: it outlives
+    /// this handle (which only deletes its name) until the thread ends.
+    pub(crate) fn enter(&self) {
+        let file = File::open(format!("/var/run/netns/{}", self.0)).expect("the netns");
+        move_into_link_name_space(
+            std::os::fd::AsFd::as_fd(&file),
+            Some(LinkNameSpaceType::Network),
+        )
+        .expect("setns (needs root)");
+    }
+
     /// Runs `f` on a thread inside the namespace, where the program's FIB
     /// lookups happen.
     pub(crate) fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
-        let file = File::open(format!("/var/run/netns/{}", self.0)).expect("the netns");
         std::thread::scope(|s| {
             s.spawn(|| {
-                move_into_link_name_space(
-                    std::os::fd::AsFd::as_fd(&file),
-                    Some(LinkNameSpaceType::Network),
-                )
-                .expect("setns (needs root)");
+                self.enter();
                 f()
             })
             .join()
