@@ -17,6 +17,7 @@ use aya::{
 use lb_common::{ALL_MAPS, BACKENDS4, FRONTENDS4, REVNAT4};
 use lb_fixtures::{Object, Slice, Svc, yaml};
 use lb_tests::{
+    cgroup::{SOCK_HOOKS, attached_programs},
     install::Frontend,
     layout1, layout2, layout3, layout5, layout6, layout7, layout8, layout9,
     probe::{self, BenchReport},
@@ -287,6 +288,87 @@ fn upgrading_from_layout_8_under_traffic_fails_no_connection() -> anyhow::Result
 #[test]
 fn upgrading_from_layout_9_under_traffic_fails_no_connection() -> anyhow::Result<()> {
     upgrade_under_traffic(layout9::install, "upgrade from layout 9")
+}
+
+/// The programs attached to `cgroup` at each socket hook, by link name.
+fn attached(cgroup: &Path) -> anyhow::Result<BTreeMap<String, Vec<u32>>> {
+    SOCK_HOOKS
+        .iter()
+        .map(|(name, hook)| Ok((name.to_string(), attached_programs(cgroup, *hook)?)))
+        .collect()
+}
+
+/// Another process holding old links open (a `bpftool`, a monitor, a
+/// backup that opened the pins) keeps a link attached after its pin is
+/// renamed over. The old programs must go all the same. Left attached to
+/// the cgroup, they run before the new ones at the same hook, from the
+/// old maps: the old translating programs send connections to the old
+/// backends, and write reverse-NAT entries into the old map, which the new
+/// reversing programs no longer read once the migration is over, so that
+/// UDP replies show the backend's address. Upgrades from layout 9 holding
+/// the links of `held`.
+fn upgrade_with_links_held(held: &[&str]) -> anyhow::Result<()> {
+    let mut bed = bed()?;
+    layout9::install(bed.pins.path(), bed.cgroup.path(), &old_frontends())?;
+    let old_programs = linked_programs(bed.pins.path())?;
+    let before = attached(bed.cgroup.path())?;
+    for (link, id) in &old_programs {
+        assert_eq!(before[link], [*id], "{link} before the upgrade: {before:?}");
+    }
+    let links = bed.pins.path().join("links");
+    let holding: Vec<FdLink> = held
+        .iter()
+        .map(|name| Ok(FdLink::from(PinnedLink::from_pin(links.join(name))?)))
+        .collect::<anyhow::Result<_>>()?;
+
+    bed.write_manifest(&manifest(&["10.42.0.2", "10.42.0.3"]))?;
+    let traffic = Traffic::start(&bed, 4.0)?;
+    std::thread::sleep(Duration::from_millis(500));
+    bed.start_agent(&[])?;
+    if let Err(e) = wait_migrated(bed.pins.path()) {
+        return Err(e.context(bed.agent().log_text()));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let (tcp, udp) = traffic.finish()?;
+
+    // New flows once the upgrade is over: UDP replies must show the
+    // Service's address, and TCP reach the new agent's backends.
+    let r = bed.udp(DNS, 20, false)?;
+    let web = bed.tcp(TO, 40)?;
+    let new_programs = linked_programs(bed.pins.path())?;
+    let after = attached(bed.cgroup.path())?;
+    eprintln!(
+        "holding {held:?}: attached {after:?}, old {old_programs:?}; during the upgrade \
+         UDP failures {:?}; after it, UDP replies from {:?}, TCP answers from {:?}",
+        udp.errors, r.peers, web.replies
+    );
+    // Exactly the new agent's program at every hook, old links held or not.
+    let want: BTreeMap<String, Vec<u32>> = new_programs
+        .iter()
+        .map(|(link, id)| (link.clone(), vec![*id]))
+        .collect();
+    assert_eq!(after, want, "old programs {old_programs:?}");
+    assert_no_failure(&tcp, &udp, "upgrade from layout 9, old links held");
+    assert_eq!(r.peers.keys().collect::<Vec<_>>(), [DNS], "{r:?}");
+    assert_eq!(r.failed(), 0, "{r:?}");
+    assert_eq!(web.failed(), 0, "{web:?}");
+    assert_eq!(
+        web.replies.keys().cloned().collect::<BTreeSet<_>>(),
+        set(&["pb", "pc"])
+    );
+    drop(holding);
+    Ok(())
+}
+
+#[test]
+fn an_upgrade_detaches_the_old_programs_while_their_links_are_held_open() -> anyhow::Result<()> {
+    upgrade_with_links_held(&["connect4", "sendmsg4", "recvmsg4", "getpeername4"])
+}
+
+#[test]
+fn an_upgrade_detaches_the_old_translating_programs_while_their_links_are_held_open()
+-> anyhow::Result<()> {
+    upgrade_with_links_held(&["connect4", "sendmsg4"])
 }
 
 #[test]

@@ -58,6 +58,14 @@ pub enum Error {
         #[source]
         source: LinkError,
     },
+    /// The link pinned at `path` (replaced or removed) could not be
+    /// detached (`BPF_LINK_DETACH`).
+    #[error("detaching the link pinned at {path}")]
+    Detach {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("pinning {path}")]
     Pin {
         path: PathBuf,

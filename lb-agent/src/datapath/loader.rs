@@ -18,6 +18,7 @@ use lb_common::ALL_MAPS;
 use super::{
     error::{Error, io_err},
     layout::Capacities,
+    link_detach::OldLink,
     pins::Pins,
 };
 
@@ -135,9 +136,9 @@ pub fn load_programs(ebpf: &mut Ebpf, names: &[&'static str]) -> Result<(), Erro
 
 /// Attaches `programs` to `cgroup`, each replacing the one attached before
 /// it make-before-break: the new link is attached and pinned first, then
-/// renamed over the old pin, which detaches the old program. BPF links take
-/// no attach flags (the kernel attaches them as multi), so for a moment both
-/// run; either gives the same answer.
+/// renamed over the old pin, then the old link is detached (see
+/// [`pin_replacing`]). BPF links take no attach flags (the kernel attaches
+/// them as multi), so for a moment both run; either gives the same answer.
 pub fn attach(
     ebpf: &mut Ebpf,
     pins: &Pins,
@@ -168,19 +169,45 @@ pub fn attach(
     Ok(())
 }
 
-/// Pins `link` as `links/<pin>`, replacing the link pinned there, which
-/// detaches its program: the new one is pinned beside it first, then
-/// renamed over it, so one of the two is always attached.
+/// Pins `link` as `links/<pin>`, replacing the link pinned there: the new
+/// one is pinned beside it first, then renamed over it, so one of the two
+/// is always attached; then the old link is detached
+/// ([`BPF_LINK_DETACH`](super::link_detach)). Renaming over its pin only
+/// drops the pin's reference: any process that holds the old link open
+/// would keep the old program attached, running from the maps it was
+/// loaded with.
 pub fn pin_replacing(link: FdLink, pins: &Pins, pin: &str) -> Result<(), Error> {
     let final_path = pins.link(pin);
     // bpffs rejects names containing a dot.
     let tmp_path = pins.link(&format!("{pin}_new"));
-    remove_if_present(&tmp_path)?;
+    unpin_link(&tmp_path)?;
+    // Opened before the rename: after it, the pin names the new link.
+    let old = OldLink::open(&final_path).map_err(io_err("opening link pin", &final_path))?;
     link.pin(&tmp_path).map_err(|source| Error::Pin {
         path: tmp_path.clone(),
         source,
     })?;
-    fs::rename(&tmp_path, &final_path).map_err(io_err("replacing link pin", &final_path))
+    fs::rename(&tmp_path, &final_path).map_err(io_err("replacing link pin", &final_path))?;
+    match old {
+        Some(old) => old.detach().map_err(|source| Error::Detach {
+            path: final_path,
+            source,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Removes the link pinned at `path`, if there is one, and detaches it,
+/// whoever else holds it open.
+pub fn unpin_link(path: &Path) -> Result<(), Error> {
+    let Some(old) = OldLink::open(path).map_err(io_err("opening link pin", path))? else {
+        return Ok(());
+    };
+    remove_if_present(path)?;
+    old.detach().map_err(|source| Error::Detach {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// Removes the file at `path`, if there is one.
@@ -198,8 +225,8 @@ pub struct Removed {
     pub maps: Vec<PathBuf>,
 }
 
-/// Detaches the programs (by unpinning their links) and removes the maps,
-/// of this layout and any other.
+/// Detaches the programs (unpinning and detaching their links) and removes
+/// the maps, of this layout and any other.
 pub fn uninstall(pins: &Pins) -> Result<Removed, Error> {
     let mut removed = Removed::default();
     // Links first: once they are gone nothing reads the maps.
@@ -220,7 +247,11 @@ pub fn uninstall(pins: &Pins) -> Result<Removed, Error> {
         };
         for entry in entries {
             let path = entry.map_err(io_err("reading", &dir))?.path();
-            remove_if_present(&path)?;
+            if is_link {
+                unpin_link(&path)?;
+            } else {
+                remove_if_present(&path)?;
+            }
             list.push(path);
         }
         fs::remove_dir(&dir).map_err(io_err("removing", &dir))?;

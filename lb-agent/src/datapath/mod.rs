@@ -13,6 +13,7 @@ mod error;
 pub mod grace;
 pub mod kernel_conntrack;
 pub mod layout;
+mod link_detach;
 pub mod loader;
 pub mod migrate;
 pub mod pins;

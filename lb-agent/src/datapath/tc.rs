@@ -1,8 +1,9 @@
 //! The tc programs on the node's external devices: TCX links pinned under
 //! `links/` as `tc-in-<device>` and `tc-out-<device>`, so that they outlive
 //! the agent, replaced make-before-break like the socket programs (the new
-//! link is pinned, then renamed over the old pin, which detaches the old
-//! program), and removed for devices no longer wanted.
+//! link is pinned, then renamed over the old pin, then the old link is
+//! detached), and removed (unpinned and detached) for devices no longer
+//! wanted.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -26,7 +27,7 @@ use rustix::net::{AddressFamily, SocketType, netdevice::name_to_index, socket};
 use super::{
     error::{Error, io_err},
     layout,
-    loader::{pin_replacing, remove_if_present},
+    loader::{pin_replacing, unpin_link},
     pins::Pins,
 };
 
@@ -269,7 +270,7 @@ pub fn attach(
     };
     for pin in linked(pins)? {
         if !wanted.contains(&pin) {
-            remove_if_present(&pins.link(&pin))?;
+            unpin_link(&pins.link(&pin))?;
         }
     }
     let (names, mut errors): (Vec<String>, Vec<Error>) = failed.into_iter().unzip();

@@ -5,8 +5,8 @@
 //! that they outlive the agent; a new agent replaces the program of a
 //! pinned link in place (`BPF_LINK_UPDATE`: no moment without a program),
 //! and the pins of devices no longer wanted (all of them when acceleration
-//! is disabled) are removed, which detaches their programs. `lb-agent
-//! cleanup` removes every pin under `links/`, these too. The program may
+//! is disabled) are removed and their links detached. `lb-agent cleanup`
+//! does so with every pin under `links/`, these too. The program may
 //! redirect to the devices it runs on natively: their interface indexes
 //! are written to its global `LB_XDP_DEVICES` after each attachment.
 //!
@@ -39,7 +39,7 @@ use lb_common::{XDP_DEVICES_MAX, XDP_DEVICES_SECTION};
 use super::{
     error::{Error, io_err},
     layout,
-    loader::{pin_replacing, remove_if_present},
+    loader::{pin_replacing, unpin_link},
     pins::Pins,
     tc,
 };
@@ -157,7 +157,7 @@ pub fn sync(
         .collect();
     for pin in linked(pins)? {
         if !keep.contains(&pin) {
-            remove_if_present(&pins.link(&pin))?;
+            unpin_link(&pins.link(&pin))?;
         }
     }
     if accel != Acceleration::Disabled {

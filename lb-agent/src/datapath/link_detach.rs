@@ -1,0 +1,106 @@
+//! Detaching a pinned link's program whoever else holds the link.
+//!
+//! Unpinning a link (removing its pin, or renaming another pin over it)
+//! drops only the pin's reference: the program stays attached for as long
+//! as any process holds a descriptor of the link (a `bpftool`, a monitor
+//! or a backup that opened the pin). A cgroup hook runs every program
+//! attached there, the oldest first, so an old `connect4` left behind
+//! keeps translating from the maps it was loaded with, which after a
+//! migration the new programs no longer read. `BPF_LINK_DETACH` detaches
+//! the program at once, whoever holds the link; the link stays valid,
+//! defunct, until its last reference goes.
+//!
+//! aya 0.14 has no call for it, hence the raw `bpf(2)` below.
+
+use std::{
+    ffi::CString,
+    io,
+    os::{
+        fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd},
+        unix::ffi::OsStrExt as _,
+    },
+    path::Path,
+};
+
+const BPF_OBJ_GET: libc::c_long = 7;
+const BPF_LINK_DETACH: libc::c_long = 34;
+
+/// `union bpf_attr`'s `BPF_OBJ_GET` prefix.
+#[repr(C)]
+#[derive(Default)]
+struct ObjGetAttr {
+    pathname: u64,
+    bpf_fd: u32,
+    file_flags: u32,
+}
+
+/// `union bpf_attr`'s `link_detach` prefix.
+#[repr(C)]
+#[derive(Default)]
+struct LinkDetachAttr {
+    link_fd: u32,
+}
+
+/// `bpf(cmd, attr, sizeof attr)`.
+///
+/// # Safety
+///
+/// `T` must be the `repr(C)` prefix of `union bpf_attr` that `cmd` reads,
+/// and every pointer in `attr` must reference memory that outlives the
+/// call.
+unsafe fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
+    // SAFETY: the caller's obligation: `attr` is a live, writable prefix
+    // of `union bpf_attr` for `cmd` of the size passed, and its pointers
+    // outlive the call; the kernel zero-fills the rest of the union.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            std::ptr::from_mut(attr),
+            size_of::<T>() as libc::c_uint,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// A link opened from its pin, to be detached once its replacement runs.
+#[derive(Debug)]
+pub(super) struct OldLink(OwnedFd);
+
+impl OldLink {
+    /// Opens the object pinned at `path`; `None` if nothing is pinned
+    /// there.
+    pub(super) fn open(path: &Path) -> io::Result<Option<Self>> {
+        let name = CString::new(path.as_os_str().as_bytes())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let mut attr = ObjGetAttr {
+            pathname: name.as_ptr() as u64,
+            ..ObjGetAttr::default()
+        };
+        // SAFETY: `ObjGetAttr` is `BPF_OBJ_GET`'s prefix; `name` is a
+        // NUL-terminated string that outlives the call.
+        match unsafe { bpf(BPF_OBJ_GET, &mut attr) } {
+            // SAFETY: a new descriptor the kernel just returned, owned by
+            // nothing else.
+            Ok(fd) => Ok(Some(Self(unsafe { OwnedFd::from_raw_fd(fd as RawFd) }))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Detaches the link's program from its hook, whoever holds the link.
+    /// A link already detached (its cgroup or device gone) detaches again
+    /// without error.
+    pub(super) fn detach(self) -> io::Result<()> {
+        let mut attr = LinkDetachAttr {
+            link_fd: self.0.as_raw_fd() as u32,
+        };
+        // SAFETY: `LinkDetachAttr` is `BPF_LINK_DETACH`'s prefix; it holds
+        // no pointer, and `self.0` is open for the call.
+        unsafe { bpf(BPF_LINK_DETACH, &mut attr) }.map(drop)
+    }
+}
