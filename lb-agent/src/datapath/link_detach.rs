@@ -1,13 +1,19 @@
 //! Detaching a pinned link's program whoever else holds the link.
 //!
 //! Unpinning a link (removing its pin, or renaming another pin over it)
-//! drops only the pin's reference: the program stays attached for as long
-//! as any process holds a descriptor of the link (a `bpftool`, a monitor
-//! or a backup that opened the pin). A cgroup hook runs every program
-//! attached there, the oldest first, so an old `connect4` left behind
-//! keeps translating from the maps it was loaded with, which after a
-//! migration the new programs no longer read. `BPF_LINK_DETACH` detaches
-//! the program at once, whoever holds the link; the link stays valid,
+//! drops only the pin's reference, and not at once: bpffs drops it when it
+//! frees the inode, from an RCU callback, and the link is released from a
+//! workqueue after that (measured on this kernel: the old program was still
+//! attached right after the rename in 94 of 100 trials at load 2, for up to
+//! 5 ms, and in 177 of 200 at load 13, for up to 75 ms). And the program
+//! stays attached for as long as any process holds a descriptor of the
+//! link (a `bpftool`, a monitor or a backup that opened the pin). A cgroup
+//! hook runs every program attached there, the oldest first, so an old
+//! `connect4` left behind keeps translating from the maps it was loaded
+//! with, which after a migration the new programs no longer read (the
+//! migration's grace period and last copy assume that no old program runs
+//! once the links are replaced). `BPF_LINK_DETACH` detaches the program
+//! before it returns, whoever holds the link; the link stays valid,
 //! defunct, until its last reference goes.
 //!
 //! aya 0.14 has no call for it, hence the raw `bpf(2)` below.
