@@ -496,11 +496,21 @@ fn remember<F: SockFamily>(ctx: &SockAddrContext, key: &F::Key, backend: &F::Bac
     let same = F::revnat()
         .get_ptr(rev_key)
         .is_some_and(|v| unsafe { *v } == value);
+    if same {
+        return;
+    }
     // A failed insert costs only the frontend address in recvmsg and
     // getpeername; the connection itself works, so it is counted, not refused.
-    if !same && F::revnat().insert(rev_key, value, 0).is_err() {
+    if F::revnat().insert(rev_key, value, 0).is_err() {
         count(STAT_REVNAT_FAILED);
+        return;
     }
+    // A lookup marks the new entry referenced, as the reply's recvmsg will.
+    // Unmarked, a full map's LRU evicts it before the entries of closed
+    // sockets that were read once (it moves those to its active list and
+    // evicts the unreferenced first): the socket's reply would show the
+    // backend's address.
+    let _ = F::revnat().get_ptr(rev_key);
 }
 
 /// Shows the frontend the backend `addr`:`port` stands for on this socket,

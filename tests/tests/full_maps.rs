@@ -162,3 +162,62 @@ fn a_full_backends_map_keeps_a_services_previous_endpoints_until_room_frees() ->
     assert_eq!(bed.agent().metric(WAITING)?, 0.0);
     Ok(())
 }
+
+/// `LB4_REVNAT` (UDP sockets' reverse NAT, LRU) far too small for the
+/// sockets that come and go: resolver-style UDP (a new socket per
+/// request) fills it dozens of times over while long-lived unconnected
+/// sockets keep asking beside it. The LRU evicts entries of closed sockets
+/// (never read again) before those of sockets that are waiting for their
+/// reply: no reply may show a backend's address (`WrongPeer`), none may be
+/// lost, as long as the map holds more entries than there are sockets in
+/// flight.
+#[test]
+fn a_full_udp_reverse_nat_map_evicts_the_entries_of_closed_sockets() -> anyhow::Result<()> {
+    const CAPACITY: usize = 512;
+    const DNS: &str = "10.96.212.10:53";
+    let mut bed = Bed::new()?;
+    for (id, ip) in [("d1", "10.42.212.1"), ("d2", "10.42.212.2")] {
+        bed.backend(id, ip.parse()?, &[], &[53])?;
+    }
+    bed.write_manifest(&yaml([
+        Object::from(
+            Svc::new("kube-system", "kube-dns")
+                .cluster_ip("10.96.212.10")
+                .port("dns", 53, "UDP"),
+        ),
+        Slice::new("kube-system", "kube-dns-1")
+            .service("kube-dns")
+            .port("dns", 53, "UDP")
+            .ready(&["10.42.212.1", "10.42.212.2"])
+            .into(),
+    ]))?;
+    bed.start_agent(&[&format!("--bpf-sock-rev-map-max={CAPACITY}")])?;
+
+    let run = |extra: &'static [&'static str]| {
+        let (ns, cg) = (bed.client_ns.clone(), bed.cgroup.path().to_owned());
+        std::thread::spawn(move || {
+            let mut args = vec!["bench-udp", "--to", DNS, "--seconds", "3"];
+            args.extend(extra);
+            lb_tests::probe::bench(&ns, &cg, &args)
+        })
+    };
+    let fresh = run(&["-c", "4", "--socket-per-request"]);
+    let long = run(&["-c", "2"]);
+    let fresh = fresh.join().expect("fresh-socket client")?;
+    let long = long.join().expect("long-lived client")?;
+    let entries = lb_tests::maps::count_entries(&bed.pins.path().join("maps"), true)?
+        .revnat
+        .unwrap_or(0);
+    eprintln!(
+        "LB4_REVNAT of {CAPACITY}: {entries} entries at the end; new socket per request: {} \
+         answered, {} failed {:?}; long-lived sockets: {} answered, {} failed {:?}",
+        fresh.ok, fresh.failed, fresh.errors, long.ok, long.failed, long.errors
+    );
+    // The map was filled many times over.
+    assert!(fresh.ok > 10 * CAPACITY as u64, "{fresh:?}");
+    assert!(entries <= CAPACITY, "{entries}");
+    assert!(long.ok > 0, "{long:?}");
+    assert_eq!(fresh.failed, 0, "{:?}", fresh.errors);
+    assert_eq!(long.failed, 0, "{:?}", long.errors);
+    Ok(())
+}
