@@ -42,6 +42,7 @@ pub mod procnet;
 pub mod progstats;
 pub mod rig;
 pub mod scenario;
+pub mod snmp;
 pub mod soak;
 pub mod two_nodes;
 

@@ -98,6 +98,11 @@ pub struct BenchReport {
     pub rtt_p99_us: Option<f64>,
     /// Backend id -> replies.
     pub replies: BTreeMap<String, u64>,
+    /// Not from the client: the kernel's drop counters (`snmp::DROPS`)
+    /// that rose during the run, per group of namespaces (`client`,
+    /// `pods`), where the harness read them.
+    #[serde(default)]
+    pub kernel_drops: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
 impl BenchReport {

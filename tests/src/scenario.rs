@@ -28,6 +28,8 @@ pub struct Bed {
     servers: Vec<Server>,
     pub topo: Topology,
     pub client_ns: String,
+    /// The namespaces of the backends added with [`Self::backend`].
+    pub backend_nss: Vec<String>,
 }
 
 /// A bed is its agent's rig with namespaces and backends around it: the
@@ -58,6 +60,7 @@ impl Bed {
             servers: Vec::new(),
             topo,
             client_ns,
+            backend_nss: Vec::new(),
         })
     }
 
@@ -71,6 +74,7 @@ impl Bed {
     ) -> anyhow::Result<()> {
         let ns = self.topo.add_host(id, ip)?;
         self.servers.push(Server::start(&ns, id, tcp, udp)?);
+        self.backend_nss.push(ns);
         Ok(())
     }
 

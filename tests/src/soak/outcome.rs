@@ -15,7 +15,10 @@ use super::{
     wire::{Key, Phase},
     world::service_of,
 };
-use crate::maps::Entries;
+use crate::{
+    maps::Entries,
+    snmp::{Counters, Snapshot},
+};
 
 pub struct Results {
     pub seed: u64,
@@ -47,6 +50,20 @@ pub struct Results {
     pub stats: BTreeMap<String, u64>,
     /// LISTs of Services the stand-in apiserver served.
     pub lists: u64,
+    /// The kernel's counters in the clients' and the pods' namespaces.
+    pub kernel: Kernel,
+}
+
+/// The kernel's counters where the soak's datagrams are sent and
+/// received: a request lost with no rise of these was not dropped by the
+/// kernel's UDP or IP layer in those namespaces.
+#[derive(Debug, Default)]
+pub struct Kernel {
+    /// What rose in each client's namespace while the clients ran.
+    pub clients: Snapshot,
+    /// Each pod's, from its start (a new namespace counts from 0) to its
+    /// stop or the end of the run.
+    pub pods: BTreeMap<String, Counters>,
 }
 
 /// Answers from one backend to one Service that it should not have given.

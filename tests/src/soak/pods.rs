@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{netns::Topology, probe::Server};
+use crate::{netns::Topology, probe::Server, snmp::Counters};
 
 use super::world::Shape;
 
@@ -21,6 +21,9 @@ struct Pod {
 #[derive(Default)]
 pub(super) struct Pods {
     live: BTreeMap<String, Pod>,
+    /// The kernel's counters of the pods stopped so far, read just before
+    /// their namespace went (a namespace starts with every counter at 0).
+    gone: BTreeMap<String, Counters>,
 }
 
 impl Pods {
@@ -47,7 +50,22 @@ impl Pods {
             anyhow::bail!("no pod {name} is running");
         };
         drop(pod.server);
+        // A pod whose counters cannot be read loses only its line in the
+        // report.
+        if let Ok(c) = Counters::of(&pod.ns) {
+            self.gone.insert(name.to_owned(), c);
+        }
         topo.remove_host(&pod.ns)
+    }
+
+    /// The kernel's counters of every pod that ran: the stopped ones' as
+    /// they were when they stopped, the running ones' now.
+    pub(super) fn counters(&self) -> anyhow::Result<BTreeMap<String, Counters>> {
+        let mut all = self.gone.clone();
+        for (name, pod) in &self.live {
+            all.insert(name.clone(), Counters::of(&pod.ns)?);
+        }
+        Ok(all)
     }
 
     pub(super) fn count(&self) -> usize {

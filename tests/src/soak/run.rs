@@ -16,7 +16,7 @@ use super::{
     converge::{Kind, Tracker, Want},
     cx::{AgentLife, Counts, Cx, Life, after},
     observe::Observer,
-    outcome::Results,
+    outcome::{Kernel, Results},
     plan::{Mode, Plan, draw},
     pods::Pods,
     tasks::{Next, Task},
@@ -29,6 +29,7 @@ use crate::{
     apiserver::{ApiServer, Verb},
     maps,
     scenario::Bed,
+    snmp::Snapshot,
 };
 
 /// The second client pod's address (the first is the bed's, 10.0.0.2).
@@ -135,7 +136,9 @@ pub fn run(plan: Plan, seed: u64, stop: &AtomicBool) -> anyhow::Result<Results> 
         nap(Duration::from_millis(20), stop)?;
     }
 
-    let mut clients = Clients::start(&[bed.client_ns.clone(), client2], bed.cgroup.path())?;
+    let client_nss = [bed.client_ns.clone(), client2];
+    let clients_before = Snapshot::read(&client_nss)?;
+    let mut clients = Clients::start(&client_nss, bed.cgroup.path())?;
     for s in world.services.values() {
         clients.add(s, Phase::Stable)?;
     }
@@ -250,6 +253,10 @@ pub fn run(plan: Plan, seed: u64, stop: &AtomicBool) -> anyhow::Result<Results> 
     nap(Duration::from_secs(1), stop)?;
     let received = clients.finish()?;
     let traffic_to = now_ns();
+    let kernel = Kernel {
+        clients: Snapshot::read(&client_nss)?.since(&clients_before),
+        pods: pods.counters()?,
+    };
     events.push((traffic_to, "clients stopped".into()));
 
     // Retired revisions go after their grace period: then the entries
@@ -289,5 +296,6 @@ pub fn run(plan: Plan, seed: u64, stop: &AtomicBool) -> anyhow::Result<Results> 
         final_needed: needed,
         stats,
         lists: api.request_count("services", Verb::List),
+        kernel,
     })
 }

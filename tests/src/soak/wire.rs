@@ -163,8 +163,8 @@ pub struct Answers {
 pub struct Failures {
     pub key: Key,
     /// An `io::ErrorKind` name (`ConnectionRefused`, `TimedOut`, ...), or
-    /// `UnexpectedSource` (a reply from an address other than the one the
-    /// request went to), or `BadReply`.
+    /// `WrongPeer <address>` (a reply from an address other than the one
+    /// the request went to), or `BadReply`.
     pub cause: String,
     pub n: u64,
     pub first_start_ns: u64,

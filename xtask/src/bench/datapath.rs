@@ -2,6 +2,7 @@
 //! each mode, at one scale N.
 
 use std::{
+    collections::BTreeMap,
     fmt::Write as _,
     net::{Ipv4Addr, Ipv6Addr},
     time::Instant,
@@ -14,6 +15,7 @@ use lb_tests::{
     netns, probe,
     progstats::{Runs, StatsOn},
     scenario::Bed,
+    snmp::Snapshot,
     unique,
 };
 
@@ -226,7 +228,9 @@ pub(super) fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
                 Ok((on, program_runs(bed.pins.path())?))
             })
             .transpose()?;
-        let r = probe::bench(ns, cgroup, &args)?;
+        let counted = Counted::before(ns, &bed.backend_nss)?;
+        let mut r = probe::bench(ns, cgroup, &args)?;
+        r.kernel_drops = counted.drops()?;
         if let Some((_on, before)) = stats {
             let after = program_runs(bed.pins.path())?;
             for ((prog, a), (_, b)) in after.into_iter().zip(before) {
@@ -248,6 +252,43 @@ pub(super) fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
                 .collect(),
         })
         .collect())
+}
+
+/// The kernel's counters of a run's client namespace and of the pods',
+/// read before it: a request the kernel dropped (a full receive buffer,
+/// no socket on the port) shows as a rise of its drop counters there.
+struct Counted<'a> {
+    client: &'a str,
+    pods: &'a [String],
+    before: (Snapshot, Snapshot),
+}
+
+impl<'a> Counted<'a> {
+    fn before(client: &'a str, pods: &'a [String]) -> anyhow::Result<Self> {
+        Ok(Self {
+            client,
+            pods,
+            before: (Snapshot::read(&[client])?, Snapshot::read(pods)?),
+        })
+    }
+
+    /// The drop counters that rose since, by group (`client`, `pods`),
+    /// the groups with none left out.
+    fn drops(&self) -> anyhow::Result<BTreeMap<String, BTreeMap<String, u64>>> {
+        let client = Snapshot::read(&[self.client])?.since(&self.before.0);
+        let pods = Snapshot::read(self.pods)?.since(&self.before.1);
+        Ok([("client", client), ("pods", pods)]
+            .into_iter()
+            .map(|(group, rose)| {
+                let drops = rose.total().drops();
+                (
+                    group.to_owned(),
+                    drops.into_iter().map(|(k, n)| (k.to_owned(), n)).collect(),
+                )
+            })
+            .filter(|(_, d): &(String, BTreeMap<String, u64>)| !d.is_empty())
+            .collect())
+    }
 }
 
 /// Adds `ran` to the total of `(mode, load, program)`.

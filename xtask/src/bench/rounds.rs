@@ -48,10 +48,11 @@ pub(super) fn drive<M: Compared>(
                 );
                 let _ = write!(
                     line,
-                    "  {load:?} {:>6.0}/s (p50 {:>5.1} us, {} failed)",
+                    "  {load:?} {:>6.0}/s (p50 {:>5.1} us, {} failed{})",
                     r.rate,
                     r.p50_us().unwrap_or(f64::NAN),
-                    r.failed
+                    r.failed,
+                    losses(&r)
                 );
                 let (_, runs) = all
                     .iter_mut()
@@ -63,6 +64,30 @@ pub(super) fn drive<M: Compared>(
         }
     }
     Ok(all)
+}
+
+/// What a run lost, by cause, and the kernel's drop counters that rose
+/// meanwhile: `: TimedOut 1; kernel client Udp.RcvbufErrors 1`, or nothing.
+pub(super) fn losses(r: &BenchReport) -> String {
+    let mut o = String::new();
+    if r.failed == 0 && r.kernel_drops.is_empty() {
+        return o;
+    }
+    o.push(':');
+    for (cause, n) in &r.errors {
+        let _ = write!(o, " {cause} {n};");
+    }
+    if r.kernel_drops.is_empty() {
+        o.push_str(" no kernel drop counted");
+    }
+    for (group, drops) in &r.kernel_drops {
+        let _ = write!(o, " kernel {group}");
+        for (counter, n) in drops {
+            let _ = write!(o, " {counter} {n}");
+        }
+        o.push(';');
+    }
+    o.trim_end_matches(';').to_owned()
 }
 
 pub(super) struct Rounds<L>(Vec<(L, BenchReport)>);
@@ -108,5 +133,24 @@ impl<L: Copy + PartialEq> Rounds<L> {
 
     pub(super) fn failed(&self) -> u64 {
         self.0.iter().map(|(_, r)| r.failed).sum()
+    }
+
+    /// The runs that failed a request or saw the kernel drop one, with
+    /// their load and round (from 0).
+    pub(super) fn lossy(&self) -> impl Iterator<Item = (L, usize, &BenchReport)> {
+        let mut round: Vec<(L, usize)> = Vec::new();
+        self.0.iter().filter_map(move |(load, r)| {
+            let n = match round.iter_mut().find(|(l, _)| l == load) {
+                Some((_, n)) => {
+                    *n += 1;
+                    *n
+                }
+                None => {
+                    round.push((*load, 0));
+                    0
+                }
+            };
+            (r.failed > 0 || !r.kernel_drops.is_empty()).then_some((*load, n, r))
+        })
     }
 }

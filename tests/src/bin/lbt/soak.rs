@@ -323,7 +323,7 @@ fn ask_unconnected(
             continue;
         }
         if from != *to {
-            return Outcome::Failed("UnexpectedSource".into());
+            return Outcome::Failed(sock::cause(&io::Error::other(sock::WrongPeer(from))));
         }
         return match id {
             Some(id) => Outcome::Reply(id.to_owned(), 0),

@@ -5,9 +5,12 @@ use std::{
     fmt::Write as _,
 };
 
-use crate::soak::{
-    outcome::{Results, wrong_answers},
-    wire::{Phase, Socket},
+use crate::{
+    snmp::Counters,
+    soak::{
+        outcome::{Results, wrong_answers},
+        wire::{Phase, Socket},
+    },
 };
 
 pub(super) fn render(o: &mut String, r: &Results, t: &dyn Fn(u64) -> f64) {
@@ -135,6 +138,8 @@ pub(super) fn render(o: &mut String, r: &Results, t: &dyn Fn(u64) -> f64) {
         o.push('\n');
     }
 
+    kernel(o, r);
+
     let _ = writeln!(
         o,
         "### Requests to Services being created or deleted that failed (expected, not counted as failures)\n"
@@ -186,4 +191,41 @@ pub(super) fn render(o: &mut String, r: &Results, t: &dyn Fn(u64) -> f64) {
         }
         o.push('\n');
     }
+}
+
+/// The kernel's drop counters in the clients' and the pods' namespaces,
+/// beside the failures: a timed-out request next to a rise of
+/// `Udp.RcvbufErrors` where its request or reply was to be read was
+/// dropped by the kernel, outside the agent's programs.
+fn kernel(o: &mut String, r: &Results) {
+    let _ = writeln!(
+        o,
+        "### The kernel's drop counters (`/proc/net/snmp`, `/proc/net/snmp6`)\n"
+    );
+    for (ns, c) in &r.kernel.clients.0 {
+        let _ = writeln!(
+            o,
+            "* client namespace {ns}, while the clients ran: {}",
+            c.drops_text()
+        );
+    }
+    let mut total = Counters::default();
+    let mut dropping = Vec::new();
+    for (pod, c) in &r.kernel.pods {
+        total.add(c);
+        if !c.drops().is_empty() {
+            dropping.push(format!("{pod} ({})", c.drops_text()));
+        }
+    }
+    let _ = writeln!(
+        o,
+        "* the {} pods' namespaces, over their lives: {}{}\n",
+        r.kernel.pods.len(),
+        total.drops_text(),
+        if dropping.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", dropping.join(", "))
+        }
+    );
 }

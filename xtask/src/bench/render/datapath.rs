@@ -68,7 +68,44 @@ pub(super) fn tables(o: &mut String, plan: &Plan, rows: &[Row]) {
     connects(o, plan, rows);
     let failed: u64 = rows.iter().map(|r| r.runs.failed()).sum();
     let _ = writeln!(o, "Failed requests over all datapath runs: {failed}.\n");
+    losses(o, rows);
     program_costs(o, plan, rows);
+}
+
+/// Every run that failed a request or in which the kernel dropped one: the
+/// failures by cause (`TimedOut`, `WrongPeer <address>`, `ConnectionRefused`,
+/// ...) beside the kernel's drop counters that rose in the client's and the
+/// pods' namespaces meanwhile (`/proc/net/snmp`: `Udp.RcvbufErrors` is a
+/// datagram dropped for a full receive buffer, outside our programs).
+fn losses(o: &mut String, rows: &[Row]) {
+    let mut lines = Vec::new();
+    for row in rows {
+        for (load, round, r) in row.runs.lossy() {
+            lines.push(format!(
+                "| {} | {load:?} | {} | {} | {} | {} |",
+                row.mode.name(),
+                row.n,
+                round + 1,
+                r.failed,
+                super::super::rounds::losses(r)
+                    .trim_start_matches(':')
+                    .trim()
+            ));
+        }
+    }
+    if lines.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "Runs with a failed request or a kernel drop: the failures by cause, and the \
+         kernel's drop counters that rose meanwhile in the client's namespace and the pods'.\n\n\
+         | mode | load | N | round | failed | causes; kernel drops |\n|---|---|---:|---:|---:|---|"
+    );
+    for l in lines {
+        let _ = writeln!(o, "{l}");
+    }
+    o.push('\n');
 }
 
 /// What a connect to an address that is no Service costs with our programs

@@ -1,9 +1,9 @@
 //! Medians and spread over rounds, percentiles, and the round driver.
 
-use std::time::Duration;
+use std::{collections::BTreeMap, time::Duration};
 
 use super::{super::stats, report};
-use crate::bench::rounds::{Compared, Rounds, drive};
+use crate::bench::rounds::{Compared, Rounds, drive, losses};
 
 #[test]
 fn median_is_the_middle_or_the_mean_of_the_middle_two() {
@@ -113,4 +113,40 @@ fn drive_fails_on_a_measurement_that_answered_nothing() {
         panic!("b answered nothing, and the drive went on");
     };
     assert_eq!(err.to_string(), "NodePort b 'x' at N=7 answered nothing");
+}
+
+#[test]
+fn a_run_that_lost_requests_names_their_causes_and_the_kernels_drops() {
+    let mut lost = report(100.0, 5.0, 9.0, 2);
+    lost.errors = BTreeMap::from([
+        ("TimedOut".to_owned(), 1),
+        ("WrongPeer 10.42.0.1:5353".to_owned(), 1),
+    ]);
+    lost.kernel_drops = BTreeMap::from([(
+        "client".to_owned(),
+        BTreeMap::from([("Udp.RcvbufErrors".to_owned(), 1)]),
+    )]);
+    assert_eq!(
+        losses(&lost),
+        ": TimedOut 1; WrongPeer 10.42.0.1:5353 1; kernel client Udp.RcvbufErrors 1"
+    );
+    let mut timed_out = report(100.0, 5.0, 9.0, 1);
+    timed_out.errors = BTreeMap::from([("TimedOut".to_owned(), 1)]);
+    assert_eq!(losses(&timed_out), ": TimedOut 1; no kernel drop counted");
+    let mut dropped = report(100.0, 5.0, 9.0, 0);
+    dropped.kernel_drops = BTreeMap::from([(
+        "pods".to_owned(),
+        BTreeMap::from([("Udp.InErrors".to_owned(), 3)]),
+    )]);
+    assert_eq!(losses(&dropped), ": kernel pods Udp.InErrors 3");
+    assert_eq!(losses(&report(100.0, 5.0, 9.0, 0)), "");
+
+    // The runs listed, with their load and round.
+    let mut r = Rounds::default();
+    r.push("udp", report(100.0, 5.0, 9.0, 0));
+    r.push("tcp", timed_out);
+    r.push("udp", lost);
+    r.push("udp", dropped);
+    let listed: Vec<(&str, usize, u64)> = r.lossy().map(|(l, n, x)| (l, n, x.failed)).collect();
+    assert_eq!(listed, [("tcp", 0, 1), ("udp", 1, 2), ("udp", 2, 0)]);
 }
