@@ -506,10 +506,11 @@ fn remember<F: SockFamily>(ctx: &SockAddrContext, key: &F::Key, backend: &F::Bac
         return;
     }
     // A lookup marks the new entry referenced, as the reply's recvmsg will.
-    // Unmarked, a full map's LRU evicts it before the entries of closed
-    // sockets that were read once (it moves those to its active list and
-    // evicts the unreferenced first): the socket's reply would show the
-    // backend's address.
+    // A full map's LRU, short of free entries, takes back its CPUs'
+    // recently inserted entries unreferenced first: unmarked, this live
+    // socket's entry went before those of sockets already answered, and its
+    // reply showed the backend's address (ARCHITECTURE, "A full
+    // LB4_REVNAT").
     let _ = F::revnat().get_ptr(rev_key);
 }
 

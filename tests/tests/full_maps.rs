@@ -164,13 +164,13 @@ fn a_full_backends_map_keeps_a_services_previous_endpoints_until_room_frees() ->
 }
 
 /// `LB4_REVNAT` (UDP sockets' reverse NAT, LRU) far too small for the
-/// sockets that come and go: resolver-style UDP (a new socket per
-/// request) fills it dozens of times over while long-lived unconnected
-/// sockets keep asking beside it. The LRU evicts entries of closed sockets
-/// (never read again) before those of sockets that are waiting for their
-/// reply: no reply may show a backend's address (`WrongPeer`), none may be
-/// lost, as long as the map holds more entries than there are sockets in
-/// flight.
+/// sockets that come and go, and small against the kernel's per-CPU LRU
+/// lists: resolver-style UDP (a new socket per request) fills it dozens of
+/// times over while long-lived unconnected sockets keep asking beside it.
+/// The entries evicted must be those of closed sockets, never one of a
+/// socket waiting for its reply: no reply may show a backend's address
+/// (`WrongPeer`), none may be lost. (Before the programs marked a new
+/// entry referenced, 1.3 to 1.8 % of the new sockets' replies did.)
 #[test]
 fn a_full_udp_reverse_nat_map_evicts_the_entries_of_closed_sockets() -> anyhow::Result<()> {
     const CAPACITY: usize = 512;
