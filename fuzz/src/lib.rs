@@ -22,7 +22,6 @@ mod fib_netns;
 )]
 mod packets6;
 
-mod map_batch;
 pub mod packet_check;
 pub mod packet_frame;
 pub mod packet_seeds;

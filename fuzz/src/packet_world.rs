@@ -12,9 +12,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use aya::{
-    maps::{HashMap, MapData},
+    maps::{HashMap, IterableMap as _, MapData},
     programs::ProgramError,
 };
+use lb_agent::datapath::Reader;
 use lb_common::{
     Ct4Key, Ct4Value, Ct6Key, Ct6Value, FE_F_DSR, Frag4Key, Frag4Value, Frag6Key, Nat4Key,
     Nat4Value, Nat6Key, Nat6Value, PROTO_TCP, PROTO_UDP,
@@ -103,6 +104,7 @@ pub struct World {
     bed: Bed,
     frag4: HashMap<MapData, Frag4Key, Frag4Value>,
     frag6: HashMap<MapData, Frag6Key, Frag4Value>,
+    readers: Readers,
     /// `x0`, `x1`, `x2` in the namespace.
     devices: [u32; 3],
     pub known: Known,
@@ -203,12 +205,21 @@ impl World {
         bed.node_net6(Host::LocalPod.v6(), 64, 1);
         bed.node_net6(Host::RemotePod.v6(), 64, 2);
 
-        let frag4 = bed.take_map("LB4_FRAG");
-        let frag6 = bed.take_map("LB6_FRAG");
+        let frag4: HashMap<MapData, Frag4Key, Frag4Value> = bed.take_map("LB4_FRAG");
+        let frag6: HashMap<MapData, Frag6Key, Frag4Value> = bed.take_map("LB6_FRAG");
+        let readers = Readers {
+            ct4: reader(&bed.ct),
+            nat4: reader(&bed.nat),
+            ct6: reader(&bed.ct6),
+            nat6: reader(&bed.nat6),
+            frag4: reader(&frag4),
+            frag6: reader(&frag6),
+        };
         let mut world = Self {
             bed,
             frag4,
             frag6,
+            readers,
             devices,
             known,
             start: State::default(),
@@ -333,10 +344,10 @@ impl World {
     /// The flow maps' entries now.
     pub fn state(&self) -> State {
         State {
-            ct4: all(&self.bed.ct),
-            nat4: all(&self.bed.nat),
-            ct6: all(&self.bed.ct6),
-            nat6: all(&self.bed.nat6),
+            ct4: all(&self.readers.ct4),
+            nat4: all(&self.readers.nat4),
+            ct6: all(&self.readers.ct6),
+            nat6: all(&self.readers.nat6),
         }
     }
 
@@ -371,15 +382,35 @@ impl World {
         put(&mut self.bed.ct6, &now.ct6, &start.ct6);
         put(&mut self.bed.nat6, &now.nat6, &start.nat6);
         // The start makes no fragments.
-        let (frag4, frag6) = (all(&self.frag4), all(&self.frag6));
+        let (frag4, frag6) = (all(&self.readers.frag4), all(&self.readers.frag6));
         put(&mut self.frag4, &frag4, &BTreeMap::new());
         put(&mut self.frag6, &frag6, &BTreeMap::new());
     }
 }
 
-/// Every entry of `map`.
-fn all<K: aya::Pod + Ord, V: aya::Pod>(map: &HashMap<MapData, K, V>) -> BTreeMap<K, V> {
-    crate::map_batch::entries(map).expect("BPF_MAP_LOOKUP_BATCH")
+/// Whole-map readers (`BPF_MAP_LOOKUP_BATCH`) of the maps every step
+/// snapshots: a system call per map where aya's iterator makes two per
+/// entry.
+struct Readers {
+    ct4: Reader<Ct4Key, Ct4Value>,
+    nat4: Reader<Nat4Key, Nat4Value>,
+    ct6: Reader<Ct6Key, Ct6Value>,
+    nat6: Reader<Nat6Key, Nat6Value>,
+    frag4: Reader<Frag4Key, Frag4Value>,
+    frag6: Reader<Frag6Key, Frag4Value>,
+}
+
+fn reader<K: aya::Pod, V: aya::Pod>(map: &HashMap<MapData, K, V>) -> Reader<K, V> {
+    Reader::new(map.map()).expect("a map of the bed's key and value types")
+}
+
+/// Every entry `reader` reads.
+fn all<K: aya::Pod + Ord, V: aya::Pod>(reader: &Reader<K, V>) -> BTreeMap<K, V> {
+    reader
+        .entries()
+        .expect("BPF_MAP_LOOKUP_BATCH")
+        .into_iter()
+        .collect()
 }
 
 impl Default for World {

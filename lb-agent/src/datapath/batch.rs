@@ -224,6 +224,28 @@ impl<K: aya::Pod, V: aya::Pod> Typed<K, V> {
     }
 }
 
+/// Reads a whole `K -> V` map with [`Typed::lookup_all`], for the
+/// `packet_programs` fuzz target, which holds aya's maps and snapshots
+/// them after every frame.
+#[cfg(feature = "fuzzing")]
+#[derive(Debug)]
+pub struct Reader<K, V>(Typed<K, V>);
+
+#[cfg(feature = "fuzzing")]
+impl<K: aya::Pod, V: aya::Pod> Reader<K, V> {
+    /// A reader of `map` (its own descriptor of it), if its sizes are
+    /// `K`'s and `V`'s.
+    pub fn new(map: &MapData) -> Result<Self, MapError> {
+        let fd = map.fd().as_fd().try_clone_to_owned()?;
+        Ok(Self(Typed::new(MapData::from_fd(fd)?)?))
+    }
+
+    /// Every entry of the map.
+    pub fn entries(&self) -> io::Result<Vec<(K, V)>> {
+        self.0.lookup_all()
+    }
+}
+
 #[cfg(test)]
 pub(crate) use test_support::test_map;
 

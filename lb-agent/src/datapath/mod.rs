@@ -3,6 +3,8 @@
 //! reconciler writes, grace periods, and the datapath counters.
 
 mod batch;
+#[cfg(feature = "fuzzing")]
+pub use batch::Reader;
 #[cfg(test)]
 pub(crate) use batch::test_map;
 pub mod cgroup;
