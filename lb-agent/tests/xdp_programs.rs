@@ -95,6 +95,132 @@ fn xdp_sends_a_cluster_flow_to_a_remote_backend_translated_both_ways_back_out_of
     });
 }
 
+/// Waits until the programs' clock (`bpf_ktime_get_coarse_ns`, the
+/// coarse monotonic clock) is early in a second: cache entries written
+/// then are used until the second ends, long after a test's few runs.
+fn early_in_a_second() {
+    loop {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `t` is a valid timespec for the call to fill.
+        let ret = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &raw mut t) };
+        assert_eq!(ret, 0);
+        if t.tv_nsec < 200_000_000 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Forgets every flow the tc and XDP programs recorded in conntrack and
+/// SNAT: a packet only the flow cache knows how to send.
+fn forget_flows(bed: &mut Bed) {
+    let keys: Vec<_> = bed.ct.keys().map(Result::unwrap).collect();
+    for k in keys {
+        bed.ct.remove(&k).unwrap();
+    }
+    let keys: Vec<_> = bed.nat.keys().map(Result::unwrap).collect();
+    for k in keys {
+        bed.nat.remove(&k).unwrap();
+    }
+    let keys: Vec<_> = bed.ct6.keys().map(Result::unwrap).collect();
+    for k in keys {
+        bed.ct6.remove(&k).unwrap();
+    }
+    let keys: Vec<_> = bed.nat6.keys().map(Result::unwrap).collect();
+    for k in keys {
+        bed.nat6.remove(&k).unwrap();
+    }
+}
+
+#[test]
+fn xdp_sends_a_flows_next_packets_both_ways_by_its_cache_alone_until_something_changes() {
+    let ns = Netns::new();
+    let x0 = ns.ifindex("x0");
+    let mut bed = bed();
+    bed.snat(NODE, 61_000, 61_010);
+    bed.frontend(NODE_PORT, PROTO_TCP, 0, &[REMOTE_POD]);
+    let frontend = (NODE, NODE_PORT);
+    ns.run(|| {
+        early_in_a_second();
+        // A SYN changes the flow's state: never cached.
+        let (action, out) = bed.xdp(&tcp(CLIENT, frontend, Tcp::Syn), x0);
+        assert_eq!(action, XDP_TX);
+        let on_wire = seen(&out);
+        assert_eq!(bed.xdp_flows(), (0, 0));
+        // The full path sends an ACK and each reply, and remembers how.
+        let ack = tcp(CLIENT, frontend, Tcp::Ack);
+        let reply = tcp(REMOTE_POD, on_wire.src, Tcp::Ack);
+        let (_, sent) = bed.xdp(&ack, x0);
+        let (_, back) = bed.xdp(&reply, x0);
+        assert_eq!(bed.xdp_flows(), (2, 0), "both halves cached");
+
+        // With conntrack and SNAT empty, the full path would leave both to
+        // the kernel; the cache sends them as before, checksums included
+        // (`seen` checks them), in the same second.
+        forget_flows(&mut bed);
+        assert_eq!(bed.xdp(&ack, x0), (XDP_TX, sent.clone()));
+        assert_eq!(seen(&sent), on_wire);
+        assert_eq!(bed.xdp(&reply, x0), (XDP_TX, back.clone()));
+        assert_eq!(
+            seen(&back),
+            Seen {
+                src: frontend,
+                dst: CLIENT
+            }
+        );
+        assert_eq!(hop(&back, false), (ROUTER_MAC, DEVICE_MAC, 63));
+        let forwarded = bed.stat(STAT_XDP_FORWARDED);
+        assert_eq!(forwarded, 5);
+
+        // A FIN changes the flow's state: the full path's, which knows no
+        // flow now and leaves it to the kernel untouched.
+        let fin = tcp(CLIENT, frontend, Tcp::Fin);
+        assert_eq!(bed.xdp(&fin, x0), (XDP_PASS, fin.clone()));
+        // A new generation (a route, neighbour or flow changed): the
+        // cache is not used.
+        bed.bump_xdp_generation();
+        assert_eq!(bed.xdp(&ack, x0), (XDP_PASS, ack.clone()));
+        // (No flow and no frontend: not ours, tc is told.)
+        assert_eq!(bed.xdp(&reply, x0), (XDP_PASS, not_ours(&reply)));
+        assert_eq!(bed.stat(STAT_XDP_FORWARDED), forwarded);
+    });
+}
+
+#[test]
+fn xdp_sends_an_ipv6_flows_next_datagrams_by_its_cache_at_its_generation_only() {
+    let ns = Netns::new();
+    let x0 = ns.ifindex("x0");
+    let mut bed = bed();
+    bed.snat6(NODE6, 61_000, 61_010);
+    bed.frontend6(FRONTEND6, PROTO_UDP, 0, &[REMOTE_POD6]);
+    let six = |stat: u32| stat + STAT_XDP6_OFFSET;
+    ns.run(|| {
+        early_in_a_second();
+        let datagram = udp6(CLIENT6, FRONTEND6);
+        let (_, out) = bed.xdp(&datagram, x0);
+        let on_wire = seen6(&out);
+        let reply = udp6(REMOTE_POD6, on_wire.src);
+        let (_, back) = bed.xdp(&reply, x0);
+        assert_eq!(bed.xdp_flows(), (0, 2), "both halves cached");
+        forget_flows(&mut bed);
+        assert_eq!(bed.xdp(&datagram, x0), (XDP_TX, out.clone()));
+        assert_eq!(seen6(&out), on_wire);
+        assert_eq!(bed.xdp(&reply, x0), (XDP_TX, back.clone()));
+        assert_eq!(seen6(&back), flow6(FRONTEND6, CLIENT6));
+        assert_eq!(hop(&back, true), (ROUTER_MAC, DEVICE_MAC, 63));
+        assert_eq!(bed.stat(six(STAT_XDP_FORWARDED)), 4);
+        bed.bump_xdp_generation();
+        // The full path again: a new flow, recorded anew.
+        let (action, again) = bed.xdp(&datagram, x0);
+        assert_eq!(action, XDP_TX);
+        assert_eq!(seen6(&again).dst, REMOTE_POD6);
+        assert_eq!(bed.stat(six(STAT_XDP_NEW_FLOW)), 2);
+    });
+}
+
 /// `frame` behind the metadata XDP leaves for tc on a packet it found no
 /// frontend's nor flow's of ours.
 fn not_ours(frame: &[u8]) -> Vec<u8> {

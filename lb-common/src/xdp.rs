@@ -20,3 +20,92 @@ pub const XDP_DEVICES_MAX: usize = 32;
 /// instead of repeating the lookups. Only XDP programs on the device can
 /// write metadata; tc trusts nothing else.
 pub const XDP_META_NOT_OURS: u32 = 0x4c42_4e4f;
+
+/// Key of the XDP fast path's flow cache (`LB4_XDP_FLOWS`: `A` =
+/// `[u8; 4]`; `LB6_XDP_FLOWS`: `[u8; 16]`): a packet's addresses and
+/// ports, network byte order, exactly as they lie in a packet without IPv4
+/// options or IPv6 extension headers, so that the program looks the packet
+/// up by its own bytes. (The protocol is the value's: a TCP and a UDP
+/// flow of the same addresses and ports take turns.)
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct XdpFlowKey<A> {
+    pub saddr_be: A,
+    pub daddr_be: A,
+    pub sport_be: u16,
+    pub dport_be: u16,
+}
+/// The IPv4 maps' key.
+pub type XdpFlow4Key = XdpFlowKey<[u8; 4]>;
+/// The IPv6 maps' key.
+pub type XdpFlow6Key = XdpFlowKey<[u8; 16]>;
+const _: () = assert!(size_of::<XdpFlow4Key>() == 12);
+const _: () = assert!(size_of::<XdpFlow6Key>() == 36);
+
+/// Value of the XDP fast path's flow cache, keyed by a packet's tuple as
+/// it arrives ([`XdpFlowKey`]: a client's packet, or a remote backend's
+/// reply): everything the fast path needs to send the next packets of a
+/// flow it forwarded, with one lookup. Written by the XDP program after
+/// its full path (conntrack, SNAT, FIB) sent a packet of the flow; never
+/// by the agent.
+///
+/// A cache, not state: the maps are the loaded object's own (unpinned),
+/// and an entry is used only until [`XdpFlow::until_ns`], the end of the
+/// second its full path ran in, and at [`XdpFlow::generation`], the
+/// program's `LB_XDP_GENERATION`, which the agent bumps on every route,
+/// neighbour, link and address change and whenever it deletes flows. So
+/// the full path runs for a flow's first packet each second (advancing
+/// its conntrack entries as it would on every packet: within a second a
+/// packet without SYN, FIN or RST changes none of them), and after every
+/// change.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct XdpFlow<A> {
+    /// The packet's addresses and ports as it leaves.
+    pub tuple: XdpFlowKey<A>,
+    /// One's complement sums (RFC 1624) to add to the IPv4 header
+    /// checksum (the addresses; 0 for IPv6) and to the TCP or UDP
+    /// checksum (pseudo-header addresses and ports) for that rewrite.
+    pub l3_diff: u32,
+    pub l4_diff: u32,
+    /// The device the packet leaves by (host order), and the MAC addresses
+    /// the FIB gave for it.
+    pub ifindex: u32,
+    pub dmac: [u8; 6],
+    pub smac: [u8; 6],
+    /// The largest IP packet (bytes, host order) the way out takes: the
+    /// route's MTU, as the FIB said.
+    pub mtu: u16,
+    /// The IP protocol of the key's packets (TCP or UDP).
+    pub proto: u8,
+    pub _pad0: u8,
+    /// `LB_XDP_GENERATION` when the entry was written.
+    pub generation: u32,
+    pub _pad1: [u8; 4],
+    /// `bpf_ktime_get_coarse_ns()` at the end of the second the full path
+    /// last ran in for the key's packets.
+    pub until_ns: u64,
+}
+/// The IPv4 maps' value.
+pub type XdpFlow4 = XdpFlow<[u8; 4]>;
+/// The IPv6 maps' value.
+pub type XdpFlow6 = XdpFlow<[u8; 16]>;
+const _: () = assert!(size_of::<XdpFlow4>() == 56);
+const _: () = assert!(size_of::<XdpFlow6>() == 80);
+
+/// Capacity of each of the fast path's flow caches (LRU: a flow beyond
+/// it takes the full path).
+pub const XDP_FLOWS_MAX: u32 = 65_536;
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: repr(C), padded explicitly (the size asserts equal the sum
+    // of the fields), and every bit pattern is valid.
+    unsafe impl aya::Pod for super::XdpFlow4Key {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::XdpFlow6Key {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::XdpFlow4 {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::XdpFlow6 {}
+}

@@ -18,6 +18,7 @@ use lb_common::{
 };
 
 use crate::{
+    flow_cache::Cached,
     lb::Snapshot,
     maps::{
         AFFINITY_MAX, BACKENDS_MAX, FRONTENDS_MAX, LB4_AFFINITY, LB4_BACKENDS, LB4_CT, LB4_CT_PREV,
@@ -49,7 +50,7 @@ pub type NatPrev<A> = ArrayOfMaps<LruHashMap<NatKey<A>, NatValue<A>, PREV_TEMPLA
 /// An address family's maps and key types.
 pub trait Family {
     /// An address as packets hold it.
-    type Addr: Ip + Answer;
+    type Addr: Ip + Answer + Cached;
     type Key: Copy + PartialEq + 'static;
     type Backend: Copy + 'static;
     /// A datagram, as its fragments carry it.

@@ -5,7 +5,8 @@
 //! and rewriting (`packet`), connection tracking and SNAT (`ct`), the
 //! NodePort logic (`nodeport`), direct server return (`dsr`), FIB
 //! lookups (`fib`) and rejects and ICMP answers (`reject`), all over a
-//! packet-context trait (`ctx`), and the XDP fast path over them (`xdp`).
+//! packet-context trait (`ctx`), and the XDP fast path over them (`xdp`),
+//! which sends the flows it forwarded with one lookup (`flow_cache`).
 //! The program entry
 //! points live in the binary (`programs/`), one file per hook family.
 #![no_std]
@@ -19,6 +20,7 @@ pub mod ctx;
 pub mod dsr;
 pub mod family;
 pub mod fib;
+pub mod flow_cache;
 pub mod lb;
 pub mod maps;
 pub mod nodeport;

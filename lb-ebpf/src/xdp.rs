@@ -40,6 +40,7 @@ use lb_common::{
 use crate::{
     ct::config,
     family::Family,
+    flow_cache,
     nodeport::{self, Hook, Verdict},
     packet::{ETH_HLEN, Ip, Packet, csum_add},
     stats::count,
@@ -88,6 +89,8 @@ pub struct Forward<'a> {
     /// The device the FIB sends the packet out of, once [`Hook::admit`]
     /// said yes (the packet is then being translated); 0 before.
     egress: u32,
+    /// The route's MTU the FIB gave with it.
+    mtu: u16,
     /// [`Hook::not_ours`] was said.
     not_ours: bool,
 }
@@ -109,7 +112,7 @@ impl Hook for Forward<'_> {
 
     #[inline(always)]
     fn admit<F: Family>(&mut self, p: &Packet<F::Addr>, dst: &F::Addr) -> bool {
-        self.egress = lookup(self.ctx, p, dst);
+        self.egress = lookup(self.ctx, p, dst, &mut self.mtu);
         if self.egress == 0 {
             count(xdp_stat::<F::Addr>(STAT_XDP_PASSED_TO_TC));
         }
@@ -125,12 +128,12 @@ impl Hook for Forward<'_> {
 /// The device `p`, translated to `dst`, leaves by, by the FIB, if it is
 /// the one it came in on or another one the fast path runs on; else 0. If
 /// not 0, the frame has the MAC addresses the FIB gave (it is then
-/// translated and sent, or dropped). A BPF function of its own: the
+/// translated and sent, or dropped), and `mtu` the route's MTU. A BPF function of its own: the
 /// lookup's 64 bytes of parameters stay off the stack of the steps that
 /// call it, and it keeps nothing else on its own (the verifier's 512 bytes
 /// over a chain of calls hold IPv6's conntrack step above it).
 #[inline(never)]
-fn lookup<A: Ip>(ctx: &XdpContext, p: &Packet<A>, dst: &A) -> u32 {
+fn lookup<A: Ip>(ctx: &XdpContext, p: &Packet<A>, dst: &A, mtu: &mut u16) -> u32 {
     let ingress = ctx.ingress_ifindex() as u32;
     // All zero (what the kernel wants of the fields not set), a word at a
     // time: `mem::zeroed` would call `memset`, a BPF function whose frame,
@@ -166,6 +169,9 @@ fn lookup<A: Ip>(ctx: &XdpContext, p: &Packet<A>, dst: &A) -> u32 {
         )
     };
     let egress = f.ifindex;
+    // SAFETY: a plain integer; the kernel writes the MTU there on success
+    // (it read the length from it).
+    *mtu = unsafe { f.__bindgen_anon_1.mtu_result };
     if ret != i64::from(BPF_FIB_LKUP_RET_SUCCESS)
         || egress == 0
         || (egress != ingress && !xdp_device(egress))
@@ -194,6 +200,7 @@ impl<'a> Forward<'a> {
         Self {
             ctx,
             egress: 0,
+            mtu: 0,
             not_ours: false,
         }
     }
@@ -253,12 +260,14 @@ fn sendable<A: Ip>(ctx: &XdpContext, p: &Packet<A>) -> bool {
 
 /// A TCP or UDP packet (or later fragment) at XDP: sent on translated if
 /// its flow's next hop is behind the device it came in on or another one
-/// the fast path runs on, else passed to tc untouched.
+/// the fast path runs on, else passed to tc untouched. How it was sent is
+/// remembered for the flow's next packets (`flow_cache`).
 #[inline(always)]
 pub fn forward<F: Family>(ctx: &XdpContext, p: &mut Packet<F::Addr>) -> i32 {
     if !sendable::<F::Addr>(ctx, p) {
         return PASS;
     }
+    flow_cache::note(p);
     let mut hop = Forward::new(ctx);
     let v = nodeport::ingress::<ETH_HLEN, _, F, _>(ctx, p, &mut hop);
     if hop.egress == 0 {
@@ -272,6 +281,9 @@ pub fn forward<F: Family>(ctx: &XdpContext, p: &mut Packet<F::Addr>) -> i32 {
         || nodeport::egress::<ETH_HLEN, _, F, Forward<'_>>(ctx, p) == Verdict::Drop
     {
         return DROP;
+    }
+    if flow_cache::cacheable(p) {
+        flow_cache::remember(ctx, p, hop.egress, hop.mtu);
     }
     hop.send::<F::Addr>()
 }

@@ -14,7 +14,12 @@ use std::{
 use anyhow::Context as _;
 use tracing::debug;
 
-use crate::{datapath::conntrack, model::Frontend, shared::Shared, sockets::Serving};
+use crate::{
+    datapath::{conntrack, xdp_generation::Generation},
+    model::Frontend,
+    shared::Shared,
+    sockets::Serving,
+};
 
 /// How often expired conntrack and SNAT entries are deleted, and the maps
 /// counted.
@@ -23,11 +28,13 @@ pub(super) const CONNTRACK_GC: Duration = Duration::from_secs(30);
 /// Collects every [`CONNTRACK_GC`] and whenever asked through the returned
 /// sender (after a sync that stopped an endpoint of an external frontend),
 /// on a thread of its own: a large table takes a while to read, and
-/// nothing else waits for it. The thread ends with the sender.
+/// nothing else waits for it. The thread ends with the sender. Flows it
+/// deletes leave XDP's flow cache (`generation`).
 pub(super) fn spawn(
     maps_dir: PathBuf,
     serving: Arc<Serving<Frontend>>,
     shared: Arc<Shared>,
+    generation: Generation,
 ) -> anyhow::Result<SyncSender<()>> {
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     thread::Builder::new()
@@ -44,6 +51,14 @@ pub(super) fn spawn(
                         m.conntrack_entries.set(c.ct_left as f64);
                         m.nat_entries.set(c.nat_left as f64);
                         m.conntrack_collected.inc_by(c.ct as u64);
+                        if c.ct > 0
+                            && let Err(e) = generation.bump()
+                        {
+                            debug!(
+                                error = &e as &dyn std::error::Error,
+                                "bumping the XDP flow cache's generation"
+                            );
+                        }
                         if c.ct + c.nat > 0 {
                             debug!(conntrack = c.ct, nat = c.nat, "deleted stale entries");
                         }

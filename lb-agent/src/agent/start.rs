@@ -117,7 +117,16 @@ impl Agent {
                 count_reaped(&reaper_shared, pass);
             })
             .context("starting the socket reaper thread")?;
-        let collect_now = gc::spawn(pins.maps_dir(), syncer.external_serving(), shared.clone())?;
+        let generation = datapath.xdp_generation();
+        generation
+            .watch_routes()
+            .context("subscribing to route, neighbour, link and address notifications")?;
+        let collect_now = gc::spawn(
+            pins.maps_dir(),
+            syncer.external_serving(),
+            shared.clone(),
+            generation,
+        )?;
         let mut agent = Agent {
             pins,
             reaper,

@@ -26,6 +26,7 @@ pub mod table;
 pub mod takeover;
 pub mod tc;
 pub mod xdp;
+pub mod xdp_generation;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -66,6 +67,8 @@ pub enum Start {
 pub struct Datapath {
     pins: Pins,
     ebpf: Ebpf,
+    /// The XDP flow cache's generation.
+    xdp_generation: xdp_generation::Generation,
     maps_dir: PathBuf,
     start: Start,
     /// The devices the tc programs are to be attached to.
@@ -237,9 +240,11 @@ impl Datapath {
             .chain(TRANSLATING.iter().chain(&REVERSING).map(|p| p.function))
             .collect();
         loader::load_programs(&mut ebpf, &programs)?;
+        let xdp_generation = xdp_generation::Generation::take(&mut ebpf)?;
         Ok(Self {
             pins: pins.clone(),
             ebpf,
+            xdp_generation,
             maps_dir,
             start,
             // Until told otherwise, the devices an earlier agent attached
@@ -254,6 +259,11 @@ impl Datapath {
             attached: BTreeMap::new(),
             prev: false,
         })
+    }
+
+    /// The XDP flow cache's generation, for those who bump it.
+    pub fn xdp_generation(&self) -> xdp_generation::Generation {
+        self.xdp_generation.clone()
     }
 
     pub fn start(&self) -> &Start {

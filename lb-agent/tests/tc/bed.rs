@@ -612,6 +612,34 @@ impl Bed {
         array.set(0, list, 0).unwrap();
     }
 
+    /// How many flows the XDP fast path's cache holds, IPv4 and IPv6.
+    pub(crate) fn xdp_flows(&self) -> (usize, usize) {
+        let map = |name| self.ebpf.map(name).expect("the cache in the object");
+        let v4 = |name| {
+            let m: HashMap<_, lb_common::XdpFlow4Key, lb_common::XdpFlow4> =
+                HashMap::try_from(map(name)).expect("a hash map");
+            m.keys().count()
+        };
+        let v6 = |name| {
+            let m: HashMap<_, lb_common::XdpFlow6Key, lb_common::XdpFlow6> =
+                HashMap::try_from(map(name)).expect("a hash map");
+            m.keys().count()
+        };
+        (v4("LB4_XDP_FLOWS"), v6("LB6_XDP_FLOWS"))
+    }
+
+    /// Moves the XDP flow cache's generation on, as the agent does on a
+    /// route or neighbour change.
+    pub(crate) fn bump_xdp_generation(&mut self) {
+        let map = self
+            .ebpf
+            .map_mut("LB_XDP_GENERATION")
+            .expect("the generation in the object");
+        let mut array: Array<_, u32> = Array::try_from(map).expect("an array");
+        let now = array.get(&0, 0).unwrap();
+        array.set(0, now + 1, 0).unwrap();
+    }
+
     /// Runs `lb_xdp` on `packet` as if it arrived on device `ifindex` of
     /// the caller's network namespace (where its FIB lookups happen): its
     /// action and the frame after it.

@@ -19,7 +19,7 @@ pub fn csum_replace4(csum: u16, from: u32, to: u32) -> u16 {
 /// 32-bit one's complement sum of `~from` and `to`, for a checksum update
 /// by difference.
 #[inline(always)]
-pub(super) fn diff16(from: &[u32; 4], to: &[u32; 4]) -> u32 {
+pub fn diff16(from: &[u32; 4], to: &[u32; 4]) -> u32 {
     let mut sum = 0u64;
     for i in 0..4 {
         sum += u64::from(!from[i]) + u64::from(to[i]);

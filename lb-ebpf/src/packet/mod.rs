@@ -18,7 +18,7 @@ use aya_ebpf::bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR};
 use lb_common::{FlowHash, PROTO_TCP, SCOPE_EXTERNAL};
 
 pub use self::{
-    csum::{csum_add, csum_replace4, fold, sum_words},
+    csum::{csum_add, csum_replace4, diff16, fold, sum_words},
     icmp::IcmpError,
     ipv4::IP_HLEN,
     ipv6::IP6_HLEN,

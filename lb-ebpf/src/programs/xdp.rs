@@ -5,6 +5,7 @@
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use lb_ebpf::{
     family::Family,
+    flow_cache,
     packet::{ETH_HLEN, Handler, Packet, parse},
     xdp::forward,
 };
@@ -13,6 +14,10 @@ const PASS: i32 = xdp_action::XDP_PASS as i32;
 
 #[xdp]
 pub(crate) fn lb_xdp(ctx: XdpContext) -> u32 {
+    // A flow sent this second: one lookup. Anything else: the full path.
+    if let Some(verdict) = flow_cache::hit(&ctx) {
+        return verdict as u32;
+    }
     parse::<ETH_HLEN, _, _>(&ctx, Fast(&ctx)) as u32
 }
 
