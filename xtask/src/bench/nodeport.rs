@@ -8,7 +8,12 @@
 //!
 //! ```text
 //! client-k 172.16.k.2 -- eth0 172.16.k.1  node-k  eth1 10.42.0.(101+k) -- bridge -- pods 10.42.0.1..
+//!                                                 eth2 10.44.k.1 -- sink-k 10.44.k.2 (10.43.0.0/16)
 //! ```
+//!
+//! The sink (packets per second only) is the route of a third Service's
+//! endpoints (10.43.0.1..), a namespace whose XDP program counts and drops
+//! every frame: no socket buffer is made after the node.
 //!
 //! Every link is dual-stack: each address has its IPv6 image, `fd00::`
 //! and the IPv4 address's 32 bits (`netns::v6_of`, as the datapath
@@ -54,6 +59,10 @@ const NODE: &str = "bench-node";
 /// The measured NodePorts, after every filler's (20000 + i).
 const TCP_NODE_PORT: u16 = 30080;
 const UDP_NODE_PORT: u16 = 30053;
+/// The UDP NodePort whose endpoints are behind each node's sink.
+const SINK_NODE_PORT: u16 = 30054;
+/// The sink Service's endpoints: routed to each node's sink.
+const SINK_NET: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 43, 0, 0), 16);
 const FILLER_NODE_PORT: u16 = 20000;
 /// The pods' network: kube-proxy's `--cluster-cidr` (IPv4's; IPv6's is its
 /// image).
@@ -141,17 +150,30 @@ impl Mode {
     fn fabric_addr(self) -> Ipv4Addr {
         Ipv4Addr::new(10, 42, 0, 101 + self.k())
     }
+
+    /// This mode's node, and its sink, on their link (`10.44.k.0/24`).
+    fn sink_link(self) -> (Ipv4Addr, Ipv4Addr) {
+        (
+            Ipv4Addr::new(10, 44, self.k(), 1),
+            Ipv4Addr::new(10, 44, self.k(), 2),
+        )
+    }
 }
 
 /// N NodePort Services: N-1 fillers (NodePorts 20000 + i), then the
-/// measured UDP and TCP ones (TCP last, the worst case for iptables'
-/// linear `KUBE-NODEPORTS`). Their IPv4 addresses; see [`in_family`].
+/// measured ones: the sink's and the pods' UDP ones and the pods' TCP one
+/// (TCP last, the worst case for iptables' linear `KUBE-NODEPORTS`). Their
+/// IPv4 addresses; see [`in_family`].
 fn services(n: usize, pods: &[Ipv4Addr], filler_endpoints: usize) -> Vec<SvcSpec> {
     let mut all =
         kubeproxy::filler_node_ports(n.saturating_sub(1), filler_endpoints, FILLER_NODE_PORT);
-    for (name, port, node_port, target, proto) in [
-        ("dns", 53, UDP_NODE_PORT, 5353, Proto::Udp),
-        ("web", 80, TCP_NODE_PORT, 8080, Proto::Tcp),
+    let sinks: Vec<Ipv4Addr> = (1..=pods.len())
+        .map(|i| Ipv4Addr::new(10, 43, 0, i as u8))
+        .collect();
+    for (name, port, node_port, target, proto, endpoints) in [
+        ("sink", 54, SINK_NODE_PORT, 5353, Proto::Udp, &sinks[..]),
+        ("dns", 53, UDP_NODE_PORT, 5353, Proto::Udp, pods),
+        ("web", 80, TCP_NODE_PORT, 8080, Proto::Tcp, pods),
     ] {
         all.push(SvcSpec {
             namespace: "bench".into(),
@@ -160,7 +182,7 @@ fn services(n: usize, pods: &[Ipv4Addr], filler_endpoints: usize) -> Vec<SvcSpec
             vip: Ipv4Addr::new(10, 100, 0, 1).into(),
             port,
             proto,
-            endpoints: pods.iter().map(|&ip| (ip.into(), target)).collect(),
+            endpoints: endpoints.iter().map(|&ip| (ip.into(), target)).collect(),
             node_port: Some(node_port.into()),
         });
     }
@@ -193,6 +215,11 @@ impl Bed {
     /// The namespace of `mode`'s client.
     pub(super) fn client_ns(&self, mode: Mode) -> String {
         self.ns(&format!("c{}", mode.k()))
+    }
+
+    /// The namespace of `mode`'s sink.
+    pub(super) fn sink_ns(&self, mode: Mode) -> String {
+        self.ns(&format!("s{}", mode.k()))
     }
 
     /// The namespaces of the pods.
@@ -260,6 +287,12 @@ impl Bed {
             addrs(&client, "eth0", (mode.client_addr(), 24))?;
             addrs(&node, "eth0", (mode.node_addr(), 24))?;
             route(&client, None, mode.node_addr())?;
+            let sink = add(&format!("s{k}"))?;
+            let (at_node, at_sink) = mode.sink_link();
+            veth((&node, "eth2", None), (&sink, "eth0", None))?;
+            addrs(&node, "eth2", (at_node, 24))?;
+            addrs(&sink, "eth0", (at_sink, 24))?;
+            route(&node, Some(SINK_NET), at_sink)?;
             if mode == Mode::OursXdp {
                 tx_checksum_off(&client, "eth0")?;
                 xdp_peers.push(xdp_pass(&client, "eth0")?);
@@ -322,7 +355,7 @@ impl Bed {
         let links = self.rig(Mode::Ours).pins_path().join("links");
         let sum = |prefix: &str| -> anyhow::Result<Runs> {
             let mut total = Runs::default();
-            for dev in ["eth0", "eth1"] {
+            for dev in ["eth0", "eth1", "eth2"] {
                 let r = Runs::of_link(&links.join(format!("{prefix}{dev}")))?;
                 total.time += r.time;
                 total.count += r.count;
@@ -333,7 +366,7 @@ impl Bed {
     }
 }
 
-/// Our agent in `mode`'s node, on both devices, with the mode's flags,
+/// Our agent in `mode`'s node, on its three devices, with the mode's flags,
 /// from `manifest`; its Node has an InternalIP of each family (each
 /// family's NodePort address and SNAT source).
 fn start_agent(mode: Mode, rig: &mut Rig, manifest: &str) -> anyhow::Result<()> {
@@ -346,7 +379,7 @@ fn start_agent(mode: Mode, rig: &mut Rig, manifest: &str) -> anyhow::Result<()> 
     rig.write_manifest(&(node + manifest))?;
     let mut flags = vec![
         format!("--hostname-override={NODE}"),
-        "--devices=eth0,eth1".to_owned(),
+        "--devices=eth0,eth1,eth2".to_owned(),
     ];
     flags.extend(
         mode.agent_flags()

@@ -1,13 +1,21 @@
 //! The files a run writes under target/bench/ (the Markdown also to
 //! stdout): the report, its chart, and the targets met or missed.
 
-use std::{path::Path, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use super::{
     Plan,
     conditions::Conditions,
     render,
-    results::{Results, nodeport::NodePort, pps::Pps, scale},
+    results::{
+        Results,
+        nodeport::NodePort,
+        pps::{Pps, PpsBed},
+        scale,
+    },
     targets,
 };
 
@@ -21,13 +29,17 @@ pub(super) fn write(plan: &Plan, results: &Results, cond: &Conditions) -> anyhow
     }
     let md_path = plan.out_dir.join(format!("{name}.md"));
     let chart = (!plan.control_only).then(|| plan.out_dir.join(format!("{name}.svg")));
-    let pps_chart = results
+    let pps_charts = results
         .nodeport
         .as_ref()
-        .map(|np| (np, plan.out_dir.join(format!("{name}-pps.svg"))));
+        .map(|np| (np, pps_chart_paths(plan, &format!("{name}-pps"))));
     let charts: Vec<String> = chart
         .iter()
-        .chain(pps_chart.as_ref().map(|(_, p)| p))
+        .chain(
+            pps_charts
+                .iter()
+                .flat_map(|(_, p)| p.iter().map(|(_, p)| p)),
+        )
         .map(|c| c.display().to_string())
         .collect();
     let targets = targets::of(plan, results);
@@ -37,8 +49,8 @@ pub(super) fn write(plan: &Plan, results: &Results, cond: &Conditions) -> anyhow
     if let Some(chart) = &chart {
         render::chart::draw(plan, &results.datapath, chart)?;
     }
-    if let Some((np, path)) = &pps_chart {
-        render::pps_chart::draw(plan, &np.pps, path)?;
+    if let Some((np, paths)) = &pps_charts {
+        draw_pps(plan, &np.pps, paths)?;
     }
     eprintln!("wrote {} {}", md_path.display(), charts.join(" "));
     Ok(())
@@ -49,14 +61,14 @@ pub(super) fn write_nodeport(plan: &Plan, np: &NodePort, cond: &Conditions) -> a
     std::fs::create_dir_all(&plan.out_dir)?;
     let mut targets = targets::nodeport::targets(plan, np);
     targets.extend(targets::pps::targets(plan, &np.pps));
-    let svg = plan.out_dir.join("bench-nodeport-pps.svg");
-    let charts = [svg.display().to_string()];
+    let svgs = pps_chart_paths(plan, "bench-nodeport-pps");
+    let charts = names(&svgs);
     let md = render::report::nodeport_only(plan, np, &targets, cond, &charts);
     print!("{md}");
     let path = plan.out_dir.join("bench-nodeport.md");
     std::fs::write(&path, &md)?;
-    render::pps_chart::draw(plan, &np.pps, &svg)?;
-    eprintln!("wrote {} and {}", path.display(), svg.display());
+    draw_pps(plan, &np.pps, &svgs)?;
+    eprintln!("wrote {} and {}", path.display(), charts.join(" "));
     Ok(())
 }
 
@@ -71,14 +83,40 @@ pub(super) fn write_pps(plan: &Plan, pps: &Pps, cond: &Conditions) -> anyhow::Re
         "bench-pps-only"
     };
     let targets = targets::pps::targets(plan, pps);
-    let svg = plan.out_dir.join(format!("{name}.svg"));
-    let charts = [svg.display().to_string()];
+    let svgs = pps_chart_paths(plan, name);
+    let charts = names(&svgs);
     let md = render::report::pps_only(plan, pps, &targets, cond, &charts);
     print!("{md}");
     let path = plan.out_dir.join(format!("{name}.md"));
     std::fs::write(&path, &md)?;
-    render::pps_chart::draw(plan, pps, &svg)?;
-    eprintln!("wrote {} and {}", path.display(), svg.display());
+    draw_pps(plan, pps, &svgs)?;
+    eprintln!("wrote {} and {}", path.display(), charts.join(" "));
+    Ok(())
+}
+
+/// The packets-per-second charts' paths, one per bed: `stem.svg` for the
+/// end-to-end bed, `stem-sink.svg` for the XDP sink.
+fn pps_chart_paths(plan: &Plan, stem: &str) -> Vec<(PpsBed, PathBuf)> {
+    PpsBed::ALL
+        .into_iter()
+        .map(|bed| {
+            let file = match bed {
+                PpsBed::EndToEnd => format!("{stem}.svg"),
+                PpsBed::Sink => format!("{stem}-sink.svg"),
+            };
+            (bed, plan.out_dir.join(file))
+        })
+        .collect()
+}
+
+fn names(paths: &[(PpsBed, PathBuf)]) -> Vec<String> {
+    paths.iter().map(|(_, p)| p.display().to_string()).collect()
+}
+
+fn draw_pps(plan: &Plan, pps: &Pps, paths: &[(PpsBed, PathBuf)]) -> anyhow::Result<()> {
+    for (bed, path) in paths {
+        render::pps_chart::draw(plan, pps, *bed, path)?;
+    }
     Ok(())
 }
 

@@ -1,10 +1,11 @@
 //! Packets per second through the NodePort bed: UDP frames from the XDP
-//! generator (`lb_tests::pktgen`) in a client's namespace to the UDP
-//! NodePort, counted by an XDP counter on every pod's veth that drops
-//! them, so the figure is frames forwarded through the node (DNAT and
-//! SNAT: the pods are remote to every layout), not a socket's throughput.
-//! The physical-limit row sends from direct's client straight to the
-//! counter on direct's node.
+//! generator (`lb_tests::pktgen`) in a client's namespace to a UDP
+//! NodePort, counted by an XDP counter that drops them, so the figure is
+//! frames forwarded through the node (DNAT and SNAT: the endpoints are
+//! remote to every layout), not a socket's throughput. Two beds
+//! ([`PpsBed`]): the sink's NodePort, counted on each node's sink, and the
+//! pods' one, counted on every pod's veth. The physical-limit row sends
+//! from direct's client straight to a counter on direct's node.
 //!
 //! The generator runs on one pinned CPU; a veth hands its peer's NAPI to
 //! the CPU that sent, so the node's receive softirq (and the pods') runs
@@ -22,10 +23,10 @@ use lb_tests::{
 use super::{
     super::{
         Plan,
-        results::pps::{Family, PpsMode, Row, Run},
+        results::pps::{Family, PpsBed, PpsMode, Row, Run},
         softirq,
     },
-    Bed, Mode, UDP_NODE_PORT, at, flush_conntrack,
+    Bed, Mode, SINK_NODE_PORT, UDP_NODE_PORT, at, flush_conntrack,
 };
 
 /// Distinct source ports: many flows, each a conntrack entry in every
@@ -41,8 +42,8 @@ const WARM_UP: u64 = 20_000;
 /// Time for frames still queued to arrive before the counters are read.
 const SETTLE: Duration = Duration::from_millis(50);
 
-/// Every mode of [`PpsMode::ALL`] at `n` in each family, over the plan's
-/// rounds (in ABBA order).
+/// Every mode of [`PpsMode::ALL`] at `n` on each bed in each family, over
+/// the plan's rounds (in ABBA order).
 pub(super) fn measure(plan: &Plan, n: usize, bed: &Bed, pods: usize) -> anyhow::Result<Vec<Row>> {
     for mode in PpsMode::ALL {
         if let PpsMode::Node(m) = mode {
@@ -58,8 +59,19 @@ pub(super) fn measure(plan: &Plan, n: usize, bed: &Bed, pods: usize) -> anyhow::
         .map(|ns| within(ns, || Ok(Counter::attach("eth0")?)))
         .collect::<anyhow::Result<Vec<_>>>()
         .context("the counters on the pods' veths")?;
+    let mut sink_counters = Vec::new();
+    for mode in PpsMode::ALL {
+        if let PpsMode::Node(m) = mode {
+            let counter = within(&bed.sink_ns(m), || Ok(Counter::attach("eth0")?))
+                .context("the counter on a node's sink")?;
+            sink_counters.push((m, counter));
+        }
+    }
     let mut rows = Vec::new();
-    for family in Family::ALL {
+    for (which, family) in PpsBed::ALL
+        .into_iter()
+        .flat_map(|b| Family::ALL.map(|f| (b, f)))
+    {
         let mut runs: Vec<(PpsMode, Vec<Run>)> =
             PpsMode::ALL.iter().map(|&m| (m, Vec::new())).collect();
         for round in 0..plan.pps_rounds {
@@ -72,18 +84,31 @@ pub(super) fn measure(plan: &Plan, n: usize, bed: &Bed, pods: usize) -> anyhow::
                     PpsMode::Ceiling => {
                         let at_node =
                             within(&bed.node_ns(Mode::Direct), || Ok(Counter::attach("eth0")?))?;
-                        one_run(plan, bed, Mode::Direct, &[at_node], family)?
+                        one_run(plan, bed, Mode::Direct, UDP_NODE_PORT, &[at_node], family)?
                     }
                     PpsMode::Node(m) => {
                         if matches!(m, Mode::Iptables | Mode::Nftables) {
                             flush_conntrack(&bed.node_ns(m))?;
                         }
-                        one_run(plan, bed, m, &pod_counters, family)?
+                        match which {
+                            PpsBed::EndToEnd => {
+                                one_run(plan, bed, m, UDP_NODE_PORT, &pod_counters, family)?
+                            }
+                            PpsBed::Sink => {
+                                let sink = sink_counters
+                                    .iter()
+                                    .filter(|(at, _)| *at == m)
+                                    .map(|(_, c)| c);
+                                let sink: Vec<&Counter> = sink.collect();
+                                one_run(plan, bed, m, SINK_NODE_PORT, &sink, family)?
+                            }
+                        }
                     }
                 };
                 eprintln!(
-                    "   pps {} {:<17} N={n:<6} sent {:>9.0}/s received {:>9.0}/s",
+                    "   pps {} {:<8} {:<17} N={n:<6} sent {:>9.0}/s received {:>9.0}/s",
                     family.name(),
+                    which.short(),
                     mode.name(),
                     run.sent.rate,
                     run.pps()
@@ -96,6 +121,7 @@ pub(super) fn measure(plan: &Plan, n: usize, bed: &Bed, pods: usize) -> anyhow::
             }
         }
         rows.extend(runs.into_iter().map(|(mode, runs)| Row {
+            bed: which,
             family,
             mode,
             n,
@@ -105,22 +131,23 @@ pub(super) fn measure(plan: &Plan, n: usize, bed: &Bed, pods: usize) -> anyhow::
     Ok(rows)
 }
 
-/// One measurement from `via`'s client to its node's UDP NodePort,
-/// counted by `counters`.
-fn one_run(
+/// One measurement from `via`'s client to its node's UDP NodePort
+/// `node_port`, counted by `counters`.
+fn one_run<C: std::borrow::Borrow<Counter> + Sync>(
     plan: &Plan,
     bed: &Bed,
     via: Mode,
-    counters: &[Counter],
+    node_port: u16,
+    counters: &[C],
     family: Family,
 ) -> anyhow::Result<Run> {
     let dst_mac = within(&bed.node_ns(via), || Ok(iface::mac("eth0")?))?;
     let src = at(family, via.client_addr());
-    let dst = SocketAddr::new(at(family, via.node_addr()), UDP_NODE_PORT);
+    let dst = SocketAddr::new(at(family, via.node_addr()), node_port);
     let received = || -> anyhow::Result<Vec<u64>> {
         let mut sum = Vec::new();
         for c in counters {
-            let v = c.per_cpu()?;
+            let v = c.borrow().per_cpu()?;
             sum.resize(v.len().max(sum.len()), 0);
             for (s, x) in sum.iter_mut().zip(v) {
                 *s += x;

@@ -6,21 +6,27 @@ use super::super::{
     Plan,
     results::{
         nodeport::Mode,
-        pps::{Family, Pps, PpsMode, find},
+        pps::{Family, Pps, PpsBed, PpsMode, find},
     },
 };
 
-/// The section: how it measures, then one table per family.
+/// The section: how it measures, then one table per bed and family.
 pub(crate) fn section(o: &mut String, plan: &Plan, pps: &Pps) {
     let _ = writeln!(
         o,
         "## Packets per second: UDP to a NodePort (externalTrafficPolicy: Cluster)\n\n\
          The XDP generator (`lbt pktgen`: `BPF_PROG_TEST_RUN` with live frames, `XDP_TX` out \
-         of the client's veth) sends {}-byte UDP frames from {} source ports to the UDP \
-         NodePort of the NodePort section's nodes, which DNAT and SNAT them to the remote \
-         pods; an XDP program on every pod's veth counts and drops them, so \"received\" is \
-         frames forwarded through the node. The ceiling sends from direct's client straight \
-         to that counter on the next veth: the most one CPU generates and receives. {} s per \
+         of the client's veth) sends {}-byte UDP frames from {} source ports to a UDP \
+         NodePort of the NodePort section's nodes, which DNAT and SNAT them to remote \
+         endpoints, on two beds. *XDP sink*: the endpoints are routed out of the node's \
+         third veth to a namespace whose XDP program counts and drops every frame, so no \
+         socket buffer is made after the generator unless the node makes one (our XDP \
+         redirects frame to frame; tc, iptables and nftables build one per packet). *End \
+         to end*: the pods, behind a bridge; an XDP program on every pod's veth counts and \
+         drops them, and every frame becomes a socket buffer at the bridge. Either way \
+         \"received\" is frames forwarded through the node. The ceiling sends from direct's \
+         client straight to a counter on the next veth: the most one CPU generates and \
+         receives. {} s per \
          measurement, {} round(s) in ABBA order, medians; conntrack of the kube-proxy nodes \
          flushed, then warmed with every flow, before each.\n\n\
          The generator runs on CPU {}; a veth runs its peer's receive path on the CPU that \
@@ -30,15 +36,18 @@ pub(crate) fn section(o: &mut String, plan: &Plan, pps: &Pps) {
          node's own cost per frame on that core: 1/pps less 1/ceiling.\n",
         pps.frame_len, pps.flows, pps.seconds, pps.rounds, pps.generator_cpu
     );
-    for family in Family::ALL {
-        let _ = writeln!(o, "### Over {}\n", family.name());
+    for (bed, family) in PpsBed::ALL
+        .into_iter()
+        .flat_map(|b| Family::ALL.map(|f| (b, f)))
+    {
+        let _ = writeln!(o, "### {}, over {}\n", bed.name(), family.name());
         let _ = writeln!(
             o,
             "| N | mode | received pps | offered pps | vs ceiling | vs iptables | node ns/packet | CPUs | per core | received by CPU | softirq by CPU |\n\
              |---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|"
         );
         for &n in &plan.nodeport_scales {
-            let row = |mode| find(&pps.rows, family, mode, n);
+            let row = |mode| find(&pps.rows, bed, family, mode, n);
             let ceiling = row(PpsMode::Ceiling).map(|r| r.pps());
             let ipt = row(PpsMode::Node(Mode::Iptables)).map(|r| r.pps());
             for mode in PpsMode::ALL {

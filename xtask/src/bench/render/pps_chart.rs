@@ -1,23 +1,34 @@
 //! The packets-per-second chart: frames per second received through each
-//! mode against N, IPv4 solid and IPv6 dashed.
+//! mode against N, IPv4 solid and IPv6 dashed, on one bed.
 
 use plotters::prelude::*;
 
 use super::super::{
     Plan,
-    results::pps::{Family, Pps, PpsMode, find},
+    results::pps::{Family, Pps, PpsBed, PpsMode, find},
 };
 
-pub(crate) fn draw(plan: &Plan, pps: &Pps, path: &std::path::Path) -> anyhow::Result<()> {
+pub(crate) fn draw(
+    plan: &Plan,
+    pps: &Pps,
+    bed: PpsBed,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
     let root = SVGBackend::new(path, (860, 520)).into_drawing_area();
     root.fill(&WHITE)?;
-    let ymax = pps.rows.iter().map(|r| r.pps()).fold(0.0, f64::max) * 1.15;
+    let ymax = pps
+        .rows
+        .iter()
+        .filter(|r| r.bed == bed)
+        .map(|r| r.pps())
+        .fold(0.0, f64::max)
+        * 1.15;
     let scales = plan.nodeport_scales.clone();
     let xs = scales.len().saturating_sub(1) as f64;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            "UDP to a NodePort: packets per second vs number of Services",
-            ("sans-serif", 22),
+            format!("UDP to a NodePort, {}: packets/s vs Services", bed.short()),
+            ("sans-serif", 20),
         )
         .margin(16)
         .x_label_area_size(44)
@@ -45,7 +56,9 @@ pub(crate) fn draw(plan: &Plan, pps: &Pps, path: &std::path::Path) -> anyhow::Re
                 .nodeport_scales
                 .iter()
                 .enumerate()
-                .filter_map(|(i, &n)| Some((i as f64, find(&pps.rows, family, mode, n)?.pps())))
+                .filter_map(|(i, &n)| {
+                    Some((i as f64, find(&pps.rows, bed, family, mode, n)?.pps()))
+                })
                 .collect();
             let style = color.stroke_width(2);
             let label = format!("{} ({})", mode.name(), family.name());

@@ -1,11 +1,45 @@
 //! The packets-per-second section's results: UDP frames from the XDP
-//! generator to a NodePort, counted where they arrive, per mode at each N
-//! in each family.
+//! generator to a NodePort, counted where they arrive, per bed and mode at
+//! each N in each family.
 
 pub(crate) use lb_tests::kubeproxy::Family;
 use lb_tests::pktgen::Sent;
 
 use super::{super::stats::median, nodeport::Mode};
+
+/// Which endpoints the frames go to, and so what they cross after the
+/// node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PpsBed {
+    /// The NodePort section's pods, on the far side of a bridge: every
+    /// frame the node sends on becomes a socket buffer at the next hop and
+    /// crosses the bridge (end to end).
+    EndToEnd,
+    /// Endpoints routed through a second veth to a namespace whose XDP
+    /// program counts and drops every frame: after the generator, no
+    /// socket buffer is made but the ones the node itself makes.
+    Sink,
+}
+
+impl PpsBed {
+    /// Both, in report order.
+    pub(crate) const ALL: [PpsBed; 2] = [PpsBed::Sink, PpsBed::EndToEnd];
+
+    /// The bed in a file name or a chart's title.
+    pub(crate) fn short(self) -> &'static str {
+        match self {
+            PpsBed::EndToEnd => "end to end",
+            PpsBed::Sink => "XDP sink",
+        }
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            PpsBed::EndToEnd => "end to end: through a bridge to the pods",
+            PpsBed::Sink => "XDP sink: to a counter in XDP behind a second veth",
+        }
+    }
+}
 
 /// Where the generator's frames go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,7 +48,8 @@ pub(crate) enum PpsMode {
     /// that counts and drops (direct's node, with the counter on the
     /// client's link).
     Ceiling,
-    /// Through a node of the NodePort section to the pods, counted there.
+    /// Through a node of the NodePort section to the bed's endpoints,
+    /// counted there.
     Node(Mode),
 }
 
@@ -54,9 +89,10 @@ impl Run {
     }
 }
 
-/// One mode at one N over one family: every round's run.
+/// One mode at one N over one family on one bed: every round's run.
 #[derive(Clone, Debug)]
 pub(crate) struct Row {
+    pub bed: PpsBed,
     pub family: Family,
     pub mode: PpsMode,
     pub n: usize,
@@ -136,8 +172,14 @@ pub(crate) struct Pps {
     pub rounds: usize,
 }
 
-/// The row of `mode` at `n` over `family`, if measured.
-pub(crate) fn find(rows: &[Row], family: Family, mode: PpsMode, n: usize) -> Option<&Row> {
+/// The row of `mode` at `n` over `family` on `bed`, if measured.
+pub(crate) fn find(
+    rows: &[Row],
+    bed: PpsBed,
+    family: Family,
+    mode: PpsMode,
+    n: usize,
+) -> Option<&Row> {
     rows.iter()
-        .find(|r| r.family == family && r.mode == mode && r.n == n)
+        .find(|r| r.bed == bed && r.family == family && r.mode == mode && r.n == n)
 }

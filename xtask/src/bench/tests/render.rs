@@ -127,13 +127,14 @@ fn the_pps_report_shows_rates_ratios_and_cpus() {
     let lines: Vec<&str> = md.lines().collect();
     for line in [
         "# lb-agent packets-per-second benchmark (--quick)",
-        "### Over IPv4",
+        "### XDP sink: to a counter in XDP behind a second veth, over IPv4",
+        "### end to end: through a bridge to the pods, over IPv4",
         "| N | mode | received pps | offered pps | vs ceiling | vs iptables | node ns/packet | CPUs | per core | received by CPU | softirq by CPU |",
         // 1e9/1e6 = 1000 ns a frame at the ceiling; ours 2000: 1000 more.
         "| 1 | generator ceiling | 1000000 | 1100000 | 1.00 | 4.00 |  | 1 | 1000000 | 100% / 0% | 95% / 5% |",
         "| 1 | ours (tc) | 500000 | 550000 | 0.50 | 2.00 | 1000 | 1 | 500000 | 100% / 0% | 95% / 5% |",
         "| 1 | iptables | 250000 | 275000 | 0.25 | 1.00 | 3000 | 1 | 250000 | 100% / 0% | 95% / 5% |",
-        "### Over IPv6",
+        "### end to end: through a bridge to the pods, over IPv6",
         "| 1 | nftables | 100000 | 110000 | 0.20 | 0.80 | 8000 | 1 | 100000 | 100% / 0% | 95% / 5% |",
         "- [MISSED] pps: ours (tc) >= 4x iptables per core at N=1 over IPv4 (the XDP target): 2.00x",
         "Charts: /out/bench-pps.svg.",

@@ -113,6 +113,18 @@ fn pps_targets_hold_ours_at_xdp_to_the_xdp_targets() {
             ),
         ]
     };
-    let want: Vec<Target> = both("IPv4").into_iter().chain(both("IPv6")).collect();
+    let ahead = |over: &str| {
+        target(
+            &format!("pps: ours (XDP) ahead of ours (tc) at N=1 over {over} (end to end)"),
+            Measured::Times(1.5),
+            true,
+        )
+    };
+    let want: Vec<Target> = both("IPv4 (XDP sink)")
+        .into_iter()
+        .chain([ahead("IPv4")])
+        .chain(both("IPv6 (XDP sink)"))
+        .chain([ahead("IPv6")])
+        .collect();
     assert_eq!(t, want);
 }
