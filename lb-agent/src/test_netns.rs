@@ -30,7 +30,7 @@ pub(crate) fn unique(tag: &str) -> String {
     format!("lbt{}{tag}{n}", std::process::id())
 }
 
-fn ip(args: &[&str]) {
+pub(crate) fn ip(args: &[&str]) {
     let out = Command::new("ip").args(args).output().expect("running ip");
     assert!(
         out.status.success(),
@@ -52,6 +52,10 @@ impl TestNetns {
         ip(&["netns", "add", &ns.name]);
         ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
         ns
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
     }
 
     pub(crate) fn path(&self) -> PathBuf {

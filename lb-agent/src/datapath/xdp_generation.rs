@@ -108,3 +108,71 @@ impl Generation {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod privileged {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::{
+        datapath::loader,
+        test_netns::{TestNetns, ip, require_root},
+    };
+
+    /// Whether the generation moves past `than` within a few seconds.
+    fn moves_past(g: &Generation, than: u32) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if g.get().expect("reading the generation") != than {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    #[test]
+    fn link_address_route_and_neighbour_changes_each_move_the_generation_on() {
+        require_root();
+        let ns = TestNetns::new();
+        let mut ebpf = aya::EbpfLoader::new()
+            .load(loader::object())
+            .expect("loading the object (needs root: CAP_BPF)");
+        let g = Generation::take(&mut ebpf).expect("the generation in the object");
+        ns.run(|| g.watch_routes())
+            .expect("subscribing in the namespace");
+        for change in [
+            &["link", "add", "d0", "type", "veth", "peer", "name", "d1"][..],
+            &["link", "set", "d0", "up"],
+            &["addr", "add", "10.9.0.1/24", "dev", "d0"],
+            &["route", "add", "10.8.0.0/24", "via", "10.9.0.2"],
+            &[
+                "neigh",
+                "replace",
+                "10.9.0.2",
+                "lladdr",
+                "02:00:00:00:00:02",
+                "dev",
+                "d0",
+            ],
+            // The next hop's MAC address changes: the cached one is stale.
+            &[
+                "neigh",
+                "replace",
+                "10.9.0.2",
+                "lladdr",
+                "02:00:00:00:00:03",
+                "dev",
+                "d0",
+            ],
+            &["route", "del", "10.8.0.0/24"],
+        ] {
+            let before = g.get().expect("reading the generation");
+            ip(&[&["-n", ns.name()][..], change].concat());
+            assert!(
+                moves_past(&g, before),
+                "ip {change:?} left the generation at {before}"
+            );
+        }
+    }
+}

@@ -15,7 +15,7 @@ pub(crate) enum PpsBed {
     /// frame the node sends on becomes a socket buffer at the next hop and
     /// crosses the bridge (end to end).
     EndToEnd,
-    /// Endpoints routed through a second veth to a namespace whose XDP
+    /// Endpoints routed through another veth to a namespace whose XDP
     /// program counts and drops every frame: after the generator, no
     /// socket buffer is made but the ones the node itself makes.
     Sink,
@@ -36,7 +36,7 @@ impl PpsBed {
     pub(crate) fn name(self) -> &'static str {
         match self {
             PpsBed::EndToEnd => "end to end: through a bridge to the pods",
-            PpsBed::Sink => "XDP sink: to a counter in XDP behind a second veth",
+            PpsBed::Sink => "XDP sink: to a counter in XDP behind another veth",
         }
     }
 }

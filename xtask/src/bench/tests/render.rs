@@ -127,7 +127,7 @@ fn the_pps_report_shows_rates_ratios_and_cpus() {
     let lines: Vec<&str> = md.lines().collect();
     for line in [
         "# lb-agent packets-per-second benchmark (--quick)",
-        "### XDP sink: to a counter in XDP behind a second veth, over IPv4",
+        "### XDP sink: to a counter in XDP behind another veth, over IPv4",
         "### end to end: through a bridge to the pods, over IPv4",
         "| N | mode | received pps | offered pps | vs ceiling | vs iptables | node ns/packet | CPUs | per core | received by CPU | softirq by CPU |",
         // 1e9/1e6 = 1000 ns a frame at the ceiling; ours 2000: 1000 more.
