@@ -385,6 +385,9 @@ impl World {
         let (frag4, frag6) = (all(&self.readers.frag4), all(&self.readers.frag6));
         put(&mut self.frag4, &frag4, &BTreeMap::new());
         put(&mut self.frag6, &frag6, &BTreeMap::new());
+        // Flows went: the XDP flow cache's entries are stale, as the agent
+        // says when it deletes flows.
+        self.bed.bump_xdp_generation();
     }
 }
 

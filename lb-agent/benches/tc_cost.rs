@@ -223,7 +223,13 @@ fn main() {
     let far: Vec<_> = (1..=16).map(|i| ([10, 2, 0, i], 8080)).collect();
     let far_frontend = (NODE, NODE_PORT + 2);
     bed.frontend_at(far_frontend, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &far);
-    let (xdp_rows, xdp_miss) = ns.run(|| {
+    // An `externalTrafficPolicy: Cluster` frontend: SNATed, its replies
+    // translated back.
+    bed.snat(NODE, 61_000, 61_010);
+    let snat_frontend = (NODE, NODE_PORT + 3);
+    let snat_backend = ([10, 2, 0, 9], 8080);
+    bed.frontend_at(snat_frontend, PROTO_TCP, 0, &[snat_backend]);
+    let (xdp_rows, xdp_miss, xdp_singles) = ns.run(|| {
         for syn in [
             tcp(CLIENT, c, Tcp::Syn),
             tcp(CLIENT, d, Tcp::Syn),
@@ -274,6 +280,43 @@ fn main() {
                 (*id, *case, batches)
             })
             .collect();
+        // A SNATed flow and its replies, each packet a run of its own
+        // (no repetition can translate them back): the flow made, its
+        // halves sent once by the full path, then the cache's.
+        let (_, out) = bed.xdp(&tcp(CLIENT, snat_frontend, Tcp::Syn), x0);
+        let nat_port = bed::seen(&out).src.1;
+        let ack = tcp(CLIENT, snat_frontend, Tcp::Ack);
+        let reply = tcp(snat_backend, (NODE, nat_port), Tcp::Ack);
+        for packet in [&ack, &reply] {
+            assert_eq!(
+                bed.xdp(packet, x0).0,
+                XDP_TX,
+                "the SNATed flow is forwarded"
+            );
+        }
+        let singles: Vec<(&str, &str, Vec<Duration>)> = [
+            (
+                "xdp_snat_hit",
+                "XDP, SNATed flow hit (DNAT and SNAT, XDP_TX)",
+                &ack,
+            ),
+            (
+                "xdp_reply",
+                "XDP, reply of a SNATed flow (both undone, XDP_TX)",
+                &reply,
+            ),
+            (
+                "xdp_not_ours_single",
+                "XDP, not ours (per-run overhead reference)",
+                &tcp(CLIENT, (NODE, 22), Tcp::Ack),
+            ),
+        ]
+        .into_iter()
+        .map(|(id, case, packet)| {
+            let times = (0..runs).map(|_| bed.time_xdp(packet, x0, 1)).collect();
+            (id, case, times)
+        })
+        .collect();
         let miss: Vec<Duration> = (0..runs)
             .map(|i| {
                 let client = (
@@ -283,7 +326,7 @@ fn main() {
                 bed.time_xdp(&tcp(client, far_frontend, Tcp::Syn), x0, 1)
             })
             .collect();
-        (rows, miss)
+        (rows, miss, singles)
     });
     println!(
         "{:<52} {:>8} {:>8} {:>8}",
@@ -313,6 +356,9 @@ fn main() {
         "XDP, conntrack miss (new flow, 16 remote backends)",
         xdp_miss.into_iter(),
     ));
+    for (id, case, times) in xdp_singles {
+        single.push(report(id, case, times.into_iter()));
+    }
 
     if let Some(path) = std::env::var_os(JSON_ENV) {
         let all = json!({ "runs": runs, "repeat": repeat, "single": single });

@@ -175,6 +175,12 @@ fn xdp_sends_a_flows_next_packets_both_ways_by_its_cache_alone_until_something_c
         let forwarded = bed.stat(STAT_XDP_FORWARDED);
         assert_eq!(forwarded, 5);
 
+        // A broken IPv4 header checksum: the full path's (which leaves it
+        // to the kernel, which drops it), not sent on by the cache.
+        let mut broken = ack.clone();
+        broken[14 + 10] ^= 0xff;
+        assert_eq!(bed.xdp(&broken, x0), (XDP_PASS, broken.clone()));
+
         // A FIN changes the flow's state: the full path's, which knows no
         // flow now and leaves it to the kernel untouched.
         let fin = tcp(CLIENT, frontend, Tcp::Fin);

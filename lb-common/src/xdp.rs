@@ -81,7 +81,9 @@ pub struct XdpFlow<A> {
     pub _pad0: u8,
     /// `LB_XDP_GENERATION` when the entry was written.
     pub generation: u32,
-    pub _pad1: [u8; 4],
+    /// The device the key's packets came in on (host order): from
+    /// another, the FIB may answer otherwise (policy routing by `iif`).
+    pub ingress: u32,
     /// `bpf_ktime_get_coarse_ns()` at the end of the second the full path
     /// last ran in for the key's packets.
     pub until_ns: u64,

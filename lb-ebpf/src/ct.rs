@@ -4,8 +4,6 @@
 //! and SNAT port allocation. The state machine itself is `lb_common::ct`'s,
 //! the port rules `lb_common::nat`'s.
 
-use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg};
-
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     cty::c_void,
@@ -23,13 +21,6 @@ use crate::{
     maps::{LB_CONFIG, LB_SYN_BUDGET},
     packet::Ip as _,
 };
-
-/// The boot-time monotonic clock in seconds, as `expires` fields hold it.
-#[inline(always)]
-pub fn now() -> u32 {
-    // SAFETY: the helper has no preconditions.
-    (unsafe { bpf_ktime_get_coarse_ns() } / 1_000_000_000) as u32
-}
 
 /// The agent's settings (all zero before it wrote any), read in place.
 /// `None` cannot happen: an array of one always has index 0.
@@ -61,18 +52,6 @@ fn give_syn_token() -> i64 {
         unsafe { (*bucket).give_back(cfg.syn_budget) };
     }
     0
-}
-
-/// Swaps the `u64` at `ptr` from `old` to `new`: whether it was `old`.
-///
-/// # Safety
-///
-/// `ptr` is an 8-byte aligned word of a live map value.
-#[inline(always)]
-pub unsafe fn cas(ptr: *mut u64, old: u64, new: u64) -> bool {
-    // SAFETY: the caller's contract; the kernel allows atomic operations on
-    // map values (BPF_CMPXCHG).
-    unsafe { atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(ptr, old, new) }.1
 }
 
 /// The conntrack entry of `key`. During a migration (`CFG_F_PREV`) an

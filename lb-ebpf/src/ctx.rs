@@ -21,7 +21,7 @@ use aya_ebpf::{
 };
 use lb_common::XDP_META_NOT_OURS;
 
-use crate::packet::{csum_add, csum_replace4};
+use crate::csum::{csum_add, csum_replace4};
 
 /// What the NodePort logic needs of a packet: its bytes (in place, or
 /// copied by helpers), checksum updates, and reshaping it into an answer

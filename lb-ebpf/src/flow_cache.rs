@@ -11,7 +11,8 @@
 //! (bumped on every route, neighbour, link and address change, and when
 //! it deletes flows), and only by a packet without SYN, FIN or RST, no
 //! fragment, no IPv4 options or IPv6 extension headers, a TTL that does
-//! not expire, within the route's MTU. Within a second, such a packet
+//! not expire, within the route's MTU, arriving on the device the full
+//! path saw it on. Within a second, such a packet
 //! changes nothing the full path would write (a state byte it already
 //! has, the expiry it already got), so skipping it changes nothing. Every
 //! other packet takes the full path, which writes the entry again.
@@ -30,10 +31,11 @@ use lb_common::{
 };
 
 use crate::{
-    ct::now,
+    addr::Addr6,
+    clock::now,
+    csum::{csum_add, diff16},
     ctx::PacketCtx as _,
-    family::Addr6,
-    packet::{ETH_HLEN, Ip, Packet, csum_add, diff16},
+    packet::{ETH_HLEN, Ip, Packet},
     stats::count,
 };
 
@@ -97,6 +99,13 @@ pub trait Cached: Ip {
     ///
     /// `l3` points at the fixed IP header, inside the packet.
     unsafe fn plain(l3: usize) -> bool;
+    /// Whether the header checksum at `l3` holds (IPv6 has none). Checked
+    /// only for a packet the cache would send: a miss pays nothing.
+    ///
+    /// # Safety
+    ///
+    /// As [`Self::plain`].
+    unsafe fn sound(l3: usize) -> bool;
     /// The IP packet's length (host order).
     ///
     /// # Safety
@@ -141,6 +150,20 @@ impl Cached for [u8; 4] {
         };
         // Version 4, 20 bytes; neither more fragments nor an offset.
         first == 0x45 && frag & 0x3fff_u16.to_be() == 0
+    }
+
+    #[inline(always)]
+    unsafe fn sound(l3: usize) -> bool {
+        // A header checksum that holds, as the full path and the kernel
+        // want.
+        let mut sum = 0u32;
+        for i in 0..10 {
+            // SAFETY: the caller's contract: the 20 bytes are there.
+            sum += u32::from(unsafe { (l3 as *const u16).add(i).read_unaligned() });
+        }
+        sum = (sum & 0xffff) + (sum >> 16);
+        sum = (sum & 0xffff) + (sum >> 16);
+        sum == 0xffff
     }
 
     #[inline(always)]
@@ -192,6 +215,11 @@ impl Cached for Addr6 {
         // SAFETY: the caller's contract. (A next header of TCP or UDP,
         // checked by the caller, means no extension headers.)
         (unsafe { *(l3 as *const u8) }) >> 4 == 6
+    }
+
+    #[inline(always)]
+    unsafe fn sound(_l3: usize) -> bool {
+        true
     }
 
     #[inline(always)]
@@ -297,8 +325,14 @@ fn hit_family<A: Cached>(ctx: &XdpContext) -> i32 {
     // SAFETY: the helper has no preconditions.
     let now_ns = unsafe { bpf_ktime_get_coarse_ns() };
     // SAFETY: the fixed IP header is in the packet.
-    let len = unsafe { A::ip_len(l3) };
-    if now_ns >= f.until_ns || f.proto != proto || f.generation != generation() || len > f.mtu {
+    let (len, sound) = unsafe { (A::ip_len(l3), A::sound(l3)) };
+    if now_ns >= f.until_ns
+        || f.proto != proto
+        || f.generation != generation()
+        || f.ingress != ctx.ingress_ifindex() as u32
+        || len > f.mtu
+        || !sound
+    {
         return MISS;
     }
     // SAFETY: every offset lies in the headers checked above (the L4
@@ -419,7 +453,7 @@ pub fn remember<A: Cached>(ctx: &XdpContext, p: &Packet<A>, ifindex: u32, mtu: u
         proto: p.proto,
         _pad0: 0,
         generation: generation(),
-        _pad1: [0; 4],
+        ingress: ctx.ingress_ifindex() as u32,
         until_ns: (u64::from(second) + 1) * 1_000_000_000,
     };
     // Without memory for it, the flow's packets take the full path.

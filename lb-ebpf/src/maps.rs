@@ -20,7 +20,7 @@ use lb_common::{
     NatValue, NodeNet, SourceRange,
 };
 
-use crate::family::Addr6;
+use crate::addr::Addr6;
 
 pub const NO_PREALLOC: usize = BPF_F_NO_PREALLOC as usize;
 pub const FRONTENDS_MAX: usize = DEFAULT_FRONTENDS_MAX as usize;

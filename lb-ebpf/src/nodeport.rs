@@ -42,8 +42,9 @@ use lb_common::{
 };
 
 use crate::{
+    clock::now,
     ct::{
-        advance, allocate_port, config, ct_entry, hold_nat, mirror, nat_entry, now, one_sided,
+        advance, allocate_port, config, ct_entry, hold_nat, mirror, nat_entry, one_sided,
         take_syn_token,
     },
     ctx::{PacketCtx, code, errno},
@@ -56,19 +57,7 @@ use crate::{
     stats::count,
 };
 
-/// What becomes of a packet.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// On to the kernel (or the next program), rewritten or not.
-    Pass,
-    Drop,
-    /// Rewritten into an answer, sent back out where it came in.
-    Bounce,
-    /// Rewritten into an answer and handed to another device already
-    /// (tc only): the program says so.
-    Redirected,
-}
-
+pub use crate::verdict::Verdict;
 use Verdict::{Drop as DROP, Pass as PASS};
 
 /// What differs between the hooks that run this logic: tc, which decides

@@ -19,11 +19,13 @@ use lb_common::{
 };
 
 use crate::{
+    addr::{Addr6, bytes6},
+    csum::{fold, sum_words},
     ctx::{PacketCtx, code, errno},
-    family::{Addr6, Family, bytes6},
-    nodeport::Verdict,
-    packet::{ETH_HLEN, IP_HLEN, IP6_HLEN, Ip, Packet, fold, sum_words},
+    family::Family,
+    packet::{ETH_HLEN, IP_HLEN, IP6_HLEN, Ip, Packet},
     stats::count,
+    verdict::Verdict,
 };
 
 const TCP_HLEN: usize = 20;

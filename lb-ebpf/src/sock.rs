@@ -33,7 +33,8 @@ use lb_common::{
 };
 
 use crate::{
-    family::{Addr6, Family, V4, V6, bytes6, words6},
+    addr::{Addr6, bytes6, words6},
+    family::{Family, V4, V6},
     lb::{Random, Selection, select},
     maps::{
         LB_ADDRS, LB_SOCK_REVNAT, LB4_REVNAT, LB4_REVNAT_PREV, LB6_REVNAT, LB6_REVNAT_PREV,

@@ -38,11 +38,12 @@ use lb_common::{
 };
 
 use crate::{
+    csum::csum_add,
     ct::config,
     family::Family,
     flow_cache,
     nodeport::{self, Hook, Verdict},
-    packet::{ETH_HLEN, Ip, Packet, csum_add},
+    packet::{ETH_HLEN, Ip, Packet},
     stats::count,
 };
 

@@ -195,7 +195,7 @@ pub(super) fn inner4<C: PacketCtx>(
 ) -> Result<(), i64> {
     let (f, t) = (u32::from_ne_bytes(from), u32::from_ne_bytes(to));
     let old_ip_csum: u16 = ctx.load(inner_l3 + IP_CSUM)?;
-    let new_ip_csum = super::csum::csum_replace4(old_ip_csum, f, t);
+    let new_ip_csum = crate::csum::csum_replace4(old_ip_csum, f, t);
     ctx.store(inner_l3 + off, &to)?;
     ctx.store(inner_l3 + IP_CSUM, &new_ip_csum)?;
     ctx.l4_csum_replace(icmp_csum, u64::from(f), u64::from(t), 4)?;

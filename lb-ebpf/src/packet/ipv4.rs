@@ -5,8 +5,8 @@ use core::mem::MaybeUninit;
 
 use lb_common::{FlowHash, Frag4Key, PROTO_ICMP, PROTO_TCP, PROTO_UDP};
 
-use super::{Ip, Kind, PSEUDO, Packet, csum::csum_replace4, finish, icmp, read, write};
-use crate::{ctx::PacketCtx, family::V4};
+use super::{Ip, Kind, PSEUDO, Packet, finish, icmp, read, write};
+use crate::{csum::csum_replace4, ctx::PacketCtx, family::V4};
 
 /// Offsets in the IPv4 header.
 const IP_ID: usize = 4;

@@ -9,10 +9,12 @@ use lb_common::{
     FlowHash, Frag6Key, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, STAT_TC6_PASSED_EXT_HEADERS,
 };
 
-use super::{Ip, Kind, PSEUDO, Packet, csum::diff16, finish, read, write};
+use super::{Ip, Kind, PSEUDO, Packet, finish, read, write};
 use crate::{
+    addr::{Addr6, bytes6},
+    csum::diff16,
     ctx::PacketCtx,
-    family::{Addr6, V6, bytes6},
+    family::V6,
     stats::count,
 };
 

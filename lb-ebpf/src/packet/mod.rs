@@ -7,7 +7,6 @@
 //! byte order in memory, read as native integers), which is what the
 //! checksum helpers want.
 
-mod csum;
 mod icmp;
 mod ipv4;
 mod ipv6;
@@ -17,12 +16,7 @@ use core::mem::MaybeUninit;
 use aya_ebpf::bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR};
 use lb_common::{FlowHash, PROTO_TCP, SCOPE_EXTERNAL};
 
-pub use self::{
-    csum::{csum_add, csum_replace4, diff16, fold, sum_words},
-    icmp::IcmpError,
-    ipv4::IP_HLEN,
-    ipv6::IP6_HLEN,
-};
+pub use self::{icmp::IcmpError, ipv4::IP_HLEN, ipv6::IP6_HLEN};
 use crate::{
     ctx::PacketCtx,
     family::{Family, V4, V6},
