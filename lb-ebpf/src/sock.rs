@@ -5,7 +5,9 @@
 //! per connect (or per unconnected datagram); `recvmsg*` and
 //! `getpeername*` show the application the frontend again: a TCP socket's
 //! from its own storage (`LB_SOCK_REVNAT`), a UDP socket's from
-//! `LB4_REVNAT`/`LB6_REVNAT`. There is no per-packet work.
+//! `LB4_REVNAT`/`LB6_REVNAT`, and, once it sent to a backend again (a
+//! long-lived socket), from its own storage too. There is no per-packet
+//! work.
 //!
 //! An AF_INET6 socket may address an IPv4 frontend as `::ffff:a.b.c.d`.
 //! Such an address is IPv4 ([`Mapped`]): `connect6` translates it through
@@ -58,14 +60,6 @@ pub enum Call {
     Sendmsg,
 }
 
-/// Whose peer a reversing hook shows: a UDP socket's (recvmsg, whose
-/// entries are all in the shared maps) or any socket's (getpeername).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Peer {
-    Udp,
-    Any,
-}
-
 /// connect4 / sendmsg4: rewrite `frontend:port` to a backend of it.
 #[inline(always)]
 pub fn translate4(ctx: &SockAddrContext, call: Call) -> i32 {
@@ -99,23 +93,23 @@ pub fn translate6(ctx: &SockAddrContext, call: Call) -> i32 {
 
 /// recvmsg4 / getpeername4: show the frontend the application addressed.
 #[inline(always)]
-pub fn reverse4(ctx: &SockAddrContext, peer: Peer) -> i32 {
+pub fn reverse4(ctx: &SockAddrContext) -> i32 {
     let sa = ctx.sock_addr;
     // SAFETY: valid bpf_sock_addr, see translate4.
     let (ip, port) = unsafe { ((*sa).user_ip4, (*sa).user_port) };
-    reverse::<User4>(ctx, peer, ip.to_ne_bytes(), port)
+    reverse::<User4>(ctx, ip.to_ne_bytes(), port)
 }
 
 /// recvmsg6 / getpeername6: [`reverse4`] for IPv6 and v4-mapped peers.
 #[inline(always)]
-pub fn reverse6(ctx: &SockAddrContext, peer: Peer) -> i32 {
+pub fn reverse6(ctx: &SockAddrContext) -> i32 {
     let sa = ctx.sock_addr;
     // SAFETY: valid bpf_sock_addr, see translate4.
     let (ip, port) = unsafe { (user_ip6(sa), (*sa).user_port) };
     if is_v4_mapped(&ip) {
-        reverse::<Mapped>(ctx, peer, ip[3].to_ne_bytes(), port)
+        reverse::<Mapped>(ctx, ip[3].to_ne_bytes(), port)
     } else {
-        reverse::<User6>(ctx, peer, ip, port)
+        reverse::<User6>(ctx, ip, port)
     }
 }
 
@@ -466,26 +460,14 @@ fn choose<F: Family>(ctx: &SockAddrContext, key: &F::Key) -> Result<Option<F::Ba
 /// evict. A UDP socket's goes to the family's reverse-NAT map (LRU), where
 /// the stale-UDP reaper finds it by socket cookie (`SOCK_DIAG` reports no
 /// socket storage for UDP sockets), and an unconnected socket may have
-/// several.
+/// several. A UDP socket that sends to a backend again is long-lived: its
+/// last entry goes to its own storage too (kept up to date from then on),
+/// which no eviction of the shared map's reaches; a socket of one request
+/// costs none.
 #[inline(always)]
 fn remember<F: SockFamily>(ctx: &SockAddrContext, key: &F::Key, backend: &F::Backend) {
-    if F::proto(key) == PROTO_TCP {
-        let entry = F::entry(key, backend);
-        let mut first = entry;
-        // SAFETY: the context's socket is a full socket the hook holds; the
-        // kernel copies `first` into the storage if it creates it.
-        let mine = unsafe { LB_SOCK_REVNAT.get_or_insert_ptr_mut(ctx, Some(&mut first)) };
-        if !mine.is_null() {
-            // SAFETY: the storage lives as long as the socket, and only this
-            // socket's connect writes it. A fresh one holds `entry` already;
-            // an older one held a failed connect's peer.
-            unsafe {
-                if *mine != entry {
-                    *mine = entry;
-                }
-            }
-            return;
-        }
+    if F::proto(key) == PROTO_TCP && own::<F>(ctx, key, backend, true) {
+        return;
     }
     // SAFETY: the helper is valid for sock_addr contexts.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
@@ -498,8 +480,10 @@ fn remember<F: SockFamily>(ctx: &SockAddrContext, key: &F::Key, backend: &F::Bac
         .get_ptr(rev_key)
         .is_some_and(|v| unsafe { *v } == value);
     if same {
+        own::<F>(ctx, key, backend, true);
         return;
     }
+    own::<F>(ctx, key, backend, false);
     // A failed insert costs only the frontend address in recvmsg and
     // getpeername; the connection itself works, so it is counted, not refused.
     if F::revnat().insert(rev_key, value, 0).is_err() {
@@ -515,16 +499,46 @@ fn remember<F: SockFamily>(ctx: &SockAddrContext, key: &F::Key, backend: &F::Bac
     let _ = F::revnat().get_ptr(rev_key);
 }
 
+/// Writes this socket's entry for `key`'s `backend` into its own storage,
+/// making the storage if `create` (and there is none yet): whether it was
+/// written.
+#[inline(always)]
+fn own<F: SockFamily>(
+    ctx: &SockAddrContext,
+    key: &F::Key,
+    backend: &F::Backend,
+    create: bool,
+) -> bool {
+    let entry = F::entry(key, backend);
+    let mine = if create {
+        let mut first = entry;
+        // SAFETY: the context's socket is a full socket the hook holds; the
+        // kernel copies `first` into the storage if it creates it.
+        unsafe { LB_SOCK_REVNAT.get_or_insert_ptr_mut(ctx, Some(&mut first)) }
+    } else {
+        // SAFETY: as above.
+        unsafe { LB_SOCK_REVNAT.get_ptr_mut(ctx) }
+    };
+    if mine.is_null() {
+        return false;
+    }
+    // SAFETY: the storage lives as long as the socket, and only this
+    // socket's connect or sendmsg writes it. A fresh one holds `entry`
+    // already; an older one held a failed connect's peer, or the
+    // socket's previous backend.
+    unsafe {
+        if *mine != entry {
+            *mine = entry;
+        }
+    }
+    true
+}
+
 /// Shows the frontend the backend `addr`:`port` stands for on this socket,
 /// in the hook's field.
 #[inline(always)]
-fn reverse<S: Field>(
-    ctx: &SockAddrContext,
-    peer: Peer,
-    addr: <S::F as Family>::Addr,
-    port: u32,
-) -> i32 {
-    if let Some((frontend, frontend_port)) = reversed::<S::F>(ctx, peer, &addr, port as u16) {
+fn reverse<S: Field>(ctx: &SockAddrContext, addr: <S::F as Family>::Addr, port: u32) -> i32 {
+    if let Some((frontend, frontend_port)) = reversed::<S::F>(ctx, &addr, port as u16) {
         let sa = ctx.sock_addr;
         // SAFETY: the field and user_port are writable in
         // recvmsg*/getpeername*.
@@ -542,19 +556,16 @@ fn reverse<S: Field>(
 #[inline(always)]
 fn reversed<F: SockFamily>(
     ctx: &SockAddrContext,
-    peer: Peer,
     addr: &F::Addr,
     port_be: u16,
 ) -> Option<(F::Addr, u16)> {
-    if peer == Peer::Any {
-        // SAFETY: the context's socket is a full socket the hook holds.
-        let mine = unsafe { LB_SOCK_REVNAT.get_ptr_mut(ctx) };
-        if !mine.is_null() {
-            // SAFETY: the storage lives as long as the socket (see remember).
-            let e = unsafe { *mine };
-            if e.family == F::TAG && e.backend_port_be == port_be && e.backend_be == F::wide(addr) {
-                return Some((F::narrow(&e.frontend_be), e.frontend_port_be));
-            }
+    // SAFETY: the context's socket is a full socket the hook holds.
+    let mine = unsafe { LB_SOCK_REVNAT.get_ptr_mut(ctx) };
+    if !mine.is_null() {
+        // SAFETY: the storage lives as long as the socket (see remember).
+        let e = unsafe { *mine };
+        if e.family == F::TAG && e.backend_port_be == port_be && e.backend_be == F::wide(addr) {
+            return Some((F::narrow(&e.frontend_be), e.frontend_port_be));
         }
     }
     // SAFETY: the helper is valid for sock_addr contexts.

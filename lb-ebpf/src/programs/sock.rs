@@ -2,7 +2,7 @@
 //! holds what they do, for both families and v4-mapped addresses.
 
 use aya_ebpf::{macros::cgroup_sock_addr, programs::SockAddrContext};
-use lb_ebpf::sock::{self, Call, Peer};
+use lb_ebpf::sock::{self, Call};
 
 #[cgroup_sock_addr(connect4)]
 pub(crate) fn lb_connect4(ctx: SockAddrContext) -> i32 {
@@ -16,12 +16,12 @@ pub(crate) fn lb_sendmsg4(ctx: SockAddrContext) -> i32 {
 
 #[cgroup_sock_addr(recvmsg4)]
 pub(crate) fn lb_recvmsg4(ctx: SockAddrContext) -> i32 {
-    sock::reverse4(&ctx, Peer::Udp)
+    sock::reverse4(&ctx)
 }
 
 #[cgroup_sock_addr(getpeername4)]
 pub(crate) fn lb_getpeername4(ctx: SockAddrContext) -> i32 {
-    sock::reverse4(&ctx, Peer::Any)
+    sock::reverse4(&ctx)
 }
 
 #[cgroup_sock_addr(connect6)]
@@ -36,10 +36,10 @@ pub(crate) fn lb_sendmsg6(ctx: SockAddrContext) -> i32 {
 
 #[cgroup_sock_addr(recvmsg6)]
 pub(crate) fn lb_recvmsg6(ctx: SockAddrContext) -> i32 {
-    sock::reverse6(&ctx, Peer::Udp)
+    sock::reverse6(&ctx)
 }
 
 #[cgroup_sock_addr(getpeername6)]
 pub(crate) fn lb_getpeername6(ctx: SockAddrContext) -> i32 {
-    sock::reverse6(&ctx, Peer::Any)
+    sock::reverse6(&ctx)
 }
