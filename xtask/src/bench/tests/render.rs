@@ -99,7 +99,8 @@ fn the_nodeport_report_shows_tables_and_targets() {
         "- [met] NodePort: ours >= nftables at N=1 (TCP): 3.00x",
         "- [MISSED] tc ingress per-packet cost: not measured",
         "## Packets per second: UDP to a NodePort (externalTrafficPolicy: Cluster)",
-        "### Over IPv6",
+        "### XDP sink: to a counter in XDP behind another veth, over IPv6",
+        "### end to end: through a bridge to the pods, over IPv6",
         "Charts: /out/bench-nodeport-pps.svg.",
         "Run took 12 s.",
     ] {
