@@ -117,22 +117,16 @@ fn early_in_a_second() {
 /// Forgets every flow the tc and XDP programs recorded in conntrack and
 /// SNAT: a packet only the flow cache knows how to send.
 fn forget_flows(bed: &mut Bed) {
-    let keys: Vec<_> = bed.ct.keys().map(Result::unwrap).collect();
-    for k in keys {
-        bed.ct.remove(&k).unwrap();
+    fn clear<K: aya::Pod, V: aya::Pod>(map: &mut aya::maps::HashMap<aya::maps::MapData, K, V>) {
+        let keys: Vec<K> = map.keys().map(Result::unwrap).collect();
+        for k in keys {
+            map.remove(&k).unwrap();
+        }
     }
-    let keys: Vec<_> = bed.nat.keys().map(Result::unwrap).collect();
-    for k in keys {
-        bed.nat.remove(&k).unwrap();
-    }
-    let keys: Vec<_> = bed.ct6.keys().map(Result::unwrap).collect();
-    for k in keys {
-        bed.ct6.remove(&k).unwrap();
-    }
-    let keys: Vec<_> = bed.nat6.keys().map(Result::unwrap).collect();
-    for k in keys {
-        bed.nat6.remove(&k).unwrap();
-    }
+    clear(&mut bed.ct);
+    clear(&mut bed.nat);
+    clear(&mut bed.ct6);
+    clear(&mut bed.nat6);
 }
 
 #[test]

@@ -99,13 +99,6 @@ pub trait Cached: Ip {
     ///
     /// `l3` points at the fixed IP header, inside the packet.
     unsafe fn plain(l3: usize) -> bool;
-    /// Whether the header checksum at `l3` holds (IPv6 has none). Checked
-    /// only for a packet the cache would send: a miss pays nothing.
-    ///
-    /// # Safety
-    ///
-    /// As [`Self::plain`].
-    unsafe fn sound(l3: usize) -> bool;
     /// The IP packet's length (host order).
     ///
     /// # Safety
@@ -150,20 +143,6 @@ impl Cached for [u8; 4] {
         };
         // Version 4, 20 bytes; neither more fragments nor an offset.
         first == 0x45 && frag & 0x3fff_u16.to_be() == 0
-    }
-
-    #[inline(always)]
-    unsafe fn sound(l3: usize) -> bool {
-        // A header checksum that holds, as the full path and the kernel
-        // want.
-        let mut sum = 0u32;
-        for i in 0..10 {
-            // SAFETY: the caller's contract: the 20 bytes are there.
-            sum += u32::from(unsafe { (l3 as *const u16).add(i).read_unaligned() });
-        }
-        sum = (sum & 0xffff) + (sum >> 16);
-        sum = (sum & 0xffff) + (sum >> 16);
-        sum == 0xffff
     }
 
     #[inline(always)]
@@ -215,11 +194,6 @@ impl Cached for Addr6 {
         // SAFETY: the caller's contract. (A next header of TCP or UDP,
         // checked by the caller, means no extension headers.)
         (unsafe { *(l3 as *const u8) }) >> 4 == 6
-    }
-
-    #[inline(always)]
-    unsafe fn sound(_l3: usize) -> bool {
-        true
     }
 
     #[inline(always)]
@@ -325,13 +299,14 @@ fn hit_family<A: Cached>(ctx: &XdpContext) -> i32 {
     // SAFETY: the helper has no preconditions.
     let now_ns = unsafe { bpf_ktime_get_coarse_ns() };
     // SAFETY: the fixed IP header is in the packet.
-    let (len, sound) = unsafe { (A::ip_len(l3), A::sound(l3)) };
+    let len = unsafe { A::ip_len(l3) };
     if now_ns >= f.until_ns
         || f.proto != proto
         || f.generation != generation()
         || f.ingress != ctx.ingress_ifindex() as u32
         || len > f.mtu
-        || !sound
+        // A sound header, as the full path wants: checked on a hit only.
+        || !A::header_ok::<XdpContext, ETH_HLEN>(ctx, true)
     {
         return MISS;
     }
