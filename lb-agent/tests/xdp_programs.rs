@@ -19,9 +19,10 @@ mod packets6;
 use bed::*;
 use fib_netns::Netns;
 use lb_common::{
-    PROTO_TCP, PROTO_UDP, STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_NEW_FLOW,
-    STAT_XDP_DROP_SNAT_EXHAUSTED, STAT_XDP_FORWARDED, STAT_XDP_NEW_FLOW, STAT_XDP_PASSED_TO_TC,
-    STAT_XDP6_OFFSET,
+    CT_DIR_IN, CT_F_KERNEL, CT_SEEN, Ct4Key, Ct4Value, PROTO_TCP, PROTO_UDP,
+    STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_NEW_FLOW, STAT_XDP_DROP_SNAT_EXHAUSTED,
+    STAT_XDP_FORWARDED, STAT_XDP_NEW_FLOW, STAT_XDP_PASSED_TO_TC, STAT_XDP6_OFFSET, XDP_FOUND_FLOW,
+    XDP_FOUND_KERNEL, XDP_META_FOUND, XdpFound,
 };
 use packets6::*;
 
@@ -227,8 +228,36 @@ fn not_ours(frame: &[u8]) -> Vec<u8> {
     [&lb_common::XDP_META_NOT_OURS.to_ne_bytes()[..], frame].concat()
 }
 
+/// `frame` behind the metadata XDP leaves for tc on a packet of a flow of
+/// ours it passes up, whose destination becomes `to`.
+fn handed_over<A: Copy + Default>(frame: &[u8], to: (A, u16)) -> Vec<u8> {
+    found(frame, to, XDP_FOUND_FLOW)
+}
+
+/// `frame` behind the metadata [`XdpFound`] of `addr:port` and `what`.
+fn found<A: Copy + Default>(frame: &[u8], (addr_be, port): (A, u16), what: u8) -> Vec<u8> {
+    let found = XdpFound {
+        tag: XDP_META_FOUND,
+        addr_be,
+        port_be: port.to_be(),
+        what,
+        addr_len: size_of::<A>() as u8,
+    };
+    // SAFETY: `XdpFound` is repr(C) plain data without padding (its size
+    // asserts), and the slice covers exactly it.
+    let bytes = unsafe {
+        std::slice::from_raw_parts((&raw const found).cast::<u8>(), size_of::<XdpFound<A>>())
+    };
+    [bytes, frame].concat()
+}
+
+/// A flow to a local backend is XDP's to record, not to send: it records
+/// it, leaves the frame untouched and tells tc in the metadata where it
+/// goes; the flow's next packets are advanced by XDP and handed over the
+/// same way. tc, told nothing (a test run has no metadata), finds the flow
+/// XDP recorded. A packet of no frontend is handed over as not ours.
 #[test]
-fn xdp_leaves_local_backends_and_strangers_to_tc_untouched() {
+fn xdp_records_local_backends_flows_and_hands_them_to_tc_and_strangers_as_not_ours() {
     let ns = Netns::new();
     let x0 = ns.ifindex("x0");
     let mut bed = bed();
@@ -237,19 +266,65 @@ fn xdp_leaves_local_backends_and_strangers_to_tc_untouched() {
     ns.run(|| {
         // A local backend: behind another device.
         let to_local = udp(CLIENT, (NODE, NODE_PORT));
-        assert_eq!(bed.xdp(&to_local, x0), (XDP_PASS, to_local.clone()));
-        assert!(bed.ct().is_empty(), "no flow recorded");
+        let up = handed_over(&to_local, LOCAL_POD);
+        assert_eq!(bed.xdp(&to_local, x0), (XDP_PASS, up.clone()));
+        let ct = bed.ct();
+        assert_eq!(ct.len(), 2, "the flow recorded both ways: {ct:?}");
+        let expires = ct[0].1.expires;
+        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 1);
         assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC), 1);
+        // A known flow: the same, its entries advanced by XDP.
+        std::thread::sleep(std::time::Duration::from_millis(1_100));
+        assert_eq!(bed.xdp(&to_local, x0), (XDP_PASS, up));
+        assert!(bed.ct()[0].1.expires > expires, "advanced: {:?}", bed.ct());
+        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 1, "known");
         // No frontend: not ours, and tc is told so in the metadata (the
         // test run hands the frame back from its metadata on).
         let stranger = udp(CLIENT, (NODE, NODE_PORT + 1));
         assert_eq!(bed.xdp(&stranger, x0), (XDP_PASS, not_ours(&stranger)));
-        assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC), 1, "not a flow of ours");
-        // tc then does what it does without XDP.
+        assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC), 2, "not a flow of ours");
+        // tc without the metadata finds the flow XDP recorded.
         let (_, dnated) = bed.ingress(&to_local);
         assert_eq!(seen(&dnated).dst, LOCAL_POD);
-        assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 1);
+        assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 0);
         assert_eq!(bed.stat(STAT_XDP_FORWARDED), 0);
+    });
+}
+
+/// A flow the kernel tracks (kube-proxy's, taken over) is left to tc,
+/// told so: XDP advances its entry, tc passes it without a lookup.
+#[test]
+fn xdp_hands_a_flow_the_kernel_tracks_to_tc_as_the_kernels() {
+    let ns = Netns::new();
+    let x0 = ns.ifindex("x0");
+    let mut bed = bed();
+    bed.snat(NODE, 61_000, 61_010);
+    bed.frontend(NODE_PORT, PROTO_UDP, 0, &[REMOTE_POD]);
+    let now = lb_agent::datapath::conntrack::now();
+    let key = Ct4Key {
+        saddr_be: CLIENT.0,
+        daddr_be: NODE,
+        sport_be: CLIENT.1.to_be(),
+        dport_be: NODE_PORT.to_be(),
+        proto: PROTO_UDP,
+        dir: CT_DIR_IN,
+        _pad0: [0; 2],
+    };
+    let kernel = Ct4Value {
+        flags: CT_F_KERNEL,
+        seen_client: CT_SEEN,
+        expires: now + 5,
+        ..Ct4Value::default()
+    };
+    bed.ct.insert(key, kernel, 0).unwrap();
+    ns.run(|| {
+        let datagram = udp(CLIENT, (NODE, NODE_PORT));
+        let up = found(&datagram, ([0u8; 4], 0), XDP_FOUND_KERNEL);
+        assert_eq!(bed.xdp(&datagram, x0), (XDP_PASS, up));
+        let ct = bed.ct();
+        assert_eq!(ct.len(), 1, "{ct:?}");
+        assert!(ct[0].1.expires > now + 5, "advanced by XDP: {ct:?}");
+        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 0);
     });
 }
 
@@ -284,20 +359,25 @@ fn xdp_sends_an_ipv6_cluster_flow_to_a_remote_backend_translated_both_ways() {
 }
 
 #[test]
-fn xdp_leaves_ipv6_local_backends_and_strangers_to_tc_untouched() {
+fn xdp_records_ipv6_local_backends_flows_and_hands_them_to_tc_and_strangers_as_not_ours() {
     let ns = Netns::new();
     let x0 = ns.ifindex("x0");
     let mut bed = bed();
     bed.snat6(NODE6, 61_000, 61_010);
     bed.frontend6(FRONTEND6, PROTO_TCP, 0, &[LOCAL_POD6]);
+    let six = |stat: u32| stat + STAT_XDP6_OFFSET;
     ns.run(|| {
         let to_local = tcp6(CLIENT6, FRONTEND6, Tcp::Syn);
-        assert_eq!(bed.xdp(&to_local, x0), (XDP_PASS, to_local.clone()));
-        assert!(bed.ct6().is_empty(), "no flow recorded");
-        assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC + STAT_XDP6_OFFSET), 1);
+        let up = handed_over(&to_local, LOCAL_POD6);
+        assert_eq!(bed.xdp(&to_local, x0), (XDP_PASS, up));
+        assert_eq!(bed.ct6().len(), 2, "the flow recorded both ways");
+        assert_eq!(bed.stat(six(STAT_XDP_NEW_FLOW)), 1);
+        let ack = tcp6(CLIENT6, FRONTEND6, Tcp::Ack);
+        assert_eq!(bed.xdp(&ack, x0), (XDP_PASS, handed_over(&ack, LOCAL_POD6)));
+        assert_eq!(bed.stat(six(STAT_XDP_PASSED_TO_TC)), 2);
         let stranger = tcp6(CLIENT6, (NODE6, 9), Tcp::Syn);
         assert_eq!(bed.xdp(&stranger, x0), (XDP_PASS, not_ours(&stranger)));
-        assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC + STAT_XDP6_OFFSET), 1);
+        assert_eq!(bed.stat(six(STAT_XDP_PASSED_TO_TC)), 2);
     });
 }
 
@@ -310,12 +390,14 @@ fn xdp_redirects_to_another_device_it_runs_on_and_leaves_other_devices_to_tc() {
     bed.frontend(NODE_PORT, PROTO_UDP, 0, &[FAR_POD]);
     let request = udp(CLIENT, (NODE, NODE_PORT));
     // x2 is not one of the fast path's devices: tc egress runs there, and
-    // tc decides.
+    // SNATs. XDP records the flow and hands it over.
     let passed = ns.run(|| bed.xdp(&request, x0));
-    assert_eq!(passed, (XDP_PASS, request.clone()));
-    assert!(bed.ct().is_empty(), "no flow recorded");
+    assert_eq!(passed, (XDP_PASS, handed_over(&request, FAR_POD)));
+    assert_eq!(bed.ct().len(), 2, "the flow recorded");
+    assert!(bed.nat().is_empty(), "no SNAT port taken");
     assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC), 1);
 
+    // Now it is: the flow's next packet goes out of x2 from XDP.
     bed.xdp_devices(&[x0, x2]);
     ns.run(|| {
         let (action, out) = bed.xdp(&request, x0);
@@ -459,8 +541,8 @@ fn xdp_drops_syns_beyond_the_budget_of_unconfirmed_flows() {
 }
 
 /// XDP cannot insert DSR's IPv4 option or IPv6 header: a DSR frontend's
-/// flows, new and known, go up to tc untouched, which then carries them as
-/// DSR.
+/// flows, new and known, go up to tc untouched (a known one with where it
+/// goes in the metadata), which then carries them as DSR.
 #[test]
 fn xdp_leaves_dsr_flows_to_tc_untouched() {
     let ns = Netns::new();
@@ -481,11 +563,11 @@ fn xdp_leaves_dsr_flows_to_tc_untouched() {
         let (_, carried) = bed.egress(&dnated);
         assert_eq!(seen(&carried), flow(CLIENT, REMOTE_POD));
         assert_eq!(carried.len(), syn.len() + 8, "the option added");
-        // A known DSR flow: still tc's.
+        // A known DSR flow: still tc's, told where it goes.
         let ack = tcp(CLIENT, frontend, Tcp::Ack);
         let (action, out) = bed.xdp(&ack, x0);
         assert_eq!(action, XDP_PASS);
-        assert_eq!(out, ack);
+        assert_eq!(out, handed_over(&ack, REMOTE_POD));
         assert_eq!(bed.stat(STAT_XDP_FORWARDED), 0);
         assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 0);
     });
@@ -507,7 +589,10 @@ fn xdp_leaves_ipv6_dsr_flows_to_tc_untouched() {
         assert_eq!(seen6(&carried), flow6(CLIENT6, REMOTE_POD6));
         assert_eq!(carried.len(), syn.len() + 24, "the header added");
         let ack = tcp6(CLIENT6, FRONTEND6, Tcp::Ack);
-        assert_eq!(bed.xdp(&ack, x0), (XDP_PASS, ack.clone()));
+        assert_eq!(
+            bed.xdp(&ack, x0),
+            (XDP_PASS, handed_over(&ack, REMOTE_POD6))
+        );
         assert_eq!(bed.stat(STAT_XDP_NEW_FLOW + STAT_XDP6_OFFSET), 0);
     });
 }

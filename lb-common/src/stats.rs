@@ -102,8 +102,10 @@ pub const STAT_TC_MIDFLOW_TAKEN_OVER: u32 = 45;
 /// The same for IPv6.
 pub const STAT_TC6_MIDFLOW_TAKEN_OVER: u32 = 46;
 
-/// tc passed a packet at once: XDP had looked it up and found it no
-/// frontend's nor any flow's of ours ([`crate::XDP_META_NOT_OURS`]).
+/// tc took a packet on XDP's word, without a lookup: XDP had found it no
+/// frontend's nor any flow's of ours ([`crate::XDP_META_NOT_OURS`]), and tc
+/// passed it; or a flow of ours that XDP advanced or recorded and handed
+/// over ([`crate::XdpFound`]), and tc rewrote or passed it. Both families.
 pub const STAT_TC_PASSED_XDP_CHECKED: u32 = 47;
 
 /// tc dropped an IPv4 packet carrying a DSR frontend it could not be

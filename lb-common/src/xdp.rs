@@ -21,6 +21,43 @@ pub const XDP_DEVICES_MAX: usize = 32;
 /// write metadata; tc trusts nothing else.
 pub const XDP_META_NOT_OURS: u32 = 0x4c42_4e4f;
 
+/// The tag of [`XdpFound`], its first word.
+pub const XDP_META_FOUND: u32 = 0x4c42_464e;
+/// [`XdpFound::what`]: a flow of ours whose packets are DNATed (a known
+/// flow's, or one XDP just recorded, to a local endpoint or behind a
+/// device XDP does not send to; a DSR flow), or a SNATed flow's reply,
+/// whose destination becomes `addr_be:port_be`.
+pub const XDP_FOUND_FLOW: u8 = 1;
+/// [`XdpFound::what`]: a flow of the kernel's (kube-proxy's, taken over),
+/// which tc passes for the kernel's conntrack to translate.
+pub const XDP_FOUND_KERNEL: u8 = 2;
+
+/// What the XDP program leaves in the metadata of a packet of a flow of
+/// ours that it passes up to tc instead of sending it on itself (a local
+/// endpoint, a DSR flow, a kernel flow, a next hop the FIB has not
+/// resolved): what tc's lookups would find, so that tc does not repeat
+/// them. XDP advanced the flow's conntrack entries (or recorded the new
+/// flow) before it wrote this: tc only rewrites the destination. `A` is
+/// `[u8; 4]` or a 16-byte address; 12 or 24 bytes, in front of the frame.
+/// Only XDP programs on the device can write metadata.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XdpFound<A> {
+    /// [`XDP_META_FOUND`], host order.
+    pub tag: u32,
+    /// Where the packet's destination goes, network byte order; all zero
+    /// for a kernel flow.
+    pub addr_be: A,
+    pub port_be: u16,
+    /// [`XDP_FOUND_FLOW`] or [`XDP_FOUND_KERNEL`].
+    pub what: u8,
+    /// The address's size in bytes (4 or 16): tc checks it is the
+    /// packet's family.
+    pub addr_len: u8,
+}
+const _: () = assert!(size_of::<XdpFound<[u8; 4]>>() == 12);
+const _: () = assert!(size_of::<XdpFound<[u8; 16]>>() == 24);
+
 /// Key of the XDP fast path's flow cache (`LB4_XDP_FLOWS`: `A` =
 /// `[u8; 4]`; `LB6_XDP_FLOWS`: `[u8; 16]`): a packet's addresses and
 /// ports, network byte order, exactly as they lie in a packet without IPv4

@@ -4,6 +4,7 @@
 
 use core::mem::MaybeUninit;
 
+use crate::csum::{csum_add, csum_replace4};
 use aya_ebpf::{
     EbpfContext as _,
     bindings::{
@@ -19,9 +20,6 @@ use aya_ebpf::{
     },
     programs::{TcContext, XdpContext},
 };
-use lb_common::XDP_META_NOT_OURS;
-
-use crate::csum::{csum_add, csum_replace4};
 
 /// What the NodePort logic needs of a packet: its bytes (in place, or
 /// copied by helpers), checksum updates, and reshaping it into an answer
@@ -29,10 +27,11 @@ use crate::csum::{csum_add, csum_replace4};
 pub trait PacketCtx {
     /// The start and end of the packet's linear part, for reads in place.
     fn data(&self) -> usize;
-    /// Whether the XDP program left [`XDP_META_NOT_OURS`] in the packet's
-    /// metadata (only XDP programs on the device can write it).
-    fn xdp_found_not_ours(&self) -> bool {
-        false
+    /// The `T` the XDP program left at the start of the packet's metadata
+    /// (`lb_common::XDP_META_NOT_OURS`, `lb_common::XdpFound`), if the
+    /// metadata is that long: only XDP programs on the device can write it.
+    fn xdp_meta<T: Copy>(&self) -> Option<T> {
+        None
     }
     fn data_end(&self) -> usize;
     /// The context as the kernel's helpers take it.
@@ -103,15 +102,18 @@ pub(crate) fn code(r: Result<(), i64>) -> i64 {
 
 impl PacketCtx for TcContext {
     #[inline(always)]
-    fn xdp_found_not_ours(&self) -> bool {
+    fn xdp_meta<T: Copy>(&self) -> Option<T> {
         let skb = self.skb.skb;
         // SAFETY: the program's own context; `data_meta` and `data` are the
         // kernel's pointers into the packet, as 32-bit fields.
         let (meta, data) = unsafe { ((*skb).data_meta as usize, (*skb).data as usize) };
-        // SAFETY: the four bytes from `meta` lie before `data`, just
-        // checked; without metadata `meta` equals `data`.
-        meta + size_of::<u32>() <= data
-            && unsafe { (meta as *const u32).read_unaligned() } == XDP_META_NOT_OURS
+        if meta + size_of::<T>() > data {
+            // Without metadata `meta` equals `data`.
+            return None;
+        }
+        // SAFETY: the bytes from `meta` lie before `data`, just checked;
+        // `T` is plain data (any bytes are one).
+        Some(unsafe { (meta as *const T).read_unaligned() })
     }
 
     #[inline(always)]

@@ -37,7 +37,8 @@ use lb_common::{
     STAT_TC_PASSED_XDP_CHECKED, STAT_TC_REJECT_NO_ENDPOINTS, STAT_TC6_DROP_DSR_INVALID,
     STAT_TC6_DROP_SYN_BUDGET, STAT_TC6_DSR_RESTORED, STAT_TC6_DSR_SNAT_HAIRPIN,
     STAT_TC6_DSR_TOO_BIG, STAT_TC6_MIDFLOW_TAKEN_OVER, STAT_XDP_DROP_SYN_BUDGET,
-    STAT_XDP6_DROP_SYN_BUDGET, SourceRange, TCP_ACK, TCP_SYN, ct_advance_one_sided, ct_closed,
+    STAT_XDP6_DROP_SYN_BUDGET, SourceRange, TCP_ACK, TCP_SYN, XDP_FOUND_FLOW, XDP_FOUND_KERNEL,
+    XDP_META_FOUND, XDP_META_NOT_OURS, XdpFound, ct_advance_one_sided, ct_closed,
     ct_closing_one_sided, ct_expired, ct_new_expiry, ct_takes_token, ports_word, seen_bits,
 };
 
@@ -76,6 +77,16 @@ pub trait Hook {
     /// The packet, looked up, is no frontend's nor any flow's of ours.
     #[inline(always)]
     fn not_ours(&mut self) {}
+    /// A first hook passes up a packet of a flow of ours, whose
+    /// destination becomes `addr:port_be` (or, `kernel`, a kernel flow,
+    /// which tc passes): whether tc will be told so
+    /// ([`lb_common::XdpFound`]). If it will, this hook advances the flow
+    /// (or records it) as tc would have, and tc only rewrites; if not,
+    /// nothing changes here, and tc decides alone.
+    #[inline(always)]
+    fn hand_over<F: Family>(&mut self, _addr: &F::Addr, _port_be: u16, _kernel: bool) -> bool {
+        false
+    }
 }
 
 /// The tc programs: every packet is theirs to decide.
@@ -180,11 +191,13 @@ pub fn ingress<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     p: &mut Packet<F::Addr>,
     h: &mut H,
 ) -> Verdict {
-    // A packet the XDP fast path found to be no frontend's nor flow's of
-    // ours: passed without looking it up again.
-    if !H::FIRST && config().is_some_and(|c| c.flags & CFG_F_XDP != 0) && ctx.xdp_found_not_ours() {
-        count(STAT_TC_PASSED_XDP_CHECKED);
-        return PASS;
+    // A packet the XDP fast path looked up already: no frontend's nor
+    // flow's of ours, or a flow of ours XDP advanced and left to tc.
+    if !H::FIRST && config().is_some_and(|c| c.flags & CFG_F_XDP != 0) {
+        match xdp_found::<L2, C, F>(ctx, p) {
+            Step::Done(v) => return v,
+            Step::New | Step::Dsr | Step::Untracked => {}
+        }
     }
     // A DSR flow's packet from the node that load-balanced it (with IPv4
     // options or IPv6 extension headers only): tc's alone, as it changes
@@ -224,6 +237,41 @@ pub fn ingress<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     }
 }
 
+/// What the XDP program on the device found of packet `p`, if it left that
+/// in the packet's metadata: passed at once (not ours, or a kernel flow),
+/// or its destination rewritten (a flow of ours XDP advanced or recorded);
+/// [`Step::New`] when it left nothing, or nothing of this family. A BPF
+/// function of its own: what it reads stays off the frame of the steps.
+#[inline(never)]
+fn xdp_found<const L2: usize, C: PacketCtx, F: Family>(ctx: &C, p: &mut Packet<F::Addr>) -> Step {
+    match ctx.xdp_meta::<u32>() {
+        Some(XDP_META_NOT_OURS) => {
+            count(STAT_TC_PASSED_XDP_CHECKED);
+            return Step::Done(PASS);
+        }
+        Some(XDP_META_FOUND) => {}
+        _ => return Step::New,
+    }
+    let Some(found) = ctx.xdp_meta::<XdpFound<F::Addr>>() else {
+        return Step::New;
+    };
+    if usize::from(found.addr_len) != size_of::<F::Addr>() {
+        return Step::New;
+    }
+    count(STAT_TC_PASSED_XDP_CHECKED);
+    match found.what {
+        XDP_FOUND_FLOW => settle(
+            p.rewrite::<L2, C>(ctx, true, found.addr_be, found.port_be)
+                .map(|()| Step::Done(PASS)),
+        ),
+        XDP_FOUND_KERNEL => {
+            count_tc::<Tc, F>(STAT_TC_PASSED_UNTRACKED);
+            Step::Done(PASS)
+        }
+        _ => Step::New,
+    }
+}
+
 /// The first packet of a flow: picks its backend, records the flow, or
 /// rejects or drops it. Its steps are BPF functions called from here.
 #[inline(always)]
@@ -246,7 +294,7 @@ fn new_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
             if !H::FIRST {
                 b.hairpin = b.fe_flags & FE_F_DSR != 0 && same_node::<F>(&p.saddr, &b.addr);
             }
-            record::<L2, C, F, H>(ctx, p, b)
+            record::<L2, C, F, H>(ctx, p, h, b)
         }
     }
 }
@@ -439,13 +487,18 @@ fn known_nat<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
         // SAFETY: looked up by this run: mapped while it runs (RCU).
         let client = unsafe { *nat };
         if !ct_expired(client.expires, now) {
+            // Ingress changes no entry of a reply: a first hook that does
+            // not send it on only tells tc what it found.
             if client.flags & CT_F_KERNEL != 0 {
-                if !H::FIRST {
+                if H::FIRST {
+                    h.hand_over::<F>(&client.addr_be, client.port_be, true);
+                } else {
                     count_tc::<H, F>(STAT_TC_PASSED_UNTRACKED);
                 }
                 return Ok(Step::Done(PASS));
             }
             if !h.admit::<F>(p, &client.addr_be) {
+                h.hand_over::<F>(&client.addr_be, client.port_be, false);
                 return Ok(Step::Done(PASS));
             }
             p.rewrite::<L2, C>(ctx, true, client.addr_be, client.port_be)?;
@@ -482,9 +535,12 @@ fn known_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
         let reopened = syn && (kernel || closed);
         if !ct_expired(ct.expires, now) && !reopened {
             // A first hook leaves the kernel's flows, and what it does not
-            // forward, to tc before anything changes.
-            // DSR flows too: XDP cannot insert the option.
-            if H::FIRST && (kernel || ct.flags & CT_F_DSR != 0 || !h.admit::<F>(p, &ct.addr_be)) {
+            // forward, to tc; DSR flows too (XDP cannot insert the option).
+            // It advances them only if tc is told so, before anything
+            // changes; else tc looks them up again.
+            let up =
+                H::FIRST && (kernel || ct.flags & CT_F_DSR != 0 || !h.admit::<F>(p, &ct.addr_be));
+            if up && !h.hand_over::<F>(&ct.addr_be, ct.port_be, kernel) {
                 return Ok(Step::Done(PASS));
             }
             if !p.later_fragment {
@@ -494,6 +550,9 @@ fn known_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
                 if changed && !kernel {
                     mirror::<F>(&key.partner(&ct), &after, true, cfg);
                 }
+            }
+            if up {
+                return Ok(Step::Done(PASS));
             }
             if kernel {
                 // kube-proxy's flow, which the kernel's conntrack translates.
@@ -594,6 +653,9 @@ struct Backend<A> {
     fe_flags: u16,
     /// A DSR frontend's client on this backend's node ([`same_node`]).
     hairpin: bool,
+    /// A first hook does not send the packet on itself: it records the
+    /// flow and hands the packet over to tc ([`Hook::hand_over`]).
+    up: bool,
 }
 
 /// How the first packet of a flow picks its backend: by the flow's hash in
@@ -711,15 +773,14 @@ fn choose<F: Family, H: Hook>(
             ..
         } => {
             let (addr, port_be) = F::backend_addr(&b);
-            if !h.admit::<F>(p, &addr) {
-                return Chosen::Done(PASS);
-            }
+            let up = !h.admit::<F>(p, &addr);
             backend.write(Backend {
                 addr,
                 port_be,
                 id,
                 fe_flags: flags,
                 hairpin: false,
+                up,
             });
             Chosen::Backend
         }
@@ -732,15 +793,17 @@ fn choose<F: Family, H: Hook>(
 fn record<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     ctx: &C,
     p: &mut Packet<F::Addr>,
+    h: &mut H,
     b: &Backend<F::Addr>,
 ) -> Verdict {
-    settle(record_flow::<L2, C, F, H>(ctx, p, b))
+    settle(record_flow::<L2, C, F, H>(ctx, p, h, b))
 }
 
 #[inline(always)]
 fn record_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     ctx: &C,
     p: &mut Packet<F::Addr>,
+    h: &mut H,
     b: &Backend<F::Addr>,
 ) -> Result<Verdict, i64> {
     if !F::Addr::header_ok::<C, L2>(ctx, p.in_place()) {
@@ -807,6 +870,11 @@ fn record_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     count_tc::<H, F>(STAT_TC_NEW_FLOW);
     if b.hairpin {
         count_family::<F>(STAT_TC_DSR_SNAT_HAIRPIN, STAT_TC6_DSR_SNAT_HAIRPIN);
+    }
+    if b.up {
+        // Recorded: tc rewrites it if told, else finds the flow as known.
+        h.hand_over::<F>(&b.addr, b.port_be, false);
+        return Ok(PASS);
     }
     p.rewrite::<L2, C>(ctx, true, b.addr, b.port_be)?;
     Ok(PASS)

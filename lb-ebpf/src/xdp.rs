@@ -10,18 +10,21 @@
 //! FIB says, and sent with `XDP_TX` or `bpf_redirect`: it never reaches
 //! tc, whose egress would have applied the SNAT.
 //!
-//! Everything else is passed (`XDP_PASS`) untouched, before any byte or
-//! flow entry changes (only what makes tc decide alike may be written: a
-//! ClientIP affinity entry for the backend picked, a first fragment's
-//! ports), for the tc programs to handle as they do without XDP: local
-//! backends and backends behind any other device, host traffic, ICMP
-//! errors, IPv4 fragments whose first fragment was not seen, IPv4
-//! options and IPv6 extension headers (IPv6 fragments too), rejects,
-//! drops by policy, failed FIB lookups (no neighbour yet, forwarding off,
-//! MTU exceeded), an expiring TTL. A packet that XDP found to be no
-//! frontend's nor any flow's of ours (host traffic) carries that in its
-//! metadata ([`lb_common::XDP_META_NOT_OURS`]), and tc passes it without
-//! repeating the lookups.
+//! Everything else is passed (`XDP_PASS`) untouched. A packet of a flow of
+//! ours XDP does not send on (local backends and backends behind any
+//! other device, failed FIB lookups: no neighbour yet, forwarding off, MTU
+//! exceeded; DSR flows; kernel flows) is handed over: XDP records or
+//! advances the flow as tc would and leaves what it found in the packet's
+//! metadata ([`lb_common::XdpFound`]), so that tc only rewrites it. The
+//! rest goes to tc before any byte or flow entry changes (only what makes
+//! tc decide alike may be written: a ClientIP affinity entry for the
+//! backend picked, a first fragment's ports), for tc to handle as it does
+//! without XDP: ICMP errors, IPv4 fragments whose first fragment was not
+//! seen, IPv4 options and IPv6 extension headers (IPv6 fragments too), new
+//! DSR flows, rejects, drops by policy, an expiring TTL. A packet that XDP
+//! found to be no frontend's nor any flow's of ours (host traffic)
+//! carries that in its metadata ([`lb_common::XDP_META_NOT_OURS`]), and
+//! tc passes it without repeating the lookups.
 
 use core::mem::MaybeUninit;
 
@@ -34,7 +37,8 @@ use aya_ebpf::{
 use lb_common::{
     STAT_TC_DROP_CT_FULL, STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_NEW_FLOW, STAT_XDP_DROP_CT_FULL,
     STAT_XDP_DROP_SNAT_EXHAUSTED, STAT_XDP_FORWARDED, STAT_XDP_NEW_FLOW, STAT_XDP_PASSED_TO_TC,
-    STAT_XDP6_OFFSET, STATS_COUNT, XDP_DEVICES_MAX, XDP_META_NOT_OURS,
+    STAT_XDP6_OFFSET, STATS_COUNT, XDP_DEVICES_MAX, XDP_FOUND_FLOW, XDP_FOUND_KERNEL,
+    XDP_META_FOUND, XDP_META_NOT_OURS, XdpFound,
 };
 
 use crate::{
@@ -124,6 +128,30 @@ impl Hook for Forward<'_> {
     fn not_ours(&mut self) {
         self.not_ours = true;
     }
+
+    #[inline(always)]
+    fn hand_over<F: Family>(&mut self, addr: &F::Addr, port_be: u16, kernel: bool) -> bool {
+        let what = if kernel {
+            XDP_FOUND_KERNEL
+        } else {
+            XDP_FOUND_FLOW
+        };
+        tell_tc_found(self.ctx, addr, port_be, what) == 0
+    }
+}
+
+/// [`tell_tc`] of an [`XdpFound`]: 0 if told. A BPF function of its own:
+/// the value it makes stays off the frame of the step that calls it.
+#[inline(never)]
+fn tell_tc_found<A: Copy>(ctx: &XdpContext, addr: &A, port_be: u16, what: u8) -> u32 {
+    let found = XdpFound {
+        tag: XDP_META_FOUND,
+        addr_be: *addr,
+        port_be,
+        what,
+        addr_len: size_of::<A>() as u8,
+    };
+    u32::from(!tell_tc(ctx, found))
 }
 
 /// The device `p`, translated to `dst`, leaves by, by the FIB, if it is
@@ -274,7 +302,7 @@ pub fn forward<F: Family>(ctx: &XdpContext, p: &mut Packet<F::Addr>) -> i32 {
     if hop.egress == 0 {
         // Nothing changed: tc decides, told what XDP found.
         if hop.not_ours {
-            tell_tc_not_ours(ctx);
+            tell_tc(ctx, XDP_META_NOT_OURS);
         }
         return PASS;
     }
@@ -289,18 +317,20 @@ pub fn forward<F: Family>(ctx: &XdpContext, p: &mut Packet<F::Addr>) -> i32 {
     hop.send::<F::Addr>()
 }
 
-/// Leaves [`XDP_META_NOT_OURS`] in the packet's metadata for tc. Without
-/// room for it (a driver without metadata support), tc looks it up again.
+/// Leaves `what` in the packet's metadata for tc: whether there was room
+/// (a driver without metadata support has none; tc then looks the packet
+/// up again).
 #[inline(always)]
-fn tell_tc_not_ours(ctx: &XdpContext) {
+fn tell_tc<T>(ctx: &XdpContext, what: T) -> bool {
     // SAFETY: the helper checks the context and the room it grows into.
-    if unsafe { bpf_xdp_adjust_meta(ctx.ctx, -(size_of::<u32>() as i32)) } != 0 {
-        return;
+    if unsafe { bpf_xdp_adjust_meta(ctx.ctx, -(size_of::<T>() as i32)) } != 0 {
+        return false;
     }
     let (meta, data) = (ctx.metadata(), ctx.data());
-    if meta + size_of::<u32>() > data {
-        return;
+    if meta + size_of::<T>() > data {
+        return false;
     }
-    // SAFETY: the four bytes before the frame are metadata, just checked.
-    unsafe { (meta as *mut u32).write_unaligned(XDP_META_NOT_OURS) };
+    // SAFETY: the bytes before the frame are metadata, just checked.
+    unsafe { (meta as *mut T).write_unaligned(what) };
+    true
 }

@@ -19,8 +19,8 @@ use lb_tests::{
     agent,
     netns::{XdpPass, exec, ip, tx_checksum_off, veth, xdp_pass},
     two_nodes::{
-        Bed, NODE1, NODE1_6, addr, answers, dual_stack, node_objects, node_port_svc, p1, p2, p2_6,
-        slice, slice6,
+        Bed, CLIENT, CLIENT6, NODE1, NODE1_6, addr, answers, dual_stack, node_objects,
+        node_port_svc, p1, p1_6, p2, p2_6, slice, slice6,
     },
 };
 
@@ -118,9 +118,10 @@ fn xdp_forwards_node_port_flows_to_a_remote_pod_in_both_families() -> anyhow::Re
     let mut agent1 = bed.agent_with(&bed.node1, &["--bpf-lb-acceleration=native"])?;
     let _agent2 = bed.agent(&bed.node2)?;
     let n1 = bed.nodes.ns("n1");
-    assert!(has_xdp(&n1, "eth0")?, "lb_xdp on node-1's eth0");
-    // eth0 is a veth: the agent says its peer needs an XDP program.
+    // eth0 is a veth: the agent says its peer needs an XDP program, once
+    // it attached its own.
     agent1.wait_metric("lbagent_xdp_veth_devices", 1.0)?;
+    assert!(has_xdp(&n1, "eth0")?, "lb_xdp on node-1's eth0");
     // Out of eth0, where the packets came in: XDP_TX.
     through_xdp(&bed)?;
 
@@ -197,11 +198,78 @@ fn xdp_redirects_node_port_flows_out_of_another_device_it_runs_on() -> anyhow::R
         &["--devices=eth0,eth1", "--bpf-lb-acceleration=native"],
     )?;
     let _agent2 = bed.agent(&bed.node2)?;
-    assert!(has_xdp(&n1, "eth1")?, "lb_xdp on node-1's eth1");
     agent1.wait_metric("lbagent_xdp_veth_devices", 2.0)?;
+    assert!(has_xdp(&n1, "eth1")?, "lb_xdp on node-1's eth1");
     // Every flow XDP's, though its requests leave by another device than
     // they came in on: redirected (XDP_TX cannot send them there).
     through_xdp(&bed)
+}
+
+/// A flow to a pod on node-1 itself is XDP's to record, not to send (the
+/// pod is behind no device XDP runs on): XDP records it, advances it
+/// packet by packet, and hands each packet to tc with the pod's address in
+/// its metadata; tc rewrites it on XDP's word, looking nothing up. Every
+/// answer comes from p1, which sees the client (no SNAT to a local pod).
+#[test]
+fn xdp_hands_flows_to_a_local_pod_to_tc_which_rewrites_them_on_its_word() -> anyhow::Result<()> {
+    const LOCAL_PORT: u16 = 30091;
+    let [node1, node2] = node_objects();
+    let manifest = yaml([
+        node1,
+        node2,
+        dual_stack(
+            node_port_svc("local", "10.96.62.2", LOCAL_PORT),
+            "fd00:96::62:2",
+        )
+        .into(),
+        slice("local", vec![p1()]).into(),
+        slice6("local", vec![p1_6()]).into(),
+    ]);
+    let (bed, _peers) = bed_with(&manifest)?;
+    let _agent1 = bed.agent_with(&bed.node1, &["--bpf-lb-acceleration=native"])?;
+    let _agent2 = bed.agent(&bed.node2)?;
+    for (node, client, family) in [(NODE1, CLIENT, ""), (NODE1_6, CLIENT6, "6")] {
+        let to = addr(node, LOCAL_PORT);
+        bed.wait_reachable(&to)?;
+        let before = bed.node1.pins.stats()?;
+        let p1_sees_client = format!("p1 from {client}");
+        let r = bed.client(&["tcp", "--to", &to, "-n", "20", "--from"])?;
+        assert_eq!(
+            answers(&r, 20, &to),
+            BTreeSet::from([p1_sees_client.as_str()])
+        );
+        let r = bed.client(&["udp", "--to", &to, "-n", "5", "--from"])?;
+        assert_eq!(
+            answers(&r, 5, &to),
+            BTreeSet::from([p1_sees_client.as_str()])
+        );
+        let after = bed.node1.pins.stats()?;
+        let delta = |name: &str| after[name] - before[name];
+        // 20 connections and one socket: 21 flows, all recorded by XDP.
+        assert_eq!(
+            delta(&format!("xdp{family}_new_flow")),
+            21,
+            "{to}: {after:?}"
+        );
+        assert_eq!(delta(&format!("tc{family}_new_flow")), 0, "{to}: {after:?}");
+        assert_eq!(
+            delta(&format!("xdp{family}_forwarded")),
+            0,
+            "{to}: {after:?}"
+        );
+        // Each connection's SYN, ACK and request at least, and each
+        // datagram: taken by tc on XDP's word.
+        let handed = delta(&format!("xdp{family}_passed_to_tc"));
+        assert!(
+            handed >= 3 * 20 + 5,
+            "{to}: {handed} handed over: {after:?}"
+        );
+        assert!(
+            delta("tc_passed_xdp_checked") >= handed,
+            "{to}: tc looked up what XDP handed over: {after:?}"
+        );
+    }
+    Ok(())
 }
 
 /// Waits until `dev` in `ns` has no XDP program (the kernel releases an
