@@ -55,6 +55,8 @@ const BATCHES: usize = 5;
 const XDP_REPEAT: u32 = 250;
 /// `XDP_TX`: the action of a frame sent back out of its device.
 const XDP_TX: u32 = 3;
+/// `XDP_PASS`: the frame goes up to the stack (and tc).
+const XDP_PASS: u32 = 2;
 /// `BPF_PROG_TYPE_SCHED_CLS` and `BPF_PROG_TYPE_XDP`, for the floors.
 const PROG_TYPE_SCHED_CLS: u32 = 3;
 const PROG_TYPE_XDP: u32 = 6;
@@ -229,6 +231,10 @@ fn main() {
     let snat_frontend = (NODE, NODE_PORT + 3);
     let snat_backend = ([10, 2, 0, 9], 8080);
     bed.frontend_at(snat_frontend, PROTO_TCP, 0, &[snat_backend]);
+    // A pod on this node (behind `x1`): XDP advances its flows and hands
+    // them to tc.
+    let local_frontend = (NODE, NODE_PORT + 4);
+    bed.frontend_at(local_frontend, PROTO_TCP, 0, &[bed::LOCAL_POD]);
     let (xdp_rows, xdp_miss, xdp_singles) = ns.run(|| {
         for syn in [
             tcp(CLIENT, c, Tcp::Syn),
@@ -294,6 +300,13 @@ fn main() {
                 "the SNATed flow is forwarded"
             );
         }
+        // Each run a packet of its own: a repeated run keeps the metadata
+        // of the one before.
+        assert_eq!(
+            bed.xdp(&tcp(CLIENT, local_frontend, Tcp::Syn), x0).0,
+            XDP_PASS
+        );
+        let local_ack = tcp(CLIENT, local_frontend, Tcp::Ack);
         let singles: Vec<(&str, &str, Vec<Duration>)> = [
             (
                 "xdp_snat_hit",
@@ -304,6 +317,11 @@ fn main() {
                 "xdp_reply",
                 "XDP, reply of a SNATed flow (both undone, XDP_TX)",
                 &reply,
+            ),
+            (
+                "xdp_handed",
+                "XDP, conntrack hit handed to tc (local pod, XDP_PASS)",
+                &local_ack,
             ),
             (
                 "xdp_not_ours_single",
