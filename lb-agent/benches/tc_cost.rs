@@ -80,13 +80,13 @@ fn main() {
     let pods6: Vec<_> = (1..=16)
         .map(|i| (v6([0xfd42, 1, 0, 0, 0, 0, 0, i]), 8080))
         .collect();
-    bed.frontend6(FRONTEND6, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &pods6);
+    bed.frontend_at(FRONTEND6, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &pods6);
     let (a6, b6) = (
         (NODE6, NODE_PORT + 1),
         (v6([0xfd42, 9, 0, 0, 0, 0, 0, 1]), 8080),
     );
-    bed.frontend6(a6, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[b6]);
-    bed.frontend6(b6, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[a6]);
+    bed.frontend_at(a6, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[b6]);
+    bed.frontend_at(b6, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[a6]);
     bed.ingress(&tcp6(CLIENT6, a6, Tcp::Syn));
     bed.ingress(&tcp6(CLIENT6, b6, Tcp::Syn));
 
@@ -220,8 +220,8 @@ fn main() {
         (v6([0xfd42, 2, 0, 0, 0, 0, 0, 0x20]), 80),
         (v6([0xfd42, 2, 0, 0, 0, 0, 0, 1]), 8080),
     );
-    bed.frontend6(c6, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[d6]);
-    bed.frontend6(d6, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[c6]);
+    bed.frontend_at(c6, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[d6]);
+    bed.frontend_at(d6, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[c6]);
     let far: Vec<_> = (1..=16).map(|i| ([10, 2, 0, i], 8080)).collect();
     let far_frontend = (NODE, NODE_PORT + 2);
     bed.frontend_at(far_frontend, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &far);

@@ -356,8 +356,8 @@ fn options6_of(frontend: Addr6) -> Vec<u8> {
 /// [`lb_node`] for IPv6.
 fn lb_node6(proto: u8) -> Bed {
     let mut bed = Bed::new();
-    bed.snat6(NODE6, 61_000, 61_010);
-    bed.frontend6(FRONTEND6, proto, FE_F_DSR, &[REMOTE_POD6]);
+    bed.snat(NODE6, 61_000, 61_010);
+    bed.frontend_at(FRONTEND6, proto, FE_F_DSR, &[REMOTE_POD6]);
     bed
 }
 
@@ -396,8 +396,8 @@ fn an_ipv6_dsr_flow_leaves_dnated_with_the_frontend_in_a_destination_options_hea
 fn the_backends_node_strips_the_ipv6_header_and_replies_as_the_frontend() {
     let lb = lb_node6(PROTO_TCP);
     let mut backend = Bed::new();
-    backend.snat6(v6([0xfd00, 0x57, 0, 0, 0, 0, 0, 2]), 61_000, 61_010);
-    backend.dsr_endpoint6(([0; 16], FRONTEND6.1), REMOTE_POD6, PROTO_TCP);
+    backend.snat(v6([0xfd00, 0x57, 0, 0, 0, 0, 0, 2]), 61_000, 61_010);
+    backend.dsr_endpoint(([0; 16], FRONTEND6.1), REMOTE_POD6, PROTO_TCP);
     on_device(|x0| {
         let (_, dnated) = lb.ingress(&handshake6_with_mss(CLIENT6, FRONTEND6, 1440, false));
         let (_, carried) = lb.egress(&dnated);
@@ -622,8 +622,8 @@ fn a_flow_taken_over_mid_flow_takes_a_token_and_one_that_starts_closed_lives_as_
 fn a_devices_complete_checksum_stays_right_through_dsr_both_ways_and_both_families() {
     let lb = lb_node6(PROTO_TCP);
     let mut backend = Bed::new();
-    backend.snat6(v6([0xfd00, 0x57, 0, 0, 0, 0, 0, 2]), 61_000, 61_010);
-    backend.dsr_endpoint6(([0; 16], FRONTEND6.1), REMOTE_POD6, PROTO_TCP);
+    backend.snat(v6([0xfd00, 0x57, 0, 0, 0, 0, 0, 2]), 61_000, 61_010);
+    backend.dsr_endpoint(([0; 16], FRONTEND6.1), REMOTE_POD6, PROTO_TCP);
     let lb4 = lb_node(PROTO_TCP);
     let backend4 = backend_node(PROTO_TCP);
     on_device(|x0| {

@@ -254,7 +254,7 @@ fn option_carrying_syns_take_tokens_of_the_budget_of_unconfirmed_flows() {
 #[test]
 fn an_ipv6_header_to_a_port_of_no_frontend_is_refused() {
     let mut bed = Bed::new();
-    bed.snat6(NODE6, 61_000, 61_010);
+    bed.snat(NODE6, 61_000, 61_010);
     let spoof = with_header6(&udp6((CLIENT6.0, 5000), (NODE6, 6000)), (NODE6, 7777));
     on_device(|x0| {
         assert_eq!(bed.ingress_on(&spoof, x0).0, DROP);
@@ -265,7 +265,7 @@ fn an_ipv6_header_to_a_port_of_no_frontend_is_refused() {
     });
     // At an endpoint of the NodePort it names, it is learned.
     let mut backend = Bed::new();
-    backend.dsr_endpoint6(([0; 16], FRONTEND6.1), REMOTE_POD6, PROTO_UDP);
+    backend.dsr_endpoint(([0; 16], FRONTEND6.1), REMOTE_POD6, PROTO_UDP);
     on_device(|x0| {
         let packet = with_header6(&udp6(CLIENT6, REMOTE_POD6), FRONTEND6);
         assert_eq!(backend.ingress_on(&packet, x0).0, PASS);
@@ -427,8 +427,8 @@ fn a_tcp_segment_the_option_would_take_over_the_mtu_gets_fragmentation_needed() 
 #[test]
 fn an_ipv6_packet_the_header_would_take_over_the_mtu_gets_packet_too_big() {
     let mut bed = Bed::new();
-    bed.snat6(NODE6, 61_000, 61_010);
-    bed.frontend6(FRONTEND6, PROTO_UDP, FE_F_DSR, &[REMOTE_POD6]);
+    bed.snat(NODE6, 61_000, 61_010);
+    bed.frontend_at(FRONTEND6, PROTO_UDP, FE_F_DSR, &[REMOTE_POD6]);
     on_device(|x0| {
         // 1,452 bytes of UDP fill a 1,500-byte packet.
         let mut big = udp6(CLIENT6, FRONTEND6);

@@ -515,7 +515,7 @@ fn a_flow_keeps_its_backend_until_the_collector_deletes_it() {
     // stopped serving).
     let other = ([10, 1, 0, 6], 8080);
     bed.frontend(NODE_PORT, PROTO_UDP, FE_F_EXTERNAL_LOCAL, &[other]);
-    bed.backends.remove(&100).unwrap();
+    bed.v4.backends.remove(&100).unwrap();
     let (_, still) = bed.ingress(&udp(CLIENT, FRONTEND));
     assert_eq!(seen(&still).dst, LOCAL_POD);
 

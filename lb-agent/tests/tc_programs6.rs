@@ -28,7 +28,7 @@ const fn six(stat: u32) -> u32 {
 #[test]
 fn a_new_ipv6_flow_is_dnated_tracked_both_ways_and_counted_as_ipv6() {
     let mut bed = Bed::new();
-    bed.frontend6(FRONTEND6, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD6]);
+    bed.frontend_at(FRONTEND6, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD6]);
 
     let (verdict, out) = bed.ingress(&tcp6(CLIENT6, FRONTEND6, Tcp::Syn));
     assert_eq!(verdict, PASS);
@@ -71,8 +71,8 @@ fn a_new_ipv6_flow_is_dnated_tracked_both_ways_and_counted_as_ipv6() {
 #[test]
 fn cluster_policy_snats_ipv6_towards_a_remote_backend_and_reverses_the_reply() {
     let mut bed = Bed::new();
-    bed.snat6(NODE6, 61_000, 61_010);
-    bed.frontend6(FRONTEND6, PROTO_UDP, 0, &[REMOTE_POD6]);
+    bed.snat(NODE6, 61_000, 61_010);
+    bed.frontend_at(FRONTEND6, PROTO_UDP, 0, &[REMOTE_POD6]);
 
     let (_, dnated) = bed.ingress(&udp6(CLIENT6, FRONTEND6));
     assert_eq!(seen6(&dnated), flow6(CLIENT6, REMOTE_POD6));
@@ -111,7 +111,7 @@ fn without_an_ipv6_snat_address_cluster_flows_to_remote_backends_are_dropped() {
     let mut bed = Bed::new();
     // An IPv4 SNAT address only.
     bed.snat([192, 0, 2, 10], 61_000, 61_010);
-    bed.frontend6(FRONTEND6, PROTO_TCP, 0, &[REMOTE_POD6]);
+    bed.frontend_at(FRONTEND6, PROTO_TCP, 0, &[REMOTE_POD6]);
     let (_, dnated) = bed.ingress(&tcp6(CLIENT6, FRONTEND6, Tcp::Syn));
     assert_eq!(bed.egress(&dnated).0, DROP);
 }
@@ -119,7 +119,7 @@ fn without_an_ipv6_snat_address_cluster_flows_to_remote_backends_are_dropped() {
 #[test]
 fn extension_header_chains_are_walked_to_the_l4_header() {
     let mut bed = Bed::new();
-    bed.frontend6(FRONTEND6, PROTO_UDP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD6]);
+    bed.frontend_at(FRONTEND6, PROTO_UDP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD6]);
     for chain in [
         &[HOP_BY_HOP][..],
         &[DEST_OPTS],
@@ -143,7 +143,7 @@ fn extension_header_chains_are_walked_to_the_l4_header() {
 #[test]
 fn later_ipv6_fragments_follow_their_first_and_unknown_ones_are_dropped() {
     let mut bed = Bed::new();
-    bed.frontend6(FRONTEND6, PROTO_UDP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD6]);
+    bed.frontend_at(FRONTEND6, PROTO_UDP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD6]);
     let fragments = udp6_fragments(CLIENT6, FRONTEND6, 0x0102_0304, 3000, 1280);
     assert!(fragments.len() >= 3);
     for (i, fragment) in fragments.iter().enumerate() {
@@ -164,7 +164,7 @@ fn later_ipv6_fragments_follow_their_first_and_unknown_ones_are_dropped() {
 #[test]
 fn a_fragmented_datagram_is_translated_with_a_checksum_that_holds_once_reassembled() {
     let mut bed = Bed::new();
-    bed.frontend6(FRONTEND6, PROTO_UDP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD6]);
+    bed.frontend_at(FRONTEND6, PROTO_UDP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD6]);
     let fragments = udp6_fragments(CLIENT6, FRONTEND6, 7, 2000, 1280);
     let translated: Vec<Vec<u8>> = fragments.iter().map(|f| bed.ingress(f).1).collect();
     // Reassemble: the first fragment's UDP header and every fragment's data.
@@ -183,8 +183,8 @@ fn a_fragmented_datagram_is_translated_with_a_checksum_that_holds_once_reassembl
 #[test]
 fn packet_too_big_about_a_snated_packet_goes_back_to_the_client_quoting_its_frontend() {
     let mut bed = Bed::new();
-    bed.snat6(NODE6, 61_000, 61_010);
-    bed.frontend6(FRONTEND6, PROTO_TCP, 0, &[REMOTE_POD6]);
+    bed.snat(NODE6, 61_000, 61_010);
+    bed.frontend_at(FRONTEND6, PROTO_TCP, 0, &[REMOTE_POD6]);
     let (_, dnated) = bed.ingress(&tcp6(CLIENT6, FRONTEND6, Tcp::Syn));
     let (_, snated) = bed.egress(&dnated);
     let nat_port = seen6(&snated).src.1;
@@ -209,8 +209,8 @@ fn packet_too_big_about_a_snated_packet_goes_back_to_the_client_quoting_its_fron
 #[test]
 fn packet_too_big_about_a_snated_reply_reaches_the_remote_backend_from_the_node() {
     let mut bed = Bed::new();
-    bed.snat6(NODE6, 61_000, 61_010);
-    bed.frontend6(FRONTEND6, PROTO_TCP, 0, &[REMOTE_POD6]);
+    bed.snat(NODE6, 61_000, 61_010);
+    bed.frontend_at(FRONTEND6, PROTO_TCP, 0, &[REMOTE_POD6]);
     let (_, dnated) = bed.ingress(&tcp6(CLIENT6, FRONTEND6, Tcp::Syn));
     let (_, snated) = bed.egress(&dnated);
     let nat = seen6(&snated).src;
@@ -237,7 +237,7 @@ fn packet_too_big_about_a_snated_reply_reaches_the_remote_backend_from_the_node(
 #[test]
 fn packet_too_big_about_a_reply_reaches_the_backend_that_sent_it() {
     let mut bed = Bed::new();
-    bed.frontend6(FRONTEND6, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD6]);
+    bed.frontend_at(FRONTEND6, PROTO_TCP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD6]);
     bed.ingress(&tcp6(CLIENT6, FRONTEND6, Tcp::Syn));
     let (_, reply) = bed.egress(&tcp6(LOCAL_POD6, CLIENT6, Tcp::SynAck));
     assert_eq!(seen6(&reply), flow6(FRONTEND6, CLIENT6));
@@ -254,7 +254,7 @@ fn packet_too_big_about_a_reply_reaches_the_backend_that_sent_it() {
 #[test]
 fn a_port_unreachable_from_a_backend_shows_the_client_the_frontend_only() {
     let mut bed = Bed::new();
-    bed.frontend6(FRONTEND6, PROTO_UDP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD6]);
+    bed.frontend_at(FRONTEND6, PROTO_UDP, FE_F_EXTERNAL_LOCAL, &[LOCAL_POD6]);
     let (_, dnated) = bed.ingress(&udp6(CLIENT6, FRONTEND6));
     let unreachable = Icmpv6Type::DestinationUnreachable(icmpv6::DestUnreachableCode::Port);
     let error = icmp6_error(LOCAL_POD6.0, CLIENT6.0, unreachable, &dnated);
@@ -268,8 +268,8 @@ fn a_port_unreachable_from_a_backend_shows_the_client_the_frontend_only() {
 #[test]
 fn no_ipv6_endpoints_rejects_tcp_with_a_reset_and_udp_with_a_port_unreachable() {
     let mut bed = Bed::new();
-    bed.frontend6(FRONTEND6, PROTO_TCP, 0, &[]);
-    bed.frontend6(FRONTEND6, PROTO_UDP, 0, &[]);
+    bed.frontend_at(FRONTEND6, PROTO_TCP, 0, &[]);
+    bed.frontend_at(FRONTEND6, PROTO_UDP, 0, &[]);
 
     let (verdict, out) = bed.ingress(&tcp6(CLIENT6, FRONTEND6, Tcp::Syn));
     assert_eq!(verdict, REDIRECT);
@@ -303,13 +303,13 @@ fn no_ipv6_endpoints_rejects_tcp_with_a_reset_and_udp_with_a_port_unreachable() 
 #[test]
 fn ipv6_source_ranges_admit_their_sources_only() {
     let mut bed = Bed::new();
-    bed.frontend6(
+    bed.frontend_at(
         FRONTEND6,
         PROTO_TCP,
         FE_F_SOURCE_RANGES | FE_F_EXTERNAL_LOCAL,
         &[LOCAL_POD6],
     );
-    bed.admit6(
+    bed.admit_at(
         FRONTEND6,
         PROTO_TCP,
         v6([0x2001, 0xdb8, 0xc, 0, 0, 0, 0, 0]),
@@ -326,7 +326,7 @@ fn ipv6_source_ranges_admit_their_sources_only() {
 #[test]
 fn no_local_ipv6_endpoint_drops_and_is_counted() {
     let mut bed = Bed::new();
-    bed.frontend6(
+    bed.frontend_at(
         FRONTEND6,
         PROTO_TCP,
         FE_F_EXTERNAL_LOCAL | FE_F_NO_LOCAL_ENDPOINTS,
@@ -339,7 +339,7 @@ fn no_local_ipv6_endpoint_drops_and_is_counted() {
 #[test]
 fn neighbour_discovery_and_other_ipv6_traffic_pass_untouched() {
     let mut bed = Bed::new();
-    bed.frontend6(FRONTEND6, PROTO_TCP, 0, &[LOCAL_POD6]);
+    bed.frontend_at(FRONTEND6, PROTO_TCP, 0, &[LOCAL_POD6]);
     let solicitation = Icmpv6Type::Unknown {
         type_u8: 135,
         code_u8: 0,
@@ -368,8 +368,8 @@ fn ipv6_maglev_frontends_send_each_flow_where_its_hash_points_in_the_table() {
     let seed = HashSeed::default();
     let table = lookup_table(&addrs, TableSize::try_from(509).unwrap(), &seed);
     let mut bed = Bed::new();
-    bed.frontend6(FRONTEND6, PROTO_UDP, FE_F_EXTERNAL_LOCAL, &backends);
-    bed.maglev6(FRONTEND6, PROTO_UDP, &table, seed.flow[0]);
+    bed.frontend_at(FRONTEND6, PROTO_UDP, FE_F_EXTERNAL_LOCAL, &backends);
+    bed.maglev_at(FRONTEND6, PROTO_UDP, &table, seed.flow[0]);
     let mut chosen = std::collections::BTreeSet::new();
     for sport in 40_000..40_064u16 {
         let client = (CLIENT6.0, sport);

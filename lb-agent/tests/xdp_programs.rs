@@ -195,8 +195,8 @@ fn xdp_sends_an_ipv6_flows_next_datagrams_by_its_cache_at_its_generation_only() 
     let ns = Netns::new();
     let x0 = ns.ifindex("x0");
     let mut bed = bed();
-    bed.snat6(NODE6, 61_000, 61_010);
-    bed.frontend6(FRONTEND6, PROTO_UDP, 0, &[REMOTE_POD6]);
+    bed.snat(NODE6, 61_000, 61_010);
+    bed.frontend_at(FRONTEND6, PROTO_UDP, 0, &[REMOTE_POD6]);
     let six = |stat: u32| stat + STAT_XDP6_OFFSET;
     ns.run(|| {
         early_in_a_second();
@@ -333,8 +333,8 @@ fn xdp_sends_an_ipv6_cluster_flow_to_a_remote_backend_translated_both_ways() {
     let ns = Netns::new();
     let x0 = ns.ifindex("x0");
     let mut bed = bed();
-    bed.snat6(NODE6, 61_000, 61_010);
-    bed.frontend6(FRONTEND6, PROTO_UDP, 0, &[REMOTE_POD6]);
+    bed.snat(NODE6, 61_000, 61_010);
+    bed.frontend_at(FRONTEND6, PROTO_UDP, 0, &[REMOTE_POD6]);
     let six = |stat: u32| stat + STAT_XDP6_OFFSET;
     ns.run(|| {
         let (action, out) = bed.xdp(&udp6(CLIENT6, FRONTEND6), x0);
@@ -363,8 +363,8 @@ fn xdp_records_ipv6_local_backends_flows_and_hands_them_to_tc_and_strangers_as_n
     let ns = Netns::new();
     let x0 = ns.ifindex("x0");
     let mut bed = bed();
-    bed.snat6(NODE6, 61_000, 61_010);
-    bed.frontend6(FRONTEND6, PROTO_TCP, 0, &[LOCAL_POD6]);
+    bed.snat(NODE6, 61_000, 61_010);
+    bed.frontend_at(FRONTEND6, PROTO_TCP, 0, &[LOCAL_POD6]);
     let six = |stat: u32| stat + STAT_XDP6_OFFSET;
     ns.run(|| {
         let to_local = tcp6(CLIENT6, FRONTEND6, Tcp::Syn);
@@ -578,8 +578,8 @@ fn xdp_leaves_ipv6_dsr_flows_to_tc_untouched() {
     let ns = Netns::new();
     let x0 = ns.ifindex("x0");
     let mut bed = bed();
-    bed.snat6(NODE6, 61_000, 61_010);
-    bed.frontend6(FRONTEND6, PROTO_TCP, lb_common::FE_F_DSR, &[REMOTE_POD6]);
+    bed.snat(NODE6, 61_000, 61_010);
+    bed.frontend_at(FRONTEND6, PROTO_TCP, lb_common::FE_F_DSR, &[REMOTE_POD6]);
     ns.run(|| {
         let syn = tcp6(CLIENT6, FRONTEND6, Tcp::Syn);
         assert_eq!(bed.xdp(&syn, x0), (XDP_PASS, syn.clone()), "untouched");

@@ -461,13 +461,10 @@ mod pod {
     // SAFETY: each type is repr(C), padded explicitly (no implicit padding:
     // the size asserts above equal the sum of the fields), and every bit
     // pattern is a valid value of every field.
-    unsafe impl aya::Pod for super::Ct4Key {}
+    // (`Address` is sealed to the two addresses of the asserts).
+    unsafe impl<A: crate::Address> aya::Pod for super::CtKey<A> {}
     // SAFETY: as above.
-    unsafe impl aya::Pod for super::Ct4Value {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for super::Ct6Key {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for super::Ct6Value {}
+    unsafe impl<A: crate::Address> aya::Pod for super::CtValue<A> {}
 }
 
 #[cfg(test)]

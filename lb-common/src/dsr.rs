@@ -53,9 +53,8 @@ pub const DEFAULT_NODE_NETS_MAX: u32 = 65_536;
 mod pod {
     // SAFETY: repr(C), padded explicitly (the size assert equals the sum of
     // the fields), and every bit pattern is valid.
-    unsafe impl aya::Pod for super::DsrEndpoint4Key {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for super::DsrEndpoint6Key {}
+    // (`Address` is sealed to the two addresses of the asserts).
+    unsafe impl<A: crate::Address> aya::Pod for super::DsrEndpointKey<A> {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::NodeNet {}
 }

@@ -17,15 +17,16 @@
 
 use crate::SpinLock;
 
-/// Key of `LB4_FRONTENDS`: one frontend, `addr:port/proto` in a scope.
+/// Key of `LB4_FRONTENDS` (`A` = `[u8; 4]`) and `LB6_FRONTENDS` (`A` =
+/// `[u8; 16]`): one frontend, `addr:port/proto` in a scope.
 ///
-/// Written by the agent. Also stored in [`Frontend4State::owner`], which is
+/// Written by the agent. Also stored in [`FrontendState::owner`], which is
 /// how a program checks that the state it read belongs to its frontend.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Frontend4Key {
+pub struct FrontendKey<A> {
     /// The frontend address (ClusterIP), network byte order.
-    pub addr_be: [u8; 4],
+    pub addr_be: A,
     /// The frontend port, network byte order.
     pub port_be: u16,
     /// IP protocol number ([`crate::PROTO_TCP`] or [`crate::PROTO_UDP`]).
@@ -34,22 +35,25 @@ pub struct Frontend4Key {
     /// external-traffic-policy view of an external frontend, for tc).
     pub scope: u8,
 }
+/// `LB4_FRONTENDS`' key.
+pub type Frontend4Key = FrontendKey<[u8; 4]>;
+/// `LB6_FRONTENDS`' key.
+pub type Frontend6Key = FrontendKey<[u8; 16]>;
 const _: () = assert!(size_of::<Frontend4Key>() == 8);
-
-/// Key of `LB6_FRONTENDS`: [`Frontend4Key`] with an IPv6 address.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Frontend6Key {
-    /// The frontend address (ClusterIP), network byte order.
-    pub addr_be: [u8; 16],
-    /// The frontend port, network byte order.
-    pub port_be: u16,
-    /// IP protocol number ([`crate::PROTO_TCP`] or [`crate::PROTO_UDP`]).
-    pub proto: u8,
-    /// As in [`Frontend4Key::scope`].
-    pub scope: u8,
-}
 const _: () = assert!(size_of::<Frontend6Key>() == 20);
+
+impl<A: Copy> FrontendKey<A> {
+    /// The key standing for every other port and protocol of this one's
+    /// address ([`WILDCARD_PORT`]).
+    #[inline(always)]
+    pub fn wildcard(&self) -> Self {
+        Self {
+            port_be: WILDCARD_PORT,
+            proto: WILDCARD_PROTO,
+            ..*self
+        }
+    }
+}
 
 /// The frontend as seen by traffic from inside the cluster (socket hooks).
 pub const SCOPE_INTERNAL: u8 = 0;
@@ -68,21 +72,22 @@ pub struct FrontendId {
 }
 const _: () = assert!(size_of::<FrontendId>() == 4);
 
-/// Value of `LB4_FE_STATE` (an array indexed by frontend id): which
-/// revision of the frontend's backend list is current.
+/// Value of `LB4_FE_STATE` and `LB6_FE_STATE` (arrays indexed by frontend
+/// id), owned by a [`FrontendKey<A>`]: which revision of the frontend's
+/// backend list is current.
 ///
-/// All fields but the lock are host byte order except `owner`, a
-/// [`Frontend4Key`]. Written by the agent only with `BPF_F_LOCK` (in place,
-/// under `lock`); read by programs only while holding `lock`, so a reader
-/// always sees one whole value. An entry whose `owner` is not the frontend a
-/// program looked up is free, being reused, or being removed: the program
-/// treats the address as no frontend of ours.
+/// All fields but the lock are host byte order except `owner`. Written by
+/// the agent only with `BPF_F_LOCK` (in place, under `lock`); read by
+/// programs only while holding `lock`, so a reader always sees one whole
+/// value. An entry whose `owner` is not the frontend a program looked up is
+/// free, being reused, or being removed: the program treats the address as
+/// no frontend of ours.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Frontend4State {
+pub struct FrontendState<A> {
     pub lock: SpinLock,
     /// The frontend this entry belongs to; all zero when free.
-    pub owner: Frontend4Key,
+    pub owner: FrontendKey<A>,
     /// The current revision: slots `(id, rev, 0..count)` hold its backends.
     pub rev: u16,
     /// Number of backends. 0 means the frontend has no usable endpoint and
@@ -98,24 +103,11 @@ pub struct Frontend4State {
     /// [`crate::maglev`]) when `flags` has [`FE_F_MAGLEV`]; 0 otherwise.
     pub maglev_size: u32,
 }
+/// `LB4_FE_STATE`'s value.
+pub type Frontend4State = FrontendState<[u8; 4]>;
+/// `LB6_FE_STATE`'s value.
+pub type Frontend6State = FrontendState<[u8; 16]>;
 const _: () = assert!(size_of::<Frontend4State>() == 28);
-
-/// Value of `LB6_FE_STATE`: [`Frontend4State`] owned by a [`Frontend6Key`].
-/// Written and read the same way, under `lock`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Frontend6State {
-    pub lock: SpinLock,
-    /// The frontend this entry belongs to; all zero when free.
-    pub owner: Frontend6Key,
-    /// As in [`Frontend4State`].
-    pub rev: u16,
-    pub count: u16,
-    pub flags: u16,
-    pub _pad0: [u8; 2],
-    pub affinity_timeout: u32,
-    pub maglev_size: u32,
-}
 const _: () = assert!(size_of::<Frontend6State>() == 40);
 
 /// `sessionAffinity: ClientIP`: a client (network namespace) keeps its
@@ -192,14 +184,14 @@ pub struct Slot {
 }
 const _: () = assert!(size_of::<Slot>() == 4);
 
-/// Value of `LB4_BACKENDS` (key: backend id, `u32`, host byte order): one
-/// backend address. Written by the agent before any slot names it; an id
-/// keeps its address until the id is deleted.
+/// Value of `LB4_BACKENDS` and `LB6_BACKENDS` (key: backend id, `u32`,
+/// host byte order): one backend address. Written by the agent before any
+/// slot names it; an id keeps its address until the id is deleted.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Backend4 {
+pub struct Backend<A> {
     /// Backend IP, network byte order.
-    pub addr_be: [u8; 4],
+    pub addr_be: A,
     /// Backend (target) port, network byte order.
     pub port_be: u16,
     /// IP protocol number.
@@ -207,21 +199,11 @@ pub struct Backend4 {
     /// `BACKEND_STATE_*`; only [`BACKEND_STATE_ACTIVE`] is used today.
     pub state: u8,
 }
+/// `LB4_BACKENDS`' value.
+pub type Backend4 = Backend<[u8; 4]>;
+/// `LB6_BACKENDS`' value.
+pub type Backend6 = Backend<[u8; 16]>;
 const _: () = assert!(size_of::<Backend4>() == 8);
-
-/// Value of `LB6_BACKENDS`: [`Backend4`] with an IPv6 address.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Backend6 {
-    /// Backend IP, network byte order.
-    pub addr_be: [u8; 16],
-    /// Backend (target) port, network byte order.
-    pub port_be: u16,
-    /// IP protocol number.
-    pub proto: u8,
-    /// `BACKEND_STATE_*`.
-    pub state: u8,
-}
 const _: () = assert!(size_of::<Backend6>() == 20);
 
 /// Key of `LB4_MEMBERS`: backend `backend_id` is in revision `rev` of
@@ -259,25 +241,20 @@ mod pod {
     // SAFETY: each type is repr(C), padded explicitly (no implicit padding:
     // the size asserts above equal the sum of the fields), and every bit
     // pattern is a valid value of every field.
-    unsafe impl aya::Pod for super::Frontend4Key {}
+    // (`Address` is sealed to the two addresses of the asserts).
+    unsafe impl<A: crate::Address> aya::Pod for super::FrontendKey<A> {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::FrontendId {}
     // SAFETY: as above.
-    unsafe impl aya::Pod for super::Frontend4State {}
+    unsafe impl<A: crate::Address> aya::Pod for super::FrontendState<A> {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::SlotKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Slot {}
     // SAFETY: as above.
-    unsafe impl aya::Pod for super::Backend4 {}
+    unsafe impl<A: crate::Address> aya::Pod for super::Backend<A> {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::MemberKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Member {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for super::Frontend6Key {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for super::Frontend6State {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for super::Backend6 {}
 }

@@ -22,6 +22,7 @@
 //! types, and the state has the same shape.
 #![no_std]
 
+pub mod address;
 pub mod addrs;
 pub mod affinity;
 pub mod config;
@@ -40,6 +41,7 @@ pub mod stats;
 pub mod syn_budget;
 pub mod xdp;
 
+pub use address::Address;
 pub use addrs::*;
 pub use affinity::*;
 pub use config::*;

@@ -155,13 +155,10 @@ pub const DEFAULT_NAT_MAX: u32 = 131_072;
 mod pod {
     // SAFETY: each type is repr(C), padded explicitly (the size asserts
     // equal the sum of the fields), and every bit pattern is valid.
-    unsafe impl aya::Pod for super::Nat4Key {}
+    // (`Address` is sealed to the two addresses of the asserts).
+    unsafe impl<A: crate::Address> aya::Pod for super::NatKey<A> {}
     // SAFETY: as above.
-    unsafe impl aya::Pod for super::Nat4Value {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for super::Nat6Key {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for super::Nat6Value {}
+    unsafe impl<A: crate::Address> aya::Pod for super::NatValue<A> {}
 }
 
 #[cfg(test)]

@@ -1,61 +1,49 @@
 //! Socket reverse NAT: what `recvmsg4`/`getpeername4` show the application.
 
-/// Key of `LB4_REVNAT`: the socket and the backend it was sent to.
+/// Key of `LB4_REVNAT` (`A` = `[u8; 4]`, `P` = `[u8; 2]`) and
+/// `LB6_REVNAT` (`[u8; 16]`, `[u8; 6]`: the padding to the cookie's
+/// alignment): the socket and the backend it was sent to.
 ///
 /// Written by `connect4`/`sendmsg4` when they translate; read by
 /// `recvmsg4`/`getpeername4` to show the application the frontend instead.
-/// Byte-identical to layout 1's key, so a migration copies entries as they are.
+/// IPv4's is byte-identical to layout 1's key, so a migration copies
+/// entries as they are. An IPv4 backend reached from an AF_INET6 socket
+/// through `::ffff:a.b.c.d` is remembered in `LB6_REVNAT`, v4-mapped, as
+/// the application sees it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct RevNat4Key {
+pub struct RevNatKey<A, P> {
     /// `bpf_get_socket_cookie()` of the socket, host byte order.
     pub cookie: u64,
     /// Backend IP, network byte order.
-    pub addr_be: [u8; 4],
+    pub addr_be: A,
     /// Backend port, network byte order.
     pub port_be: u16,
-    pub _pad0: [u8; 2],
+    pub _pad0: P,
 }
+/// `LB4_REVNAT`'s key.
+pub type RevNat4Key = RevNatKey<[u8; 4], [u8; 2]>;
+/// `LB6_REVNAT`'s key.
+pub type RevNat6Key = RevNatKey<[u8; 16], [u8; 6]>;
 const _: () = assert!(size_of::<RevNat4Key>() == 16);
-
-/// Value of `LB4_REVNAT`: the frontend the application addressed.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct RevNat4Value {
-    /// The frontend address, network byte order.
-    pub addr_be: [u8; 4],
-    /// The frontend port, network byte order.
-    pub port_be: u16,
-    pub _pad0: [u8; 2],
-}
-const _: () = assert!(size_of::<RevNat4Value>() == 8);
-
-/// Key of `LB6_REVNAT`: [`RevNat4Key`] with an IPv6 backend address. An
-/// IPv4 backend reached from an AF_INET6 socket through `::ffff:a.b.c.d` is
-/// remembered here, v4-mapped, as the application sees it.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct RevNat6Key {
-    /// `bpf_get_socket_cookie()` of the socket, host byte order.
-    pub cookie: u64,
-    /// Backend IP, network byte order.
-    pub addr_be: [u8; 16],
-    /// Backend port, network byte order.
-    pub port_be: u16,
-    pub _pad0: [u8; 6],
-}
 const _: () = assert!(size_of::<RevNat6Key>() == 32);
 
-/// Value of `LB6_REVNAT`: the frontend the application addressed.
+/// Value of `LB4_REVNAT` and `LB6_REVNAT`: the frontend the application
+/// addressed.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct RevNat6Value {
+pub struct RevNatValue<A> {
     /// The frontend address, network byte order.
-    pub addr_be: [u8; 16],
+    pub addr_be: A,
     /// The frontend port, network byte order.
     pub port_be: u16,
     pub _pad0: [u8; 2],
 }
+/// `LB4_REVNAT`'s value.
+pub type RevNat4Value = RevNatValue<[u8; 4]>;
+/// `LB6_REVNAT`'s value.
+pub type RevNat6Value = RevNatValue<[u8; 16]>;
+const _: () = assert!(size_of::<RevNat4Value>() == 8);
 const _: () = assert!(size_of::<RevNat6Value>() == 20);
 
 /// `sockaddr` family tags of [`SockRevNat::family`].
@@ -97,9 +85,8 @@ mod pod {
     // the fields), and valid for any bit pattern.
     unsafe impl aya::Pod for super::RevNat4Key {}
     // SAFETY: as above.
-    unsafe impl aya::Pod for super::RevNat4Value {}
-    // SAFETY: as above.
     unsafe impl aya::Pod for super::RevNat6Key {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for super::RevNat6Value {}
+    // SAFETY: as above (`Address` is sealed to the two addresses of the
+    // asserts).
+    unsafe impl<A: crate::Address> aya::Pod for super::RevNatValue<A> {}
 }

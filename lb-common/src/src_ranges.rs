@@ -35,7 +35,6 @@ pub const DEFAULT_SOURCE_RANGES_MAX: u32 = 16_384;
 mod pod {
     // SAFETY: repr(C), padded explicitly (the size assert equals the sum of
     // the fields), and every bit pattern is valid.
-    unsafe impl aya::Pod for super::SourceRange4 {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for super::SourceRange6 {}
+    // (`Address` is sealed to the two addresses of the asserts).
+    unsafe impl<A: crate::Address> aya::Pod for super::SourceRange<A> {}
 }

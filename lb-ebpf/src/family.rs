@@ -2,33 +2,27 @@
 //! tracking (`ct`) and the NodePort logic (`nodeport`) are written once over
 //! [`Family`], for [`V4`] (the `LB4_*` maps) and [`V6`] (`LB6_*`).
 
-use aya_ebpf::{
-    bindings::bpf_spin_lock,
-    btf_maps::{ArrayOfMaps, HashMap, LpmTrie, LruHashMap},
-    helpers::{bpf_spin_lock as lock, bpf_spin_unlock as unlock},
-};
+use aya_ebpf::btf_maps::{Array, ArrayOfMaps, HashMap, LpmTrie, LruHashMap};
 use lb_common::{
-    AffinityKey, AffinityValue, Backend4, Backend6, CtKey, CtValue, DEFAULT_CT_MAX,
-    DEFAULT_DSR_EPS_MAX, DEFAULT_FRAG_MAX, DEFAULT_NAT_MAX, DEFAULT_NODE_NETS_MAX,
-    DEFAULT_SOURCE_RANGES_MAX, DatapathConfig, DsrEndpointKey, Frag4Key, Frag4Value, Frag6Key,
-    Frontend4Key, Frontend6Key, FrontendId, MaglevChunk, MaglevKey, Member, MemberKey,
-    NAT_F_CLAIMING, NatKey, NatValue, NodeNet, REJECTS_MAX, RejectBucket, SOURCE_RANGE_PREFIX,
-    SOURCE_RANGE6_PREFIX, STAT_TC6_OFFSET, Slot, SlotKey, SourceRange, WILDCARD_PORT,
-    WILDCARD_PROTO,
+    AffinityKey, AffinityValue, Backend, CtKey, CtValue, DEFAULT_CT_MAX, DEFAULT_DSR_EPS_MAX,
+    DEFAULT_FRAG_MAX, DEFAULT_NAT_MAX, DEFAULT_NODE_NETS_MAX, DEFAULT_SOURCE_RANGES_MAX,
+    DatapathConfig, DsrEndpointKey, Frag4Key, Frag4Value, Frag6Key, FrontendId, FrontendKey,
+    FrontendState, MaglevChunk, MaglevKey, Member, MemberKey, NAT_F_CLAIMING, NatKey, NatValue,
+    NodeNet, REJECTS_MAX, RejectBucket, SOURCE_RANGE_PREFIX, SOURCE_RANGE6_PREFIX, STAT_TC6_OFFSET,
+    Slot, SlotKey, SourceRange,
 };
 
 use crate::{
-    addr::{Addr6, bytes6, words6},
+    addr::{Addr6, words6},
     atomic::cas,
     flow_cache::Cached,
-    lb::Snapshot,
     maps::{
-        AFFINITY_MAX, BACKENDS_MAX, FRONTENDS_MAX, LB4_AFFINITY, LB4_BACKENDS, LB4_CT, LB4_CT_PREV,
-        LB4_DSR_EPS, LB4_FE_STATE, LB4_FRAG, LB4_FRONTENDS, LB4_MAGLEV, LB4_MEMBERS, LB4_NAT,
-        LB4_NAT_PREV, LB4_NODE_NETS, LB4_REJECTS, LB4_SLOTS, LB4_SRC_RANGES, LB6_AFFINITY,
-        LB6_BACKENDS, LB6_CT, LB6_CT_PREV, LB6_DSR_EPS, LB6_FE_STATE, LB6_FRAG, LB6_FRONTENDS,
-        LB6_MAGLEV, LB6_MEMBERS, LB6_NAT, LB6_NAT_PREV, LB6_NODE_NETS, LB6_REJECTS, LB6_SLOTS,
-        LB6_SRC_RANGES, MAGLEV_MAX, NO_PREALLOC, PREV_TEMPLATE, SLOTS_MAX,
+        AFFINITY_MAX, BACKENDS_MAX, FE_STATE_MAX, FRONTENDS_MAX, LB4_AFFINITY, LB4_BACKENDS,
+        LB4_CT, LB4_CT_PREV, LB4_DSR_EPS, LB4_FE_STATE, LB4_FRAG, LB4_FRONTENDS, LB4_MAGLEV,
+        LB4_MEMBERS, LB4_NAT, LB4_NAT_PREV, LB4_NODE_NETS, LB4_REJECTS, LB4_SLOTS, LB4_SRC_RANGES,
+        LB6_AFFINITY, LB6_BACKENDS, LB6_CT, LB6_CT_PREV, LB6_DSR_EPS, LB6_FE_STATE, LB6_FRAG,
+        LB6_FRONTENDS, LB6_MAGLEV, LB6_MEMBERS, LB6_NAT, LB6_NAT_PREV, LB6_NODE_NETS, LB6_REJECTS,
+        LB6_SLOTS, LB6_SRC_RANGES, MAGLEV_MAX, NO_PREALLOC, PREV_TEMPLATE, SLOTS_MAX,
     },
     packet::Ip,
     reject::Answer,
@@ -53,28 +47,18 @@ pub type NatPrev<A> = ArrayOfMaps<LruHashMap<NatKey<A>, NatValue<A>, PREV_TEMPLA
 pub trait Family {
     /// An address as packets hold it.
     type Addr: Ip + Answer + Cached;
-    type Key: Copy + PartialEq + 'static;
-    type Backend: Copy + 'static;
     /// A datagram, as its fragments carry it.
     type FragKey: Copy + 'static;
 
-    fn frontends() -> &'static HashMap<Self::Key, FrontendId, FRONTENDS_MAX, NO_PREALLOC>;
+    /// The load-balancing maps (`lb_common::lb`).
+    fn frontends()
+    -> &'static HashMap<FrontendKey<Self::Addr>, FrontendId, FRONTENDS_MAX, NO_PREALLOC>;
+    fn fe_states() -> &'static Array<FrontendState<Self::Addr>, FE_STATE_MAX>;
     fn slots() -> &'static HashMap<SlotKey, Slot, SLOTS_MAX, NO_PREALLOC>;
-    fn backends() -> &'static HashMap<u32, Self::Backend, BACKENDS_MAX, NO_PREALLOC>;
+    fn backends() -> &'static HashMap<u32, Backend<Self::Addr>, BACKENDS_MAX, NO_PREALLOC>;
     fn members() -> &'static HashMap<MemberKey, Member, SLOTS_MAX, NO_PREALLOC>;
     fn affinity() -> &'static LruHashMap<AffinityKey, AffinityValue, AFFINITY_MAX>;
     fn maglev() -> &'static HashMap<MaglevKey, MaglevChunk, MAGLEV_MAX, NO_PREALLOC>;
-    /// The key standing for every other port and protocol of `key`'s address.
-    fn wildcard(key: &Self::Key) -> Self::Key;
-    fn proto(key: &Self::Key) -> u8;
-    /// Copies the fields of state `fe_id` while holding its lock, so that a
-    /// concurrent `BPF_F_LOCK` update is seen either whole or not at all.
-    fn read_state(fe_id: u32) -> Option<Snapshot<Self::Key>>;
-
-    /// The frontend key of `addr:port_be/proto` in `scope`.
-    fn frontend(addr: Self::Addr, port_be: u16, proto: u8, scope: u8) -> Self::Key;
-    /// A backend's address and port, as packets hold them.
-    fn backend_addr(b: &Self::Backend) -> (Self::Addr, u16);
     /// The tc programs' maps.
     fn ct() -> &'static CtMap<Self::Addr>;
     fn ct_prev() -> &'static CtPrev<Self::Addr>;
@@ -82,7 +66,7 @@ pub trait Family {
     fn nat_prev() -> &'static NatPrev<Self::Addr>;
     fn frag() -> &'static LruHashMap<Self::FragKey, Frag4Value, FRAG_MAX>;
     fn src_ranges() -> &'static LpmTrie<SourceRange<Self::Addr>, u32, RANGES_MAX>;
-    fn rejects() -> &'static LruHashMap<Self::Key, RejectBucket, REJECT_MAX>;
+    fn rejects() -> &'static LruHashMap<FrontendKey<Self::Addr>, RejectBucket, REJECT_MAX>;
     /// The endpoints on this node of DSR frontends.
     fn dsr_eps() -> &'static HashMap<DsrEndpointKey<Self::Addr>, u32, DSR_EPS_MAX, NO_PREALLOC>;
     /// Which node an address belongs to.
@@ -115,23 +99,25 @@ pub enum V4 {}
 /// IPv6: the `LB6_*` maps.
 pub enum V6 {}
 
-macro_rules! lookup_maps {
-    ($key:ident, $backend:ty, $to_key:expr, $from_key:expr,
-     $frontends:ident, $states:ident, $slots:ident, $backends:ident, $members:ident,
+/// Binds a family's load-balancing maps.
+macro_rules! lb_maps {
+    ($frontends:ident, $states:ident, $slots:ident, $backends:ident, $members:ident,
      $affinity:ident, $maglev:ident) => {
-        type Key = $key;
-        type Backend = $backend;
-
         #[inline(always)]
-        fn frontends() -> &'static HashMap<$key, FrontendId, FRONTENDS_MAX, NO_PREALLOC> {
+        fn frontends()
+        -> &'static HashMap<FrontendKey<Self::Addr>, FrontendId, FRONTENDS_MAX, NO_PREALLOC> {
             &$frontends
+        }
+        #[inline(always)]
+        fn fe_states() -> &'static Array<FrontendState<Self::Addr>, FE_STATE_MAX> {
+            &$states
         }
         #[inline(always)]
         fn slots() -> &'static HashMap<SlotKey, Slot, SLOTS_MAX, NO_PREALLOC> {
             &$slots
         }
         #[inline(always)]
-        fn backends() -> &'static HashMap<u32, $backend, BACKENDS_MAX, NO_PREALLOC> {
+        fn backends() -> &'static HashMap<u32, Backend<Self::Addr>, BACKENDS_MAX, NO_PREALLOC> {
             &$backends
         }
         #[inline(always)]
@@ -146,57 +132,10 @@ macro_rules! lookup_maps {
         fn maglev() -> &'static HashMap<MaglevKey, MaglevChunk, MAGLEV_MAX, NO_PREALLOC> {
             &$maglev
         }
-        #[inline(always)]
-        fn wildcard(key: &$key) -> $key {
-            $key {
-                port_be: WILDCARD_PORT,
-                proto: WILDCARD_PROTO,
-                ..*key
-            }
-        }
-        #[inline(always)]
-        fn proto(key: &$key) -> u8 {
-            key.proto
-        }
-        #[inline(always)]
-        fn read_state(fe_id: u32) -> Option<Snapshot<$key>> {
-            let state = $states.get_ptr_mut(fe_id)?;
-            // SAFETY: `state` points into an array element, which lives
-            // as long as the map. The lock is the value's first field,
-            // where the kernel's BTF check found it; between lock and
-            // unlock only plain loads run, which is all the verifier
-            // allows there.
-            unsafe {
-                let l = (&raw mut (*state).lock).cast::<bpf_spin_lock>();
-                lock(l);
-                let snap = Snapshot {
-                    owner: (*state).owner,
-                    rev: (*state).rev,
-                    count: (*state).count,
-                    flags: (*state).flags,
-                    affinity_timeout: (*state).affinity_timeout,
-                    maglev_size: (*state).maglev_size,
-                };
-                unlock(l);
-                Some(snap)
-            }
-        }
-        #[inline(always)]
-        fn frontend(addr: Self::Addr, port_be: u16, proto: u8, scope: u8) -> $key {
-            $key {
-                addr_be: $to_key(&addr),
-                port_be,
-                proto,
-                scope,
-            }
-        }
-        #[inline(always)]
-        fn backend_addr(b: &$backend) -> (Self::Addr, u16) {
-            ($from_key(&b.addr_be), b.port_be)
-        }
     };
 }
 
+/// Binds a family's maps of the tc (and XDP) programs.
 macro_rules! tc_maps {
     ($ct:ident, $ct_prev:ident, $nat:ident, $nat_prev:ident, $frag:ident, $ranges:ident,
      $rejects:ident, $dsr_eps:ident, $node_nets:ident) => {
@@ -225,7 +164,7 @@ macro_rules! tc_maps {
             &$ranges
         }
         #[inline(always)]
-        fn rejects() -> &'static LruHashMap<Self::Key, RejectBucket, REJECT_MAX> {
+        fn rejects() -> &'static LruHashMap<FrontendKey<Self::Addr>, RejectBucket, REJECT_MAX> {
             &$rejects
         }
         #[inline(always)]
@@ -246,11 +185,7 @@ impl Family for V4 {
     const SOURCE_RANGE_PREFIX: u32 = SOURCE_RANGE_PREFIX;
     const STAT_OFFSET: u32 = 0;
 
-    lookup_maps!(
-        Frontend4Key,
-        Backend4,
-        |a: &[u8; 4]| *a,
-        |a: &[u8; 4]| *a,
+    lb_maps!(
         LB4_FRONTENDS,
         LB4_FE_STATE,
         LB4_SLOTS,
@@ -327,11 +262,7 @@ impl Family for V6 {
     const SOURCE_RANGE_PREFIX: u32 = SOURCE_RANGE6_PREFIX;
     const STAT_OFFSET: u32 = STAT_TC6_OFFSET;
 
-    lookup_maps!(
-        Frontend6Key,
-        Backend6,
-        bytes6,
-        words6,
+    lb_maps!(
         LB6_FRONTENDS,
         LB6_FE_STATE,
         LB6_SLOTS,

@@ -16,10 +16,13 @@
 //! * `LB4_FE_STATE` is an array (elements are never freed) written only in
 //!   place under its spin lock, which the reader holds while it copies.
 
-use aya_ebpf::helpers::bpf_ktime_get_coarse_ns;
+use aya_ebpf::{
+    bindings::bpf_spin_lock,
+    helpers::{bpf_ktime_get_coarse_ns, bpf_spin_lock as lock, bpf_spin_unlock as unlock},
+};
 use lb_common::{
-    AffinityKey, AffinityValue, FE_F_AFFINITY, FE_F_MAGLEV, FE_F_NO_LOCAL_ENDPOINTS, MAGLEV_CHUNK,
-    MaglevKey, MemberKey, SlotKey, WILDCARD_PROTO,
+    AffinityKey, AffinityValue, Backend, FE_F_AFFINITY, FE_F_MAGLEV, FE_F_NO_LOCAL_ENDPOINTS,
+    FrontendKey, MAGLEV_CHUNK, MaglevKey, MemberKey, SlotKey, WILDCARD_PROTO,
 };
 
 use crate::family::Family;
@@ -51,13 +54,38 @@ pub enum Selection<B> {
 }
 
 /// The fields of a frontend state a lookup uses, copied under its lock.
-pub struct Snapshot<K> {
-    pub(crate) owner: K,
+pub struct Snapshot<A> {
+    pub(crate) owner: FrontendKey<A>,
     pub(crate) rev: u16,
     pub(crate) count: u16,
     pub(crate) flags: u16,
     pub(crate) affinity_timeout: u32,
     pub(crate) maglev_size: u32,
+}
+
+/// Copies the fields of state `fe_id` while holding its lock, so that a
+/// concurrent `BPF_F_LOCK` update is seen either whole or not at all.
+#[inline(always)]
+pub fn read_state<F: Family>(fe_id: u32) -> Option<Snapshot<F::Addr>> {
+    let state = F::fe_states().get_ptr_mut(fe_id)?;
+    // SAFETY: `state` points into an array element, which lives as long as
+    // the map. The lock is the value's first field, where the kernel's BTF
+    // check found it; between lock and unlock only plain loads run, which is
+    // all the verifier allows there.
+    unsafe {
+        let l = (&raw mut (*state).lock).cast::<bpf_spin_lock>();
+        lock(l);
+        let snap = Snapshot {
+            owner: (*state).owner,
+            rev: (*state).rev,
+            count: (*state).count,
+            flags: (*state).flags,
+            affinity_timeout: (*state).affinity_timeout,
+            maglev_size: (*state).maglev_size,
+        };
+        unlock(l);
+        Some(snap)
+    }
 }
 
 /// How a new connection picks a backend of the current revision: one of
@@ -95,18 +123,18 @@ impl Strategy for Random {
 /// external frontends do not).
 #[inline(always)]
 pub fn select<F: Family>(
-    key: &F::Key,
+    key: &FrontendKey<F::Addr>,
     wildcard: bool,
     strategy: &impl Strategy,
     client: impl FnOnce() -> u64,
-) -> Selection<F::Backend> {
+) -> Selection<Backend<F::Addr>> {
     let (lookup, frontend) = match F::frontends().get_ptr(key) {
         Some(f) => (*key, f),
         None if !wildcard => return Selection::NotFrontend,
         None => {
             // Only Service addresses pay this second lookup's hit; other
             // traffic pays its miss.
-            let any = F::wildcard(key);
+            let any = key.wildcard();
             match F::frontends().get_ptr(any) {
                 Some(f) => (any, f),
                 None => return Selection::NotFrontend,
@@ -118,13 +146,13 @@ pub fn select<F: Family>(
     // lookup and the kernel recycled the element: then the id may be anything,
     // and the owner check below rejects it.
     let fe_id = unsafe { core::ptr::read_volatile(&raw const (*frontend).id) };
-    let Some(snap) = F::read_state(fe_id) else {
+    let Some(snap) = read_state::<F>(fe_id) else {
         return Selection::Removed;
     };
     if snap.owner != lookup {
         return Selection::Removed;
     }
-    if F::proto(&lookup) == WILDCARD_PROTO {
+    if lookup.proto == WILDCARD_PROTO {
         return Selection::UnknownPort;
     }
     if snap.count == 0 {
@@ -184,9 +212,9 @@ pub fn select<F: Family>(
 #[inline(always)]
 fn remembered<F: Family>(
     key: &AffinityKey,
-    snap: &Snapshot<F::Key>,
+    snap: &Snapshot<F::Addr>,
     now: u64,
-) -> Option<(u32, F::Backend)> {
+) -> Option<(u32, Backend<F::Addr>)> {
     let entry = F::affinity().get_ptr_mut(key)?;
     // SAFETY: the value stays mapped while the program runs (RCU). If the LRU
     // evicts and recycles it meanwhile, the fields read may be another
@@ -218,9 +246,9 @@ fn remembered<F: Family>(
 #[inline(always)]
 fn pick<F: Family>(
     fe_id: u32,
-    snap: &Snapshot<F::Key>,
+    snap: &Snapshot<F::Addr>,
     strategy: &impl Strategy,
-) -> Option<(u32, F::Backend)> {
+) -> Option<(u32, Backend<F::Addr>)> {
     let hash = if snap.flags & FE_F_MAGLEV != 0 {
         strategy.flow_hash(snap.flags & FE_F_AFFINITY != 0)
     } else {
@@ -251,7 +279,7 @@ fn pick<F: Family>(
 /// The backend id at entry `hash % maglev_size` of the snapshot's
 /// revision's Maglev table.
 #[inline(always)]
-fn maglev_entry<F: Family>(fe_id: u32, snap: &Snapshot<F::Key>, hash: u32) -> Option<u32> {
+fn maglev_entry<F: Family>(fe_id: u32, snap: &Snapshot<F::Addr>, hash: u32) -> Option<u32> {
     if snap.maglev_size == 0 {
         return None;
     }

@@ -7,20 +7,24 @@ use aya_ebpf::{
     macros::btf_map,
 };
 use lb_common::{
-    ADDR_WORDS, AffinityKey, AffinityValue, BPF_F_NO_PREALLOC, Backend4, Backend6, Ct4Key,
-    Ct4Value, DEFAULT_AFFINITY_MAX, DEFAULT_BACKENDS_MAX, DEFAULT_CT_MAX, DEFAULT_FRAG_MAX,
+    ADDR_WORDS, AffinityKey, AffinityValue, BPF_F_NO_PREALLOC, Backend4, Ct4Key, Ct4Value,
+    DEFAULT_AFFINITY_MAX, DEFAULT_BACKENDS_MAX, DEFAULT_CT_MAX, DEFAULT_FRAG_MAX,
     DEFAULT_FRONTENDS_MAX, DEFAULT_MAGLEV_MAX, DEFAULT_NAT_MAX, DEFAULT_REVNAT_MAX,
     DEFAULT_SLOTS_MAX, DEFAULT_SOURCE_RANGES_MAX, DatapathConfig, Frag4Key, Frag4Value,
-    Frontend4Key, Frontend4State, Frontend6Key, Frontend6State, FrontendId, MaglevChunk, MaglevKey,
-    Member, MemberKey, Nat4Key, Nat4Value, REJECTS_MAX, RejectBucket, RevNat4Key, RevNat4Value,
-    RevNat6Key, RevNat6Value, STATS_COUNT, Slot, SlotKey, SockRevNat, SourceRange4, SynBucket,
+    Frontend4Key, Frontend4State, FrontendId, MaglevChunk, MaglevKey, Member, MemberKey, Nat4Key,
+    Nat4Value, REJECTS_MAX, RejectBucket, RevNat4Key, RevNat4Value, STATS_COUNT, Slot, SlotKey,
+    SockRevNat, SourceRange4, SynBucket,
 };
 use lb_common::{
-    CtKey, CtValue, DEFAULT_DSR_EPS_MAX, DEFAULT_NODE_NETS_MAX, DsrEndpointKey, Frag6Key, NatKey,
-    NatValue, NodeNet, SourceRange,
+    Backend, CtKey, CtValue, DEFAULT_DSR_EPS_MAX, DEFAULT_NODE_NETS_MAX, DsrEndpointKey, Frag6Key,
+    FrontendKey, FrontendState, NatKey, NatValue, NodeNet, RevNatKey, RevNatValue, SourceRange,
 };
 
 use crate::addr::Addr6;
+
+/// `LB6_REVNAT`'s key and value, with the programs' [`Addr6`].
+pub type RevNat6Key = RevNatKey<Addr6, [u8; 6]>;
+pub type RevNat6Value = RevNatValue<Addr6>;
 
 pub const NO_PREALLOC: usize = BPF_F_NO_PREALLOC as usize;
 pub const FRONTENDS_MAX: usize = DEFAULT_FRONTENDS_MAX as usize;
@@ -83,17 +87,17 @@ pub static LB_SOCK_REVNAT: SkStorage<SockRevNat> = SkStorage::new();
 
 /// The IPv6 twins of the maps above, with ids of their own.
 #[btf_map]
-pub static LB6_FRONTENDS: HashMap<Frontend6Key, FrontendId, FRONTENDS_MAX, NO_PREALLOC> =
+pub static LB6_FRONTENDS: HashMap<FrontendKey<Addr6>, FrontendId, FRONTENDS_MAX, NO_PREALLOC> =
     HashMap::new();
 
 #[btf_map]
-pub static LB6_FE_STATE: Array<Frontend6State, FE_STATE_MAX> = Array::new();
+pub static LB6_FE_STATE: Array<FrontendState<Addr6>, FE_STATE_MAX> = Array::new();
 
 #[btf_map]
 pub static LB6_SLOTS: HashMap<SlotKey, Slot, SLOTS_MAX, NO_PREALLOC> = HashMap::new();
 
 #[btf_map]
-pub static LB6_BACKENDS: HashMap<u32, Backend6, BACKENDS_MAX, NO_PREALLOC> = HashMap::new();
+pub static LB6_BACKENDS: HashMap<u32, Backend<Addr6>, BACKENDS_MAX, NO_PREALLOC> = HashMap::new();
 
 #[btf_map]
 pub static LB6_MEMBERS: HashMap<MemberKey, Member, SLOTS_MAX, NO_PREALLOC> = HashMap::new();
@@ -199,7 +203,7 @@ pub static LB6_FRAG: LruHashMap<Frag6Key, Frag4Value, { DEFAULT_FRAG_MAX as usiz
     LruHashMap::new();
 
 #[btf_map]
-pub static LB6_REJECTS: LruHashMap<Frontend6Key, RejectBucket, { REJECTS_MAX as usize }> =
+pub static LB6_REJECTS: LruHashMap<FrontendKey<Addr6>, RejectBucket, { REJECTS_MAX as usize }> =
     LruHashMap::new();
 
 #[btf_map]
@@ -240,6 +244,11 @@ pub static LB6_NODE_NETS: LpmTrie<Addr6, NodeNet, { DEFAULT_NODE_NETS_MAX as usi
     LpmTrie::new();
 
 // The agent reads and writes these maps with `lb_common`'s byte types.
+const _: () = assert!(size_of::<FrontendKey<Addr6>>() == size_of::<lb_common::Frontend6Key>());
+const _: () = assert!(size_of::<FrontendState<Addr6>>() == size_of::<lb_common::Frontend6State>());
+const _: () = assert!(size_of::<Backend<Addr6>>() == size_of::<lb_common::Backend6>());
+const _: () = assert!(size_of::<RevNat6Key>() == size_of::<lb_common::RevNat6Key>());
+const _: () = assert!(size_of::<RevNat6Value>() == size_of::<lb_common::RevNat6Value>());
 const _: () = assert!(size_of::<CtKey<Addr6>>() == size_of::<lb_common::Ct6Key>());
 const _: () = assert!(size_of::<CtValue<Addr6>>() == size_of::<lb_common::Ct6Value>());
 const _: () = assert!(size_of::<NatKey<Addr6>>() == size_of::<lb_common::Nat6Key>());

@@ -52,7 +52,7 @@ use crate::{
     dsr,
     family::Family,
     fib,
-    lb::{Random, Selection, Strategy, select},
+    lb::{Random, Selection, Strategy, read_state, select},
     packet::{IcmpError, Ip, Packet},
     reject::{self, Answer as _, reject},
     stats::count,
@@ -573,7 +573,7 @@ fn known_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
         // when the agent took over) or none: the kernel translates it, or
         // resets it as a reset backend would.
         if H::FIRST {
-            if F::frontends().get_ptr(p.frontend::<F>()).is_none() {
+            if F::frontends().get_ptr(p.frontend()).is_none() {
                 h.not_ours();
             }
             return Ok(Step::Done(PASS));
@@ -599,7 +599,7 @@ const UNTRACKED_FAILOVER: u32 = 2;
 /// the other node's address.
 #[inline(never)]
 fn untracked<F: Family>(p: &Packet<F::Addr>, failover: bool) -> u32 {
-    let key = p.frontend::<F>();
+    let key = p.frontend();
     let Some(id) = F::frontends().get_ptr(key) else {
         return UNTRACKED_NONE;
     };
@@ -607,7 +607,7 @@ fn untracked<F: Family>(p: &Packet<F::Addr>, failover: bool) -> u32 {
         return UNTRACKED_FRONTEND;
     }
     // SAFETY: looked up by this run: mapped while it runs (RCU).
-    match F::read_state(unsafe { (*id).id }) {
+    match read_state::<F>(unsafe { (*id).id }) {
         Some(s)
             if s.owner == key && s.flags & (FE_F_MAGLEV | FE_F_DSR) == FE_F_MAGLEV | FE_F_DSR =>
         {
@@ -712,7 +712,7 @@ fn choose<F: Family, H: Hook>(
     h: &mut H,
     backend: &mut MaybeUninit<Backend<F::Addr>>,
 ) -> Chosen {
-    let frontend = p.frontend::<F>();
+    let frontend = p.frontend();
     // Session affinity by client address, as kube-proxy's ClientIP.
     let selection = select::<F>(&frontend, false, &NewFlow(p), || {
         F::affinity_client(&p.saddr)
@@ -772,7 +772,7 @@ fn choose<F: Family, H: Hook>(
             flags,
             ..
         } => {
-            let (addr, port_be) = F::backend_addr(&b);
+            let (addr, port_be) = (b.addr_be, b.port_be);
             let up = !h.admit::<F>(p, &addr);
             backend.write(Backend {
                 addr,

@@ -101,7 +101,7 @@ fn answer<const L2: usize, C: PacketCtx, F: Family>(
 /// answer now (a reject, or an ICMP error of its flows); takes its token.
 #[inline(always)]
 pub(crate) fn allowed<F: Family>(p: &Packet<F::Addr>) -> bool {
-    let key = p.frontend::<F>();
+    let key = p.frontend();
     // SAFETY: the helper has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     if let Some(bucket) = F::rejects().get_ptr_mut(key) {

@@ -26,12 +26,11 @@ use aya_ebpf::{
     programs::SockAddrContext,
 };
 use lb_common::{
-    Backend4, Backend6, DEFAULT_REVNAT_MAX, Frontend4Key, Frontend6Key, PROTO_TCP, PROTO_UDP,
-    RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value, SCOPE_INTERNAL, SOCK_REVNAT_V4,
-    SOCK_REVNAT_V6, STAT_AFFINITY_HIT, STAT_CONNECT_TRANSLATED, STAT_PASSED_REMOVED,
-    STAT_REFUSED_INCONSISTENT, STAT_REFUSED_NO_ENDPOINTS, STAT_REFUSED_NO_LOCAL,
-    STAT_REFUSED_UNKNOWN_PORT, STAT_REVERSED, STAT_REVNAT_FAILED, STAT_SENDMSG_TRANSLATED,
-    SockRevNat, addr_bit4, addr_bit6,
+    Backend, DEFAULT_REVNAT_MAX, FrontendKey, PROTO_TCP, PROTO_UDP, RevNat4Key, RevNat4Value,
+    RevNatKey, RevNatValue, SCOPE_INTERNAL, SOCK_REVNAT_V4, SOCK_REVNAT_V6, STAT_AFFINITY_HIT,
+    STAT_CONNECT_TRANSLATED, STAT_PASSED_REMOVED, STAT_REFUSED_INCONSISTENT,
+    STAT_REFUSED_NO_ENDPOINTS, STAT_REFUSED_NO_LOCAL, STAT_REFUSED_UNKNOWN_PORT, STAT_REVERSED,
+    STAT_REVNAT_FAILED, STAT_SENDMSG_TRANSLATED, SockRevNat, addr_bit4, addr_bit6,
 };
 
 use crate::{
@@ -117,19 +116,12 @@ pub fn reverse6(ctx: &SockAddrContext) -> i32 {
 pub trait SockFamily: Family {
     /// [`SockRevNat::family`] of this family's entries.
     const TAG: u8;
-    type RevKey: Copy + 'static;
-    type RevValue: Copy + PartialEq + 'static;
+    /// The padding of the reverse-NAT key after its port.
+    type RevPad: Copy + Default + 'static;
 
-    fn revnat() -> &'static LruHashMap<Self::RevKey, Self::RevValue, REVNAT_MAX>;
+    fn revnat() -> &'static LruHashMap<RevKey<Self>, RevNatValue<Self::Addr>, REVNAT_MAX>;
     fn revnat_prev()
-    -> &'static ArrayOfMaps<LruHashMap<Self::RevKey, Self::RevValue, PREV_TEMPLATE>, 1>;
-    /// The key of the backend `addr_be`:`port_be` on the socket `cookie`.
-    fn rev_key(cookie: u64, addr_be: &Self::Addr, port_be: u16) -> Self::RevKey;
-    /// The entries of the socket that addressed `key` and was sent to
-    /// `backend`: its own storage's, and the shared map's value.
-    fn entry(key: &Self::Key, backend: &Self::Backend) -> SockRevNat;
-    fn rev_value(key: &Self::Key) -> Self::RevValue;
-    fn rev_frontend(value: &Self::RevValue) -> (Self::Addr, u16);
+    -> &'static ArrayOfMaps<LruHashMap<RevKey<Self>, RevNatValue<Self::Addr>, PREV_TEMPLATE>, 1>;
     /// The address as [`SockRevNat`] holds it: IPv4 in the first four
     /// bytes, the rest zero.
     fn wide(addr: &Self::Addr) -> [u8; 16];
@@ -138,10 +130,38 @@ pub trait SockFamily: Family {
     fn bit(addr: &Self::Addr) -> (u32, u64);
 }
 
+/// The reverse-NAT key of family `F`.
+type RevKey<F> = RevNatKey<<F as Family>::Addr, <F as SockFamily>::RevPad>;
+
+/// The reverse-NAT key of the backend `addr_be`:`port_be` on the socket
+/// `cookie`.
+#[inline(always)]
+fn rev_key<F: SockFamily>(cookie: u64, addr_be: &F::Addr, port_be: u16) -> RevKey<F> {
+    RevNatKey {
+        cookie,
+        addr_be: *addr_be,
+        port_be,
+        _pad0: F::RevPad::default(),
+    }
+}
+
+/// The entry, in its own storage, of the socket that addressed `key` and
+/// was sent to `backend`.
+#[inline(always)]
+fn entry<F: SockFamily>(key: &FrontendKey<F::Addr>, backend: &Backend<F::Addr>) -> SockRevNat {
+    SockRevNat {
+        backend_be: F::wide(&backend.addr_be),
+        frontend_be: F::wide(&key.addr_be),
+        backend_port_be: backend.port_be,
+        frontend_port_be: key.port_be,
+        family: F::TAG,
+        _pad0: [0; 3],
+    }
+}
+
 impl SockFamily for V4 {
     const TAG: u8 = SOCK_REVNAT_V4;
-    type RevKey = RevNat4Key;
-    type RevValue = RevNat4Value;
+    type RevPad = [u8; 2];
 
     #[inline(always)]
     fn revnat() -> &'static LruHashMap<RevNat4Key, RevNat4Value, REVNAT_MAX> {
@@ -151,38 +171,6 @@ impl SockFamily for V4 {
     fn revnat_prev() -> &'static ArrayOfMaps<LruHashMap<RevNat4Key, RevNat4Value, PREV_TEMPLATE>, 1>
     {
         &LB4_REVNAT_PREV
-    }
-    #[inline(always)]
-    fn rev_key(cookie: u64, backend: &[u8; 4], port_be: u16) -> RevNat4Key {
-        RevNat4Key {
-            cookie,
-            addr_be: *backend,
-            port_be,
-            _pad0: [0; 2],
-        }
-    }
-    #[inline(always)]
-    fn entry(key: &Frontend4Key, backend: &Backend4) -> SockRevNat {
-        SockRevNat {
-            backend_be: Self::wide(&backend.addr_be),
-            frontend_be: Self::wide(&key.addr_be),
-            backend_port_be: backend.port_be,
-            frontend_port_be: key.port_be,
-            family: SOCK_REVNAT_V4,
-            _pad0: [0; 3],
-        }
-    }
-    #[inline(always)]
-    fn rev_value(key: &Frontend4Key) -> RevNat4Value {
-        RevNat4Value {
-            addr_be: key.addr_be,
-            port_be: key.port_be,
-            _pad0: [0; 2],
-        }
-    }
-    #[inline(always)]
-    fn rev_frontend(value: &RevNat4Value) -> ([u8; 4], u16) {
-        (value.addr_be, value.port_be)
     }
     #[inline(always)]
     fn wide(addr: &[u8; 4]) -> [u8; 16] {
@@ -205,49 +193,16 @@ impl SockFamily for V4 {
 
 impl SockFamily for V6 {
     const TAG: u8 = SOCK_REVNAT_V6;
-    type RevKey = RevNat6Key;
-    type RevValue = RevNat6Value;
+    type RevPad = [u8; 6];
 
     #[inline(always)]
-    fn revnat() -> &'static LruHashMap<RevNat6Key, RevNat6Value, REVNAT_MAX> {
+    fn revnat() -> &'static LruHashMap<RevKey<Self>, RevNatValue<Addr6>, REVNAT_MAX> {
         &LB6_REVNAT
     }
     #[inline(always)]
-    fn revnat_prev() -> &'static ArrayOfMaps<LruHashMap<RevNat6Key, RevNat6Value, PREV_TEMPLATE>, 1>
-    {
+    fn revnat_prev()
+    -> &'static ArrayOfMaps<LruHashMap<RevKey<Self>, RevNatValue<Addr6>, PREV_TEMPLATE>, 1> {
         &LB6_REVNAT_PREV
-    }
-    #[inline(always)]
-    fn rev_key(cookie: u64, backend: &Addr6, port_be: u16) -> RevNat6Key {
-        RevNat6Key {
-            cookie,
-            addr_be: bytes6(backend),
-            port_be,
-            _pad0: [0; 6],
-        }
-    }
-    #[inline(always)]
-    fn entry(key: &Frontend6Key, backend: &Backend6) -> SockRevNat {
-        SockRevNat {
-            backend_be: backend.addr_be,
-            frontend_be: key.addr_be,
-            backend_port_be: backend.port_be,
-            frontend_port_be: key.port_be,
-            family: SOCK_REVNAT_V6,
-            _pad0: [0; 3],
-        }
-    }
-    #[inline(always)]
-    fn rev_value(key: &Frontend6Key) -> RevNat6Value {
-        RevNat6Value {
-            addr_be: key.addr_be,
-            port_be: key.port_be,
-            _pad0: [0; 2],
-        }
-    }
-    #[inline(always)]
-    fn rev_frontend(value: &RevNat6Value) -> (Addr6, u16) {
-        (words6(&value.addr_be), value.port_be)
     }
     #[inline(always)]
     fn wide(addr: &Addr6) -> [u8; 16] {
@@ -402,12 +357,17 @@ fn translate<S: Field>(
     }
     // user_port holds the network-order port in its low 16 bits' bytes.
     let port_be = port as u16;
-    let key = S::F::frontend(addr, port_be, proto, SCOPE_INTERNAL);
+    let key = FrontendKey {
+        addr_be: addr,
+        port_be,
+        proto,
+        scope: SCOPE_INTERNAL,
+    };
     let Some(backend) = choose::<S::F>(ctx, &key)? else {
         return Ok(false);
     };
     remember::<S::F>(ctx, &key, &backend);
-    let (backend_addr, backend_port) = S::F::backend_addr(&backend);
+    let (backend_addr, backend_port) = (backend.addr_be, backend.port_be);
     let sa = ctx.sock_addr;
     // SAFETY: the field and user_port are writable in connect*/sendmsg*
     // (32-bit stores).
@@ -427,7 +387,10 @@ fn maybe_frontend((word, mask): (u32, u64)) -> bool {
 
 /// A backend of family `F` for `key`; `Ok(None)` leaves the address alone.
 #[inline(always)]
-fn choose<F: Family>(ctx: &SockAddrContext, key: &F::Key) -> Result<Option<F::Backend>, Refuse> {
+fn choose<F: Family>(
+    ctx: &SockAddrContext,
+    key: &FrontendKey<F::Addr>,
+) -> Result<Option<Backend<F::Addr>>, Refuse> {
     // SAFETY: the helper has no preconditions.
     let rand = Random(unsafe { bpf_get_prandom_u32() });
     // SAFETY: the helper is valid for sock_addr contexts (kernel >= 5.7).
@@ -465,15 +428,22 @@ fn choose<F: Family>(ctx: &SockAddrContext, key: &F::Key) -> Result<Option<F::Ba
 /// which no eviction of the shared map's reaches; a socket of one request
 /// costs none.
 #[inline(always)]
-fn remember<F: SockFamily>(ctx: &SockAddrContext, key: &F::Key, backend: &F::Backend) {
-    if F::proto(key) == PROTO_TCP && own::<F>(ctx, key, backend, true) {
+fn remember<F: SockFamily>(
+    ctx: &SockAddrContext,
+    key: &FrontendKey<F::Addr>,
+    backend: &Backend<F::Addr>,
+) {
+    if key.proto == PROTO_TCP && own::<F>(ctx, key, backend, true) {
         return;
     }
     // SAFETY: the helper is valid for sock_addr contexts.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
-    let (addr, port_be) = F::backend_addr(backend);
-    let rev_key = F::rev_key(cookie, &addr, port_be);
-    let value = F::rev_value(key);
+    let rev_key = rev_key::<F>(cookie, &backend.addr_be, backend.port_be);
+    let value = RevNatValue {
+        addr_be: key.addr_be,
+        port_be: key.port_be,
+        _pad0: [0; 2],
+    };
     // A repeated destination (unconnected sends) writes nothing.
     // SAFETY: an LRU value stays mapped while the program runs (RCU).
     let same = F::revnat()
@@ -505,11 +475,11 @@ fn remember<F: SockFamily>(ctx: &SockAddrContext, key: &F::Key, backend: &F::Bac
 #[inline(always)]
 fn own<F: SockFamily>(
     ctx: &SockAddrContext,
-    key: &F::Key,
-    backend: &F::Backend,
+    key: &FrontendKey<F::Addr>,
+    backend: &Backend<F::Addr>,
     create: bool,
 ) -> bool {
-    let entry = F::entry(key, backend);
+    let entry = entry::<F>(key, backend);
     let mine = if create {
         let mut first = entry;
         // SAFETY: the context's socket is a full socket the hook holds; the
@@ -570,7 +540,7 @@ fn reversed<F: SockFamily>(
     }
     // SAFETY: the helper is valid for sock_addr contexts.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
-    let key = F::rev_key(cookie, addr, port_be);
+    let key = rev_key::<F>(cookie, addr, port_be);
     // During a migration, a socket the old programs translated after the
     // agent copied their map has its entry only in that map.
     let frontend = F::revnat().get_ptr(key).or_else(|| {
@@ -581,5 +551,5 @@ fn reversed<F: SockFamily>(
     // SAFETY: the value stays mapped while the program runs (RCU). An LRU
     // map may recycle the element if it evicts this very entry meanwhile;
     // the address shown would then be wrong, the connection unaffected.
-    Some(F::rev_frontend(unsafe { &*frontend }))
+    Some(unsafe { ((*frontend).addr_be, (*frontend).port_be) })
 }

@@ -17,11 +17,11 @@ use etherparse::{
 };
 use lb_agent::datapath::loader;
 use lb_common::{
-    BACKEND_STATE_ACTIVE, Backend4, Backend6, Ct4Key, Ct4Value, Ct6Key, Ct6Value, DatapathConfig,
-    DsrEndpoint4Key, DsrEndpoint6Key, FE_F_MAGLEV, FE_KIND_NODE_PORT, Frontend4Key, Frontend4State,
-    Frontend6Key, Frontend6State, FrontendId, MAGLEV_CHUNK, MaglevChunk, MaglevKey, Nat4Key,
-    Nat4Value, Nat6Key, Nat6Value, NodeNet, SCOPE_EXTERNAL, SOURCE_RANGE_PREFIX,
-    SOURCE_RANGE6_PREFIX, Slot, SlotKey, SourceRange4, SourceRange6, SpinLock,
+    Address, BACKEND_STATE_ACTIVE, Backend, Ct4Key, Ct4Value, Ct6Key, Ct6Value, DatapathConfig,
+    DsrEndpointKey, FE_F_MAGLEV, FE_KIND_NODE_PORT, FrontendId, FrontendKey, FrontendState,
+    MAGLEV_CHUNK, MaglevChunk, MaglevKey, Nat4Key, Nat4Value, Nat6Key, Nat6Value, NodeNet,
+    SCOPE_EXTERNAL, SOURCE_RANGE_PREFIX, SOURCE_RANGE6_PREFIX, Slot, SlotKey, SourceRange,
+    SpinLock,
 };
 
 /// Writes the Maglev table of revision `rev` of frontend `fe_id`: entry
@@ -66,31 +66,81 @@ pub(crate) const REMOTE_POD: Addr = ([10, 2, 0, 9], 8080);
 /// The agent's object with small private maps and both tc programs loaded.
 pub(crate) struct Bed {
     ebpf: Ebpf,
-    frontends: HashMap<MapData, Frontend4Key, FrontendId>,
-    states: Array<MapData, Frontend4State>,
-    slots: HashMap<MapData, SlotKey, Slot>,
-    maglev: HashMap<MapData, MaglevKey, MaglevChunk>,
-    maglev6: HashMap<MapData, MaglevKey, MaglevChunk>,
-    pub backends: HashMap<MapData, u32, Backend4>,
+    pub v4: Lb<[u8; 4]>,
+    pub v6: Lb<[u8; 16]>,
     config: Array<MapData, DatapathConfig>,
     stats: PerCpuArray<MapData, u64>,
     pub ct: HashMap<MapData, Ct4Key, Ct4Value>,
     pub nat: HashMap<MapData, Nat4Key, Nat4Value>,
     pub ct6: HashMap<MapData, Ct6Key, Ct6Value>,
     pub nat6: HashMap<MapData, Nat6Key, Nat6Value>,
-    ranges: LpmTrie<MapData, SourceRange4, u32>,
-    frontends6: HashMap<MapData, Frontend6Key, FrontendId>,
-    states6: Array<MapData, Frontend6State>,
-    slots6: HashMap<MapData, SlotKey, Slot>,
-    backends6: HashMap<MapData, u32, Backend6>,
-    ranges6: LpmTrie<MapData, SourceRange6, u32>,
     prev_ct: ArrayOfMaps<MapData, HashMap<MapData, Ct4Key, Ct4Value>>,
     prev_nat: ArrayOfMaps<MapData, HashMap<MapData, Nat4Key, Nat4Value>>,
-    dsr_eps: HashMap<MapData, DsrEndpoint4Key, u32>,
-    dsr_eps6: HashMap<MapData, DsrEndpoint6Key, u32>,
-    node_nets: LpmTrie<MapData, [u8; 4], NodeNet>,
-    node_nets6: LpmTrie<MapData, [u8; 16], NodeNet>,
     next_id: u32,
+}
+
+/// One family's load-balancing maps (`LB4_*` or `LB6_*`), written as the
+/// agent writes them.
+pub(crate) struct Lb<A: BedFamily> {
+    frontends: HashMap<MapData, FrontendKey<A>, FrontendId>,
+    states: Array<MapData, FrontendState<A>>,
+    slots: HashMap<MapData, SlotKey, Slot>,
+    pub backends: HashMap<MapData, u32, Backend<A>>,
+    maglev: HashMap<MapData, MaglevKey, MaglevChunk>,
+    ranges: LpmTrie<MapData, SourceRange<A>, u32>,
+    dsr_eps: HashMap<MapData, DsrEndpointKey<A>, u32>,
+    node_nets: LpmTrie<MapData, A, NodeNet>,
+}
+
+impl<A: BedFamily> Lb<A> {
+    /// The family's maps, taken out of the object.
+    fn take(ebpf: &mut Ebpf) -> Self {
+        let name = |map: &str| format!("LB{}_{map}", A::DIGIT);
+        Self {
+            frontends: take(ebpf, &name("FRONTENDS")),
+            states: take(ebpf, &name("FE_STATE")),
+            slots: take(ebpf, &name("SLOTS")),
+            backends: take(ebpf, &name("BACKENDS")),
+            maglev: take(ebpf, &name("MAGLEV")),
+            ranges: take(ebpf, &name("SRC_RANGES")),
+            dsr_eps: take(ebpf, &name("DSR_EPS")),
+            node_nets: take(ebpf, &name("NODE_NETS")),
+        }
+    }
+}
+
+/// An address family of the bed: `[u8; 4]` or `[u8; 16]`, which picks its
+/// maps and settings.
+pub(crate) trait BedFamily: Address + aya::Pod {
+    /// `4` or `6`, as the maps' names have it.
+    const DIGIT: u8;
+    /// Bits of a source-range key before the source address.
+    const SOURCE_RANGE_PREFIX: u32;
+    fn lb(bed: &mut Bed) -> &mut Lb<Self>;
+    /// Sets the family's SNAT address in `cfg`.
+    fn set_snat(cfg: &mut DatapathConfig, addr: Self);
+}
+
+impl BedFamily for [u8; 4] {
+    const DIGIT: u8 = 4;
+    const SOURCE_RANGE_PREFIX: u32 = SOURCE_RANGE_PREFIX;
+    fn lb(bed: &mut Bed) -> &mut Lb<Self> {
+        &mut bed.v4
+    }
+    fn set_snat(cfg: &mut DatapathConfig, addr: Self) {
+        cfg.snat4_be = addr;
+    }
+}
+
+impl BedFamily for [u8; 16] {
+    const DIGIT: u8 = 6;
+    const SOURCE_RANGE_PREFIX: u32 = SOURCE_RANGE6_PREFIX;
+    fn lb(bed: &mut Bed) -> &mut Lb<Self> {
+        &mut bed.v6
+    }
+    fn set_snat(cfg: &mut DatapathConfig, addr: Self) {
+        cfg.snat6_be = addr;
+    }
 }
 
 fn take<T: TryFrom<Map>>(ebpf: &mut Ebpf, name: &str) -> T
@@ -150,30 +200,16 @@ impl Bed {
             prog.load().expect("the verifier accepts the tc program");
         }
         Self {
-            frontends: take(&mut ebpf, "LB4_FRONTENDS"),
-            states: take(&mut ebpf, "LB4_FE_STATE"),
-            slots: take(&mut ebpf, "LB4_SLOTS"),
-            maglev: take(&mut ebpf, "LB4_MAGLEV"),
-            maglev6: take(&mut ebpf, "LB6_MAGLEV"),
-            backends: take(&mut ebpf, "LB4_BACKENDS"),
+            v4: Lb::take(&mut ebpf),
+            v6: Lb::take(&mut ebpf),
             config: take(&mut ebpf, "LB_CONFIG"),
             stats: take(&mut ebpf, "LB_STATS"),
             ct: take(&mut ebpf, "LB4_CT"),
             nat: take(&mut ebpf, "LB4_NAT"),
             ct6: take(&mut ebpf, "LB6_CT"),
             nat6: take(&mut ebpf, "LB6_NAT"),
-            ranges: take(&mut ebpf, "LB4_SRC_RANGES"),
-            frontends6: take(&mut ebpf, "LB6_FRONTENDS"),
-            states6: take(&mut ebpf, "LB6_FE_STATE"),
-            slots6: take(&mut ebpf, "LB6_SLOTS"),
-            backends6: take(&mut ebpf, "LB6_BACKENDS"),
-            ranges6: take(&mut ebpf, "LB6_SRC_RANGES"),
             prev_ct: take(&mut ebpf, "LB4_CT_PREV"),
             prev_nat: take(&mut ebpf, "LB4_NAT_PREV"),
-            dsr_eps: take(&mut ebpf, "LB4_DSR_EPS"),
-            dsr_eps6: take(&mut ebpf, "LB6_DSR_EPS"),
-            node_nets: take(&mut ebpf, "LB4_NODE_NETS"),
-            node_nets6: take(&mut ebpf, "LB6_NODE_NETS"),
             ebpf,
             next_id: 1,
         }
@@ -194,39 +230,42 @@ impl Bed {
         self.frontend_at((NODE, port), proto, flags, backends);
     }
 
-    /// An external frontend at any address.
-    pub(crate) fn frontend_at(
+    /// An external frontend `addr:port/proto` of either family with
+    /// `backends`, written in the agent's order (backends, slots, state,
+    /// then the key).
+    pub(crate) fn frontend_at<A: BedFamily>(
         &mut self,
-        (addr, port): Addr,
+        (addr, port): (A, u16),
         proto: u8,
         flags: u16,
-        backends: &[Addr],
+        backends: &[(A, u16)],
     ) {
         let fe_id = self.next_id;
         self.next_id += 1;
-        let key = Frontend4Key {
+        let key = FrontendKey {
             addr_be: addr,
             port_be: port.to_be(),
             proto,
             scope: SCOPE_EXTERNAL,
         };
+        let lb = A::lb(self);
         for (slot, (addr, port)) in backends.iter().enumerate() {
             let id = fe_id * 100 + slot as u32;
-            let backend = Backend4 {
+            let backend = Backend {
                 addr_be: *addr,
                 port_be: port.to_be(),
                 proto,
                 state: BACKEND_STATE_ACTIVE,
             };
-            self.backends.insert(id, backend, 0).unwrap();
+            lb.backends.insert(id, backend, 0).unwrap();
             let slot = SlotKey {
                 fe_id,
                 rev: 1,
                 slot: slot as u16,
             };
-            self.slots.insert(slot, Slot { backend_id: id }, 0).unwrap();
+            lb.slots.insert(slot, Slot { backend_id: id }, 0).unwrap();
         }
-        let state = Frontend4State {
+        let state = FrontendState {
             lock: SpinLock::default(),
             owner: key,
             rev: 1,
@@ -236,49 +275,40 @@ impl Bed {
             affinity_timeout: 0,
             maglev_size: 0,
         };
-        self.states.set(fe_id, state, 0).unwrap();
-        self.frontends
+        lb.states.set(fe_id, state, 0).unwrap();
+        lb.frontends
             .insert(key, FrontendId { id: fe_id }, 0)
             .unwrap();
     }
 
-    /// Gives the frontend `NODE:port/proto` a Maglev table: entry `i` names
-    /// its backend `table[i]` (an index into the frontend's backends), and
-    /// flows are hashed with `seed`.
+    /// Gives the frontend `NODE:port/proto` a Maglev table ([`Self::maglev_at`]).
     pub(crate) fn maglev(&mut self, port: u16, proto: u8, table: &[u32], seed: u32) {
-        let key = Frontend4Key {
-            addr_be: NODE,
-            port_be: port.to_be(),
-            proto,
-            scope: SCOPE_EXTERNAL,
-        };
-        let fe_id = self.frontends.get(&key, 0).unwrap().id;
-        let mut state = self.states.get(&fe_id, 0).unwrap();
-        write_table(&mut self.maglev, fe_id, state.rev, table);
-        state.flags |= FE_F_MAGLEV;
-        state.maglev_size = table.len() as u32;
-        self.states.set(fe_id, state, 0).unwrap();
-        self.set_maglev_seed(seed);
+        self.maglev_at((NODE, port), proto, table, seed);
     }
 
-    /// [`Self::maglev`] for the IPv6 frontend `addr:port/proto`.
-    pub(crate) fn maglev6(&mut self, (addr, port): Addr6, proto: u8, table: &[u32], seed: u32) {
-        let key = Frontend6Key {
+    /// Gives the frontend `addr:port/proto` a Maglev table: entry `i` names
+    /// its backend `table[i]` (an index into the frontend's backends), and
+    /// flows are hashed with `seed`.
+    pub(crate) fn maglev_at<A: BedFamily>(
+        &mut self,
+        (addr, port): (A, u16),
+        proto: u8,
+        table: &[u32],
+        seed: u32,
+    ) {
+        let key = FrontendKey {
             addr_be: addr,
             port_be: port.to_be(),
             proto,
             scope: SCOPE_EXTERNAL,
         };
-        let fe_id = self.frontends6.get(&key, 0).unwrap().id;
-        let mut state = self.states6.get(&fe_id, 0).unwrap();
-        write_table(&mut self.maglev6, fe_id, state.rev, table);
+        let lb = A::lb(self);
+        let fe_id = lb.frontends.get(&key, 0).unwrap().id;
+        let mut state = lb.states.get(&fe_id, 0).unwrap();
+        write_table(&mut lb.maglev, fe_id, state.rev, table);
         state.flags |= FE_F_MAGLEV;
         state.maglev_size = table.len() as u32;
-        self.states6.set(fe_id, state, 0).unwrap();
-        self.set_maglev_seed(seed);
-    }
-
-    fn set_maglev_seed(&mut self, seed: u32) {
+        lb.states.set(fe_id, state, 0).unwrap();
         let cfg = DatapathConfig {
             maglev_seed: seed,
             ..self.config()
@@ -286,89 +316,36 @@ impl Bed {
         self.set_config(cfg);
     }
 
-    /// Admits sources in `net/len` to the frontend `NODE:port/proto`, as
-    /// the agent writes `loadBalancerSourceRanges`.
+    /// Admits sources in `net/len` to the frontend `NODE:port/proto`
+    /// ([`Self::admit_at`]).
     pub(crate) fn admit(&mut self, port: u16, proto: u8, net: [u8; 4], len: u32) {
-        let data = SourceRange4 {
-            addr_be: NODE,
-            port_be: port.to_be(),
-            proto,
-            _pad0: 0,
-            src_be: net,
-        };
-        let key = Key::new(SOURCE_RANGE_PREFIX + len, data);
-        self.ranges.insert(&key, 1, 0).unwrap();
+        self.admit_at((NODE, port), proto, net, len);
     }
 
-    /// An external IPv6 frontend `addr:port/proto` with `backends`, written
-    /// in the agent's order.
-    pub(crate) fn frontend6(
-        &mut self,
-        (addr, port): Addr6,
-        proto: u8,
-        flags: u16,
-        backends: &[Addr6],
-    ) {
-        let fe_id = self.next_id;
-        self.next_id += 1;
-        let key = Frontend6Key {
-            addr_be: addr,
-            port_be: port.to_be(),
-            proto,
-            scope: SCOPE_EXTERNAL,
-        };
-        for (slot, (addr, port)) in backends.iter().enumerate() {
-            let id = fe_id * 100 + slot as u32;
-            let backend = Backend6 {
-                addr_be: *addr,
-                port_be: port.to_be(),
-                proto,
-                state: BACKEND_STATE_ACTIVE,
-            };
-            self.backends6.insert(id, backend, 0).unwrap();
-            let slot = SlotKey {
-                fe_id,
-                rev: 1,
-                slot: slot as u16,
-            };
-            self.slots6
-                .insert(slot, Slot { backend_id: id }, 0)
-                .unwrap();
-        }
-        let state = Frontend6State {
-            lock: SpinLock::default(),
-            owner: key,
-            rev: 1,
-            count: backends.len() as u16,
-            flags: flags | FE_KIND_NODE_PORT,
-            _pad0: [0; 2],
-            affinity_timeout: 0,
-            maglev_size: 0,
-        };
-        self.states6.set(fe_id, state, 0).unwrap();
-        self.frontends6
-            .insert(key, FrontendId { id: fe_id }, 0)
-            .unwrap();
-    }
-
-    /// Admits sources in `net/len` to the IPv6 frontend `fe/proto`.
-    pub(crate) fn admit6(&mut self, fe: Addr6, proto: u8, net: [u8; 16], len: u32) {
-        let data = SourceRange6 {
+    /// Admits sources in `net/len` to the frontend `fe/proto`, as the agent
+    /// writes `loadBalancerSourceRanges`.
+    pub(crate) fn admit_at<A: BedFamily>(&mut self, fe: (A, u16), proto: u8, net: A, len: u32) {
+        let data = SourceRange {
             addr_be: fe.0,
             port_be: fe.1.to_be(),
             proto,
             _pad0: 0,
             src_be: net,
         };
-        let key = Key::new(SOURCE_RANGE6_PREFIX + len, data);
-        self.ranges6.insert(&key, 1, 0).unwrap();
+        let key = Key::new(A::SOURCE_RANGE_PREFIX + len, data);
+        A::lb(self).ranges.insert(&key, 1, 0).unwrap();
     }
 
     /// Says that `endpoint` is on this node and an endpoint of the DSR
     /// frontend `frontend` (all-zero address: a NodePort), as the agent
     /// writes `LB4_DSR_EPS`.
-    pub(crate) fn dsr_endpoint(&mut self, frontend: Addr, endpoint: Addr, proto: u8) {
-        let key = DsrEndpoint4Key {
+    pub(crate) fn dsr_endpoint<A: BedFamily>(
+        &mut self,
+        frontend: (A, u16),
+        endpoint: (A, u16),
+        proto: u8,
+    ) {
+        let key = DsrEndpointKey {
             frontend_be: frontend.0,
             endpoint_be: endpoint.0,
             frontend_port_be: frontend.1.to_be(),
@@ -376,54 +353,26 @@ impl Bed {
             proto,
             _pad0: [0; 3],
         };
-        self.dsr_eps.insert(key, 1, 0).unwrap();
-    }
-
-    /// [`Self::dsr_endpoint`] for IPv6.
-    pub(crate) fn dsr_endpoint6(&mut self, frontend: Addr6, endpoint: Addr6, proto: u8) {
-        let key = DsrEndpoint6Key {
-            frontend_be: frontend.0,
-            endpoint_be: endpoint.0,
-            frontend_port_be: frontend.1.to_be(),
-            endpoint_port_be: endpoint.1.to_be(),
-            proto,
-            _pad0: [0; 3],
-        };
-        self.dsr_eps6.insert(key, 1, 0).unwrap();
+        A::lb(self).dsr_eps.insert(key, 1, 0).unwrap();
     }
 
     /// Says that `net/len` belongs to node number `node`, as the agent
     /// writes `LB4_NODE_NETS`.
-    pub(crate) fn node_net(&mut self, net: [u8; 4], len: u32, node: u32) {
-        self.node_nets
+    pub(crate) fn node_net<A: BedFamily>(&mut self, net: A, len: u32, node: u32) {
+        A::lb(self)
+            .node_nets
             .insert(&Key::new(len, net), NodeNet { node }, 0)
             .unwrap();
     }
 
-    /// [`Self::node_net`] for IPv6.
-    pub(crate) fn node_net6(&mut self, net: [u8; 16], len: u32, node: u32) {
-        self.node_nets6
-            .insert(&Key::new(len, net), NodeNet { node }, 0)
-            .unwrap();
-    }
-
-    pub(crate) fn snat6(&mut self, addr: [u8; 16], min: u16, max: u16) {
-        let cfg = DatapathConfig {
-            snat6_be: addr,
+    /// SNATs flows of `addr`'s family to `addr`, ports `min..=max`.
+    pub(crate) fn snat<A: BedFamily>(&mut self, addr: A, min: u16, max: u16) {
+        let mut cfg = DatapathConfig {
             nat_port_min: min,
             nat_port_max: max,
             ..self.config()
         };
-        self.set_config(cfg);
-    }
-
-    pub(crate) fn snat(&mut self, addr: [u8; 4], min: u16, max: u16) {
-        let cfg = DatapathConfig {
-            snat4_be: addr,
-            nat_port_min: min,
-            nat_port_max: max,
-            ..self.config()
-        };
+        A::set_snat(&mut cfg, addr);
         self.set_config(cfg);
     }
 
@@ -732,7 +681,8 @@ impl Bed {
         self.nat.map().pin(dir.join(lb_common::NAT4.pin)).unwrap();
         self.ct6.map().pin(dir.join(lb_common::CT6.pin)).unwrap();
         self.nat6.map().pin(dir.join(lb_common::NAT6.pin)).unwrap();
-        self.backends
+        self.v4
+            .backends
             .map()
             .pin(dir.join(lb_common::BACKENDS4.pin))
             .unwrap();

@@ -14,7 +14,7 @@ mod ipv6;
 use core::mem::MaybeUninit;
 
 use aya_ebpf::bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR};
-use lb_common::{FlowHash, PROTO_TCP, SCOPE_EXTERNAL};
+use lb_common::{FlowHash, FrontendKey, PROTO_TCP, SCOPE_EXTERNAL};
 
 pub use self::{icmp::IcmpError, ipv4::IP_HLEN, ipv6::IP6_HLEN};
 use crate::{
@@ -343,8 +343,13 @@ impl<A: Ip> Packet<A> {
     }
 
     /// The external frontend the packet is addressed to, if it is one.
-    pub fn frontend<F: Family<Addr = A>>(&self) -> F::Key {
-        F::frontend(self.daddr, self.dport_be, self.proto, SCOPE_EXTERNAL)
+    pub fn frontend(&self) -> FrontendKey<A> {
+        FrontendKey {
+            addr_be: self.daddr,
+            port_be: self.dport_be,
+            proto: self.proto,
+            scope: SCOPE_EXTERNAL,
+        }
     }
 
     /// Offset of the L4 checksum, and the flags its updates take: UDP's
