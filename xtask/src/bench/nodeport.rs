@@ -49,7 +49,7 @@ use super::{
     Plan,
     results::{
         nodeport::{Capacity, Family, Load, Mode, NodePort, Row},
-        pps::Pps,
+        pps::{Pps, PpsMode},
     },
     rounds, tc_cost,
 };
@@ -318,12 +318,19 @@ impl Bed {
     /// The bed with `specs` (dual-stack: see [`in_family`]) programmed in
     /// every mode's node: our agent's, and kube-proxy's iptables and
     /// nftables rules of each family.
-    pub(super) fn programmed(pods: &[Ipv4Addr], specs: &[SvcSpec]) -> anyhow::Result<Self> {
+    pub(super) fn programmed(
+        pods: &[Ipv4Addr],
+        specs: &[SvcSpec],
+        kube_proxy: bool,
+    ) -> anyhow::Result<Self> {
         let mut bed = Self::new(pods)?;
         let [v4, v6] = Family::ALL.map(|f| in_family(specs, f));
         let manifest = super::datapath::manifests(&[&v4, &v6]);
         for (mode, rig) in &mut bed.rigs {
             start_agent(*mode, rig, &manifest)?;
+        }
+        if !kube_proxy {
+            return Ok(bed);
         }
         let node_ns = |m: Mode| bed.node_ns(m);
         for (family, specs) in [(Family::V4, &v4), (Family::V6, &v6)] {
@@ -402,6 +409,7 @@ pub(super) fn measure(plan: &Plan) -> anyhow::Result<NodePort> {
         rows.extend(r);
         pps_rows.extend(p);
     }
+    pps_rows.extend(ours_pps(plan)?);
     eprintln!("== SNAT ports: fresh-port flows to one remote endpoint");
     let capacity = capacity(plan)?;
     eprintln!("== tc programs on crafted packets");
@@ -422,7 +430,28 @@ pub(super) fn measure_pps(plan: &Plan) -> anyhow::Result<Pps> {
         eprintln!("== packets per second to a NodePort, N = {n}");
         rows.extend(every_mode(plan, n, false)?.1);
     }
+    rows.extend(ours_pps(plan)?);
     Ok(pps_of(plan, rows))
+}
+
+/// Packets per second at the N of ours alone: the ceiling and our two
+/// modes, no kube-proxy rules loaded.
+fn ours_pps(plan: &Plan) -> anyhow::Result<Vec<super::results::pps::Row>> {
+    let mut rows = Vec::new();
+    for &n in &plan.pps_ours_scales {
+        eprintln!("== packets per second to a NodePort, N = {n}, ours only");
+        let pods = pods(plan);
+        let bed = Bed::programmed(&pods, &services(n, &pods, plan.endpoints), false)?;
+        rows.extend(pps::measure(plan, n, &bed, pods.len(), &PpsMode::OURS)?);
+    }
+    Ok(rows)
+}
+
+/// The endpoints' addresses.
+fn pods(plan: &Plan) -> Vec<Ipv4Addr> {
+    (0..plan.endpoints)
+        .map(|i| Ipv4Addr::new(10, 42, 0, i as u8 + 1))
+        .collect()
 }
 
 fn pps_of(plan: &Plan, rows: Vec<super::results::pps::Row>) -> Pps {
@@ -444,10 +473,8 @@ fn every_mode(
     n: usize,
     requests: bool,
 ) -> anyhow::Result<(Vec<Row>, Vec<super::results::pps::Row>)> {
-    let pods: Vec<Ipv4Addr> = (0..plan.endpoints)
-        .map(|i| Ipv4Addr::new(10, 42, 0, i as u8 + 1))
-        .collect();
-    let bed = Bed::programmed(&pods, &services(n, &pods, plan.endpoints))?;
+    let pods = pods(plan);
+    let bed = Bed::programmed(&pods, &services(n, &pods, plan.endpoints), true)?;
     let mut rows = Vec::new();
     if requests {
         for family in Family::ALL {
@@ -455,7 +482,7 @@ fn every_mode(
         }
     }
     eprintln!("   packets per second");
-    let pps = pps::measure(plan, n, &bed, pods.len())?;
+    let pps = pps::measure(plan, n, &bed, pods.len(), &PpsMode::ALL)?;
     Ok((rows, pps))
 }
 
@@ -528,7 +555,7 @@ fn flush_conntrack(ns: &str) -> anyhow::Result<()> {
 /// Measures [`Capacity`] for ours, iptables and nftables.
 pub(super) fn capacity(plan: &Plan) -> anyhow::Result<Vec<Capacity>> {
     let pods = [Ipv4Addr::new(10, 42, 0, 1)];
-    let bed = Bed::programmed(&pods, &services(1, &pods, 1))?;
+    let bed = Bed::programmed(&pods, &services(1, &pods, 1), true)?;
     let node_ns = |m: Mode| bed.ns(&format!("n{}", m.k()));
     let seconds = capacity_seconds(plan);
     let c = plan.concurrency.to_string();

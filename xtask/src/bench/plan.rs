@@ -18,6 +18,9 @@ pub(super) struct Plan {
     pub scales: Vec<usize>,
     /// The NodePort section's N (the datapath section goes further).
     pub nodeport_scales: Vec<usize>,
+    /// Packets per second: larger N, ours alone (kube-proxy's rules at
+    /// that size take longer to load than the section to run).
+    pub pps_ours_scales: Vec<usize>,
     pub endpoints: usize,
     pub concurrency: u32,
     pub seconds: f64,
@@ -65,6 +68,11 @@ impl Plan {
             } else {
                 scales.iter().copied().filter(|&n| n <= 10_000).collect()
             },
+            pps_ours_scales: if a.control_only {
+                Vec::new()
+            } else {
+                scales.iter().copied().filter(|&n| n > 10_000).collect()
+            },
             scales: if a.control_only { Vec::new() } else { scales },
             endpoints: a.endpoints,
             concurrency: a.concurrency,
@@ -77,5 +85,14 @@ impl Plan {
             partial_syncs,
             out_dir: root.join("target/bench"),
         }
+    }
+
+    /// Every N of the packets-per-second section: the NodePort section's,
+    /// then ours alone.
+    pub(super) fn pps_scales(&self) -> impl Iterator<Item = usize> + '_ {
+        self.nodeport_scales
+            .iter()
+            .chain(&self.pps_ours_scales)
+            .copied()
     }
 }

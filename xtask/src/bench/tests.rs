@@ -29,6 +29,7 @@ fn plan(scales: &[usize]) -> Plan {
         agent_bin: PathBuf::from("/opt/lb-agent"),
         scales: scales.to_vec(),
         nodeport_scales: scales.to_vec(),
+        pps_ours_scales: Vec::new(),
         endpoints: 4,
         concurrency: 4,
         seconds: 1.0,

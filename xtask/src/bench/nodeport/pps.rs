@@ -42,10 +42,16 @@ const WARM_UP: u64 = 20_000;
 /// Time for frames still queued to arrive before the counters are read.
 const SETTLE: Duration = Duration::from_millis(50);
 
-/// Every mode of [`PpsMode::ALL`] at `n` on each bed in each family, over
-/// the plan's rounds (in ABBA order).
-pub(super) fn measure(plan: &Plan, n: usize, bed: &Bed, pods: usize) -> anyhow::Result<Vec<Row>> {
-    for mode in PpsMode::ALL {
+/// Every mode of `modes` at `n` on each bed in each family, over the
+/// plan's rounds (in ABBA order).
+pub(super) fn measure(
+    plan: &Plan,
+    n: usize,
+    bed: &Bed,
+    pods: usize,
+    modes: &[PpsMode],
+) -> anyhow::Result<Vec<Row>> {
+    for &mode in modes {
         if let PpsMode::Node(m) = mode {
             // The node's client-facing veth takes the generator's XDP_TX
             // frames only while it runs NAPI (see `iface::gro_on`).
@@ -60,7 +66,7 @@ pub(super) fn measure(plan: &Plan, n: usize, bed: &Bed, pods: usize) -> anyhow::
         .collect::<anyhow::Result<Vec<_>>>()
         .context("the counters on the pods' veths")?;
     let mut sink_counters = Vec::new();
-    for mode in PpsMode::ALL {
+    for &mode in modes {
         if let PpsMode::Node(m) = mode {
             let counter = within(&bed.sink_ns(m), || Ok(Counter::attach("eth0")?))
                 .context("the counter on a node's sink")?;
@@ -72,10 +78,9 @@ pub(super) fn measure(plan: &Plan, n: usize, bed: &Bed, pods: usize) -> anyhow::
         .into_iter()
         .flat_map(|b| Family::ALL.map(|f| (b, f)))
     {
-        let mut runs: Vec<(PpsMode, Vec<Run>)> =
-            PpsMode::ALL.iter().map(|&m| (m, Vec::new())).collect();
+        let mut runs: Vec<(PpsMode, Vec<Run>)> = modes.iter().map(|&m| (m, Vec::new())).collect();
         for round in 0..plan.pps_rounds {
-            let mut order = PpsMode::ALL.to_vec();
+            let mut order = modes.to_vec();
             if round % 2 == 1 {
                 order.reverse();
             }

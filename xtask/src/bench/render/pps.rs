@@ -46,7 +46,7 @@ pub(crate) fn section(o: &mut String, plan: &Plan, pps: &Pps) {
             "| N | mode | received pps | offered pps | vs ceiling | vs iptables | node ns/packet | CPUs | per core | received by CPU | softirq by CPU |\n\
              |---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|"
         );
-        for &n in &plan.nodeport_scales {
+        for n in plan.pps_scales() {
             let row = |mode| find(&pps.rows, bed, family, mode, n);
             let ceiling = row(PpsMode::Ceiling).map(|r| r.pps());
             let ipt = row(PpsMode::Node(Mode::Iptables)).map(|r| r.pps());

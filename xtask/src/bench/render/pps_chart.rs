@@ -23,7 +23,7 @@ pub(crate) fn draw(
         .map(|r| r.pps())
         .fold(0.0, f64::max)
         * 1.15;
-    let scales = plan.nodeport_scales.clone();
+    let scales: Vec<usize> = plan.pps_scales().collect();
     let xs = scales.len().saturating_sub(1) as f64;
     let mut chart = ChartBuilder::on(&root)
         .caption(
@@ -52,8 +52,7 @@ pub(crate) fn draw(
     let colors = [BLACK, BLUE, RED, GREEN, MAGENTA, CYAN];
     for (mode, color) in PpsMode::ALL.into_iter().zip(colors.into_iter().cycle()) {
         for family in Family::ALL {
-            let points: Vec<(f64, f64)> = plan
-                .nodeport_scales
+            let points: Vec<(f64, f64)> = scales
                 .iter()
                 .enumerate()
                 .filter_map(|(i, &n)| {

@@ -62,6 +62,12 @@ impl PpsMode {
         PpsMode::Node(Mode::Iptables),
         PpsMode::Node(Mode::Nftables),
     ];
+    /// The rows of ours alone (no kube-proxy rules loaded).
+    pub(crate) const OURS: [PpsMode; 3] = [
+        PpsMode::Ceiling,
+        PpsMode::Node(Mode::OursXdp),
+        PpsMode::Node(Mode::Ours),
+    ];
 
     pub(crate) fn name(self) -> &'static str {
         match self {
