@@ -253,9 +253,11 @@ fn found<A: Copy + Default>(frame: &[u8], (addr_be, port): (A, u16), what: u8) -
 
 /// A flow to a local backend is XDP's to record, not to send: it records
 /// it, leaves the frame untouched and tells tc in the metadata where it
-/// goes; the flow's next packets are advanced by XDP and handed over the
-/// same way. tc, told nothing (a test run has no metadata), finds the flow
-/// XDP recorded. A packet of no frontend is handed over as not ours.
+/// goes; the flow's next packets in that second are handed over the same
+/// way by the flow cache alone, and later ones by the full path, which
+/// advances the flow. tc, told nothing (a test run has no metadata), finds
+/// the flow XDP recorded. A packet of no frontend is handed over as not
+/// ours.
 #[test]
 fn xdp_records_local_backends_flows_and_hands_them_to_tc_and_strangers_as_not_ours() {
     let ns = Netns::new();
@@ -263,26 +265,38 @@ fn xdp_records_local_backends_flows_and_hands_them_to_tc_and_strangers_as_not_ou
     let mut bed = bed();
     bed.snat(NODE, 61_000, 61_010);
     bed.frontend(NODE_PORT, PROTO_UDP, 0, &[LOCAL_POD]);
+    let second = std::time::Duration::from_millis(1_100);
     ns.run(|| {
+        early_in_a_second();
         // A local backend: behind another device.
         let to_local = udp(CLIENT, (NODE, NODE_PORT));
         let up = handed_over(&to_local, LOCAL_POD);
         assert_eq!(bed.xdp(&to_local, x0), (XDP_PASS, up.clone()));
-        let ct = bed.ct();
-        assert_eq!(ct.len(), 2, "the flow recorded both ways: {ct:?}");
-        let expires = ct[0].1.expires;
+        assert_eq!(bed.ct().len(), 2, "the flow recorded both ways");
         assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 1);
         assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC), 1);
-        // A known flow: the same, its entries advanced by XDP.
-        std::thread::sleep(std::time::Duration::from_millis(1_100));
+        assert_eq!(bed.xdp_flows(), (1, 0), "the hand-over cached");
+        // With conntrack empty, the full path would record the flow anew;
+        // the cache hands its datagrams over as before, in this second.
+        forget_flows(&mut bed);
+        assert_eq!(bed.xdp(&to_local, x0), (XDP_PASS, up.clone()));
+        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 1, "by the cache");
+        assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC), 2);
+        // The next second: the full path's, which records it again.
+        std::thread::sleep(second);
+        assert_eq!(bed.xdp(&to_local, x0), (XDP_PASS, up.clone()));
+        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 2, "recorded again");
+        let expires = bed.ct()[0].1.expires;
+        // And a second later, a known flow: advanced by XDP.
+        std::thread::sleep(second);
         assert_eq!(bed.xdp(&to_local, x0), (XDP_PASS, up));
         assert!(bed.ct()[0].1.expires > expires, "advanced: {:?}", bed.ct());
-        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 1, "known");
+        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 2, "known");
         // No frontend: not ours, and tc is told so in the metadata (the
         // test run hands the frame back from its metadata on).
         let stranger = udp(CLIENT, (NODE, NODE_PORT + 1));
         assert_eq!(bed.xdp(&stranger, x0), (XDP_PASS, not_ours(&stranger)));
-        assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC), 2, "not a flow of ours");
+        assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC), 4, "not a flow of ours");
         // tc without the metadata finds the flow XDP recorded.
         let (_, dnated) = bed.ingress(&to_local);
         assert_eq!(seen(&dnated).dst, LOCAL_POD);
@@ -375,6 +389,11 @@ fn xdp_records_ipv6_local_backends_flows_and_hands_them_to_tc_and_strangers_as_n
         let ack = tcp6(CLIENT6, FRONTEND6, Tcp::Ack);
         assert_eq!(bed.xdp(&ack, x0), (XDP_PASS, handed_over(&ack, LOCAL_POD6)));
         assert_eq!(bed.stat(six(STAT_XDP_PASSED_TO_TC)), 2);
+        assert_eq!(
+            bed.xdp_flows(),
+            (0, 1),
+            "the ACK's hand-over cached, not the SYN's"
+        );
         let stranger = tcp6(CLIENT6, (NODE6, 9), Tcp::Syn);
         assert_eq!(bed.xdp(&stranger, x0), (XDP_PASS, not_ours(&stranger)));
         assert_eq!(bed.stat(six(STAT_XDP_PASSED_TO_TC)), 2);
@@ -397,8 +416,11 @@ fn xdp_redirects_to_another_device_it_runs_on_and_leaves_other_devices_to_tc() {
     assert!(bed.nat().is_empty(), "no SNAT port taken");
     assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC), 1);
 
-    // Now it is: the flow's next packet goes out of x2 from XDP.
+    // Now it is (and the cache's generation moves on, as the agent moves
+    // it after each attachment): the flow's next packet goes out of x2
+    // from XDP.
     bed.xdp_devices(&[x0, x2]);
+    bed.bump_xdp_generation();
     ns.run(|| {
         let (action, out) = bed.xdp(&request, x0);
         assert_eq!(action, XDP_REDIRECT);

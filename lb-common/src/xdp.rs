@@ -106,7 +106,7 @@ pub struct XdpFlow<A> {
     pub l3_diff: u32,
     pub l4_diff: u32,
     /// The device the packet leaves by (host order), and the MAC addresses
-    /// the FIB gave for it.
+    /// the FIB gave for it; 0 for a flow handed over to tc (`handed`).
     pub ifindex: u32,
     pub dmac: [u8; 6],
     pub smac: [u8; 6],
@@ -115,7 +115,10 @@ pub struct XdpFlow<A> {
     pub mtu: u16,
     /// The IP protocol of the key's packets (TCP or UDP).
     pub proto: u8,
-    pub _pad0: u8,
+    /// 0 for a flow the fast path sends on; for one it hands over to tc
+    /// ([`XdpFound`]), what: [`XDP_FOUND_FLOW`] (the destination becomes
+    /// `tuple`'s) or [`XDP_FOUND_KERNEL`].
+    pub handed: u8,
     /// `LB_XDP_GENERATION` when the entry was written.
     pub generation: u32,
     /// The device the key's packets came in on (host order): from

@@ -6,21 +6,60 @@
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
+    btf_maps::{ArrayOfMaps, LruHashMap},
     cty::c_void,
     helpers::{bpf_get_prandom_u32, bpf_ktime_get_coarse_ns, bpf_loop},
 };
 use lb_common::{
-    CFG_F_PREV, CT_F_DSR, CT_F_KERNEL, CtKey, CtValue, DatapathConfig, NAT_F_CLAIMING,
-    NAT_PORT_LINEAR_TRIES, NAT_PORT_RANDOM_TRIES, NatKey, NatValue, PROTO_TCP, PortClaim, Timeouts,
-    ct_advance, ct_advance_one_sided, ct_closing_one_sided, ct_established, nat_claim,
-    nat_first_offset,
+    CFG_F_PREV, CT_F_DSR, CT_F_KERNEL, CtKey, CtValue, DEFAULT_CT_MAX, DEFAULT_NAT_MAX,
+    DatapathConfig, NAT_F_CLAIMING, NAT_PORT_LINEAR_TRIES, NAT_PORT_RANDOM_TRIES, NAT6_CLAIM_WORD,
+    NatKey, NatValue, PROTO_TCP, PortClaim, Timeouts, ct_advance, ct_advance_one_sided,
+    ct_closing_one_sided, ct_established, nat_claim, nat_first_offset,
 };
 
 use crate::{
-    family::Family,
-    maps::{LB_CONFIG, LB_SYN_BUDGET},
-    packet::Ip as _,
+    addr::Addr6,
+    atomic::cas,
+    maps::{LB_CONFIG, LB_SYN_BUDGET, PREV_TEMPLATE},
+    packet::Ip,
 };
+
+const CT_MAX: usize = DEFAULT_CT_MAX as usize;
+const NAT_MAX: usize = DEFAULT_NAT_MAX as usize;
+
+/// A conntrack map of a family, and its previous-map slot.
+pub type CtMap<A> = LruHashMap<CtKey<A>, CtValue<A>, CT_MAX>;
+pub type CtPrev<A> = ArrayOfMaps<LruHashMap<CtKey<A>, CtValue<A>, PREV_TEMPLATE>, 1>;
+/// A SNAT map of a family, and its previous-map slot.
+pub type NatMap<A> = LruHashMap<NatKey<A>, NatValue<A>, NAT_MAX>;
+pub type NatPrev<A> = ArrayOfMaps<LruHashMap<NatKey<A>, NatValue<A>, PREV_TEMPLATE>, 1>;
+
+/// What connection tracking needs of an address family: its conntrack
+/// and SNAT maps (`family` binds each family's), of an address whose SNAT
+/// mappings change owner atomically.
+pub trait CtMaps {
+    /// An address as packets hold it.
+    type CtAddr: Ip + Claim;
+    fn ct() -> &'static CtMap<Self::CtAddr>;
+    fn ct_prev() -> &'static CtPrev<Self::CtAddr>;
+    fn nat() -> &'static NatMap<Self::CtAddr>;
+    fn nat_prev() -> &'static NatPrev<Self::CtAddr>;
+}
+
+/// How a SNAT mapping of an address family changes owner atomically.
+pub trait Claim: Sized {
+    /// Swaps the owner of the SNAT mapping `nat` from `old`'s to `new`'s
+    /// client if it still is `old`'s: whether this CPU won the port.
+    ///
+    /// # Safety
+    ///
+    /// `nat` is a value of the family's SNAT map this program looked up.
+    unsafe fn swap_owner(
+        nat: *mut NatValue<Self>,
+        old: &NatValue<Self>,
+        new: &NatValue<Self>,
+    ) -> bool;
+}
 
 /// The agent's settings (all zero before it wrote any), read in place.
 /// `None` cannot happen: an array of one always has index 0.
@@ -58,10 +97,10 @@ fn give_syn_token() -> i64 {
 /// entry only the previous map has (the old programs wrote it after the
 /// agent copied that map) is carried over first, as this layout keeps it.
 #[inline(always)]
-pub fn ct_entry<F: Family>(
-    key: &CtKey<F::Addr>,
+pub fn ct_entry<F: CtMaps>(
+    key: &CtKey<F::CtAddr>,
     cfg: &DatapathConfig,
-) -> Option<*mut CtValue<F::Addr>> {
+) -> Option<*mut CtValue<F::CtAddr>> {
     if let Some(entry) = F::ct().get_ptr_mut(key) {
         return Some(entry);
     }
@@ -74,7 +113,7 @@ pub fn ct_entry<F: Family>(
 /// [`ct_entry`]'s migration path, a BPF function of its own: its copies
 /// stay off the stack of every other packet.
 #[inline(never)]
-fn ct_carried<F: Family>(key: &CtKey<F::Addr>) -> Option<*mut CtValue<F::Addr>> {
+fn ct_carried<F: CtMaps>(key: &CtKey<F::CtAddr>) -> Option<*mut CtValue<F::CtAddr>> {
     let old = F::ct_prev().get_value_ptr_mut(0, key)?;
     // SAFETY: the value stays mapped while the program runs (RCU).
     let value = unsafe { *old }.upgraded(key.dir);
@@ -85,10 +124,10 @@ fn ct_carried<F: Family>(key: &CtKey<F::Addr>) -> Option<*mut CtValue<F::Addr>> 
 
 /// The SNAT entry of `key`, carried over as [`ct_entry`] does.
 #[inline(always)]
-pub fn nat_entry<F: Family>(
-    key: &NatKey<F::Addr>,
+pub fn nat_entry<F: CtMaps>(
+    key: &NatKey<F::CtAddr>,
     cfg: &DatapathConfig,
-) -> Option<*mut NatValue<F::Addr>> {
+) -> Option<*mut NatValue<F::CtAddr>> {
     if let Some(entry) = F::nat().get_ptr_mut(key) {
         return Some(entry);
     }
@@ -100,7 +139,7 @@ pub fn nat_entry<F: Family>(
 
 /// [`nat_entry`]'s migration path, as [`ct_carried`].
 #[inline(never)]
-fn nat_carried<F: Family>(key: &NatKey<F::Addr>) -> Option<*mut NatValue<F::Addr>> {
+fn nat_carried<F: CtMaps>(key: &NatKey<F::CtAddr>) -> Option<*mut NatValue<F::CtAddr>> {
     let old = F::nat_prev().get_value_ptr_mut(0, key)?;
     // SAFETY: as in `ct_entry`.
     let mut value = unsafe { *old };
@@ -195,9 +234,9 @@ pub unsafe fn advance<A: Copy>(
 /// Writes one side's byte (`from_client`: the client's) and the expiry of
 /// `value` into the flow's other conntrack entry, `key`.
 #[inline(always)]
-pub fn mirror<F: Family>(
-    key: &CtKey<F::Addr>,
-    value: &CtValue<F::Addr>,
+pub fn mirror<F: CtMaps>(
+    key: &CtKey<F::CtAddr>,
+    value: &CtValue<F::CtAddr>,
     from_client: bool,
     cfg: &DatapathConfig,
 ) {
@@ -219,9 +258,9 @@ pub fn mirror<F: Family>(
 /// writing it again if it went (an LRU eviction); whether the mapping is
 /// the flow's, not another's.
 #[inline(always)]
-pub fn hold_nat<F: Family>(
-    key: &NatKey<F::Addr>,
-    client: &(F::Addr, u16),
+pub fn hold_nat<F: CtMaps>(
+    key: &NatKey<F::CtAddr>,
+    client: &(F::CtAddr, u16),
     expires: u32,
     cfg: &DatapathConfig,
 ) -> bool {
@@ -259,21 +298,21 @@ pub fn hold_nat<F: Family>(
 /// The ports are tried by `bpf_loop`, whose callback the verifier checks
 /// once, rather than by a loop it would walk once per port tried.
 #[inline(always)]
-pub fn allocate_port<F: Family>(
+pub fn allocate_port<F: CtMaps>(
     cfg: &DatapathConfig,
-    snat: F::Addr,
-    backend: (F::Addr, u16),
+    snat: F::CtAddr,
+    backend: (F::CtAddr, u16),
     proto: u8,
-    client: (F::Addr, u16),
+    client: (F::CtAddr, u16),
     expires: u32,
     now: u32,
 ) -> Option<u16> {
     let (min, max) = (cfg.nat_port_min, cfg.nat_port_max);
-    if max < min || snat == F::Addr::default() {
+    if max < min || snat == F::CtAddr::default() {
         return None;
     }
     let span = u32::from(max - min) + 1;
-    let mut search = Search::<F::Addr> {
+    let mut search = Search::<F::CtAddr> {
         key: NatKey {
             saddr_be: backend.0,
             daddr_be: snat,
@@ -323,10 +362,10 @@ struct Search<A> {
 }
 
 /// Tries port `i` of a [`Search`]: 1 (stop) once one is the flow's.
-extern "C" fn try_port<F: Family>(i: u32, ctx: *mut c_void) -> i64 {
+extern "C" fn try_port<F: CtMaps>(i: u32, ctx: *mut c_void) -> i64 {
     // SAFETY: `bpf_loop` passes `allocate_port`'s `Search` of this family,
     // which outlives the loop.
-    let s = unsafe { &mut *ctx.cast::<Search<F::Addr>>() };
+    let s = unsafe { &mut *ctx.cast::<Search<F::CtAddr>>() };
     let Some(cfg) = config() else {
         return 1;
     };
@@ -350,12 +389,12 @@ extern "C" fn try_port<F: Family>(i: u32, ctx: *mut c_void) -> i64 {
 
 /// Takes the port of `key` for the flow of `value`: free, the same
 /// client's, or dead. Two CPUs racing for a dead port both try to swap the
-/// mapping's claim word from the one they read ([`Family::swap_owner`]);
+/// mapping's claim word from the one they read ([`Claim::swap_owner`]);
 /// one wins, and no CPU reading the mapping meanwhile sees it dead.
 #[inline(always)]
-fn claim<F: Family>(
-    key: &NatKey<F::Addr>,
-    value: &NatValue<F::Addr>,
+fn claim<F: CtMaps>(
+    key: &NatKey<F::CtAddr>,
+    value: &NatValue<F::CtAddr>,
     cfg: &DatapathConfig,
     now: u32,
 ) -> bool {
@@ -368,7 +407,7 @@ fn claim<F: Family>(
         PortClaim::Same => {}
         PortClaim::Expired => {
             // SAFETY: `nat` was looked up in the family's SNAT map by this run.
-            if !unsafe { F::swap_owner(nat, &old, value) } {
+            if !unsafe { F::CtAddr::swap_owner(nat, &old, value) } {
                 return false;
             }
         }
@@ -382,4 +421,80 @@ fn claim<F: Family>(
         }
     }
     true
+}
+
+impl Claim for [u8; 4] {
+    #[inline(always)]
+    unsafe fn swap_owner(
+        nat: *mut NatValue<[u8; 4]>,
+        old: &NatValue<[u8; 4]>,
+        new: &NatValue<[u8; 4]>,
+    ) -> bool {
+        /// The owner fields (client address, port, flags): the value's
+        /// first 8 bytes.
+        fn owner(v: &NatValue<[u8; 4]>) -> u64 {
+            let [p0, p1] = v.port_be.to_ne_bytes();
+            let [f0, f1] = v.flags.to_ne_bytes();
+            let [a0, a1, a2, a3] = v.addr_be;
+            u64::from_ne_bytes([a0, a1, a2, a3, p0, p1, f0, f1])
+        }
+        // The owner word alone is swapped: the expiry lies outside it. So
+        // the new owner first holds the port as `NAT_F_CLAIMING` (taken,
+        // whatever its old expiry says) until its expiry is written.
+        let claiming = NatValue {
+            flags: new.flags | NAT_F_CLAIMING,
+            ..*new
+        };
+        let word = nat.cast::<u64>();
+        // SAFETY: the element is live (the caller's contract); map values
+        // are 8-byte aligned, and its first 8 bytes are the owner fields,
+        // plain bytes; the kernel allows atomic operations on map values.
+        if !unsafe { cas(word, owner(old), owner(&claiming)) } {
+            return false;
+        }
+        // SAFETY: as above; the port is this CPU's, and only this CPU
+        // clears the claim. The second swap, a full barrier, publishes the
+        // expiry before the claim ends (it cannot fail: no other CPU swaps
+        // a claimed word).
+        unsafe {
+            (*nat).expires = new.expires;
+            cas(word, owner(&claiming), owner(new));
+        }
+        true
+    }
+}
+
+impl Claim for Addr6 {
+    #[inline(always)]
+    unsafe fn swap_owner(
+        nat: *mut NatValue<Addr6>,
+        old: &NatValue<Addr6>,
+        new: &NatValue<Addr6>,
+    ) -> bool {
+        /// The word a claim swaps: port, flags and expiry.
+        fn word(v: &NatValue<Addr6>) -> u64 {
+            let [p0, p1] = v.port_be.to_ne_bytes();
+            let [f0, f1] = v.flags.to_ne_bytes();
+            let [e0, e1, e2, e3] = v.expires.to_ne_bytes();
+            u64::from_ne_bytes([p0, p1, f0, f1, e0, e1, e2, e3])
+        }
+        // SAFETY: the element is live (the caller's contract); map values
+        // are 8-byte aligned and the word at NAT6_CLAIM_WORD (16) is plain
+        // bytes; the kernel allows atomic operations on map values.
+        let won = unsafe {
+            cas(
+                nat.cast::<u8>().add(NAT6_CLAIM_WORD).cast::<u64>(),
+                word(old),
+                word(new),
+            )
+        };
+        if won {
+            // The port is this CPU's now: another claim of it fails on the
+            // swapped word, and no reply can come before the flow's first
+            // packet leaves with it.
+            // SAFETY: as above; a plain store to a live element.
+            unsafe { (*nat).addr_be = new.addr_be };
+        }
+        won
+    }
 }

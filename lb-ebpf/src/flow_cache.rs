@@ -3,7 +3,9 @@
 //! sent on with one lookup, keyed by its own bytes (addresses and ports as
 //! they lie in it), and a rewrite in place: addresses and ports, checksums
 //! by the differences the entry holds, TTL, MAC addresses, out of the
-//! device the entry names.
+//! device the entry names. A packet of a flow the full path handed over to
+//! tc this second (a local endpoint's, a DSR or kernel flow's) is handed
+//! over the same way, told where it goes (`lb_common::XdpFound`), untouched.
 //!
 //! Why that is the full path's answer: the entry is used only in the
 //! second the full path last ran for the flow (which advanced its
@@ -26,8 +28,8 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use lb_common::{
-    PROTO_TCP, PROTO_UDP, STAT_XDP_FORWARDED, STAT_XDP6_OFFSET, TCP_FIN, TCP_RST, TCP_SYN,
-    XDP_FLOWS_MAX, XdpFlow, XdpFlowKey,
+    PROTO_TCP, PROTO_UDP, STAT_XDP_FORWARDED, STAT_XDP_PASSED_TO_TC, STAT_XDP6_OFFSET, TCP_FIN,
+    TCP_RST, TCP_SYN, XDP_FLOWS_MAX, XdpFlow, XdpFlowKey, XdpFound,
 };
 
 use crate::{
@@ -35,6 +37,7 @@ use crate::{
     clock::now,
     csum::{csum_add, diff16},
     ctx::PacketCtx as _,
+    meta::tell_tc_found,
     packet::{ETH_HLEN, Ip, Packet},
     stats::count,
 };
@@ -71,11 +74,16 @@ pub struct Pending<A> {
     /// conntrack entries it advances were advanced in that second or the
     /// next).
     second: u32,
+    /// Its protocol, and whether the packets of its flow that follow it
+    /// may take the cache ([`cacheable`]).
+    proto: u8,
+    cacheable: bool,
 }
 
 type Flows<A> = LruHashMap<XdpFlowKey<A>, XdpFlow<A>, FLOWS_MAX>;
 
 const TX: i32 = xdp_action::XDP_TX as i32;
+const PASS: i32 = xdp_action::XDP_PASS as i32;
 /// [`hit_family`]: not sent by the cache; the full path's.
 const MISS: i32 = -1;
 /// `ETH_P_IP` and `ETH_P_IPV6` as the frame holds them.
@@ -310,6 +318,15 @@ fn hit_family<A: Cached>(ctx: &XdpContext) -> i32 {
     {
         return MISS;
     }
+    if f.ifindex == 0 {
+        // Handed over to tc, told where it goes; untold (no room for
+        // metadata), the full path's.
+        if tell_tc_found(ctx, &f.tuple.daddr_be, f.tuple.dport_be, f.handed) != 0 {
+            return MISS;
+        }
+        count(STAT_XDP_PASSED_TO_TC + A::STAT_OFFSET);
+        return PASS;
+    }
     // SAFETY: every offset lies in the headers checked above (the L4
     // checksum in TCP's or UDP's).
     unsafe {
@@ -372,6 +389,8 @@ pub fn note<A: Cached>(p: &Packet<A>) {
             dport_be: p.dport_be,
         };
         (*pending).second = now();
+        (*pending).proto = p.proto;
+        (*pending).cacheable = cacheable(p);
     }
 }
 
@@ -393,7 +412,7 @@ pub fn remember<A: Cached>(ctx: &XdpContext, p: &Packet<A>, ifindex: u32, mtu: u
         return;
     };
     // SAFETY: as in `note`.
-    let Pending { key, second } = unsafe { *pending };
+    let Pending { key, second, .. } = unsafe { *pending };
     // Copied by the helper: LLVM would pass the packet's pointers in place
     // of the context, and widen the end pointer, which the verifier
     // refuses.
@@ -426,12 +445,58 @@ pub fn remember<A: Cached>(ctx: &XdpContext, p: &Packet<A>, ifindex: u32, mtu: u
         smac,
         mtu,
         proto: p.proto,
-        _pad0: 0,
+        handed: 0,
         generation: generation(),
         ingress: ctx.ingress_ifindex() as u32,
         until_ns: (u64::from(second) + 1) * 1_000_000_000,
     };
     // Without memory for it, the flow's packets take the full path.
+    let _ = A::flows().insert(key, value, 0);
+}
+
+/// Records that the full path handed the packet [`note`] noted over to
+/// tc, with what it told tc in the metadata ([`lb_common::XdpFound`]), if
+/// its flow's next packets may take the cache: they are handed over the
+/// same way with one lookup, until the end of the second. A BPF function
+/// of its own, called by the program (not from within the full path,
+/// whose chain of calls holds IPv6's largest frames), as [`remember`].
+#[inline(never)]
+pub fn remember_handed<A: Cached>(ctx: &XdpContext) {
+    let Some(pending) = A::pending().get_ptr(0) else {
+        return;
+    };
+    // SAFETY: as in `note`.
+    let Pending {
+        key,
+        second,
+        proto,
+        cacheable,
+    } = unsafe { *pending };
+    let (meta, data) = (ctx.metadata(), ctx.data());
+    if !cacheable || meta + size_of::<XdpFound<A>>() > data {
+        return;
+    }
+    // SAFETY: the metadata holds what the full path told tc, just checked
+    // to be that long; read unaligned.
+    let found = unsafe { (meta as *const XdpFound<A>).read_unaligned() };
+    let value = XdpFlow {
+        tuple: XdpFlowKey {
+            daddr_be: found.addr_be,
+            dport_be: found.port_be,
+            ..key
+        },
+        l3_diff: 0,
+        l4_diff: 0,
+        ifindex: 0,
+        dmac: [0; 6],
+        smac: [0; 6],
+        mtu: u16::MAX,
+        proto,
+        handed: found.what,
+        generation: generation(),
+        ingress: ctx.ingress_ifindex() as u32,
+        until_ns: (u64::from(second) + 1) * 1_000_000_000,
+    };
     let _ = A::flows().insert(key, value, 0);
 }
 

@@ -1,6 +1,6 @@
 //! Frontend lookup and backend selection, shared by every hook and both
-//! address families ([`crate::family`]; the `LB4_*` maps named below have
-//! `LB6_*` twins).
+//! address families ([`LbMaps`], which `crate::family` binds; the `LB4_*`
+//! maps named below have `LB6_*` twins).
 //!
 //! Why no lookup below can fail or read a recycled element (the agent's side
 //! of the bargain is in ARCHITECTURE.md, "Readers see whole states"):
@@ -18,14 +18,33 @@
 
 use aya_ebpf::{
     bindings::bpf_spin_lock,
+    btf_maps::{Array, HashMap, LruHashMap},
     helpers::{bpf_ktime_get_coarse_ns, bpf_spin_lock as lock, bpf_spin_unlock as unlock},
 };
 use lb_common::{
     AffinityKey, AffinityValue, Backend, FE_F_AFFINITY, FE_F_MAGLEV, FE_F_NO_LOCAL_ENDPOINTS,
-    FrontendKey, MAGLEV_CHUNK, MaglevKey, MemberKey, SlotKey, WILDCARD_PROTO,
+    FrontendId, FrontendKey, FrontendState, MAGLEV_CHUNK, MaglevChunk, MaglevKey, Member,
+    MemberKey, Slot, SlotKey, WILDCARD_PROTO,
 };
 
-use crate::family::Family;
+use crate::maps::{
+    AFFINITY_MAX, BACKENDS_MAX, FE_STATE_MAX, FRONTENDS_MAX, MAGLEV_MAX, NO_PREALLOC, SLOTS_MAX,
+};
+
+/// What the lookup needs of an address family: its load-balancing maps
+/// (`lb_common::lb`), which `family` binds.
+pub trait LbMaps {
+    /// An address as packets and sockets hold it.
+    type LbAddr: Copy + PartialEq + 'static;
+    fn frontends()
+    -> &'static HashMap<FrontendKey<Self::LbAddr>, FrontendId, FRONTENDS_MAX, NO_PREALLOC>;
+    fn fe_states() -> &'static Array<FrontendState<Self::LbAddr>, FE_STATE_MAX>;
+    fn slots() -> &'static HashMap<SlotKey, Slot, SLOTS_MAX, NO_PREALLOC>;
+    fn backends() -> &'static HashMap<u32, Backend<Self::LbAddr>, BACKENDS_MAX, NO_PREALLOC>;
+    fn members() -> &'static HashMap<MemberKey, Member, SLOTS_MAX, NO_PREALLOC>;
+    fn affinity() -> &'static LruHashMap<AffinityKey, AffinityValue, AFFINITY_MAX>;
+    fn maglev() -> &'static HashMap<MaglevKey, MaglevChunk, MAGLEV_MAX, NO_PREALLOC>;
+}
 
 /// What a frontend lookup decided.
 pub enum Selection<B> {
@@ -66,7 +85,7 @@ pub struct Snapshot<A> {
 /// Copies the fields of state `fe_id` while holding its lock, so that a
 /// concurrent `BPF_F_LOCK` update is seen either whole or not at all.
 #[inline(always)]
-pub fn read_state<F: Family>(fe_id: u32) -> Option<Snapshot<F::Addr>> {
+pub fn read_state<F: LbMaps>(fe_id: u32) -> Option<Snapshot<F::LbAddr>> {
     let state = F::fe_states().get_ptr_mut(fe_id)?;
     // SAFETY: `state` points into an array element, which lives as long as
     // the map. The lock is the value's first field, where the kernel's BTF
@@ -122,12 +141,12 @@ impl Strategy for Random {
 /// `wildcard`: on a miss, try the key's wildcard (cluster IPs have them,
 /// external frontends do not).
 #[inline(always)]
-pub fn select<F: Family>(
-    key: &FrontendKey<F::Addr>,
+pub fn select<F: LbMaps>(
+    key: &FrontendKey<F::LbAddr>,
     wildcard: bool,
     strategy: &impl Strategy,
     client: impl FnOnce() -> u64,
-) -> Selection<Backend<F::Addr>> {
+) -> Selection<Backend<F::LbAddr>> {
     let (lookup, frontend) = match F::frontends().get_ptr(key) {
         Some(f) => (*key, f),
         None if !wildcard => return Selection::NotFrontend,
@@ -210,11 +229,11 @@ pub fn select<F: Family>(
 /// The client's remembered backend and its id, if it used it within the
 /// timeout and it is still in the current revision; refreshes its last use.
 #[inline(always)]
-fn remembered<F: Family>(
+fn remembered<F: LbMaps>(
     key: &AffinityKey,
-    snap: &Snapshot<F::Addr>,
+    snap: &Snapshot<F::LbAddr>,
     now: u64,
-) -> Option<(u32, Backend<F::Addr>)> {
+) -> Option<(u32, Backend<F::LbAddr>)> {
     let entry = F::affinity().get_ptr_mut(key)?;
     // SAFETY: the value stays mapped while the program runs (RCU). If the LRU
     // evicts and recycles it meanwhile, the fields read may be another
@@ -244,11 +263,11 @@ fn remembered<F: Family>(
 
 /// The backend of the snapshot's revision `strategy` picks, with its id.
 #[inline(always)]
-fn pick<F: Family>(
+fn pick<F: LbMaps>(
     fe_id: u32,
-    snap: &Snapshot<F::Addr>,
+    snap: &Snapshot<F::LbAddr>,
     strategy: &impl Strategy,
-) -> Option<(u32, Backend<F::Addr>)> {
+) -> Option<(u32, Backend<F::LbAddr>)> {
     let hash = if snap.flags & FE_F_MAGLEV != 0 {
         strategy.flow_hash(snap.flags & FE_F_AFFINITY != 0)
     } else {
@@ -279,7 +298,7 @@ fn pick<F: Family>(
 /// The backend id at entry `hash % maglev_size` of the snapshot's
 /// revision's Maglev table.
 #[inline(always)]
-fn maglev_entry<F: Family>(fe_id: u32, snap: &Snapshot<F::Addr>, hash: u32) -> Option<u32> {
+fn maglev_entry<F: LbMaps>(fe_id: u32, snap: &Snapshot<F::LbAddr>, hash: u32) -> Option<u32> {
     if snap.maglev_size == 0 {
         return None;
     }

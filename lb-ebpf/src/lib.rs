@@ -1,15 +1,18 @@
-//! The datapath library shared by every hook. At ground level, what needs
-//! no map: addresses (`addr`), checksum arithmetic (`csum`), atomic
-//! swaps (`atomic`), the clock (`clock`), verdicts (`verdict`) and the
-//! packet-context trait (`ctx`); then the pinned maps (`maps`) and the counters (`stats`);
-//! then each address family's maps and types (`family`), frontend lookup
-//! and backend selection (`lb`), the socket hooks' translation (`sock`),
-//! and the per-packet code of traffic from outside the node: packet
-//! parsing and rewriting (`packet`), connection tracking and SNAT (`ct`),
-//! the NodePort logic (`nodeport`), direct server return (`dsr`), FIB
-//! lookups (`fib`) and rejects and ICMP answers (`reject`), and the XDP
-//! fast path over them (`xdp`), which sends the flows it forwarded with
-//! one lookup (`flow_cache`). The program entry points live in the binary
+//! The datapath library shared by every hook, in layers that import only
+//! those below them. Ground level, what needs no family: addresses
+//! (`addr`), checksum arithmetic (`csum`), atomic swaps (`atomic`), the
+//! clock (`clock`), verdicts (`verdict`), the packet-context trait
+//! (`ctx`), the pinned maps (`maps`), the counters (`stats`) and what
+//! XDP tells tc in a packet's metadata (`meta`). Then the
+//! concerns, each declaring the trait of what it needs of a family:
+//! packet parsing and rewriting (`packet`), frontend lookup and backend
+//! selection (`lb`), connection tracking and SNAT (`ct`), rejects and ICMP
+//! answers (`reject`), direct server return (`dsr`), FIB lookups (`fib`)
+//! and the XDP per-flow cache (`flow_cache`). Then the family bindings
+//! (`family`) and the hand-off of a parsed packet to its family
+//! (`dispatch`). Then the state machines: the NodePort logic
+//! (`nodeport`), the XDP fast path over it (`xdp`) and the socket hooks'
+//! translation (`sock`). The program entry points live in the binary
 //! (`programs/`), one file per hook family.
 #![no_std]
 // `atomic_cxchg`: the BPF target has no compare-and-swap in `core::sync`
@@ -23,12 +26,14 @@ pub mod clock;
 pub mod csum;
 pub mod ct;
 pub mod ctx;
+pub mod dispatch;
 pub mod dsr;
 pub mod family;
 pub mod fib;
 pub mod flow_cache;
 pub mod lb;
 pub mod maps;
+pub mod meta;
 pub mod nodeport;
 pub mod packet;
 pub mod reject;

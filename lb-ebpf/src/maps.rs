@@ -33,6 +33,7 @@ pub const SLOTS_MAX: usize = DEFAULT_SLOTS_MAX as usize;
 pub const BACKENDS_MAX: usize = DEFAULT_BACKENDS_MAX as usize;
 pub const AFFINITY_MAX: usize = DEFAULT_AFFINITY_MAX as usize;
 pub const MAGLEV_MAX: usize = DEFAULT_MAGLEV_MAX as usize;
+pub const FRAG_MAX: usize = DEFAULT_FRAG_MAX as usize;
 
 /// Frontend -> its id. Entries are written once and never updated.
 #[btf_map]
@@ -146,8 +147,7 @@ pub static LB4_SRC_RANGES: LpmTrie<SourceRange4, u32, { DEFAULT_SOURCE_RANGES_MA
 /// Fragments of datagrams the tc programs saw the first fragment of:
 /// (addresses, IP id, protocol) -> the first fragment's ports. LRU.
 #[btf_map]
-pub static LB4_FRAG: LruHashMap<Frag4Key, Frag4Value, { DEFAULT_FRAG_MAX as usize }> =
-    LruHashMap::new();
+pub static LB4_FRAG: LruHashMap<Frag4Key, Frag4Value, FRAG_MAX> = LruHashMap::new();
 
 /// Reject rate limits of external frontends. LRU.
 #[btf_map]
@@ -199,8 +199,7 @@ pub static LB6_SRC_RANGES: LpmTrie<
 > = LpmTrie::new();
 
 #[btf_map]
-pub static LB6_FRAG: LruHashMap<Frag6Key, Frag4Value, { DEFAULT_FRAG_MAX as usize }> =
-    LruHashMap::new();
+pub static LB6_FRAG: LruHashMap<Frag6Key, Frag4Value, FRAG_MAX> = LruHashMap::new();
 
 #[btf_map]
 pub static LB6_REJECTS: LruHashMap<FrontendKey<Addr6>, RejectBucket, { REJECTS_MAX as usize }> =

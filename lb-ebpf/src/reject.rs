@@ -12,21 +12,40 @@
 //! ([`lb_common::RejectBucket`]), so that a frontend without endpoints
 //! cannot be used to reflect spoofed traffic.
 
-use aya_ebpf::helpers::bpf_ktime_get_ns;
+use aya_ebpf::{btf_maps::LruHashMap, helpers::bpf_ktime_get_ns};
 use lb_common::{
-    PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, RejectBucket, STAT_TC_DROP_REJECT_LIMIT, TCP_ACK, TCP_FIN,
-    TCP_RST, TCP_SYN,
+    FrontendKey, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, REJECTS_MAX, RejectBucket,
+    STAT_TC_DROP_REJECT_LIMIT, STAT_TC6_OFFSET, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN,
 };
 
 use crate::{
     addr::{Addr6, bytes6},
     csum::{fold, sum_words},
     ctx::{PacketCtx, code, errno},
-    family::Family,
     packet::{ETH_HLEN, IP_HLEN, IP6_HLEN, Ip, Packet},
     stats::count,
     verdict::Verdict,
 };
+
+/// What rejecting needs of an address family: its answers and its map of
+/// reject rate limits (`LB4_REJECTS`), which `family` binds.
+pub trait RejectMaps {
+    /// An address as packets hold it.
+    type RejectAddr: Ip + Answer;
+    fn rejects()
+    -> &'static LruHashMap<FrontendKey<Self::RejectAddr>, RejectBucket, { REJECTS_MAX as usize }>;
+}
+
+/// Counts a reject refused by its frontend's rate limit, by family.
+#[inline(always)]
+fn count_limited<A>() {
+    let family = if size_of::<A>() == 4 {
+        0
+    } else {
+        STAT_TC6_OFFSET
+    };
+    count(STAT_TC_DROP_REJECT_LIMIT + family);
+}
 
 const TCP_HLEN: usize = 20;
 const ICMP_HLEN: usize = 8;
@@ -60,14 +79,17 @@ pub trait Answer: Sized {
 /// own (a BPF-to-BPF call): its buffers are not on the stack of the flows'
 /// packets; it returns what fits a register (see `nodeport::settle`).
 #[inline(never)]
-pub fn reject<const L2: usize, C: PacketCtx, F: Family>(ctx: &C, p: &Packet<F::Addr>) -> Verdict {
+pub fn reject<const L2: usize, C: PacketCtx, F: RejectMaps>(
+    ctx: &C,
+    p: &Packet<F::RejectAddr>,
+) -> Verdict {
     answer::<L2, C, F>(ctx, p).unwrap_or(Verdict::Drop)
 }
 
 #[inline(always)]
-fn answer<const L2: usize, C: PacketCtx, F: Family>(
+fn answer<const L2: usize, C: PacketCtx, F: RejectMaps>(
     ctx: &C,
-    p: &Packet<F::Addr>,
+    p: &Packet<F::RejectAddr>,
 ) -> Result<Verdict, i64> {
     if !p.in_place() || p.later_fragment {
         return Ok(Verdict::Drop);
@@ -76,14 +98,14 @@ fn answer<const L2: usize, C: PacketCtx, F: Family>(
         return Ok(Verdict::Drop);
     }
     if !allowed::<F>(p) {
-        count(STAT_TC_DROP_REJECT_LIMIT + F::STAT_OFFSET);
+        count_limited::<F::RejectAddr>();
         return Ok(Verdict::Drop);
     }
     let ret = if p.proto == PROTO_TCP {
         let tcp = reset_header(ctx, p)?;
-        F::Addr::tcp_reset::<L2, C>(ctx, p, &tcp)
+        F::RejectAddr::tcp_reset::<L2, C>(ctx, p, &tcp)
     } else {
-        F::Addr::port_unreachable::<L2, C>(ctx, p)
+        F::RejectAddr::port_unreachable::<L2, C>(ctx, p)
     };
     errno(ret)?;
     if L2 == ETH_HLEN {
@@ -100,7 +122,7 @@ fn answer<const L2: usize, C: PacketCtx, F: Family>(
 /// Whether the packet's frontend (its destination) may send one more
 /// answer now (a reject, or an ICMP error of its flows); takes its token.
 #[inline(always)]
-pub(crate) fn allowed<F: Family>(p: &Packet<F::Addr>) -> bool {
+pub(crate) fn allowed<F: RejectMaps>(p: &Packet<F::RejectAddr>) -> bool {
     let key = p.frontend();
     // SAFETY: the helper has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };

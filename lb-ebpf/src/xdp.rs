@@ -31,14 +31,14 @@ use core::mem::MaybeUninit;
 use aya_ebpf::{
     EbpfContext as _,
     bindings::{BPF_FIB_LKUP_RET_SUCCESS, bpf_fib_lookup, xdp_action},
-    helpers::{bpf_fib_lookup as fib_lookup, bpf_redirect, bpf_xdp_adjust_meta},
+    helpers::{bpf_fib_lookup as fib_lookup, bpf_redirect},
     programs::XdpContext,
 };
 use lb_common::{
     STAT_TC_DROP_CT_FULL, STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_NEW_FLOW, STAT_XDP_DROP_CT_FULL,
     STAT_XDP_DROP_SNAT_EXHAUSTED, STAT_XDP_FORWARDED, STAT_XDP_NEW_FLOW, STAT_XDP_PASSED_TO_TC,
     STAT_XDP6_OFFSET, STATS_COUNT, XDP_DEVICES_MAX, XDP_FOUND_FLOW, XDP_FOUND_KERNEL,
-    XDP_META_FOUND, XDP_META_NOT_OURS, XdpFound,
+    XDP_META_NOT_OURS,
 };
 
 use crate::{
@@ -46,6 +46,7 @@ use crate::{
     ct::config,
     family::Family,
     flow_cache,
+    meta::{tell_tc, tell_tc_found},
     nodeport::{self, Hook, Verdict},
     packet::{ETH_HLEN, Ip, Packet},
     stats::count,
@@ -98,6 +99,8 @@ pub struct Forward<'a> {
     mtu: u16,
     /// [`Hook::not_ours`] was said.
     not_ours: bool,
+    /// [`Hook::hand_over`] told tc.
+    handed: bool,
 }
 
 impl Hook for Forward<'_> {
@@ -136,22 +139,9 @@ impl Hook for Forward<'_> {
         } else {
             XDP_FOUND_FLOW
         };
-        tell_tc_found(self.ctx, addr, port_be, what) == 0
+        self.handed = tell_tc_found(self.ctx, addr, port_be, what) == 0;
+        self.handed
     }
-}
-
-/// [`tell_tc`] of an [`XdpFound`]: 0 if told. A BPF function of its own:
-/// the value it makes stays off the frame of the step that calls it.
-#[inline(never)]
-fn tell_tc_found<A: Copy>(ctx: &XdpContext, addr: &A, port_be: u16, what: u8) -> u32 {
-    let found = XdpFound {
-        tag: XDP_META_FOUND,
-        addr_be: *addr,
-        port_be,
-        what,
-        addr_len: size_of::<A>() as u8,
-    };
-    u32::from(!tell_tc(ctx, found))
 }
 
 /// The device `p`, translated to `dst`, leaves by, by the FIB, if it is
@@ -231,6 +221,7 @@ impl<'a> Forward<'a> {
             egress: 0,
             mtu: 0,
             not_ours: false,
+            handed: false,
         }
     }
 
@@ -303,6 +294,8 @@ pub fn forward<F: Family>(ctx: &XdpContext, p: &mut Packet<F::Addr>) -> i32 {
         // Nothing changed: tc decides, told what XDP found.
         if hop.not_ours {
             tell_tc(ctx, XDP_META_NOT_OURS);
+        } else if hop.handed {
+            flow_cache::remember_handed::<F::Addr>(ctx);
         }
         return PASS;
     }
@@ -315,22 +308,4 @@ pub fn forward<F: Family>(ctx: &XdpContext, p: &mut Packet<F::Addr>) -> i32 {
         flow_cache::remember(ctx, p, hop.egress, hop.mtu);
     }
     hop.send::<F::Addr>()
-}
-
-/// Leaves `what` in the packet's metadata for tc: whether there was room
-/// (a driver without metadata support has none; tc then looks the packet
-/// up again).
-#[inline(always)]
-fn tell_tc<T>(ctx: &XdpContext, what: T) -> bool {
-    // SAFETY: the helper checks the context and the room it grows into.
-    if unsafe { bpf_xdp_adjust_meta(ctx.ctx, -(size_of::<T>() as i32)) } != 0 {
-        return false;
-    }
-    let (meta, data) = (ctx.metadata(), ctx.data());
-    if meta + size_of::<T>() > data {
-        return false;
-    }
-    // SAFETY: the bytes before the frame are metadata, just checked.
-    unsafe { (meta as *mut T).write_unaligned(what) };
-    true
 }

@@ -336,6 +336,12 @@ impl Datapath {
             _ => Vec::new(),
         };
         self.unattached = self.xdp_failed.len();
+        // What the flow cache learned of sending by the devices before is
+        // stale: a device may have got XDP, or lost it.
+        self.xdp_generation.bump().map_err(|source| Error::Global {
+            section: "LB_XDP_GENERATION",
+            source,
+        })?;
         fast
     }
 

@@ -6,7 +6,7 @@ use core::mem::MaybeUninit;
 use lb_common::{FlowHash, Frag4Key, PROTO_ICMP, PROTO_TCP, PROTO_UDP};
 
 use super::{Ip, Kind, PSEUDO, Packet, finish, icmp, read, write};
-use crate::{csum::csum_replace4, ctx::PacketCtx, family::V4};
+use crate::{csum::csum_replace4, ctx::PacketCtx, maps::LB4_FRAG};
 
 /// Offsets in the IPv4 header.
 const IP_ID: usize = 4;
@@ -26,7 +26,7 @@ const IP_DF: u16 = 0x4000;
 pub const IP_HLEN: usize = 20;
 /// `ver_ihl` of an IPv4 header without options, the common case: every
 /// offset after it is a constant, and the headers are read in place.
-pub(super) const IPV4_NO_OPTIONS: u8 = 0x45;
+pub(crate) const IPV4_NO_OPTIONS: u8 = 0x45;
 
 /// The fields of an IPv4 header the programs use.
 pub(super) struct Ipv4 {
@@ -72,7 +72,7 @@ pub(super) fn header<C: PacketCtx, const IN_PLACE: bool>(
 /// (IPv6's parser is a function of its own): its stack fits beside the
 /// steps', and IPv4 saves a call per packet.
 #[inline(always)]
-pub(super) fn parse<const L2: usize, const IN_PLACE: bool, C: PacketCtx>(
+pub(crate) fn parse<const L2: usize, const IN_PLACE: bool, C: PacketCtx>(
     ctx: &C,
     ver_ihl: u8,
     p: &mut MaybeUninit<Packet<[u8; 4]>>,
@@ -114,7 +114,7 @@ pub(super) fn parse<const L2: usize, const IN_PLACE: bool, C: PacketCtx>(
         proto: ip.proto,
         _pad0: 0,
     };
-    finish::<V4, C, IN_PLACE>(ctx, p, &frag, ip.frag_off & IP_MF != 0)
+    finish::<_, _, C, IN_PLACE>(ctx, p, &LB4_FRAG, &frag, ip.frag_off & IP_MF != 0)
 }
 
 impl Ip for [u8; 4] {

@@ -14,7 +14,7 @@ use crate::{
     addr::{Addr6, bytes6},
     csum::diff16,
     ctx::PacketCtx,
-    family::V6,
+    maps::LB6_FRAG,
     stats::count,
 };
 
@@ -101,7 +101,7 @@ fn is_extension(next: u8) -> bool {
 /// Parses the IPv6 packet at `L2` into `p`, which it initializes whenever
 /// it returns [`Kind::Flow`] or [`Kind::Icmp`].
 #[inline(never)]
-pub(super) fn parse<const L2: usize, C: PacketCtx>(
+pub(crate) fn parse<const L2: usize, C: PacketCtx>(
     ctx: &C,
     first: u8,
     p: &mut MaybeUninit<Packet<Addr6>>,
@@ -138,7 +138,7 @@ pub(super) fn parse<const L2: usize, C: PacketCtx>(
     };
     if next == PROTO_TCP || next == PROTO_UDP {
         // The common case: the L4 header right behind, read in place.
-        return finish::<V6, C, true>(ctx, p, &frag, false);
+        return finish::<_, _, C, true>(ctx, p, &LB6_FRAG, &frag, false);
     }
     if next == PROTO_ICMPV6 {
         return Kind::Icmp;
@@ -170,7 +170,7 @@ pub(super) fn parse<const L2: usize, C: PacketCtx>(
     p.later_fragment = later;
     frag.id_be = w.frag_id_be;
     frag.proto = w.next;
-    finish::<V6, C, false>(ctx, p, &frag, w.frag_off & FRAG_MF != 0)
+    finish::<_, _, C, false>(ctx, p, &LB6_FRAG, &frag, w.frag_off & FRAG_MF != 0)
 }
 
 impl Ip for Addr6 {

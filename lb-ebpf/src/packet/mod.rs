@@ -8,25 +8,23 @@
 //! checksum helpers want.
 
 mod icmp;
-mod ipv4;
-mod ipv6;
+pub(crate) mod ipv4;
+pub(crate) mod ipv6;
 
-use core::mem::MaybeUninit;
-
-use aya_ebpf::bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR};
-use lb_common::{FlowHash, FrontendKey, PROTO_TCP, SCOPE_EXTERNAL};
+use aya_ebpf::{
+    bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR},
+    btf_maps::LruHashMap,
+};
+use lb_common::{FlowHash, Frag4Value, FrontendKey, PROTO_TCP, SCOPE_EXTERNAL};
 
 pub use self::{icmp::IcmpError, ipv4::IP_HLEN, ipv6::IP6_HLEN};
-use crate::{
-    ctx::PacketCtx,
-    family::{Family, V4, V6},
-};
+use crate::{ctx::PacketCtx, maps::FRAG_MAX};
 
 /// Ethernet header length.
 pub const ETH_HLEN: usize = 14;
 /// `ETH_P_IP` and `ETH_P_IPV6` as the frame holds them.
-const ETH_P_IP_BE: u16 = 0x0800_u16.to_be();
-const ETH_P_IPV6_BE: u16 = 0x86dd_u16.to_be();
+pub(crate) const ETH_P_IP_BE: u16 = 0x0800_u16.to_be();
+pub(crate) const ETH_P_IPV6_BE: u16 = 0x86dd_u16.to_be();
 
 /// The parsed headers of a TCP or UDP packet of either family (`A`: its
 /// addresses).
@@ -51,25 +49,6 @@ pub struct Packet<A> {
     /// ports above are its first fragment's), so only its addresses are
     /// rewritten, and it never starts or advances a flow.
     pub later_fragment: bool,
-}
-
-/// What a program does with each kind of packet it translates (TCP or
-/// UDP; an ICMP error, at `l3`/`l4`, which may be about one: parsed by
-/// [`Ip::icmp_error`]) or drops (a later fragment of a datagram whose first
-/// fragment it did not see), in family `F`: each returns the verdict.
-///
-/// The parser calls these where it built the packet, rather than
-/// returning it in an enum: LLVM would merge the paths that return none
-/// with an uninitialized payload, which the verifier refuses to read.
-pub trait Handler {
-    /// Whether tc sees what this handler's program passes (XDP): then the
-    /// parser counts nothing it passes, for tc to count it.
-    const FIRST: bool = false;
-    fn flow<F: Family>(self, p: &mut Packet<F::Addr>) -> i32;
-    fn icmp_error<F: Family>(self, l3: usize, l4: usize) -> i32;
-    fn unknown_fragment<F: Family>(self) -> i32;
-    /// A packet the programs do not translate, or cannot parse.
-    fn unparsed(self) -> i32;
 }
 
 /// An address family's headers: where the addresses are and how changing
@@ -153,7 +132,7 @@ pub trait Ip: Copy + PartialEq + Default + 'static {
 /// packet's end): read straight from the packet when its linear part holds
 /// it, no helper call; else, and always without `IN_PLACE`, copied out.
 #[inline(always)]
-fn read<C: PacketCtx, const IN_PLACE: bool, T: Copy>(ctx: &C, off: usize) -> Option<T> {
+pub(crate) fn read<C: PacketCtx, const IN_PLACE: bool, T: Copy>(ctx: &C, off: usize) -> Option<T> {
     let (start, end) = (ctx.data(), ctx.data_end());
     if !IN_PLACE || start + off + size_of::<T>() > end {
         return ctx.load(off).ok();
@@ -197,75 +176,14 @@ pub(crate) enum Kind {
     Other,
 }
 
-/// Parses the packet behind an `L2`-byte link-layer header and hands it to
-/// `h`; the verdict, or [`Handler::unparsed`] for a packet the programs do
-/// not translate or cannot parse.
-///
-/// The packet lives on this (the program's) stack; IPv6's parser, and
-/// each step of what the handler does with it, is a BPF function of its
-/// own called from here, so that their stacks do not add up: the
-/// verifier allows 512 bytes over a chain of calls, and LLVM gives inlined
-/// code a slot for every temporary.
-#[inline(always)]
-pub fn parse<const L2: usize, C: PacketCtx, H: Handler>(ctx: &C, h: H) -> i32 {
-    // At offset 0, LLVM turns the bounds check into `data >= data_end`,
-    // from which the verifier learns no length: copied out there instead.
-    let first = if L2 == 0 {
-        ctx.load::<u8>(0).ok()
-    } else {
-        read::<C, true, u8>(ctx, L2)
-    };
-    let Some(first) = first else {
-        return h.unparsed();
-    };
-    // Without a link-layer header, the IP version nibble tells.
-    let v6 = if L2 == ETH_HLEN {
-        match read::<C, true, u16>(ctx, 12) {
-            Some(ETH_P_IP_BE) => false,
-            Some(ETH_P_IPV6_BE) => true,
-            _ => return h.unparsed(),
-        }
-    } else {
-        first >> 4 == 6
-    };
-    if v6 {
-        let mut p = MaybeUninit::uninit();
-        let kind = ipv6::parse::<L2, C>(ctx, first, &mut p, H::FIRST);
-        hand::<V6, H>(kind, &mut p, h)
-    } else {
-        let mut p = MaybeUninit::uninit();
-        let kind = if first == ipv4::IPV4_NO_OPTIONS {
-            ipv4::parse::<L2, true, C>(ctx, first, &mut p)
-        } else {
-            ipv4::parse::<L2, false, C>(ctx, first, &mut p)
-        };
-        hand::<V4, H>(kind, &mut p, h)
-    }
-}
-
-/// Hands a parsed packet of family `F` to `h`.
-#[inline(always)]
-fn hand<F: Family, H: Handler>(kind: Kind, p: &mut MaybeUninit<Packet<F::Addr>>, h: H) -> i32 {
-    match kind {
-        // SAFETY: the parsers initialize the packet whenever they return
-        // `Flow` or `Icmp`.
-        Kind::Flow => h.flow::<F>(unsafe { p.assume_init_mut() }),
-        Kind::Icmp => {
-            // SAFETY: as above.
-            let p = unsafe { p.assume_init_ref() };
-            h.icmp_error::<F>(p.l3(), p.l4())
-        }
-        Kind::UnknownFragment => h.unknown_fragment::<F>(),
-        Kind::Other => h.unparsed(),
-    }
-}
+/// A family's map of first fragments' ports (`LB4_FRAG`, `LB6_FRAG`).
+pub(crate) type FragMap<K> = LruHashMap<K, Frag4Value, FRAG_MAX>;
 
 /// The ports of a datagram's first fragment, for a later fragment (which
-/// carries none) of family `F`'s datagram `frag`; `None` if the first was
-/// not seen.
+/// carries none) of datagram `frag`; `None` if the first was not seen.
 #[inline(always)]
-fn first_fragment_ports<F: Family>(frag: &F::FragKey) -> Option<(u16, u16)> {
-    let ports = F::frag().get_ptr(frag)?;
+fn first_fragment_ports<K>(frags: &FragMap<K>, frag: &K) -> Option<(u16, u16)> {
+    let ports = frags.get_ptr(frag)?;
     // SAFETY: the value stays mapped while the program runs (RCU); if the
     // LRU recycles it meanwhile, the fragment takes another datagram's
     // ports and goes astray, as it would have unseen.
@@ -277,14 +195,15 @@ fn first_fragment_ports<F: Family>(frag: &F::FragKey) -> Option<(u16, u16)> {
 /// and for a first fragment of several (`more`) records them for the later
 /// ones; a later fragment gets its first fragment's.
 #[inline(always)]
-fn finish<F: Family, C: PacketCtx, const IN_PLACE: bool>(
+fn finish<A: Ip, K, C: PacketCtx, const IN_PLACE: bool>(
     ctx: &C,
-    p: &mut Packet<F::Addr>,
-    frag: &F::FragKey,
+    p: &mut Packet<A>,
+    frags: &FragMap<K>,
+    frag: &K,
     more: bool,
 ) -> Kind {
     if p.later_fragment {
-        let Some((sport_be, dport_be)) = first_fragment_ports::<F>(frag) else {
+        let Some((sport_be, dport_be)) = first_fragment_ports(frags, frag) else {
             return Kind::UnknownFragment;
         };
         p.sport_be = sport_be;
@@ -309,8 +228,8 @@ fn finish<F: Family, C: PacketCtx, const IN_PLACE: bool>(
     if more {
         // A first fragment: its later ones will need its ports. An LRU
         // insert fails only without memory; they are then dropped.
-        let ports = lb_common::Frag4Value { sport_be, dport_be };
-        let _ = F::frag().insert(frag, ports, 0);
+        let ports = Frag4Value { sport_be, dport_be };
+        let _ = frags.insert(frag, ports, 0);
     }
     Kind::Flow
 }

@@ -17,9 +17,10 @@ use aya_ebpf::{
 };
 use lb_ebpf::{
     ctx::PacketCtx as _,
+    dispatch::{Handler, parse},
     family::Family,
     nodeport::{self, Tc, Verdict},
-    packet::{ETH_HLEN, Handler, Packet, parse},
+    packet::{ETH_HLEN, Packet},
 };
 
 const PASS: i32 = TC_ACT_UNSPEC;

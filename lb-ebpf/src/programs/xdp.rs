@@ -4,9 +4,10 @@
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use lb_ebpf::{
+    dispatch::{Handler, parse},
     family::Family,
     flow_cache,
-    packet::{ETH_HLEN, Handler, Packet, parse},
+    packet::{ETH_HLEN, Packet},
     xdp::forward,
 };
 

@@ -64,6 +64,8 @@ const SINK_NODE_PORT: u16 = 30054;
 /// The sink Service's endpoints: routed to each node's sink.
 const SINK_NET: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 43, 0, 0), 16);
 const FILLER_NODE_PORT: u16 = 20000;
+/// How many fillers get NodePorts (20000..30000).
+const FILLER_NODE_PORTS: usize = 10_000;
 /// The pods' network: kube-proxy's `--cluster-cidr` (IPv4's; IPv6's is its
 /// image).
 const CLUSTER_NET: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 42, 0, 0), 16);
@@ -165,8 +167,16 @@ impl Mode {
 /// (TCP last, the worst case for iptables' linear `KUBE-NODEPORTS`). Their
 /// IPv4 addresses; see [`in_family`].
 fn services(n: usize, pods: &[Ipv4Addr], filler_endpoints: usize) -> Vec<SvcSpec> {
-    let mut all =
-        kubeproxy::filler_node_ports(n.saturating_sub(1), filler_endpoints, FILLER_NODE_PORT);
+    let fillers = n.saturating_sub(1);
+    // NodePorts for as many as 20000..30000 holds; the rest (N = 100,000)
+    // are ClusterIP Services.
+    let with_ports = fillers.min(FILLER_NODE_PORTS);
+    let mut all = kubeproxy::filler_node_ports(with_ports, filler_endpoints, FILLER_NODE_PORT);
+    all.extend(
+        kubeproxy::filler_services(fillers, filler_endpoints)
+            .into_iter()
+            .skip(with_ports),
+    );
     let sinks: Vec<Ipv4Addr> = (1..=pods.len())
         .map(|i| Ipv4Addr::new(10, 43, 0, i as u8))
         .collect();
