@@ -190,6 +190,43 @@ fn xdp_sends_a_flows_next_packets_both_ways_by_its_cache_alone_until_something_c
     });
 }
 
+/// A packet to no frontend's address (`LB_ADDRS`) and not to the SNAT
+/// address is spared the cache's lookup, not the full path's: a flow whose
+/// frontend's address lost its bit is still sent on, by its conntrack
+/// entry, and no longer by the cache.
+#[test]
+fn the_cache_is_looked_up_only_for_frontends_addresses_and_the_snat_address() {
+    let ns = Netns::new();
+    let x0 = ns.ifindex("x0");
+    let mut bed = bed();
+    bed.snat(NODE, 61_000, 61_010);
+    let frontend = ([198, 51, 100, 20], 80);
+    bed.frontend_at(
+        frontend,
+        PROTO_UDP,
+        lb_common::FE_F_EXTERNAL_LOCAL,
+        &[REMOTE_POD],
+    );
+    ns.run(|| {
+        early_in_a_second();
+        let datagram = udp(CLIENT, frontend);
+        let (action, sent) = bed.xdp(&datagram, x0);
+        assert_eq!(action, XDP_TX);
+        assert_eq!(bed.xdp_flows(), (1, 0), "cached");
+        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 1);
+        // The address's bit gone: the full path sends it, a known flow.
+        bed.clear_addrs();
+        assert_eq!(bed.xdp(&datagram, x0), (XDP_TX, sent));
+        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 1, "known");
+        // With conntrack empty, the cache would send it as before in this
+        // second; it is not looked up, and the full path records the flow
+        // anew.
+        forget_flows(&mut bed);
+        assert_eq!(bed.xdp(&datagram, x0).0, XDP_TX);
+        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 2, "the full path's");
+    });
+}
+
 #[test]
 fn xdp_sends_an_ipv6_flows_next_datagrams_by_its_cache_at_its_generation_only() {
     let ns = Netns::new();

@@ -29,7 +29,7 @@ use aya_ebpf::{
 };
 use lb_common::{
     PROTO_TCP, PROTO_UDP, STAT_XDP_FORWARDED, STAT_XDP_PASSED_TO_TC, STAT_XDP6_OFFSET, TCP_FIN,
-    TCP_RST, TCP_SYN, XDP_FLOWS_MAX, XdpFlow, XdpFlowKey, XdpFound,
+    TCP_RST, TCP_SYN, XDP_FLOWS_MAX, XdpFlow, XdpFlowKey, XdpFound, addr_bit4, addr_bit6,
 };
 
 use crate::{
@@ -37,6 +37,7 @@ use crate::{
     clock::now,
     csum::{csum_add, diff16},
     ctx::PacketCtx as _,
+    maps::{LB_CONFIG, maybe_frontend},
     meta::tell_tc_found,
     packet::{ETH_HLEN, Ip, Packet},
     stats::count,
@@ -123,6 +124,16 @@ pub trait Cached: Ip {
     ///
     /// As [`Self::plain`].
     unsafe fn next_hop(l3: usize, l3_diff: u32);
+    /// Whether the packet at `l3` may have an entry: it goes to an address
+    /// with a frontend (`LB_ADDRS`, whose bit may also be another
+    /// address's) or to the SNAT address (a reply). Any other is spared
+    /// the lookup, not the full path, which still looks it up: a flow
+    /// outlives its frontend's bit.
+    ///
+    /// # Safety
+    ///
+    /// As [`Self::plain`].
+    unsafe fn may_have_entry(l3: usize) -> bool;
 }
 
 impl Cached for [u8; 4] {
@@ -180,6 +191,14 @@ impl Cached for [u8; 4] {
             csum.write_unaligned(csum_add(csum.read_unaligned(), sum));
         }
     }
+
+    #[inline(always)]
+    unsafe fn may_have_entry(l3: usize) -> bool {
+        // SAFETY: the caller's contract: the address lies in the fixed
+        // header.
+        let dst = unsafe { ((l3 + Self::DADDR) as *const [u8; 4]).read_unaligned() };
+        LB_CONFIG.get(0).is_some_and(|c| c.snat4_be == dst) || maybe_frontend(addr_bit4(dst))
+    }
 }
 
 impl Cached for Addr6 {
@@ -220,6 +239,13 @@ impl Cached for Addr6 {
     unsafe fn next_hop(l3: usize, _l3_diff: u32) {
         // SAFETY: the caller's contract.
         unsafe { *((l3 + Self::TTL) as *mut u8) -= 1 };
+    }
+
+    #[inline(always)]
+    unsafe fn may_have_entry(l3: usize) -> bool {
+        // SAFETY: as for IPv4's.
+        let dst = unsafe { ((l3 + Self::DADDR) as *const [u8; 16]).read_unaligned() };
+        LB_CONFIG.get(0).is_some_and(|c| c.snat6_be == dst) || maybe_frontend(addr_bit6(&dst))
     }
 }
 
@@ -265,7 +291,8 @@ fn hit_family<A: Cached>(ctx: &XdpContext) -> i32 {
             A::plain(l3),
         )
     };
-    if ttl <= 1 || !plain {
+    // SAFETY: as above.
+    if ttl <= 1 || !plain || !unsafe { A::may_have_entry(l3) } {
         return MISS;
     }
     let csum = if proto == PROTO_TCP {

@@ -80,6 +80,13 @@ pub static LB4_REVNAT: LruHashMap<RevNat4Key, RevNat4Value, { DEFAULT_REVNAT_MAX
 #[btf_map]
 pub static LB_ADDRS: Array<u64, { ADDR_WORDS as usize }> = Array::new();
 
+/// Whether the address whose bit is `(word, mask)` may have a frontend: a
+/// clear bit in `LB_ADDRS` rules it out without a lookup.
+#[inline(always)]
+pub fn maybe_frontend((word, mask): (u32, u64)) -> bool {
+    LB_ADDRS.get(word).is_some_and(|w| w & mask != 0)
+}
+
 /// Socket -> the backend it was sent to and the frontend addressed, in the
 /// socket's own storage. Written by connect*/sendmsg*, read by
 /// recvmsg*/getpeername*; freed with the socket.

@@ -38,8 +38,8 @@ use crate::{
     family::{Family, V4, V6},
     lb::{Random, Selection, select},
     maps::{
-        LB_ADDRS, LB_SOCK_REVNAT, LB4_REVNAT, LB4_REVNAT_PREV, LB6_REVNAT, LB6_REVNAT_PREV,
-        PREV_TEMPLATE,
+        LB_SOCK_REVNAT, LB4_REVNAT, LB4_REVNAT_PREV, LB6_REVNAT, LB6_REVNAT_PREV, PREV_TEMPLATE,
+        maybe_frontend,
     },
     stats::count,
 };
@@ -376,13 +376,6 @@ fn translate<S: Field>(
         (*sa).user_port = u32::from(backend_port);
     }
     Ok(true)
-}
-
-/// Whether the address whose bit is `(word, mask)` may have a frontend: a
-/// clear bit in `LB_ADDRS` rules it out without a lookup.
-#[inline(always)]
-fn maybe_frontend((word, mask): (u32, u64)) -> bool {
-    LB_ADDRS.get(word).is_some_and(|w| w & mask != 0)
 }
 
 /// A backend of family `F` for `key`; `Ok(None)` leaves the address alone.

@@ -68,6 +68,8 @@ pub(crate) struct Bed {
     ebpf: Ebpf,
     pub v4: Lb<[u8; 4]>,
     pub v6: Lb<[u8; 16]>,
+    /// `LB_ADDRS`: a bit for every frontend's address.
+    addrs: Array<MapData, u64>,
     config: Array<MapData, DatapathConfig>,
     stats: PerCpuArray<MapData, u64>,
     pub ct: HashMap<MapData, Ct4Key, Ct4Value>,
@@ -117,6 +119,8 @@ pub(crate) trait BedFamily: Address + aya::Pod {
     /// Bits of a source-range key before the source address.
     const SOURCE_RANGE_PREFIX: u32;
     fn lb(bed: &mut Bed) -> &mut Lb<Self>;
+    /// The address's bit in `LB_ADDRS`.
+    fn bit(&self) -> (u32, u64);
     /// Sets the family's SNAT address in `cfg`.
     fn set_snat(cfg: &mut DatapathConfig, addr: Self);
 }
@@ -126,6 +130,9 @@ impl BedFamily for [u8; 4] {
     const SOURCE_RANGE_PREFIX: u32 = SOURCE_RANGE_PREFIX;
     fn lb(bed: &mut Bed) -> &mut Lb<Self> {
         &mut bed.v4
+    }
+    fn bit(&self) -> (u32, u64) {
+        lb_common::addr_bit4(*self)
     }
     fn set_snat(cfg: &mut DatapathConfig, addr: Self) {
         cfg.snat4_be = addr;
@@ -137,6 +144,9 @@ impl BedFamily for [u8; 16] {
     const SOURCE_RANGE_PREFIX: u32 = SOURCE_RANGE6_PREFIX;
     fn lb(bed: &mut Bed) -> &mut Lb<Self> {
         &mut bed.v6
+    }
+    fn bit(&self) -> (u32, u64) {
+        lb_common::addr_bit6(self)
     }
     fn set_snat(cfg: &mut DatapathConfig, addr: Self) {
         cfg.snat6_be = addr;
@@ -202,6 +212,7 @@ impl Bed {
         Self {
             v4: Lb::take(&mut ebpf),
             v6: Lb::take(&mut ebpf),
+            addrs: take(&mut ebpf, "LB_ADDRS"),
             config: take(&mut ebpf, "LB_CONFIG"),
             stats: take(&mut ebpf, "LB_STATS"),
             ct: take(&mut ebpf, "LB4_CT"),
@@ -248,6 +259,10 @@ impl Bed {
             proto,
             scope: SCOPE_EXTERNAL,
         };
+        // The address's bit first, as the agent sets it.
+        let (word, mask) = addr.bit();
+        let bits = self.addrs.get(&word, 0).unwrap();
+        self.addrs.set(word, bits | mask, 0).unwrap();
         let lb = A::lb(self);
         for (slot, (addr, port)) in backends.iter().enumerate() {
             let id = fe_id * 100 + slot as u32;
@@ -279,6 +294,14 @@ impl Bed {
         lb.frontends
             .insert(key, FrontendId { id: fe_id }, 0)
             .unwrap();
+    }
+
+    /// Clears every bit of `LB_ADDRS`, as when the last frontend of each
+    /// address went.
+    pub(crate) fn clear_addrs(&mut self) {
+        for word in 0..lb_common::ADDR_WORDS {
+            self.addrs.set(word, 0, 0).unwrap();
+        }
     }
 
     /// Gives the frontend `NODE:port/proto` a Maglev table ([`Self::maglev_at`]).

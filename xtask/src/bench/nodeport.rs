@@ -336,8 +336,12 @@ impl Bed {
         let mut bed = Self::new(pods)?;
         let [v4, v6] = Family::ALL.map(|f| in_family(specs, f));
         let manifest = super::datapath::manifests(&[&v4, &v6]);
+        // Maps for the N (the defaults up to 10,000): each family's hold
+        // every Service.
+        let endpoints = specs.iter().map(|s| s.endpoints.len()).max().unwrap_or(0);
+        let capacity = super::scale::capacity_flags(specs.len(), endpoints);
         for (mode, rig) in &mut bed.rigs {
-            start_agent(*mode, rig, &manifest)?;
+            start_agent(*mode, rig, &manifest, &capacity)?;
         }
         if !kube_proxy {
             return Ok(bed);
@@ -383,10 +387,15 @@ impl Bed {
     }
 }
 
-/// Our agent in `mode`'s node, on its three devices, with the mode's flags,
-/// from `manifest`; its Node has an InternalIP of each family (each
+/// Our agent in `mode`'s node, on its three devices, with the mode's flags
+/// and map `capacity` flags, from `manifest`; its Node has an InternalIP of each family (each
 /// family's NodePort address and SNAT source).
-fn start_agent(mode: Mode, rig: &mut Rig, manifest: &str) -> anyhow::Result<()> {
+fn start_agent(
+    mode: Mode,
+    rig: &mut Rig,
+    manifest: &str,
+    capacity: &[String],
+) -> anyhow::Result<()> {
     let [v4, v6] = Family::ALL.map(|f| at(f, mode.node_addr()));
     let node = format!(
         "---\napiVersion: v1\nkind: Node\nmetadata: {{name: {NODE}}}\n\
@@ -398,6 +407,7 @@ fn start_agent(mode: Mode, rig: &mut Rig, manifest: &str) -> anyhow::Result<()> 
         format!("--hostname-override={NODE}"),
         "--devices=eth0,eth1,eth2".to_owned(),
     ];
+    flags.extend_from_slice(capacity);
     flags.extend(
         mode.agent_flags()
             .into_iter()
