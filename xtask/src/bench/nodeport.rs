@@ -336,10 +336,7 @@ impl Bed {
         let mut bed = Self::new(pods)?;
         let [v4, v6] = Family::ALL.map(|f| in_family(specs, f));
         let manifest = super::datapath::manifests(&[&v4, &v6]);
-        // Maps for the N (the defaults up to 10,000): each family's hold
-        // every Service.
-        let endpoints = specs.iter().map(|s| s.endpoints.len()).max().unwrap_or(0);
-        let capacity = super::scale::capacity_flags(specs.len(), endpoints);
+        let capacity = capacity_flags(specs);
         for (mode, rig) in &mut bed.rigs {
             start_agent(*mode, rig, &manifest, &capacity)?;
         }
@@ -385,6 +382,30 @@ impl Bed {
         };
         Ok((sum("tc-in-")?, sum("tc-out-")?))
     }
+}
+
+/// Map capacities for `specs` in each family (the agent's defaults,
+/// 65,536, 131,072 and 262,144, up to N = 10,000): a Service's cluster IP and its wildcard, and a NodePort's
+/// frontends at the node's address from inside and from outside, with
+/// room to spare; its endpoints, once as backends and twice as slots (a
+/// revision and its successor).
+fn capacity_flags(specs: &[SvcSpec]) -> [String; 3] {
+    let frontends: usize = specs
+        .iter()
+        .map(|s| if s.node_port.is_some() { 6 } else { 2 })
+        .sum();
+    let endpoints: usize = specs.iter().map(|s| s.endpoints.len()).sum();
+    [
+        format!(
+            "--bpf-lb-service-map-max={}",
+            (frontends + 1024).max(65_536)
+        ),
+        format!(
+            "--bpf-lb-service-backend-map-max={}",
+            (endpoints + 1024).max(131_072)
+        ),
+        format!("--bpf-lb-slot-map-max={}", (2 * endpoints).max(262_144)),
+    ]
 }
 
 /// Our agent in `mode`'s node, on its three devices, with the mode's flags
