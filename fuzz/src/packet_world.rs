@@ -140,7 +140,7 @@ impl World {
         let node4 = NODE.v4();
         let node6 = NODE.v6();
         bed.snat(node4, SNAT_MIN, SNAT_MAX);
-        bed.snat6(node6, SNAT_MIN, SNAT_MAX);
+        bed.snat(node6, SNAT_MIN, SNAT_MAX);
         known.snat = [Ep::v4(node4, 0, 0), Ep::v6(node6, 0, 0)];
 
         let local4 = (Host::LocalPod.v4(), 8080);
@@ -167,7 +167,7 @@ impl World {
                 ((node6, NODE_PORT), 0, [local6, remote6]),
                 ((node6, DSR_PORT), FE_F_DSR, [remote6, remote6]),
             ] {
-                bed.frontend6(at, proto, flags, &eps);
+                bed.frontend_at(at, proto, flags, &eps);
                 let fe = Ep::v6(at.0, at.1, proto);
                 known.frontends.insert(fe);
                 if flags & FE_F_DSR != 0 {
@@ -180,7 +180,7 @@ impl World {
             // This node holds `LocalPod` for DSR NodePorts balanced on
             // any node.
             bed.dsr_endpoint(([0; 4], DSR_PORT), local4, proto);
-            bed.dsr_endpoint6(([0; 16], DSR_PORT), local6, proto);
+            bed.dsr_endpoint(([0; 16], DSR_PORT), local6, proto);
             known.dsr_endpoints.push(DsrEndpoint {
                 frontend: Ep::v4([0; 4], DSR_PORT, proto),
                 endpoint: Ep::v4(local4.0, local4.1, proto),
@@ -201,9 +201,9 @@ impl World {
         bed.node_net([10, 1, 0, 0], 24, 1);
         bed.node_net(Host::OtherNode.v4(), 32, 2);
         bed.node_net([10, 2, 0, 0], 24, 2);
-        bed.node_net6(node6, 128, 1);
-        bed.node_net6(Host::LocalPod.v6(), 64, 1);
-        bed.node_net6(Host::RemotePod.v6(), 64, 2);
+        bed.node_net(node6, 128, 1);
+        bed.node_net(Host::LocalPod.v6(), 64, 1);
+        bed.node_net(Host::RemotePod.v6(), 64, 2);
 
         let frag4: HashMap<MapData, Frag4Key, Frag4Value> = bed.take_map("LB4_FRAG");
         let frag6: HashMap<MapData, Frag6Key, Frag4Value> = bed.take_map("LB6_FRAG");
