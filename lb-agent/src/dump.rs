@@ -13,8 +13,8 @@ use lb_common::{
     CT_DIR_IN, CT_F_DSR, CT_F_KERNEL, CT_F_SNAT, CT_SEEN, CT_SEEN_FIN, CT_SEEN_RST, CtKey, CtValue,
     FE_F_AFFINITY, FE_F_DSR, FE_F_EXTERNAL_LOCAL, FE_F_LOCAL, FE_F_MAGLEV, FE_F_NO_LOCAL_ENDPOINTS,
     FE_F_SOURCE_RANGES, FE_KIND_EXTERNAL_IP, FE_KIND_LOAD_BALANCER, FE_KIND_MASK,
-    FE_KIND_NODE_PORT, NatKey, NatValue, PROTO_TCP, SCOPE_EXTERNAL, ct_closed, ct_established,
-    ct_expired,
+    FE_KIND_NODE_PORT, NatKey, NatValue, PROTO_TCP, SCOPE_EXTERNAL, StatKey, ct_closed,
+    ct_established, ct_expired,
 };
 
 use crate::{
@@ -263,11 +263,19 @@ pub fn render_dsr(
     out
 }
 
-/// Renders the datapath counters, one per line.
-pub fn render_stats(counters: impl Iterator<Item = (&'static str, u64)>) -> String {
-    let mut out = String::new();
-    for (name, n) in counters {
-        let _ = writeln!(out, "{name:<28} {n}");
+/// Renders the datapath counters, one per line: hook, direction, family,
+/// reason and count.
+pub fn render_stats(counters: &BTreeMap<StatKey, u64>) -> String {
+    let mut out = String::from("# hook direction family reason count\n");
+    for (key, n) in counters {
+        let _ = writeln!(
+            out,
+            "{:<4} {:<7} {:<4} {:<26} {n}",
+            key.at.hook.name(),
+            key.at.dir.name(),
+            key.family.name(),
+            key.reason.name()
+        );
     }
     out
 }
@@ -278,6 +286,24 @@ mod tests {
 
     use super::*;
     use crate::reconcile::FrontendView;
+
+    #[test]
+    fn the_counters_are_listed_by_hook_direction_family_and_reason() {
+        use lb_common::{At, Reason, StatFamily};
+        let counters = BTreeMap::from([
+            (StatKey::new(At::XDP, StatFamily::V6, Reason::Forwarded), 7),
+            (
+                StatKey::new(At::TC_OUT, StatFamily::V4, Reason::DropSnatExhausted),
+                0,
+            ),
+        ]);
+        assert_eq!(
+            render_stats(&counters),
+            "# hook direction family reason count\n\
+             tc   egress  ipv4 drop_snat_exhausted        0\n\
+             xdp  ingress ipv6 forwarded                  7\n"
+        );
+    }
 
     #[test]
     fn the_dsr_tables_list_each_nodes_networks_and_each_endpoint() {

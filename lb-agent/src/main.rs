@@ -55,7 +55,7 @@ fn main() -> anyhow::Result<()> {
                 let totals = stats::read(&pins.maps_dir()).with_context(|| {
                     format!("reading the counters under {}", pins.maps_dir().display())
                 })?;
-                dump::render_stats(stats::named(&totals))
+                dump::render_stats(&totals)
             } else if args.conntrack {
                 let entries = conntrack::read(&pins.maps_dir()).with_context(|| {
                     format!("reading the conntrack under {}", pins.maps_dir().display())

@@ -24,10 +24,9 @@ use bed::*;
 use etherparse::{NetHeaders, PacketBuilder, PacketHeaders, TcpOptionElement, TransportHeader};
 use fib_netns::Netns;
 use lb_common::{
-    CFG_F_MIDFLOW, CT_DIR_IN, CT_DIR_OUT, CT_F_DSR, CT_F_KERNEL, CT_F_SNAT, CT_SEEN, CT_SEEN_ACK,
-    Ct4Key, Ct4Value, DatapathConfig, FE_F_DSR, FE_F_EXTERNAL_LOCAL, PROTO_TCP, PROTO_UDP,
-    STAT_TC_DROP_SYN_BUDGET, STAT_TC_DSR_RESTORED, STAT_TC_MIDFLOW_TAKEN_OVER, STAT_TC_NEW_FLOW,
-    STAT_TC_PASSED_UNTRACKED, STAT_TC6_DSR_RESTORED, Timeouts,
+    At, CFG_F_MIDFLOW, CT_DIR_IN, CT_DIR_OUT, CT_F_DSR, CT_F_KERNEL, CT_F_SNAT, CT_SEEN,
+    CT_SEEN_ACK, Ct4Key, Ct4Value, DatapathConfig, FE_F_DSR, FE_F_EXTERNAL_LOCAL, PROTO_TCP,
+    PROTO_UDP, Reason, Timeouts,
 };
 use packets6::*;
 
@@ -275,7 +274,11 @@ fn the_backends_node_strips_the_option_and_replies_as_the_frontend() {
         assert!(wire.ip_options.is_empty());
         assert_eq!(backend.ct().len(), 1);
         assert!(backend.ct().iter().all(|(k, _)| k.dir != CT_DIR_IN));
-        assert_eq!(backend.stat(STAT_TC_DSR_RESTORED), 1, "one flow learned");
+        assert_eq!(
+            backend.stat(stat4(At::TC_IN, Reason::DsrRestored)),
+            1,
+            "one flow learned"
+        );
     });
 }
 
@@ -436,7 +439,11 @@ fn the_backends_node_strips_the_ipv6_header_and_replies_as_the_frontend() {
         let plain = tcp6(CLIENT6, REMOTE_POD6, Tcp::Ack);
         assert_eq!(backend.ingress_on(&plain, x0), (PASS, plain.clone()));
         assert_eq!(backend.ct6().len(), 1);
-        assert_eq!(backend.stat(STAT_TC6_DSR_RESTORED), 1, "one flow learned");
+        assert_eq!(
+            backend.stat(stat6(At::TC_IN, Reason::DsrRestored)),
+            1,
+            "one flow learned"
+        );
     });
 }
 
@@ -494,9 +501,9 @@ fn with_maglev_and_dsr_a_mid_flow_segment_starts_its_flow_at_the_backend_the_tab
         reached.insert(hashed(sport));
     }
     assert_eq!(reached.len(), 2, "16 flows reach both backends");
-    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 16);
-    assert_eq!(bed.stat(STAT_TC_MIDFLOW_TAKEN_OVER), 16);
-    assert_eq!(bed.stat(STAT_TC_PASSED_UNTRACKED), 0);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::NewFlow)), 16);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::MidflowTakenOver)), 16);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::PassedUntracked)), 0);
     assert!(bed.nat().is_empty());
 
     // The flows live as established connections, not as a SYN's: this
@@ -531,8 +538,16 @@ fn a_mid_flow_segment_stays_the_kernels_without_the_flag_maglev_or_dsr() {
         let segment = tcp(CLIENT, FRONTEND, Tcp::Ack);
         assert_eq!(bed.ingress(&segment), (PASS, segment), "{why}");
         assert!(bed.ct().is_empty(), "{why}");
-        assert_eq!(bed.stat(STAT_TC_PASSED_UNTRACKED), 1, "{why}");
-        assert_eq!(bed.stat(STAT_TC_MIDFLOW_TAKEN_OVER), 0, "{why}");
+        assert_eq!(
+            bed.stat(stat4(At::TC_IN, Reason::PassedUntracked)),
+            1,
+            "{why}"
+        );
+        assert_eq!(
+            bed.stat(stat4(At::TC_IN, Reason::MidflowTakenOver)),
+            0,
+            "{why}"
+        );
     }
 }
 
@@ -560,7 +575,7 @@ fn a_flow_the_kernel_tracks_stays_the_kernels_at_a_failover_frontend() {
     let segment = tcp(CLIENT, FRONTEND, Tcp::Ack);
     assert_eq!(bed.ingress(&segment), (PASS, segment), "untouched");
     assert_eq!(bed.ct().len(), 1, "no entry of ours: {:?}", bed.ct());
-    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 0);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::NewFlow)), 0);
 }
 
 #[test]
@@ -583,7 +598,7 @@ fn a_flow_taken_over_mid_flow_takes_a_token_and_one_that_starts_closed_lives_as_
             bed.ingress(&tcp(client(41_001), FRONTEND, Tcp::Ack)).0,
             DROP
         );
-        assert_eq!(bed.stat(STAT_TC_DROP_SYN_BUDGET), 1);
+        assert_eq!(bed.stat(stat4(At::TC_IN, Reason::DropSynBudget)), 1);
         // A RST or a FIN starts a flow closing, which takes no token and
         // lives the closing timeouts, not the established one.
         assert_eq!(

@@ -23,10 +23,8 @@ use bed::*;
 use etherparse::{Icmpv4Header, IpNumber, Ipv4Header, NetHeaders, PacketHeaders, TransportHeader};
 use fib_netns::Netns;
 use lb_common::{
-    CT_DIR_OUT, CT_F_DSR, CT_F_SNAT, Ct4Key, Ct4Value, DatapathConfig, FE_F_DSR, PROTO_TCP,
-    PROTO_UDP, STAT_TC_DROP_DSR_INVALID, STAT_TC_DROP_SYN_BUDGET, STAT_TC_DSR_RESTORED,
-    STAT_TC_DSR_SNAT_HAIRPIN, STAT_TC_DSR_SNAT_TOO_BIG, STAT_TC_DSR_TOO_BIG,
-    STAT_TC6_DROP_DSR_INVALID, STAT_TC6_DSR_TOO_BIG,
+    At, CT_DIR_OUT, CT_F_DSR, CT_F_SNAT, Ct4Key, Ct4Value, DatapathConfig, FE_F_DSR, PROTO_TCP,
+    PROTO_UDP, Reason,
 };
 use packets6::*;
 
@@ -118,8 +116,8 @@ fn an_option_to_a_port_of_no_frontend_is_refused_and_the_nodes_own_traffic_stays
     on_device(|x0| {
         assert_eq!(bed.ingress_on(&spoof, x0).0, DROP);
         assert!(bed.ct().is_empty(), "{:?}", bed.ct());
-        assert_eq!(bed.stat(STAT_TC_DROP_DSR_INVALID), 1);
-        assert_eq!(bed.stat(STAT_TC_DSR_RESTORED), 0);
+        assert_eq!(bed.stat(stat4(At::TC_IN, Reason::DropDsrInvalid)), 1);
+        assert_eq!(bed.stat(stat4(At::TC_IN, Reason::DsrRestored)), 0);
         // The node's own answer from port 6000 to the client's 5000 leaves
         // as it is, from the node.
         let own = udp((NODE, 6000), client);
@@ -132,10 +130,14 @@ fn an_option_is_trusted_only_at_its_frontends_endpoint_from_a_client_behind_the_
     let bed = backend_node(PROTO_UDP);
     on_device(|x0| {
         let refused = |src: Addr, dst: Addr, fe: Addr, why: &str| {
-            let before = bed.stat(STAT_TC_DROP_DSR_INVALID);
+            let before = bed.stat(stat4(At::TC_IN, Reason::DropDsrInvalid));
             let packet = with_option(&udp(src, dst), option_of(fe));
             assert_eq!(bed.ingress_on(&packet, x0).0, DROP, "{why}");
-            assert_eq!(bed.stat(STAT_TC_DROP_DSR_INVALID), before + 1, "{why}");
+            assert_eq!(
+                bed.stat(stat4(At::TC_IN, Reason::DropDsrInvalid)),
+                before + 1,
+                "{why}"
+            );
             assert!(bed.ct().is_empty(), "{why}: {:?}", bed.ct());
         };
         let fe = ([192, 0, 2, 1], NODE_PORT);
@@ -154,7 +156,7 @@ fn an_option_is_trusted_only_at_its_frontends_endpoint_from_a_client_behind_the_
         let (verdict, out) = bed.ingress_on(&packet, x0);
         assert_eq!(verdict, PASS);
         assert_eq!(seen(&out), flow(CLIENT, REMOTE_POD));
-        assert_eq!(bed.stat(STAT_TC_DSR_RESTORED), 1);
+        assert_eq!(bed.stat(stat4(At::TC_IN, Reason::DsrRestored)), 1);
         assert_eq!(bed.ct().len(), 1);
     });
 }
@@ -170,7 +172,7 @@ fn a_load_balancer_ips_option_is_trusted_at_its_own_endpoints_only() {
         assert_eq!(bed.ingress_on(&named(([198, 51, 100, 41], 80)), x0).0, DROP);
         assert_eq!(bed.ingress_on(&named((vip.0, NODE_PORT)), x0).0, DROP);
         assert_eq!(bed.ingress_on(&named(vip), x0).0, PASS);
-        assert_eq!(bed.stat(STAT_TC_DROP_DSR_INVALID), 2);
+        assert_eq!(bed.stat(stat4(At::TC_IN, Reason::DropDsrInvalid)), 2);
     });
 }
 
@@ -200,7 +202,7 @@ fn an_option_never_replaces_a_live_entry_of_another_flow() {
         let syn = with_option(&tcp(CLIENT, REMOTE_POD, Tcp::Syn), option_of(fe));
         assert_eq!(bed.ingress_on(&syn, x0).0, DROP);
         assert_eq!(bed.ct(), vec![(key, theirs)], "untouched");
-        assert_eq!(bed.stat(STAT_TC_DROP_DSR_INVALID), 1);
+        assert_eq!(bed.stat(stat4(At::TC_IN, Reason::DropDsrInvalid)), 1);
     });
     // A DSR entry of another frontend is refused alike; once dead, either
     // is replaced.
@@ -246,8 +248,8 @@ fn option_carrying_syns_take_tokens_of_the_budget_of_unconfirmed_flows() {
             }
         });
         assert_eq!(bed.ct().len(), 2);
-        assert_eq!(bed.stat(STAT_TC_DROP_SYN_BUDGET), 1);
-        assert_eq!(bed.stat(STAT_TC_DROP_DSR_INVALID), 0);
+        assert_eq!(bed.stat(stat4(At::TC_IN, Reason::DropSynBudget)), 1);
+        assert_eq!(bed.stat(stat4(At::TC_IN, Reason::DropDsrInvalid)), 0);
     });
 }
 
@@ -259,7 +261,7 @@ fn an_ipv6_header_to_a_port_of_no_frontend_is_refused() {
     on_device(|x0| {
         assert_eq!(bed.ingress_on(&spoof, x0).0, DROP);
         assert!(bed.ct6().is_empty());
-        assert_eq!(bed.stat(STAT_TC6_DROP_DSR_INVALID), 1);
+        assert_eq!(bed.stat(stat6(At::TC_IN, Reason::DropDsrInvalid)), 1);
         let own = udp6((NODE6, 6000), (CLIENT6.0, 5000));
         assert_eq!(bed.egress_on(&own, x0), (PASS, own.clone()));
     });
@@ -296,13 +298,13 @@ fn a_client_on_its_backends_node_is_snated_not_sent_by_dsr() {
         assert_eq!((wire.src.0, wire.dst), (NODE, REMOTE_POD), "{client:?}");
         assert_eq!(out.len(), dnated.len(), "no option");
     }
-    assert_eq!(bed.stat(STAT_TC_DSR_SNAT_HAIRPIN), 2);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::DsrSnatHairpin)), 2);
     // A client elsewhere goes by DSR, with its own address.
     let (_, dnated) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
     let (_, out) = bed.egress(&dnated);
     assert_eq!(seen(&out).src, CLIENT);
     assert_eq!(out.len(), dnated.len() + 8);
-    assert_eq!(bed.stat(STAT_TC_DSR_SNAT_HAIRPIN), 2);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::DsrSnatHairpin)), 2);
 }
 
 /// An ICMP error's outer source and destination.
@@ -350,7 +352,7 @@ fn what_the_option_would_take_over_the_mtu_is_answered_or_snated_never_lost_unsa
         assert_eq!(addrs, (NODE, CLIENT.0), "from the frontend to the client");
         assert_eq!(what, (3, 4, 1492), "fragmentation needed, the MTU less 8");
         assert_eq!(quoted, flow(CLIENT, FRONTEND), "as the client sent it");
-        assert_eq!(bed.stat(STAT_TC_DSR_TOO_BIG), 1);
+        assert_eq!(bed.stat(stat4(At::TC_OUT, Reason::DsrTooBig)), 1);
 
         // One that fits goes by DSR as before.
         let small = udp_sized(CLIENT, FRONTEND, 1000, true);
@@ -371,7 +373,7 @@ fn what_the_option_would_take_over_the_mtu_is_answered_or_snated_never_lost_unsa
         let (_, dnated) = bed.ingress_on(&udp_sized(client, FRONTEND, 100, false), x0);
         let (_, out) = bed.egress_on(&dnated, x0);
         assert_eq!(seen(&out).src, snated.src);
-        assert_eq!(bed.stat(STAT_TC_DSR_SNAT_TOO_BIG), 1);
+        assert_eq!(bed.stat(stat4(At::TC_OUT, Reason::DsrSnatTooBig)), 1);
         // Its reply comes back through this node, to the client, from the
         // frontend.
         let (_, back) = bed.ingress_on(&udp(REMOTE_POD, snated.src), x0);
@@ -446,7 +448,7 @@ fn an_ipv6_packet_the_header_would_take_over_the_mtu_gets_packet_too_big() {
         assert_eq!((src, dst), (NODE6, CLIENT6.0));
         assert_eq!(kind, etherparse::Icmpv6Type::PacketTooBig { mtu: 1476 });
         assert_eq!(quoted, flow6(CLIENT6, FRONTEND6));
-        assert_eq!(bed.stat(STAT_TC6_DSR_TOO_BIG), 1);
+        assert_eq!(bed.stat(stat6(At::TC_OUT, Reason::DsrTooBig)), 1);
     });
 }
 
@@ -471,7 +473,7 @@ fn a_dsr_flows_blind_ack_keeps_its_token_and_the_clients_close_gives_it_back() {
             bed.ingress(&tcp(client(41_002), FRONTEND, Tcp::Syn)).0,
             DROP
         );
-        assert_eq!(bed.stat(STAT_TC_DROP_SYN_BUDGET), 1);
+        assert_eq!(bed.stat(stat4(At::TC_IN, Reason::DropSynBudget)), 1);
         // The ACK gave the flow the TCP timeout all the same: an idle
         // connection keeps its backend.
         let now = lb_agent::datapath::conntrack::now();

@@ -14,10 +14,8 @@ use etherparse::{
 };
 use lb_agent::datapath::conntrack;
 use lb_common::{
-    CT_DIR_IN, CT_DIR_OUT, CT_F_SNAT, Ct4Key, Ct4Value, FE_F_EXTERNAL_LOCAL,
-    FE_F_NO_LOCAL_ENDPOINTS, FE_F_SOURCE_RANGES, Nat4Key, Nat4Value, PROTO_TCP, PROTO_UDP,
-    STAT_TC_DROP_NO_LOCAL, STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_DROP_SOURCE_RANGE,
-    STAT_TC_NEW_FLOW, STAT_TC_PASSED_UNTRACKED, STAT_TC_REJECT_NO_ENDPOINTS,
+    At, CT_DIR_IN, CT_DIR_OUT, CT_F_SNAT, Ct4Key, Ct4Value, FE_F_EXTERNAL_LOCAL,
+    FE_F_NO_LOCAL_ENDPOINTS, FE_F_SOURCE_RANGES, Nat4Key, Nat4Value, PROTO_TCP, PROTO_UDP, Reason,
 };
 
 #[test]
@@ -28,7 +26,7 @@ fn a_new_flow_to_an_external_frontend_is_dnated_and_tracked_both_ways() {
     let (verdict, out) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
     assert_eq!(verdict, PASS);
     assert_eq!(seen(&out), flow(CLIENT, LOCAL_POD));
-    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 1);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::NewFlow)), 1);
 
     let mut ct = bed.ct();
     ct.sort_by_key(|(k, _)| k.dir);
@@ -99,7 +97,7 @@ fn every_packet_of_a_flow_goes_to_the_backend_its_first_one_picked() {
         }
     }
     assert!(picked.len() > 1, "64 flows all picked one of 8 backends");
-    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 64);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::NewFlow)), 64);
 }
 
 #[test]
@@ -189,7 +187,7 @@ fn no_local_endpoint_drops_and_is_counted() {
     );
     let (verdict, _) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
     assert_eq!(verdict, DROP);
-    assert_eq!(bed.stat(STAT_TC_DROP_NO_LOCAL), 1);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::DropNoLocalEndpoints)), 1);
     assert!(bed.ct().is_empty());
 }
 
@@ -217,8 +215,8 @@ fn no_endpoints_at_all_rejects_tcp_with_a_reset_from_the_frontend() {
     // kube-proxy's it tracks).
     let ack = tcp(CLIENT, FRONTEND, Tcp::Ack);
     assert_eq!(bed.ingress(&ack), (PASS, ack));
-    assert_eq!(bed.stat(STAT_TC_REJECT_NO_ENDPOINTS), 1);
-    assert_eq!(bed.stat(STAT_TC_PASSED_UNTRACKED), 1);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::RefusedNoEndpoints)), 1);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::PassedUntracked)), 1);
     assert!(bed.ct().is_empty());
 }
 
@@ -246,7 +244,7 @@ fn no_endpoints_at_all_rejects_udp_with_a_port_unreachable_quoting_it() {
     assert_eq!(quote, &datagram[14..14 + 28], "its IPv4 and UDP headers");
     let want = Icmpv4Header::with_checksum(icmp.icmp_type.clone(), quote).checksum;
     assert_eq!(icmp.checksum, want, "ICMP checksum");
-    assert_eq!(bed.stat(STAT_TC_REJECT_NO_ENDPOINTS), 1);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::RefusedNoEndpoints)), 1);
 }
 
 #[test]
@@ -259,7 +257,7 @@ fn a_reset_to_a_frontend_without_endpoints_is_not_answered() {
         (PASS, rst),
         "left to the kernel, unanswered"
     );
-    assert_eq!(bed.stat(STAT_TC_REJECT_NO_ENDPOINTS), 0);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::RefusedNoEndpoints)), 0);
 }
 
 /// The TCP header of a packet.
@@ -293,7 +291,7 @@ fn exhausted_snat_ports_drop_the_packet_and_are_counted() {
     let (_, dnated) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
     let (verdict, _) = bed.egress(&dnated);
     assert_eq!(verdict, DROP);
-    assert_eq!(bed.stat(STAT_TC_DROP_SNAT_EXHAUSTED), 1);
+    assert_eq!(bed.stat(stat4(At::TC_OUT, Reason::DropSnatExhausted)), 1);
 
     // Another backend may use the same port.
     let mut other = Bed::new();
@@ -323,7 +321,7 @@ fn without_a_snat_address_cluster_flows_to_remote_backends_are_dropped() {
     let (_, dnated) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
     let (verdict, _) = bed.egress(&dnated);
     assert_eq!(verdict, DROP);
-    assert_eq!(bed.stat(STAT_TC_DROP_SNAT_EXHAUSTED), 1);
+    assert_eq!(bed.stat(stat4(At::TC_OUT, Reason::DropSnatExhausted)), 1);
 }
 
 #[test]
@@ -336,12 +334,12 @@ fn a_new_connection_on_a_closed_flows_port_picks_again() {
     // Half-closed: a SYN is a retransmission or a confused peer, not a new
     // flow.
     bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
-    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 1);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::NewFlow)), 1);
     bed.egress(&tcp(LOCAL_POD, CLIENT, Tcp::Fin));
     let (verdict, out) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
     assert_eq!(verdict, PASS);
     assert_eq!(seen(&out), flow(CLIENT, LOCAL_POD));
-    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 2);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::NewFlow)), 2);
 }
 
 #[test]
@@ -368,7 +366,7 @@ fn a_packet_with_ip_options_is_translated_too() {
     let (verdict, out) = bed.ingress(&packet);
     assert_eq!(verdict, PASS);
     assert_eq!(seen(&out), flow(CLIENT, LOCAL_POD));
-    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 1);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::NewFlow)), 1);
 }
 
 #[test]
@@ -391,7 +389,7 @@ fn other_traffic_passes_untouched() {
         }
     }
     assert!(bed.ct().is_empty());
-    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 0);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::NewFlow)), 0);
 }
 
 #[test]
@@ -661,8 +659,8 @@ fn source_ranges_admit_their_sources_only_and_come_before_the_reject() {
     assert_eq!(verdict, DROP);
     let (verdict, _) = bed.ingress(&tcp(CLIENT, (NODE, NODE_PORT + 1), Tcp::Syn));
     assert_eq!(verdict, REDIRECT, "an admitted source is rejected");
-    assert_eq!(bed.stat(STAT_TC_DROP_SOURCE_RANGE), 2);
-    assert_eq!(bed.stat(STAT_TC_REJECT_NO_ENDPOINTS), 1);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::DropSourceRange)), 2);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::RefusedNoEndpoints)), 1);
 
     // A frontend with the flag and no range yet admits nobody.
     bed.frontend(NODE_PORT + 2, PROTO_TCP, FE_F_SOURCE_RANGES, &[LOCAL_POD]);

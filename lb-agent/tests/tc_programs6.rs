@@ -13,17 +13,10 @@ mod packets6;
 use bed::*;
 use etherparse::{Icmpv6Type, PacketHeaders, TransportHeader, icmpv6};
 use lb_common::{
-    CT_DIR_IN, CT_DIR_OUT, CT_F_SNAT, FE_F_EXTERNAL_LOCAL, FE_F_NO_LOCAL_ENDPOINTS,
-    FE_F_SOURCE_RANGES, PROTO_TCP, PROTO_UDP, STAT_TC_DROP_FRAGMENT, STAT_TC_DROP_NO_LOCAL,
-    STAT_TC_DROP_SOURCE_RANGE, STAT_TC_NEW_FLOW, STAT_TC_REJECT_NO_ENDPOINTS, STAT_TC6_OFFSET,
-    STAT_TC6_PASSED_EXT_HEADERS,
+    At, CT_DIR_IN, CT_DIR_OUT, CT_F_SNAT, FE_F_EXTERNAL_LOCAL, FE_F_NO_LOCAL_ENDPOINTS,
+    FE_F_SOURCE_RANGES, PROTO_TCP, PROTO_UDP, Reason,
 };
 use packets6::*;
-
-/// The IPv6 twin of the tc counter `stat`.
-const fn six(stat: u32) -> u32 {
-    stat + STAT_TC6_OFFSET
-}
 
 #[test]
 fn a_new_ipv6_flow_is_dnated_tracked_both_ways_and_counted_as_ipv6() {
@@ -33,8 +26,12 @@ fn a_new_ipv6_flow_is_dnated_tracked_both_ways_and_counted_as_ipv6() {
     let (verdict, out) = bed.ingress(&tcp6(CLIENT6, FRONTEND6, Tcp::Syn));
     assert_eq!(verdict, PASS);
     assert_eq!(seen6(&out), flow6(CLIENT6, LOCAL_POD6));
-    assert_eq!(bed.stat(six(STAT_TC_NEW_FLOW)), 1);
-    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 0, "not an IPv4 flow");
+    assert_eq!(bed.stat(stat6(At::TC_IN, Reason::NewFlow)), 1);
+    assert_eq!(
+        bed.stat(stat4(At::TC_IN, Reason::NewFlow)),
+        0,
+        "not an IPv4 flow"
+    );
 
     let mut ct = bed.ct6();
     ct.sort_by_key(|(k, _)| k.dir);
@@ -137,7 +134,7 @@ fn extension_header_chains_are_walked_to_the_l4_header() {
         &[HOP_BY_HOP, DEST_OPTS, ROUTING, DEST_OPTS, DEST_OPTS],
     );
     assert_eq!(bed.ingress(&long), (PASS, long));
-    assert_eq!(bed.stat(STAT_TC6_PASSED_EXT_HEADERS), 1);
+    assert_eq!(bed.stat(stat6(At::TC_IN, Reason::PassedExtHeaders)), 1);
 }
 
 #[test]
@@ -158,7 +155,7 @@ fn later_ipv6_fragments_follow_their_first_and_unknown_ones_are_dropped() {
     // A later fragment of a datagram whose first was not seen.
     let stray = udp6_fragments(CLIENT6, FRONTEND6, 0x0a0b_0c0d, 3000, 1280);
     assert_eq!(bed.ingress(&stray[1]).0, DROP);
-    assert_eq!(bed.stat(six(STAT_TC_DROP_FRAGMENT)), 1);
+    assert_eq!(bed.stat(stat6(At::TC_IN, Reason::DropFragmentUnknown)), 1);
 }
 
 #[test]
@@ -296,8 +293,8 @@ fn no_ipv6_endpoints_rejects_tcp_with_a_reset_and_udp_with_a_port_unreachable() 
         Icmpv6Type::DestinationUnreachable(icmpv6::DestUnreachableCode::Port)
     );
     assert_eq!(about, flow6(CLIENT6, FRONTEND6));
-    assert_eq!(bed.stat(six(STAT_TC_REJECT_NO_ENDPOINTS)), 2);
-    assert_eq!(bed.stat(STAT_TC_REJECT_NO_ENDPOINTS), 0);
+    assert_eq!(bed.stat(stat6(At::TC_IN, Reason::RefusedNoEndpoints)), 2);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::RefusedNoEndpoints)), 0);
 }
 
 #[test]
@@ -320,7 +317,7 @@ fn ipv6_source_ranges_admit_their_sources_only() {
     assert_eq!(seen6(&out), flow6(CLIENT6, LOCAL_POD6));
     let outsider = (v6([0x2001, 0xdb8, 0xd, 0, 0, 0, 0, 7]), 40000);
     assert_eq!(bed.ingress(&tcp6(outsider, FRONTEND6, Tcp::Syn)).0, DROP);
-    assert_eq!(bed.stat(six(STAT_TC_DROP_SOURCE_RANGE)), 1);
+    assert_eq!(bed.stat(stat6(At::TC_IN, Reason::DropSourceRange)), 1);
 }
 
 #[test]
@@ -333,7 +330,7 @@ fn no_local_ipv6_endpoint_drops_and_is_counted() {
         &[],
     );
     assert_eq!(bed.ingress(&tcp6(CLIENT6, FRONTEND6, Tcp::Syn)).0, DROP);
-    assert_eq!(bed.stat(six(STAT_TC_DROP_NO_LOCAL)), 1);
+    assert_eq!(bed.stat(stat6(At::TC_IN, Reason::DropNoLocalEndpoints)), 1);
 }
 
 #[test]

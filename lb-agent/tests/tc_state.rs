@@ -13,12 +13,10 @@ mod bed;
 use bed::*;
 use lb_agent::datapath::conntrack;
 use lb_common::{
-    CT_DIR_IN, CT_DIR_OUT, CT_F_KERNEL, CT_SEEN, CT_SEEN_ACK, CT_TIME_WAIT, Ct4Key, Ct4Value,
+    At, CT_DIR_IN, CT_DIR_OUT, CT_F_KERNEL, CT_SEEN, CT_SEEN_ACK, CT_TIME_WAIT, Ct4Key, Ct4Value,
     DEFAULT_CT_TIMEOUT_ANY, DEFAULT_CT_TIMEOUT_TCP, DEFAULT_CT_TIMEOUT_TCP_FIN,
     DEFAULT_CT_TIMEOUT_TCP_SYN, DatapathConfig, FE_F_EXTERNAL_LOCAL, Nat4Value, PROTO_TCP,
-    PROTO_UDP, REJECT_BURST, STAT_TC_DROP_FRAGMENT, STAT_TC_DROP_REJECT_LIMIT,
-    STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_DROP_SYN_BUDGET, STAT_TC_NEW_FLOW,
-    STAT_TC_PASSED_UNTRACKED, STAT_TC_REJECT_NO_ENDPOINTS,
+    PROTO_UDP, REJECT_BURST, Reason,
 };
 
 /// Every entry's expiry, in seconds from now: conntrack entries by
@@ -79,8 +77,12 @@ fn a_bare_ack_starts_no_flow_and_is_left_to_the_kernel() {
         assert_eq!(bed.ingress(&segment), (PASS, segment), "untouched");
     }
     assert!(bed.ct().is_empty());
-    assert_eq!(bed.stat(STAT_TC_PASSED_UNTRACKED), 4, "to a frontend");
-    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 0);
+    assert_eq!(
+        bed.stat(stat4(At::TC_IN, Reason::PassedUntracked)),
+        4,
+        "to a frontend"
+    );
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::NewFlow)), 0);
 }
 
 #[test]
@@ -91,7 +93,7 @@ fn a_packet_with_a_bad_ip_checksum_starts_no_flow() {
         assert_eq!(bed.ingress(&packet), (PASS, packet.clone()));
     }
     assert!(bed.ct().is_empty());
-    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 0);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::NewFlow)), 0);
 }
 
 #[test]
@@ -263,7 +265,7 @@ fn a_snat_port_goes_to_another_client_only_once_its_flow_is_over() {
     // Closed, it holds the port for the FIN timeout.
     back(&bed, nat, Tcp::Fin);
     assert_eq!(out(&bed, other, Tcp::Syn).0, DROP);
-    assert_eq!(bed.stat(STAT_TC_DROP_SNAT_EXHAUSTED), 2);
+    assert_eq!(bed.stat(stat4(At::TC_OUT, Reason::DropSnatExhausted)), 2);
     // Once it expired, the port is the new flow's, and the backend's
     // replies on it go to the new client.
     age(&mut bed, 0);
@@ -287,7 +289,7 @@ fn a_client_coming_back_on_its_port_takes_its_mapping_over() {
     let (verdict, snated) = out(&bed, CLIENT, Tcp::Syn);
     assert_eq!(verdict, PASS);
     assert_eq!(seen(&snated).src, nat);
-    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 2);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::NewFlow)), 2);
     assert_eq!(bed.nat().len(), 1);
 }
 
@@ -359,7 +361,11 @@ fn later_fragments_follow_their_first_both_ways() {
         assert_eq!(verdict, PASS);
         left_node.push(snated);
     }
-    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 1, "one datagram, one flow");
+    assert_eq!(
+        bed.stat(stat4(At::TC_IN, Reason::NewFlow)),
+        1,
+        "one datagram, one flow"
+    );
     let sent = reassembled(&left_node);
     assert_eq!(sent.dst, REMOTE_POD);
     assert_eq!(sent.src.0, NODE);
@@ -377,7 +383,7 @@ fn later_fragments_follow_their_first_both_ways() {
     // A later fragment whose first one never came is dropped and counted.
     let orphan = &udp_fragments(CLIENT, FRONTEND, 8, 3000, 1500)[1];
     assert_eq!(bed.ingress(orphan).0, DROP);
-    assert_eq!(bed.stat(STAT_TC_DROP_FRAGMENT), 1);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::DropFragmentUnknown)), 1);
 }
 
 #[test]
@@ -396,11 +402,11 @@ fn rejects_are_rate_limited_per_frontend() {
         "{sent}"
     );
     assert_eq!(
-        bed.stat(STAT_TC_DROP_REJECT_LIMIT) as usize,
+        bed.stat(stat4(At::TC_IN, Reason::DropRejectRateLimited)) as usize,
         REJECT_BURST as usize + 100 - sent
     );
     assert_eq!(
-        bed.stat(STAT_TC_REJECT_NO_ENDPOINTS),
+        bed.stat(stat4(At::TC_IN, Reason::RefusedNoEndpoints)),
         u64::from(REJECT_BURST + 100)
     );
     // Another frontend has its own budget.
@@ -420,7 +426,7 @@ fn a_device_without_a_link_layer_header_is_translated_too() {
     let mut as_frame = frame[..14].to_vec();
     as_frame.extend(&out);
     assert_eq!(seen(&as_frame), flow(CLIENT, LOCAL_POD));
-    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 1);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::NewFlow)), 1);
 }
 
 #[test]
@@ -450,7 +456,7 @@ fn a_flow_the_kernel_tracks_is_left_to_it_until_its_client_opens_a_new_one() {
     }
     let datagram = udp(CLIENT, FRONTEND);
     assert_eq!(bed.ingress(&datagram), (PASS, datagram), "untouched");
-    assert_eq!(bed.stat(STAT_TC_PASSED_UNTRACKED), 1);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::PassedUntracked)), 1);
     // Its packets keep it alive as any flow's.
     let (ct, _) = left(&bed);
     assert!(
@@ -460,7 +466,7 @@ fn a_flow_the_kernel_tracks_is_left_to_it_until_its_client_opens_a_new_one() {
     // A new connection from the same port is ours.
     let (verdict, dnated) = bed.ingress(&tcp(CLIENT, FRONTEND, Tcp::Syn));
     assert_eq!((verdict, seen(&dnated).dst), (PASS, REMOTE_POD));
-    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 1);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::NewFlow)), 1);
 }
 
 #[test]
@@ -478,7 +484,7 @@ fn during_a_migration_the_previous_maps_answer_what_the_new_ones_lack() {
     // And they are carried into the new maps on the way.
     assert_eq!(bed.ct().len(), 2);
     assert_eq!(bed.nat().len(), 1);
-    assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 0);
+    assert_eq!(bed.stat(stat4(At::TC_IN, Reason::NewFlow)), 0);
     // Its port is not handed to another client meanwhile.
     let other: Addr = ([198, 51, 100, 8], 2000);
     let mut tight = remote_bed((nat.1, nat.1));
@@ -506,7 +512,7 @@ fn a_syn_flood_spends_the_budget_of_unconfirmed_flows_and_a_handshake_gives_its_
         }
         let entries = (bed.ct().len(), bed.nat().len());
         assert_eq!(out(&bed, client(41_003), Tcp::Syn).0, DROP);
-        assert_eq!(bed.stat(STAT_TC_DROP_SYN_BUDGET), 1);
+        assert_eq!(bed.stat(stat4(At::TC_IN, Reason::DropSynBudget)), 1);
         assert_eq!((bed.ct().len(), bed.nat().len()), entries);
         // A retransmitted SYN of a flow that has its entries needs none.
         assert_eq!(out(&bed, client(41_000), Tcp::Syn).0, PASS);
@@ -517,11 +523,11 @@ fn a_syn_flood_spends_the_budget_of_unconfirmed_flows_and_a_handshake_gives_its_
         out(&bed, client(41_000), Tcp::Ack);
         assert_eq!(out(&bed, client(41_004), Tcp::Syn).0, PASS);
         assert_eq!(out(&bed, client(41_005), Tcp::Syn).0, DROP);
-        assert_eq!(bed.stat(STAT_TC_DROP_SYN_BUDGET), 2);
+        assert_eq!(bed.stat(stat4(At::TC_IN, Reason::DropSynBudget)), 2);
         // UDP is not counted.
         let (verdict, _) = bed.ingress(&udp(client(41_006), FRONTEND));
         assert_eq!(verdict, PASS);
-        assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 5);
+        assert_eq!(bed.stat(stat4(At::TC_IN, Reason::NewFlow)), 5);
     });
 }
 
@@ -532,6 +538,6 @@ fn without_a_budget_syns_are_not_counted() {
         for port in 41_000..41_050 {
             assert_eq!(out(&bed, (CLIENT.0, port), Tcp::Syn).0, PASS, "{port}");
         }
-        assert_eq!(bed.stat(STAT_TC_DROP_SYN_BUDGET), 0);
+        assert_eq!(bed.stat(stat4(At::TC_IN, Reason::DropSynBudget)), 0);
     });
 }

@@ -19,10 +19,8 @@ mod packets6;
 use bed::*;
 use fib_netns::Netns;
 use lb_common::{
-    CT_DIR_IN, CT_F_KERNEL, CT_SEEN, Ct4Key, Ct4Value, PROTO_TCP, PROTO_UDP,
-    STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_NEW_FLOW, STAT_XDP_DROP_SNAT_EXHAUSTED,
-    STAT_XDP_FORWARDED, STAT_XDP_NEW_FLOW, STAT_XDP_PASSED_TO_TC, STAT_XDP6_OFFSET, XDP_FOUND_FLOW,
-    XDP_FOUND_KERNEL, XDP_META_FOUND, XdpFound,
+    At, CT_DIR_IN, CT_F_KERNEL, CT_SEEN, Ct4Key, Ct4Value, PROTO_TCP, PROTO_UDP, Reason,
+    XDP_FOUND_FLOW, XDP_FOUND_KERNEL, XDP_META_FOUND, XdpFound,
 };
 use packets6::*;
 
@@ -69,8 +67,12 @@ fn xdp_sends_a_cluster_flow_to_a_remote_backend_translated_both_ways_back_out_of
         assert_eq!((on_wire.src.0, on_wire.dst), (NODE, REMOTE_POD));
         assert!((61_000..=61_010).contains(&on_wire.src.1), "{on_wire:?}");
         assert_eq!(hop(&out, false), (ROUTER_MAC, DEVICE_MAC, 63));
-        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 1);
-        assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 0, "tc saw nothing");
+        assert_eq!(bed.stat(stat4(At::XDP, Reason::NewFlow)), 1);
+        assert_eq!(
+            bed.stat(stat4(At::TC_IN, Reason::NewFlow)),
+            0,
+            "tc saw nothing"
+        );
         assert_eq!(bed.ct().len(), 2, "both directions recorded");
         assert_eq!(bed.nat().len(), 1, "the SNAT port held");
 
@@ -91,8 +93,8 @@ fn xdp_sends_a_cluster_flow_to_a_remote_backend_translated_both_ways_back_out_of
             }
         );
         assert_eq!(hop(&back, false), (ROUTER_MAC, DEVICE_MAC, 63));
-        assert_eq!(bed.stat(STAT_XDP_FORWARDED), 3);
-        assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC), 0);
+        assert_eq!(bed.stat(stat4(At::XDP, Reason::Forwarded)), 3);
+        assert_eq!(bed.stat(stat4(At::XDP, Reason::PassedToTc)), 0);
     });
 }
 
@@ -167,7 +169,7 @@ fn xdp_sends_a_flows_next_packets_both_ways_by_its_cache_alone_until_something_c
             }
         );
         assert_eq!(hop(&back, false), (ROUTER_MAC, DEVICE_MAC, 63));
-        let forwarded = bed.stat(STAT_XDP_FORWARDED);
+        let forwarded = bed.stat(stat4(At::XDP, Reason::Forwarded));
         assert_eq!(forwarded, 5);
 
         // A broken IPv4 header checksum: the full path's (which leaves it
@@ -186,7 +188,7 @@ fn xdp_sends_a_flows_next_packets_both_ways_by_its_cache_alone_until_something_c
         assert_eq!(bed.xdp(&ack, x0), (XDP_PASS, ack.clone()));
         // (No flow and no frontend: not ours, tc is told.)
         assert_eq!(bed.xdp(&reply, x0), (XDP_PASS, not_ours(&reply)));
-        assert_eq!(bed.stat(STAT_XDP_FORWARDED), forwarded);
+        assert_eq!(bed.stat(stat4(At::XDP, Reason::Forwarded)), forwarded);
     });
 }
 
@@ -213,17 +215,21 @@ fn the_cache_is_looked_up_only_for_frontends_addresses_and_the_snat_address() {
         let (action, sent) = bed.xdp(&datagram, x0);
         assert_eq!(action, XDP_TX);
         assert_eq!(bed.xdp_flows(), (1, 0), "cached");
-        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 1);
+        assert_eq!(bed.stat(stat4(At::XDP, Reason::NewFlow)), 1);
         // The address's bit gone: the full path sends it, a known flow.
         bed.clear_addrs();
         assert_eq!(bed.xdp(&datagram, x0), (XDP_TX, sent));
-        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 1, "known");
+        assert_eq!(bed.stat(stat4(At::XDP, Reason::NewFlow)), 1, "known");
         // With conntrack empty, the cache would send it as before in this
         // second; it is not looked up, and the full path records the flow
         // anew.
         forget_flows(&mut bed);
         assert_eq!(bed.xdp(&datagram, x0).0, XDP_TX);
-        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 2, "the full path's");
+        assert_eq!(
+            bed.stat(stat4(At::XDP, Reason::NewFlow)),
+            2,
+            "the full path's"
+        );
     });
 }
 
@@ -234,7 +240,6 @@ fn xdp_sends_an_ipv6_flows_next_datagrams_by_its_cache_at_its_generation_only() 
     let mut bed = bed();
     bed.snat(NODE6, 61_000, 61_010);
     bed.frontend_at(FRONTEND6, PROTO_UDP, 0, &[REMOTE_POD6]);
-    let six = |stat: u32| stat + STAT_XDP6_OFFSET;
     ns.run(|| {
         early_in_a_second();
         let datagram = udp6(CLIENT6, FRONTEND6);
@@ -249,13 +254,13 @@ fn xdp_sends_an_ipv6_flows_next_datagrams_by_its_cache_at_its_generation_only() 
         assert_eq!(bed.xdp(&reply, x0), (XDP_TX, back.clone()));
         assert_eq!(seen6(&back), flow6(FRONTEND6, CLIENT6));
         assert_eq!(hop(&back, true), (ROUTER_MAC, DEVICE_MAC, 63));
-        assert_eq!(bed.stat(six(STAT_XDP_FORWARDED)), 4);
+        assert_eq!(bed.stat(stat6(At::XDP, Reason::Forwarded)), 4);
         bed.bump_xdp_generation();
         // The full path again: a new flow, recorded anew.
         let (action, again) = bed.xdp(&datagram, x0);
         assert_eq!(action, XDP_TX);
         assert_eq!(seen6(&again).dst, REMOTE_POD6);
-        assert_eq!(bed.stat(six(STAT_XDP_NEW_FLOW)), 2);
+        assert_eq!(bed.stat(stat6(At::XDP, Reason::NewFlow)), 2);
     });
 }
 
@@ -310,35 +315,43 @@ fn xdp_records_local_backends_flows_and_hands_them_to_tc_and_strangers_as_not_ou
         let up = handed_over(&to_local, LOCAL_POD);
         assert_eq!(bed.xdp(&to_local, x0), (XDP_PASS, up.clone()));
         assert_eq!(bed.ct().len(), 2, "the flow recorded both ways");
-        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 1);
-        assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC), 1);
+        assert_eq!(bed.stat(stat4(At::XDP, Reason::NewFlow)), 1);
+        assert_eq!(bed.stat(stat4(At::XDP, Reason::PassedToTc)), 1);
         assert_eq!(bed.xdp_flows(), (1, 0), "the hand-over cached");
         // With conntrack empty, the full path would record the flow anew;
         // the cache hands its datagrams over as before, in this second.
         forget_flows(&mut bed);
         assert_eq!(bed.xdp(&to_local, x0), (XDP_PASS, up.clone()));
-        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 1, "by the cache");
-        assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC), 2);
+        assert_eq!(bed.stat(stat4(At::XDP, Reason::NewFlow)), 1, "by the cache");
+        assert_eq!(bed.stat(stat4(At::XDP, Reason::PassedToTc)), 2);
         // The next second: the full path's, which records it again.
         std::thread::sleep(second);
         assert_eq!(bed.xdp(&to_local, x0), (XDP_PASS, up.clone()));
-        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 2, "recorded again");
+        assert_eq!(
+            bed.stat(stat4(At::XDP, Reason::NewFlow)),
+            2,
+            "recorded again"
+        );
         let expires = bed.ct()[0].1.expires;
         // And a second later, a known flow: advanced by XDP.
         std::thread::sleep(second);
         assert_eq!(bed.xdp(&to_local, x0), (XDP_PASS, up));
         assert!(bed.ct()[0].1.expires > expires, "advanced: {:?}", bed.ct());
-        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 2, "known");
+        assert_eq!(bed.stat(stat4(At::XDP, Reason::NewFlow)), 2, "known");
         // No frontend: not ours, and tc is told so in the metadata (the
         // test run hands the frame back from its metadata on).
         let stranger = udp(CLIENT, (NODE, NODE_PORT + 1));
         assert_eq!(bed.xdp(&stranger, x0), (XDP_PASS, not_ours(&stranger)));
-        assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC), 4, "not a flow of ours");
+        assert_eq!(
+            bed.stat(stat4(At::XDP, Reason::PassedToTc)),
+            4,
+            "not a flow of ours"
+        );
         // tc without the metadata finds the flow XDP recorded.
         let (_, dnated) = bed.ingress(&to_local);
         assert_eq!(seen(&dnated).dst, LOCAL_POD);
-        assert_eq!(bed.stat(STAT_TC_NEW_FLOW), 0);
-        assert_eq!(bed.stat(STAT_XDP_FORWARDED), 0);
+        assert_eq!(bed.stat(stat4(At::TC_IN, Reason::NewFlow)), 0);
+        assert_eq!(bed.stat(stat4(At::XDP, Reason::Forwarded)), 0);
     });
 }
 
@@ -375,7 +388,7 @@ fn xdp_hands_a_flow_the_kernel_tracks_to_tc_as_the_kernels() {
         let ct = bed.ct();
         assert_eq!(ct.len(), 1, "{ct:?}");
         assert!(ct[0].1.expires > now + 5, "advanced by XDP: {ct:?}");
-        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 0);
+        assert_eq!(bed.stat(stat4(At::XDP, Reason::NewFlow)), 0);
     });
 }
 
@@ -386,7 +399,6 @@ fn xdp_sends_an_ipv6_cluster_flow_to_a_remote_backend_translated_both_ways() {
     let mut bed = bed();
     bed.snat(NODE6, 61_000, 61_010);
     bed.frontend_at(FRONTEND6, PROTO_UDP, 0, &[REMOTE_POD6]);
-    let six = |stat: u32| stat + STAT_XDP6_OFFSET;
     ns.run(|| {
         let (action, out) = bed.xdp(&udp6(CLIENT6, FRONTEND6), x0);
         assert_eq!(action, XDP_TX);
@@ -394,8 +406,12 @@ fn xdp_sends_an_ipv6_cluster_flow_to_a_remote_backend_translated_both_ways() {
         assert_eq!((on_wire.src.0, on_wire.dst), (NODE6, REMOTE_POD6));
         assert!((61_000..=61_010).contains(&on_wire.src.1), "{on_wire:?}");
         assert_eq!(hop(&out, true), (ROUTER_MAC, DEVICE_MAC, 63));
-        assert_eq!(bed.stat(six(STAT_XDP_NEW_FLOW)), 1);
-        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 0, "not an IPv4 flow");
+        assert_eq!(bed.stat(stat6(At::XDP, Reason::NewFlow)), 1);
+        assert_eq!(
+            bed.stat(stat4(At::XDP, Reason::NewFlow)),
+            0,
+            "not an IPv4 flow"
+        );
 
         let (action, next) = bed.xdp(&udp6(CLIENT6, FRONTEND6), x0);
         assert_eq!(action, XDP_TX);
@@ -405,7 +421,7 @@ fn xdp_sends_an_ipv6_cluster_flow_to_a_remote_backend_translated_both_ways() {
         assert_eq!(action, XDP_TX);
         assert_eq!(seen6(&back), flow6(FRONTEND6, CLIENT6));
         assert_eq!(hop(&back, true), (ROUTER_MAC, DEVICE_MAC, 63));
-        assert_eq!(bed.stat(six(STAT_XDP_FORWARDED)), 3);
+        assert_eq!(bed.stat(stat6(At::XDP, Reason::Forwarded)), 3);
     });
 }
 
@@ -416,16 +432,15 @@ fn xdp_records_ipv6_local_backends_flows_and_hands_them_to_tc_and_strangers_as_n
     let mut bed = bed();
     bed.snat(NODE6, 61_000, 61_010);
     bed.frontend_at(FRONTEND6, PROTO_TCP, 0, &[LOCAL_POD6]);
-    let six = |stat: u32| stat + STAT_XDP6_OFFSET;
     ns.run(|| {
         let to_local = tcp6(CLIENT6, FRONTEND6, Tcp::Syn);
         let up = handed_over(&to_local, LOCAL_POD6);
         assert_eq!(bed.xdp(&to_local, x0), (XDP_PASS, up));
         assert_eq!(bed.ct6().len(), 2, "the flow recorded both ways");
-        assert_eq!(bed.stat(six(STAT_XDP_NEW_FLOW)), 1);
+        assert_eq!(bed.stat(stat6(At::XDP, Reason::NewFlow)), 1);
         let ack = tcp6(CLIENT6, FRONTEND6, Tcp::Ack);
         assert_eq!(bed.xdp(&ack, x0), (XDP_PASS, handed_over(&ack, LOCAL_POD6)));
-        assert_eq!(bed.stat(six(STAT_XDP_PASSED_TO_TC)), 2);
+        assert_eq!(bed.stat(stat6(At::XDP, Reason::PassedToTc)), 2);
         assert_eq!(
             bed.xdp_flows(),
             (0, 1),
@@ -433,7 +448,7 @@ fn xdp_records_ipv6_local_backends_flows_and_hands_them_to_tc_and_strangers_as_n
         );
         let stranger = tcp6(CLIENT6, (NODE6, 9), Tcp::Syn);
         assert_eq!(bed.xdp(&stranger, x0), (XDP_PASS, not_ours(&stranger)));
-        assert_eq!(bed.stat(six(STAT_XDP_PASSED_TO_TC)), 2);
+        assert_eq!(bed.stat(stat6(At::XDP, Reason::PassedToTc)), 2);
     });
 }
 
@@ -451,7 +466,7 @@ fn xdp_redirects_to_another_device_it_runs_on_and_leaves_other_devices_to_tc() {
     assert_eq!(passed, (XDP_PASS, handed_over(&request, FAR_POD)));
     assert_eq!(bed.ct().len(), 2, "the flow recorded");
     assert!(bed.nat().is_empty(), "no SNAT port taken");
-    assert_eq!(bed.stat(STAT_XDP_PASSED_TO_TC), 1);
+    assert_eq!(bed.stat(stat4(At::XDP, Reason::PassedToTc)), 1);
 
     // Now it is (and the cache's generation moves on, as the agent moves
     // it after each attachment): the flow's next packet goes out of x2
@@ -480,7 +495,7 @@ fn xdp_redirects_to_another_device_it_runs_on_and_leaves_other_devices_to_tc() {
             }
         );
         assert_eq!(hop(&back, false), (ROUTER_MAC, DEVICE_MAC, 63));
-        assert_eq!(bed.stat(STAT_XDP_FORWARDED), 2);
+        assert_eq!(bed.stat(stat4(At::XDP, Reason::Forwarded)), 2);
     });
 }
 
@@ -499,9 +514,13 @@ fn what_xdp_drops_is_counted_by_reason_as_xdps() {
         let (action, _) = bed.xdp(&udp(other, (NODE, NODE_PORT)), x0);
         assert_eq!(action, XDP_DROP);
     });
-    assert_eq!(bed.stat(STAT_XDP_DROP_SNAT_EXHAUSTED), 1);
-    assert_eq!(bed.stat(STAT_TC_DROP_SNAT_EXHAUSTED), 0, "XDP's, not tc's");
-    assert_eq!(bed.stat(STAT_XDP_FORWARDED), 1);
+    assert_eq!(bed.stat(stat4(At::XDP, Reason::DropSnatExhausted)), 1);
+    assert_eq!(
+        bed.stat(stat4(At::TC_OUT, Reason::DropSnatExhausted)),
+        0,
+        "XDP's, not tc's"
+    );
+    assert_eq!(bed.stat(stat4(At::XDP, Reason::Forwarded)), 1);
 }
 
 #[test]
@@ -525,8 +544,11 @@ fn xdp_sends_later_ipv4_fragments_where_their_first_went() {
             );
         }
     });
-    assert_eq!(bed.stat(STAT_XDP_FORWARDED), fragments.len() as u64);
-    assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 1);
+    assert_eq!(
+        bed.stat(stat4(At::XDP, Reason::Forwarded)),
+        fragments.len() as u64
+    );
+    assert_eq!(bed.stat(stat4(At::XDP, Reason::NewFlow)), 1);
 }
 
 /// XDP picks a new flow's backend the way tc does, Maglev included: each
@@ -565,7 +587,7 @@ fn xdp_sends_each_new_flow_of_a_maglev_frontend_where_its_hash_points() {
             chosen.insert(want);
         }
         assert_eq!(chosen.len(), 3, "32 flows reach every backend");
-        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 32);
+        assert_eq!(bed.stat(stat4(At::XDP, Reason::NewFlow)), 32);
     });
 }
 
@@ -592,8 +614,8 @@ fn xdp_drops_syns_beyond_the_budget_of_unconfirmed_flows() {
             }
             let syn = tcp((CLIENT.0, 41_002), (NODE, NODE_PORT), Tcp::Syn);
             assert_eq!(bed.xdp(&syn, x0).0, XDP_DROP);
-            assert_eq!(bed.stat(lb_common::STAT_XDP_DROP_SYN_BUDGET), 1);
-            assert_eq!(bed.stat(lb_common::STAT_TC_DROP_SYN_BUDGET), 0);
+            assert_eq!(bed.stat(stat4(At::XDP, Reason::DropSynBudget)), 1);
+            assert_eq!(bed.stat(stat4(At::TC_IN, Reason::DropSynBudget)), 0);
             assert_eq!(bed.ct().len(), 4, "two flows, none for the dropped SYN");
         });
     });
@@ -627,8 +649,8 @@ fn xdp_leaves_dsr_flows_to_tc_untouched() {
         let (action, out) = bed.xdp(&ack, x0);
         assert_eq!(action, XDP_PASS);
         assert_eq!(out, handed_over(&ack, REMOTE_POD));
-        assert_eq!(bed.stat(STAT_XDP_FORWARDED), 0);
-        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW), 0);
+        assert_eq!(bed.stat(stat4(At::XDP, Reason::Forwarded)), 0);
+        assert_eq!(bed.stat(stat4(At::XDP, Reason::NewFlow)), 0);
     });
 }
 
@@ -652,6 +674,6 @@ fn xdp_leaves_ipv6_dsr_flows_to_tc_untouched() {
             bed.xdp(&ack, x0),
             (XDP_PASS, handed_over(&ack, REMOTE_POD6))
         );
-        assert_eq!(bed.stat(STAT_XDP_NEW_FLOW + STAT_XDP6_OFFSET), 0);
+        assert_eq!(bed.stat(stat6(At::XDP, Reason::NewFlow)), 0);
     });
 }

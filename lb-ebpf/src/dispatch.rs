@@ -5,6 +5,8 @@
 
 use core::mem::MaybeUninit;
 
+use lb_common::At;
+
 use crate::{
     ctx::PacketCtx,
     family::{Family, V4, V6},
@@ -20,9 +22,8 @@ use crate::{
 /// returning it in an enum: LLVM would merge the paths that return none
 /// with an uninitialized payload, which the verifier refuses to read.
 pub trait Handler {
-    /// Whether tc sees what this handler's program passes (XDP): then the
-    /// parser counts nothing it passes, for tc to count it.
-    const FIRST: bool = false;
+    /// Where the parser counts what it passes: the program and direction.
+    const AT: At;
     fn flow<F: Family>(self, p: &mut Packet<F::Addr>) -> i32;
     fn icmp_error<F: Family>(self, l3: usize, l4: usize) -> i32;
     fn unknown_fragment<F: Family>(self) -> i32;
@@ -63,7 +64,7 @@ pub fn parse<const L2: usize, C: PacketCtx, H: Handler>(ctx: &C, h: H) -> i32 {
     };
     if v6 {
         let mut p = MaybeUninit::uninit();
-        let kind = ipv6::parse::<L2, C>(ctx, first, &mut p, H::FIRST);
+        let kind = ipv6::parse::<L2, C>(ctx, first, &mut p, H::AT);
         hand::<V6, H>(kind, &mut p, h)
     } else {
         let mut p = MaybeUninit::uninit();

@@ -11,7 +11,7 @@ use lb_common::{
     AffinityKey, AffinityValue, Backend, DEFAULT_DSR_EPS_MAX, DEFAULT_NODE_NETS_MAX,
     DEFAULT_SOURCE_RANGES_MAX, DatapathConfig, DsrEndpointKey, FrontendId, FrontendKey,
     FrontendState, MaglevChunk, MaglevKey, Member, MemberKey, NodeNet, REJECTS_MAX, RejectBucket,
-    SOURCE_RANGE_PREFIX, SOURCE_RANGE6_PREFIX, STAT_TC6_OFFSET, Slot, SlotKey, SourceRange,
+    SOURCE_RANGE_PREFIX, SOURCE_RANGE6_PREFIX, Slot, SlotKey, SourceRange,
 };
 
 use crate::{
@@ -53,8 +53,6 @@ pub trait Family:
     fn node_nets() -> &'static LpmTrie<Self::Addr, NodeNet, NODE_NETS_MAX>;
     /// Bits of a source-range key before the source address.
     const SOURCE_RANGE_PREFIX: u32;
-    /// Added to a `STAT_TC_*` counter: each family counts apart.
-    const STAT_OFFSET: u32;
     /// The node address flows of this family are SNATed to; all zero for
     /// none.
     fn snat(cfg: &DatapathConfig) -> Self::Addr;
@@ -142,7 +140,6 @@ macro_rules! bind {
         impl Family for $family {
             type Addr = $addr;
             const SOURCE_RANGE_PREFIX: u32 = <$addr as Nodeport>::SOURCE_RANGE_PREFIX;
-            const STAT_OFFSET: u32 = <$addr as Nodeport>::STAT_OFFSET;
             #[inline(always)]
             fn src_ranges() -> &'static LpmTrie<SourceRange<$addr>, u32, RANGES_MAX> {
                 &$ranges
@@ -184,14 +181,12 @@ bind!(V6, Addr6,
 /// What differs by address between the families beyond their maps.
 trait Nodeport {
     const SOURCE_RANGE_PREFIX: u32;
-    const STAT_OFFSET: u32;
     fn snat(cfg: &DatapathConfig) -> Self;
     fn affinity_client(addr: &Self) -> u64;
 }
 
 impl Nodeport for [u8; 4] {
     const SOURCE_RANGE_PREFIX: u32 = SOURCE_RANGE_PREFIX;
-    const STAT_OFFSET: u32 = 0;
 
     #[inline(always)]
     fn snat(cfg: &DatapathConfig) -> [u8; 4] {
@@ -206,7 +201,6 @@ impl Nodeport for [u8; 4] {
 
 impl Nodeport for Addr6 {
     const SOURCE_RANGE_PREFIX: u32 = SOURCE_RANGE6_PREFIX;
-    const STAT_OFFSET: u32 = STAT_TC6_OFFSET;
 
     #[inline(always)]
     fn snat(cfg: &DatapathConfig) -> Addr6 {

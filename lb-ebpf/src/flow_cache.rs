@@ -28,8 +28,8 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use lb_common::{
-    PROTO_TCP, PROTO_UDP, STAT_XDP_FORWARDED, STAT_XDP_PASSED_TO_TC, STAT_XDP6_OFFSET, TCP_FIN,
-    TCP_RST, TCP_SYN, XDP_FLOWS_MAX, XdpFlow, XdpFlowKey, XdpFound, addr_bit4, addr_bit6,
+    At, PROTO_TCP, PROTO_UDP, Reason, TCP_FIN, TCP_RST, TCP_SYN, XDP_FLOWS_MAX, XdpFlow,
+    XdpFlowKey, XdpFound, addr_bit4, addr_bit6,
 };
 
 use crate::{
@@ -99,8 +99,6 @@ pub trait Cached: Ip {
     const PROTO: usize;
     /// Whether the IP header has a checksum (IPv4's).
     const HEADER_CSUM: bool;
-    /// Added to a `STAT_XDP_*` counter.
-    const STAT_OFFSET: u32;
     /// Whether the IP header at `l3` (its fixed part in the packet) is one
     /// the cache may send: IPv4 without options and not a fragment.
     ///
@@ -139,7 +137,6 @@ pub trait Cached: Ip {
 impl Cached for [u8; 4] {
     const PROTO: usize = 9;
     const HEADER_CSUM: bool = true;
-    const STAT_OFFSET: u32 = 0;
 
     #[inline(always)]
     fn flows() -> &'static Flows<Self> {
@@ -204,7 +201,6 @@ impl Cached for [u8; 4] {
 impl Cached for Addr6 {
     const PROTO: usize = 6;
     const HEADER_CSUM: bool = false;
-    const STAT_OFFSET: u32 = STAT_XDP6_OFFSET;
 
     #[inline(always)]
     fn flows() -> &'static Flows<Self> {
@@ -351,7 +347,7 @@ fn hit_family<A: Cached>(ctx: &XdpContext) -> i32 {
         if tell_tc_found(ctx, &f.tuple.daddr_be, f.tuple.dport_be, f.handed) != 0 {
             return MISS;
         }
-        count(STAT_XDP_PASSED_TO_TC + A::STAT_OFFSET);
+        count::<A>(At::XDP, Reason::PassedToTc);
         return PASS;
     }
     // SAFETY: every offset lies in the headers checked above (the L4
@@ -373,7 +369,7 @@ fn hit_family<A: Cached>(ctx: &XdpContext) -> i32 {
         put_bytes(data, &f.dmac);
         put_bytes(data + 6, &f.smac);
     }
-    count(STAT_XDP_FORWARDED + A::STAT_OFFSET);
+    count::<A>(At::XDP, Reason::Forwarded);
     if f.ifindex == ctx.ingress_ifindex() as u32 {
         return TX;
     }

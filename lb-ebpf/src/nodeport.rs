@@ -26,20 +26,12 @@ use core::mem::MaybeUninit;
 
 use aya_ebpf::btf_maps::lpm_trie::Key;
 use lb_common::{
-    CFG_F_MIDFLOW, CFG_F_XDP, CT_DIR_IN, CT_DIR_OUT, CT_F_DSR, CT_F_KERNEL, CT_F_SNAT, CtKey,
+    At, CFG_F_MIDFLOW, CFG_F_XDP, CT_DIR_IN, CT_DIR_OUT, CT_F_DSR, CT_F_KERNEL, CT_F_SNAT, CtKey,
     CtValue, DatapathConfig, DsrEndpointKey, FE_F_DSR, FE_F_EXTERNAL_LOCAL, FE_F_MAGLEV,
-    FE_F_SOURCE_RANGES, FlowHash, NatKey, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, STAT_PASSED_REMOVED,
-    STAT_REFUSED_INCONSISTENT, STAT_TC_DROP_CT_FULL, STAT_TC_DROP_DSR_INVALID,
-    STAT_TC_DROP_FRAGMENT, STAT_TC_DROP_NO_LOCAL, STAT_TC_DROP_REJECT_LIMIT,
-    STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_DROP_SOURCE_RANGE, STAT_TC_DROP_SYN_BUDGET,
-    STAT_TC_DSR_RESTORED, STAT_TC_DSR_SNAT_HAIRPIN, STAT_TC_DSR_SNAT_TOO_BIG, STAT_TC_DSR_TOO_BIG,
-    STAT_TC_MIDFLOW_TAKEN_OVER, STAT_TC_NEW_FLOW, STAT_TC_PASSED_UNTRACKED,
-    STAT_TC_PASSED_XDP_CHECKED, STAT_TC_REJECT_NO_ENDPOINTS, STAT_TC6_DROP_DSR_INVALID,
-    STAT_TC6_DROP_SYN_BUDGET, STAT_TC6_DSR_RESTORED, STAT_TC6_DSR_SNAT_HAIRPIN,
-    STAT_TC6_DSR_TOO_BIG, STAT_TC6_MIDFLOW_TAKEN_OVER, STAT_XDP_DROP_SYN_BUDGET,
-    STAT_XDP6_DROP_SYN_BUDGET, SourceRange, TCP_ACK, TCP_SYN, XDP_FOUND_FLOW, XDP_FOUND_KERNEL,
-    XDP_META_FOUND, XDP_META_NOT_OURS, XdpFound, ct_advance_one_sided, ct_closed,
-    ct_closing_one_sided, ct_expired, ct_new_expiry, ct_takes_token, ports_word, seen_bits,
+    FE_F_SOURCE_RANGES, FlowHash, NatKey, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, Reason, SourceRange,
+    TCP_ACK, TCP_SYN, XDP_FOUND_FLOW, XDP_FOUND_KERNEL, XDP_META_FOUND, XDP_META_NOT_OURS,
+    XdpFound, ct_advance_one_sided, ct_closed, ct_closing_one_sided, ct_expired, ct_new_expiry,
+    ct_takes_token, ports_word, seen_bits,
 };
 
 use crate::{
@@ -68,12 +60,20 @@ pub trait Hook {
     /// Whether tc sees what this hook passes: then what is not forwarded
     /// here is passed untouched and uncounted, for tc to decide and count.
     const FIRST: bool;
-    /// The counter this hook counts event `stat` (a `STAT_TC_*`) of family
-    /// `F` in; one past the last counter for an event it never has.
-    fn stat<F: Family>(stat: u32) -> u32;
+    /// Where this hook counts: its program and direction.
+    const AT: At;
+    /// Whether this hook counts `reason`: a first hook leaves to tc what
+    /// tc decides, and counts, after it.
+    #[inline(always)]
+    fn counts(_reason: Reason) -> bool {
+        true
+    }
     /// Whether to translate packet `p`, which then goes to `dst`: called
     /// before anything of the packet or its flow changes.
-    fn admit<F: Family>(&mut self, p: &Packet<F::Addr>, dst: &F::Addr) -> bool;
+    #[inline(always)]
+    fn admit<F: Family>(&mut self, _p: &Packet<F::Addr>, _dst: &F::Addr) -> bool {
+        true
+    }
     /// The packet, looked up, is no frontend's nor any flow's of ours.
     #[inline(always)]
     fn not_ours(&mut self) {}
@@ -89,53 +89,35 @@ pub trait Hook {
     }
 }
 
-/// The tc programs: every packet is theirs to decide.
-pub struct Tc;
+/// The tc ingress programs: every packet is theirs to decide.
+pub struct TcIngress;
 
-impl Hook for Tc {
+impl Hook for TcIngress {
     const FIRST: bool = false;
+    const AT: At = At::TC_IN;
+}
 
-    #[inline(always)]
-    fn stat<F: Family>(stat: u32) -> u32 {
-        stat + F::STAT_OFFSET
+/// The tc egress programs.
+pub struct TcEgress;
+
+impl Hook for TcEgress {
+    const FIRST: bool = false;
+    const AT: At = At::TC_OUT;
+}
+
+/// Counts `reason` of family `F` where hook `H` counts it, if it does.
+#[inline(always)]
+fn count_at<H: Hook, F: Family>(reason: Reason) {
+    if H::counts(reason) {
+        count::<F::Addr>(H::AT, reason);
     }
-
-    #[inline(always)]
-    fn admit<F: Family>(&mut self, _p: &Packet<F::Addr>, _dst: &F::Addr) -> bool {
-        true
-    }
-}
-
-/// Counts the tc counter `stat` (a `STAT_TC_*`) of family `F`, as hook `H`
-/// counts it.
-#[inline(always)]
-fn count_tc<H: Hook, F: Family>(stat: u32) {
-    count(H::stat::<F>(stat));
-}
-
-/// Counts `v4` or `v6`, by family.
-#[inline(always)]
-fn count_family<F: Family>(v4: u32, v6: u32) {
-    count(if size_of::<F::Addr>() == 4 { v4 } else { v6 });
-}
-
-/// Counts a SYN dropped for want of a token of the budget of unconfirmed
-/// flows, by hook and family.
-#[inline(always)]
-fn count_syn_budget<H: Hook, F: Family>() {
-    count(match (H::FIRST, size_of::<F::Addr>() == 4) {
-        (false, true) => STAT_TC_DROP_SYN_BUDGET,
-        (false, false) => STAT_TC6_DROP_SYN_BUDGET,
-        (true, true) => STAT_XDP_DROP_SYN_BUDGET,
-        (true, false) => STAT_XDP6_DROP_SYN_BUDGET,
-    });
 }
 
 /// A later fragment whose first one was not seen: its ports are unknown,
 /// so whether it is ours is too.
 #[inline(always)]
-pub fn unknown_fragment<F: Family>() -> Verdict {
-    count_tc::<Tc, F>(STAT_TC_DROP_FRAGMENT);
+pub fn unknown_fragment<F: Family, H: Hook>() -> Verdict {
+    count_at::<H, F>(Reason::DropFragmentUnknown);
     DROP
 }
 
@@ -209,7 +191,7 @@ pub fn ingress<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
                 return dsr_start::<L2, C, F>(ctx, p);
             }
             Step::Dsr => {
-                count_family::<F>(STAT_TC_DROP_DSR_INVALID, STAT_TC6_DROP_DSR_INVALID);
+                count_at::<TcIngress, F>(Reason::DropDsrInvalid);
                 return DROP;
             }
             Step::New | Step::Untracked => {}
@@ -223,11 +205,11 @@ pub fn ingress<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
             let failover = config().is_some_and(|c| c.flags & CFG_F_MIDFLOW != 0);
             match untracked::<F>(p, failover) {
                 UNTRACKED_FAILOVER => {
-                    count_family::<F>(STAT_TC_MIDFLOW_TAKEN_OVER, STAT_TC6_MIDFLOW_TAKEN_OVER);
+                    count_at::<TcIngress, F>(Reason::MidflowTakenOver);
                     new_flow::<L2, C, F, H>(ctx, p, h)
                 }
                 UNTRACKED_FRONTEND => {
-                    count_tc::<H, F>(STAT_TC_PASSED_UNTRACKED);
+                    count_at::<H, F>(Reason::PassedUntracked);
                     PASS
                 }
                 _ => PASS,
@@ -246,7 +228,7 @@ pub fn ingress<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
 fn xdp_found<const L2: usize, C: PacketCtx, F: Family>(ctx: &C, p: &mut Packet<F::Addr>) -> Step {
     match ctx.xdp_meta::<u32>() {
         Some(XDP_META_NOT_OURS) => {
-            count(STAT_TC_PASSED_XDP_CHECKED);
+            count_at::<TcIngress, F>(Reason::PassedXdpChecked);
             return Step::Done(PASS);
         }
         Some(XDP_META_FOUND) => {}
@@ -258,14 +240,14 @@ fn xdp_found<const L2: usize, C: PacketCtx, F: Family>(ctx: &C, p: &mut Packet<F
     if usize::from(found.addr_len) != size_of::<F::Addr>() {
         return Step::New;
     }
-    count(STAT_TC_PASSED_XDP_CHECKED);
+    count_at::<TcIngress, F>(Reason::PassedXdpChecked);
     match found.what {
         XDP_FOUND_FLOW => settle(
             p.rewrite::<L2, C>(ctx, true, found.addr_be, found.port_be)
                 .map(|()| Step::Done(PASS)),
         ),
         XDP_FOUND_KERNEL => {
-            count_tc::<Tc, F>(STAT_TC_PASSED_UNTRACKED);
+            count_at::<TcIngress, F>(Reason::PassedUntracked);
             Step::Done(PASS)
         }
         _ => Step::New,
@@ -361,7 +343,7 @@ fn dsr_refresh<const L2: usize, C: PacketCtx, F: Family>(
         if !ct_expired(ct.expires, now) && !reopened {
             if !dsr || (ct.addr_be, ct.port_be) != frontend {
                 // Another flow's entry, or another frontend's.
-                count_family::<F>(STAT_TC_DROP_DSR_INVALID, STAT_TC6_DROP_DSR_INVALID);
+                count_at::<TcIngress, F>(Reason::DropDsrInvalid);
                 return Ok(Step::Done(DROP));
             }
             if !p.later_fragment {
@@ -429,7 +411,7 @@ fn dsr_record<const L2: usize, C: PacketCtx, F: Family>(
     };
     // Its backend has not answered yet: unconfirmed.
     if p.proto == PROTO_TCP && !take_syn_token(cfg) {
-        count_syn_budget::<Tc, F>();
+        count_at::<TcIngress, F>(Reason::DropSynBudget);
         return Ok(DROP);
     }
     let value = CtValue {
@@ -448,10 +430,10 @@ fn dsr_record<const L2: usize, C: PacketCtx, F: Family>(
     // is dead or a closed one's: [`dsr_restore`] said so.)
     let key = ct_key(p.dst(), p.src(), p.proto, CT_DIR_OUT);
     if F::ct().insert(key, value, 0).is_err() {
-        count_tc::<Tc, F>(STAT_TC_DROP_CT_FULL);
+        count_at::<TcIngress, F>(Reason::DropConntrackInsert);
         return Ok(DROP);
     }
-    count_family::<F>(STAT_TC_DSR_RESTORED, STAT_TC6_DSR_RESTORED);
+    count_at::<TcIngress, F>(Reason::DsrRestored);
     dsr::strip::<L2, C, F::Addr>(ctx)?;
     Ok(PASS)
 }
@@ -493,7 +475,7 @@ fn known_nat<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
                 if H::FIRST {
                     h.hand_over::<F>(&client.addr_be, client.port_be, true);
                 } else {
-                    count_tc::<H, F>(STAT_TC_PASSED_UNTRACKED);
+                    count_at::<H, F>(Reason::PassedUntracked);
                 }
                 return Ok(Step::Done(PASS));
             }
@@ -556,7 +538,7 @@ fn known_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
             }
             if kernel {
                 // kube-proxy's flow, which the kernel's conntrack translates.
-                count_tc::<H, F>(STAT_TC_PASSED_UNTRACKED);
+                count_at::<H, F>(Reason::PassedUntracked);
                 return Ok(Step::Done(PASS));
             }
             p.rewrite::<L2, C>(ctx, true, ct.addr_be, ct.port_be)?;
@@ -728,7 +710,7 @@ fn choose<F: Family, H: Hook>(
         if H::FIRST {
             return Chosen::Done(PASS);
         }
-        count_tc::<H, F>(STAT_TC_DROP_SOURCE_RANGE);
+        count_at::<H, F>(Reason::DropSourceRange);
         return Chosen::Done(DROP);
     }
     if H::FIRST && !matches!(selection, Selection::Backend { .. }) {
@@ -749,21 +731,21 @@ fn choose<F: Family, H: Hook>(
     match selection {
         Selection::NotFrontend | Selection::UnknownPort => Chosen::Done(PASS),
         Selection::Removed => {
-            count(STAT_PASSED_REMOVED);
+            count_at::<H, F>(Reason::PassedFrontendRemoved);
             Chosen::Done(PASS)
         }
         Selection::NoLocalEndpoints { .. } => {
             // kube-proxy drops these too (externalTrafficPolicy: Local).
-            count_tc::<H, F>(STAT_TC_DROP_NO_LOCAL);
+            count_at::<H, F>(Reason::DropNoLocalEndpoints);
             Chosen::Done(DROP)
         }
         Selection::NoEndpoints { .. } => {
             // kube-proxy rejects these: a reset, or port unreachable.
-            count_tc::<H, F>(STAT_TC_REJECT_NO_ENDPOINTS);
+            count_at::<H, F>(Reason::RefusedNoEndpoints);
             Chosen::Reject
         }
         Selection::Inconsistent => {
-            count(STAT_REFUSED_INCONSISTENT);
+            count_at::<H, F>(Reason::RefusedInconsistent);
             Chosen::Done(DROP)
         }
         Selection::Backend {
@@ -839,7 +821,7 @@ fn record_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     // one no backend confirmed yet needs a token of the budget, however it
     // starts (a DSR flow taken over mid-flow too).
     if p.proto == PROTO_TCP && ct_takes_token(dsr, seen_client) && !take_syn_token(cfg) {
-        count_syn_budget::<H, F>();
+        count_at::<H, F>(Reason::DropSynBudget);
         return Ok(DROP);
     }
     let inbound = CtValue {
@@ -864,12 +846,12 @@ fn record_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     if F::ct().insert(key.partner(&inbound), outbound, 0).is_err()
         || F::ct().insert(key, inbound, 0).is_err()
     {
-        count_tc::<H, F>(STAT_TC_DROP_CT_FULL);
+        count_at::<H, F>(Reason::DropConntrackInsert);
         return Ok(DROP);
     }
-    count_tc::<H, F>(STAT_TC_NEW_FLOW);
+    count_at::<H, F>(Reason::NewFlow);
     if b.hairpin {
-        count_family::<F>(STAT_TC_DSR_SNAT_HAIRPIN, STAT_TC6_DSR_SNAT_HAIRPIN);
+        count_at::<H, F>(Reason::DsrSnatHairpin);
     }
     if b.up {
         // Recorded: tc rewrites it if told, else finds the flow as known.
@@ -1025,7 +1007,7 @@ fn dsr_insert_flow<const L2: usize, C: PacketCtx, F: Family>(
         // flags of the flow's reply entry are written only here once the
         // flow exists; the SNAT step reads them next.
         unsafe { (*entry).flags |= CT_F_SNAT };
-        count(STAT_TC_DSR_SNAT_TOO_BIG);
+        count_at::<TcEgress, F>(Reason::DsrSnatTooBig);
         return Ok(DSR_SNAT);
     }
     // SAFETY: looked up by this run: mapped while it runs (RCU).
@@ -1067,7 +1049,7 @@ fn dsr_unnat_packet<const L2: usize, C: PacketCtx, F: Family>(
     let frontend = unsafe { ((*entry).addr_be, (*entry).port_be) };
     p.rewrite::<L2, C>(ctx, true, frontend.0, frontend.1)?;
     if !reject::allowed::<F>(p) {
-        count_tc::<Tc, F>(STAT_TC_DROP_REJECT_LIMIT);
+        count_at::<TcEgress, F>(Reason::DropRejectRateLimited);
         return Ok(0);
     }
     Ok(mtu - u32::from(growth))
@@ -1087,7 +1069,7 @@ fn dsr_answer<const L2: usize, C: PacketCtx, F: Family>(ctx: &C, p: &Packet<F::A
     if out == 0 {
         return DROP;
     }
-    count_family::<F>(STAT_TC_DSR_TOO_BIG, STAT_TC6_DSR_TOO_BIG);
+    count_at::<TcEgress, F>(Reason::DsrTooBig);
     ctx.redirect_neigh(out);
     Verdict::Redirected
 }
@@ -1134,7 +1116,7 @@ fn snat_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
         let snat = F::snat(cfg);
         let Some(port) = allocate_port::<F>(cfg, snat, p.dst(), p.proto, client, ct.expires, now)
         else {
-            count_tc::<H, F>(STAT_TC_DROP_SNAT_EXHAUSTED);
+            count_at::<H, F>(Reason::DropSnatExhausted);
             return Ok(DROP);
         };
         // SAFETY: looked up by this run: mapped while it runs (RCU). Two
@@ -1154,7 +1136,7 @@ fn snat_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     if !hold_nat::<F>(&nat, &client, ct.expires, cfg) {
         // SAFETY: looked up by this run: mapped while it runs (RCU).
         unsafe { (*entry).nat_port_be = 0 };
-        count_tc::<H, F>(STAT_TC_DROP_SNAT_EXHAUSTED);
+        count_at::<H, F>(Reason::DropSnatExhausted);
         return Ok(DROP);
     }
     p.rewrite::<L2, C>(ctx, false, nat_addr, nat_port)?;

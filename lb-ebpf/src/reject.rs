@@ -14,8 +14,8 @@
 
 use aya_ebpf::{btf_maps::LruHashMap, helpers::bpf_ktime_get_ns};
 use lb_common::{
-    FrontendKey, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, REJECTS_MAX, RejectBucket,
-    STAT_TC_DROP_REJECT_LIMIT, STAT_TC6_OFFSET, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN,
+    At, FrontendKey, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, REJECTS_MAX, Reason, RejectBucket,
+    TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN,
 };
 
 use crate::{
@@ -34,17 +34,6 @@ pub trait RejectMaps {
     type RejectAddr: Ip + Answer;
     fn rejects()
     -> &'static LruHashMap<FrontendKey<Self::RejectAddr>, RejectBucket, { REJECTS_MAX as usize }>;
-}
-
-/// Counts a reject refused by its frontend's rate limit, by family.
-#[inline(always)]
-fn count_limited<A>() {
-    let family = if size_of::<A>() == 4 {
-        0
-    } else {
-        STAT_TC6_OFFSET
-    };
-    count(STAT_TC_DROP_REJECT_LIMIT + family);
 }
 
 const TCP_HLEN: usize = 20;
@@ -98,7 +87,8 @@ fn answer<const L2: usize, C: PacketCtx, F: RejectMaps>(
         return Ok(Verdict::Drop);
     }
     if !allowed::<F>(p) {
-        count_limited::<F::RejectAddr>();
+        // Rejects answer new flows, at tc ingress.
+        count::<F::RejectAddr>(At::TC_IN, Reason::DropRejectRateLimited);
         return Ok(Verdict::Drop);
     }
     let ret = if p.proto == PROTO_TCP {

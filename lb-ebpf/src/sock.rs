@@ -26,11 +26,9 @@ use aya_ebpf::{
     programs::SockAddrContext,
 };
 use lb_common::{
-    Backend, DEFAULT_REVNAT_MAX, FrontendKey, PROTO_TCP, PROTO_UDP, RevNat4Key, RevNat4Value,
-    RevNatKey, RevNatValue, SCOPE_INTERNAL, SOCK_REVNAT_V4, SOCK_REVNAT_V6, STAT_AFFINITY_HIT,
-    STAT_CONNECT_TRANSLATED, STAT_PASSED_REMOVED, STAT_REFUSED_INCONSISTENT,
-    STAT_REFUSED_NO_ENDPOINTS, STAT_REFUSED_NO_LOCAL, STAT_REFUSED_UNKNOWN_PORT, STAT_REVERSED,
-    STAT_REVNAT_FAILED, STAT_SENDMSG_TRANSLATED, SockRevNat, addr_bit4, addr_bit6,
+    At, Backend, DEFAULT_REVNAT_MAX, FrontendKey, PROTO_TCP, PROTO_UDP, Reason, RevNat4Key,
+    RevNat4Value, RevNatKey, RevNatValue, SCOPE_INTERNAL, SOCK_REVNAT_V4, SOCK_REVNAT_V6,
+    SockRevNat, addr_bit4, addr_bit6,
 };
 
 use crate::{
@@ -41,7 +39,7 @@ use crate::{
         LB_SOCK_REVNAT, LB4_REVNAT, LB4_REVNAT_PREV, LB6_REVNAT, LB6_REVNAT_PREV, PREV_TEMPLATE,
         maybe_frontend,
     },
-    stats::count,
+    stats::{Counted, count},
 };
 
 /// Verdicts of a cgroup sock_addr program.
@@ -69,7 +67,7 @@ pub fn translate4(ctx: &SockAddrContext, call: Call) -> i32 {
         return ALLOW;
     };
     // user_ip4 holds network-order bytes in memory; keep those bytes.
-    verdict(call, translate::<User4>(ctx, ip.to_ne_bytes(), proto, port))
+    verdict::<[u8; 4]>(call, translate::<User4>(ctx, ip.to_ne_bytes(), proto, port))
 }
 
 /// connect6 / sendmsg6: as [`translate4`], for an IPv6 frontend or a
@@ -82,12 +80,15 @@ pub fn translate6(ctx: &SockAddrContext, call: Call) -> i32 {
     let Some(proto) = balanced(proto) else {
         return ALLOW;
     };
-    let translation = if is_v4_mapped(&ip) {
-        translate::<Mapped>(ctx, ip[3].to_ne_bytes(), proto, port)
+    // Counted in the frontend's family: a v4-mapped one is IPv4's.
+    if is_v4_mapped(&ip) {
+        verdict::<[u8; 4]>(
+            call,
+            translate::<Mapped>(ctx, ip[3].to_ne_bytes(), proto, port),
+        )
     } else {
-        translate::<User6>(ctx, ip, proto, port)
-    };
-    verdict(call, translation)
+        verdict::<[u8; 16]>(call, translate::<User6>(ctx, ip, proto, port))
+    }
 }
 
 /// recvmsg4 / getpeername4: show the frontend the application addressed.
@@ -314,27 +315,30 @@ enum Refuse {
 /// The program's answer for a translation: allowed (and counted as
 /// translated if it was), or refused with the errno kube-proxy's rules give.
 #[inline(always)]
-fn verdict(call: Call, translation: Result<bool, Refuse>) -> i32 {
+fn verdict<A: Counted>(call: Call, translation: Result<bool, Refuse>) -> i32 {
     match translation {
         Ok(translated) => {
             if translated {
-                count(match call {
-                    Call::Connect => STAT_CONNECT_TRANSLATED,
-                    Call::Sendmsg => STAT_SENDMSG_TRANSLATED,
-                });
+                count::<A>(
+                    At::SOCK_OUT,
+                    match call {
+                        Call::Connect => Reason::ConnectTranslated,
+                        Call::Sendmsg => Reason::SendmsgTranslated,
+                    },
+                );
             }
             ALLOW
         }
         Err(refuse) => {
-            let (stat, errno) = match refuse {
-                Refuse::NoEndpoints => (STAT_REFUSED_NO_ENDPOINTS, ECONNREFUSED),
-                Refuse::UnknownPort => (STAT_REFUSED_UNKNOWN_PORT, ECONNREFUSED),
-                Refuse::Inconsistent => (STAT_REFUSED_INCONSISTENT, ECONNREFUSED),
+            let (reason, errno) = match refuse {
+                Refuse::NoEndpoints => (Reason::RefusedNoEndpoints, ECONNREFUSED),
+                Refuse::UnknownPort => (Reason::RefusedUnknownPort, ECONNREFUSED),
+                Refuse::Inconsistent => (Reason::RefusedInconsistent, ECONNREFUSED),
                 // kube-proxy drops here and the client hangs until its
                 // timeout; failing at once, distinctly, is deliberate.
-                Refuse::NoLocalEndpoints => (STAT_REFUSED_NO_LOCAL, EHOSTUNREACH),
+                Refuse::NoLocalEndpoints => (Reason::RefusedNoLocalEndpoints, EHOSTUNREACH),
             };
-            count(stat);
+            count::<A>(At::SOCK_OUT, reason);
             // ECONNREFUSED rather than the default EPERM, as kube-proxy's REJECT.
             // SAFETY: the helper exists for cgroup sock_addr programs (kernel >= 5.18).
             unsafe { bpf_set_retval(-errno) };
@@ -391,7 +395,7 @@ fn choose<F: Family>(
     match select::<F>(key, true, &rand, client) {
         Selection::NotFrontend => Ok(None),
         Selection::Removed => {
-            count(STAT_PASSED_REMOVED);
+            count::<F::Addr>(At::SOCK_OUT, Reason::PassedFrontendRemoved);
             Ok(None)
         }
         Selection::NoEndpoints { .. } => Err(Refuse::NoEndpoints),
@@ -402,7 +406,7 @@ fn choose<F: Family>(
             backend, sticky, ..
         } => {
             if sticky {
-                count(STAT_AFFINITY_HIT);
+                count::<F::Addr>(At::SOCK_OUT, Reason::AffinityHit);
             }
             Ok(Some(backend))
         }
@@ -450,7 +454,7 @@ fn remember<F: SockFamily>(
     // A failed insert costs only the frontend address in recvmsg and
     // getpeername; the connection itself works, so it is counted, not refused.
     if F::revnat().insert(rev_key, value, 0).is_err() {
-        count(STAT_REVNAT_FAILED);
+        count::<F::Addr>(At::SOCK_OUT, Reason::RevnatUpdateFailed);
         return;
     }
     // A lookup marks the new entry referenced, as the reply's recvmsg will.
@@ -509,7 +513,7 @@ fn reverse<S: Field>(ctx: &SockAddrContext, addr: <S::F as Family>::Addr, port: 
             S::store(sa, &frontend);
             (*sa).user_port = u32::from(frontend_port);
         }
-        count(STAT_REVERSED);
+        count::<<S::F as Family>::Addr>(At::SOCK_IN, Reason::Reversed);
     }
     // These hooks cannot refuse; they only rewrite what the application sees.
     ALLOW

@@ -34,12 +34,7 @@ use aya_ebpf::{
     helpers::{bpf_fib_lookup as fib_lookup, bpf_redirect},
     programs::XdpContext,
 };
-use lb_common::{
-    STAT_TC_DROP_CT_FULL, STAT_TC_DROP_SNAT_EXHAUSTED, STAT_TC_NEW_FLOW, STAT_XDP_DROP_CT_FULL,
-    STAT_XDP_DROP_SNAT_EXHAUSTED, STAT_XDP_FORWARDED, STAT_XDP_NEW_FLOW, STAT_XDP_PASSED_TO_TC,
-    STAT_XDP6_OFFSET, STATS_COUNT, XDP_DEVICES_MAX, XDP_FOUND_FLOW, XDP_FOUND_KERNEL,
-    XDP_META_NOT_OURS,
-};
+use lb_common::{At, Reason, XDP_DEVICES_MAX, XDP_FOUND_FLOW, XDP_FOUND_KERNEL, XDP_META_NOT_OURS};
 
 use crate::{
     csum::csum_add,
@@ -78,16 +73,6 @@ fn xdp_device(ifindex: u32) -> bool {
     false
 }
 
-/// The counter `stat` (a `STAT_XDP_*`) of the family of addresses `A`.
-#[inline(always)]
-fn xdp_stat<A: Ip>(stat: u32) -> u32 {
-    if A::AF == AF_INET6 {
-        stat + STAT_XDP6_OFFSET
-    } else {
-        stat
-    }
-}
-
 /// The XDP hook of the NodePort logic: admits a packet only if it can be
 /// sent on from here.
 pub struct Forward<'a> {
@@ -105,24 +90,27 @@ pub struct Forward<'a> {
 
 impl Hook for Forward<'_> {
     const FIRST: bool = true;
+    const AT: At = At::XDP;
 
+    /// What XDP does itself: the rest it passes to tc untouched, which
+    /// decides and counts.
     #[inline(always)]
-    fn stat<F: Family>(stat: u32) -> u32 {
-        let xdp = match stat {
-            STAT_TC_NEW_FLOW => STAT_XDP_NEW_FLOW,
-            STAT_TC_DROP_CT_FULL => STAT_XDP_DROP_CT_FULL,
-            STAT_TC_DROP_SNAT_EXHAUSTED => STAT_XDP_DROP_SNAT_EXHAUSTED,
-            // Events XDP leaves to tc: counted there.
-            _ => return STATS_COUNT,
-        };
-        xdp_stat::<F::Addr>(xdp)
+    fn counts(reason: Reason) -> bool {
+        matches!(
+            reason,
+            Reason::NewFlow
+                | Reason::DropConntrackInsert
+                | Reason::DropSnatExhausted
+                | Reason::DropSynBudget
+                | Reason::DsrSnatHairpin
+        )
     }
 
     #[inline(always)]
     fn admit<F: Family>(&mut self, p: &Packet<F::Addr>, dst: &F::Addr) -> bool {
         self.egress = lookup(self.ctx, p, dst, &mut self.mtu);
         if self.egress == 0 {
-            count(xdp_stat::<F::Addr>(STAT_XDP_PASSED_TO_TC));
+            count::<F::Addr>(At::XDP, Reason::PassedToTc);
         }
         self.egress != 0
     }
@@ -252,7 +240,7 @@ impl<'a> Forward<'a> {
                 csum.write_unaligned(csum_add(csum.read_unaligned(), sum));
             }
         }
-        count(xdp_stat::<A>(STAT_XDP_FORWARDED));
+        count::<A>(At::XDP, Reason::Forwarded);
         if self.egress == self.ctx.ingress_ifindex() as u32 {
             return TX;
         }

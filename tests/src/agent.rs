@@ -1,6 +1,7 @@
 //! The real `lb-agent` binary as a child process, and its pin directory.
 
 use std::{
+    collections::BTreeMap,
     ffi::OsStr,
     io::{BufRead, BufReader},
     net::SocketAddr,
@@ -74,15 +75,9 @@ impl PinDir {
         self.dump_with(&["--dsr"])
     }
 
-    /// `lb-agent dump --stats`: each datapath counter by name.
-    pub fn stats(&self) -> anyhow::Result<std::collections::BTreeMap<String, u64>> {
-        self.dump_with(&["--stats"])?
-            .lines()
-            .map(|l| {
-                let (name, n) = l.split_once(' ').context("a counter line")?;
-                Ok((name.to_owned(), n.trim().parse()?))
-            })
-            .collect()
+    /// `lb-agent dump --stats`: the datapath counters.
+    pub fn stats(&self) -> anyhow::Result<Stats> {
+        Stats::parse(&self.dump_with(&["--stats"])?)
     }
 
     /// `lb-agent cleanup`: detaches the programs and removes the maps, as
@@ -101,6 +96,44 @@ impl PinDir {
             bail!("lb-agent cleanup {}: {status}", self.path.display());
         }
         Ok(())
+    }
+}
+
+/// The datapath counters `lb-agent dump --stats` printed, each by its
+/// labels (hook, direction, family, reason).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats(BTreeMap<[String; 4], u64>);
+
+impl Stats {
+    fn parse(dump: &str) -> anyhow::Result<Self> {
+        let mut out = BTreeMap::new();
+        for line in dump.lines().filter(|l| !l.starts_with('#')) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let [hook, dir, family, reason, n] = fields[..] else {
+                bail!("a counter line of five fields: {line:?}");
+            };
+            let labels = [hook, dir, family, reason].map(str::to_owned);
+            out.insert(labels, n.parse().with_context(|| format!("{line:?}"))?);
+        }
+        Ok(Self(out))
+    }
+
+    /// The sum of the counters that have every label of `labels`, a
+    /// space-separated list of label values: `"tc ipv4 new_flow"` is tc's
+    /// IPv4 new flows in both directions, `"refused_unknown_port"` the
+    /// refusals at every hook.
+    pub fn of(&self, labels: &str) -> u64 {
+        let want: Vec<&str> = labels.split_whitespace().collect();
+        self.0
+            .iter()
+            .filter(|(have, _)| want.iter().all(|w| have.iter().any(|h| h == w)))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Each counter, as `hook direction family reason`.
+    pub fn iter(&self) -> impl Iterator<Item = (String, u64)> + '_ {
+        self.0.iter().map(|(labels, n)| (labels.join(" "), *n))
     }
 }
 

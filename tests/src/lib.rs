@@ -23,6 +23,7 @@ pub mod http;
 pub mod install;
 pub mod kubeproxy;
 pub mod layout1;
+pub mod layout10;
 pub mod layout2;
 pub mod layout3;
 pub mod layout4;

@@ -46,6 +46,23 @@ impl Metrics {
         self.samples.get(&key).copied()
     }
 
+    /// The sum of the samples of `name` that have every label of `labels`
+    /// (and maybe others), or `None` if none has.
+    pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let matching: Vec<f64> = self
+            .samples
+            .iter()
+            .filter(|(k, _)| {
+                k.name == name
+                    && labels
+                        .iter()
+                        .all(|(l, v)| k.labels.get(*l).is_some_and(|have| have == v))
+            })
+            .map(|(_, v)| *v)
+            .collect();
+        (!matching.is_empty()).then(|| matching.iter().sum())
+    }
+
     /// Like [`Self::get`], failing with the samples of that name if absent.
     pub fn value(&self, sample: &str) -> anyhow::Result<f64> {
         self.get(sample).with_context(|| {
@@ -211,6 +228,12 @@ kubeproxy_sync_proxy_rules_duration_seconds_count 12
             m.get("kubeproxy_sync_proxy_rules_duration_seconds_count"),
             Some(12.0)
         );
+        assert_eq!(m.sum("lbagent_invalid_objects_total", &[]), Some(3.0));
+        let m = Metrics::parse(PROMETHEUS).unwrap();
+        let sum = |labels: &[(&str, &str)]| m.sum("lbagent_invalid_objects_total", labels);
+        assert_eq!(sum(&[]), Some(4.0));
+        assert_eq!(sum(&[("kind", "EndpointSlice")]), Some(1.0));
+        assert_eq!(sum(&[("kind", "Node")]), None);
         assert!(m.value("nope").is_err());
         assert!(Metrics::parse("x{le=\"1} 2").is_err(), "unterminated");
     }

@@ -177,9 +177,12 @@ fn endpoints_rolling_hundreds_of_times_a_second_fail_no_connection() -> anyhow::
         agent.metric("lbagent_udp_sockets_destroyed_total")?
     );
     let stats = bed.pins.stats()?;
-    assert_eq!(stats["refused_inconsistent"], 0, "{stats:?}");
-    assert_eq!(stats["passed_frontend_removed"], 0, "{stats:?}");
-    assert!(stats["connect_translated"] >= tcp.ok + udp.ok, "{stats:?}");
+    assert_eq!(stats.of("refused_inconsistent"), 0, "{stats:?}");
+    assert_eq!(stats.of("passed_frontend_removed"), 0, "{stats:?}");
+    assert!(
+        stats.of("connect_translated") >= tcp.ok + udp.ok,
+        "{stats:?}"
+    );
     // Retired revisions are deleted once their grace period passes.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

@@ -136,8 +136,8 @@ fn zero_endpoints_is_refused_at_once_not_a_timeout() -> anyhow::Result<()> {
     );
     // Counted by reason, not refused silently.
     let stats = bed.pins.stats()?;
-    assert_eq!(stats["refused_no_endpoints"], 7, "{stats:?}");
-    assert_eq!(stats["connect_translated"], 0, "{stats:?}");
+    assert_eq!(stats.of("refused_no_endpoints"), 7, "{stats:?}");
+    assert_eq!(stats.of("connect_translated"), 0, "{stats:?}");
     Ok(())
 }
 
@@ -277,10 +277,10 @@ fn cleanup_detaches_and_non_vip_traffic_is_untouched() -> anyhow::Result<()> {
     assert_eq!(r.errors.get("NetworkUnreachable"), Some(&1), "{r:?}");
     // The VIP on a port its Service does not define: refused, as
     // kube-proxy's catch-all reject, instead of leaking past the node.
-    let refused = bed.pins.stats()?["refused_unknown_port"];
+    let refused = bed.pins.stats()?.of("refused_unknown_port");
     let r = bed.tcp("10.96.100.1:81", 3)?;
     assert_eq!(r.errors.get("ConnectionRefused"), Some(&3), "{r:?}");
-    assert_eq!(bed.pins.stats()?["refused_unknown_port"], refused + 3);
+    assert_eq!(bed.pins.stats()?.of("refused_unknown_port"), refused + 3);
 
     bed.agent().terminate()?;
     let out = std::process::Command::new(lb_tests::agent::agent_bin())

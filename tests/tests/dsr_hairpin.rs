@@ -36,9 +36,11 @@ fn manifest() -> String {
     ])
 }
 
-/// `lbagent_datapath_events_total` of `event` on /metrics.
-fn events(event: &str) -> String {
-    format!(r#"lbagent_datapath_events_total{{event="{event}"}}"#)
+/// tc ingress's `lbagent_datapath_events_total` of `reason` in `family`.
+fn events(family: &str, reason: &str) -> String {
+    format!(
+        r#"lbagent_datapath_events_total{{hook="tc",direction="ingress",family="{family}",reason="{reason}"}}"#
+    )
 }
 
 #[test]
@@ -51,8 +53,8 @@ fn clients_on_the_backends_node_are_snated_and_served_and_others_go_by_dsr() -> 
     bed.wait_reachable(&to4)?;
     bed.wait_reachable(&to6)?;
     let (hairpin4, hairpin6) = (
-        events("tc_dsr_snat_hairpin"),
-        events("tc6_dsr_snat_hairpin"),
+        events("ipv4", "dsr_snat_hairpin"),
+        events("ipv6", "dsr_snat_hairpin"),
     );
 
     // From outside: DSR, p2 sees the client itself.

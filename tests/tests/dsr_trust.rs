@@ -98,7 +98,7 @@ fn a_spoofed_dsr_option_from_outside_rewrites_none_of_the_nodes_own_traffic() ->
         (libc::IPPROTO_IP, libc::IP_OPTIONS, &option),
     )?;
     assert_eq!(from, format!("{NODE1}:6000").parse()?, "the node's own");
-    assert!(bed.node1.pins.stats()?["tc_drop_dsr_invalid"] >= 1);
+    assert!(bed.node1.pins.stats()?.of("tc ipv4 drop_dsr_invalid") >= 1);
 
     // Its IPv6 destination-options header naming [2001:db8:e::99]:7777
     // (the kernel fills in the next header).
@@ -112,7 +112,7 @@ fn a_spoofed_dsr_option_from_outside_rewrites_none_of_the_nodes_own_traffic() ->
         (libc::IPPROTO_IPV6, libc::IPV6_DSTOPTS, &header),
     )?;
     assert_eq!(from, addr(NODE1_6, 6000).parse()?, "the node's own");
-    assert!(bed.node1.pins.stats()?["tc6_drop_dsr_invalid"] >= 1);
+    assert!(bed.node1.pins.stats()?.of("tc ipv6 drop_dsr_invalid") >= 1);
     assert!(
         bed.node1.pins.conntrack()?.trim().is_empty() || {
             let ct = bed.node1.pins.conntrack()?;
@@ -152,7 +152,7 @@ fn dsr_datagrams_the_option_takes_over_the_mtu_are_answered_or_snated_never_lost
     // once.
     let r = udp(&to, "3", "1472", "dont")?;
     assert_eq!((r.ok(), r.failed()), (3, 0), "{r:?}");
-    assert!(bed.node1.pins.stats()?["tc_dsr_snat_too_big"] >= 1);
+    assert!(bed.node1.pins.stats()?.of("tc ipv4 dsr_snat_too_big") >= 1);
     // A 3,000-byte datagram, fragmented by its sender at 1,500: SNATed,
     // answered.
     let r = udp(&to, "3", "3000", "want")?;
@@ -163,7 +163,7 @@ fn dsr_datagrams_the_option_takes_over_the_mtu_are_answered_or_snated_never_lost
     let r = udp(&to, "2", "1472", "want")?;
     assert_eq!((r.ok(), r.failed()), (1, 1), "{r:?}");
     assert!(!r.errors.contains_key("WouldBlock"), "not a timeout: {r:?}");
-    assert_eq!(bed.node1.pins.stats()?["tc_dsr_too_big"], 1);
+    assert_eq!(bed.node1.pins.stats()?.of("tc ipv4 dsr_too_big"), 1);
     let route = bed.exec("c", &["ip", "route", "get", NODE1])?;
     assert!(route.contains("mtu 1492"), "{route}");
 
@@ -172,7 +172,7 @@ fn dsr_datagrams_the_option_takes_over_the_mtu_are_answered_or_snated_never_lost
     // told), and its next datagram, fragmented to fit, is answered.
     let r = udp(&to6, "3", "1452", "want")?;
     assert!(r.ok() >= 2, "{r:?}");
-    assert!(bed.node1.pins.stats()?["tc6_dsr_too_big"] >= 1);
+    assert!(bed.node1.pins.stats()?.of("tc ipv6 dsr_too_big") >= 1);
     let route = bed.exec("c", &["ip", "-6", "route", "get", NODE1_6])?;
     assert!(route.contains("mtu 1476"), "{route}");
     // A 3,000-byte datagram now fragmented to the learned MTU: answered.

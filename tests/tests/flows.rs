@@ -225,7 +225,10 @@ fn datagrams_of_3000_bytes_are_answered_both_ways() -> anyhow::Result<()> {
         let want: BTreeSet<String> = pods.iter().map(|p| (*p).to_owned()).collect();
         assert!(seen.is_subset(&want) && !seen.is_empty(), "{to}: {seen:?}");
     }
-    assert_eq!(bed.node1.pins.stats()?["tc_drop_fragment_unknown"], 0);
+    assert_eq!(
+        bed.node1.pins.stats()?.of("tc ipv4 drop_fragment_unknown"),
+        0
+    );
     Ok(())
 }
 
@@ -263,7 +266,7 @@ fn fresh_port_queries_to_one_remote_backend_never_run_out_of_snat_ports() -> any
         assert_eq!(r.replies.keys().collect::<Vec<_>>(), ["p2"]);
     }
     let stats = bed.node1.pins.stats()?;
-    assert_eq!(stats["tc_drop_snat_exhausted"], 0, "{stats:?}");
+    assert_eq!(stats.of("tc ipv4 drop_snat_exhausted"), 0, "{stats:?}");
     Ok(())
 }
 
@@ -297,7 +300,7 @@ fn a_half_closed_connection_is_answered_after_15_seconds_on_its_own_port() -> an
         }
         Ok(())
     })?;
-    assert!(bed.node1.pins.stats()?["tc_drop_snat_exhausted"] > 0);
+    assert!(bed.node1.pins.stats()?.of("tc ipv4 drop_snat_exhausted") > 0);
     Ok(())
 }
 

@@ -197,7 +197,7 @@ fn ipv6_only_service_refuses_without_endpoints_and_skips_excluded_ones() -> anyh
     let r = bed.tcp("[fd00:96::2]:80", 3)?;
     assert_eq!(r.errors.get("ConnectionRefused"), Some(&3), "{r:?}");
     let stats = bed.pins.stats()?;
-    assert_eq!(stats["refused_no_endpoints"], 3, "{stats:?}");
+    assert_eq!(stats.of("refused_no_endpoints"), 3, "{stats:?}");
     Ok(())
 }
 
@@ -317,8 +317,8 @@ fn affinity_local_traffic_policy_and_unknown_ports_work_over_ipv6() -> anyhow::R
     assert_eq!(r.errors.get("ConnectionRefused"), Some(&3), "{r:?}");
 
     let stats = bed.pins.stats()?;
-    assert_eq!(stats["refused_unknown_port"], 3, "{stats:?}");
-    assert_eq!(stats["affinity_hit"], 49, "{stats:?}");
+    assert_eq!(stats.of("refused_unknown_port"), 3, "{stats:?}");
+    assert_eq!(stats.of("affinity_hit"), 49, "{stats:?}");
     let dump = bed.pins.dump()?;
     assert!(
         dump.contains("[fd00:96::3]:80") && dump.contains("persistent 60"),

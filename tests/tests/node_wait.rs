@@ -99,7 +99,10 @@ fn the_first_sync_waits_for_this_nodes_node_and_programs_its_zone() -> anyhow::R
     eventually("the programs loaded", || {
         Ok(agent
             .metrics()?
-            .get(r#"lbagent_datapath_events_total{event="connect_translated"}"#)
+            .sum(
+                "lbagent_datapath_events_total",
+                &[("reason", "connect_translated")],
+            )
             .is_some())
     })?;
     // Time for the lists to reach the sync loop (far less than the 30 s it

@@ -134,10 +134,10 @@ fn nodeports_and_external_ips_reach_pods_on_both_nodes_from_outside() -> anyhow:
     let guarded = "198.51.100.20:80";
     let r = bed.client(&["tcp", "--to", guarded, "-n", "20", "--from"])?;
     assert_eq!(answers(&r, 20, guarded), both);
-    let before = bed.node1.pins.stats()?["tc_drop_source_range"];
+    let before = bed.node1.pins.stats()?.of("tc ipv4 drop_source_range");
     let r = bed.client(&["tcp", "--to", "198.51.100.21:80", "-n", "1"])?;
     assert_eq!((r.ok(), r.failed()), (0, 1), "{r:?}");
-    assert!(bed.node1.pins.stats()?["tc_drop_source_range"] > before);
+    assert!(bed.node1.pins.stats()?.of("tc ipv4 drop_source_range") > before);
     let dump = bed.node1.pins.dump()?;
     assert!(
         dump.lines().any(|l| l.starts_with("TCP  198.51.100.21:80 ")
@@ -154,7 +154,7 @@ fn nodeports_and_external_ips_reach_pods_on_both_nodes_from_outside() -> anyhow:
 
     // Counted as new flows; listed as frontends seen from outside.
     let stats = bed.node1.pins.stats()?;
-    assert!(stats["tc_new_flow"] >= 160, "{stats:?}");
+    assert!(stats.of("tc ipv4 new_flow") >= 160, "{stats:?}");
     let dump = bed.node1.pins.dump()?;
     assert!(
         dump.lines()
@@ -284,10 +284,20 @@ fn each_node_translates_its_own_traffic_and_answers_its_own_health_checks() -> a
     let r = bed.client(&["tcp", "--to", &lonely, "-n", "5", "--from"])?;
     let seen = format!("p1 from {CLIENT}");
     assert_eq!(answers(&r, 5, &lonely), BTreeSet::from([seen.as_str()]));
-    let before = bed.node2.pins.stats()?["tc_drop_no_local_endpoints"];
+    let before = bed
+        .node2
+        .pins
+        .stats()?
+        .of("tc ipv4 drop_no_local_endpoints");
     let r = bed.client(&["tcp", "--to", &format!("{NODE2}:30085"), "-n", "1"])?;
     assert_eq!((r.ok(), r.failed()), (0, 1), "{r:?}");
-    assert!(bed.node2.pins.stats()?["tc_drop_no_local_endpoints"] > before);
+    assert!(
+        bed.node2
+            .pins
+            .stats()?
+            .of("tc ipv4 drop_no_local_endpoints")
+            > before
+    );
 
     // ipMode Proxy: the load balancer's address is left alone, and reaches
     // whatever owns it (here `proxy` in p1, on the Service's port), not a

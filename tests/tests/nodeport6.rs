@@ -8,7 +8,6 @@
 
 use std::collections::BTreeSet;
 
-use anyhow::Context as _;
 use lb_fixtures::yaml;
 use lb_tests::{
     agent::Agent,
@@ -125,20 +124,16 @@ fn udp_from(bed: &Bed, to: &str, sockets: u32) -> anyhow::Result<BTreeSet<String
     Ok(got)
 }
 
-/// `node`'s datapath counter `name`.
-fn stat(node: &NodeBed, name: &str) -> anyhow::Result<u64> {
-    node.pins
-        .stats()?
-        .get(name)
-        .copied()
-        .with_context(|| format!("no counter {name}"))
+/// `node`'s datapath counters of `labels` (see `Stats::of`).
+fn stat(node: &NodeBed, labels: &str) -> anyhow::Result<u64> {
+    Ok(node.pins.stats()?.of(labels))
 }
 
 #[test]
 fn a_dual_stack_node_port_reaches_both_pods_over_ipv6_with_snat_to_the_node_ipv6_address()
 -> anyhow::Result<()> {
     let (bed, _agents) = bed()?;
-    let before = stat(&bed.node1, "tc6_new_flow")?;
+    let before = stat(&bed.node1, "tc ipv6 new_flow")?;
 
     // eTP Cluster: both pods; the one on node-1 sees the client, the one on
     // node-2 sees node-1's IPv6 address (SNAT), and every answer comes back
@@ -159,7 +154,7 @@ fn a_dual_stack_node_port_reaches_both_pods_over_ipv6_with_snat_to_the_node_ipv6
 
     // Counted as IPv6 flows, listed as IPv6 frontends seen from outside,
     // and a SNATed flow is listed with the client it stands for.
-    assert!(stat(&bed.node1, "tc6_new_flow")? >= before + 60 + 16);
+    assert!(stat(&bed.node1, "tc ipv6 new_flow")? >= before + 60 + 16);
     let dump = bed.node1.pins.dump()?;
     for proto in ["TCP ", "UDP "] {
         assert!(
@@ -196,7 +191,7 @@ fn external_traffic_policy_local_over_ipv6_keeps_the_client_address_and_drops_wi
     // drops (the connection times out) and counts the drop.
     let want = seen(&[("p1", CLIENT6)]);
     assert_eq!(tcp_from(&bed, &addr(NODE1_6, LONELY), 5)?, want);
-    let before = stat(&bed.node2, "tc6_drop_no_local_endpoints")?;
+    let before = stat(&bed.node2, "tc ipv6 drop_no_local_endpoints")?;
     let r = bed.client(&["tcp", "--to", &addr(NODE2_6, LONELY), "-n", "1"])?;
     assert_eq!((r.ok(), r.failed()), (0, 1), "{r:?}");
     assert_eq!(
@@ -204,7 +199,7 @@ fn external_traffic_policy_local_over_ipv6_keeps_the_client_address_and_drops_wi
         Some(&1),
         "dropped, not refused: {r:?}"
     );
-    assert!(stat(&bed.node2, "tc6_drop_no_local_endpoints")? > before);
+    assert!(stat(&bed.node2, "tc ipv6 drop_no_local_endpoints")? > before);
     let dump = bed.node2.pins.dump()?;
     let lonely = addr(NODE2_6, LONELY);
     assert!(
@@ -230,7 +225,7 @@ fn ipv6_external_and_load_balancer_ips_reach_the_pods_within_their_source_ranges
 
     // A range without the client: dropped, as kube-proxy's firewall drops
     // (the connect times out), and counted.
-    let before = stat(&bed.node1, "tc6_drop_source_range")?;
+    let before = stat(&bed.node1, "tc ipv6 drop_source_range")?;
     let shut = addr(SHUT, 80);
     let r = bed.client(&["tcp", "--to", &shut, "-n", "1"])?;
     assert_eq!((r.ok(), r.failed()), (0, 1), "{r:?}");
@@ -241,7 +236,7 @@ fn ipv6_external_and_load_balancer_ips_reach_the_pods_within_their_source_ranges
     );
     let r = bed.client(&["udp", "--to", &addr(SHUT, 53), "-n", "1", "--connected"])?;
     assert_eq!((r.ok(), r.failed()), (0, 1), "{r:?}");
-    assert!(stat(&bed.node1, "tc6_drop_source_range")? >= before + 2);
+    assert!(stat(&bed.node1, "tc ipv6 drop_source_range")? >= before + 2);
     let dump = bed.node1.pins.dump()?;
     for lb in [&guarded, &shut] {
         assert!(
@@ -264,7 +259,7 @@ fn a_service_without_endpoints_rejects_ipv6_with_a_reset_and_port_unreachable() 
 {
     let (bed, _agents) = bed()?;
     for (node, host) in [(&bed.node1, NODE1_6), (&bed.node2, NODE2_6)] {
-        let before = stat(node, "tc6_reject_no_endpoints")?;
+        let before = stat(node, "tc ipv6 refused_no_endpoints")?;
         let to = addr(host, EMPTY);
         // TCP: a reset, so refused at once (a drop would take the client's
         // 2 s connect timeout each).
@@ -278,7 +273,7 @@ fn a_service_without_endpoints_rejects_ipv6_with_a_reset_and_port_unreachable() 
         let mut held = HeldUdp::open_in(&bed.nodes.ns("c"), None, &to)?;
         let answer = held.request()?;
         assert!(answer.is_error(libc::ECONNREFUSED), "{answer:?}");
-        assert!(stat(node, "tc6_reject_no_endpoints")? >= before + 5);
+        assert!(stat(node, "tc ipv6 refused_no_endpoints")? >= before + 5);
     }
     Ok(())
 }
@@ -428,7 +423,7 @@ fn ipv6_datagrams_of_3000_bytes_are_answered_both_ways() -> anyhow::Result<()> {
         assert!(got.is_subset(&want) && !got.is_empty(), "{to}: {got:?}");
     }
     for node in [&bed.node1, &bed.node2] {
-        assert_eq!(stat(node, "tc6_drop_fragment_unknown")?, 0);
+        assert_eq!(stat(node, "tc ipv6 drop_fragment_unknown")?, 0);
     }
     Ok(())
 }

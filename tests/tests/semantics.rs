@@ -136,7 +136,7 @@ fn client_ip_affinity_sticks_per_pod_and_moves_only_off_a_removed_backend() -> a
     sticky(&r, 20, "unconnected UDP");
     assert_eq!(r.peers.keys().collect::<Vec<_>>(), ["10.96.201.1:53"]);
     // Every connect after each client's first went to its remembered backend.
-    assert_eq!(bed.pins.stats()?["affinity_hit"], 10 * 19 + 19);
+    assert_eq!(bed.pins.stats()?.of("affinity_hit"), 10 * 19 + 19);
 
     let dump = bed.pins.dump()?;
     for (proto, addr) in [("TCP", AFF_TO), ("UDP", "10.96.201.1:53")] {
@@ -286,8 +286,8 @@ fn internal_traffic_policy_local_uses_only_this_nodes_endpoints_or_fails_fast() 
     failed_with(&r, "ConnectionRefused", 3);
 
     let stats = bed.pins.stats()?;
-    assert_eq!(stats["refused_no_local_endpoints"], 7, "{stats:?}");
-    assert_eq!(stats["refused_no_endpoints"], 6, "{stats:?}");
+    assert_eq!(stats.of("refused_no_local_endpoints"), 7, "{stats:?}");
+    assert_eq!(stats.of("refused_no_endpoints"), 6, "{stats:?}");
     let dump = bed.pins.dump()?;
     let line = dump_line(&dump, "TCP", "10.96.203.1:80");
     assert!(
@@ -493,8 +493,8 @@ fn unknown_port_or_protocol_on_a_cluster_ip_is_refused_and_pass_through_stays() 
         BTreeSet::from(["w1"])
     );
     let stats = bed.pins.stats()?;
-    assert_eq!(stats["refused_unknown_port"], 6, "{stats:?}");
-    assert_eq!(stats["refused_no_endpoints"], 0, "{stats:?}");
+    assert_eq!(stats.of("refused_unknown_port"), 6, "{stats:?}");
+    assert_eq!(stats.of("refused_no_endpoints"), 0, "{stats:?}");
     let dump = bed.pins.dump()?;
     let line = dump_line(&dump, "ANY", "10.96.205.1:*");
     assert!(line.contains(" reject "), "{line}");
@@ -506,7 +506,7 @@ fn unknown_port_or_protocol_on_a_cluster_ip_is_refused_and_pass_through_stays() 
     assert_eq!(netns::foreign_cni_hits(bed.topo.hub())?, 5);
     // Untranslated: the hub has no route for it.
     failed_with(&bed.tcp("10.96.205.2:10002", 1)?, "NetworkUnreachable", 1);
-    assert_eq!(bed.pins.stats()?["refused_unknown_port"], 6);
+    assert_eq!(bed.pins.stats()?.of("refused_unknown_port"), 6);
     assert!(!bed.pins.dump()?.contains("10.96.205.2"), "{dump}");
     Ok(())
 }

@@ -8,7 +8,6 @@
 //! runs. Needs root; fails loudly without it.
 
 use std::{
-    collections::BTreeMap,
     net::{IpAddr, SocketAddr},
     time::Duration,
 };
@@ -40,7 +39,7 @@ const MAPS: [&str; 2] = ["--bpf-ct-global-max=16384", "--bpf-nat-global-max=8192
 /// connections through it, node-1's agent run with `node1_args` too; every
 /// connection checked. With `xdp`, the hosts send complete checksums and
 /// the router's ports to the nodes run NAPI, as XDP on veths needs.
-fn flood(node1_args: &[&str], xdp: bool) -> anyhow::Result<BTreeMap<String, u64>> {
+fn flood(node1_args: &[&str], xdp: bool) -> anyhow::Result<lb_tests::agent::Stats> {
     let [node1, node2] = node_objects();
     let bed = Bed::new(&yaml([
         node1,
@@ -114,10 +113,10 @@ fn flood(node1_args: &[&str], xdp: bool) -> anyhow::Result<BTreeMap<String, u64>
         sent.frames,
         sent.seconds,
         sent.rate,
-        stats["tc_drop_syn_budget"],
-        stats["xdp_drop_syn_budget"],
-        stats["tc_new_flow"],
-        stats["xdp_new_flow"],
+        stats.of("tc ipv4 drop_syn_budget"),
+        stats.of("xdp ipv4 drop_syn_budget"),
+        stats.of("tc ipv4 new_flow"),
+        stats.of("xdp ipv4 new_flow"),
     );
     Ok(stats)
 }
@@ -127,17 +126,17 @@ fn a_syn_flood_at_full_rate_evicts_no_established_connection() -> anyhow::Result
     let stats = flood(&[], false)?;
     // The flood far exceeded the budget (2,048 flows), and the budget held
     // it: the maps never had room to spare for it.
-    assert!(stats["tc_drop_syn_budget"] > 20_000, "{stats:?}");
-    assert!(stats["tc_new_flow"] < 8_192, "{stats:?}");
+    assert!(stats.of("tc ipv4 drop_syn_budget") > 20_000, "{stats:?}");
+    assert!(stats.of("tc ipv4 new_flow") < 8_192, "{stats:?}");
     Ok(())
 }
 
 #[test]
 fn with_xdp_the_flood_is_dropped_by_xdp_and_counted_as_xdps() -> anyhow::Result<()> {
     let stats = flood(&["--bpf-lb-acceleration=native"], true)?;
-    assert!(stats["xdp_drop_syn_budget"] > 20_000, "{stats:?}");
+    assert!(stats.of("xdp ipv4 drop_syn_budget") > 20_000, "{stats:?}");
     assert!(
-        stats["xdp_new_flow"] + stats["tc_new_flow"] < 8_192,
+        stats.of("xdp ipv4 new_flow") + stats.of("tc ipv4 new_flow") < 8_192,
         "{stats:?}"
     );
     Ok(())

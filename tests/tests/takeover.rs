@@ -40,7 +40,7 @@ struct Side {
     /// `iptables` or `ip6tables` (`-save`, `-restore`).
     iptables: &'static str,
     load: fn(&str, &str) -> anyhow::Result<()>,
-    /// The family's tc counters are `<stats>_*`.
+    /// The labels of the family's tc counters.
     stats: &'static str,
 }
 
@@ -60,7 +60,7 @@ const V4: Side = Side {
     slice: |svc| slice(svc, vec![p1(), p2()]),
     iptables: "iptables",
     load: kubeproxy::load_iptables,
-    stats: "tc",
+    stats: "tc ipv4",
 };
 
 const V6: Side = Side {
@@ -71,7 +71,7 @@ const V6: Side = Side {
     slice: |svc| slice6(svc, vec![p1_6(), p2_6()]),
     iptables: "ip6tables",
     load: kubeproxy::load_ip6tables,
-    stats: "tc6",
+    stats: "tc ipv6",
 };
 
 /// The Nodes and the single-stack Services of `side`'s family.
@@ -204,16 +204,16 @@ fn replace_kube_proxy(side: &Side, args: &[&str]) -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(300));
     }
     // The kernel translated them, not the programs.
-    let stat = |name: &str| format!("{}_{name}", side.stats);
+    let stat = |name: &str| format!("{} {name}", side.stats);
     for node in [&bed.node1, &bed.node2] {
-        assert!(node.pins.stats()?[&stat("passed_untracked")] > 0);
+        assert!(node.pins.stats()?.of(&stat("passed_untracked")) > 0);
     }
     // New connections are the agents'.
     for to in targets.iter().flatten() {
         let r = bed.client(&["tcp", "--to", to, "-n", "10"])?;
         assert_eq!((r.ok(), r.failed()), (10, 0), "{to}: {r:?}");
     }
-    let new_flows = bed.node1.pins.stats()?[&stat("new_flow")];
+    let new_flows = bed.node1.pins.stats()?.of(&stat("new_flow"));
     assert!(new_flows >= 20, "{new_flows}");
     Ok(())
 }

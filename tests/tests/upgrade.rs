@@ -19,7 +19,7 @@ use lb_fixtures::{Object, Slice, Svc, yaml};
 use lb_tests::{
     cgroup::{SOCK_HOOKS, attached_programs},
     install::Frontend,
-    layout1, layout2, layout3, layout5, layout6, layout7, layout8, layout9,
+    layout1, layout2, layout3, layout5, layout6, layout7, layout8, layout9, layout10,
     probe::{self, BenchReport},
     scenario::Bed,
 };
@@ -237,9 +237,9 @@ fn upgrade_under_traffic(install: Install, what: &str) -> anyhow::Result<()> {
     for (link, old) in &old_programs {
         assert_ne!(new_programs[link], *old, "{link}: not replaced");
     }
-    let before = bed.pins.stats()?["connect_translated"];
+    let before = bed.pins.stats()?.of("connect_translated");
     assert_eq!(answering(&bed, 60)?, set(&["pb", "pc"]));
-    assert!(bed.pins.stats()?["connect_translated"] >= before + 60);
+    assert!(bed.pins.stats()?.of("connect_translated") >= before + 60);
     let r = bed.udp(DNS, 10, false)?;
     assert_eq!(r.peers.keys().collect::<Vec<_>>(), [DNS], "{r:?}");
     let dump = bed.pins.dump()?;
@@ -290,6 +290,11 @@ fn upgrading_from_layout_9_under_traffic_fails_no_connection() -> anyhow::Result
     upgrade_under_traffic(layout9::install, "upgrade from layout 9")
 }
 
+#[test]
+fn upgrading_from_layout_10_under_traffic_fails_no_connection() -> anyhow::Result<()> {
+    upgrade_under_traffic(layout10::install, "upgrade from layout 10")
+}
+
 /// The programs attached to `cgroup` at each socket hook, by link name.
 fn attached(cgroup: &Path) -> anyhow::Result<BTreeMap<String, Vec<u32>>> {
     SOCK_HOOKS
@@ -305,11 +310,11 @@ fn attached(cgroup: &Path) -> anyhow::Result<BTreeMap<String, Vec<u32>>> {
 /// old maps: the old translating programs send connections to the old
 /// backends, and write reverse-NAT entries into the old map, which the new
 /// reversing programs no longer read once the migration is over, so that
-/// UDP replies show the backend's address. Upgrades from layout 9 holding
+/// UDP replies show the backend's address. Upgrades from layout 10 holding
 /// the links of `held`.
 fn upgrade_with_links_held(held: &[&str]) -> anyhow::Result<()> {
     let mut bed = bed()?;
-    layout9::install(bed.pins.path(), bed.cgroup.path(), &old_frontends())?;
+    layout10::install(bed.pins.path(), bed.cgroup.path(), &old_frontends())?;
     let old_programs = linked_programs(bed.pins.path())?;
     let before = attached(bed.cgroup.path())?;
     for (link, id) in &old_programs {
@@ -348,7 +353,7 @@ fn upgrade_with_links_held(held: &[&str]) -> anyhow::Result<()> {
         .map(|(link, id)| (link.clone(), vec![*id]))
         .collect();
     assert_eq!(after, want, "old programs {old_programs:?}");
-    assert_no_failure(&tcp, &udp, "upgrade from layout 9, old links held");
+    assert_no_failure(&tcp, &udp, "upgrade from layout 10, old links held");
     assert_eq!(r.peers.keys().collect::<Vec<_>>(), [DNS], "{r:?}");
     assert_eq!(r.failed(), 0, "{r:?}");
     assert_eq!(web.failed(), 0, "{web:?}");

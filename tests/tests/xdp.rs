@@ -95,17 +95,17 @@ fn through_xdp(bed: &Bed) -> anyhow::Result<()> {
         let r = bed.client(&["udp", "--to", &to, "-n", "5", "--from"])?;
         assert_eq!(answers(&r, 5, &to), BTreeSet::from([p2_sees_node.as_str()]));
         let after = bed.node1.pins.stats()?;
-        let delta = |name: &str| after[name] - before[name];
+        let delta = |labels: &str| after.of(labels) - before.of(labels);
         let (xdp, tc) = if node == NODE1 {
-            ("xdp", "tc")
+            ("xdp ipv4", "tc ipv4")
         } else {
-            ("xdp6", "tc6")
+            ("xdp ipv6", "tc ipv6")
         };
         // 20 TCP connections and one UDP socket: 21 flows.
-        assert_eq!(delta(&format!("{xdp}_new_flow")), 21, "{to}: {after:?}");
-        assert_eq!(delta(&format!("{tc}_new_flow")), 0, "{to}: {after:?}");
+        assert_eq!(delta(&format!("{xdp} new_flow")), 21, "{to}: {after:?}");
+        assert_eq!(delta(&format!("{tc} new_flow")), 0, "{to}: {after:?}");
         assert!(
-            delta(&format!("{xdp}_forwarded")) >= 2 * 21,
+            delta(&format!("{xdp} forwarded")) >= 2 * 21,
             "{to}: {after:?}"
         );
     }
@@ -128,10 +128,10 @@ fn xdp_forwards_node_port_flows_to_a_remote_pod_in_both_families() -> anyhow::Re
     // Host traffic: XDP found it no frontend's nor flow's and told tc so in
     // its metadata; tc passed it without looking it up again, and the
     // node's own stack answered (a reset from a closed port).
-    let before = bed.node1.pins.stats()?["tc_passed_xdp_checked"];
+    let before = bed.node1.pins.stats()?.of("tc passed_xdp_checked");
     let r = bed.client(&["tcp", "--to", &format!("{NODE1}:9"), "-n", "3"])?;
     assert_eq!(r.failed(), 3, "refused by node-1 itself: {r:?}");
-    let passed = bed.node1.pins.stats()?["tc_passed_xdp_checked"] - before;
+    let passed = bed.node1.pins.stats()?.of("tc passed_xdp_checked") - before;
     assert!(passed >= 3, "{passed} SYNs passed on XDP's word");
 
     // The program outlives its agent (its link is pinned); the next agent
@@ -228,7 +228,7 @@ fn xdp_hands_flows_to_a_local_pod_to_tc_which_rewrites_them_on_its_word() -> any
     let (bed, _peers) = bed_with(&manifest)?;
     let _agent1 = bed.agent_with(&bed.node1, &["--bpf-lb-acceleration=native"])?;
     let _agent2 = bed.agent(&bed.node2)?;
-    for (node, client, family) in [(NODE1, CLIENT, ""), (NODE1_6, CLIENT6, "6")] {
+    for (node, client, family) in [(NODE1, CLIENT, "ipv4"), (NODE1_6, CLIENT6, "ipv6")] {
         let to = addr(node, LOCAL_PORT);
         bed.wait_reachable(&to)?;
         let before = bed.node1.pins.stats()?;
@@ -244,28 +244,32 @@ fn xdp_hands_flows_to_a_local_pod_to_tc_which_rewrites_them_on_its_word() -> any
             BTreeSet::from([p1_sees_client.as_str()])
         );
         let after = bed.node1.pins.stats()?;
-        let delta = |name: &str| after[name] - before[name];
+        let delta = |labels: &str| after.of(labels) - before.of(labels);
         // 20 connections and one socket: 21 flows, all recorded by XDP.
         assert_eq!(
-            delta(&format!("xdp{family}_new_flow")),
+            delta(&format!("xdp {family} new_flow")),
             21,
             "{to}: {after:?}"
         );
-        assert_eq!(delta(&format!("tc{family}_new_flow")), 0, "{to}: {after:?}");
         assert_eq!(
-            delta(&format!("xdp{family}_forwarded")),
+            delta(&format!("tc {family} new_flow")),
+            0,
+            "{to}: {after:?}"
+        );
+        assert_eq!(
+            delta(&format!("xdp {family} forwarded")),
             0,
             "{to}: {after:?}"
         );
         // Each connection's SYN, ACK and request at least, and each
         // datagram: taken by tc on XDP's word.
-        let handed = delta(&format!("xdp{family}_passed_to_tc"));
+        let handed = delta(&format!("xdp {family} passed_to_tc"));
         assert!(
             handed >= 3 * 20 + 5,
             "{to}: {handed} handed over: {after:?}"
         );
         assert!(
-            delta("tc_passed_xdp_checked") >= handed,
+            delta(&format!("tc {family} passed_xdp_checked")) >= handed,
             "{to}: tc looked up what XDP handed over: {after:?}"
         );
     }
@@ -373,7 +377,7 @@ fn a_random_pick_keeps_its_odds_whether_xdp_or_tc_forwards_the_flow() -> anyhow:
         let p1 = p1_share(&bed, n)?;
         let after = bed.node1.pins.stats()?;
         assert!(
-            after["xdp_new_flow"] > before["xdp_new_flow"],
+            after.of("xdp ipv4 new_flow") > before.of("xdp ipv4 new_flow"),
             "XDP sent p2's flows on: {after:?}"
         );
         p1

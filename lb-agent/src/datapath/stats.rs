@@ -1,22 +1,24 @@
 //! Reading the datapath counters (`LB_STATS`).
 
-use std::path::Path;
+use std::{collections::BTreeMap, path::Path};
 
 use aya::maps::{Map, MapData, MapError, PerCpuArray};
-use lb_common::{STAT_NAMES, STATS, STATS_COUNT};
+use lb_common::{STATS, STATS_COUNT, StatKey, counted_keys};
 
-/// Every counter summed over CPUs, in `lb_common::stats` order.
-pub fn read(maps_dir: &Path) -> Result<[u64; STATS_COUNT as usize], MapError> {
+/// Each counter the programs may count ([`lb_common::Reason::places`]),
+/// 0 included, summed over CPUs; and any other that is not 0.
+pub fn read(maps_dir: &Path) -> Result<BTreeMap<StatKey, u64>, MapError> {
     let data = MapData::from_pin(maps_dir.join(STATS.pin))?;
     let array: PerCpuArray<MapData, u64> = PerCpuArray::try_from(Map::PerCpuArray(data))?;
-    let mut out = [0; STATS_COUNT as usize];
-    for (index, total) in (0u32..).zip(out.iter_mut()) {
-        *total = array.get(&index, 0)?.iter().sum();
+    let mut out: BTreeMap<StatKey, u64> = counted_keys().map(|key| (key, 0)).collect();
+    for index in 0..STATS_COUNT {
+        let Some(key) = StatKey::from_index(index) else {
+            continue;
+        };
+        let total: u64 = array.get(&index, 0)?.iter().sum();
+        if total != 0 || out.contains_key(&key) {
+            out.insert(key, total);
+        }
     }
     Ok(out)
-}
-
-/// Counter names with their totals.
-pub fn named(totals: &[u64; STATS_COUNT as usize]) -> impl Iterator<Item = (&'static str, u64)> {
-    STAT_NAMES.iter().copied().zip(totals.iter().copied())
 }

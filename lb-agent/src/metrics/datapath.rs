@@ -1,5 +1,6 @@
-//! `lbagent_datapath_events_total{event}`: the eBPF programs' per-CPU
-//! counters, read from their pinned map at each scrape.
+//! `lbagent_datapath_events_total{hook,direction,family,reason}`: the eBPF
+//! programs' per-CPU counters, read from their pinned map at each scrape.
+//! Every counter the programs may count is shown, 0 until it counts.
 
 use std::{
     path::PathBuf,
@@ -29,13 +30,20 @@ impl Collector for Events {
         };
         let mut family = encoder.encode_descriptor(
             "lbagent_datapath_events",
-            "What the eBPF programs did, by event: translations, reverse translations, \
-             refusals by reason, pass-throughs.",
+            "What the eBPF programs did, by hook (sock, tc, xdp), direction, address \
+             family and reason: translations, new flows, drops and refusals by cause, \
+             pass-throughs.",
             None,
             MetricType::Counter,
         )?;
-        for (event, n) in stats::named(&totals) {
-            ConstCounter::new(n).encode(family.encode_family(&[("event", event)])?)?;
+        for (key, n) in totals {
+            let labels = [
+                ("hook", key.at.hook.name()),
+                ("direction", key.at.dir.name()),
+                ("family", key.family.name()),
+                ("reason", key.reason.name()),
+            ];
+            ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
         }
         Ok(())
     }

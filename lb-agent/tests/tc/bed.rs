@@ -17,11 +17,11 @@ use etherparse::{
 };
 use lb_agent::datapath::loader;
 use lb_common::{
-    Address, BACKEND_STATE_ACTIVE, Backend, Ct4Key, Ct4Value, Ct6Key, Ct6Value, DatapathConfig,
+    Address, At, BACKEND_STATE_ACTIVE, Backend, Ct4Key, Ct4Value, Ct6Key, Ct6Value, DatapathConfig,
     DsrEndpointKey, FE_F_MAGLEV, FE_KIND_NODE_PORT, FrontendId, FrontendKey, FrontendState,
-    MAGLEV_CHUNK, MaglevChunk, MaglevKey, Nat4Key, Nat4Value, Nat6Key, Nat6Value, NodeNet,
+    MAGLEV_CHUNK, MaglevChunk, MaglevKey, Nat4Key, Nat4Value, Nat6Key, Nat6Value, NodeNet, Reason,
     SCOPE_EXTERNAL, SOURCE_RANGE_PREFIX, SOURCE_RANGE6_PREFIX, Slot, SlotKey, SourceRange,
-    SpinLock,
+    SpinLock, StatFamily, StatKey,
 };
 
 /// Writes the Maglev table of revision `rev` of frontend `fe_id`: entry
@@ -64,6 +64,16 @@ pub(crate) const LOCAL_POD: Addr = ([10, 1, 0, 5], 8080);
 pub(crate) const REMOTE_POD: Addr = ([10, 2, 0, 9], 8080);
 
 /// The agent's object with small private maps and both tc programs loaded.
+/// The IPv4 counter of `reason` at `at`.
+pub(crate) const fn stat4(at: At, reason: Reason) -> StatKey {
+    StatKey::new(at, StatFamily::V4, reason)
+}
+
+/// The IPv6 counter of `reason` at `at`.
+pub(crate) const fn stat6(at: At, reason: Reason) -> StatKey {
+    StatKey::new(at, StatFamily::V6, reason)
+}
+
 pub(crate) struct Bed {
     ebpf: Ebpf,
     pub v4: Lb<[u8; 4]>,
@@ -79,6 +89,26 @@ pub(crate) struct Bed {
     prev_ct: ArrayOfMaps<MapData, HashMap<MapData, Ct4Key, Ct4Value>>,
     prev_nat: ArrayOfMaps<MapData, HashMap<MapData, Nat4Key, Nat4Value>>,
     next_id: u32,
+}
+
+impl Drop for Bed {
+    /// Every counter the programs counted is one the agent shows from the
+    /// start: its reason is counted at that place ([`Reason::places`]).
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        let shown: std::collections::BTreeSet<u32> =
+            lb_common::counted_keys().map(StatKey::index).collect();
+        for index in 0..lb_common::STATS_COUNT {
+            let n: u64 = self.stats.get(&index, 0).unwrap().iter().sum();
+            assert!(
+                n == 0 || shown.contains(&index),
+                "{:?} counted {n} times, at no place of its reason",
+                StatKey::from_index(index)
+            );
+        }
+    }
 }
 
 /// One family's load-balancing maps (`LB4_*` or `LB6_*`), written as the
@@ -692,8 +722,9 @@ impl Bed {
         self.run("lb_tc_l3_in", packet)
     }
 
-    pub(crate) fn stat(&self, index: u32) -> u64 {
-        self.stats.get(&index, 0).unwrap().iter().sum()
+    /// Counter `key`, summed over CPUs.
+    pub(crate) fn stat(&self, key: StatKey) -> u64 {
+        self.stats.get(&key.index(), 0).unwrap().iter().sum()
     }
 
     /// Pins the conntrack and SNAT maps under `dir` with their pin names,

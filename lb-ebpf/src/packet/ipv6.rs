@@ -5,9 +5,7 @@
 
 use core::mem::MaybeUninit;
 
-use lb_common::{
-    FlowHash, Frag6Key, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, STAT_TC6_PASSED_EXT_HEADERS,
-};
+use lb_common::{At, FlowHash, Frag6Key, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, Reason};
 
 use super::{Ip, Kind, PSEUDO, Packet, finish, read, write};
 use crate::{
@@ -105,7 +103,7 @@ pub(crate) fn parse<const L2: usize, C: PacketCtx>(
     ctx: &C,
     first: u8,
     p: &mut MaybeUninit<Packet<Addr6>>,
-    first_hook: bool,
+    at: At,
 ) -> Kind {
     let l3 = L2;
     if first >> 4 != 6 {
@@ -151,10 +149,7 @@ pub(crate) fn parse<const L2: usize, C: PacketCtx>(
     };
     let later = w.frag_off & FRAG_OFFSET_MASK != 0;
     if !later && is_extension(w.next) {
-        // Counted by tc, after a first hook (XDP) passed it on.
-        if !first_hook {
-            count(STAT_TC6_PASSED_EXT_HEADERS);
-        }
+        count::<Addr6>(at, Reason::PassedExtHeaders);
         return Kind::Other;
     }
     p.in_place = false;

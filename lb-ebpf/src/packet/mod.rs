@@ -18,7 +18,7 @@ use aya_ebpf::{
 use lb_common::{FlowHash, Frag4Value, FrontendKey, PROTO_TCP, SCOPE_EXTERNAL};
 
 pub use self::{icmp::IcmpError, ipv4::IP_HLEN, ipv6::IP6_HLEN};
-use crate::{ctx::PacketCtx, maps::FRAG_MAX};
+use crate::{ctx::PacketCtx, maps::FRAG_MAX, stats::Counted};
 
 /// Ethernet header length.
 pub const ETH_HLEN: usize = 14;
@@ -53,7 +53,7 @@ pub struct Packet<A> {
 
 /// An address family's headers: where the addresses are and how changing
 /// one updates the checksums that cover it.
-pub trait Ip: Copy + PartialEq + Default + 'static {
+pub trait Ip: Copy + PartialEq + Default + Counted + 'static {
     /// Length of the IP header without options or extension headers.
     const HLEN: usize;
     /// Offsets of the source and destination address in the IP header.

@@ -15,11 +15,12 @@ use aya_ebpf::{
     macros::classifier,
     programs::TcContext,
 };
+use lb_common::At;
 use lb_ebpf::{
     ctx::PacketCtx as _,
     dispatch::{Handler, parse},
     family::Family,
-    nodeport::{self, Tc, Verdict},
+    nodeport::{self, TcEgress, TcIngress, Verdict},
     packet::{ETH_HLEN, Packet},
 };
 
@@ -60,9 +61,14 @@ fn code(ctx: &TcContext, v: Verdict) -> i32 {
 struct Ingress<'a, const L2: usize>(&'a TcContext);
 
 impl<const L2: usize> Handler for Ingress<'_, L2> {
+    const AT: At = At::TC_IN;
+
     #[inline(always)]
     fn flow<F: Family>(self, p: &mut Packet<F::Addr>) -> i32 {
-        code(self.0, nodeport::ingress::<L2, _, F, _>(self.0, p, &mut Tc))
+        code(
+            self.0,
+            nodeport::ingress::<L2, _, F, _>(self.0, p, &mut TcIngress),
+        )
     }
 
     #[inline(always)]
@@ -72,7 +78,7 @@ impl<const L2: usize> Handler for Ingress<'_, L2> {
 
     #[inline(always)]
     fn unknown_fragment<F: Family>(self) -> i32 {
-        code(self.0, nodeport::unknown_fragment::<F>())
+        code(self.0, nodeport::unknown_fragment::<F, TcIngress>())
     }
 
     #[inline(always)]
@@ -85,9 +91,11 @@ impl<const L2: usize> Handler for Ingress<'_, L2> {
 struct Egress<'a, const L2: usize>(&'a TcContext);
 
 impl<const L2: usize> Handler for Egress<'_, L2> {
+    const AT: At = At::TC_OUT;
+
     #[inline(always)]
     fn flow<F: Family>(self, p: &mut Packet<F::Addr>) -> i32 {
-        code(self.0, nodeport::egress::<L2, _, F, Tc>(self.0, p))
+        code(self.0, nodeport::egress::<L2, _, F, TcEgress>(self.0, p))
     }
 
     #[inline(always)]
@@ -97,7 +105,7 @@ impl<const L2: usize> Handler for Egress<'_, L2> {
 
     #[inline(always)]
     fn unknown_fragment<F: Family>(self) -> i32 {
-        code(self.0, nodeport::unknown_fragment::<F>())
+        code(self.0, nodeport::unknown_fragment::<F, TcEgress>())
     }
 
     #[inline(always)]

@@ -3,6 +3,7 @@
 //! not send on itself go up to the tc programs untouched.
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
+use lb_common::At;
 use lb_ebpf::{
     dispatch::{Handler, parse},
     family::Family,
@@ -26,7 +27,7 @@ pub(crate) fn lb_xdp(ctx: XdpContext) -> u32 {
 struct Fast<'a>(&'a XdpContext);
 
 impl Handler for Fast<'_> {
-    const FIRST: bool = true;
+    const AT: At = At::XDP;
 
     #[inline(always)]
     fn flow<F: Family>(self, p: &mut Packet<F::Addr>) -> i32 {

@@ -47,7 +47,7 @@ pub struct Results {
     pub final_entries: Option<Entries>,
     pub final_needed: (usize, usize, usize),
     /// The datapath's counters at the end (`lb-agent dump --stats`).
-    pub stats: BTreeMap<String, u64>,
+    pub stats: crate::agent::Stats,
     /// LISTs of Services the stand-in apiserver served.
     pub lists: u64,
     /// The kernel's counters in the clients' and the pods' namespaces.
@@ -194,10 +194,11 @@ impl Results {
                 }
             }
         }
-        for counter in ["refused_inconsistent"] {
-            if let Some(n) = self.stats.get(counter).filter(|n| **n > 0) {
-                why.push(format!("datapath counter {counter} = {n}"));
-            }
+        let inconsistent = self.stats.of("refused_inconsistent");
+        if inconsistent > 0 {
+            why.push(format!(
+                "datapath counter refused_inconsistent = {inconsistent}"
+            ));
         }
         why
     }

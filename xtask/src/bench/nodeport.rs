@@ -362,10 +362,10 @@ impl Bed {
     /// Our tc programs' drops for want of a SNAT port in `family`, so far.
     fn exhausted(&self, family: Family) -> anyhow::Result<u64> {
         let counter = match family {
-            Family::V4 => "tc_drop_snat_exhausted",
-            Family::V6 => "tc6_drop_snat_exhausted",
+            Family::V4 => "tc ipv4 drop_snat_exhausted",
+            Family::V6 => "tc ipv6 drop_snat_exhausted",
         };
-        Ok(self.rig(Mode::Ours).pins.stats()?[counter])
+        Ok(self.rig(Mode::Ours).pins.stats()?.of(counter))
     }
 
     /// (ingress, egress) counters of our tc programs, summed over devices.

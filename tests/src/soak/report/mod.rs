@@ -109,7 +109,7 @@ pub fn render(r: &Results) -> String {
     long::render(&mut o, r);
     agent::render(&mut o, r);
     let _ = writeln!(o, "## Datapath counters at the end\n");
-    for (name, n) in &r.stats {
+    for (name, n) in r.stats.iter() {
         let _ = writeln!(o, "* `{name}`: {n}");
     }
     let _ = writeln!(o, "\n## Agent and apiserver log\n");
