@@ -173,7 +173,8 @@ pub const AFFINITY6: MapSpec =
 /// IPv6 socket reverse NAT: [`RevNat6Key`] -> [`RevNat6Value`], as [`REVNAT4`].
 pub const REVNAT6: MapSpec =
     spec::<RevNat6Key, RevNat6Value>("LB6_REVNAT", "LB6_REVNAT_V11", MAP_TYPE_LRU_HASH, 0);
-/// Datapath counters, per CPU: index (`u32`, see [`crate::stats`]) -> `u64`.
+/// Datapath counters, per CPU: [`crate::StatKey::index`] (`u32`) -> `u64`,
+/// host order. Written by every program.
 pub const STATS: MapSpec = spec::<u32, u64>("LB_STATS", "LB_STATS_V11", MAP_TYPE_PERCPU_ARRAY, 0);
 
 /// Connection tracking of flows from outside the node: [`Ct4Key`] ->
