@@ -24,9 +24,8 @@ use bed::*;
 use etherparse::{NetHeaders, PacketBuilder, PacketHeaders, TcpOptionElement, TransportHeader};
 use fib_netns::Netns;
 use lb_common::{
-    At, CFG_F_MIDFLOW, CT_DIR_IN, CT_DIR_OUT, CT_F_DSR, CT_F_KERNEL, CT_F_SNAT, CT_SEEN,
-    CT_SEEN_ACK, Ct4Key, Ct4Value, DatapathConfig, FE_F_DSR, FE_F_EXTERNAL_LOCAL, PROTO_TCP,
-    PROTO_UDP, Reason, Timeouts,
+    At, CFG_F_MIDFLOW, CT_DIR_IN, CT_DIR_OUT, CT_F_DSR, CT_F_SNAT, CT_SEEN, CT_SEEN_ACK,
+    DatapathConfig, FE_F_DSR, FE_F_EXTERNAL_LOCAL, PROTO_TCP, PROTO_UDP, Reason, Timeouts,
 };
 use packets6::*;
 
@@ -555,23 +554,7 @@ fn a_mid_flow_segment_stays_the_kernels_without_the_flag_maglev_or_dsr() {
 fn a_flow_the_kernel_tracks_stays_the_kernels_at_a_failover_frontend() {
     let (mut bed, _) = failover_node(FE_F_DSR, true, CFG_F_MIDFLOW);
     // As the agent seeds kube-proxy's TCP flows when it takes over.
-    let key = Ct4Key {
-        saddr_be: CLIENT.0,
-        daddr_be: NODE,
-        sport_be: CLIENT.1.to_be(),
-        dport_be: NODE_PORT.to_be(),
-        proto: PROTO_TCP,
-        dir: CT_DIR_IN,
-        _pad0: [0; 2],
-    };
-    let kernel = Ct4Value {
-        flags: CT_F_KERNEL,
-        seen_client: CT_SEEN,
-        seen_backend: CT_SEEN,
-        expires: lb_agent::datapath::conntrack::now() + 30,
-        ..Ct4Value::default()
-    };
-    bed.ct.insert(key, kernel, 0).unwrap();
+    bed.kernel_flow(CLIENT, (NODE, NODE_PORT), PROTO_TCP, (CT_SEEN, CT_SEEN), 30);
     let segment = tcp(CLIENT, FRONTEND, Tcp::Ack);
     assert_eq!(bed.ingress(&segment), (PASS, segment), "untouched");
     assert_eq!(bed.ct().len(), 1, "no entry of ours: {:?}", bed.ct());

@@ -13,10 +13,9 @@ mod bed;
 use bed::*;
 use lb_agent::datapath::conntrack;
 use lb_common::{
-    At, CT_DIR_IN, CT_DIR_OUT, CT_F_KERNEL, CT_SEEN, CT_SEEN_ACK, CT_TIME_WAIT, Ct4Key, Ct4Value,
-    DEFAULT_CT_TIMEOUT_ANY, DEFAULT_CT_TIMEOUT_TCP, DEFAULT_CT_TIMEOUT_TCP_FIN,
-    DEFAULT_CT_TIMEOUT_TCP_SYN, DatapathConfig, FE_F_EXTERNAL_LOCAL, Nat4Value, PROTO_TCP,
-    PROTO_UDP, REJECT_BURST, Reason,
+    At, CT_DIR_OUT, CT_SEEN, CT_SEEN_ACK, CT_TIME_WAIT, Ct4Value, DEFAULT_CT_TIMEOUT_ANY,
+    DEFAULT_CT_TIMEOUT_TCP, DEFAULT_CT_TIMEOUT_TCP_FIN, DEFAULT_CT_TIMEOUT_TCP_SYN, DatapathConfig,
+    FE_F_EXTERNAL_LOCAL, Nat4Value, PROTO_TCP, PROTO_UDP, REJECT_BURST, Reason,
 };
 
 /// Every entry's expiry, in seconds from now: conntrack entries by
@@ -434,25 +433,9 @@ fn a_flow_the_kernel_tracks_is_left_to_it_until_its_client_opens_a_new_one() {
     let mut bed = remote_bed((2000, 2010));
     // As the agent seeds it at a takeover from kube-proxy: the client's
     // entry only, marked as the kernel's.
-    let now = conntrack::now();
     for proto in [PROTO_UDP, PROTO_TCP] {
-        let key = Ct4Key {
-            saddr_be: CLIENT.0,
-            daddr_be: NODE,
-            sport_be: CLIENT.1.to_be(),
-            dport_be: NODE_PORT.to_be(),
-            proto,
-            dir: CT_DIR_IN,
-            _pad0: [0; 2],
-        };
-        let kernel = Ct4Value {
-            flags: CT_F_KERNEL,
-            seen_client: CT_SEEN | CT_SEEN_ACK,
-            seen_backend: CT_SEEN,
-            expires: now + 30,
-            ..Ct4Value::default()
-        };
-        bed.ct.insert(key, kernel, 0).unwrap();
+        let seen = (CT_SEEN | CT_SEEN_ACK, CT_SEEN);
+        bed.kernel_flow(CLIENT, (NODE, NODE_PORT), proto, seen, 30);
     }
     let datagram = udp(CLIENT, FRONTEND);
     assert_eq!(bed.ingress(&datagram), (PASS, datagram), "untouched");

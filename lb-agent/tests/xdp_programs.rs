@@ -19,8 +19,8 @@ mod packets6;
 use bed::*;
 use fib_netns::Netns;
 use lb_common::{
-    At, CT_DIR_IN, CT_F_KERNEL, CT_SEEN, Ct4Key, Ct4Value, PROTO_TCP, PROTO_UDP, Reason,
-    XDP_FOUND_FLOW, XDP_FOUND_KERNEL, XDP_META_FOUND, XdpFound,
+    At, CT_SEEN, PROTO_TCP, PROTO_UDP, Reason, XDP_FOUND_FLOW, XDP_FOUND_KERNEL, XDP_META_FOUND,
+    XdpFound,
 };
 use packets6::*;
 
@@ -365,22 +365,7 @@ fn xdp_hands_a_flow_the_kernel_tracks_to_tc_as_the_kernels() {
     bed.snat(NODE, 61_000, 61_010);
     bed.frontend(NODE_PORT, PROTO_UDP, 0, &[REMOTE_POD]);
     let now = lb_agent::datapath::conntrack::now();
-    let key = Ct4Key {
-        saddr_be: CLIENT.0,
-        daddr_be: NODE,
-        sport_be: CLIENT.1.to_be(),
-        dport_be: NODE_PORT.to_be(),
-        proto: PROTO_UDP,
-        dir: CT_DIR_IN,
-        _pad0: [0; 2],
-    };
-    let kernel = Ct4Value {
-        flags: CT_F_KERNEL,
-        seen_client: CT_SEEN,
-        expires: now + 5,
-        ..Ct4Value::default()
-    };
-    bed.ct.insert(key, kernel, 0).unwrap();
+    bed.kernel_flow(CLIENT, (NODE, NODE_PORT), PROTO_UDP, (CT_SEEN, 0), 5);
     ns.run(|| {
         let datagram = udp(CLIENT, (NODE, NODE_PORT));
         let up = found(&datagram, ([0u8; 4], 0), XDP_FOUND_KERNEL);

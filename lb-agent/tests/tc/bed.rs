@@ -418,6 +418,37 @@ impl Bed {
             .unwrap();
     }
 
+    /// Seeds a flow of the kernel's from `client` to `to` as the agent
+    /// does at a takeover from kube-proxy: the client's entry only, marked
+    /// `CT_F_KERNEL`, with `seen` (the client's bits, the backend's), for
+    /// `secs` more seconds.
+    pub(crate) fn kernel_flow(
+        &mut self,
+        client: Addr,
+        to: Addr,
+        proto: u8,
+        seen: (u8, u8),
+        secs: u32,
+    ) {
+        let key = Ct4Key {
+            saddr_be: client.0,
+            daddr_be: to.0,
+            sport_be: client.1.to_be(),
+            dport_be: to.1.to_be(),
+            proto,
+            dir: lb_common::CT_DIR_IN,
+            _pad0: [0; 2],
+        };
+        let value = Ct4Value {
+            flags: lb_common::CT_F_KERNEL,
+            seen_client: seen.0,
+            seen_backend: seen.1,
+            expires: lb_agent::datapath::conntrack::now() + secs,
+            ..Ct4Value::default()
+        };
+        self.ct.insert(key, value, 0).unwrap();
+    }
+
     /// SNATs flows of `addr`'s family to `addr`, ports `min..=max`.
     pub(crate) fn snat<A: BedFamily>(&mut self, addr: A, min: u16, max: u16) {
         let mut cfg = DatapathConfig {
