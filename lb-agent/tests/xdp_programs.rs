@@ -214,7 +214,9 @@ fn the_cache_is_looked_up_only_for_frontends_addresses_and_the_snat_address() {
         let datagram = udp(CLIENT, frontend);
         let (action, sent) = bed.xdp(&datagram, x0);
         assert_eq!(action, XDP_TX);
-        assert_eq!(bed.xdp_flows(), (1, 0), "cached");
+        assert_eq!(bed.xdp_flows(), (0, 0), "a flow's first datagram");
+        assert_eq!(bed.xdp(&datagram, x0), (XDP_TX, sent.clone()));
+        assert_eq!(bed.xdp_flows(), (1, 0), "its second: cached");
         assert_eq!(bed.stat(stat4(At::XDP, Reason::NewFlow)), 1);
         // The address's bit gone: the full path sends it, a known flow.
         bed.clear_addrs();
@@ -247,6 +249,8 @@ fn xdp_sends_an_ipv6_flows_next_datagrams_by_its_cache_at_its_generation_only() 
         let on_wire = seen6(&out);
         let reply = udp6(REMOTE_POD6, on_wire.src);
         let (_, back) = bed.xdp(&reply, x0);
+        assert_eq!(bed.xdp_flows(), (0, 1), "the first datagram is not cached");
+        assert_eq!(bed.xdp(&datagram, x0), (XDP_TX, out.clone()));
         assert_eq!(bed.xdp_flows(), (0, 2), "both halves cached");
         forget_flows(&mut bed);
         assert_eq!(bed.xdp(&datagram, x0), (XDP_TX, out.clone()));
@@ -254,7 +258,7 @@ fn xdp_sends_an_ipv6_flows_next_datagrams_by_its_cache_at_its_generation_only() 
         assert_eq!(bed.xdp(&reply, x0), (XDP_TX, back.clone()));
         assert_eq!(seen6(&back), flow6(FRONTEND6, CLIENT6));
         assert_eq!(hop(&back, true), (ROUTER_MAC, DEVICE_MAC, 63));
-        assert_eq!(bed.stat(stat6(At::XDP, Reason::Forwarded)), 4);
+        assert_eq!(bed.stat(stat6(At::XDP, Reason::Forwarded)), 5);
         bed.bump_xdp_generation();
         // The full path again: a new flow, recorded anew.
         let (action, again) = bed.xdp(&datagram, x0);
@@ -317,13 +321,17 @@ fn xdp_records_local_backends_flows_and_hands_them_to_tc_and_strangers_as_not_ou
         assert_eq!(bed.ct().len(), 2, "the flow recorded both ways");
         assert_eq!(bed.stat(stat4(At::XDP, Reason::NewFlow)), 1);
         assert_eq!(bed.stat(stat4(At::XDP, Reason::PassedToTc)), 1);
+        assert_eq!(bed.xdp_flows(), (0, 0), "a flow's first packet: not cached");
+        // Its second: known, handed over, and cached.
+        assert_eq!(bed.xdp(&to_local, x0), (XDP_PASS, up.clone()));
+        assert_eq!(bed.stat(stat4(At::XDP, Reason::NewFlow)), 1, "known");
         assert_eq!(bed.xdp_flows(), (1, 0), "the hand-over cached");
         // With conntrack empty, the full path would record the flow anew;
         // the cache hands its datagrams over as before, in this second.
         forget_flows(&mut bed);
         assert_eq!(bed.xdp(&to_local, x0), (XDP_PASS, up.clone()));
         assert_eq!(bed.stat(stat4(At::XDP, Reason::NewFlow)), 1, "by the cache");
-        assert_eq!(bed.stat(stat4(At::XDP, Reason::PassedToTc)), 2);
+        assert_eq!(bed.stat(stat4(At::XDP, Reason::PassedToTc)), 3);
         // The next second: the full path's, which records it again.
         std::thread::sleep(second);
         assert_eq!(bed.xdp(&to_local, x0), (XDP_PASS, up.clone()));
@@ -344,7 +352,7 @@ fn xdp_records_local_backends_flows_and_hands_them_to_tc_and_strangers_as_not_ou
         assert_eq!(bed.xdp(&stranger, x0), (XDP_PASS, not_ours(&stranger)));
         assert_eq!(
             bed.stat(stat4(At::XDP, Reason::PassedToTc)),
-            4,
+            5,
             "not a flow of ours"
         );
         // tc without the metadata finds the flow XDP recorded.

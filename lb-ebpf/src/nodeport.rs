@@ -77,6 +77,9 @@ pub trait Hook {
     /// The packet, looked up, is no frontend's nor any flow's of ours.
     #[inline(always)]
     fn not_ours(&mut self) {}
+    /// The packet started a flow, now recorded.
+    #[inline(always)]
+    fn recorded(&mut self) {}
     /// A first hook passes up a packet of a flow of ours, whose
     /// destination becomes `addr:port_be` (or, `kernel`, a kernel flow,
     /// which tc passes): whether tc will be told so
@@ -850,6 +853,7 @@ fn record_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
         return Ok(DROP);
     }
     count_at::<H, F>(Reason::NewFlow);
+    h.recorded();
     if b.hairpin {
         count_at::<H, F>(Reason::DsrSnatHairpin);
     }

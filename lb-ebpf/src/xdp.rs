@@ -82,11 +82,18 @@ pub struct Forward<'a> {
     egress: u32,
     /// The route's MTU the FIB gave with it.
     mtu: u16,
-    /// [`Hook::not_ours`] was said.
-    not_ours: bool,
-    /// [`Hook::hand_over`] told tc.
-    handed: bool,
+    /// What the full path said of the packet: [`NOT_OURS`], [`HANDED`],
+    /// [`FIRST`]. One byte: the frame of the steps that hold this has no
+    /// room for more (the verifier's 512 bytes over IPv6's chain of calls).
+    said: u8,
 }
+
+/// [`Hook::not_ours`] was said.
+const NOT_OURS: u8 = 1;
+/// [`Hook::hand_over`] told tc.
+const HANDED: u8 = 2;
+/// [`Hook::recorded`] was said: the packet is its flow's first.
+const FIRST: u8 = 4;
 
 impl Hook for Forward<'_> {
     const FIRST: bool = true;
@@ -117,7 +124,12 @@ impl Hook for Forward<'_> {
 
     #[inline(always)]
     fn not_ours(&mut self) {
-        self.not_ours = true;
+        self.said |= NOT_OURS;
+    }
+
+    #[inline(always)]
+    fn recorded(&mut self) {
+        self.said |= FIRST;
     }
 
     #[inline(always)]
@@ -127,8 +139,11 @@ impl Hook for Forward<'_> {
         } else {
             XDP_FOUND_FLOW
         };
-        self.handed = tell_tc_found(self.ctx, addr, port_be, what) == 0;
-        self.handed
+        let told = tell_tc_found(self.ctx, addr, port_be, what) == 0;
+        if told {
+            self.said |= HANDED;
+        }
+        told
     }
 }
 
@@ -208,8 +223,7 @@ impl<'a> Forward<'a> {
             ctx,
             egress: 0,
             mtu: 0,
-            not_ours: false,
-            handed: false,
+            said: 0,
         }
     }
 
@@ -269,7 +283,8 @@ fn sendable<A: Ip>(ctx: &XdpContext, p: &Packet<A>) -> bool {
 /// A TCP or UDP packet (or later fragment) at XDP: sent on translated if
 /// its flow's next hop is behind the device it came in on or another one
 /// the fast path runs on, else passed to tc untouched. How it was sent is
-/// remembered for the flow's next packets (`flow_cache`).
+/// remembered for the flow's next packets (`flow_cache`), from its second
+/// packet on.
 #[inline(always)]
 pub fn forward<F: Family>(ctx: &XdpContext, p: &mut Packet<F::Addr>) -> i32 {
     if !sendable::<F::Addr>(ctx, p) {
@@ -280,9 +295,9 @@ pub fn forward<F: Family>(ctx: &XdpContext, p: &mut Packet<F::Addr>) -> i32 {
     let v = nodeport::ingress::<ETH_HLEN, _, F, _>(ctx, p, &mut hop);
     if hop.egress == 0 {
         // Nothing changed: tc decides, told what XDP found.
-        if hop.not_ours {
+        if hop.said & NOT_OURS != 0 {
             tell_tc(ctx, XDP_META_NOT_OURS);
-        } else if hop.handed {
+        } else if hop.said & (HANDED | FIRST) == HANDED {
             flow_cache::remember_handed::<F::Addr>(ctx);
         }
         return PASS;
@@ -292,7 +307,10 @@ pub fn forward<F: Family>(ctx: &XdpContext, p: &mut Packet<F::Addr>) -> i32 {
     {
         return DROP;
     }
-    if flow_cache::cacheable(p) {
+    // A flow's first packet leaves no cache entry: its second packet
+    // writes it, so a flow of one datagram (a DNS query) never pays the
+    // insert.
+    if flow_cache::cacheable(p) && hop.said & FIRST == 0 {
         flow_cache::remember(ctx, p, hop.egress, hop.mtu);
     }
     hop.send::<F::Addr>()
