@@ -3,18 +3,13 @@
 //! its forty-one maps pinned under `maps/` with `_V10` pin names (and
 //! `LB_SOCK_REVNAT_V6`, which layout 10 kept), the frontends written with
 //! the write protocol of layout 2 (unchanged since) in layout 8's state
-//! (layout 10 kept it), the socket programs attached through links pinned
+//! (layout 10 kept it: [`layout9::state`]), the socket programs attached through links pinned
 //! under `links/`. Layout 10 counted in a flat `LB_STATS` of 55 entries.
 
 use std::path::Path;
 
-use aya::Pod;
-
 pub use crate::install::Frontend;
-use crate::{
-    layout2::{FIRST_REV, Frontend4Key, install_object},
-    layout7,
-};
+use crate::{layout2::install_object, layout7, layout9::state};
 
 /// The object of layout 10, as built then (at layout 10's default
 /// capacities, which are also this layout's).
@@ -64,43 +59,6 @@ const MAPS: [(&str, &str); 41] = [
     ("LB4_NODE_NETS", "LB4_NODE_NETS_V10"),
     ("LB6_NODE_NETS", "LB6_NODE_NETS_V10"),
 ];
-
-/// Layout 10's frontend state (layout 8's): layout 3's and the size of a
-/// Maglev table.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Frontend4State {
-    /// The `bpf_spin_lock`; written as 0.
-    lock: u32,
-    owner: Frontend4Key,
-    rev: u16,
-    count: u16,
-    flags: u16,
-    _pad0: [u8; 2],
-    affinity_timeout: u32,
-    maglev_size: u32,
-}
-
-const _: () = assert!(size_of::<Frontend4State>() == 28);
-
-// SAFETY: repr(C), padded explicitly (the size assert equals the sum of the
-// fields), every bit pattern valid.
-unsafe impl Pod for Frontend4State {}
-
-/// A frontend `owner` with `count` backends in its first revision, at
-/// random, as layout 10's agent wrote it.
-fn state(owner: Frontend4Key, count: u16) -> Frontend4State {
-    Frontend4State {
-        lock: 0,
-        owner,
-        rev: FIRST_REV,
-        count,
-        flags: 0,
-        _pad0: [0; 2],
-        affinity_timeout: 0,
-        maglev_size: 0,
-    }
-}
 
 /// Installs layout 10 under the pin directory `pins`, programs `frontends`
 /// (and names their addresses in `LB_ADDRS`, which its connect4 tests

@@ -66,7 +66,7 @@ const MAPS: [(&str, &str); 37] = [
 /// Maglev table.
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct Frontend4State {
+pub(crate) struct Frontend4State {
     /// The `bpf_spin_lock`; written as 0.
     lock: u32,
     owner: Frontend4Key,
@@ -86,7 +86,7 @@ unsafe impl Pod for Frontend4State {}
 
 /// A frontend `owner` with `count` backends in its first revision, at
 /// random, as layout 9's agent wrote it.
-fn state(owner: Frontend4Key, count: u16) -> Frontend4State {
+pub(crate) fn state(owner: Frontend4Key, count: u16) -> Frontend4State {
     Frontend4State {
         lock: 0,
         owner,
