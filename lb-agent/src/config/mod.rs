@@ -17,6 +17,7 @@ use crate::{
         forwarding::LbMode,
         maglev::{Algorithm, MaglevParams},
     },
+    source::apiserver::{ApiserverError, Inputs},
 };
 
 pub const DEFAULT_METRICS_BIND_ADDRESS: &str = "127.0.0.1:10249";
@@ -87,11 +88,15 @@ pub enum ConfigError {
     Addr { what: &'static str, value: String },
     #[error("no node name: pass --hostname-override or set NODE_NAME")]
     NoNodeName,
+    #[error(transparent)]
+    Apiserver(#[from] ApiserverError),
 }
 
 impl RunConfig {
     /// Merges `args` over the `--config` file (read from disk) over defaults.
     /// `env_node_name` is `$NODE_NAME`; `host_name` the last resort, as in kube-proxy.
+    /// Refuses a pod without the apiserver's address
+    /// ([`crate::source::apiserver`]).
     pub fn resolve(
         args: RunArgs,
         env_node_name: Option<String>,
@@ -101,7 +106,13 @@ impl RunConfig {
             Some(path) => FileConfig::read(path)?,
             None => FileConfig::default(),
         };
-        Self::merge(args, file, env_node_name, host_name)
+        let config = Self::merge(args, file, env_node_name, host_name)?;
+        // Before any program is loaded: a pod without the apiserver's
+        // address would otherwise attach them and then stop.
+        if let Source::Kube { kubeconfig, master } = &config.source {
+            Inputs::decide_here(kubeconfig.as_deref(), master.as_deref())?;
+        }
+        Ok(config)
     }
 
     /// [`Self::resolve`] with the file already read (the fuzz target

@@ -51,7 +51,12 @@ impl Changes {
     pub async fn open(config: &RunConfig, shared: Arc<Shared>) -> Result<Self, SourceError> {
         Ok(match &config.source {
             Source::Kube { kubeconfig, master } => {
-                let client = kube::client(kubeconfig.as_deref(), master.as_deref()).await?;
+                let client = kube::client(
+                    kubeconfig.as_deref(),
+                    master.as_deref(),
+                    shared.metrics.rest_client_requests.clone(),
+                )
+                .await?;
                 info!(node = %config.node_name, "watching Services, EndpointSlices, this Node and every Node's networks");
                 Self::Kube {
                     events: kube::watch(client, &config.node_name),

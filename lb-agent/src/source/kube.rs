@@ -16,9 +16,11 @@ use kube::{
 use serde::de::DeserializeOwned;
 use tracing::warn;
 
+use super::apiserver::{ApiserverError, Inputs, Origin};
 use super::backoff::with_backoff;
 use super::strip::Kept;
 use super::{Change, ListKind, NodeFacts, NodeNetworks};
+use crate::metrics::RestClientRequests;
 
 /// One kind of apiserver request the agent makes: API group, resource, verbs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +78,8 @@ pub enum KubeError {
     },
     #[error("building the client: {0}")]
     Client(#[from] kube::Error),
+    #[error(transparent)]
+    Apiserver(#[from] ApiserverError),
 }
 
 /// What the watchers report.
@@ -104,8 +108,16 @@ pub enum Event {
 
 /// A client as kube-proxy builds one: `--kubeconfig` if given, else the
 /// in-cluster service account, else the default kubeconfig; `--master`
-/// overrides the server address.
-pub async fn client(kubeconfig: Option<&Path>, master: Option<&str>) -> Result<Client, KubeError> {
+/// overrides the server address. In a pod without either flag, an empty or
+/// unset `KUBERNETES_SERVICE_HOST` is an error ([`ApiserverError`]).
+///
+/// Every request it makes is counted in `requests`
+/// (`rest_client_requests_total`, [`super::requests`]).
+pub async fn client(
+    kubeconfig: Option<&Path>,
+    master: Option<&str>,
+    requests: RestClientRequests,
+) -> Result<Client, KubeError> {
     let mut config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path).map_err(|source| KubeError::Kubeconfig {
@@ -119,17 +131,23 @@ pub async fn client(kubeconfig: Option<&Path>, master: Option<&str>) -> Result<C
                     source,
                 })?
         }
-        None => match (Config::incluster(), master) {
-            (Ok(c), _) => c,
-            // A bare --master (kube-proxy allows it) needs no kubeconfig.
-            (Err(_), Some(url)) => Config::new(parse_url(url)?),
-            (Err(_), None) => Config::infer().await?,
-        },
+        None => {
+            let in_cluster = match Inputs::decide_here(None, master)? {
+                Origin::InCluster => Config::incluster().ok(),
+                Origin::Kubeconfig | Origin::Master | Origin::Infer => None,
+            };
+            match (in_cluster, master) {
+                (Some(c), _) => c,
+                // A bare --master (kube-proxy allows it) needs no kubeconfig.
+                (None, Some(url)) => Config::new(parse_url(url)?),
+                (None, None) => Config::infer().await?,
+            }
+        }
     };
     if let Some(url) = master {
         config.cluster_url = parse_url(url)?;
     }
-    Ok(Client::try_from(config)?)
+    Ok(super::requests::client(config, requests)?)
 }
 
 fn parse_url(url: &str) -> Result<http::Uri, KubeError> {

@@ -1,6 +1,7 @@
 //! Where Services and EndpointSlices come from, and the changes the
 //! sources hand to the sync loop.
 
+pub mod apiserver;
 mod backoff;
 mod changes;
 pub mod file;
@@ -8,6 +9,7 @@ pub mod file_poll;
 pub mod interfaces;
 pub mod kube;
 mod nesting;
+pub mod requests;
 pub mod strip;
 
 use std::net::IpAddr;
