@@ -214,7 +214,7 @@ fn answer<B>(role: Role, e: &Shared, req: &Request<B>) -> Response<Full<Bytes>> 
         return reply(405, "text/plain", "method not allowed\n".into());
     }
     match (role, req.uri().path()) {
-        (Role::Metrics, "/metrics") => reply(200, metrics::CONTENT_TYPE, e.metrics.render()),
+        (Role::Metrics, "/metrics") => reply(200, metrics::CONTENT_TYPE, e.render_metrics()),
         (Role::Metrics, "/proxyMode") => reply(200, "text/plain", "ebpf".into()),
         (Role::Healthz, "/healthz") => {
             let a = e.health.healthz();

@@ -93,6 +93,41 @@ pub struct XdpLabel {
     pub mode: String,
 }
 
+/// client-go's labels of `rest_client_requests_total`: the response's
+/// status code (`<error>` when none came), the HTTP method, and the
+/// apiserver's `host[:port]` as the client's URL names it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub code: String,
+    pub method: String,
+    pub host: String,
+}
+
+/// Every request the kube client made, by [`RequestLabels`].
+pub type RestClientRequests = Family<RequestLabels, Counter>;
+
+/// kube-proxy's `traffic_policy` label: which policy is `Local` with no
+/// endpoint on this node.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+enum TrafficPolicy {
+    Internal,
+    External,
+}
+
+impl EncodeLabelValue for TrafficPolicy {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+        encoder.write_str(match self {
+            TrafficPolicy::Internal => "internal",
+            TrafficPolicy::External => "external",
+        })
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TrafficPolicyLabel {
+    traffic_policy: TrafficPolicy,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     kind: ObjectKind,
@@ -155,6 +190,9 @@ pub struct Metrics {
     /// frames it sends back out of one reach its peer only if the peer
     /// runs an XDP program of its own (the log names each once).
     pub xdp_veth_devices: Gauge,
+    /// Devices native XDP failed on at the last attachment: best-effort
+    /// left them on tc (`mode="tc-only"` above); native refuses to run.
+    pub xdp_attach_failures: Gauge,
     /// 1 while the maps are programmed without this node's Node: the first
     /// sync's wait for it ended without it.
     pub node_missing: Gauge,
@@ -173,6 +211,20 @@ pub struct Metrics {
     /// Health-check listeners that could not be opened, once per failure
     /// until they open.
     pub service_health_listen_errors: Counter,
+    /// Capacity of each family's conntrack map (`--bpf-ct-global-max`)
+    /// and SNAT map (`--bpf-nat-global-max`), as loaded.
+    pub conntrack_max_entries: Gauge,
+    pub nat_max_entries: Gauge,
+    /// Syncs that left a change unwritten for a reason other than a full
+    /// map (a write or delete failed, or the address bits could not be set).
+    pub sync_failures: Counter,
+    /// 1 while `/healthz` answers 200; set at each scrape.
+    pub ready: Gauge,
+    /// client-go's `rest_client_requests_total`: one per HTTP request the
+    /// kube client made.
+    pub rest_client_requests: RestClientRequests,
+    /// kube-proxy's `sync_proxy_rules_no_local_endpoints_total`, by policy.
+    no_local_endpoints: Family<TrafficPolicyLabel, Gauge>,
     /// The pinned maps directory whose `LB_STATS` counters are read at
     /// every scrape; set once the programs are loaded.
     pub datapath_maps: Arc<OnceLock<PathBuf>>,
@@ -209,6 +261,7 @@ impl Default for Metrics {
             tc_devices_unattached: Gauge::default(),
             xdp_attached: Family::default(),
             xdp_veth_devices: Gauge::default(),
+            xdp_attach_failures: Gauge::default(),
             node_missing: Gauge::default(),
             node_list_refused: Counter::default(),
             node_networks: Gauge::default(),
@@ -216,6 +269,12 @@ impl Default for Metrics {
             nat_entries: Gauge::default(),
             conntrack_collected: Counter::default(),
             service_health_listen_errors: Counter::default(),
+            conntrack_max_entries: Gauge::default(),
+            nat_max_entries: Gauge::default(),
+            sync_failures: Counter::default(),
+            ready: Gauge::default(),
+            rest_client_requests: Family::default(),
+            no_local_endpoints: Family::default(),
             datapath_maps: Arc::default(),
             registry: Registry::default(),
         };
@@ -228,6 +287,7 @@ impl Default for Metrics {
         for feature in Feature::ALL {
             m.unsupported(feature);
         }
+        m.set_no_local_endpoints(0, 0);
         m.map_entries(&[IpFamily::V4, IpFamily::V6].map(|family| MapEntries {
             family,
             frontends: 0,
@@ -255,6 +315,22 @@ impl Metrics {
     pub fn unsupported(&self, feature: Feature) -> Counter {
         self.unsupported_features
             .get_or_create_owned(&FeatureLabel { feature })
+    }
+
+    /// Service ports whose `internalTrafficPolicy` (resp., for Services
+    /// reachable from outside, `externalTrafficPolicy`) is `Local` and that
+    /// have endpoints, none of them on this node, as of the last sync.
+    pub fn set_no_local_endpoints(&self, internal: usize, external: usize) {
+        for (policy, n) in [
+            (TrafficPolicy::Internal, internal),
+            (TrafficPolicy::External, external),
+        ] {
+            self.no_local_endpoints
+                .get_or_create(&TrafficPolicyLabel {
+                    traffic_policy: policy,
+                })
+                .set(n as f64);
+        }
     }
 
     /// The entries of each family's frontends and backends maps, and
@@ -424,6 +500,11 @@ impl Metrics {
             self.xdp_veth_devices.clone(),
         );
         r.register(
+            "lbagent_xdp_attach_failures",
+            "Devices native XDP could not be attached to at the last attachment (--bpf-lb-acceleration): best-effort left them on tc only (their traffic from outside takes the slower path), native makes the agent refuse to run",
+            self.xdp_attach_failures.clone(),
+        );
+        r.register(
             "lbagent_node_missing",
             "1 while the maps are programmed without this node's Node (the first sync waited 30 s for it in vain, or it cannot be read): no zone for topology hints, no primary addresses for NodePorts; 0 once it is seen",
             self.node_missing.clone(),
@@ -457,6 +538,36 @@ impl Metrics {
             "lbagent_service_health_check_listen_errors",
             "healthCheckNodePort listeners that could not be opened (retried every 5 s), once per failure until they open",
             self.service_health_listen_errors.clone(),
+        );
+        r.register(
+            "lbagent_conntrack_max_entries",
+            "Capacity of each family's conntrack map (--bpf-ct-global-max); lbagent_conntrack_entries counts both families",
+            self.conntrack_max_entries.clone(),
+        );
+        r.register(
+            "lbagent_nat_max_entries",
+            "Capacity of each family's SNAT map (--bpf-nat-global-max); lbagent_nat_entries counts both families",
+            self.nat_max_entries.clone(),
+        );
+        r.register(
+            "lbagent_sync_failures",
+            "Syncs that left a change unwritten for a reason other than a full map (a map write or delete failed, or the frontend address bits could not be set); what failed is retried",
+            self.sync_failures.clone(),
+        );
+        r.register(
+            "lbagent_ready",
+            "1 while /healthz answers 200 (the readiness probe): the first sync is done, no change has waited more than 60 s, this Node is not being deleted",
+            self.ready.clone(),
+        );
+        r.register(
+            "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+            "Service ports with a Local traffic policy and endpoints, none of them on this node, as of the last sync (external: only Services reachable from outside)",
+            self.no_local_endpoints.clone(),
+        );
+        r.register(
+            "rest_client_requests",
+            "Number of HTTP requests to the apiserver, partitioned by status code (<error> without a response), method, and host",
+            self.rest_client_requests.clone(),
         );
         r.register_collector(Box::new(datapath::Events(self.datapath_maps.clone())));
         r.register_collector(Box::new(process::Process));

@@ -11,3 +11,14 @@ pub struct Shared {
     pub health: Health,
     pub service_health: ServiceHealth,
 }
+
+impl Shared {
+    /// What `/metrics` answers: [`Metrics::render`], with `lbagent_ready`
+    /// set from what `/healthz` would answer now (its state ages: a change
+    /// waiting too long turns it unready without any event).
+    pub fn render_metrics(&self) -> String {
+        let ready = self.health.healthz().status == 200;
+        self.metrics.ready.set(f64::from(u8::from(ready)));
+        self.metrics.render()
+    }
+}

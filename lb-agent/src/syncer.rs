@@ -548,12 +548,19 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
             let frontends = touched.len();
             (Some(touched), frontends, outcome)
         };
+        // A full map is no failure of the sync: its frontends wait for room.
+        let mut failed = !outcome.delete_errors.is_empty()
+            || outcome
+                .failed
+                .iter()
+                .any(|(_, e)| !matches!(e.as_ref(), StoreError::Full { .. }));
         let removed = touched
             .as_ref()
             .is_none_or(|t| t.iter().any(|fe| self.cache.desired(fe).is_none()));
         if removed {
             let left = self.reconciler.frontends().map(|fe| fe.vip);
             if let Err(e) = self.settings.set_addresses(left.collect::<Vec<_>>()) {
+                failed = true;
                 // The bits stay set: a connect to those addresses only
                 // looks them up.
                 self.shared.metrics.map_write_errors.inc();
@@ -562,6 +569,9 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
                     "clearing the bits of removed frontend addresses failed; retrying later"
                 );
             }
+        }
+        if failed {
+            self.shared.metrics.sync_failures.inc();
         }
         self.retries
             .track(touched.as_ref(), &outcome.failed, now, &self.shared.metrics);
@@ -624,6 +634,7 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
             Ok(()) => true,
             Err(e) => {
                 self.shared.metrics.map_write_errors.inc();
+                self.shared.metrics.sync_failures.inc();
                 error!(
                     error = &e as &dyn std::error::Error,
                     "setting the bits of frontend addresses failed; writing nothing until it works"
@@ -726,6 +737,8 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
         );
         m.map_entries(&self.reconciler.entries());
         m.services_programmed.set(self.owners.len() as f64);
+        let no_local = self.cache.no_local_endpoints();
+        m.set_no_local_endpoints(no_local.internal, no_local.external);
         self.shared.health.updated();
     }
 }

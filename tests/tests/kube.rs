@@ -6,7 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use lb_fixtures::{Ep, Object, Slice, Svc, yaml};
+use lb_fixtures::{Ep, Object, Slice, Svc, SvcPort, yaml};
 use lb_tests::{
     apiserver::{ApiServer, Verb},
     metrics::quantile_bound,
@@ -420,10 +420,17 @@ fn metrics_and_health_endpoints_report_what_happened() -> anyhow::Result<()> {
             web_service(),
             web_slice("web-a", &["10.42.0.1", "10.42.0.4"]),
         ]),
-        &["--exclude-cluster-cidr=10.42.0.4/32,"],
+        &[
+            "--exclude-cluster-cidr=10.42.0.4/32,",
+            "--bpf-ct-global-max=70000",
+            "--bpf-nat-global-max=30000",
+        ],
     )?;
     assert_eq!(answering(&bed, TO, 40)?, set(&["pa"]));
     let agent = bed.agent();
+    // The capacities the conntrack and SNAT entries are measured against.
+    assert_eq!(agent.metric("lbagent_conntrack_max_entries")?, 70000.0);
+    assert_eq!(agent.metric("lbagent_nat_max_entries")?, 30000.0);
     assert_eq!(
         agent.http_get("metrics", "/proxyMode")?,
         (200, "ebpf".to_owned())
@@ -433,6 +440,8 @@ fn metrics_and_health_endpoints_report_what_happened() -> anyhow::Result<()> {
     let health: serde_json::Value = serde_json::from_str(&body)?;
     assert_eq!(health["nodeEligible"], true, "{body}");
     assert_eq!(agent.http_get("healthz", "/livez")?.0, 200);
+    assert_eq!(agent.metric("lbagent_ready")?, 1.0, "as /healthz");
+    assert_eq!(agent.metric("lbagent_sync_failures_total")?, 0.0);
     assert_eq!(agent.metric("lbagent_services_programmed")?, 1.0);
     assert_eq!(agent.metric("lbagent_backends_programmed")?, 1.0);
     let syncs = agent.metric("kubeproxy_sync_proxy_rules_duration_seconds_count")?;
@@ -487,6 +496,7 @@ fn metrics_and_health_endpoints_report_what_happened() -> anyhow::Result<()> {
     eventually("/healthz to turn 503", || {
         Ok(bed.agent().http_get("healthz", "/healthz")?.0 == 503)
     })?;
+    assert_eq!(bed.agent().metric("lbagent_ready")?, 0.0, "as /healthz");
     assert_eq!(bed.agent().http_get("healthz", "/livez")?.0, 200);
     assert_eq!(bed.agent().syncs(), before, "a Node change writes no maps");
     Ok(())
@@ -625,5 +635,122 @@ fn a_thousand_services_program_and_each_update_is_written_alone() -> anyhow::Res
         r.replies.keys().cloned().collect::<BTreeSet<_>>(),
         set(&["pa", "pb", "pc"])
     );
+    Ok(())
+}
+
+/// The samples of `rest_client_requests_total` with these labels, summed.
+fn requests(bed: &mut Bed, labels: &[(&str, &str)]) -> anyhow::Result<f64> {
+    Ok(bed
+        .agent()
+        .metrics()?
+        .sum("rest_client_requests_total", labels)
+        .unwrap_or(0.0))
+}
+
+/// What the stand-in served the agent: every list and watch of the kinds
+/// it watches (it gets no single object).
+fn served(api: &ApiServer) -> f64 {
+    let mut n = 0;
+    for plural in ["services", "endpointslices", "nodes"] {
+        for verb in [Verb::List, Verb::Watch, Verb::Get] {
+            n += api.request_count(plural, verb);
+        }
+    }
+    n as f64
+}
+
+#[test]
+fn every_apiserver_request_is_counted_by_code_method_and_host() -> anyhow::Result<()> {
+    let (mut bed, api) = kube_bed(&yaml([web_service(), web_slice("web-a", &["10.42.0.1"])]))?;
+    let host = api.url().trim_start_matches("http://").to_owned();
+    let ok = [("code", "200"), ("method", "GET"), ("host", host.as_str())];
+    // A list and a watch of each of the four watchers, at least, all
+    // answered; the agent counts each when the response head arrives,
+    // after the stand-in counted it.
+    eventually("every request served to be counted as a GET 200", || {
+        Ok(requests(&mut bed, &ok)? == served(&api))
+    })?;
+    assert!(
+        requests(&mut bed, &ok)? >= 8.0,
+        "{}",
+        requests(&mut bed, &ok)?
+    );
+    assert_eq!(
+        requests(&mut bed, &[])?,
+        requests(&mut bed, &ok)?,
+        "nothing else"
+    );
+
+    // RBAC refuses the Nodes: the next list or watch of them is a 403.
+    api.forbid("nodes")?;
+    api.close_watches();
+    eventually("a refused request to be counted as a 403", || {
+        Ok(requests(&mut bed, &[("code", "403"), ("method", "GET")])? >= 1.0)
+    })?;
+
+    // No apiserver at all: no response, client-go's `<error>`.
+    api.stop();
+    eventually("a request without an answer to be counted", || {
+        Ok(requests(&mut bed, &[("code", "<error>"), ("host", host.as_str())])? >= 1.0)
+    })?;
+    api.restart()?;
+    Ok(())
+}
+
+/// `web` (one port) with `internalTrafficPolicy: Local`, and NodePort
+/// Service `ext` (one port) with `externalTrafficPolicy: Local`; a slice
+/// of each with these endpoints (IP, node).
+fn local_policies(eps: &[(&str, &str)]) -> String {
+    let slice = |name: &str, service: &str| {
+        eps.iter().fold(
+            Slice::new("default", name)
+                .service(service)
+                .port("http", 8080, "TCP"),
+            |s, (ip, node)| s.endpoint(Ep::new(ip).node(node)),
+        )
+    };
+    let web = Svc::new("default", "web")
+        .cluster_ip(VIP)
+        .internal_traffic_policy("Local")
+        .port("http", 80, "TCP");
+    let ext = Svc::new("default", "ext")
+        .type_("NodePort")
+        .cluster_ip("10.96.100.2")
+        .external_traffic_policy("Local")
+        .with_port(SvcPort::new("http", 80, "TCP").node_port(30080));
+    yaml([
+        Object::from(web),
+        slice("web-a", "web").into(),
+        ext.into(),
+        slice("ext-a", "ext").into(),
+    ])
+}
+
+#[test]
+fn local_policies_without_an_endpoint_on_this_node_are_counted_at_each_sync() -> anyhow::Result<()>
+{
+    let internal =
+        r#"kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy="internal"}"#;
+    let external =
+        r#"kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy="external"}"#;
+    let (mut bed, api) = kube_bed(&yaml([web_service(), web_slice("web-a", &["10.42.0.1"])]))?;
+    assert_eq!(bed.agent().metric(internal)?, 0.0);
+    assert_eq!(bed.agent().metric(external)?, 0.0);
+
+    // Endpoints on another node only (KUBE_NODE is node-1).
+    bed.kube_apply(&api, &local_policies(&[("10.42.0.2", "node-2")]))?;
+    assert_eq!(bed.agent().metric(internal)?, 1.0, "web");
+    assert_eq!(bed.agent().metric(external)?, 1.0, "ext");
+    // This node refuses what the policy keeps local.
+    assert_eq!(bed.tcp(TO, 1)?.ok(), 0);
+
+    // One on this node too: none lacks a local endpoint any more.
+    bed.kube_apply(
+        &api,
+        &local_policies(&[("10.42.0.2", "node-2"), ("10.42.0.3", "node-1")]),
+    )?;
+    assert_eq!(bed.agent().metric(internal)?, 0.0);
+    assert_eq!(bed.agent().metric(external)?, 0.0);
+    assert_eq!(answering(&bed, TO, 20)?, set(&["pc"]));
     Ok(())
 }

@@ -46,6 +46,8 @@ pub(super) struct Agent {
     pub(super) xdp_attached: Family<XdpLabel, Gauge>,
     /// `lbagent_xdp_veth_devices`.
     pub(super) xdp_veth: Gauge,
+    /// `lbagent_xdp_attach_failures`.
+    pub(super) xdp_failures: Gauge,
     /// `--bpf-lb-acceleration=native` found a device without native XDP
     /// at the first attachment: the agent exits with this.
     pub(super) refused: Option<anyhow::Error>,
@@ -74,6 +76,11 @@ impl Agent {
         // An earlier agent took over from kube-proxy when it started.
         tc.midflow = *datapath.start() != Start::Fresh;
         let _ = shared.metrics.datapath_maps.set(pins.maps_dir());
+        // Each family's conntrack and SNAT maps hold this many (after a
+        // migration too: the new maps have the configured capacities).
+        let m = &shared.metrics;
+        m.conntrack_max_entries.set(f64::from(config.capacities.ct));
+        m.nat_max_entries.set(f64::from(config.capacities.nat));
         let grace = MembarrierGrace::start().context("starting the grace-period thread")?;
         if !MembarrierGrace::exact() {
             warn!(
@@ -140,6 +147,7 @@ impl Agent {
             tc_unattached: shared.metrics.tc_devices_unattached.clone(),
             xdp_attached: shared.metrics.xdp_attached.clone(),
             xdp_veth: shared.metrics.xdp_veth_devices.clone(),
+            xdp_failures: shared.metrics.xdp_attach_failures.clone(),
             refused: None,
         };
         if !agent.devices.is_empty() {

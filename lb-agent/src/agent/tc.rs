@@ -198,7 +198,7 @@ impl Agent {
     }
 
     /// Publishes where the XDP fast path is (`lbagent_xdp_attached`,
-    /// `lbagent_xdp_veth_devices`); at
+    /// `lbagent_xdp_veth_devices`, `lbagent_xdp_attach_failures`); at
     /// its first attachment with `--bpf-lb-acceleration=native`, a device
     /// without native XDP makes the agent refuse to run
     /// ([`Agent::refused`]). Later ones are logged and counted unattached.
@@ -223,6 +223,7 @@ impl Agent {
         let Some(failed) = self.datapath.xdp_failed() else {
             return;
         };
+        self.xdp_failures.set(failed.len() as f64);
         if self.tc.xdp_checked {
             return;
         }

@@ -108,12 +108,19 @@ fn render_names_every_family_once_with_every_label() {
         "lbagent_tc_devices_unattached",
         "lbagent_xdp_attached",
         "lbagent_xdp_veth_devices",
+        "lbagent_xdp_attach_failures",
         "lbagent_node_missing",
         "lbagent_node_list_refused",
         "lbagent_node_networks",
         "lbagent_conntrack_entries",
         "lbagent_nat_entries",
         "lbagent_conntrack_collected",
+        "lbagent_conntrack_max_entries",
+        "lbagent_nat_max_entries",
+        "lbagent_sync_failures",
+        "lbagent_ready",
+        "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+        // rest_client_requests: absent until the kube client's first request.
         "process_cpu_seconds",
         "process_virtual_memory_bytes",
         "process_resident_memory_bytes",
@@ -227,4 +234,52 @@ fn datapath_events_are_left_out_while_their_map_cannot_be_read() {
     let text = m.render();
     assert!(!text.contains("lbagent_datapath_events"), "{text}");
     assert!(text.ends_with("# EOF\n"), "{text}");
+}
+
+#[test]
+fn no_local_endpoints_start_at_zero_in_both_policies_and_follow_each_sync() {
+    let m = Metrics::default();
+    let internal =
+        r#"kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy="internal"}"#;
+    let external =
+        r#"kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy="external"}"#;
+    let text = m.render();
+    assert_eq!(sample(&text, internal), Some(0.0), "{text}");
+    assert_eq!(sample(&text, external), Some(0.0), "{text}");
+    assert!(
+        text.contains("# TYPE kubeproxy_sync_proxy_rules_no_local_endpoints_total gauge\n"),
+        "kube-proxy's gauge keeps its name: {text}"
+    );
+    m.set_no_local_endpoints(3, 1);
+    let text = m.render();
+    assert_eq!(sample(&text, internal), Some(3.0), "{text}");
+    assert_eq!(sample(&text, external), Some(1.0), "{text}");
+    m.set_no_local_endpoints(0, 2);
+    let text = m.render();
+    assert_eq!(sample(&text, internal), Some(0.0), "{text}");
+    assert_eq!(sample(&text, external), Some(2.0), "{text}");
+}
+
+#[test]
+fn rest_client_requests_are_a_counter_by_code_method_and_host() {
+    let m = Metrics::default();
+    let labels = RequestLabels {
+        code: "200".to_owned(),
+        method: "GET".to_owned(),
+        host: "10.96.0.1:443".to_owned(),
+    };
+    m.rest_client_requests.get_or_create(&labels).inc_by(2);
+    let text = m.render();
+    assert!(
+        text.contains("# TYPE rest_client_requests counter\n"),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"rest_client_requests_total{code="200",method="GET",host="10.96.0.1:443"}"#
+        ),
+        Some(2.0),
+        "{text}"
+    );
 }

@@ -20,6 +20,7 @@ use super::{
     claims::{Claim, Target, service_claims},
     few::Few,
     health_check::{HealthCheck, health_check},
+    no_local::NoLocalEndpoints,
     service::{self, ServiceSpec},
     slice::{self, SliceSpec},
     topologies::Topologies,
@@ -85,6 +86,10 @@ pub struct Cache {
     dirty: BTreeSet<ObjectRef>,
     /// The endpoints' topologies, one copy of each.
     topologies: Topologies,
+    /// Services with ports lacking a local endpoint under a `Local`
+    /// policy, and how many; `no_local_total` sums them.
+    no_local: HashMap<ObjectRef, NoLocalEndpoints>,
+    no_local_total: NoLocalEndpoints,
     /// While a (re)list of Services streams in: the ones it named so far.
     relisting_services: Option<HashSet<ObjectRef>>,
     /// The same for EndpointSlices.
@@ -291,19 +296,28 @@ impl Cache {
                 }
                 out.touched.insert(fe);
             }
+            if let Some(before) = self.no_local.remove(&object) {
+                self.no_local_total.remove(before);
+            }
             let report = out.services.entry(object.clone()).or_default();
             let Some(spec) = self.services.get(&object) else {
                 continue;
             };
             report.unsupported = spec.unsupported();
             let slices = self.valid_slices(&object);
+            let mut no_local = NoLocalEndpoints::default();
             let claims = service_claims(
                 spec,
                 &slices,
                 &self.node,
                 &self.excluded,
                 &mut report.excluded,
+                &mut no_local,
             );
+            if !no_local.is_zero() {
+                self.no_local_total.add(no_local);
+                self.no_local.insert(object.clone(), no_local);
+            }
             let mut frontends = Vec::with_capacity(claims.len());
             for (fe, claim) in claims {
                 if claim == Claim::PassThrough {
@@ -341,6 +355,13 @@ impl Cache {
             .flat_map(Few::keys)
             .filter_map(|s| self.slices.get(s))
             .collect()
+    }
+
+    /// The Service ports without a local endpoint under a `Local` traffic
+    /// policy, as of the last flush (kube-proxy's
+    /// `sync_proxy_rules_no_local_endpoints_total`).
+    pub fn no_local_endpoints(&self) -> NoLocalEndpoints {
+        self.no_local_total
     }
 
     /// The `healthCheckNodePort` server Service `svc` needs, if any.

@@ -42,6 +42,7 @@ use ipnet::IpNet;
 use super::{
     Backend, ExcludedCidrs, Frontend, IpFamily, NodeContext, Proto, Scope,
     maglev::Algorithm,
+    no_local::NoLocalEndpoints,
     node_nets::EndpointNode,
     service::{Affinity, ServicePort, ServiceSpec, TrafficPolicy},
     slice::{SliceEndpoint, SliceSpec},
@@ -149,13 +150,15 @@ impl Claim {
 
 /// Each frontend of `spec` with its claim. SCTP ports claim nothing (the
 /// socket hooks cannot balance them; the Service reports the feature).
-/// Endpoints dropped as excluded are added to `dropped`.
+/// Endpoints dropped as excluded are added to `dropped`; ports without a
+/// local endpoint under a `Local` policy are counted in `no_local`.
 pub(super) fn service_claims(
     spec: &ServiceSpec,
     slices: &[&SliceSpec],
     node: &NodeContext,
     excluded: &ExcludedCidrs,
     dropped: &mut BTreeSet<Backend>,
+    no_local: &mut NoLocalEndpoints,
 ) -> Vec<(Frontend, Claim)> {
     let mut claims = Vec::with_capacity((spec.ports.len() + 1) * spec.cluster_ips.len());
     for &vip in &spec.cluster_ips {
@@ -194,6 +197,7 @@ pub(super) fn service_claims(
                         Vec::new()
                     };
                     let [internal, external, outside] = targets(spec, port.proto, &c, node);
+                    no_local.count(spec, &internal, &outside);
                     let claim = |target, serving| Claim::Program { target, serving };
                     (
                         claim(internal, socket_serving.clone()),

@@ -17,6 +17,7 @@ mod few;
 pub mod forwarding;
 mod health_check;
 pub mod maglev;
+mod no_local;
 pub mod node_nets;
 mod nodeport_addresses;
 mod service;
@@ -30,6 +31,7 @@ pub use claims::{Claim, FrontendKind, Target};
 pub use desired::{Desired, ModelReport, compute};
 pub use exclusion::{ExcludedCidrs, ParseCidrError};
 pub use health_check::HealthCheck;
+pub use no_local::NoLocalEndpoints;
 pub use nodeport_addresses::{NodePortAddresses, NodePortAddressesError};
 pub use service::{
     Affinity, CILIUM_FORWARDING_MODE_ANNOTATION, CILIUM_LB_ALGORITHM_ANNOTATION,
@@ -46,6 +48,8 @@ mod categorize_tests;
 mod external_tests;
 #[cfg(test)]
 mod health_check_tests;
+#[cfg(test)]
+mod no_local_tests;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod oracle;
 #[cfg(test)]
