@@ -13,10 +13,24 @@ use crate::{
     },
 };
 
+/// `lb-agent --version`: the version, the commit it was built from, and the
+/// map layout it pins (the `_V<layout>` suffix of the pin names).
+pub fn version() -> &'static str {
+    static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "{} (commit {}, map layout {})",
+            env!("CARGO_PKG_VERSION"),
+            env!("LB_AGENT_COMMIT"),
+            lb_common::LAYOUT_VERSION
+        )
+    });
+    &VERSION
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "lb-agent",
-    version,
+    version = version(),
     about = "eBPF kube-proxy replacement: node agent"
 )]
 pub struct Cli {
@@ -37,6 +51,20 @@ pub enum Command {
     Cleanup(CleanupArgs),
     /// List the programmed frontends and their backends, like `ipvsadm -ln`.
     Dump(DumpArgs),
+    /// Mount bpffs on DIR unless it is on bpffs already (the DaemonSet's
+    /// init container: the image has no shell or mount(8)).
+    MountBpffs(MountBpffsArgs),
+    /// Wait for SIGTERM or SIGINT, then exit 0: the long-running container
+    /// of a pod whose work was done by its init containers
+    /// (manifests/cleanup).
+    Pause,
+}
+
+#[derive(Args, Debug)]
+pub struct MountBpffsArgs {
+    /// Where bpffs must be mounted (created if missing).
+    #[arg(value_name = "DIR", default_value = "/sys/fs/bpf")]
+    pub dir: PathBuf,
 }
 
 /// Flags of `run`. Every value is optional here so that `--config` can fill

@@ -43,12 +43,43 @@ fn main() -> anyhow::Result<()> {
             );
             // clsact filters (`--enable-tcx=false`, or kernels before 6.6)
             // have no pins: ours are found by name on every interface.
-            let devices = lb_agent::datapath::tc::detach_clsact_everywhere();
-            if !devices.is_empty() {
-                println!("removed the tc filters from {}", devices.join(", "));
+            let tc = lb_agent::datapath::tc::detach_clsact_everywhere();
+            if !tc.removed.is_empty() {
+                println!("removed the tc filters from {}", tc.removed.join(", "));
+            }
+            if let Some((device, e)) = tc.refused.first() {
+                anyhow::bail!(
+                    "the tc filters on {device} (and {} more) could not be removed: {e} \
+                     (cleanup needs CAP_NET_ADMIN in the node's network namespace)",
+                    tc.refused.len() - 1
+                );
             }
             Ok(())
         }
+        Command::MountBpffs(args) => {
+            let dir = &args.dir;
+            if lb_agent::datapath::bpffs::mount_bpffs(dir)? {
+                println!("mounted bpffs on {}", dir.display());
+            } else {
+                println!("{} is on bpffs already", dir.display());
+            }
+            Ok(())
+        }
+        Command::Pause => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(async {
+                use tokio::signal::unix::{SignalKind, signal};
+                // As PID 1 of a container a signal without a handler is
+                // ignored, so both are handled.
+                let mut term = signal(SignalKind::terminate())?;
+                let mut int = signal(SignalKind::interrupt())?;
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+                Ok(())
+            }),
         Command::Dump(args) => {
             let pins = Pins::new(&args.bpffs_dir);
             let text = if args.stats {

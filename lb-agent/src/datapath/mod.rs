@@ -3,6 +3,7 @@
 //! reconciler writes, grace periods, and the datapath counters.
 
 mod batch;
+pub mod bpffs;
 #[cfg(feature = "fuzzing")]
 pub use batch::Reader;
 #[cfg(test)]

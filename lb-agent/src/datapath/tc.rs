@@ -365,22 +365,48 @@ fn detach_clsact(device: &str) {
     }
 }
 
+/// What [`detach_clsact_everywhere`] did.
+#[derive(Debug, Default)]
+pub struct ClsactCleanup {
+    /// The interfaces that had filters of ours, now removed.
+    pub removed: Vec<String>,
+    /// Filters of ours the kernel refused to remove (`EPERM` without
+    /// CAP_NET_ADMIN), by interface: they still run.
+    pub refused: Vec<(String, std::io::Error)>,
+}
+
 /// Removes our clsact filters from every interface of this network
 /// namespace (`lb-agent cleanup`: an earlier agent's devices are not
-/// recorded anywhere else); the interfaces that had some.
-pub fn detach_clsact_everywhere() -> Vec<String> {
-    let mut had = Vec::new();
+/// recorded anywhere else).
+pub fn detach_clsact_everywhere() -> ClsactCleanup {
+    let mut done = ClsactCleanup::default();
     for device in interface_names() {
-        let found = PROGRAMS
+        let mut found = 0;
+        for (name, hook) in PROGRAMS
             .iter()
             .flat_map(|(eth, l3, hook, _)| [(*eth, *hook), (*l3, *hook)])
-            .filter(|(name, hook)| qdisc_detach_program(&device, *hook, name).is_ok())
-            .count();
+        {
+            match qdisc_detach_program(&device, hook, name) {
+                Ok(()) => found += 1,
+                // Listing needs no privilege, removing does: a refusal means
+                // the filter is there and stays.
+                Err(TcError::NetlinkError(e))
+                    if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) =>
+                {
+                    done.refused.push((
+                        device.clone(),
+                        std::io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(0)),
+                    ));
+                }
+                // Not found, no qdisc, no device: nothing of ours to remove.
+                Err(_) => {}
+            }
+        }
         if found > 0 {
-            had.push(device);
+            done.removed.push(device);
         }
     }
-    had
+    done
 }
 
 /// Whether a device of `attached` is gone or was created again since.
