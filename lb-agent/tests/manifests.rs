@@ -166,11 +166,14 @@ impl Deploy {
         let present: BTreeSet<String> = yaml_files(&dir)
             .iter()
             .map(|p| p.file_name().unwrap().to_str().unwrap().to_owned())
-            .filter(|n| n != "kustomization.yaml")
+            // kind-config.yaml configures kind's cluster, not the cluster's
+            // objects.
+            .filter(|n| n != "kustomization.yaml" && n != "kind-config.yaml")
             .collect();
         assert_eq!(
             listed, present,
-            "kustomization.yaml must list every manifest in manifests/ (examples/ excepted)"
+            "kustomization.yaml must list every manifest in manifests/ (its subdirectories \
+             excepted)"
         );
         let docs = listed
             .iter()
@@ -530,10 +533,23 @@ fn daemonset_runs_the_agent_as_configured() {
 fn images_and_namespaces_match_the_kustomization() {
     let deploy = Deploy::load();
     assert_eq!(deploy.kustomization["namespace"].as_str(), Some(NAMESPACE));
-    let images: BTreeMap<&str, &Value> = deploy.kustomization["images"]
+    // The image is set in one component, which manifests/cleanup/ includes
+    // too.
+    let components: Vec<Value> = deploy.kustomization["components"]
         .as_sequence()
-        .expect("kustomization sets images")
+        .expect("kustomization includes the image component")
         .iter()
+        .map(|c| {
+            let path = manifests_dir()
+                .join(c.as_str().expect("component path"))
+                .join("kustomization.yaml");
+            yaml_serde::from_str(&fs::read_to_string(path).unwrap()).unwrap()
+        })
+        .collect();
+    let images: BTreeMap<&str, &Value> = components
+        .iter()
+        .filter_map(|c| c["images"].as_sequence())
+        .flatten()
         .map(|i| (i["name"].as_str().expect("image name"), i))
         .collect();
     let spec = pod_spec(deploy.daemonset());

@@ -9,7 +9,8 @@
 //!   [`scenario`] (one node) and [`two_nodes`] (traffic from outside).
 //! * Tools of their own: [`apiserver`] (the stand-in apiserver),
 //!   [`kubeproxy`] (kube-proxy's rule generators), [`pktgen`] (a packet
-//!   generator and counter on XDP), [`soak`], and `lbt` (`src/bin/lbt`).
+//!   generator and counter on XDP), [`soak`], [`manifests`] (renders and
+//!   validates `manifests/`), and `lbt` (`src/bin/lbt`).
 //!
 //! Network safety: every address used lives on veths inside namespaces the
 //! harness created; the root namespace gets no interface, route or packet.
@@ -18,6 +19,7 @@
 pub mod agent;
 pub mod apiserver;
 pub mod cgroup;
+pub mod container;
 pub mod golden;
 pub mod http;
 pub mod install;
@@ -32,6 +34,7 @@ pub mod layout6;
 pub mod layout7;
 pub mod layout8;
 pub mod layout9;
+pub mod manifests;
 pub mod maps;
 pub mod metrics;
 pub mod netns;
@@ -41,6 +44,7 @@ pub mod pktgen;
 pub mod probe;
 pub mod procnet;
 pub mod progstats;
+pub mod promql;
 pub mod rig;
 pub mod scenario;
 pub mod snmp;

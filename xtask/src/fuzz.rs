@@ -122,13 +122,8 @@ pub(crate) fn run(args: &FuzzArgs) -> anyhow::Result<()> {
 /// find little and would cost about half of the executions.
 fn build(fuzz_dir: &Path, out: &Path) -> anyhow::Result<()> {
     let status = Command::new("cargo")
-        .args([
-            "+nightly",
-            "fuzz",
-            "build",
-            "--release",
-            "--debug-assertions",
-        ])
+        .arg(format!("+{}", crate::toolchain::NAME))
+        .args(["fuzz", "build", "--release", "--debug-assertions"])
         .args(["--sanitizer", "none", "--fuzz-dir"])
         .arg(fuzz_dir)
         .arg("--target-dir")

@@ -4,9 +4,14 @@
 mod bench;
 mod demo;
 mod fuzz;
+mod image;
+mod monitoring;
+mod release;
 mod run;
 mod setup;
 mod soak;
+mod toolchain;
+mod validator;
 
 use std::process::Command;
 
@@ -22,7 +27,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Install what is missing (nightly rust-src, bpf-linker, cargo-fuzz,
-    /// iproute2, bpftool, iptables, nftables, conntrack), mount bpffs, find
+    /// iproute2, bpftool, iptables, nftables, conntrack, promtool), mount bpffs, find
     /// the cgroup2 mount.
     Setup,
     /// Show pods reaching ClusterIPs through the eBPF programs, in netns.
@@ -31,6 +36,13 @@ enum Cmd {
     /// included), the bench's smoke run, each fuzz target for a few
     /// seconds, and a one-minute chaos soak and long soak.
     Test,
+    /// Build the agent (release, --locked) and its image from scratch,
+    /// without a registry: `lb-agent:<version>` and `lb-agent:dev` in the
+    /// local Docker, and their archive in target/image/.
+    Image,
+    /// The image, then target/dist/: the binary, the image archive, a
+    /// CycloneDX SBOM and SHA256SUMS.
+    Release,
     /// Build the image and deploy manifests/ to a kind cluster.
     Run(run::RunArgs),
     /// Our LB against kube-proxy's iptables and nftables layouts and the
@@ -44,6 +56,9 @@ enum Cmd {
     /// coming and going; writes target/soak/soak.md. `--long`: one agent
     /// through the run, judged for growth; writes target/soak/long/.
     Soak(soak::SoakArgs),
+    /// Write manifests/monitoring/'s PrometheusRule and dashboard copy
+    /// from monitoring/ (tests/tests/monitoring.rs checks they match).
+    Monitoring,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -62,7 +77,7 @@ fn main() -> anyhow::Result<()> {
             cargo(&["clippy", "--all-targets", "--", "-D", "warnings"])?;
             // lb-ebpf is linted for the target it is built for.
             cargo(&[
-                "+nightly",
+                &format!("+{}", toolchain::NAME),
                 "clippy",
                 "--package",
                 "lb-ebpf",
@@ -76,6 +91,9 @@ fn main() -> anyhow::Result<()> {
             ])?;
             // Default members: everything but lb-ebpf, which only builds for BPF
             // (lb-agent's build.rs compiles it, so its errors surface here too).
+            // The release artifacts, the image among them, which the
+            // image test runs as the DaemonSet runs it.
+            release::run()?;
             cargo(&["test"])?;
             // The bench's smoke run, so the bench keeps working.
             bench_cmd(&bench::BenchArgs::quick())?;
@@ -102,7 +120,16 @@ fn main() -> anyhow::Result<()> {
             setup::run()?;
             soak_cmd(&args)
         }
+        Cmd::Image => {
+            setup::run()?;
+            image::build().map(drop)
+        }
+        Cmd::Release => {
+            setup::run()?;
+            release::run()
+        }
         Cmd::Run(args) => run::run(&args),
+        Cmd::Monitoring => monitoring::run(),
         Cmd::Fuzz(args) => {
             setup::run()?;
             fuzz::run(&args)
@@ -187,6 +214,22 @@ fn use_bins(agent: &std::path::Path, dir: &std::path::Path) {
         std::env::set_var("LB_AGENT_BIN", agent);
         std::env::set_var("LBT_BIN", dir.join("lbt"));
     }
+}
+
+/// The repository's root.
+fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .canonicalize()
+        .expect("the workspace root exists")
+}
+
+/// The commit checked out (`git rev-parse --short=12 HEAD`).
+fn commit() -> anyhow::Result<String> {
+    setup::run_cmd(
+        Command::new("git")
+            .args(["rev-parse", "--short=12", "HEAD"])
+            .current_dir(workspace_root()),
+    )
 }
 
 /// Where cargo puts what it builds: `$CARGO_TARGET_DIR` (relative to the

@@ -5,7 +5,6 @@
 //! current context is never touched.
 
 use std::{
-    io::Write as _,
     path::{Path, PathBuf},
     process::{Command, Stdio},
 };
@@ -65,13 +64,10 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<()> {
              --remove-kube-proxy, or use a cluster created with `networking.kubeProxyMode: none`."
         );
     }
-    let root = workspace_root();
+    let root = crate::workspace_root();
 
-    step(
-        Command::new("docker")
-            .args(["build", "-t", IMAGE])
-            .arg(&root),
-    )?;
+    // Built here, from scratch: no registry is needed.
+    crate::image::build()?;
     step(Command::new("kind").args(["load", "docker-image", IMAGE, "--name", &args.cluster]))?;
 
     // Before the agent starts: kube-proxy holds the host ports it needs.
@@ -79,8 +75,8 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<()> {
         remove_kube_proxy(&kubectl, &args.cluster)?;
     }
 
-    apiserver_config(&kubectl)?;
-    step(kubectl.cmd(&["apply", "-k"]).arg(root.join("manifests")))?;
+    let overlay = apiserver_overlay(&kubectl, &root)?;
+    step(kubectl.cmd(&["apply", "-k"]).arg(&overlay))?;
     step(&mut kubectl.cmd(&[
         "-n",
         "kube-system",
@@ -153,10 +149,11 @@ fn remove_kube_proxy(kubectl: &Kubectl, cluster: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes the apiserver's real address into the optional ConfigMap the
-/// DaemonSet reads, so the agent does not depend on the `kubernetes`
-/// ClusterIP being translated already.
-fn apiserver_config(kubectl: &Kubectl) -> anyhow::Result<()> {
+/// Writes a kustomization over `manifests/` that fills ConfigMap
+/// `lb-agent-apiserver` (`manifests/apiserver.yaml`, empty there) with the
+/// kind apiserver's real address, so the agent does not depend on the
+/// `kubernetes` ClusterIP being translated already; returns its directory.
+fn apiserver_overlay(kubectl: &Kubectl, root: &Path) -> anyhow::Result<PathBuf> {
     let endpoint = kubectl.output(&[
         "-n",
         "default",
@@ -173,26 +170,31 @@ fn apiserver_config(kubectl: &Kubectl) -> anyhow::Result<()> {
         .with_context(|| {
             format!("no apiserver endpoint in the `kubernetes` Service: {endpoint:?}")
         })?;
-    let manifest = format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: lb-agent-apiserver\n  \
-         namespace: kube-system\ndata:\n  host: \"{host}\"\n  port: \"{port}\"\n"
-    );
     eprintln!("xtask run: apiserver for lb-agent: {host}:{port}");
-    let mut child = kubectl
-        .cmd(&["apply", "-f", "-"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .context("running kubectl apply")?;
-    child
-        .stdin
-        .take()
-        .context("kubectl stdin")?
-        .write_all(manifest.as_bytes())?;
-    let status = child.wait()?;
-    if !status.success() {
-        bail!("kubectl apply of ConfigMap lb-agent-apiserver failed ({status})");
-    }
-    Ok(())
+    // Inside the workspace: kustomize takes a base by relative path.
+    let dir = root.join("target/xtask-run");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let file = dir.join("kustomization.yaml");
+    std::fs::write(&file, apiserver_kustomization(host, port))
+        .with_context(|| format!("writing {}", file.display()))?;
+    Ok(dir)
+}
+
+/// A kustomization of `../../manifests` (from `target/xtask-run/`) with the
+/// apiserver ConfigMap's two values replaced. `replace` fails if
+/// `manifests/apiserver.yaml` ever loses a key, rather than adding one.
+fn apiserver_kustomization(host: &str, port: &str) -> String {
+    format!(
+        "# Written by `cargo xtask run`.\n\
+         apiVersion: kustomize.config.k8s.io/v1beta1\n\
+         kind: Kustomization\n\
+         resources:\n  - ../../manifests\n\
+         patches:\n\
+         \x20 - target: {{kind: ConfigMap, name: lb-agent-apiserver}}\n\
+         \x20   patch: |\n\
+         \x20     - {{op: replace, path: /data/host, value: \"{host}\"}}\n\
+         \x20     - {{op: replace, path: /data/port, value: \"{port}\"}}\n"
+    )
 }
 
 struct Kubectl {
@@ -271,9 +273,30 @@ fn is_executable(path: &Path) -> bool {
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
-        .to_owned()
+#[cfg(test)]
+mod tests {
+    /// What `cargo xtask run` applies is `manifests/` with the apiserver's
+    /// address in its one ConfigMap `lb-agent-apiserver`: not a second copy,
+    /// and not the empty default.
+    #[test]
+    fn the_overlay_fills_in_the_manifests_own_apiserver_configmap() -> anyhow::Result<()> {
+        // The same depth as target/xtask-run, which the relative base needs.
+        let dir = crate::workspace_root().join("target/xtask-run-test");
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(
+            dir.join("kustomization.yaml"),
+            super::apiserver_kustomization("172.18.0.2", "6443"),
+        )?;
+        let overlay = lb_tests::manifests::render(&dir)?;
+        let base = lb_tests::manifests::render(&lb_tests::manifests::dir())?;
+        assert_eq!(overlay.len(), base.len(), "the same objects as manifests/");
+        let maps: Vec<_> = overlay
+            .iter()
+            .filter(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "lb-agent-apiserver")
+            .collect();
+        assert_eq!(maps.len(), 1, "{maps:?}");
+        assert_eq!(maps[0]["data"]["host"], "172.18.0.2");
+        assert_eq!(maps[0]["data"]["port"], "6443");
+        Ok(())
+    }
 }

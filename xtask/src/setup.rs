@@ -1,20 +1,20 @@
 //! `cargo xtask setup`: idempotent, and silent when nothing is missing.
 
-use std::{
-    fs,
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::{fs, path::Path, process::Command};
 
 use anyhow::{Context as _, bail};
 
-const APT_PACKAGES: [(&str, &str); 5] = [
+use crate::toolchain;
+
+const APT_PACKAGES: [(&str, &str); 6] = [
     ("ip", "iproute2"),
     ("bpftool", "bpftool"),
     ("iptables", "iptables"),
     ("nft", "nftables"),
     // The bench empties the kube-proxy modes' conntrack tables between runs.
     ("conntrack", "conntrack"),
+    // `promtool check rules` / `test rules` on monitoring/ (tests/tests/monitoring.rs).
+    ("promtool", "prometheus"),
 ];
 
 pub(crate) fn run() -> anyhow::Result<()> {
@@ -22,16 +22,19 @@ pub(crate) fn run() -> anyhow::Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("setup needs root (apt-get, mount, BPF); run as root");
     }
-    rust_src()?;
-    bpf_linker()?;
+    let pin = toolchain::Pin::read()?;
+    let sysroot = toolchain::ensure(&pin.nightly)?;
+    bpf_linker(&sysroot, &pin.bpf_linker.version)?;
+    cargo_cyclonedx()?;
     cargo_fuzz()?;
     apt_packages()?;
+    crate::validator::ensure()?;
     bpffs()?;
     lb_tests::cgroup::cgroup2_root()?;
     Ok(())
 }
 
-fn run_cmd(cmd: &mut Command) -> anyhow::Result<String> {
+pub(crate) fn run_cmd(cmd: &mut Command) -> anyhow::Result<String> {
     let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
     if !out.status.success() {
         bail!(
@@ -42,53 +45,18 @@ fn run_cmd(cmd: &mut Command) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
-fn nightly_sysroot() -> anyhow::Result<PathBuf> {
-    if Command::new("rustc")
-        .args(["+nightly", "--version"])
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        return Ok(run_cmd(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))?.into());
-    }
-    eprintln!("setup: installing the nightly toolchain");
-    run_cmd(Command::new("rustup").args([
-        "toolchain",
-        "install",
-        "nightly",
-        "--profile",
-        "minimal",
-    ]))?;
-    Ok(run_cmd(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))?.into())
-}
-
-fn rust_src() -> anyhow::Result<()> {
-    let sysroot = nightly_sysroot()?;
-    if sysroot.join("lib/rustlib/src/rust/library/core").exists() {
-        return Ok(());
-    }
-    eprintln!("setup: adding rust-src to nightly");
-    run_cmd(Command::new("rustup").args([
-        "component",
-        "add",
-        "rust-src",
-        "--toolchain",
-        "nightly",
-    ]))?;
-    Ok(())
-}
-
 fn on_path(bin: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
 }
 
-/// No prebuilt bpf-linker can be fetched from the package registries, so build it against the
-/// nightly toolchain's own libLLVM.
-fn bpf_linker() -> anyhow::Result<()> {
-    if on_path("bpf-linker") {
+/// No prebuilt bpf-linker can be fetched from the package registries, so build the pinned
+/// version against the pinned nightly's own libLLVM.
+fn bpf_linker(sysroot: &Path, version: &str) -> anyhow::Result<()> {
+    if toolchain::bpf_linker_version().as_deref() == Some(version) {
         return Ok(());
     }
-    let lib_dir = nightly_sysroot()?.join("lib");
+    let lib_dir = sysroot.join("lib");
     let llvm = fs::read_dir(&lib_dir)?
         .filter_map(Result::ok)
         .map(|e| e.path())
@@ -118,16 +86,19 @@ fn bpf_linker() -> anyhow::Result<()> {
         std::os::unix::fs::symlink(&llvm, &link)?;
     }
     eprintln!(
-        "setup: building bpf-linker against {} (about a minute)",
+        "setup: building bpf-linker {version} against {} (about a minute)",
         llvm.display()
     );
     let status = Command::new("cargo")
         .args([
             "install",
             "bpf-linker",
-            "--no-default-features",
-            "--features",
+            "--locked",
+            "--force",
+            "--version",
+            version,
         ])
+        .args(["--no-default-features", "--features"])
         .arg(format!("llvm-{major}"))
         .env("LLVM_PREFIX", &prefix)
         .status()?;
@@ -153,6 +124,30 @@ fn cargo_fuzz() -> anyhow::Result<()> {
         .status()?;
     if !status.success() {
         bail!("cargo install cargo-fuzz failed");
+    }
+    Ok(())
+}
+
+/// The version of cargo-cyclonedx `cargo xtask release` makes the SBOM with.
+const CARGO_CYCLONEDX: &str = "0.5.9";
+
+/// cargo-cyclonedx, CycloneDX's own SBOM generator for cargo, for
+/// `cargo xtask release`.
+fn cargo_cyclonedx() -> anyhow::Result<()> {
+    let installed = Command::new("cargo")
+        .args(["cyclonedx", "--version"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(CARGO_CYCLONEDX));
+    if installed {
+        return Ok(());
+    }
+    eprintln!("setup: installing cargo-cyclonedx {CARGO_CYCLONEDX} (about two minutes)");
+    let status = Command::new("cargo")
+        .args(["install", "cargo-cyclonedx", "--locked", "--force"])
+        .args(["--version", CARGO_CYCLONEDX])
+        .status()?;
+    if !status.success() {
+        bail!("cargo install cargo-cyclonedx failed");
     }
     Ok(())
 }

@@ -21,7 +21,7 @@ use lb_tests::soak::{
 #[derive(Args, Clone, Debug)]
 pub(crate) struct SoakArgs {
     /// Minutes of disturbances (a shorter run scales the apiserver's
-    /// outages down; see README.md, "Soak"). Default: 30, or 60 with
+    /// outages down; see docs/soak.md). Default: 30, or 60 with
     /// `--long`.
     #[arg(long)]
     pub minutes: Option<f64>,

@@ -88,6 +88,8 @@ pub struct ApiServer {
     shared: Arc<Shared>,
     addr: SocketAddr,
     acceptor: Mutex<Option<JoinHandle<()>>>,
+    /// The network namespace (under /run/netns) it listens in; `None`: ours.
+    netns: Option<String>,
 }
 
 impl ApiServer {
@@ -101,7 +103,27 @@ impl ApiServer {
             shared,
             addr,
             acceptor: Mutex::new(Some(acceptor)),
+            netns: None,
         })
+    }
+
+    /// Binds `127.0.0.1:0` inside network namespace `netns` (a node's, for
+    /// an agent that runs there) and starts serving.
+    pub fn start_in(netns: &str) -> anyhow::Result<Self> {
+        let mut api = crate::netns::within(netns, Self::start)?;
+        api.netns = Some(netns.to_owned());
+        Ok(api)
+    }
+
+    /// Runs `f` in the namespace the listener is in.
+    fn at_listener<T: Send>(
+        &self,
+        f: impl FnOnce() -> anyhow::Result<T> + Send,
+    ) -> anyhow::Result<T> {
+        match &self.netns {
+            Some(ns) => crate::netns::within(ns, f),
+            None => f(),
+        }
     }
 
     /// `http://127.0.0.1:PORT`; the port survives `stop`/`restart`.
@@ -181,7 +203,8 @@ impl ApiServer {
         self.shared.changed.notify_all();
         // accept() does not notice the flag by itself; a connection wakes it.
         // Without one the join below would hang, so this must not be skipped.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        let addr = self.addr;
+        let _ = self.at_listener(|| Ok(TcpStream::connect_timeout(&addr, Duration::from_secs(1))?));
         let _ = acceptor.join();
         // The acceptor registered every connection it accepted before it
         // exited, so none escapes this.
@@ -197,8 +220,10 @@ impl ApiServer {
             bail!("stand-in apiserver is already running");
         }
         // std sets SO_REUSEADDR, so the TIME_WAIT left by `stop` is no obstacle.
-        let listener = TcpListener::bind(self.addr)
-            .with_context(|| format!("rebind stand-in apiserver on {}", self.addr))?;
+        let addr = self.addr;
+        let listener = self
+            .at_listener(|| Ok(TcpListener::bind(addr)?))
+            .with_context(|| format!("rebind stand-in apiserver on {addr}"))?;
         let epoch = self.shared.state().serve_epoch;
         *acceptor = Some(spawn_acceptor(&self.shared, listener, epoch));
         Ok(())
