@@ -148,7 +148,8 @@ impl Spec {
                     | "containers"
                     | "initContainers"
                     | "volumes"
-                    | "terminationGracePeriodSeconds",
+                    | "terminationGracePeriodSeconds"
+                    | "automountServiceAccountToken",
                     _,
                 ) => {}
                 _ => bail!("pod spec field {field} is not translated"),

@@ -4,7 +4,8 @@
 //! security context (tests/src/container.rs translates each field), by the
 //! Docker engine's containerd. The node it runs on is made here: its
 //! network namespace (hostNetwork), a bpffs directory and a cgroup for the
-//! host's, the stand-in apiserver listening inside that namespace. Needs
+//! host's, the stand-in apiserver listening inside that namespace. Last,
+//! manifests/cleanup/'s container removes what the agent left. Needs
 //! root; fails loudly without it or without the image.
 
 use std::{
@@ -248,11 +249,11 @@ fn the_image_runs_as_the_daemonset_says_survives_a_restart_and_cleans_up() -> an
     assert!(r.ok() > 50, "{r:?}");
     bed.until_reached(TO, &["pa", "pb"])?;
 
-    // Removal: the agent goes, then `lb-agent cleanup` from the image with
-    // the agent's volumes and security context.
+    // Removal as docs/operating.md says: the agent's DaemonSet goes, then
+    // manifests/cleanup/'s runs its `lb-agent cleanup` container on the node.
     agent.stop(Duration::from_secs(30))?;
-    let mut cleanup = Spec::from_pod(pod, "lb-agent", &env)?;
-    cleanup.argv = cleanup_argv(&spec.argv)?;
+    let removal = yaml_file("manifests/cleanup/daemonset.yaml")?;
+    let cleanup = Spec::from_pod(&removal["spec"]["template"]["spec"], "cleanup", &env)?;
     let said = container::run_to_end(&image, &format!("{name}-cleanup"), &cleanup)?;
     eprintln!("cleanup: {}", said.trim());
     let left: Vec<_> = std::fs::read_dir(pins.path())
@@ -279,22 +280,6 @@ fn the_image_runs_as_the_daemonset_says_survives_a_restart_and_cleans_up() -> an
     std::fs::remove_dir(&bpffs)?;
     let _ = std::fs::remove_dir_all(&config_dir);
     Ok(())
-}
-
-/// The cleanup command for an agent run with `run_argv`: the same
-/// `--bpffs-dir` and `--cgroup-path`.
-fn cleanup_argv(run_argv: &[String]) -> anyhow::Result<Vec<String>> {
-    let mut argv = vec!["lb-agent".to_owned(), "cleanup".to_owned()];
-    for flag in ["--bpffs-dir=", "--cgroup-path="] {
-        argv.push(
-            run_argv
-                .iter()
-                .find(|a| a.starts_with(flag))
-                .with_context(|| format!("the DaemonSet's args have no {flag}"))?
-                .clone(),
-        );
-    }
-    Ok(argv)
 }
 
 #[test]

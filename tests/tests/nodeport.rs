@@ -511,10 +511,29 @@ fn without_tcx_the_programs_are_clsact_filters_that_outlive_the_agent() -> anyho
         Vec::<String>::new()
     );
 
-    // `lb-agent cleanup` in the node finds them without pins.
+    // `lb-agent cleanup` in the node finds them without pins. Without
+    // CAP_NET_ADMIN the kernel refuses to remove them: cleanup fails
+    // rather than leaving them running unsaid.
     drop(agent);
     let bin = agent::agent_bin();
     let pins = bed.node1.pins.path().to_string_lossy().into_owned();
+    let refused = exec(
+        &bed.nodes.ns("n1"),
+        &[
+            "setpriv",
+            "--bounding-set=-net_admin",
+            "--inh-caps=-net_admin",
+            &bin.to_string_lossy(),
+            "cleanup",
+            "--bpffs-dir",
+            &pins,
+        ],
+    );
+    assert!(
+        refused.is_err(),
+        "cleanup without CAP_NET_ADMIN: {refused:?}"
+    );
+    assert_eq!(ours()?.len(), 2, "the refused filters are still there");
     exec(
         &bed.nodes.ns("n1"),
         &[&bin.to_string_lossy(), "cleanup", "--bpffs-dir", &pins],

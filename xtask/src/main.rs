@@ -26,15 +26,17 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Install what is missing (nightly rust-src, bpf-linker, cargo-fuzz,
-    /// iproute2, bpftool, iptables, nftables, conntrack, promtool), mount bpffs, find
-    /// the cgroup2 mount.
+    /// Install what is missing (the nightly pinned in ebpf-toolchain.toml
+    /// with rust-src, bpf-linker, cargo-fuzz, cargo-cyclonedx,
+    /// kubernetes-validate, iproute2, bpftool, iptables, nftables,
+    /// conntrack, promtool, ctr), mount bpffs, find the cgroup2 mount.
     Setup,
     /// Show pods reaching ClusterIPs through the eBPF programs, in netns.
     Demo,
-    /// fmt --check, clippy -D warnings, every test (privileged ones
-    /// included), the bench's smoke run, each fuzz target for a few
-    /// seconds, and a one-minute chaos soak and long soak.
+    /// fmt --check, clippy -D warnings, the release artifacts, every test
+    /// (privileged ones and the image's included), the bench's smoke run,
+    /// each fuzz target for a few seconds, and a one-minute chaos soak and
+    /// long soak.
     Test,
     /// Build the agent (release, --locked) and its image from scratch,
     /// without a registry: `lb-agent:<version>` and `lb-agent:dev` in the

@@ -6,7 +6,7 @@ use anyhow::{Context as _, bail};
 
 use crate::toolchain;
 
-const APT_PACKAGES: [(&str, &str); 6] = [
+const APT_PACKAGES: [(&str, &str); 7] = [
     ("ip", "iproute2"),
     ("bpftool", "bpftool"),
     ("iptables", "iptables"),
@@ -15,6 +15,9 @@ const APT_PACKAGES: [(&str, &str); 6] = [
     ("conntrack", "conntrack"),
     // `promtool check rules` / `test rules` on monitoring/ (tests/tests/monitoring.rs).
     ("promtool", "prometheus"),
+    // The image test runs the DaemonSet's containers through the Docker
+    // engine's containerd (tests/tests/image.rs).
+    ("ctr", "containerd"),
 ];
 
 pub(crate) fn run() -> anyhow::Result<()> {
