@@ -14,7 +14,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use crate::setup::run_cmd;
+use crate::cmd::run_cmd;
 
 /// The repository both tags go to.
 pub(crate) const REPOSITORY: &str = "lb-agent";

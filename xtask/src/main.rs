@@ -2,6 +2,7 @@
 //! itself is built by `lb-agent/build.rs`.
 
 mod bench;
+mod cmd;
 mod demo;
 mod fuzz;
 mod image;
@@ -227,7 +228,7 @@ fn workspace_root() -> std::path::PathBuf {
 
 /// The commit checked out (`git rev-parse --short=12 HEAD`).
 fn commit() -> anyhow::Result<String> {
-    setup::run_cmd(
+    cmd::run_cmd(
         Command::new("git")
             .args(["rev-parse", "--short=12", "HEAD"])
             .current_dir(workspace_root()),

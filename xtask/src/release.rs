@@ -11,7 +11,7 @@ use std::{fs, path::Path, process::Command};
 use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 
-use crate::{image, setup::run_cmd};
+use crate::{cmd::run_cmd, image};
 
 /// cargo-cyclonedx writes `<name>.json` into every workspace member's
 /// directory; this name is only ever ours.

@@ -4,7 +4,7 @@ use std::{fs, path::Path, process::Command};
 
 use anyhow::{Context as _, bail};
 
-use crate::toolchain;
+use crate::{cmd::run_cmd, toolchain};
 
 const APT_PACKAGES: [(&str, &str); 7] = [
     ("ip", "iproute2"),
@@ -35,17 +35,6 @@ pub(crate) fn run() -> anyhow::Result<()> {
     bpffs()?;
     lb_tests::cgroup::cgroup2_root()?;
     Ok(())
-}
-
-pub(crate) fn run_cmd(cmd: &mut Command) -> anyhow::Result<String> {
-    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 fn on_path(bin: &str) -> bool {

@@ -59,7 +59,7 @@ fn rustc_version(toolchain: &str) -> Option<String> {
 }
 
 fn sysroot(toolchain: &str) -> anyhow::Result<PathBuf> {
-    Ok(crate::setup::run_cmd(Command::new("rustc").args([
+    Ok(crate::cmd::run_cmd(Command::new("rustc").args([
         &format!("+{toolchain}"),
         "--print",
         "sysroot",
@@ -87,7 +87,7 @@ pub(crate) fn ensure(pin: &Nightly) -> anyhow::Result<PathBuf> {
                 "setup: installing {} (pinned in ebpf-toolchain.toml)",
                 pin.channel
             );
-            crate::setup::run_cmd(Command::new("rustup").args([
+            crate::cmd::run_cmd(Command::new("rustup").args([
                 "toolchain",
                 "install",
                 &pin.channel,
@@ -108,7 +108,7 @@ pub(crate) fn ensure(pin: &Nightly) -> anyhow::Result<PathBuf> {
     let root = sysroot(&source)?;
     if !has_rust_src(&root) {
         eprintln!("setup: adding rust-src to {source}");
-        crate::setup::run_cmd(Command::new("rustup").args([
+        crate::cmd::run_cmd(Command::new("rustup").args([
             "component",
             "add",
             "rust-src",
@@ -121,7 +121,7 @@ pub(crate) fn ensure(pin: &Nightly) -> anyhow::Result<PathBuf> {
     let _ = Command::new("rustup")
         .args(["toolchain", "uninstall", NAME])
         .output();
-    crate::setup::run_cmd(
+    crate::cmd::run_cmd(
         Command::new("rustup")
             .args(["toolchain", "link", NAME])
             .arg(&root),

@@ -197,7 +197,11 @@ pub(super) fn service_claims(
                         Vec::new()
                     };
                     let [internal, external, outside] = targets(spec, port.proto, &c, node);
-                    no_local.count(spec, &internal, &outside);
+                    no_local.count(
+                        spec,
+                        internal.no_local_endpoints,
+                        outside.no_local_endpoints,
+                    );
                     let claim = |target, serving| Claim::Program { target, serving };
                     (
                         claim(internal, socket_serving.clone()),

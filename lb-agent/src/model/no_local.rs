@@ -9,10 +9,7 @@
 //! ports: here a port counts once in each family the Service has a cluster
 //! IP of, the sum of theirs.
 
-use super::{
-    claims::Target,
-    service::{ServiceSpec, ServiceType},
-};
+use super::service::{ServiceSpec, ServiceType};
 
 /// Service ports without a local endpoint under a `Local` policy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -27,12 +24,12 @@ pub struct NoLocalEndpoints {
 }
 
 impl NoLocalEndpoints {
-    /// Counts one Service port in one family from the targets of its
-    /// cluster IP (`internal`) and of its frontends seen from outside
-    /// (`outside`), which the claims computed.
-    pub(super) fn count(&mut self, spec: &ServiceSpec, internal: &Target, outside: &Target) {
-        self.internal += usize::from(internal.no_local_endpoints);
-        self.external += usize::from(reachable_from_outside(spec) && outside.no_local_endpoints);
+    /// Counts one Service port in one family: whether the claims found its
+    /// cluster IP (`internal`) and its frontends seen from outside
+    /// (`outside`) without a local endpoint under a `Local` policy.
+    pub(super) fn count(&mut self, spec: &ServiceSpec, internal: bool, outside: bool) {
+        self.internal += usize::from(internal);
+        self.external += usize::from(reachable_from_outside(spec) && outside);
     }
 
     pub(super) fn add(&mut self, other: Self) {
