@@ -1,6 +1,7 @@
 //! The node agent: sources -> pure model -> reconciler -> pinned BPF maps.
 
 pub mod agent;
+mod bpf_sys;
 pub mod cli;
 pub mod config;
 pub mod datapath;

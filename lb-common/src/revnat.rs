@@ -55,10 +55,11 @@ pub const SOCK_REVNAT_V6: u8 = 6;
 /// programs translated: the backend it was sent to and the frontend the
 /// application addressed.
 ///
-/// Written by `connect*` (every time) and `sendmsg*` (the first frontend of
-/// an unconnected socket; further ones go to `LB4_REVNAT`/`LB6_REVNAT`);
-/// read by `recvmsg*`/`getpeername*` and by the agent's stale-UDP reaper
-/// (through `SOCK_DIAG`). It lives and dies with the socket.
+/// Written by `connect*` (every time) and `sendmsg*` (a long-lived
+/// unconnected socket's last destination; each destination also goes to
+/// `LB4_REVNAT`/`LB6_REVNAT`); read by `recvmsg*`/`getpeername*` and, for
+/// UDP sockets, by the `lb_iter_udp` iterator for the agent's stale-UDP
+/// reaper ([`UdpSockRecord`]). It lives and dies with the socket.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct SockRevNat {
@@ -77,10 +78,25 @@ pub struct SockRevNat {
 }
 const _: () = assert!(size_of::<SockRevNat>() == 40);
 
+/// One record the `lb_iter_udp` socket iterator writes, per UDP socket of
+/// the namespace it iterates that has `LB_SOCK_REVNAT` storage; read by
+/// the agent's stale-UDP reaper (`SOCK_DIAG` reports no socket storage of
+/// UDP sockets).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UdpSockRecord {
+    /// The socket's cookie (`bpf_get_socket_cookie`), host byte order.
+    pub cookie: u64,
+    pub entry: SockRevNat,
+}
+const _: () = assert!(size_of::<UdpSockRecord>() == 48);
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: as below.
     unsafe impl aya::Pod for super::SockRevNat {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::UdpSockRecord {}
     // SAFETY: repr(C), padded explicitly (the size asserts equal the sum of
     // the fields), and valid for any bit pattern.
     unsafe impl aya::Pod for super::RevNat4Key {}

@@ -67,10 +67,10 @@ pub static LB4_MAGLEV: HashMap<MaglevKey, MaglevChunk, MAGLEV_MAX, NO_PREALLOC> 
 #[btf_map]
 pub static LB4_AFFINITY: LruHashMap<AffinityKey, AffinityValue, AFFINITY_MAX> = LruHashMap::new();
 
-/// (socket cookie, backend) -> frontend, for what `LB_SOCK_REVNAT` cannot
-/// hold (an unconnected socket's further frontends). Written by
-/// sendmsg4, read by recvmsg4/getpeername4; LRU, so closed sockets age out
-/// on their own.
+/// (socket cookie, backend) -> frontend of an unconnected socket's
+/// datagrams, which may go to several frontends (a connected socket's is
+/// in `LB_SOCK_REVNAT`). Written by sendmsg4, read by
+/// recvmsg4/getpeername4; LRU, so closed sockets age out on their own.
 #[btf_map]
 pub static LB4_REVNAT: LruHashMap<RevNat4Key, RevNat4Value, { DEFAULT_REVNAT_MAX as usize }> =
     LruHashMap::new();
@@ -89,7 +89,7 @@ pub fn maybe_frontend((word, mask): (u32, u64)) -> bool {
 
 /// Socket -> the backend it was sent to and the frontend addressed, in the
 /// socket's own storage. Written by connect*/sendmsg*, read by
-/// recvmsg*/getpeername*; freed with the socket.
+/// recvmsg*/getpeername* and `lb_iter_udp`; freed with the socket.
 #[btf_map]
 pub static LB_SOCK_REVNAT: SkStorage<SockRevNat> = SkStorage::new();
 

@@ -67,7 +67,10 @@ pub fn translate4(ctx: &SockAddrContext, call: Call) -> i32 {
         return ALLOW;
     };
     // user_ip4 holds network-order bytes in memory; keep those bytes.
-    verdict::<[u8; 4]>(call, translate::<User4>(ctx, ip.to_ne_bytes(), proto, port))
+    verdict::<[u8; 4]>(
+        call,
+        translate::<User4>(ctx, call, ip.to_ne_bytes(), proto, port),
+    )
 }
 
 /// connect6 / sendmsg6: as [`translate4`], for an IPv6 frontend or a
@@ -84,10 +87,10 @@ pub fn translate6(ctx: &SockAddrContext, call: Call) -> i32 {
     if is_v4_mapped(&ip) {
         verdict::<[u8; 4]>(
             call,
-            translate::<Mapped>(ctx, ip[3].to_ne_bytes(), proto, port),
+            translate::<Mapped>(ctx, call, ip[3].to_ne_bytes(), proto, port),
         )
     } else {
-        verdict::<[u8; 16]>(call, translate::<User6>(ctx, ip, proto, port))
+        verdict::<[u8; 16]>(call, translate::<User6>(ctx, call, ip, proto, port))
     }
 }
 
@@ -352,11 +355,13 @@ fn verdict<A: Counted>(call: Call, translation: Result<bool, Refuse>) -> i32 {
 #[inline(always)]
 fn translate<S: Field>(
     ctx: &SockAddrContext,
+    call: Call,
     addr: <S::F as Family>::Addr,
     proto: u8,
     port: u32,
 ) -> Result<bool, Refuse> {
     if !maybe_frontend(S::F::bit(&addr)) {
+        forget(ctx, call);
         return Ok(false);
     }
     // user_port holds the network-order port in its low 16 bits' bytes.
@@ -368,9 +373,10 @@ fn translate<S: Field>(
         scope: SCOPE_INTERNAL,
     };
     let Some(backend) = choose::<S::F>(ctx, &key)? else {
+        forget(ctx, call);
         return Ok(false);
     };
-    remember::<S::F>(ctx, &key, &backend);
+    remember::<S::F>(ctx, call, &key, &backend);
     let (backend_addr, backend_port) = (backend.addr_be, backend.port_be);
     let sa = ctx.sock_addr;
     // SAFETY: the field and user_port are writable in connect*/sendmsg*
@@ -415,22 +421,25 @@ fn choose<F: Family>(
 
 /// Records which frontend this socket addressed, for recvmsg/getpeername.
 ///
-/// A TCP socket keeps it in its own storage, allocated with the socket's
-/// memory and freed with it: no shared map to insert into, nothing to
-/// evict. A UDP socket's goes to the family's reverse-NAT map (LRU), where
-/// the stale-UDP reaper finds it by socket cookie (`SOCK_DIAG` reports no
-/// socket storage for UDP sockets), and an unconnected socket may have
-/// several. A UDP socket that sends to a backend again is long-lived: its
-/// last entry goes to its own storage too (kept up to date from then on),
-/// which no eviction of the shared map's reaches; a socket of one request
+/// A connected socket (`connect*`, TCP or UDP) keeps it in its own storage,
+/// allocated with the socket's memory and freed with it: no shared map to
+/// insert into, nothing to evict. The stale-UDP reaper reads a UDP
+/// socket's through the `lb_iter_udp` socket iterator.
+///
+/// An unconnected socket (`sendmsg*`) may send to several frontends, so
+/// each destination goes to the family's reverse-NAT map (LRU) by socket
+/// cookie and backend; a repeated one writes nothing. Its last goes to its
+/// own storage too, once it sends to a backend again (a long-lived socket),
+/// which no eviction of the shared map's reaches; a socket of one datagram
 /// costs none.
 #[inline(always)]
 fn remember<F: SockFamily>(
     ctx: &SockAddrContext,
+    call: Call,
     key: &FrontendKey<F::Addr>,
     backend: &Backend<F::Addr>,
 ) {
-    if key.proto == PROTO_TCP && own::<F>(ctx, key, backend, true) {
+    if matches!(call, Call::Connect) && own::<F>(ctx, key, backend, true) {
         return;
     }
     // SAFETY: the helper is valid for sock_addr contexts.
@@ -441,7 +450,6 @@ fn remember<F: SockFamily>(
         port_be: key.port_be,
         _pad0: [0; 2],
     };
-    // A repeated destination (unconnected sends) writes nothing.
     // SAFETY: an LRU value stays mapped while the program runs (RCU).
     let same = F::revnat()
         .get_ptr(rev_key)
@@ -464,6 +472,24 @@ fn remember<F: SockFamily>(
     // reply showed the backend's address (ARCHITECTURE, "A full
     // LB4_REVNAT").
     let _ = F::revnat().get_ptr(rev_key);
+}
+
+/// A connect this program leaves alone (no frontend) un-remembers the
+/// socket's earlier one: a UDP socket connected through a Service and then
+/// straight to one of its endpoints shows that endpoint, not the Service.
+/// A socket with no storage (almost every one) costs one pointer check.
+#[inline(always)]
+fn forget(ctx: &SockAddrContext, call: Call) {
+    if !matches!(call, Call::Connect) {
+        return;
+    }
+    // SAFETY: the context's socket is a full socket the hook holds.
+    let mine = unsafe { LB_SOCK_REVNAT.get_ptr_mut(ctx) };
+    if !mine.is_null() {
+        // SAFETY: as in `own`: the socket's own storage, written only by
+        // its connect or sendmsg.
+        unsafe { (*mine).family = 0 };
+    }
 }
 
 /// Writes this socket's entry for `key`'s `backend` into its own storage,

@@ -308,6 +308,13 @@ impl HeldUdp {
         parsed.with_context(|| format!("hold-udp answered {line:?}"))
     }
 
+    /// Connects the same socket to `to`: getpeername() after it.
+    pub fn connect_same(&mut self, to: &str) -> anyhow::Result<()> {
+        writeln!(self.stdin.as_mut().expect("open"), "connect {to}")?;
+        self.peer = self.connected()?;
+        Ok(())
+    }
+
     /// Replaces the socket with a new one connected to the same address.
     pub fn reconnect(&mut self) -> anyhow::Result<()> {
         writeln!(self.stdin.as_mut().expect("open"), "reconnect")?;

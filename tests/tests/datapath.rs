@@ -2,7 +2,7 @@
 //! through the real `lb-agent` binary. Needs root; fails loudly without it.
 
 use lb_fixtures::{Ep, Object, Slice, Svc, yaml};
-use lb_tests::{netns, scenario::Bed};
+use lb_tests::{netns, probe::UdpAnswer, scenario::Bed};
 
 const VIP: &str = "10.96.100.1";
 const TO: &str = "10.96.100.1:80";
@@ -99,6 +99,38 @@ fn udp_connected_and_unconnected_replies_come_from_the_vip() -> anyhow::Result<(
     );
     assert_eq!(r.peers.get("10.96.0.10:53"), Some(&50), "{r:?}");
     assert_eq!(r.peers.get("getpeername 10.96.0.10:53"), Some(&1), "{r:?}");
+    Ok(())
+}
+
+#[test]
+fn a_udp_socket_reconnected_from_the_vip_to_a_pod_shows_the_pod() -> anyhow::Result<()> {
+    const DNS: &str = "10.96.0.10:53";
+    let mut bed = Bed::new()?;
+    bed.backend("dns1", "10.42.2.1".parse()?, &[], &[5353])?;
+    bed.write_manifest(&yaml([
+        Object::from(
+            Svc::new("kube-system", "kube-dns")
+                .cluster_ip("10.96.0.10")
+                .port("dns", 53, "UDP"),
+        ),
+        Slice::new("kube-system", "kube-dns-1")
+            .service("kube-dns")
+            .port("dns", 5353, "UDP")
+            .ready(&["10.42.2.1"])
+            .into(),
+    ]))?;
+    bed.start_agent(&[])?;
+    let mut held = bed.hold_udp(DNS)?;
+    assert_eq!(held.peer, DNS);
+    assert_eq!(held.request()?, UdpAnswer::Reply("dns1".into()));
+    // The same socket, now straight to the endpoint the Service sent it
+    // to: it is no longer the Service's, and must not say so.
+    held.connect_same("10.42.2.1:5353")?;
+    assert_eq!(held.peer, "10.42.2.1:5353");
+    assert_eq!(held.request()?, UdpAnswer::Reply("dns1".into()));
+    held.connect_same(DNS)?;
+    assert_eq!(held.peer, DNS, "through the Service again");
+    assert_eq!(held.request()?, UdpAnswer::Reply("dns1".into()));
     Ok(())
 }
 

@@ -186,7 +186,18 @@ impl Agent {
         if udp.is_empty() || !self.attached {
             return;
         }
-        if let Err(e) = self.reaper.submit(self.pins.maps_dir(), udp) {
+        let iter = self
+            .datapath
+            .udp_iter()
+            .inspect_err(|e| {
+                warn!(
+                    error = e as &dyn std::error::Error,
+                    "UDP socket iterator not loaded: connected UDP sockets to removed \
+                     endpoints stay connected"
+                );
+            })
+            .ok();
+        if let Err(e) = self.reaper.submit(self.pins.maps_dir(), iter, udp) {
             warn!(
                 error = &e as &dyn std::error::Error,
                 "stale UDP sockets left in place"

@@ -33,6 +33,14 @@ pub enum Error {
     },
     #[error("loading the eBPF object")]
     Load(#[from] aya::EbpfError),
+    #[error("reading the kernel's BTF")]
+    KernelBtf(#[source] aya::BtfError),
+    #[error("duplicating the descriptor of program {name}")]
+    ProgramFd {
+        name: &'static str,
+        #[source]
+        source: io::Error,
+    },
     #[error("program {0} missing from the eBPF object")]
     MissingProgram(&'static str),
     #[error("global section {0} missing from the eBPF object")]

@@ -16,7 +16,7 @@
 //! before it returns, whoever holds the link; the link stays valid,
 //! defunct, until its last reference goes.
 //!
-//! aya 0.14 has no call for it, hence the raw `bpf(2)` below.
+//! aya 0.14 has no call for it, hence the raw `bpf(2)` of [`crate::bpf_sys`].
 
 use std::{
     ffi::CString,
@@ -27,6 +27,8 @@ use std::{
     },
     path::Path,
 };
+
+use crate::bpf_sys::bpf;
 
 const BPF_OBJ_GET: libc::c_long = 7;
 const BPF_LINK_DETACH: libc::c_long = 34;
@@ -45,32 +47,6 @@ struct ObjGetAttr {
 #[derive(Default)]
 struct LinkDetachAttr {
     link_fd: u32,
-}
-
-/// `bpf(cmd, attr, sizeof attr)`.
-///
-/// # Safety
-///
-/// `T` must be the `repr(C)` prefix of `union bpf_attr` that `cmd` reads,
-/// and every pointer in `attr` must reference memory that outlives the
-/// call.
-unsafe fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
-    // SAFETY: the caller's obligation: `attr` is a live, writable prefix
-    // of `union bpf_attr` for `cmd` of the size passed, and its pointers
-    // outlive the call; the kernel zero-fills the rest of the union.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            std::ptr::from_mut(attr),
-            size_of::<T>() as libc::c_uint,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
 }
 
 /// A link opened from its pin, to be detached once its replacement runs.

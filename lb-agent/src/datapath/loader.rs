@@ -4,16 +4,19 @@
 use std::{
     collections::VecDeque,
     fs, io,
+    os::fd::AsFd as _,
     path::{Path, PathBuf},
     sync::Mutex,
     thread,
 };
 
 use aya::{
-    Ebpf, EbpfLoader,
-    programs::{CgroupAttachMode, CgroupSockAddr, Program as AyaProgram, links::FdLink},
+    Btf, Ebpf, EbpfLoader,
+    programs::{CgroupAttachMode, CgroupSockAddr, Iter, Program as AyaProgram, links::FdLink},
 };
 use lb_common::ALL_MAPS;
+
+use crate::sockets::UdpIter;
 
 use super::{
     error::{Error, io_err},
@@ -132,6 +135,33 @@ pub fn load_programs(ebpf: &mut Ebpf, names: &[&'static str]) -> Result<(), Erro
         });
         mine.and(theirs)
     })
+}
+
+/// The UDP socket iterator's function in the object.
+const UDP_ITER: &str = "lb_iter_udp";
+
+/// Loads the UDP socket iterator (`lb_iter_udp`) if it is not yet, for the
+/// stale-UDP reaper, which reads connected UDP sockets' storage through it.
+/// Not with the other programs: it needs the kernel's BTF parsed (tens of
+/// milliseconds), and only once a UDP frontend loses an endpoint.
+pub fn udp_iter(ebpf: &mut Ebpf) -> Result<UdpIter, Error> {
+    let name = UDP_ITER;
+    let prog_err = |source| Error::Program { name, source };
+    let iter: &mut Iter = ebpf
+        .program_mut(name)
+        .ok_or(Error::MissingProgram(name))?
+        .try_into()
+        .map_err(prog_err)?;
+    if iter.fd().is_err() {
+        let btf = Btf::from_sys_fs().map_err(Error::KernelBtf)?;
+        iter.load("udp", &btf).map_err(prog_err)?;
+    }
+    let fd = iter.fd().map_err(prog_err)?;
+    let owned = fd
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|source| Error::ProgramFd { name, source })?;
+    Ok(UdpIter::new(owned))
 }
 
 /// Attaches `programs` to `cgroup`, each replacing the one attached before

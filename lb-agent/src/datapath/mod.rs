@@ -262,6 +262,11 @@ impl Datapath {
         })
     }
 
+    /// The UDP socket iterator, loaded at the first call.
+    pub fn udp_iter(&mut self) -> Result<crate::sockets::UdpIter, Error> {
+        loader::udp_iter(&mut self.ebpf)
+    }
+
     /// The XDP flow cache's generation, for those who bump it.
     pub fn xdp_generation(&self) -> xdp_generation::Generation {
         self.xdp_generation.clone()

@@ -8,8 +8,10 @@
 //!
 //! A pass dumps the connected UDP sockets, IPv4 and IPv6, of every network
 //! namespace on the node (`diag.rs`, NETLINK_SOCK_DIAG), finds the frontend
-//! each one was sent through in `LB4_REVNAT` or `LB6_REVNAT` by socket
-//! cookie and backend (`revnat.rs`; a v4-mapped peer is IPv4), and destroys
+//! each one was sent through in its socket storage, which the
+//! `lb_iter_udp` iterator reads (`iter.rs`), or else in `LB4_REVNAT` or
+//! `LB6_REVNAT` by socket cookie and backend (`revnat.rs`; a v4-mapped
+//! peer is IPv4), and destroys
 //! those sent through a frontend the request names (`request.rs`) to a
 //! backend that frontend does not serve when the pass gets to them
 //! (`serving.rs`, kept by the sync loop). Namespaces (`netns.rs`) are
@@ -20,6 +22,7 @@
 //! datagram and need nothing.
 
 mod diag;
+mod iter;
 mod netns;
 mod reaper;
 mod request;
@@ -33,6 +36,7 @@ mod privileged;
 use std::{io, path::PathBuf};
 
 pub use diag::DiagError;
+pub use iter::UdpIter;
 pub use netns::{DEFAULT_NETNS_DIR, NetnsSources};
 pub use reaper::SocketReaper;
 pub use request::StaleUdp;
@@ -72,6 +76,12 @@ pub enum SocketsError {
         path: PathBuf,
         #[source]
         source: DiagError,
+    },
+    #[error("reading the UDP socket iterator in network namespace {path}")]
+    Iter {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
     },
     #[error("starting the socket scan thread")]
     Thread(#[source] io::Error),

@@ -209,7 +209,7 @@ fn stale_sockets_are_destroyed_in_every_namespace_and_the_others_survive() {
     let now = UdpServing::default();
     now.narrow([(LIVE_VIP.into(), &[Ipv4Addr::new(127, 0, 0, 2).into()][..])]);
     let sources = sources_in(vec![PathBuf::from(DEFAULT_NETNS_DIR)]);
-    let report = destroy_stale(&pins.0, &stale, &now, &sources).expect("pass");
+    let report = destroy_stale(&pins.0, None, &stale, &now, &sources).expect("pass");
 
     // Other tests' namespaces may be in the directory too; only this
     // test's map entries can match.
@@ -224,7 +224,7 @@ fn stale_sockets_are_destroyed_in_every_namespace_and_the_others_survive() {
     assert_alive("unnamed", &unnamed_backend, &unnamed);
 
     // A second pass finds nothing more: destroyed sockets are disconnected.
-    let again = destroy_stale(&pins.0, &stale, &now, &sources).expect("second pass");
+    let again = destroy_stale(&pins.0, None, &stale, &now, &sources).expect("second pass");
     assert_eq!(again.sockets_destroyed, 0, "{again:?}");
 }
 
@@ -250,6 +250,7 @@ fn each_namespace_is_visited_once_and_vanished_ones_are_skipped() {
     let sources = sources_in(vec![dir.0.clone(), dir.0.clone()]);
     let report = destroy_stale(
         &pins.0,
+        None,
         &request(&[STALE_VIP]),
         &UdpServing::default(),
         &sources,
@@ -283,6 +284,7 @@ fn the_default_sources_cover_the_host_and_every_namespace() {
 
     let report = destroy_stale(
         &pins.0,
+        None,
         &request(&[STALE_VIP]),
         &UdpServing::default(),
         &NetnsSources::default(),
@@ -329,7 +331,7 @@ fn stale_ipv6_and_v4_mapped_sockets_are_destroyed_and_the_others_survive() {
     let dir = TestDir::new(&std::env::temp_dir());
     std::os::unix::fs::symlink(a.path(), dir.0.join("a")).unwrap();
     let sources = sources_in(vec![dir.0.clone()]);
-    let report = destroy_stale(&pins.0, &request, &now, &sources).expect("pass");
+    let report = destroy_stale(&pins.0, None, &request, &now, &sources).expect("pass");
     assert_eq!(report.sockets_destroyed, 2, "{report:?}");
     assert_eq!(report.sockets_examined, 3, "{report:?}");
     assert_aborted("stale IPv6", &stale);

@@ -12,7 +12,7 @@ use std::{
     thread::{self, JoinHandle},
 };
 
-use super::{NetnsSources, Report, SocketsError, StaleUdp, UdpServing, scan};
+use super::{NetnsSources, Report, SocketsError, StaleUdp, UdpIter, UdpServing, scan};
 
 /// Runs [`destroy_stale`](super::destroy_stale) passes one after another.
 /// Requests that queue up while a pass runs become one pass. Dropping it
@@ -24,17 +24,21 @@ pub struct SocketReaper {
     thread: Option<JoinHandle<()>>,
 }
 
-/// One request; requests merge into one with the newest maps directory, as
-/// the maps may have moved (a migration).
-#[derive(Debug, PartialEq, Eq)]
+/// One request; requests merge into one with the newest maps directory
+/// and iterator, as the maps may have moved (a migration).
+#[derive(Debug)]
 struct Job {
     maps_dir: PathBuf,
+    iter: Option<UdpIter>,
     stale: StaleUdp,
 }
 
 impl Job {
     fn absorb(&mut self, later: Job) {
         self.maps_dir = later.maps_dir;
+        if later.iter.is_some() {
+            self.iter = later.iter;
+        }
         self.stale.merge(later.stale);
     }
 }
@@ -67,6 +71,7 @@ impl SocketReaper {
                     }
                     on_pass(scan::run(
                         &job.maps_dir,
+                        job.iter.as_ref(),
                         &job.stale,
                         &serving,
                         &netns,
@@ -81,11 +86,20 @@ impl SocketReaper {
         })
     }
 
-    /// Queues a pass over `stale` with the reverse-NAT maps pinned in
-    /// `maps_dir`. Fails only if the thread has died (`on_pass`
-    /// panicked).
-    pub fn submit(&self, maps_dir: PathBuf, stale: StaleUdp) -> Result<(), SocketsError> {
-        let job = Job { maps_dir, stale };
+    /// Queues a pass over `stale` with the sockets' storage read through
+    /// `iter` and the reverse-NAT maps pinned in `maps_dir`. Fails only if
+    /// the thread has died (`on_pass` panicked).
+    pub fn submit(
+        &self,
+        maps_dir: PathBuf,
+        iter: Option<UdpIter>,
+        stale: StaleUdp,
+    ) -> Result<(), SocketsError> {
+        let job = Job {
+            maps_dir,
+            iter,
+            stale,
+        };
         self.jobs
             .as_ref()
             .and_then(|jobs| jobs.send(job).ok())
@@ -119,19 +133,16 @@ mod tests {
     fn queued_requests_merge_into_the_newest_pin() {
         let mut job = Job {
             maps_dir: "/old".into(),
+            iter: None,
             stale: request(&["192.0.2.1:53"]),
         };
         job.absorb(Job {
             maps_dir: "/new".into(),
+            iter: None,
             stale: request(&["192.0.2.2:53"]),
         });
-        assert_eq!(
-            job,
-            Job {
-                maps_dir: "/new".into(),
-                stale: request(&["192.0.2.1:53", "192.0.2.2:53"]),
-            }
-        );
+        assert_eq!(job.maps_dir, PathBuf::from("/new"));
+        assert_eq!(job.stale, request(&["192.0.2.1:53", "192.0.2.2:53"]));
     }
 
     #[test]
@@ -149,7 +160,7 @@ mod tests {
         .unwrap();
         let missing = PathBuf::from("/sys/fs/bpf/lb-agent-test-no-such-map");
         reaper
-            .submit(missing.clone(), request(&["192.0.2.1:53"]))
+            .submit(missing.clone(), None, request(&["192.0.2.1:53"]))
             .unwrap();
         let outcome = rx.recv_timeout(Duration::from_secs(10)).unwrap();
         assert!(
@@ -160,7 +171,7 @@ mod tests {
             "{outcome:?}"
         );
         // An empty request touches no map.
-        reaper.submit(missing, StaleUdp::new()).unwrap();
+        reaper.submit(missing, None, StaleUdp::new()).unwrap();
         let outcome = rx.recv_timeout(Duration::from_secs(10)).unwrap();
         assert!(matches!(
             outcome,

@@ -10,7 +10,10 @@ use aya::{
     Pod,
     maps::{HashMap, Map, MapData, MapError},
 };
-use lb_common::{REVNAT4, REVNAT6, RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value};
+use lb_common::{
+    REVNAT4, REVNAT6, RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value, SOCK_REVNAT_V4,
+    SOCK_REVNAT_V6, SockRevNat,
+};
 
 use super::SocketsError;
 
@@ -64,6 +67,43 @@ impl RevNat {
     }
 }
 
+/// The frontend a socket's storage says it was sent through to `peer`,
+/// and the backend address, if `peer` is the backend it names (a socket
+/// connected elsewhere since, straight to an address, no longer is). A
+/// v4-mapped peer is IPv4, as in [`RevNat::frontend`].
+pub(super) fn stored_frontend(
+    entry: &SockRevNat,
+    peer: SocketAddr,
+) -> Option<(SocketAddr, IpAddr)> {
+    let v4 = match peer {
+        SocketAddr::V4(v4) => Some(v4),
+        SocketAddr::V6(v6) => v6
+            .ip()
+            .to_ipv4_mapped()
+            .map(|ip| SocketAddrV4::new(ip, v6.port())),
+    };
+    if entry.backend_port_be != peer.port().to_be() {
+        return None;
+    }
+    let narrow = |a: &[u8; 16]| [a[0], a[1], a[2], a[3]];
+    let port = u16::from_be(entry.frontend_port_be);
+    match (entry.family, v4, peer) {
+        (SOCK_REVNAT_V4, Some(backend), _)
+            if narrow(&entry.backend_be) == backend.ip().octets() =>
+        {
+            let frontend = SocketAddrV4::new(narrow(&entry.frontend_be).into(), port);
+            Some((frontend.into(), (*backend.ip()).into()))
+        }
+        (SOCK_REVNAT_V6, None, SocketAddr::V6(backend))
+            if entry.backend_be == backend.ip().octets() =>
+        {
+            let frontend = SocketAddrV6::new(entry.frontend_be.into(), port, 0, 0);
+            Some((frontend.into(), (*backend.ip()).into()))
+        }
+        _ => None,
+    }
+}
+
 /// The pinned map at `pin`, typed.
 fn open<K: Pod, V: Pod>(pin: &Path) -> Result<HashMap<MapData, K, V>, SocketsError> {
     let map_err = |source| SocketsError::RevNat {
@@ -108,6 +148,61 @@ fn key6(cookie: u64, backend: SocketAddrV6) -> RevNat6Key {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn entry(family: u8, backend: SocketAddr, frontend: SocketAddr) -> SockRevNat {
+        let wide = |ip: IpAddr| match ip {
+            IpAddr::V4(v4) => {
+                let mut out = [0; 16];
+                out[..4].copy_from_slice(&v4.octets());
+                out
+            }
+            IpAddr::V6(v6) => v6.octets(),
+        };
+        SockRevNat {
+            backend_be: wide(backend.ip()),
+            frontend_be: wide(frontend.ip()),
+            backend_port_be: backend.port().to_be(),
+            frontend_port_be: frontend.port().to_be(),
+            family,
+            _pad0: [0; 3],
+        }
+    }
+
+    #[test]
+    fn storage_names_the_frontend_only_of_the_backend_it_recorded() {
+        let (b4, f4) = (
+            "10.42.0.1:5353".parse().unwrap(),
+            "10.96.0.10:53".parse().unwrap(),
+        );
+        let e4 = entry(SOCK_REVNAT_V4, b4, f4);
+        let want = Some((f4, b4.ip()));
+        assert_eq!(stored_frontend(&e4, b4), want);
+        // An AF_INET6 socket that reached it as ::ffff:10.42.0.1.
+        let mapped = "[::ffff:10.42.0.1]:5353".parse().unwrap();
+        assert_eq!(stored_frontend(&e4, mapped), want);
+        // Connected elsewhere since, or to another port of the backend.
+        for other in ["10.42.0.2:5353", "10.42.0.1:5354", "[fd00::1]:5353"] {
+            assert_eq!(
+                stored_frontend(&e4, other.parse().unwrap()),
+                None,
+                "{other}"
+            );
+        }
+        // `connect*` wiped it (family 0): connected straight to the backend.
+        let wiped = SockRevNat { family: 0, ..e4 };
+        assert_eq!(stored_frontend(&wiped, b4), None);
+
+        let (b6, f6) = (
+            "[fd00:42::1]:5353".parse().unwrap(),
+            "[fd00:96::10]:53".parse().unwrap(),
+        );
+        let e6 = entry(SOCK_REVNAT_V6, b6, f6);
+        assert_eq!(stored_frontend(&e6, b6), Some((f6, b6.ip())));
+        assert_eq!(
+            stored_frontend(&e6, "[fd00:42::2]:5353".parse().unwrap()),
+            None
+        );
+    }
 
     #[test]
     fn addresses_and_ports_are_in_network_order_and_the_cookie_in_host_order() {

@@ -11,8 +11,9 @@ use std::{
 use super::{
     SocketsError, StaleUdp, UdpServing,
     diag::{Destroyed, Diag},
+    iter::UdpIter,
     netns::{Netns, NetnsSources, NsId},
-    revnat::RevNat,
+    revnat::{self, RevNat},
 };
 
 /// What a pass did. Every namespace found is counted once, as visited,
@@ -27,7 +28,8 @@ pub struct Report {
     /// Namespaces that could not be entered or dumped, and namespace
     /// directories that could not be listed.
     pub netns_failed: u64,
-    /// Connected UDP sockets looked up in the reverse-NAT maps.
+    /// Connected UDP sockets looked up in their storage and the
+    /// reverse-NAT maps.
     pub sockets_examined: u64,
     pub sockets_destroyed: u64,
     /// Stale sockets the kernel refused to destroy.
@@ -45,25 +47,36 @@ impl Report {
 /// Destroys every connected UDP socket, IPv4 or IPv6, in every namespace
 /// of `netns`, that the load balancer sent through a frontend of `stale` to
 /// a backend that frontend does not serve, as `serving` says when the pass
-/// gets to the socket (`maps_dir`: where `LB4_REVNAT` and `LB6_REVNAT` are
-/// pinned). The owner's next receive fails with `ECONNABORTED`, and its
-/// sends with `EDESTADDRREQ` until it reconnects.
+/// gets to the socket. Where it was sent comes from the socket's storage,
+/// through `iter` (what `connect*` writes), else from `LB4_REVNAT` and
+/// `LB6_REVNAT` pinned in `maps_dir` (what older programs wrote). The
+/// owner's next receive fails with `ECONNABORTED`, and its sends with
+/// `EDESTADDRREQ` until it reconnects.
 ///
 /// Fails only if the map cannot be opened or the pass cannot start; what
 /// fails in one namespace is counted in the report and the pass goes on.
 /// Runs on a thread of its own: the caller's namespace never changes.
 pub fn destroy_stale(
     maps_dir: &Path,
+    iter: Option<&UdpIter>,
     stale: &StaleUdp,
     serving: &UdpServing,
     netns: &NetnsSources,
 ) -> Result<Report, SocketsError> {
-    run(maps_dir, stale, serving, netns, &AtomicBool::new(false))
+    run(
+        maps_dir,
+        iter,
+        stale,
+        serving,
+        netns,
+        &AtomicBool::new(false),
+    )
 }
 
 /// [`destroy_stale`], stopping between namespaces once `stop` is set.
 pub(super) fn run(
     maps_dir: &Path,
+    iter: Option<&UdpIter>,
     stale: &StaleUdp,
     serving: &UdpServing,
     netns: &NetnsSources,
@@ -79,7 +92,7 @@ pub(super) fn run(
         let pass = thread::Builder::new()
             .name("lb-sockets".into())
             .spawn_scoped(scope, move || {
-                Pass::new(&revnat, stale, serving).run(netns, stop)
+                Pass::new(&revnat, iter, stale, serving).run(netns, stop)
             })
             .map_err(SocketsError::Thread)?;
         match pass.join() {
@@ -91,6 +104,7 @@ pub(super) fn run(
 
 struct Pass<'a> {
     revnat: &'a RevNat,
+    iter: Option<&'a UdpIter>,
     stale: &'a StaleUdp,
     serving: &'a UdpServing,
     seen: HashSet<NsId>,
@@ -100,9 +114,15 @@ struct Pass<'a> {
 }
 
 impl<'a> Pass<'a> {
-    fn new(revnat: &'a RevNat, stale: &'a StaleUdp, serving: &'a UdpServing) -> Self {
+    fn new(
+        revnat: &'a RevNat,
+        iter: Option<&'a UdpIter>,
+        stale: &'a StaleUdp,
+        serving: &'a UdpServing,
+    ) -> Self {
         Self {
             revnat,
+            iter,
             stale,
             serving,
             seen: HashSet::new(),
@@ -172,14 +192,29 @@ impl<'a> Pass<'a> {
             path: path.to_owned(),
             source,
         };
+        // Read first: a socket connected after it was translated by the
+        // new maps, and is not stale.
+        let stored = match self.iter {
+            Some(iter) => iter.read_here().map_err(|source| SocketsError::Iter {
+                path: path.to_owned(),
+                source,
+            })?,
+            None => Default::default(),
+        };
         // Created here, the socket sees (and destroys in) this namespace.
         let mut diag = Diag::open().map_err(diag_err)?;
         for socket in diag.connected_udp().map_err(diag_err)? {
             self.report.sockets_examined += 1;
-            let found = self
-                .revnat
-                .frontend(socket.cookie, socket.peer)
-                .map_err(SocketsError::Lookup)?;
+            let found = match stored
+                .get(&socket.cookie)
+                .and_then(|entry| revnat::stored_frontend(entry, socket.peer))
+            {
+                Some(found) => Some(found),
+                None => self
+                    .revnat
+                    .frontend(socket.cookie, socket.peer)
+                    .map_err(SocketsError::Lookup)?,
+            };
             if !found.is_some_and(|(frontend, backend)| {
                 self.stale.is_stale(self.serving, frontend, backend)
             }) {

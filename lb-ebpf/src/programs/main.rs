@@ -3,6 +3,7 @@
 #![no_std]
 #![no_main]
 
+mod iter;
 mod sock;
 mod tc;
 mod xdp;

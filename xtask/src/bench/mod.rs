@@ -11,6 +11,7 @@
 //! targets; [`output`], the files written.
 
 mod conditions;
+mod connect;
 mod control;
 mod datapath;
 mod health;
@@ -86,6 +87,12 @@ pub(crate) struct BenchArgs {
     /// 100,000 in a full run) and the control plane.
     #[arg(long, conflicts_with_all = ["control_only", "scale", "nodeport_only", "pps_only"])]
     pub no_nodeport: bool,
+    /// Only the connect loop: socket + connect + close over 4,096 Service
+    /// addresses at N = 10,000 (1,000 with --quick), UDP and TCP, against
+    /// the same loop without programs and to non-Service addresses.
+    /// Writes bench-connect.md.
+    #[arg(long, conflicts_with_all = ["control_only", "scale", "nodeport_only", "pps_only"])]
+    pub connect_only: bool,
     /// With --scale: the largest N measured.
     #[arg(long, value_name = "N", requires = "scale")]
     pub scale_max: Option<usize>,
@@ -107,6 +114,7 @@ impl BenchArgs {
             nodeport_only: false,
             pps_only: false,
             no_nodeport: false,
+            connect_only: false,
             scale_max: None,
         }
     }
@@ -131,11 +139,21 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
         let np = nodeport::measure(&plan)?;
         return output::write_nodeport(&plan, &np, &started.end());
     }
+    if args.connect_only {
+        let rows = connect::measure(&plan, plan.connect_n)?;
+        return output::write_connect(&plan, &rows, &started.end());
+    }
     let mut rows = Vec::new();
     for &n in &plan.scales {
         eprintln!("== datapath, N = {n}");
         rows.extend(datapath::measure(&plan, n)?);
     }
+    let connect = if plan.control_only {
+        Vec::new()
+    } else {
+        eprintln!("== connect loop, N = {}", plan.connect_n);
+        connect::measure(&plan, plan.connect_n)?
+    };
     let nodeport = if plan.control_only || args.no_nodeport {
         None
     } else {
@@ -145,6 +163,7 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let control = control::measure(&plan)?;
     let results = Results {
         datapath: rows,
+        connect,
         nodeport,
         control,
     };

@@ -11,7 +11,7 @@ use super::{
     conditions::Conditions,
     render,
     results::{
-        Results,
+        Results, connect,
         nodeport::NodePort,
         pps::{Pps, PpsBed},
         scale,
@@ -91,6 +91,27 @@ pub(super) fn write_pps(plan: &Plan, pps: &Pps, cond: &Conditions) -> anyhow::Re
     std::fs::write(&path, &md)?;
     draw_pps(plan, pps, &svgs)?;
     eprintln!("wrote {} and {}", path.display(), charts.join(" "));
+    Ok(())
+}
+
+/// `--connect-only`: the connect loop alone, in bench-connect.md
+/// (bench-connect-quick with `--quick`).
+pub(super) fn write_connect(
+    plan: &Plan,
+    rows: &[connect::Row],
+    cond: &Conditions,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&plan.out_dir)?;
+    let name = if plan.quick {
+        "bench-connect-quick"
+    } else {
+        "bench-connect"
+    };
+    let md = render::report::connect_only(rows, &targets::connect::targets(rows), cond);
+    print!("{md}");
+    let path = plan.out_dir.join(format!("{name}.md"));
+    std::fs::write(&path, &md)?;
+    eprintln!("wrote {}", path.display());
     Ok(())
 }
 

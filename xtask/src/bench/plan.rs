@@ -30,6 +30,8 @@ pub(super) struct Plan {
     /// (ABBA).
     pub pps_seconds: f64,
     pub pps_rounds: usize,
+    /// The connect loop's N.
+    pub connect_n: usize,
     /// Control plane: Services and endpoints each.
     pub cold: (usize, usize),
     /// Control plane: one-endpoint changes for ours, and kube-proxy partial
@@ -80,6 +82,7 @@ impl Plan {
             rounds,
             pps_seconds: if a.quick { 0.5 } else { 2.0 },
             pps_rounds: if a.quick { 1 } else { 3 },
+            connect_n: if a.quick { 1000 } else { 10_000 },
             cold,
             updates,
             partial_syncs,

@@ -2,6 +2,7 @@
 //! alone: nothing here measures.
 
 pub(super) mod chart;
+pub(super) mod connect;
 mod control;
 mod datapath;
 mod nodeport;

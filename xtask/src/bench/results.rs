@@ -1,6 +1,7 @@
 //! What the bench measured, as plain data: what the renderers and the
 //! targets read, and nothing of how it was measured.
 
+pub(super) mod connect;
 pub(super) mod control;
 pub(super) mod datapath;
 pub(super) mod nodeport;
@@ -11,6 +12,8 @@ pub(super) mod scale;
 pub(super) struct Results {
     /// Every datapath mode at each N; none with `--control-only`.
     pub datapath: Vec<datapath::Row>,
+    /// The connect loop's rows; none with `--control-only`.
+    pub connect: Vec<connect::Row>,
     /// None with `--control-only`.
     pub nodeport: Option<nodeport::NodePort>,
     pub control: control::Control,

@@ -2,6 +2,7 @@
 //! it was met. Measured, not asserted: the report lists each as met or
 //! missed. Each section's are evaluated from its results alone.
 
+pub(super) mod connect;
 pub(super) mod control;
 pub(super) mod datapath;
 pub(super) mod nodeport;
@@ -80,6 +81,7 @@ impl Target {
 /// Every target of a run of the main bench, in report order.
 pub(super) fn of(plan: &Plan, results: &Results) -> Vec<Target> {
     let mut t = datapath::targets(plan, &results.datapath);
+    t.extend(connect::targets(&results.connect));
     t.extend(control::targets(&results.control));
     if let Some(np) = &results.nodeport {
         t.extend(nodeport::targets(plan, np));

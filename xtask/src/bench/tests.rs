@@ -17,6 +17,7 @@ use super::{
         pps::{Pps, PpsBed, PpsMode, Row as PpsRow, Run as PpsRun},
     },
     rounds::Rounds,
+    targets::Measured,
 };
 
 /// A smoke run's plan at `scales`, measuring nothing itself.
@@ -36,6 +37,7 @@ fn plan(scales: &[usize]) -> Plan {
         rounds: 2,
         pps_seconds: 0.5,
         pps_rounds: 1,
+        connect_n: 1000,
         cold: (500, 10),
         updates: 20,
         partial_syncs: 5,
@@ -184,4 +186,41 @@ fn pps() -> Pps {
         seconds: 0.5,
         rounds: 1,
     }
+}
+
+#[test]
+fn the_connect_loops_targets_read_medians_and_the_floor_of_the_same_protocol() {
+    use super::results::connect::{Row, Target as To};
+    use lb_tests::kubeproxy::Proto;
+    let row = |proto, target, ns_per_loop: &[f64], ns_per_call: &[f64]| Row {
+        n: 10_000,
+        proto,
+        target,
+        addrs: 4096,
+        ns_per_loop: ns_per_loop.to_vec(),
+        ns_per_call: ns_per_call.to_vec(),
+        failed: 0,
+    };
+    let rows = [
+        row(
+            Proto::Udp,
+            To::Services,
+            &[5400.0, 5000.0, 9000.0],
+            &[400.0, 450.0, 9000.0],
+        ),
+        row(Proto::Udp, To::NoPrograms, &[5000.0, 4000.0], &[]),
+        row(Proto::Udp, To::NotServices, &[4100.0], &[90.0]),
+        row(Proto::Tcp, To::Services, &[9000.0], &[600.0]),
+        row(Proto::Tcp, To::NoPrograms, &[1000.0], &[]),
+    ];
+    let t = super::targets::connect::targets(&rows);
+    let met: Vec<(bool, &str)> = t.iter().map(|t| (t.met, t.goal.as_str())).collect();
+    assert_eq!(t.len(), 3, "{met:?}");
+    // UDP: median 450 ns per call; the loop 5400 / 4500 = 1.2x.
+    assert!(t[0].met && t[0].goal.contains("UDP"), "{met:?}");
+    assert_eq!(t[0].measured, Measured::Nanos(450.0));
+    assert!(!t[1].met, "{met:?}");
+    assert_eq!(t[1].measured, Measured::Times(1.2));
+    // TCP: 600 ns per call; no loop target for TCP.
+    assert!(!t[2].met && t[2].goal.contains("TCP"), "{met:?}");
 }

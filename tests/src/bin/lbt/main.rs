@@ -158,7 +158,8 @@ enum Cmd {
         to: SocketAddr,
     },
     /// One connected UDP socket kept open; each stdin line is one request
-    /// (`?`), or `reconnect` for a new socket connected to `--to`.
+    /// (`?`), `reconnect` for a new socket connected to `--to`, or
+    /// `connect ADDR` to connect the same socket to ADDR.
     HoldUdp {
         #[arg(long)]
         to: SocketAddr,
@@ -201,6 +202,10 @@ struct BenchArgs {
     /// worker.
     #[arg(long)]
     socket_per_request: bool,
+    /// bench-connect: TCP sockets instead of UDP, non-blocking: connect()
+    /// runs the hook and sends the SYN, close() aborts the attempt.
+    #[arg(long)]
+    tcp: bool,
 }
 
 #[derive(Default, Serialize)]
@@ -919,8 +924,20 @@ fn hold_udp(to: SocketAddr) -> anyhow::Result<()> {
     io::stdout().flush()?;
     let mut buf = [0u8; 512];
     for line in io::stdin().lines() {
-        if line? == "reconnect" {
+        let line = line?;
+        if line == "reconnect" {
             s = udp_connect(to)?;
+        } else if let Some(other) = line.strip_prefix("connect ") {
+            // The same socket, connected elsewhere.
+            let other: SocketAddr = other.parse()?;
+            match s
+                .as_ref()
+                .map(|sock| sock.connect(other).and_then(|()| sock.peer_addr()))
+            {
+                Some(Ok(peer)) => println!("connected {peer}"),
+                Some(Err(e)) => println!("error {}", errno(&e)),
+                None => println!("error {}", libc::ENOTCONN),
+            }
         } else {
             match &s {
                 None => println!("error {} 0", libc::ENOTCONN),
@@ -1052,6 +1069,7 @@ fn bench_connect(a: &BenchArgs, in_netns: bool) -> anyhow::Result<ConnectReport>
     let workers: Vec<_> = (0..a.concurrency)
         .map(|w| {
             let to: Vec<socket2::SockAddr> = a.to.iter().map(|&s| s.into()).collect();
+            let tcp = a.tcp;
             std::thread::spawn(move || {
                 let (mut ok, mut failed) = (0u64, 0u64);
                 let mut i = w;
@@ -1060,14 +1078,25 @@ fn bench_connect(a: &BenchArgs, in_netns: bool) -> anyhow::Result<ConnectReport>
                     for _ in 0..64 {
                         let addr = &to[i % to.len()];
                         i += 1;
-                        let connected = socket2::Socket::new(
-                            socket2::Domain::for_address(
-                                addr.as_socket().expect("an inet address"),
-                            ),
-                            socket2::Type::DGRAM,
-                            None,
-                        )
-                        .and_then(|s| s.connect(addr));
+                        let domain = socket2::Domain::for_address(
+                            addr.as_socket().expect("an inet address"),
+                        );
+                        let connected = if tcp {
+                            socket2::Socket::new(domain, socket2::Type::STREAM, None).and_then(
+                                |s| {
+                                    s.set_nonblocking(true)?;
+                                    match s.connect(addr) {
+                                        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {
+                                            Ok(())
+                                        }
+                                        other => other,
+                                    }
+                                },
+                            )
+                        } else {
+                            socket2::Socket::new(domain, socket2::Type::DGRAM, None)
+                                .and_then(|s| s.connect(addr))
+                        };
                         match connected {
                             Ok(()) => ok += 1,
                             Err(_) => failed += 1,

@@ -5,10 +5,10 @@ use std::fmt::Write as _;
 use super::super::{
     Plan,
     conditions::Conditions,
-    results::{Results, nodeport::NodePort, pps::Pps},
+    results::{Results, connect::Row as ConnectRow, nodeport::NodePort, pps::Pps},
     targets::Target,
 };
-use super::{control, datapath, nodeport, pps, write_targets};
+use super::{connect, control, datapath, nodeport, pps, write_targets};
 
 /// The whole report: datapath, NodePort and control plane sections, then
 /// every target. `charts` names the chart files drawn.
@@ -46,6 +46,7 @@ pub(crate) fn full(
     if !plan.control_only {
         datapath::tables(&mut o, plan, &results.datapath);
     }
+    connect::section(&mut o, &results.connect);
     if let Some(np) = &results.nodeport {
         nodeport::section(&mut o, plan, np);
     }
@@ -80,6 +81,21 @@ pub(crate) fn nodeport_only(
     nodeport::section(&mut o, plan, np);
     write_targets(&mut o, targets);
     charts_line(&mut o, charts);
+    let _ = writeln!(o, "\nRun took {:.0} s.", cond.took.as_secs_f64());
+    o
+}
+
+/// `--connect-only`: the connect loop alone.
+pub(crate) fn connect_only(rows: &[ConnectRow], targets: &[Target], cond: &Conditions) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "# lb-agent connect-hook benchmark\n\n{}\n", cond.machine);
+    let _ = writeln!(
+        o,
+        "Load average (1, 5, 15 min) at the start: {}, at the end: {}.\n",
+        cond.load_before, cond.load_after
+    );
+    connect::section(&mut o, rows);
+    write_targets(&mut o, targets);
     let _ = writeln!(o, "\nRun took {:.0} s.", cond.took.as_secs_f64());
     o
 }
