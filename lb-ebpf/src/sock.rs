@@ -361,7 +361,6 @@ fn translate<S: Field>(
     port: u32,
 ) -> Result<bool, Refuse> {
     if !maybe_frontend(S::F::bit(&addr)) {
-        forget(ctx, call);
         return Ok(false);
     }
     // user_port holds the network-order port in its low 16 bits' bytes.
@@ -373,7 +372,6 @@ fn translate<S: Field>(
         scope: SCOPE_INTERNAL,
     };
     let Some(backend) = choose::<S::F>(ctx, &key)? else {
-        forget(ctx, call);
         return Ok(false);
     };
     remember::<S::F>(ctx, call, &key, &backend);
@@ -424,7 +422,12 @@ fn choose<F: Family>(
 /// A connected socket (`connect*`, TCP or UDP) keeps it in its own storage,
 /// allocated with the socket's memory and freed with it: no shared map to
 /// insert into, nothing to evict. The stale-UDP reaper reads a UDP
-/// socket's through the `lb_iter_udp` socket iterator.
+/// socket's through the `lb_iter_udp` socket iterator. A later connect to
+/// no Service leaves it: the readers match it against the socket's peer,
+/// and during an upgrade, when old and new programs run on one connect, the
+/// second sees the first one's translation as such a connect. (Only a UDP
+/// socket reconnected straight to the very backend it was sent to still
+/// shows the Service.)
 ///
 /// An unconnected socket (`sendmsg*`) may send to several frontends, so
 /// each destination goes to the family's reverse-NAT map (LRU) by socket
@@ -472,24 +475,6 @@ fn remember<F: SockFamily>(
     // reply showed the backend's address (ARCHITECTURE, "A full
     // LB4_REVNAT").
     let _ = F::revnat().get_ptr(rev_key);
-}
-
-/// A connect this program leaves alone (no frontend) un-remembers the
-/// socket's earlier one: a UDP socket connected through a Service and then
-/// straight to one of its endpoints shows that endpoint, not the Service.
-/// A socket with no storage (almost every one) costs one pointer check.
-#[inline(always)]
-fn forget(ctx: &SockAddrContext, call: Call) {
-    if !matches!(call, Call::Connect) {
-        return;
-    }
-    // SAFETY: the context's socket is a full socket the hook holds.
-    let mine = unsafe { LB_SOCK_REVNAT.get_ptr_mut(ctx) };
-    if !mine.is_null() {
-        // SAFETY: as in `own`: the socket's own storage, written only by
-        // its connect or sendmsg.
-        unsafe { (*mine).family = 0 };
-    }
 }
 
 /// Writes this socket's entry for `key`'s `backend` into its own storage,

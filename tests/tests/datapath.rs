@@ -103,10 +103,12 @@ fn udp_connected_and_unconnected_replies_come_from_the_vip() -> anyhow::Result<(
 }
 
 #[test]
-fn a_udp_socket_reconnected_from_the_vip_to_a_pod_shows_the_pod() -> anyhow::Result<()> {
+fn a_udp_socket_reconnected_from_the_vip_to_another_pod_shows_that_pod() -> anyhow::Result<()> {
     const DNS: &str = "10.96.0.10:53";
     let mut bed = Bed::new()?;
     bed.backend("dns1", "10.42.2.1".parse()?, &[], &[5353])?;
+    // Not the Service's.
+    bed.backend("other", "10.42.2.2".parse()?, &[], &[5353])?;
     bed.write_manifest(&yaml([
         Object::from(
             Svc::new("kube-system", "kube-dns")
@@ -123,11 +125,11 @@ fn a_udp_socket_reconnected_from_the_vip_to_a_pod_shows_the_pod() -> anyhow::Res
     let mut held = bed.hold_udp(DNS)?;
     assert_eq!(held.peer, DNS);
     assert_eq!(held.request()?, UdpAnswer::Reply("dns1".into()));
-    // The same socket, now straight to the endpoint the Service sent it
-    // to: it is no longer the Service's, and must not say so.
-    held.connect_same("10.42.2.1:5353")?;
-    assert_eq!(held.peer, "10.42.2.1:5353");
-    assert_eq!(held.request()?, UdpAnswer::Reply("dns1".into()));
+    // The same socket, now straight to a pod: its storage still names the
+    // Service's backend, which this peer is not.
+    held.connect_same("10.42.2.2:5353")?;
+    assert_eq!(held.peer, "10.42.2.2:5353");
+    assert_eq!(held.request()?, UdpAnswer::Reply("other".into()));
     held.connect_same(DNS)?;
     assert_eq!(held.peer, DNS, "through the Service again");
     assert_eq!(held.request()?, UdpAnswer::Reply("dns1".into()));

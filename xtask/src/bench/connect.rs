@@ -1,10 +1,11 @@
 //! The connect hook on the most frequent Service connection: a socket,
 //! `connect()` to a Service address, `close()`, as every DNS lookup does
 //! (UDP) and every short-lived client starts (TCP, non-blocking: the SYN
-//! leaves and `close()` aborts it). One thread cycles over
-//! [`ADDRS`] Service addresses, against the same loop with no programs
-//! attached and to addresses that are no Service; the kernel's statistics
-//! give the connect program's own time per call.
+//! leaves and `close()` aborts it); and the sendmsg hook on an unconnected
+//! socket's datagrams. One thread cycles over the plan's Service addresses
+//! (4,096), against the same loop with no programs attached and to
+//! addresses that are no Service; the kernel's statistics give the
+//! program's own time per call.
 
 use std::net::IpAddr;
 
@@ -20,13 +21,9 @@ use lb_tests::{
 
 use super::{
     Plan, datapath,
-    results::connect::{Row, Target},
+    results::connect::{Call, Row, Target},
     scale,
 };
-
-/// Addresses each loop cycles over, as in a cluster whose pods look up
-/// many names: more than any cache of recent destinations holds.
-pub(super) const ADDRS: usize = 4096;
 
 /// The N Services of one measurement: alternately UDP 53 and TCP 80, each
 /// on its own cluster IP with the plan's endpoints (addresses nothing
@@ -49,12 +46,12 @@ fn services(n: usize, endpoints: usize) -> Vec<SvcSpec> {
 
 /// The loops' targets of `proto`: Service addresses, and the first
 /// endpoint of each of those Services (no Service).
-fn targets(specs: &[SvcSpec], proto: Proto) -> (String, String) {
+fn targets(specs: &[SvcSpec], proto: Proto, addrs: usize) -> (String, String) {
     let of = |ip: IpAddr, port: u16| format!("{ip}:{port}");
     let chosen: Vec<&SvcSpec> = specs
         .iter()
         .filter(|s| s.proto == proto)
-        .take(ADDRS)
+        .take(addrs)
         .collect();
     let services = chosen.iter().map(|s| of(s.vip, s.port)).collect::<Vec<_>>();
     let others = chosen
@@ -65,25 +62,24 @@ fn targets(specs: &[SvcSpec], proto: Proto) -> (String, String) {
 }
 
 pub(super) fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
-    ensure!(n >= 2 * ADDRS || plan.quick, "N={n} has too few Services");
+    let addrs = plan.connect_addrs;
+    ensure!(n >= 2 * addrs || plan.quick, "N={n} has too few Services");
     let mut bed = Bed::new()?;
     let specs = services(n, plan.endpoints);
     bed.write_manifest(&datapath::manifests(&[&specs]))?;
     let plain = TestCgroup::new(&unique("plain"))?;
     let flags = scale::capacity_flags(n, plan.endpoints);
     bed.start_agent(&flags.iter().map(String::as_str).collect::<Vec<_>>())?;
-    // Both protocols' connects run connect4.
-    let connect4 = bed.pins.path().join("links").join("connect4");
     let mut rows: Vec<Row> = Vec::new();
-    for proto in [Proto::Udp, Proto::Tcp] {
-        let (services, others) = targets(&specs, proto);
-        let addrs = services.split(',').count();
+    for call in Call::ALL {
+        let (services, others) = targets(&specs, call.proto(), addrs);
+        let link = bed.pins.path().join("links").join(call.program());
         for target in Target::ALL {
             rows.push(Row {
                 n,
-                proto,
+                call,
                 target,
-                addrs,
+                addrs: services.split(',').count(),
                 ns_per_loop: Vec::new(),
                 ns_per_call: Vec::new(),
                 failed: 0,
@@ -110,38 +106,46 @@ pub(super) fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
                     "--seconds",
                     &seconds,
                 ];
-                if proto == Proto::Tcp {
-                    args.push("--tcp");
+                match call {
+                    Call::UdpConnect => {}
+                    Call::TcpConnect => args.push("--tcp"),
+                    Call::UdpSendto => args.push("--sendto"),
                 }
                 let ours = target != Target::NoPrograms;
                 let stats = ours
                     .then(|| -> anyhow::Result<_> {
                         let on = StatsOn::enable()?;
-                        Ok((on, Runs::of_link(&connect4)?))
+                        Ok((on, Runs::of_link(&link)?))
                     })
                     .transpose()?;
                 let r = probe::bench(&bed.client_ns, cgroup, &args)?;
                 let row = rows
                     .iter_mut()
-                    .find(|r| r.proto == proto && r.target == target)
+                    .find(|r| r.call == call && r.target == target)
                     .expect("a row per target");
-                ensure!(r.ok > 0, "{proto:?} {} connected nothing", target.name());
+                ensure!(
+                    r.ok > 0,
+                    "{} to {} succeeded never",
+                    call.name(),
+                    target.name()
+                );
                 row.failed += r.failed;
                 row.ns_per_loop
                     .push(r.seconds * 1e9 / (r.ok + r.failed) as f64);
                 if let Some((_on, before)) = stats {
-                    let ran = Runs::of_link(&connect4)?.since(before);
+                    let ran = Runs::of_link(&link)?.since(before);
                     row.ns_per_call
                         .push(ran.time.as_nanos() as f64 / ran.count.max(1) as f64);
                 }
                 eprintln!(
-                    "   connect {proto:?} {:<28} N={n:<6} {:>6.0} ns/loop{}",
+                    "   {:<25} {:<28} N={n:<6} {:>6.0} ns/loop{}",
+                    call.name(),
                     target.name(),
                     row.ns_per_loop.last().copied().unwrap_or(f64::NAN),
                     row.ns_per_call
                         .last()
                         .filter(|_| ours)
-                        .map(|c| format!(", connect4 {c:.0} ns/call"))
+                        .map(|c| format!(", {} {c:.0} ns/call", call.program()))
                         .unwrap_or_default()
                 );
             }

@@ -93,6 +93,10 @@ pub(crate) struct BenchArgs {
     /// Writes bench-connect.md.
     #[arg(long, conflicts_with_all = ["control_only", "scale", "nodeport_only", "pps_only"])]
     pub connect_only: bool,
+    /// The connect loop's Service addresses of each protocol (a few show
+    /// the programs with their maps in the CPU's caches).
+    #[arg(long, default_value_t = 4096, value_name = "N")]
+    pub connect_addrs: usize,
     /// With --scale: the largest N measured.
     #[arg(long, value_name = "N", requires = "scale")]
     pub scale_max: Option<usize>,
@@ -115,6 +119,7 @@ impl BenchArgs {
             pps_only: false,
             no_nodeport: false,
             connect_only: false,
+            connect_addrs: 4096,
             scale_max: None,
         }
     }

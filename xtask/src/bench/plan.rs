@@ -30,8 +30,10 @@ pub(super) struct Plan {
     /// (ABBA).
     pub pps_seconds: f64,
     pub pps_rounds: usize,
-    /// The connect loop's N.
+    /// The connect loop's N, and the Service addresses of each protocol it
+    /// cycles over.
     pub connect_n: usize,
+    pub connect_addrs: usize,
     /// Control plane: Services and endpoints each.
     pub cold: (usize, usize),
     /// Control plane: one-endpoint changes for ours, and kube-proxy partial
@@ -83,6 +85,7 @@ impl Plan {
             pps_seconds: if a.quick { 0.5 } else { 2.0 },
             pps_rounds: if a.quick { 1 } else { 3 },
             connect_n: if a.quick { 1000 } else { 10_000 },
+            connect_addrs: a.connect_addrs,
             cold,
             updates,
             partial_syncs,

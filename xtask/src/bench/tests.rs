@@ -38,6 +38,7 @@ fn plan(scales: &[usize]) -> Plan {
         pps_seconds: 0.5,
         pps_rounds: 1,
         connect_n: 1000,
+        connect_addrs: 4096,
         cold: (500, 10),
         updates: 20,
         partial_syncs: 5,
@@ -190,11 +191,10 @@ fn pps() -> Pps {
 
 #[test]
 fn the_connect_loops_targets_read_medians_and_the_floor_of_the_same_protocol() {
-    use super::results::connect::{Row, Target as To};
-    use lb_tests::kubeproxy::Proto;
-    let row = |proto, target, ns_per_loop: &[f64], ns_per_call: &[f64]| Row {
+    use super::results::connect::{Call, Row, Target as To};
+    let row = |call, target, ns_per_loop: &[f64], ns_per_call: &[f64]| Row {
         n: 10_000,
-        proto,
+        call,
         target,
         addrs: 4096,
         ns_per_loop: ns_per_loop.to_vec(),
@@ -203,15 +203,15 @@ fn the_connect_loops_targets_read_medians_and_the_floor_of_the_same_protocol() {
     };
     let rows = [
         row(
-            Proto::Udp,
+            Call::UdpConnect,
             To::Services,
             &[5400.0, 5000.0, 9000.0],
             &[400.0, 450.0, 9000.0],
         ),
-        row(Proto::Udp, To::NoPrograms, &[5000.0, 4000.0], &[]),
-        row(Proto::Udp, To::NotServices, &[4100.0], &[90.0]),
-        row(Proto::Tcp, To::Services, &[9000.0], &[600.0]),
-        row(Proto::Tcp, To::NoPrograms, &[1000.0], &[]),
+        row(Call::UdpConnect, To::NoPrograms, &[5000.0, 4000.0], &[]),
+        row(Call::UdpConnect, To::NotServices, &[4100.0], &[90.0]),
+        row(Call::TcpConnect, To::Services, &[9000.0], &[600.0]),
+        row(Call::TcpConnect, To::NoPrograms, &[1000.0], &[]),
     ];
     let t = super::targets::connect::targets(&rows);
     let met: Vec<(bool, &str)> = t.iter().map(|t| (t.met, t.goal.as_str())).collect();
@@ -223,4 +223,12 @@ fn the_connect_loops_targets_read_medians_and_the_floor_of_the_same_protocol() {
     assert_eq!(t[1].measured, Measured::Times(1.2));
     // TCP: 600 ns per call; no loop target for TCP.
     assert!(!t[2].met && t[2].goal.contains("TCP"), "{met:?}");
+    // sendmsg4's bound is its own.
+    let t =
+        super::targets::connect::targets(&[row(Call::UdpSendto, To::Services, &[900.0], &[290.0])]);
+    assert!(
+        t[0].met && t[0].goal.starts_with("sendmsg4 <= 300 ns"),
+        "{:?}",
+        t[0]
+    );
 }

@@ -176,6 +176,8 @@ enum Cmd {
     /// Load: C workers creating a UDP socket, connecting it to the next
     /// `--to` address and closing it, back to back for T s; no datagram is
     /// sent. What the connect hook costs every connection of the node.
+    /// `--tcp`: TCP sockets; `--sendto`: datagrams from one unconnected
+    /// socket per worker instead (the sendmsg hook).
     BenchConnect(BenchArgs),
     /// The soak's client: requests without pause to the Services named on
     /// stdin, until stdin closes; tallies on stdout.
@@ -204,8 +206,12 @@ struct BenchArgs {
     socket_per_request: bool,
     /// bench-connect: TCP sockets instead of UDP, non-blocking: connect()
     /// runs the hook and sends the SYN, close() aborts the attempt.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "sendto")]
     tcp: bool,
+    /// bench-connect: one unconnected UDP socket per worker, a sendto() of
+    /// one byte to each next address instead of socket+connect+close.
+    #[arg(long)]
+    sendto: bool,
 }
 
 #[derive(Default, Serialize)]
@@ -1069,10 +1075,18 @@ fn bench_connect(a: &BenchArgs, in_netns: bool) -> anyhow::Result<ConnectReport>
     let workers: Vec<_> = (0..a.concurrency)
         .map(|w| {
             let to: Vec<socket2::SockAddr> = a.to.iter().map(|&s| s.into()).collect();
-            let tcp = a.tcp;
+            let (tcp, sendto) = (a.tcp, a.sendto);
             std::thread::spawn(move || {
                 let (mut ok, mut failed) = (0u64, 0u64);
                 let mut i = w;
+                let unconnected = sendto.then(|| {
+                    let first = to[0].as_socket().expect("an inet address");
+                    socket2::Socket::new(
+                        socket2::Domain::for_address(first),
+                        socket2::Type::DGRAM,
+                        None,
+                    )
+                });
                 while Instant::now() < deadline {
                     // A batch between clock reads, so that the clock costs little.
                     for _ in 0..64 {
@@ -1081,7 +1095,12 @@ fn bench_connect(a: &BenchArgs, in_netns: bool) -> anyhow::Result<ConnectReport>
                         let domain = socket2::Domain::for_address(
                             addr.as_socket().expect("an inet address"),
                         );
-                        let connected = if tcp {
+                        let connected = if let Some(s) = &unconnected {
+                            s.as_ref()
+                                .map_err(|e| io::Error::new(e.kind(), e.to_string()))
+                                .and_then(|s| s.send_to(b"?", addr))
+                                .map(drop)
+                        } else if tcp {
                             socket2::Socket::new(domain, socket2::Type::STREAM, None).and_then(
                                 |s| {
                                     s.set_nonblocking(true)?;

@@ -15,24 +15,26 @@ pub(crate) fn section(o: &mut String, rows: &[Row]) {
     };
     let _ = writeln!(
         o,
-        "## The connect hook: socket + connect + close\n\n\
+        "## The connect and sendmsg hooks, call by call\n\n\
          One thread, back to back, cycling over {} addresses of one protocol \
          at N = {} Services (half UDP 53, half TCP 80, each its own cluster IP). \
-         UDP: what every DNS lookup does; TCP: non-blocking, the SYN leaves \
-         and close() aborts it. `connect4 ns/call` is the program's own time \
-         (the kernel's `run_time_ns / run_cnt`, statistics on during our \
-         loops only).\n",
+         UDP socket+connect+close: what every DNS lookup does; TCP: \
+         non-blocking, the SYN leaves and close() aborts it; UDP sendto: one \
+         unconnected socket, one byte per datagram (after the first rounds \
+         every destination and backend repeats). `ns/call` is the program's \
+         own time (the kernel's `run_time_ns / run_cnt`, statistics on during \
+         our loops only).\n",
         first.addrs, first.n
     );
     let _ = writeln!(
         o,
-        "| N | proto | connects to | ns/loop | x no programs | spread (ns/loop) | connect4 ns/call | failed |\n\
-         |---|---|---|---|---|---|---|---|"
+        "| N | loop | to | ns/loop | x no programs | spread (ns/loop) | program | ns/call | failed |\n\
+         |---|---|---|---|---|---|---|---|---|"
     );
     for r in rows {
         let floor = rows
             .iter()
-            .find(|f| f.n == r.n && f.proto == r.proto && f.target == Target::NoPrograms)
+            .find(|f| f.n == r.n && f.call == r.call && f.target == Target::NoPrograms)
             .map_or(f64::NAN, |f| median(f.ns_per_loop.iter().copied()));
         let loop_ns = median(r.ns_per_loop.iter().copied());
         let (lo, hi) = r
@@ -46,11 +48,12 @@ pub(crate) fn section(o: &mut String, rows: &[Row]) {
         };
         let _ = writeln!(
             o,
-            "| {} | {} | {} | {loop_ns:.0} | {:.2} | {lo:.0}-{hi:.0} | {call} | {} |",
+            "| {} | {} | {} | {loop_ns:.0} | {:.2} | {lo:.0}-{hi:.0} | {} | {call} | {} |",
             r.n,
-            r.proto.as_str().to_uppercase(),
+            r.call.name(),
             r.target.name(),
             loop_ns / floor,
+            r.call.program(),
             r.failed
         );
     }

@@ -2,6 +2,44 @@
 
 use lb_tests::kubeproxy::Proto;
 
+/// The call a loop makes, and the program it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Call {
+    /// socket + connect + close of a UDP socket (a DNS lookup's).
+    UdpConnect,
+    /// socket + non-blocking connect + close of a TCP socket.
+    TcpConnect,
+    /// sendto() of one byte from one unconnected UDP socket.
+    UdpSendto,
+}
+
+impl Call {
+    pub(crate) const ALL: [Call; 3] = [Call::UdpConnect, Call::TcpConnect, Call::UdpSendto];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Call::UdpConnect => "UDP socket+connect+close",
+            Call::TcpConnect => "TCP socket+connect+close",
+            Call::UdpSendto => "UDP sendto, one socket",
+        }
+    }
+
+    pub(crate) fn proto(self) -> Proto {
+        match self {
+            Call::UdpConnect | Call::UdpSendto => Proto::Udp,
+            Call::TcpConnect => Proto::Tcp,
+        }
+    }
+
+    /// The program it runs, by its link's pin name.
+    pub(crate) fn program(self) -> &'static str {
+        match self {
+            Call::UdpConnect | Call::TcpConnect => "connect4",
+            Call::UdpSendto => "sendmsg4",
+        }
+    }
+}
+
 /// Where a loop's connects go, and through what.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Target {
@@ -25,19 +63,18 @@ impl Target {
     }
 }
 
-/// One loop (socket + connect + close, back to back on one thread), each
-/// round's figures.
+/// One loop (its call back to back on one thread), each round's figures.
 #[derive(Clone, Debug)]
 pub(crate) struct Row {
     /// Services programmed.
     pub n: usize,
-    pub proto: Proto,
+    pub call: Call,
     pub target: Target,
     /// Addresses cycled through.
     pub addrs: usize,
     /// Wall time per iteration, ns, per round.
     pub ns_per_loop: Vec<f64>,
-    /// The connect program's mean run time per call, ns, per round (ours
+    /// The call's program's mean run time per call, ns, per round (ours
     /// only): the kernel's `run_time_ns / run_cnt`.
     pub ns_per_call: Vec<f64>,
     /// Iterations that failed, over all rounds.

@@ -1,42 +1,47 @@
-//! The connect hook's targets: its own cost per call, and what the
-//! DNS-like loop pays for it.
-
-use lb_tests::kubeproxy::Proto;
+//! The socket hooks' targets: their own cost per call, and what the
+//! DNS-like loop pays for them.
 
 use super::super::{
-    results::connect::{Row, Target as To},
+    results::connect::{Call, Row, Target as To},
     stats::median,
 };
 use super::{Measured, Target};
 
 pub(crate) fn targets(rows: &[Row]) -> Vec<Target> {
-    let find = |proto, to| rows.iter().find(|r| r.proto == proto && r.target == to);
+    let find = |call, to| rows.iter().find(|r| r.call == call && r.target == to);
     let mut t = Vec::new();
-    for proto in [Proto::Udp, Proto::Tcp] {
-        let Some(ours) = find(proto, To::Services) else {
+    for call in Call::ALL {
+        let Some(ours) = find(call, To::Services) else {
             continue;
         };
-        let call = median(ours.ns_per_call.iter().copied());
+        let bound = match call {
+            Call::UdpConnect | Call::TcpConnect => 500.0,
+            Call::UdpSendto => 300.0,
+        };
+        let ns = median(ours.ns_per_call.iter().copied());
         t.push(Target::at_most(
             format!(
-                "connect4 <= 500 ns per call, {} to {} Service addresses at N={}",
-                proto.as_str().to_uppercase(),
+                "{} <= {bound:.0} ns per call, {} to {} Service addresses at N={}",
+                call.program(),
+                call.name(),
                 ours.addrs,
                 ours.n
             ),
-            call,
-            500.0,
-            Measured::Nanos(call),
+            ns,
+            bound,
+            Measured::Nanos(ns),
         ));
-        if proto == Proto::Udp
-            && let Some(floor) = find(proto, To::NoPrograms)
+        if call == Call::UdpConnect
+            && let Some(floor) = find(call, To::NoPrograms)
         {
             let ratio = median(ours.ns_per_loop.iter().copied())
                 / median(floor.ns_per_loop.iter().copied());
             t.push(Target::at_most(
                 format!(
-                    "UDP socket+connect+close over {} Service addresses <= 1.08x the loop without programs at N={}",
-                    ours.addrs, ours.n
+                    "{} over {} Service addresses <= 1.08x the loop without programs at N={}",
+                    call.name(),
+                    ours.addrs,
+                    ours.n
                 ),
                 ratio,
                 1.08,
