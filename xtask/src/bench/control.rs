@@ -6,6 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use anyhow::Context as _;
 use lb_tests::{
     agent::Agent,
     apiserver::ApiServer,
@@ -41,6 +42,12 @@ pub(super) fn measure(plan: &Plan) -> anyhow::Result<Control> {
         let start = Instant::now();
         let agent = bed.spawn_agent(&[])?;
         cold.push(ours_cold("ours, --from-file", start, agent, n)?);
+        cold.push(restart(
+            &mut bed,
+            "ours, --from-file, restarted",
+            n,
+            |bed| bed.spawn_agent(&[]),
+        )?);
     }
 
     // Ours, from the stand-in apiserver; then lone endpoint changes.
@@ -57,6 +64,12 @@ pub(super) fn measure(plan: &Plan) -> anyhow::Result<Control> {
             what: "ours (watch event -> map write)",
             samples,
         });
+        cold.push(restart(
+            &mut bed,
+            "ours, apiserver watch, restarted",
+            n,
+            |bed| bed.spawn_agent_kube(&api, &[]),
+        )?);
     }
 
     if !plan.ours_only {
@@ -212,6 +225,22 @@ fn changed_slice(specs: &[SvcSpec], u: usize) -> String {
         &[(&s.port_name, port, "TCP")],
         &eps,
     )
+}
+
+/// Stops the bed's agent (SIGTERM: its programs, links and maps stay) and
+/// starts the same build again with `spawn`, as a DaemonSet's pod restart
+/// does: [`ours_cold`] of the second start.
+fn restart(
+    bed: &mut Bed,
+    what: &'static str,
+    services: usize,
+    spawn: impl FnOnce(&mut Bed) -> anyhow::Result<&mut Agent>,
+) -> anyhow::Result<Cold> {
+    let mut first = bed.agent.take().context("no agent to restart")?;
+    anyhow::ensure!(first.terminate()?, "{what}: the first agent failed to stop");
+    let start = Instant::now();
+    let agent = spawn(bed)?;
+    ours_cold(what, start, agent, services)
 }
 
 /// A cold start of ours begun at `start`: probes its health endpoints until

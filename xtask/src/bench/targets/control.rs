@@ -13,13 +13,24 @@ use super::{Measured, Target};
 pub(crate) fn targets(c: &Control) -> Vec<Target> {
     let mut t = Vec::new();
     for x in c.cold.iter().filter(|x| x.what.starts_with("ours")) {
+        let (what, bound) = if x.what.ends_with("restarted") {
+            (
+                "restart of the same build to programmed",
+                Duration::from_millis(200),
+            )
+        } else {
+            ("cold programming", Duration::from_millis(600))
+        };
         t.push(Target::within(
             format!(
-                "cold programming of {}x{} <= 1 s ({})",
-                c.services, c.endpoints, x.what
+                "{what} of {}x{} <= {} ({})",
+                c.services,
+                c.endpoints,
+                ms(bound),
+                x.what
             ),
             x.wall,
-            Duration::from_secs(1),
+            bound,
         ));
     }
     for x in &c.cold {
