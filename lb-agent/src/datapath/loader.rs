@@ -153,8 +153,13 @@ pub fn udp_iter(ebpf: &mut Ebpf) -> Result<UdpIter, Error> {
         .try_into()
         .map_err(prog_err)?;
     if iter.fd().is_err() {
+        let started = std::time::Instant::now();
         let btf = Btf::from_sys_fs().map_err(Error::KernelBtf)?;
         iter.load("udp", &btf).map_err(prog_err)?;
+        tracing::info!(
+            took_ms = started.elapsed().as_millis() as u64,
+            "loaded the UDP socket iterator"
+        );
     }
     let fd = iter.fd().map_err(prog_err)?;
     let owned = fd
