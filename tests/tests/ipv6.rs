@@ -237,28 +237,49 @@ fn sigkill_of_the_agent_under_ipv6_traffic_fails_no_connection() -> anyhow::Resu
 
 #[test]
 fn a_connected_ipv6_udp_socket_to_a_removed_backend_is_aborted() -> anyhow::Result<()> {
-    let mut bed = bed_with_pods()?;
-    bed.write_manifest(&web(&[VIP6], &[], &all_pods()))?;
-    bed.start_agent(&[])?;
     let dns6 = format!("[{VIP6}]:53");
-    // A long-lived connected socket on p1, which is then removed.
+    removed_backend_aborts(
+        &web(&[VIP6], &[], &all_pods()),
+        &web(&[VIP6], &[], &[PODS[1].1]),
+        &dns6,
+    )
+}
+
+/// An AF_INET6 socket connected to `::ffff:<IPv4 cluster IP>`: `connect6`
+/// translated it through the IPv4 maps, and its socket storage says IPv4.
+#[test]
+fn a_v4_mapped_udp_socket_to_a_removed_backend_is_aborted() -> anyhow::Result<()> {
+    let mapped = format!("[::ffff:{VIP4}]:53");
+    removed_backend_aborts(
+        &web(&[VIP4], &all_pods(), &[]),
+        &web(&[VIP4], &[PODS[1].1], &[]),
+        &mapped,
+    )
+}
+
+/// A long-lived socket connected to `to` that landed on p1 is aborted once
+/// `after` (p2 only) replaces `before` (p1 and p2), and reaches p2 again.
+fn removed_backend_aborts(before: &str, after: &str, to: &str) -> anyhow::Result<()> {
+    let mut bed = bed_with_pods()?;
+    bed.write_manifest(before)?;
+    bed.start_agent(&[])?;
     let mut held = None;
     for _ in 0..100 {
-        let mut h = bed.hold_udp(&dns6)?;
-        assert_eq!(h.peer, dns6);
+        let mut h = bed.hold_udp(to)?;
+        assert_eq!(h.peer, to);
         if h.request()? == UdpAnswer::Reply("p1".into()) {
             held = Some(h);
             break;
         }
     }
     let mut held = held.expect("no socket landed on p1 in 100 tries");
-    bed.update(&web(&[VIP6], &[], &[PODS[1].1]))?;
+    bed.update(after)?;
     // p1 still answers: only the agent can make the socket fail.
     let deadline = Instant::now() + Duration::from_secs(1);
     let aborted = loop {
         assert!(
             Instant::now() < deadline,
-            "the IPv6 socket to the removed backend was not aborted within 1 s"
+            "the socket to {to}'s removed backend was not aborted within 1 s"
         );
         match held.request()? {
             UdpAnswer::Reply(id) => assert_eq!(id, "p1"),
@@ -268,6 +289,7 @@ fn a_connected_ipv6_udp_socket_to_a_removed_backend_is_aborted() -> anyhow::Resu
     };
     assert!(aborted.is_error(libc::ECONNABORTED), "{aborted:?}");
     held.reconnect()?;
+    assert_eq!(held.peer, to);
     assert_eq!(held.request()?, UdpAnswer::Reply("p2".into()));
     Ok(())
 }
