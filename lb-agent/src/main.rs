@@ -36,9 +36,10 @@ fn main() -> anyhow::Result<()> {
             let pins = Pins::new(&args.bpffs_dir);
             let removed = lb_agent::datapath::loader::uninstall(&pins)?;
             println!(
-                "removed {} link(s) and {} map(s) under {}",
+                "removed {} link(s), {} map(s) and {} program pin(s) under {}",
                 removed.links.len(),
                 removed.maps.len(),
+                removed.programs.len(),
                 pins.dir().display()
             );
             // clsact filters (`--enable-tcx=false`, or kernels before 6.6)

@@ -2,7 +2,12 @@
 //! through the real `lb-agent` binary. Needs root; fails loudly without it.
 
 use lb_fixtures::{Ep, Object, Slice, Svc, yaml};
-use lb_tests::{netns, probe::UdpAnswer, scenario::Bed};
+use lb_tests::{
+    cgroup::{SOCK_HOOKS, attached_programs},
+    netns,
+    probe::UdpAnswer,
+    scenario::Bed,
+};
 
 const VIP: &str = "10.96.100.1";
 const TO: &str = "10.96.100.1:80";
@@ -296,6 +301,62 @@ fn restart_adopts_maps_and_rewrites_nothing_that_did_not_change() -> anyhow::Res
         before,
         "an unchanged restart must write nothing"
     );
+    Ok(())
+}
+
+/// The programs attached at each socket hook of the bed's cgroup.
+fn sock_programs(bed: &Bed) -> anyhow::Result<Vec<Vec<u32>>> {
+    SOCK_HOOKS
+        .iter()
+        .map(|(_, hook)| attached_programs(bed.cgroup.path(), *hook))
+        .collect()
+}
+
+#[test]
+fn a_restart_of_the_same_build_adopts_its_programs_unless_the_maps_changed() -> anyhow::Result<()> {
+    let mut bed = web_bed()?;
+    let loaded = sock_programs(&bed)?;
+    assert!(loaded.iter().all(|ids| ids.len() == 1), "{loaded:?}");
+    assert!(bed.agent().terminate()?, "SIGTERM must exit cleanly");
+    bed.start_agent(&[])?;
+    assert_eq!(
+        sock_programs(&bed)?,
+        loaded,
+        "the same build on the same maps: the same programs, not loaded again"
+    );
+    let r = bed.tcp(TO, 20)?;
+    assert_eq!(r.ok(), 20, "{r:?}");
+
+    // Another capacity: new maps, which the pinned programs do not use.
+    assert!(bed.agent().terminate()?, "SIGTERM must exit cleanly");
+    bed.start_agent(&["--bpf-lb-map-max=70000"])?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while bed.pins_path().join("maps-next").exists() {
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "the maps were not migrated"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let migrated = sock_programs(&bed)?;
+    for (before, after) in loaded.iter().zip(&migrated) {
+        assert_eq!(after.len(), 1, "{migrated:?}");
+        assert!(!before.contains(&after[0]), "{loaded:?} -> {migrated:?}");
+    }
+    let r = bed.tcp(TO, 20)?;
+    assert_eq!(r.ok(), 20, "{r:?}");
+
+    // Without their pins, they are loaded again.
+    assert!(bed.agent().terminate()?, "SIGTERM must exit cleanly");
+    std::fs::remove_dir_all(bed.pins_path().join("programs"))?;
+    bed.start_agent(&["--bpf-lb-map-max=70000"])?;
+    let reloaded = sock_programs(&bed)?;
+    for (before, after) in migrated.iter().zip(&reloaded) {
+        assert_eq!(after.len(), 1, "{reloaded:?}");
+        assert!(!before.contains(&after[0]), "{migrated:?} -> {reloaded:?}");
+    }
+    let r = bed.tcp(TO, 20)?;
+    assert_eq!(r.ok(), 20, "{r:?}");
     Ok(())
 }
 

@@ -466,8 +466,9 @@ fn without_tcx_the_programs_are_clsact_filters_that_outlive_the_agent() -> anyho
     };
     let first = ours()?;
 
-    // The filters outlive the agent, and the next one replaces them in
-    // place: an established connection goes on throughout.
+    // The filters outlive the agent, and the next one adopts them (the
+    // same build) or replaces them in place (after a reload): an
+    // established connection goes on throughout.
     let local = format!("{NODE1}:30081");
     let mut held = Held::open_in(&bed.nodes.ns("c"), None, &local)?;
     assert_eq!(held.request()?, "p1");
@@ -475,6 +476,12 @@ fn without_tcx_the_programs_are_clsact_filters_that_outlive_the_agent() -> anyho
     assert_eq!(held.request()?, "p1", "the filters outlive the agent");
     let r = bed.client(&["tcp", "--to", &node_port, "-n", "20", "--from"])?;
     assert_eq!(answers(&r, 20, &node_port), both);
+    let agent = bed.agent_with(&bed.node1, &no_tcx)?;
+    assert_eq!(held.request()?, "p1", "a new agent keeps the flow");
+    assert_eq!(ours()?, first, "the same build adopts its programs");
+    // Without the program pins, the next agent loads its own.
+    drop(agent);
+    fs::remove_dir_all(bed.node1.pins.path().join("programs"))?;
     let agent = bed.agent_with(&bed.node1, &no_tcx)?;
     assert_eq!(held.request()?, "p1", "a new agent keeps the flow");
     let second = ours()?;

@@ -134,12 +134,27 @@ fn xdp_forwards_node_port_flows_to_a_remote_pod_in_both_families() -> anyhow::Re
     let passed = bed.node1.pins.stats()?.of("tc passed_xdp_checked") - before;
     assert!(passed >= 3, "{passed} SYNs passed on XDP's word");
 
-    // The program outlives its agent (its link is pinned); the next agent
-    // puts its own program into that link (no moment without one), and
-    // the flows go on through it.
+    // The program outlives its agent (its link is pinned). The next agent
+    // of this build adopts it (pinned under `programs/`) with its flow
+    // cache and device list, and the flows go on through it.
     let (link, program) = xdp_link(bed.node1.pins.path(), "eth0")?;
     drop(agent1);
     assert!(has_xdp(&n1, "eth0")?, "XDP stays when the agent exits");
+    let mut agent1 = bed.agent_with(&bed.node1, &["--bpf-lb-acceleration=native"])?;
+    let (link_after, program_after) = xdp_link(bed.node1.pins.path(), "eth0")?;
+    assert_eq!(link_after, link, "the same link");
+    assert_eq!(program_after, program, "the same program, adopted");
+    assert_eq!(
+        agent1.metric("lbagent_tc_devices_unattached")?,
+        0.0,
+        "the adopted tc programs stay on eth0"
+    );
+    through_xdp(&bed)?;
+
+    // Without the program pins, the next agent loads its own and puts it
+    // into that link (no moment without one).
+    drop(agent1);
+    std::fs::remove_dir_all(bed.node1.pins.path().join("programs"))?;
     let agent1 = bed.agent_with(&bed.node1, &["--bpf-lb-acceleration=native"])?;
     let (link_after, program_after) = xdp_link(bed.node1.pins.path(), "eth0")?;
     assert_eq!(link_after, link, "the same link");

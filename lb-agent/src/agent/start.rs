@@ -73,6 +73,9 @@ impl Agent {
                 )
             })?;
         log_start(datapath.start(), &pins, config);
+        if datapath.adopted() {
+            info!("adopted the programs an earlier agent of this build loaded and pinned");
+        }
         // An earlier agent took over from kube-proxy when it started.
         tc.midflow = *datapath.start() != Start::Fresh;
         let _ = shared.metrics.datapath_maps.set(pins.maps_dir());

@@ -43,6 +43,13 @@ pub enum Error {
     },
     #[error("program {0} missing from the eBPF object")]
     MissingProgram(&'static str),
+    /// A map a pinned program uses could not be opened.
+    #[error("opening map {id} of a pinned program")]
+    ProgramMap {
+        id: u32,
+        #[source]
+        source: MapError,
+    },
     #[error("global section {0} missing from the eBPF object")]
     MissingGlobal(&'static str),
     /// A global of the programs (`section`) could not be written.

@@ -12,7 +12,10 @@ use std::{
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    programs::{CgroupAttachMode, CgroupSockAddr, Iter, Program as AyaProgram, links::FdLink},
+    programs::{
+        CgroupAttachMode, CgroupSockAddr, CgroupSockAddrAttachType, Iter, Program as AyaProgram,
+        links::FdLink,
+    },
 };
 use lb_common::ALL_MAPS;
 
@@ -23,21 +26,23 @@ use super::{
     layout::Capacities,
     link_detach::OldLink,
     pins::Pins,
+    programs::{self, Programs},
 };
 
 /// The eBPF object built from `lb-ebpf` by build.rs.
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lb-ebpf"));
+pub(super) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lb-ebpf"));
 
 /// The eBPF object this agent loads (for tests that run its programs).
 pub fn object() -> &'static [u8] {
     OBJECT
 }
 
-/// A program: its function in the object, its link's pin name.
+/// A program: its function in the object, its link's pin name, its hook.
 #[derive(Clone, Copy, Debug)]
 pub struct Program {
     pub function: &'static str,
     pub link: &'static str,
+    pub hook: CgroupSockAddrAttachType,
 }
 
 /// The programs that translate (they write reverse-NAT entries).
@@ -45,18 +50,22 @@ pub const TRANSLATING: [Program; 4] = [
     Program {
         function: "lb_connect4",
         link: "connect4",
+        hook: CgroupSockAddrAttachType::Connect4,
     },
     Program {
         function: "lb_sendmsg4",
         link: "sendmsg4",
+        hook: CgroupSockAddrAttachType::UDPSendMsg4,
     },
     Program {
         function: "lb_connect6",
         link: "connect6",
+        hook: CgroupSockAddrAttachType::Connect6,
     },
     Program {
         function: "lb_sendmsg6",
         link: "sendmsg6",
+        hook: CgroupSockAddrAttachType::UDPSendMsg6,
     },
 ];
 
@@ -65,20 +74,33 @@ pub const REVERSING: [Program; 4] = [
     Program {
         function: "lb_recvmsg4",
         link: "recvmsg4",
+        hook: CgroupSockAddrAttachType::UDPRecvMsg4,
     },
     Program {
         function: "lb_getpeername4",
         link: "getpeername4",
+        hook: CgroupSockAddrAttachType::GetPeerName4,
     },
     Program {
         function: "lb_recvmsg6",
         link: "recvmsg6",
+        hook: CgroupSockAddrAttachType::UDPRecvMsg6,
     },
     Program {
         function: "lb_getpeername6",
         link: "getpeername6",
+        hook: CgroupSockAddrAttachType::GetPeerName6,
     },
 ];
+
+/// The hook of the socket program `function`.
+pub fn sock_attach_type(function: &str) -> Option<CgroupSockAddrAttachType> {
+    TRANSLATING
+        .iter()
+        .chain(&REVERSING)
+        .find(|p| p.function == function)
+        .map(|p| p.hook)
+}
 
 /// Loads the object with every map pinned in `maps_dir`: maps pinned there
 /// already are used as they are, the others are created at `caps` and pinned.
@@ -169,28 +191,24 @@ pub fn udp_iter(ebpf: &mut Ebpf) -> Result<UdpIter, Error> {
     Ok(UdpIter::new(owned))
 }
 
-/// Attaches `programs` to `cgroup`, each replacing the one attached before
+/// Attaches `which` to `cgroup`, each replacing the one attached before
 /// it make-before-break: the new link is attached and pinned first, then
 /// renamed over the old pin, then the old link is detached (see
 /// [`pin_replacing`]). BPF links take no attach flags (the kernel attaches
 /// them as multi), so for a moment both run; either gives the same answer.
 pub fn attach(
-    ebpf: &mut Ebpf,
+    programs: &mut Programs,
     pins: &Pins,
     cgroup: &Path,
-    programs: &[Program],
+    which: &[Program],
 ) -> Result<(), Error> {
     let links = pins.links_dir();
     fs::create_dir_all(&links).map_err(io_err("creating", &links))?;
     let cgroup_dir = fs::File::open(cgroup).map_err(io_err("opening cgroup", cgroup))?;
-    for p in programs {
+    for p in which {
         let name = p.function;
         let prog_err = |source| Error::Program { name, source };
-        let program: &mut CgroupSockAddr = ebpf
-            .program_mut(name)
-            .ok_or(Error::MissingProgram(name))?
-            .try_into()
-            .map_err(prog_err)?;
+        let program: &mut CgroupSockAddr = programs.get(name)?;
         let id = program
             .attach(&cgroup_dir, CgroupAttachMode::Single)
             .map_err(prog_err)?;
@@ -258,12 +276,16 @@ pub fn remove_if_present(path: &Path) -> Result<(), Error> {
 pub struct Removed {
     pub links: Vec<PathBuf>,
     pub maps: Vec<PathBuf>,
+    pub programs: Vec<PathBuf>,
 }
 
 /// Detaches the programs (unpinning and detaching their links) and removes
-/// the maps, of this layout and any other.
+/// the maps, of this layout and any other, and the programs' pins.
 pub fn uninstall(pins: &Pins) -> Result<Removed, Error> {
-    let mut removed = Removed::default();
+    let mut removed = Removed {
+        programs: programs::remove_pinned(pins)?,
+        ..Removed::default()
+    };
     // Links first: once they are gone nothing reads the maps.
     for (dir, is_link) in [
         (pins.links_dir(), true),

@@ -20,6 +20,7 @@ mod link_detach;
 pub mod loader;
 pub mod migrate;
 pub mod pins;
+pub mod programs;
 pub mod settings;
 pub mod snat_ports;
 pub mod stats;
@@ -34,7 +35,6 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use aya::Ebpf;
 pub use error::Error;
 use layout::Capacities;
 use lb_common::{
@@ -44,6 +44,7 @@ use lb_common::{
 use loader::{REVERSING, TRANSLATING};
 use migrate::Leftover;
 use pins::Pins;
+use programs::Programs;
 use table::{Bpf, BpfTable};
 
 use crate::reconcile::{
@@ -67,7 +68,9 @@ pub enum Start {
 /// This build's programs and maps, loaded.
 pub struct Datapath {
     pins: Pins,
-    ebpf: Ebpf,
+    programs: Programs,
+    /// Whether the programs are an earlier agent's of this build, adopted.
+    adopted: bool,
     /// The XDP flow cache's generation.
     xdp_generation: xdp_generation::Generation,
     maps_dir: PathBuf,
@@ -233,18 +236,27 @@ impl Datapath {
                 }
             }
         };
-        let mut ebpf = loader::load(&maps_dir, caps)?;
+        let ebpf = loader::load(&maps_dir, caps)?;
         // All of them now, while the first lists are read: a device's tc
         // programs then attach as soon as the device is known.
-        let programs: Vec<&'static str> = tc::FUNCTIONS
+        let names: Vec<&'static str> = tc::FUNCTIONS
             .into_iter()
             .chain(TRANSLATING.iter().chain(&REVERSING).map(|p| p.function))
             .collect();
-        loader::load_programs(&mut ebpf, &programs)?;
-        let xdp_generation = xdp_generation::Generation::take(&mut ebpf)?;
+        // XDP's, loaded only once a device wants it, must have been
+        // pinned too where it may be wanted: its maps stand in for ours.
+        let lazy: &[&str] = match accel {
+            xdp::Acceleration::Disabled => &[],
+            _ => &[xdp::FUNCTION],
+        };
+        let (mut programs, adopted) =
+            Programs::start(ebpf, pins, &maps_dir, &names, lazy, start == Start::Adopted)?;
+        let xdp_generation =
+            xdp_generation::Generation::new(programs.take_map(xdp_generation::MAP))?;
         Ok(Self {
             pins: pins.clone(),
-            ebpf,
+            programs,
+            adopted,
             xdp_generation,
             maps_dir,
             start,
@@ -264,7 +276,13 @@ impl Datapath {
 
     /// The UDP socket iterator, loaded at the first call.
     pub fn udp_iter(&mut self) -> Result<crate::sockets::UdpIter, Error> {
-        loader::udp_iter(&mut self.ebpf)
+        loader::udp_iter(self.programs.object_mut())
+    }
+
+    /// Whether the programs were adopted from an earlier agent of this
+    /// build instead of loaded.
+    pub fn adopted(&self) -> bool {
+        self.adopted
     }
 
     /// The XDP flow cache's generation, for those who bump it.
@@ -316,7 +334,7 @@ impl Datapath {
 
     fn attach_tc(&mut self) -> Result<(), Error> {
         let done = tc::attach(
-            &mut self.ebpf,
+            &mut self.programs,
             &self.pins,
             self.tc_hook,
             &self.devices,
@@ -330,7 +348,7 @@ impl Datapath {
         done?;
         // XDP only where tc is: it passes what it does not forward to tc.
         let fast = xdp::sync(
-            &mut self.ebpf,
+            &mut self.programs,
             &self.pins,
             self.accel,
             &self.devices,
@@ -456,8 +474,8 @@ impl Datapath {
         // previous-map slot, and one the new ones translate through the new
         // map. The other way round, the old reversing programs would miss
         // every socket the new ones translated in between.
-        loader::attach(&mut self.ebpf, &self.pins, cgroup, &REVERSING)?;
-        loader::attach(&mut self.ebpf, &self.pins, cgroup, &TRANSLATING)?;
+        loader::attach(&mut self.programs, &self.pins, cgroup, &REVERSING)?;
+        loader::attach(&mut self.programs, &self.pins, cgroup, &TRANSLATING)?;
         let tc = self.attach_tc();
         if switching {
             grace::wait_for_readers();

@@ -6,6 +6,8 @@
 //!   switch to them and they move to `maps/`.
 //! * `<dir>/links/<program>`: the pinned links that keep the programs
 //!   attached (`<program>_new` while one is being replaced).
+//! * `<dir>/programs/<build>/<function>`: the programs the last agent
+//!   loaded, for a restart of the same build to adopt.
 
 use std::path::{Path, PathBuf};
 
@@ -34,6 +36,11 @@ impl Pins {
     /// A migration's maps, before the switch.
     pub fn next_dir(&self) -> PathBuf {
         self.dir.join("maps-next")
+    }
+
+    /// The programs the last agent loaded, by build.
+    pub fn programs_dir(&self) -> PathBuf {
+        self.dir.join("programs")
     }
 
     pub fn links_dir(&self) -> PathBuf {

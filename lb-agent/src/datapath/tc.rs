@@ -11,7 +11,6 @@ use std::{
 };
 
 use aya::{
-    Ebpf,
     programs::{
         LinkOrder, SchedClassifier, TcAttachType,
         links::FdLink,
@@ -29,6 +28,7 @@ use super::{
     layout,
     loader::{pin_replacing, unpin_link},
     pins::Pins,
+    programs::Programs,
 };
 
 /// Each tc program: its function in the object for Ethernet devices and
@@ -210,7 +210,7 @@ const CLSACT_HANDLE: TcHandle = TcHandle::new(0, 0xb1);
 /// whatever it had and does not hold the others back: [`Error::Devices`]
 /// names it.
 pub fn attach(
-    ebpf: &mut Ebpf,
+    programs: &mut Programs,
     pins: &Pins,
     hook: TcHook,
     devices: &BTreeSet<String>,
@@ -234,7 +234,7 @@ pub fn attach(
             let (_, _, attach_type, prefix) = *row;
             match hook {
                 TcHook::Tcx => {
-                    attach_tcx(ebpf, pins, name, attach_type, device, prefix)?;
+                    attach_tcx(programs, pins, name, attach_type, device, prefix)?;
                     // Filters an earlier agent attached with clsact go once
                     // the links run.
                     for n in [row.0, row.1] {
@@ -242,7 +242,7 @@ pub fn attach(
                     }
                     Ok(())
                 }
-                TcHook::Clsact => attach_clsact(ebpf, name, attach_type, device),
+                TcHook::Clsact => attach_clsact(programs, name, attach_type, device),
             }
         });
         match done {
@@ -283,17 +283,10 @@ pub fn attach(
     })
 }
 
-fn program<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut SchedClassifier, Error> {
-    ebpf.program_mut(name)
-        .ok_or(Error::MissingProgram(name))?
-        .try_into()
-        .map_err(|source| Error::Program { name, source })
-}
-
 /// Attaches the loaded program `name` to `device`'s `hook` with a TCX
 /// link, pinned make-before-break as `<prefix><device>`.
 fn attach_tcx(
-    ebpf: &mut Ebpf,
+    programs: &mut Programs,
     pins: &Pins,
     name: &'static str,
     hook: TcAttachType,
@@ -301,7 +294,18 @@ fn attach_tcx(
     prefix: &str,
 ) -> Result<(), Error> {
     let prog_err = |source| Error::Program { name, source };
-    let program = program(ebpf, name)?;
+    let program: &mut SchedClassifier = programs.get(name)?;
+    let pin = format!("{prefix}{}", pin_part(device));
+    // An adopted program may be on the device already, through the link
+    // pinned there: TCX refuses it a second time (EEXIST), and it is
+    // what a new link would attach.
+    let ours = program.info().map_err(prog_err)?.id();
+    if pins.link(&pin).exists()
+        && SchedClassifier::query_tcx(device, hook)
+            .is_ok_and(|(_, on)| on.iter().any(|p| p.id() == ours))
+    {
+        return Ok(());
+    }
     let id = program
         .attach_with_options(
             device,
@@ -314,20 +318,20 @@ fn attach_tcx(
         .map_err(prog_err)?
         .try_into()
         .map_err(|source| Error::Link { name, source })?;
-    pin_replacing(link, pins, &format!("{prefix}{}", pin_part(device)))
+    pin_replacing(link, pins, &pin)
 }
 
 /// Attaches the loaded program `name` to `device`'s `hook` as our clsact
 /// filter: replacing the one there in place (an earlier agent's), else
 /// created, with the qdisc if the device has none.
 fn attach_clsact(
-    ebpf: &mut Ebpf,
+    programs: &mut Programs,
     name: &'static str,
     hook: TcAttachType,
     device: &str,
 ) -> Result<(), Error> {
     let prog_err = |source| Error::Program { name, source };
-    let program = program(ebpf, name)?;
+    let program: &mut SchedClassifier = programs.get(name)?;
     let ours = SchedClassifierLink::attached(device, hook, CLSACT_PRIORITY, CLSACT_HANDLE, None)
         .map_err(|e| prog_err(TcError::IoError(e).into()))?;
     let id = match program.attach_to_link(ours) {

@@ -25,7 +25,6 @@ use std::{
 };
 
 use aya::{
-    Ebpf,
     maps::Array,
     programs::{
         Xdp, XdpMode,
@@ -41,6 +40,7 @@ use super::{
     layout,
     loader::{pin_replacing, unpin_link},
     pins::Pins,
+    programs::Programs,
     tc,
 };
 
@@ -107,7 +107,7 @@ fn pin_name(device: &str) -> String {
 /// `attached` yet, and removes it from devices not in `devices`. Returns
 /// the devices that failed (`Native` only), with the first error.
 pub fn sync(
-    ebpf: &mut Ebpf,
+    programs: &mut Programs,
     pins: &Pins,
     accel: Acceleration,
     devices: &BTreeSet<String>,
@@ -125,7 +125,7 @@ pub fn sync(
         .filter(|d| !attached.contains_key(*d))
         .collect();
     for device in new {
-        match attach(ebpf, pins, device) {
+        match attach(programs, pins, device) {
             Ok(()) => {
                 tracing::info!(device, mode = "native", "XDP fast path attached");
                 let veth = is_veth(device);
@@ -161,7 +161,7 @@ pub fn sync(
         }
     }
     if accel != Acceleration::Disabled {
-        publish(ebpf, attached)?;
+        publish(programs, attached)?;
     }
     let (names, mut errors): (Vec<String>, Vec<Error>) = failed.into_iter().unzip();
     if errors.is_empty() {
@@ -175,7 +175,10 @@ pub fn sync(
 
 /// Tells the program which devices it runs on natively (it may redirect
 /// to those): `LB_XDP_DEVICES`, at most [`XDP_DEVICES_MAX`] of them.
-fn publish(ebpf: &mut Ebpf, attached: &BTreeMap<String, (u32, Attached)>) -> Result<(), Error> {
+fn publish(
+    programs: &mut Programs,
+    attached: &BTreeMap<String, (u32, Attached)>,
+) -> Result<(), Error> {
     let global = |source| Error::Global {
         section: XDP_DEVICES_SECTION,
         source,
@@ -187,7 +190,7 @@ fn publish(ebpf: &mut Ebpf, attached: &BTreeMap<String, (u32, Attached)>) -> Res
     for (slot, (index, _)) in list.iter_mut().zip(native) {
         *slot = *index;
     }
-    let map = ebpf
+    let map = programs
         .map_mut(XDP_DEVICES_SECTION)
         .ok_or(Error::MissingGlobal(XDP_DEVICES_SECTION))?;
     let mut array: Array<_, [u32; XDP_DEVICES_MAX]> = Array::try_from(map).map_err(global)?;
@@ -196,7 +199,7 @@ fn publish(ebpf: &mut Ebpf, attached: &BTreeMap<String, (u32, Attached)>) -> Res
 
 /// Puts `lb_xdp` on `device` in driver mode: into the pinned link an
 /// earlier agent left there, else a new link, pinned.
-fn attach(ebpf: &mut Ebpf, pins: &Pins, device: &str) -> Result<(), Error> {
+fn attach(programs: &mut Programs, pins: &Pins, device: &str) -> Result<(), Error> {
     let name = FUNCTION;
     // `lb_xdp` parses Ethernet frames only.
     let link_type = tc::link_type(device)?;
@@ -207,15 +210,13 @@ fn attach(ebpf: &mut Ebpf, pins: &Pins, device: &str) -> Result<(), Error> {
         });
     }
     let prog_err = |source| Error::Program { name, source };
-    let program: &mut Xdp = ebpf
-        .program_mut(name)
-        .ok_or(Error::MissingProgram(name))?
-        .try_into()
-        .map_err(prog_err)?;
     // Verified only when wanted: it is the costliest program to load.
+    let program: &mut Xdp = programs.get(name)?;
     if program.fd().is_err() {
         program.load().map_err(prog_err)?;
+        programs.pin(name)?;
     }
+    let program: &mut Xdp = programs.get(name)?;
     let pin = pin_name(device);
     let path = pins.link(&pin);
     if let Ok(pinned) = PinnedLink::from_pin(&path)

@@ -8,7 +8,8 @@
 //! flows. (Without a change, an entry lives a second at most.)
 //!
 //! The map, like the cache, is the loaded object's own (unpinned): a new
-//! agent's programs start with an empty cache.
+//! build's programs start with an empty cache (a restart of the same build
+//! adopts the programs, and with them both).
 
 use std::{
     io,
@@ -16,10 +17,7 @@ use std::{
     thread,
 };
 
-use aya::{
-    Ebpf,
-    maps::{Array, MapData, MapError},
-};
+use aya::maps::{Array, Map, MapData, MapError};
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 
 use super::error::Error;
@@ -43,9 +41,9 @@ const GROUPS: [u32; 6] = [
 pub struct Generation(Arc<Mutex<Array<MapData, u32>>>);
 
 impl Generation {
-    /// Takes the map out of the loaded object.
-    pub fn take(ebpf: &mut Ebpf) -> Result<Self, Error> {
-        let map = ebpf.take_map(MAP).ok_or(Error::MissingGlobal(MAP))?;
+    /// The generation in `map` ([`MAP`], taken out of the programs' maps).
+    pub fn new(map: Option<Map>) -> Result<Self, Error> {
+        let map = map.ok_or(Error::MissingGlobal(MAP))?;
         let array = Array::try_from(map).map_err(|source| Error::Global {
             section: MAP,
             source,
@@ -138,7 +136,7 @@ mod privileged {
         let mut ebpf = aya::EbpfLoader::new()
             .load(loader::object())
             .expect("loading the object (needs root: CAP_BPF)");
-        let g = Generation::take(&mut ebpf).expect("the generation in the object");
+        let g = Generation::new(ebpf.take_map(MAP)).expect("the generation in the object");
         ns.run(|| g.watch_routes())
             .expect("subscribing in the namespace");
         for change in [
