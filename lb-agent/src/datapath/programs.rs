@@ -92,13 +92,21 @@ impl Programs {
             programs.own_maps.clear();
         }
         loader::load_programs(&mut programs.ebpf, names)?;
-        // Ours replace whatever programs were pinned, of any build.
-        remove_pinned(pins)?;
-        fs::create_dir_all(&programs.dir).map_err(io_err("creating", &programs.dir))?;
-        for name in names {
-            programs.pin(name)?;
+        if let Err(e) = programs.pin_loaded(pins, names) {
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "pinning the programs failed: a restart will load them again"
+            );
         }
         Ok((programs, false))
+    }
+
+    /// Pins `names`, loaded, in place of whatever programs were pinned, of
+    /// any build.
+    fn pin_loaded(&mut self, pins: &Pins, names: &[&'static str]) -> Result<(), Error> {
+        remove_pinned(pins)?;
+        fs::create_dir_all(&self.dir).map_err(io_err("creating", &self.dir))?;
+        names.iter().try_for_each(|name| self.pin(name))
     }
 
     /// Adopts `names` from the pins, if all of them are there and bound

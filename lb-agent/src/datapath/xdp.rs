@@ -214,7 +214,12 @@ fn attach(programs: &mut Programs, pins: &Pins, device: &str) -> Result<(), Erro
     let program: &mut Xdp = programs.get(name)?;
     if program.fd().is_err() {
         program.load().map_err(prog_err)?;
-        programs.pin(name)?;
+        if let Err(e) = programs.pin(name) {
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "pinning the XDP program failed: a restart will load the programs again"
+            );
+        }
     }
     let program: &mut Xdp = programs.get(name)?;
     let pin = pin_name(device);
