@@ -1,7 +1,13 @@
 //! The sync thread's state, its start (loading or migrating the programs
 //! and maps, the helper threads) and what follows each sync.
 
-use std::{net::SocketAddr, path::PathBuf, sync::Arc, sync::mpsc::SyncSender};
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    sync::Arc,
+    sync::mpsc::SyncSender,
+    time::{Duration, Instant},
+};
 
 use anyhow::Context as _;
 use prometheus_client::metrics::family::Family;
@@ -14,6 +20,7 @@ use crate::{
         Datapath, Start, cgroup, grace::MembarrierGrace, pins::Pins, settings::BpfSettings,
         table::Bpf, tc::TcHook,
     },
+    log_budget::LogBudget,
     memory,
     metrics::{Gauge, XdpLabel},
     model::{NodeContext, Proto, Scope},
@@ -48,6 +55,8 @@ pub(super) struct Agent {
     pub(super) xdp_veth: Gauge,
     /// `lbagent_xdp_attach_failures`.
     pub(super) xdp_failures: Gauge,
+    /// Bounds the warnings that the UDP socket iterator cannot be loaded.
+    iter_log: LogBudget,
     /// `--bpf-lb-acceleration=native` found a device without native XDP
     /// at the first attachment: the agent exits with this.
     pub(super) refused: Option<anyhow::Error>,
@@ -151,6 +160,7 @@ impl Agent {
             xdp_attached: shared.metrics.xdp_attached.clone(),
             xdp_veth: shared.metrics.xdp_veth_devices.clone(),
             xdp_failures: shared.metrics.xdp_attach_failures.clone(),
+            iter_log: LogBudget::new(1, Duration::from_secs(600)),
             refused: None,
         };
         if !agent.devices.is_empty() {
@@ -193,11 +203,14 @@ impl Agent {
             .datapath
             .udp_iter()
             .inspect_err(|e| {
-                warn!(
-                    error = e as &dyn std::error::Error,
-                    "UDP socket iterator not loaded: connected UDP sockets to removed \
-                     endpoints stay connected"
-                );
+                if let Some(suppressed) = self.iter_log.allow(Instant::now()) {
+                    warn!(
+                        error = e as &dyn std::error::Error,
+                        suppressed,
+                        "UDP socket iterator not loaded: connected UDP sockets to removed \
+                         endpoints stay connected"
+                    );
+                }
             })
             .ok();
         if let Err(e) = self.reaper.submit(self.pins.maps_dir(), iter, udp) {

@@ -42,14 +42,7 @@ impl RevNat {
         cookie: u64,
         peer: SocketAddr,
     ) -> Result<Option<(SocketAddr, IpAddr)>, MapError> {
-        let v4 = match peer {
-            SocketAddr::V4(v4) => Some(v4),
-            SocketAddr::V6(v6) => v6
-                .ip()
-                .to_ipv4_mapped()
-                .map(|ip| SocketAddrV4::new(ip, v6.port())),
-        };
-        if let Some(backend) = v4 {
+        if let Some(backend) = ipv4_peer(peer) {
             let found = get(&self.v4, &key4(cookie, backend))?;
             return Ok(found.map(|v| {
                 let frontend = SocketAddrV4::new(v.addr_be.into(), u16::from_be(v.port_be));
@@ -67,6 +60,18 @@ impl RevNat {
     }
 }
 
+/// `peer` as IPv4, also when it is IPv4-mapped (an AF_INET6 socket
+/// connected to an IPv4 address, whose translation was IPv4's).
+fn ipv4_peer(peer: SocketAddr) -> Option<SocketAddrV4> {
+    match peer {
+        SocketAddr::V4(v4) => Some(v4),
+        SocketAddr::V6(v6) => v6
+            .ip()
+            .to_ipv4_mapped()
+            .map(|ip| SocketAddrV4::new(ip, v6.port())),
+    }
+}
+
 /// The frontend a socket's storage says it was sent through to `peer`,
 /// and the backend address, if `peer` is the backend it names (a socket
 /// connected elsewhere since, straight to an address, no longer is). A
@@ -75,13 +80,7 @@ pub(super) fn stored_frontend(
     entry: &SockRevNat,
     peer: SocketAddr,
 ) -> Option<(SocketAddr, IpAddr)> {
-    let v4 = match peer {
-        SocketAddr::V4(v4) => Some(v4),
-        SocketAddr::V6(v6) => v6
-            .ip()
-            .to_ipv4_mapped()
-            .map(|ip| SocketAddrV4::new(ip, v6.port())),
-    };
+    let v4 = ipv4_peer(peer);
     if entry.backend_port_be != peer.port().to_be() {
         return None;
     }
