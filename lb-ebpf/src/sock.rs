@@ -3,11 +3,11 @@
 //!
 //! `connect*` and `sendmsg*` translate `frontend:port` into a backend once
 //! per connect (or per unconnected datagram); `recvmsg*` and
-//! `getpeername*` show the application the frontend again: a TCP socket's
-//! from its own storage (`LB_SOCK_REVNAT`), a UDP socket's from
-//! `LB4_REVNAT`/`LB6_REVNAT`, and, once it sent to a backend again (a
-//! long-lived socket), from its own storage too. There is no per-packet
-//! work.
+//! `getpeername*` show the application the frontend again: from the
+//! socket's own storage (`LB_SOCK_REVNAT`: a connected socket's backend, an
+//! unconnected one's latest destination), else from `LB4_REVNAT`/
+//! `LB6_REVNAT` (an unconnected socket's earlier destinations). There is
+//! no per-packet work.
 //!
 //! An AF_INET6 socket may address an IPv4 frontend as `::ffff:a.b.c.d`.
 //! Such an address is IPv4 ([`Mapped`]): `connect6` translates it through
@@ -429,12 +429,14 @@ fn choose<F: Family>(
 /// socket reconnected straight to the very backend it was sent to still
 /// shows the Service.)
 ///
-/// An unconnected socket (`sendmsg*`) may send to several frontends, so
-/// each destination goes to the family's reverse-NAT map (LRU) by socket
-/// cookie and backend; a repeated one writes nothing. Its last goes to its
-/// own storage too, once it sends to a backend again (a long-lived socket),
-/// which no eviction of the shared map's reaches; a socket of one datagram
-/// costs none.
+/// An unconnected socket (`sendmsg*`) may send to several backends, of
+/// several frontends. Its latest destination is in its own storage too, so
+/// that a resolver's socket of one query (or of one query per record type,
+/// to one backend) writes no shared map, and the reply a sequential client
+/// waits for never depends on the shared map's evictions. A new
+/// destination moves the previous one into the family's reverse-NAT map
+/// (LRU, by socket cookie and backend), where late replies from it find
+/// it. A repeated destination writes nothing.
 #[inline(always)]
 fn remember<F: SockFamily>(
     ctx: &SockAddrContext,
@@ -442,15 +444,66 @@ fn remember<F: SockFamily>(
     key: &FrontendKey<F::Addr>,
     backend: &Backend<F::Addr>,
 ) {
-    if matches!(call, Call::Connect) && own::<F>(ctx, key, backend, true) {
-        return;
+    let mut entry = entry::<F>(key, backend);
+    // SAFETY: the context's socket is a full socket the hook holds; the
+    // kernel copies `entry` into the storage if it creates it.
+    let mine = unsafe { LB_SOCK_REVNAT.get_or_insert_ptr_mut(ctx, Some(&mut entry)) };
+    if !mine.is_null() {
+        // SAFETY: the storage lives as long as the socket, and only this
+        // socket's connect or sendmsg writes it. A fresh one holds `entry`
+        // already; an older one held a failed connect's peer, or the
+        // socket's previous destination.
+        let old = unsafe { &mut *mine };
+        if *old == entry {
+            return;
+        }
+        // A connected socket receives from its peer only. An unconnected
+        // one may still get replies from its previous destination (of the
+        // other family's maps, it stays in the storage).
+        let moved = match call {
+            Call::Connect => true,
+            Call::Sendmsg => {
+                old.family == F::TAG
+                    && share::<F>(
+                        ctx,
+                        &F::narrow(&old.backend_be),
+                        old.backend_port_be,
+                        &F::narrow(&old.frontend_be),
+                        old.frontend_port_be,
+                    )
+            }
+        };
+        if moved {
+            *old = entry;
+            return;
+        }
     }
+    share::<F>(
+        ctx,
+        &backend.addr_be,
+        backend.port_be,
+        &key.addr_be,
+        key.port_be,
+    );
+}
+
+/// Puts this socket's entry for the backend `addr`:`port_be` of the
+/// frontend `frontend`:`frontend_port_be` into the family's reverse-NAT map
+/// unless it is there: whether it is.
+#[inline(always)]
+fn share<F: SockFamily>(
+    ctx: &SockAddrContext,
+    addr: &F::Addr,
+    port_be: u16,
+    frontend: &F::Addr,
+    frontend_port_be: u16,
+) -> bool {
     // SAFETY: the helper is valid for sock_addr contexts.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
-    let rev_key = rev_key::<F>(cookie, &backend.addr_be, backend.port_be);
+    let rev_key = rev_key::<F>(cookie, addr, port_be);
     let value = RevNatValue {
-        addr_be: key.addr_be,
-        port_be: key.port_be,
+        addr_be: *frontend,
+        port_be: frontend_port_be,
         _pad0: [0; 2],
     };
     // SAFETY: an LRU value stays mapped while the program runs (RCU).
@@ -458,15 +511,13 @@ fn remember<F: SockFamily>(
         .get_ptr(rev_key)
         .is_some_and(|v| unsafe { *v } == value);
     if same {
-        own::<F>(ctx, key, backend, true);
-        return;
+        return true;
     }
-    own::<F>(ctx, key, backend, false);
     // A failed insert costs only the frontend address in recvmsg and
     // getpeername; the connection itself works, so it is counted, not refused.
     if F::revnat().insert(rev_key, value, 0).is_err() {
         count::<F::Addr>(At::SOCK_OUT, Reason::RevnatUpdateFailed);
-        return;
+        return false;
     }
     // A lookup marks the new entry referenced, as the reply's recvmsg will.
     // A full map's LRU, short of free entries, takes back its CPUs'
@@ -475,40 +526,6 @@ fn remember<F: SockFamily>(
     // reply showed the backend's address (ARCHITECTURE, "A full
     // LB4_REVNAT").
     let _ = F::revnat().get_ptr(rev_key);
-}
-
-/// Writes this socket's entry for `key`'s `backend` into its own storage,
-/// making the storage if `create` (and there is none yet): whether it was
-/// written.
-#[inline(always)]
-fn own<F: SockFamily>(
-    ctx: &SockAddrContext,
-    key: &FrontendKey<F::Addr>,
-    backend: &Backend<F::Addr>,
-    create: bool,
-) -> bool {
-    let entry = entry::<F>(key, backend);
-    let mine = if create {
-        let mut first = entry;
-        // SAFETY: the context's socket is a full socket the hook holds; the
-        // kernel copies `first` into the storage if it creates it.
-        unsafe { LB_SOCK_REVNAT.get_or_insert_ptr_mut(ctx, Some(&mut first)) }
-    } else {
-        // SAFETY: as above.
-        unsafe { LB_SOCK_REVNAT.get_ptr_mut(ctx) }
-    };
-    if mine.is_null() {
-        return false;
-    }
-    // SAFETY: the storage lives as long as the socket, and only this
-    // socket's connect or sendmsg writes it. A fresh one holds `entry`
-    // already; an older one held a failed connect's peer, or the
-    // socket's previous backend.
-    unsafe {
-        if *mine != entry {
-            *mine = entry;
-        }
-    }
     true
 }
 

@@ -8,7 +8,9 @@
 //! each doing back-to-back requests for `--seconds`, round-robin over the
 //! `--to` addresses; `bench-udp` uses one socket per worker, or with
 //! `--socket-per-request` a new connected one per request (a new flow each,
-//! as from a DNS resolver). `bench-tcp` closes every connection with SO_LINGER
+//! as from a DNS resolver), or with `--ask-all` a new unconnected one per
+//! request that asks every `--to` address (as musl's resolver asks each
+//! nameserver). `bench-tcp` closes every connection with SO_LINGER
 //! {on, 0}, i.e. with an RST, so neither side keeps a TIME_WAIT socket and the
 //! client never runs out of ephemeral ports; it changes no sysctl at all (so it
 //! cannot touch the root namespace's). Benchmarks refuse to run outside a
@@ -204,6 +206,11 @@ struct BenchArgs {
     /// worker.
     #[arg(long)]
     socket_per_request: bool,
+    /// UDP: a new unconnected socket per request that asks every `--to`
+    /// address at once, as musl's resolver asks each nameserver (each
+    /// answer counts as a request).
+    #[arg(long, conflicts_with = "socket_per_request")]
+    ask_all: bool,
     /// bench-connect: TCP sockets instead of UDP, non-blocking: connect()
     /// runs the hook and sends the SYN, close() aborts the attempt.
     #[arg(long, conflicts_with = "sendto")]
@@ -1148,7 +1155,11 @@ fn bench(a: &BenchArgs, in_netns: bool, proto: Proto) -> anyhow::Result<BenchRep
     let run = bench_run(a, in_netns)?;
     let start = Instant::now();
     let deadline = start + run;
-    let fresh = a.socket_per_request;
+    let fresh = match (a.socket_per_request, a.ask_all) {
+        (true, _) => Fresh::Connected,
+        (_, true) => Fresh::AskAll,
+        _ => Fresh::No,
+    };
     let workers: Vec<_> = (0..a.concurrency)
         .map(|w| {
             let to = a.to.clone();
@@ -1219,11 +1230,22 @@ fn bench_tcp_worker(to: &[SocketAddr], w: usize, deadline: Instant) -> anyhow::R
     Ok(t)
 }
 
+/// Whether each UDP request has a socket of its own, and which.
+#[derive(Clone, Copy)]
+enum Fresh {
+    /// One unconnected socket per worker.
+    No,
+    /// A connected socket per request (`--socket-per-request`).
+    Connected,
+    /// An unconnected socket per request, asking every address (`--ask-all`).
+    AskAll,
+}
+
 fn bench_udp_worker(
     to: &[SocketAddr],
     w: usize,
     deadline: Instant,
-    fresh: bool,
+    fresh: Fresh,
 ) -> anyhow::Result<Tally> {
     let mut t = Tally::default();
     let bind = sock::any_port_of_family(&to[0]);
@@ -1239,8 +1261,37 @@ fn bench_udp_worker(
         let addr = &to[k % to.len()];
         k += 1;
         let t0 = Instant::now();
+        if let Fresh::AskAll = fresh {
+            let asked = udp_socket().and_then(|s| {
+                for addr in to {
+                    s.send_to(b"?", addr)?;
+                }
+                Ok(s)
+            });
+            let s = match asked {
+                Ok(s) => s,
+                Err(e) => {
+                    t.error(&e);
+                    continue;
+                }
+            };
+            for _ in to {
+                let answer = s.recv_from(&mut buf).and_then(|(len, from)| {
+                    if to.contains(&from) {
+                        Ok(len)
+                    } else {
+                        Err(io::Error::other(sock::WrongPeer(from)))
+                    }
+                });
+                match answer {
+                    Ok(len) => t.reply(&buf[..len], t0.elapsed()),
+                    Err(e) => t.error(&e),
+                }
+            }
+            continue;
+        }
         let once = |buf: &mut [u8]| -> io::Result<usize> {
-            if fresh {
+            if let Fresh::Connected = fresh {
                 sock::ask_fresh_udp(addr, buf, UDP_TIMEOUT).map(|(len, _)| len)
             } else {
                 shared.send_to(b"?", addr)?;
