@@ -17,7 +17,7 @@ use crate::model::maglev::MaglevParams;
 
 use super::{
     family::{Family, StateView},
-    ids::IdPool,
+    ids::{Counts, IdPool},
     mirror::Mirror,
     table::{BatchError, Found, StoreError, Table},
 };
@@ -109,12 +109,12 @@ pub struct LbMaps<F: Family, T: Tables> {
     /// Backend address -> its id.
     id_of: HashMap<F::Backend, u32>,
     /// Backend id -> how many slots name it.
-    backend_refs: HashMap<u32, u32>,
+    backend_refs: Counts,
     /// (frontend id, revision) -> slots present.
     set_sizes: BTreeMap<(u32, u16), u32>,
     /// Frontend id -> frontend entries, states and revisions naming it. An
     /// id is free for reuse only when nothing names it.
-    fe_uses: HashMap<u32, u32>,
+    fe_uses: Counts,
     fe_ids: IdPool,
     backend_ids: IdPool,
 }
@@ -140,9 +140,9 @@ impl<F: Family, T: Tables> LbMaps<F, T> {
             maglev_chunks,
             params,
             id_of: HashMap::default(),
-            backend_refs: HashMap::default(),
+            backend_refs: Counts::default(),
             set_sizes: BTreeMap::new(),
-            fe_uses: HashMap::default(),
+            fe_uses: Counts::default(),
             fe_ids: IdPool::default(),
             backend_ids: IdPool::default(),
         };
@@ -309,12 +309,12 @@ impl<F: Family, T: Tables> LbMaps<F, T> {
     }
 
     pub fn is_referenced(&self, backend_id: u32) -> bool {
-        self.backend_refs.contains_key(&backend_id)
+        self.backend_refs.named(backend_id)
     }
 
     /// Whether anything names frontend id `id`.
     pub fn fe_id_in_use(&self, id: u32) -> bool {
-        self.fe_uses.contains_key(&id)
+        self.fe_uses.named(id)
     }
 
     /// Reserves the lowest unused frontend id the state array has room for.
@@ -330,7 +330,7 @@ impl<F: Family, T: Tables> LbMaps<F, T> {
     /// Returns reserved ids that ended up unused.
     pub fn release_if_unused(&mut self, fe_ids: &[u32], backend_ids: &[u32]) {
         for id in fe_ids {
-            if !self.fe_uses.contains_key(id) {
+            if !self.fe_uses.named(*id) {
                 self.fe_ids.release(*id);
             }
         }
@@ -485,7 +485,7 @@ impl<F: Family, T: Tables> LbMaps<F, T> {
 
     fn index_slot(&mut self, k: &SlotKey, s: &Slot, present: bool) {
         let delta = if present { 1 } else { -1 };
-        bump(&mut self.backend_refs, s.backend_id, delta);
+        self.backend_refs.bump(s.backend_id, delta);
         let set = (k.fe_id, k.rev);
         let before = self.set_sizes.get(&set).copied().unwrap_or(0);
         let after = before.saturating_add_signed(delta);
@@ -502,7 +502,7 @@ impl<F: Family, T: Tables> LbMaps<F, T> {
     }
 
     fn fe_use(&mut self, id: u32, delta: i32) {
-        if bump(&mut self.fe_uses, id, delta) {
+        if self.fe_uses.bump(id, delta) {
             if delta > 0 {
                 self.fe_ids.take(id);
             } else {
@@ -510,19 +510,6 @@ impl<F: Family, T: Tables> LbMaps<F, T> {
             }
         }
     }
-}
-
-/// Adds `delta` to a counter that is absent at zero; true when it crossed
-/// between zero and non-zero.
-fn bump(counts: &mut HashMap<u32, u32>, key: u32, delta: i32) -> bool {
-    let n = counts.entry(key).or_default();
-    let was_zero = *n == 0;
-    *n = n.saturating_add_signed(delta);
-    let is_zero = *n == 0;
-    if is_zero {
-        counts.remove(&key);
-    }
-    was_zero != is_zero
 }
 
 /// What the mirror keeps of a Maglev chunk's content: a 64-bit hash of
