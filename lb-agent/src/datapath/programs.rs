@@ -129,6 +129,10 @@ impl Programs {
         for &name in names {
             let path = self.dir.join(name);
             if !path.exists() {
+                tracing::info!(
+                    program = name,
+                    "not pinned by an earlier agent of this build; loading the programs"
+                );
                 return Ok(false);
             }
             let prog_err = |source| Error::Program { name, source };
@@ -163,6 +167,11 @@ impl Programs {
                 // A map of the layout that is not the one pinned now: the
                 // program was loaded against maps replaced since.
                 if layout.contains(own.as_str()) {
+                    tracing::info!(
+                        program = name,
+                        map = own,
+                        "the pinned program uses a map replaced since; loading the programs"
+                    );
                     return Ok(false);
                 }
                 if let Entry::Vacant(slot) = self.own_maps.entry(own) {
