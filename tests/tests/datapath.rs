@@ -312,6 +312,14 @@ fn sock_programs(bed: &Bed) -> anyhow::Result<Vec<Vec<u32>>> {
         .collect()
 }
 
+/// Asserts that each hook has one program now, none of them one of `before`.
+fn assert_replaced(before: &[Vec<u32>], after: &[Vec<u32>]) {
+    for (old, new) in before.iter().zip(after) {
+        assert_eq!(new.len(), 1, "{after:?}");
+        assert!(!old.contains(&new[0]), "{before:?} -> {after:?}");
+    }
+}
+
 #[test]
 fn a_restart_of_the_same_build_adopts_its_programs_unless_the_maps_changed() -> anyhow::Result<()> {
     let mut bed = web_bed()?;
@@ -339,10 +347,7 @@ fn a_restart_of_the_same_build_adopts_its_programs_unless_the_maps_changed() -> 
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let migrated = sock_programs(&bed)?;
-    for (before, after) in loaded.iter().zip(&migrated) {
-        assert_eq!(after.len(), 1, "{migrated:?}");
-        assert!(!before.contains(&after[0]), "{loaded:?} -> {migrated:?}");
-    }
+    assert_replaced(&loaded, &migrated);
     let r = bed.tcp(TO, 20)?;
     assert_eq!(r.ok(), 20, "{r:?}");
 
@@ -350,11 +355,7 @@ fn a_restart_of_the_same_build_adopts_its_programs_unless_the_maps_changed() -> 
     assert!(bed.agent().terminate()?, "SIGTERM must exit cleanly");
     std::fs::remove_dir_all(bed.pins_path().join("programs"))?;
     bed.start_agent(&["--bpf-lb-map-max=70000"])?;
-    let reloaded = sock_programs(&bed)?;
-    for (before, after) in migrated.iter().zip(&reloaded) {
-        assert_eq!(after.len(), 1, "{reloaded:?}");
-        assert!(!before.contains(&after[0]), "{migrated:?} -> {reloaded:?}");
-    }
+    assert_replaced(&migrated, &sock_programs(&bed)?);
     let r = bed.tcp(TO, 20)?;
     assert_eq!(r.ok(), 20, "{r:?}");
     Ok(())

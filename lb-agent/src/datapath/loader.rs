@@ -12,10 +12,7 @@ use std::{
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    programs::{
-        CgroupAttachMode, CgroupSockAddr, CgroupSockAddrAttachType, Iter, Program as AyaProgram,
-        links::FdLink,
-    },
+    programs::{CgroupSockAddrAttachType, Iter, Program as AyaProgram, links::FdLink},
 };
 use lb_common::ALL_MAPS;
 
@@ -26,7 +23,6 @@ use super::{
     layout::Capacities,
     link_detach::OldLink,
     pins::Pins,
-    programs::{self, Programs},
 };
 
 /// The eBPF object built from `lb-ebpf` by build.rs.
@@ -191,37 +187,6 @@ pub fn udp_iter(ebpf: &mut Ebpf) -> Result<UdpIter, Error> {
     Ok(UdpIter::new(owned))
 }
 
-/// Attaches `which` to `cgroup`, each replacing the one attached before
-/// it make-before-break: the new link is attached and pinned first, then
-/// renamed over the old pin, then the old link is detached (see
-/// [`pin_replacing`]). BPF links take no attach flags (the kernel attaches
-/// them as multi), so for a moment both run; either gives the same answer.
-pub fn attach(
-    programs: &mut Programs,
-    pins: &Pins,
-    cgroup: &Path,
-    which: &[Program],
-) -> Result<(), Error> {
-    let links = pins.links_dir();
-    fs::create_dir_all(&links).map_err(io_err("creating", &links))?;
-    let cgroup_dir = fs::File::open(cgroup).map_err(io_err("opening cgroup", cgroup))?;
-    for p in which {
-        let name = p.function;
-        let prog_err = |source| Error::Program { name, source };
-        let program: &mut CgroupSockAddr = programs.get(name)?;
-        let id = program
-            .attach(&cgroup_dir, CgroupAttachMode::Single)
-            .map_err(prog_err)?;
-        let link: FdLink = program
-            .take_link(id)
-            .map_err(prog_err)?
-            .try_into()
-            .map_err(|source| Error::Link { name, source })?;
-        pin_replacing(link, pins, p.link)?;
-    }
-    Ok(())
-}
-
 /// Pins `link` as `links/<pin>`, replacing the link pinned there: the new
 /// one is pinned beside it first, then renamed over it, so one of the two
 /// is always attached; then the old link is detached
@@ -283,7 +248,7 @@ pub struct Removed {
 /// the maps, of this layout and any other, and the programs' pins.
 pub fn uninstall(pins: &Pins) -> Result<Removed, Error> {
     let mut removed = Removed {
-        programs: programs::remove_pinned(pins)?,
+        programs: remove_pinned(pins)?,
         ..Removed::default()
     };
     // Links first: once they are gone nothing reads the maps.
@@ -297,13 +262,7 @@ pub fn uninstall(pins: &Pins) -> Result<Removed, Error> {
         } else {
             &mut removed.maps
         };
-        let entries = match fs::read_dir(&dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(io_err("reading", &dir)(e)),
-        };
-        for entry in entries {
-            let path = entry.map_err(io_err("reading", &dir))?.path();
+        for path in read_dir(&dir)? {
             if is_link {
                 unpin_link(&path)?;
             } else {
@@ -311,10 +270,43 @@ pub fn uninstall(pins: &Pins) -> Result<Removed, Error> {
             }
             list.push(path);
         }
-        fs::remove_dir(&dir).map_err(io_err("removing", &dir))?;
+        remove_dir_if_present(&dir)?;
     }
-    match fs::remove_dir(pins.dir()) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_err("removing", pins.dir())(e)),
-        _ => Ok(removed),
+    remove_dir_if_present(pins.dir())?;
+    Ok(removed)
+}
+
+/// Removes the pinned programs of every build (the programs stay loaded
+/// while a link holds them).
+pub fn remove_pinned(pins: &Pins) -> Result<Vec<PathBuf>, Error> {
+    let mut removed = Vec::new();
+    let top = pins.programs_dir();
+    for build in read_dir(&top)? {
+        for program in read_dir(&build)? {
+            remove_if_present(&program)?;
+            removed.push(program);
+        }
+        remove_dir_if_present(&build)?;
+    }
+    remove_dir_if_present(&top)?;
+    Ok(removed)
+}
+
+/// Removes the empty directory `dir`, if there is one.
+fn remove_dir_if_present(dir: &Path) -> Result<(), Error> {
+    match fs::remove_dir(dir) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_err("removing", dir)(e)),
+        _ => Ok(()),
+    }
+}
+
+/// The entries of `dir`; none if it does not exist.
+fn read_dir(dir: &Path) -> Result<Vec<PathBuf>, Error> {
+    match fs::read_dir(dir) {
+        Ok(entries) => entries
+            .map(|e| e.map(|e| e.path()).map_err(io_err("reading", dir)))
+            .collect(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(io_err("reading", dir)(e)),
     }
 }

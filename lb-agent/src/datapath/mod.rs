@@ -474,8 +474,8 @@ impl Datapath {
         // previous-map slot, and one the new ones translate through the new
         // map. The other way round, the old reversing programs would miss
         // every socket the new ones translated in between.
-        loader::attach(&mut self.programs, &self.pins, cgroup, &REVERSING)?;
-        loader::attach(&mut self.programs, &self.pins, cgroup, &TRANSLATING)?;
+        cgroup::attach(&mut self.programs, &self.pins, cgroup, &REVERSING)?;
+        cgroup::attach(&mut self.programs, &self.pins, cgroup, &TRANSLATING)?;
         let tc = self.attach_tc();
         if switching {
             grace::wait_for_readers();

@@ -14,7 +14,6 @@ use std::{
     collections::{HashMap, HashSet, hash_map::Entry},
     fs,
     hash::{DefaultHasher, Hash as _, Hasher as _},
-    io,
     path::{Path, PathBuf},
 };
 
@@ -28,7 +27,7 @@ use lb_common::ALL_MAPS;
 
 use super::{
     error::{Error, io_err, map_err},
-    loader::{self, OBJECT, sock_attach_type},
+    loader::{self, OBJECT, remove_pinned, sock_attach_type},
     pins::Pins,
 };
 
@@ -235,35 +234,6 @@ impl Programs {
     /// socket iterator: its maps are all pinned).
     pub fn object_mut(&mut self) -> &mut Ebpf {
         &mut self.ebpf
-    }
-}
-
-/// Removes the pinned programs of every build (the programs stay loaded
-/// while a link holds them).
-pub fn remove_pinned(pins: &Pins) -> Result<Vec<PathBuf>, Error> {
-    let mut removed = Vec::new();
-    let top = pins.programs_dir();
-    for build in read_dir(&top)? {
-        for program in read_dir(&build)? {
-            loader::remove_if_present(&program)?;
-            removed.push(program);
-        }
-        fs::remove_dir(&build).map_err(io_err("removing", &build))?;
-    }
-    match fs::remove_dir(&top) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_err("removing", &top)(e)),
-        _ => Ok(removed),
-    }
-}
-
-/// The entries of `dir`; none if it does not exist.
-fn read_dir(dir: &Path) -> Result<Vec<PathBuf>, Error> {
-    match fs::read_dir(dir) {
-        Ok(entries) => entries
-            .map(|e| e.map(|e| e.path()).map_err(io_err("reading", dir)))
-            .collect(),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(io_err("reading", dir)(e)),
     }
 }
 
