@@ -175,12 +175,23 @@ fn replace_kube_proxy(side: &Side, args: &[&str]) -> anyhow::Result<()> {
 
     // The agents start on both nodes, their programs attach in front of
     // kube-proxy's rules; then kube-proxy's rules go.
-    let _agents = [
+    let agents = [
         bed.agent_with(&bed.node1, args)?,
         bed.agent_with(&bed.node2, args)?,
     ];
-    bed.wait_reachable(&targets[0][0])?;
-    bed.wait_reachable(&targets[1][1])?;
+    for to in [&targets[0][0], &targets[1][1]] {
+        bed.wait_reachable(to).map_err(|e| {
+            // What each node had, to tell which side failed.
+            let mut report = format!("{e:#}");
+            for (agent, node) in agents.iter().zip([&bed.node1, &bed.node2]) {
+                let stats = node.pins.dump().unwrap_or_else(|e| format!("{e:#}"));
+                let ct = node.pins.conntrack().unwrap_or_else(|e| format!("{e:#}"));
+                let log = agent.log_text();
+                report += &format!("\n--- {}:\n{log}\n{stats}\n{ct}", node.name);
+            }
+            anyhow::anyhow!(report)
+        })?;
+    }
     let iptables = side.iptables;
     for host in ["n1", "n2"] {
         let drop_kube = format!("{iptables}-save | grep -v KUBE | {iptables}-restore");
