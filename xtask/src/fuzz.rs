@@ -96,7 +96,7 @@ pub(crate) fn run(args: &FuzzArgs) -> anyhow::Result<()> {
     };
     let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
     let fuzz_dir = root.join("fuzz");
-    let out = crate::target_dir().join("fuzz");
+    let out = crate::workspace::target_dir().join("fuzz");
     build(&fuzz_dir, &out)?;
     let mut report = Vec::new();
     for t in targets {

@@ -55,9 +55,9 @@ pub(crate) fn version() -> &'static str {
 
 pub(crate) fn build() -> anyhow::Result<Image> {
     docker_ready()?;
-    crate::cargo(&["build", "--release", "--locked", "--package", "lb-agent"])?;
-    let binary = crate::target_dir().join("release/lb-agent");
-    let out = crate::target_dir().join("image");
+    crate::workspace::cargo(&["build", "--release", "--locked", "--package", "lb-agent"])?;
+    let binary = crate::workspace::target_dir().join("release/lb-agent");
+    let out = crate::workspace::target_dir().join("image");
     let rootfs = out.join("rootfs");
     if rootfs.exists() {
         fs::remove_dir_all(&rootfs).with_context(|| format!("remove {}", rootfs.display()))?;
@@ -93,7 +93,7 @@ pub(crate) fn build() -> anyhow::Result<Image> {
     )?;
 
     let tag = format!("{REPOSITORY}:{}", version());
-    let commit = crate::commit()?;
+    let commit = crate::workspace::commit()?;
     let changes = [
         r#"ENTRYPOINT ["/usr/local/bin/lb-agent"]"#.to_owned(),
         r#"CMD ["run"]"#.to_owned(),

@@ -13,11 +13,12 @@ mod setup;
 mod soak;
 mod toolchain;
 mod validator;
+mod workspace;
 
-use std::process::Command;
-
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+
+use self::workspace::{cargo, target_dir};
 
 #[derive(Parser)]
 struct Cli {
@@ -219,32 +220,6 @@ fn use_bins(agent: &std::path::Path, dir: &std::path::Path) {
     }
 }
 
-/// The repository's root.
-fn workspace_root() -> std::path::PathBuf {
-    std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-        .canonicalize()
-        .expect("the workspace root exists")
-}
-
-/// The commit checked out (`git rev-parse --short=12 HEAD`).
-fn commit() -> anyhow::Result<String> {
-    cmd::run_cmd(
-        Command::new("git")
-            .args(["rev-parse", "--short=12", "HEAD"])
-            .current_dir(workspace_root()),
-    )
-}
-
-/// Where cargo puts what it builds: `$CARGO_TARGET_DIR` (relative to the
-/// workspace) if set, else the workspace's `target/`.
-fn target_dir() -> std::path::PathBuf {
-    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => root.join(dir),
-        None => root.join("target"),
-    }
-}
-
 /// Builds the test binaries (`lbt`) the demo and bench run, and the agent
 /// unless another one is measured.
 fn build_bins(release: bool, agent: bool) -> anyhow::Result<()> {
@@ -256,23 +231,4 @@ fn build_bins(release: bool, agent: bool) -> anyhow::Result<()> {
         args.push("--release");
     }
     cargo(&args)
-}
-
-/// Runs cargo from the workspace root; fails if it fails.
-pub fn cargo(args: &[&str]) -> anyhow::Result<()> {
-    // `+toolchain` needs rustup's proxy, not the cargo binary that runs us.
-    let cargo = match args.first() {
-        Some(a) if a.starts_with('+') => "cargo".into(),
-        _ => std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()),
-    };
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let status = Command::new(cargo)
-        .args(args)
-        .current_dir(root)
-        .status()
-        .with_context(|| format!("running cargo {}", args.join(" ")))?;
-    if !status.success() {
-        bail!("cargo {} failed ({status})", args.join(" "));
-    }
-    Ok(())
 }

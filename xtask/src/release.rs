@@ -19,7 +19,7 @@ const SBOM_STEM: &str = "lb-agent-release-sbom";
 
 pub(crate) fn run() -> anyhow::Result<()> {
     let image = image::build()?;
-    let dist = crate::target_dir().join("dist");
+    let dist = crate::workspace::target_dir().join("dist");
     if dist.exists() {
         fs::remove_dir_all(&dist)?;
     }
@@ -56,7 +56,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
 
 /// The agent's crates (cargo-cyclonedx), plus the image's Debian packages.
 fn sbom(host_files: &[std::path::PathBuf]) -> anyhow::Result<Value> {
-    let root = crate::workspace_root();
+    let root = crate::workspace::workspace_root();
     let status = Command::new("cargo")
         .args(["cyclonedx", "--quiet", "--manifest-path"])
         .arg(root.join("lb-agent/Cargo.toml"))

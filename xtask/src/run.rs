@@ -64,7 +64,7 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<()> {
              --remove-kube-proxy, or use a cluster created with `networking.kubeProxyMode: none`."
         );
     }
-    let root = crate::workspace_root();
+    let root = crate::workspace::workspace_root();
 
     // Built here, from scratch: no registry is needed.
     crate::image::build()?;
@@ -281,7 +281,7 @@ mod tests {
     #[test]
     fn the_overlay_fills_in_the_manifests_own_apiserver_configmap() -> anyhow::Result<()> {
         // The same depth as target/xtask-run, which the relative base needs.
-        let dir = crate::workspace_root().join("target/xtask-run-test");
+        let dir = crate::workspace::workspace_root().join("target/xtask-run-test");
         std::fs::create_dir_all(&dir)?;
         std::fs::write(
             dir.join("kustomization.yaml"),

@@ -37,7 +37,7 @@ pub(crate) struct BpfLinker {
 
 impl Pin {
     pub(crate) fn read() -> anyhow::Result<Self> {
-        let path = crate::workspace_root().join("ebpf-toolchain.toml");
+        let path = crate::workspace::workspace_root().join("ebpf-toolchain.toml");
         let text =
             std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
         toml::from_str(&text).with_context(|| format!("parse {}", path.display()))

@@ -20,9 +20,10 @@ use lb_tests::{
 };
 
 use super::{
-    Plan, datapath,
+    cluster::capacity_flags,
+    manifests::manifests,
+    plan::Plan,
     results::connect::{Call, Row, Target},
-    scale,
 };
 
 /// The N Services of one measurement: alternately UDP 53 and TCP 80, each
@@ -66,9 +67,9 @@ pub(super) fn measure(plan: &Plan, n: usize) -> anyhow::Result<Vec<Row>> {
     ensure!(n >= 2 * addrs || plan.quick, "N={n} has too few Services");
     let mut bed = Bed::new()?;
     let specs = services(n, plan.endpoints);
-    bed.write_manifest(&datapath::manifests(&[&specs]))?;
+    bed.write_manifest(&manifests(&[&specs]))?;
     let plain = TestCgroup::new(&unique("plain"))?;
-    let flags = scale::capacity_flags(n, plan.endpoints);
+    let flags = capacity_flags(n, plan.endpoints);
     bed.start_agent(&flags.iter().map(String::as_str).collect::<Vec<_>>())?;
     let mut rows: Vec<Row> = Vec::new();
     for call in Call::ALL {

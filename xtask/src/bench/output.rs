@@ -7,8 +7,8 @@ use std::{
 };
 
 use super::{
-    Plan,
     conditions::Conditions,
+    plan::Plan,
     render,
     results::{
         Results, connect,
@@ -42,7 +42,7 @@ pub(super) fn write(plan: &Plan, results: &Results, cond: &Conditions) -> anyhow
         )
         .map(|c| c.display().to_string())
         .collect();
-    let targets = targets::of(plan, results);
+    let targets = targets::all::of(plan, results);
     let md = render::report::full(plan, results, &targets, cond, &charts);
     print!("{md}");
     std::fs::write(&md_path, &md)?;

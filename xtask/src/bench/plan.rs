@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::BenchArgs;
+use super::args::BenchArgs;
 
 /// What one run measures, derived from the flags.
 pub(super) struct Plan {

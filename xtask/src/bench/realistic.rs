@@ -2,7 +2,7 @@
 //! them: a Helm chart's labels and annotations, kubectl's
 //! `last-applied-configuration`, `managedFields`, the slice controller's
 //! owner reference, and endpoints with `targetRef`, `nodeName` and `zone`.
-//! Same Services, ports and endpoints as [`super::datapath::manifests`];
+//! Same Services, ports and endpoints as [`super::manifests::manifests`];
 //! only the weight of each object differs, which is what stripping fields
 //! on arrival is measured against.
 

@@ -13,11 +13,12 @@ pub(super) mod report;
 pub(super) mod scale;
 pub(super) mod scale_chart;
 
-use std::{fmt::Write as _, time::Duration};
+use std::fmt::Write as _;
 
 use super::{
     rounds::Rounds,
     targets::{Measured, Target},
+    units::{mib, ms},
 };
 
 /// The cells a rate table shows of one mode at `n` for `load`: its rate
@@ -66,23 +67,4 @@ pub(super) fn measured(m: &Measured) -> String {
         Measured::Text(s) => s.clone(),
         Measured::Missing => "not measured".into(),
     }
-}
-
-/// Bytes in MiB.
-pub(super) fn mib(bytes: u64) -> f64 {
-    bytes as f64 / 1048576.0
-}
-
-/// A time as the tables show it: in ms, to the µs below 10 ms.
-pub(super) fn ms(d: Duration) -> String {
-    if d < Duration::from_millis(10) {
-        format!("{:.3} ms", d.as_secs_f64() * 1e3)
-    } else {
-        format!("{:.0} ms", d.as_secs_f64() * 1e3)
-    }
-}
-
-/// A time in milliseconds.
-pub(super) fn millis(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }

@@ -4,6 +4,7 @@
 pub(super) mod connect;
 pub(super) mod control;
 pub(super) mod datapath;
+pub(super) mod node;
 pub(super) mod nodeport;
 pub(super) mod pps;
 pub(super) mod scale;

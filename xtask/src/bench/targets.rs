@@ -1,7 +1,9 @@
 //! A target of the bench: what is aimed at, what was measured, and whether
 //! it was met. Measured, not asserted: the report lists each as met or
-//! missed. Each section's are evaluated from its results alone.
+//! missed. Each section's are evaluated from its results alone; [`all`]
+//! gathers a run's.
 
+pub(super) mod all;
 pub(super) mod connect;
 pub(super) mod control;
 pub(super) mod datapath;
@@ -10,8 +12,6 @@ pub(super) mod pps;
 pub(super) mod scale;
 
 use std::time::Duration;
-
-use super::{Plan, results::Results};
 
 /// One target, evaluated.
 #[derive(Clone, Debug, PartialEq)]
@@ -76,16 +76,4 @@ impl Target {
     pub(super) fn within(goal: impl Into<String>, took: Duration, bound: Duration) -> Self {
         Self::new(goal, Measured::Time(took), took <= bound)
     }
-}
-
-/// Every target of a run of the main bench, in report order.
-pub(super) fn of(plan: &Plan, results: &Results) -> Vec<Target> {
-    let mut t = datapath::targets(plan, &results.datapath);
-    t.extend(connect::targets(&results.connect));
-    t.extend(control::targets(&results.control));
-    if let Some(np) = &results.nodeport {
-        t.extend(nodeport::targets(plan, np));
-        t.extend(pps::targets(plan, &np.pps));
-    }
-    t
 }

@@ -6,7 +6,7 @@ use std::{path::Path, process::Command};
 
 use anyhow::{Context as _, ensure};
 
-use super::{Plan, results::nodeport::TcCost};
+use super::{plan::Plan, results::nodeport::TcCost};
 
 /// Runs the bench, fewer repetitions in a smoke run.
 pub(super) fn run(plan: &Plan) -> anyhow::Result<TcCost> {

@@ -11,7 +11,7 @@ use std::{path::PathBuf, time::Duration};
 use lb_tests::{pktgen::Sent, probe::BenchReport, progstats::Runs};
 
 use super::{
-    Plan,
+    plan::Plan,
     results::{
         nodeport::{Capacity, Family, Load, Mode, NodePort, Row, TcCost},
         pps::{Pps, PpsBed, PpsMode, Row as PpsRow, Run as PpsRun},

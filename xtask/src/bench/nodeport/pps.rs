@@ -22,11 +22,15 @@ use lb_tests::{
 
 use super::{
     super::{
-        Plan,
-        results::pps::{Family, PpsBed, PpsMode, Row, Run},
+        plan::Plan,
+        results::{
+            nodeport::Mode,
+            pps::{Family, PpsBed, PpsMode, Row, Run},
+        },
         softirq,
     },
-    Bed, Mode, SINK_NODE_PORT, UDP_NODE_PORT, at, flush_conntrack,
+    bed::{Bed, SINK_NODE_PORT, UDP_NODE_PORT, flush_conntrack},
+    net::at,
 };
 
 /// Distinct source ports: many flows, each a conntrack entry in every

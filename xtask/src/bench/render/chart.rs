@@ -3,7 +3,7 @@
 use plotters::prelude::*;
 
 use super::super::{
-    Plan,
+    plan::Plan,
     results::datapath::{Load, Mode, Row, find},
 };
 

@@ -2,8 +2,12 @@
 
 use std::{fmt::Write as _, time::Duration};
 
-use super::super::{Plan, results::control::Control, stats::percentile};
-use super::{mib, ms};
+use super::super::{
+    plan::Plan,
+    results::control::Control,
+    stats::percentile,
+    units::{mib, ms},
+};
 
 /// The control plane tables: cold programming, updates, memory, health.
 pub(super) fn tables(o: &mut String, plan: &Plan, c: &Control) {

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::super::{
-    Plan,
+    plan::Plan,
     results::datapath::{Load, Mode, Row, find},
 };
 use super::rate_cells;

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::super::{
-    Plan,
+    plan::Plan,
     results::nodeport::{Family, Load, Mode, NodePort, find},
 };
 use super::rate_cells;

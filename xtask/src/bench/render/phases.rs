@@ -2,8 +2,7 @@
 
 use std::{fmt::Write as _, time::Duration};
 
-use super::super::results::control::Phases;
-use super::ms;
+use super::super::{results::control::Phases, units::ms};
 
 /// One table row per cold start of ours: `(what, until programmed as seen
 /// from outside, the agent's timeline)`.

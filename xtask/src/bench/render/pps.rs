@@ -3,9 +3,9 @@
 use std::fmt::Write as _;
 
 use super::super::{
-    Plan,
+    plan::Plan,
     results::{
-        nodeport::Mode,
+        node::Mode,
         pps::{Family, Pps, PpsBed, PpsMode, find},
     },
 };

@@ -4,7 +4,7 @@
 use plotters::prelude::*;
 
 use super::super::{
-    Plan,
+    plan::Plan,
     results::pps::{Family, Pps, PpsBed, PpsMode, find},
 };
 

@@ -3,8 +3,8 @@
 use std::fmt::Write as _;
 
 use super::super::{
-    Plan,
     conditions::Conditions,
+    plan::Plan,
     results::{Results, connect::Row as ConnectRow, nodeport::NodePort, pps::Pps},
     targets::Target,
 };

@@ -7,7 +7,10 @@ use super::super::{
     stats::percentile,
     targets::Target,
 };
-use super::{measured, mib, millis};
+use super::{
+    super::units::{mib, millis},
+    measured,
+};
 
 /// `bench-scale.md`: one table row per N and source, then the targets.
 pub(crate) fn report(rows: &[Row], targets: &[Target], took: Duration, chart: &Path) -> String {

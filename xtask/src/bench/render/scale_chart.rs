@@ -7,8 +7,8 @@ use plotters::prelude::*;
 use super::super::{
     results::scale::{API, FILE, Row},
     stats::percentile,
+    units::{mib, millis},
 };
-use super::{mib, millis};
 
 /// Three panels against N: cold start, change latency, RSS.
 pub(crate) fn draw(rows: &[Row], path: &Path) -> anyhow::Result<()> {

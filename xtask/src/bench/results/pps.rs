@@ -5,7 +5,7 @@
 pub(crate) use lb_tests::kubeproxy::Family;
 use lb_tests::pktgen::Sent;
 
-use super::{super::stats::median, nodeport::Mode};
+use super::{super::stats::median, node::Mode};
 
 /// Which endpoints the frames go to, and so what they cross after the
 /// node.

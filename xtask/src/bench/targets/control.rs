@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use super::super::{
-    render::{mib, ms},
     results::control::Control,
     stats::percentile,
+    units::{mib, ms},
 };
 use super::{Measured, Target};
 

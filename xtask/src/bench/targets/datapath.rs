@@ -1,7 +1,7 @@
 //! The datapath section's targets.
 
 use super::super::{
-    Plan,
+    plan::Plan,
     results::datapath::{Load, Mode, Row, find},
 };
 use super::{Measured, Target};

@@ -1,7 +1,7 @@
 //! The NodePort section's targets.
 
 use super::super::{
-    Plan,
+    plan::Plan,
     results::nodeport::{Family, INGRESS_HIT, Load, Mode, NodePort, XDP_HIT, find},
 };
 use super::{Measured, Target};

@@ -4,9 +4,9 @@
 //! can show); on the end-to-end bed, ahead of ours at tc.
 
 use super::super::{
-    Plan,
+    plan::Plan,
     results::{
-        nodeport::Mode,
+        node::Mode,
         pps::{Family, Pps, PpsBed, PpsMode, find},
     },
 };

@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use super::super::{
-    render::{mib, millis},
     results::scale::{API, FILE, Row},
     stats::percentile,
+    units::{mib, millis},
 };
 use super::{Measured, Target};
 
