@@ -149,7 +149,7 @@ impl Host {
             Host::OnLink(b) => [0xfd00, 0x57, 0, 0, 0, 0, 0, u16::from(b)],
             Host::Any(a) => return a,
         };
-        crate::packets6::v6(s)
+        lb_testbed::packets6::v6(s)
     }
 }
 

@@ -5,12 +5,12 @@
 //! and ingress, and short sequences of a flow's life.
 
 use etherparse::{Icmpv6Type, icmpv4::DestUnreachableHeader};
-
-use crate::{
+use lb_testbed::{
     bed::{self, Tcp},
-    packet_frame::{Hook, Host, Port, dsr_udp, encode_raw},
     packets6::{self, tcp6, udp6, udp6_behind, udp6_fragments},
 };
+
+use crate::packet_frame::{Hook, Host, Port, dsr_udp, encode_raw};
 
 /// Named seed inputs.
 pub fn seeds() -> Vec<(String, Vec<u8>)> {

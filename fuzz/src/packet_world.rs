@@ -20,13 +20,13 @@ use lb_common::{
     Ct4Key, Ct4Value, Ct6Key, Ct6Value, FE_F_DSR, Frag4Key, Frag4Value, Frag6Key, Nat4Key,
     Nat4Value, Nat6Key, Nat6Value, PROTO_TCP, PROTO_UDP,
 };
-
-use crate::{
+use lb_testbed::{
     bed::{self, Bed, Tcp},
-    fib_netns::Netns,
-    packet_frame::{Hook, Host, Port, Step, dsr_udp},
+    fib_netns::fib_netns,
     packets6::{tcp6, udp6},
 };
+
+use crate::packet_frame::{Hook, Host, Port, Step, dsr_udp};
 
 /// An address of either family (IPv4 in the first four bytes), a port and
 /// a protocol.
@@ -125,7 +125,7 @@ impl World {
     /// Builds the world in a namespace of its own, which the calling
     /// thread enters for good.
     pub fn new() -> Self {
-        let ns = Netns::new();
+        let ns = fib_netns();
         let devices = [ns.ifindex("x0"), ns.ifindex("x1"), ns.ifindex("x2")];
         ns.enter();
         // Its name goes; the namespace lives while this thread is in it.

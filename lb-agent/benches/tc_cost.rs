@@ -25,21 +25,12 @@
 //! once, through the same repeat loop, so that what the loop itself costs
 //! on this machine is not taken for the programs' work.
 
-#[path = "../tests/tc/bed.rs"]
-#[expect(dead_code, reason = "the bed's checkers serve the tests")]
-mod bed;
-#[path = "../tests/tc/fib_netns.rs"]
-mod fib_netns;
-#[path = "../tests/tc/packets6.rs"]
-#[expect(dead_code, reason = "the checkers serve the tests")]
-mod packets6;
-
 use std::time::Duration;
 
-use bed::{Bed, CLIENT, FRONTEND, NODE, NODE_PORT, Tcp, tcp};
-use fib_netns::Netns;
 use lb_common::{FE_F_EXTERNAL_LOCAL, PROTO_TCP};
-use packets6::{CLIENT6, FRONTEND6, NODE6, tcp6, v6};
+use lb_testbed::bed::{self, Bed, CLIENT, FRONTEND, NODE, NODE_PORT, Tcp, tcp};
+use lb_testbed::fib_netns::fib_netns;
+use lb_testbed::packets6::{CLIENT6, FRONTEND6, NODE6, tcp6, v6};
 use serde_json::{Value, json};
 
 /// Where to write the figures as JSON, besides printing them.
@@ -210,7 +201,7 @@ fn main() {
     // The XDP fast path, in a namespace whose FIB sends 10.2.0.0/24,
     // 198.51.100.0/24 and fd42:2::/64 back out of `x0`, the device the
     // frames arrive on: each run a conntrack hit forwarded with XDP_TX.
-    let ns = Netns::new();
+    let ns = fib_netns();
     let x0 = ns.ifindex("x0");
     bed.load_xdp();
     let (c, d) = (([198, 51, 100, 20], 80), ([10, 2, 0, 1], 8080));

@@ -20,6 +20,4 @@ pub mod sockets;
 pub mod source;
 pub mod syncer;
 #[cfg(test)]
-mod test_netns;
-#[cfg(test)]
 mod test_rng;

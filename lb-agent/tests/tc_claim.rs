@@ -6,19 +6,15 @@
 //! port as well (`lb_common::NAT_F_CLAIMING` closes that window). Needs
 //! root and two CPUs; fails loudly without them.
 
-#[path = "tc/bed.rs"]
-#[expect(dead_code, reason = "each test file uses a part of the bed")]
-mod bed;
-
 use std::sync::{Barrier, Mutex};
 
 use aya::{
     Pod,
     maps::{HashMap, IterableMap as _, Map, MapData},
 };
-use bed::*;
 use lb_agent::datapath::conntrack;
 use lb_common::{CT_DIR_OUT, Ct4Key, Nat4Key, Nat4Value, PROTO_TCP};
+use lb_testbed::bed::*;
 
 /// Rounds of the race: each starts both CPUs on one dead port.
 const ROUNDS: usize = 20_000;

@@ -11,23 +11,14 @@
 //! Every checksum is checked against etherparse.
 //! Needs root (CAP_BPF and CAP_NET_ADMIN); without it every test fails.
 
-#[path = "tc/bed.rs"]
-#[expect(dead_code, reason = "the other helpers serve tc_programs.rs")]
-mod bed;
-#[path = "tc/fib_netns.rs"]
-mod fib_netns;
-#[path = "tc/packets6.rs"]
-#[expect(dead_code, reason = "the other helpers serve tc_programs6.rs")]
-mod packets6;
-
-use bed::*;
 use etherparse::{NetHeaders, PacketBuilder, PacketHeaders, TcpOptionElement, TransportHeader};
-use fib_netns::Netns;
 use lb_common::{
     At, CFG_F_MIDFLOW, CT_DIR_IN, CT_DIR_OUT, CT_F_DSR, CT_F_SNAT, CT_SEEN, CT_SEEN_ACK,
     DatapathConfig, FE_F_DSR, FE_F_EXTERNAL_LOCAL, PROTO_TCP, PROTO_UDP, Reason, Timeouts,
 };
-use packets6::*;
+use lb_testbed::bed::*;
+use lb_testbed::fib_netns::fib_netns;
+use lb_testbed::packets6::*;
 
 /// The option as the backend's node must find it: Cilium's type 0x9a,
 /// length 8, the frontend's port and address.
@@ -122,7 +113,7 @@ fn backend_node(proto: u8) -> Bed {
 /// device whose index it gets (`x0`, see `fib_netns`): the backend's node
 /// checks that a DSR flow's client is reached back through its device.
 fn on_device(f: impl FnOnce(u32) + Send) {
-    let ns = Netns::new();
+    let ns = fib_netns();
     let x0 = ns.ifindex("x0");
     ns.run(|| f(x0));
 }

@@ -10,23 +10,14 @@
 //! fragmented. The programs run in a namespace whose FIB has the clients
 //! behind `x0` (`fib_netns`). Needs root; without it every test fails.
 
-#[path = "tc/bed.rs"]
-#[expect(dead_code, reason = "the other helpers serve tc_programs.rs")]
-mod bed;
-#[path = "tc/fib_netns.rs"]
-mod fib_netns;
-#[path = "tc/packets6.rs"]
-#[expect(dead_code, reason = "the other helpers serve tc_programs6.rs")]
-mod packets6;
-
-use bed::*;
 use etherparse::{Icmpv4Header, IpNumber, Ipv4Header, NetHeaders, PacketHeaders, TransportHeader};
-use fib_netns::Netns;
 use lb_common::{
     At, CT_DIR_OUT, CT_F_DSR, CT_F_SNAT, Ct4Key, Ct4Value, DatapathConfig, FE_F_DSR, PROTO_TCP,
     PROTO_UDP, Reason,
 };
-use packets6::*;
+use lb_testbed::bed::*;
+use lb_testbed::fib_netns::fib_netns;
+use lb_testbed::packets6::*;
 
 /// `TC_ACT_REDIRECT`: the answer was handed to the device the FIB named
 /// (the kernel writes its link-layer header after the program).
@@ -98,7 +89,7 @@ fn backend_node(proto: u8) -> Bed {
 
 /// Runs `f` with the namespace's FIB, given `x0`'s index.
 fn on_device(f: impl FnOnce(u32) + Send) {
-    let ns = Netns::new();
+    let ns = fib_netns();
     let x0 = ns.ifindex("x0");
     ns.run(|| f(x0));
 }

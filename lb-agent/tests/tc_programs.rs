@@ -3,11 +3,6 @@
 //! test fills as the agent would, and real packets in and out. Needs root
 //! (CAP_BPF and CAP_NET_ADMIN); without it every test fails.
 
-#[path = "tc/bed.rs"]
-#[expect(dead_code, reason = "the timing helpers serve the bench")]
-mod bed;
-
-use bed::*;
 use etherparse::{
     Icmpv4Header, Icmpv4Type, NetHeaders, PacketHeaders, TransportHeader,
     icmpv4::DestUnreachableHeader,
@@ -17,6 +12,7 @@ use lb_common::{
     At, CT_DIR_IN, CT_DIR_OUT, CT_F_SNAT, Ct4Key, Ct4Value, FE_F_EXTERNAL_LOCAL,
     FE_F_NO_LOCAL_ENDPOINTS, FE_F_SOURCE_RANGES, Nat4Key, Nat4Value, PROTO_TCP, PROTO_UDP, Reason,
 };
+use lb_testbed::bed::*;
 
 #[test]
 fn a_new_flow_to_an_external_frontend_is_dnated_and_tracked_both_ways() {

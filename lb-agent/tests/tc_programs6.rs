@@ -4,19 +4,13 @@
 //! checksum checked against etherparse's reference computation. Needs root
 //! (CAP_BPF and CAP_NET_ADMIN); without it every test fails.
 
-#[path = "tc/bed.rs"]
-#[expect(dead_code, reason = "the IPv4 helpers serve tc_programs.rs")]
-mod bed;
-#[path = "tc/packets6.rs"]
-mod packets6;
-
-use bed::*;
 use etherparse::{Icmpv6Type, PacketHeaders, TransportHeader, icmpv6};
 use lb_common::{
     At, CT_DIR_IN, CT_DIR_OUT, CT_F_SNAT, FE_F_EXTERNAL_LOCAL, FE_F_NO_LOCAL_ENDPOINTS,
     FE_F_SOURCE_RANGES, PROTO_TCP, PROTO_UDP, Reason,
 };
-use packets6::*;
+use lb_testbed::bed::*;
+use lb_testbed::packets6::*;
 
 #[test]
 fn a_new_ipv6_flow_is_dnated_tracked_both_ways_and_counted_as_ipv6() {

@@ -6,17 +6,13 @@
 //! flows left to the kernel, and the budget of unconfirmed flows. Needs root (CAP_BPF, CAP_NET_ADMIN); without
 //! it every test fails.
 
-#[path = "tc/bed.rs"]
-#[expect(dead_code, reason = "each test file uses a part of the bed")]
-mod bed;
-
-use bed::*;
 use lb_agent::datapath::conntrack;
 use lb_common::{
     At, CT_DIR_OUT, CT_SEEN, CT_SEEN_ACK, CT_TIME_WAIT, Ct4Value, DEFAULT_CT_TIMEOUT_ANY,
     DEFAULT_CT_TIMEOUT_TCP, DEFAULT_CT_TIMEOUT_TCP_FIN, DEFAULT_CT_TIMEOUT_TCP_SYN, DatapathConfig,
     FE_F_EXTERNAL_LOCAL, Nat4Value, PROTO_TCP, PROTO_UDP, REJECT_BURST, Reason,
 };
+use lb_testbed::bed::*;
 
 /// Every entry's expiry, in seconds from now: conntrack entries by
 /// direction, then SNAT entries.

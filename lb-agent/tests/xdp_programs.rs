@@ -7,22 +7,13 @@
 //! reference computation. Needs root (CAP_BPF, CAP_NET_ADMIN, setns);
 //! without it every test fails.
 
-#[path = "tc/bed.rs"]
-#[expect(dead_code, reason = "helpers of the tc tests")]
-mod bed;
-#[path = "tc/fib_netns.rs"]
-mod fib_netns;
-#[path = "tc/packets6.rs"]
-#[expect(dead_code, reason = "helpers of the IPv6 tc tests")]
-mod packets6;
-
-use bed::*;
-use fib_netns::Netns;
 use lb_common::{
     At, CT_SEEN, PROTO_TCP, PROTO_UDP, Reason, XDP_FOUND_FLOW, XDP_FOUND_KERNEL, XDP_META_FOUND,
     XdpFound,
 };
-use packets6::*;
+use lb_testbed::bed::*;
+use lb_testbed::fib_netns::fib_netns;
+use lb_testbed::packets6::*;
 
 const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
@@ -53,7 +44,7 @@ fn bed() -> Bed {
 
 #[test]
 fn xdp_sends_a_cluster_flow_to_a_remote_backend_translated_both_ways_back_out_of_its_device() {
-    let ns = Netns::new();
+    let ns = fib_netns();
     let x0 = ns.ifindex("x0");
     let mut bed = bed();
     bed.snat(NODE, 61_000, 61_010);
@@ -134,7 +125,7 @@ fn forget_flows(bed: &mut Bed) {
 
 #[test]
 fn xdp_sends_a_flows_next_packets_both_ways_by_its_cache_alone_until_something_changes() {
-    let ns = Netns::new();
+    let ns = fib_netns();
     let x0 = ns.ifindex("x0");
     let mut bed = bed();
     bed.snat(NODE, 61_000, 61_010);
@@ -198,7 +189,7 @@ fn xdp_sends_a_flows_next_packets_both_ways_by_its_cache_alone_until_something_c
 /// entry, and no longer by the cache.
 #[test]
 fn the_cache_is_looked_up_only_for_frontends_addresses_and_the_snat_address() {
-    let ns = Netns::new();
+    let ns = fib_netns();
     let x0 = ns.ifindex("x0");
     let mut bed = bed();
     bed.snat(NODE, 61_000, 61_010);
@@ -237,7 +228,7 @@ fn the_cache_is_looked_up_only_for_frontends_addresses_and_the_snat_address() {
 
 #[test]
 fn xdp_sends_an_ipv6_flows_next_datagrams_by_its_cache_at_its_generation_only() {
-    let ns = Netns::new();
+    let ns = fib_netns();
     let x0 = ns.ifindex("x0");
     let mut bed = bed();
     bed.snat(NODE6, 61_000, 61_010);
@@ -306,7 +297,7 @@ fn found<A: Copy + Default>(frame: &[u8], (addr_be, port): (A, u16), what: u8) -
 /// ours.
 #[test]
 fn xdp_records_local_backends_flows_and_hands_them_to_tc_and_strangers_as_not_ours() {
-    let ns = Netns::new();
+    let ns = fib_netns();
     let x0 = ns.ifindex("x0");
     let mut bed = bed();
     bed.snat(NODE, 61_000, 61_010);
@@ -367,7 +358,7 @@ fn xdp_records_local_backends_flows_and_hands_them_to_tc_and_strangers_as_not_ou
 /// told so: XDP advances its entry, tc passes it without a lookup.
 #[test]
 fn xdp_hands_a_flow_the_kernel_tracks_to_tc_as_the_kernels() {
-    let ns = Netns::new();
+    let ns = fib_netns();
     let x0 = ns.ifindex("x0");
     let mut bed = bed();
     bed.snat(NODE, 61_000, 61_010);
@@ -387,7 +378,7 @@ fn xdp_hands_a_flow_the_kernel_tracks_to_tc_as_the_kernels() {
 
 #[test]
 fn xdp_sends_an_ipv6_cluster_flow_to_a_remote_backend_translated_both_ways() {
-    let ns = Netns::new();
+    let ns = fib_netns();
     let x0 = ns.ifindex("x0");
     let mut bed = bed();
     bed.snat(NODE6, 61_000, 61_010);
@@ -420,7 +411,7 @@ fn xdp_sends_an_ipv6_cluster_flow_to_a_remote_backend_translated_both_ways() {
 
 #[test]
 fn xdp_records_ipv6_local_backends_flows_and_hands_them_to_tc_and_strangers_as_not_ours() {
-    let ns = Netns::new();
+    let ns = fib_netns();
     let x0 = ns.ifindex("x0");
     let mut bed = bed();
     bed.snat(NODE6, 61_000, 61_010);
@@ -447,7 +438,7 @@ fn xdp_records_ipv6_local_backends_flows_and_hands_them_to_tc_and_strangers_as_n
 
 #[test]
 fn xdp_redirects_to_another_device_it_runs_on_and_leaves_other_devices_to_tc() {
-    let ns = Netns::new();
+    let ns = fib_netns();
     let (x0, x2) = (ns.ifindex("x0"), ns.ifindex("x2"));
     let mut bed = bed();
     bed.snat(NODE, 61_000, 61_010);
@@ -494,7 +485,7 @@ fn xdp_redirects_to_another_device_it_runs_on_and_leaves_other_devices_to_tc() {
 
 #[test]
 fn what_xdp_drops_is_counted_by_reason_as_xdps() {
-    let ns = Netns::new();
+    let ns = fib_netns();
     let x0 = ns.ifindex("x0");
     let mut bed = bed();
     // One SNAT port: the first client's flow takes it.
@@ -518,7 +509,7 @@ fn what_xdp_drops_is_counted_by_reason_as_xdps() {
 
 #[test]
 fn xdp_sends_later_ipv4_fragments_where_their_first_went() {
-    let ns = Netns::new();
+    let ns = fib_netns();
     let x0 = ns.ifindex("x0");
     let mut bed = bed();
     bed.snat(NODE, 61_000, 61_010);
@@ -551,7 +542,7 @@ fn xdp_sends_each_new_flow_of_a_maglev_frontend_where_its_hash_points() {
     use lb_agent::model::maglev::{HashSeed, TableSize, lookup_table};
     use lb_common::{FlowHash, ports_word};
 
-    let ns = Netns::new();
+    let ns = fib_netns();
     let x0 = ns.ifindex("x0");
     let backends: Vec<Addr> = (0..3).map(|i| (REMOTE_POD.0, 8080 + i)).collect();
     let addrs: Vec<std::net::SocketAddr> = backends
@@ -589,7 +580,7 @@ fn xdp_sends_each_new_flow_of_a_maglev_frontend_where_its_hash_points() {
 /// XDP's, before the kernel allocates anything.
 #[test]
 fn xdp_drops_syns_beyond_the_budget_of_unconfirmed_flows() {
-    let ns = Netns::new();
+    let ns = fib_netns();
     let x0 = ns.ifindex("x0");
     let mut bed = bed();
     bed.snat(NODE, 61_000, 61_010);
@@ -619,7 +610,7 @@ fn xdp_drops_syns_beyond_the_budget_of_unconfirmed_flows() {
 /// goes in the metadata), which then carries them as DSR.
 #[test]
 fn xdp_leaves_dsr_flows_to_tc_untouched() {
-    let ns = Netns::new();
+    let ns = fib_netns();
     let x0 = ns.ifindex("x0");
     let mut bed = bed();
     bed.snat(NODE, 61_000, 61_010);
@@ -649,7 +640,7 @@ fn xdp_leaves_dsr_flows_to_tc_untouched() {
 
 #[test]
 fn xdp_leaves_ipv6_dsr_flows_to_tc_untouched() {
-    let ns = Netns::new();
+    let ns = fib_netns();
     let x0 = ns.ifindex("x0");
     let mut bed = bed();
     bed.snat(NODE6, 61_000, 61_010);

@@ -1,4 +1,4 @@
-//! What installing an earlier release's datapath (`layout1`, `layout2`)
+//! What installing an earlier release's datapath (`layouts`)
 //! shares: the frontends to program, and attaching the programs to the
 //! cgroup through links pinned under `links/`, as every agent so far has.
 

@@ -24,16 +24,7 @@ pub mod golden;
 pub mod http;
 pub mod install;
 pub mod kubeproxy;
-pub mod layout1;
-pub mod layout10;
-pub mod layout2;
-pub mod layout3;
-pub mod layout4;
-pub mod layout5;
-pub mod layout6;
-pub mod layout7;
-pub mod layout8;
-pub mod layout9;
+pub mod layouts;
 pub mod manifests;
 pub mod maps;
 pub mod metrics;
@@ -53,23 +44,16 @@ pub mod two_nodes;
 
 use std::path::PathBuf;
 
+/// Fails loudly (never skips) when the harness lacks root.
+pub use lb_test_netns::require_root;
+
 /// A unique prefix for names this process creates (netns, cgroups, pins,
-/// temp directories). The first call also removes what dead test processes
-/// left behind under such names.
+/// temp directories): [`lb_test_netns::unique`]. The first call also
+/// removes what dead test processes left behind under such names.
 pub fn unique(tag: &str) -> String {
-    use std::sync::{
-        Once,
-        atomic::{AtomicU32, Ordering},
-    };
-    static N: AtomicU32 = AtomicU32::new(0);
-    static SWEEP: Once = Once::new();
+    static SWEEP: std::sync::Once = std::sync::Once::new();
     SWEEP.call_once(orphans::sweep);
-    format!(
-        "lbt{}{}{}",
-        std::process::id(),
-        tag,
-        N.fetch_add(1, Ordering::Relaxed)
-    )
+    lb_test_netns::unique(tag)
 }
 
 /// Path of a binary built next to the running test or tool
@@ -90,14 +74,4 @@ pub fn sibling_binary(name: &str, env: &str) -> PathBuf {
         path.display()
     );
     path
-}
-
-/// Fails loudly (never skips) when the harness lacks root.
-pub fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
-        "privileged test: needs root (CAP_NET_ADMIN, CAP_BPF, CAP_SYS_ADMIN) for netns, cgroups and BPF"
-    );
 }

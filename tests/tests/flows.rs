@@ -18,7 +18,7 @@ use lb_common::{CT4, NAT4};
 use lb_fixtures::{Ep, Svc, SvcPort, yaml};
 use lb_tests::{
     kubeproxy::{self, NodePort, Proto, SvcSpec},
-    layout4,
+    layouts::{Frontend, layout},
     probe::{Held, HeldUdp, UdpAnswer, outside_bench},
     two_nodes::{
         Bed, CLIENT, EXTERNAL_IP, NODE1, NODE2, answers, node_objects, node_port_svc, p1, p2, slice,
@@ -459,14 +459,14 @@ fn an_upgrade_from_layout_4_keeps_every_flow_from_outside() -> anyhow::Result<()
     // `remote` and `local`'s NodePorts seen from outside.
     let node1: std::net::Ipv4Addr = NODE1.parse()?;
     let (p1, p2) = ("10.42.1.2".parse()?, "10.42.2.2".parse()?);
-    let frontend = |port, proto, backend, target| layout4::Frontend {
+    let frontend = |port, proto, backend, target| Frontend {
         vip: node1,
         port,
         proto,
         scope: 1,
         backends: vec![(backend, target)],
     };
-    layout4::install(
+    layout(4).install_on_node(
         bed.node1.pins.path(),
         bed.node1.cgroup.path(),
         &[

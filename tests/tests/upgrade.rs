@@ -19,7 +19,7 @@ use lb_fixtures::{Object, Slice, Svc, yaml};
 use lb_tests::{
     cgroup::{SOCK_HOOKS, attached_programs},
     install::Frontend,
-    layout1, layout2, layout3, layout5, layout6, layout7, layout8, layout9, layout10,
+    layouts::{Layout, layout},
     probe::{self, BenchReport},
     scenario::Bed,
 };
@@ -191,15 +191,13 @@ fn old_frontends() -> Vec<Frontend> {
     ]
 }
 
-/// An earlier release's installer: pin directory, cgroup, frontends.
-type Install = fn(&Path, &Path, &[Frontend]) -> anyhow::Result<()>;
-
-/// Installs an earlier layout with `install`, then starts the agent, whose
-/// source moves web, under TCP and UDP traffic and with a connection held
-/// open across the upgrade. No connection may fail.
-fn upgrade_under_traffic(install: Install, what: &str) -> anyhow::Result<()> {
+/// Installs an earlier `layout`, then starts the agent, whose source moves
+/// web, under TCP and UDP traffic and with a connection held open across
+/// the upgrade. No connection may fail.
+fn upgrade_under_traffic(layout: &Layout) -> anyhow::Result<()> {
+    let what = &format!("upgrade from layout {}", layout.version);
     let mut bed = bed()?;
-    install(bed.pins.path(), bed.cgroup.path(), &old_frontends())?;
+    layout.install(bed.pins.path(), bed.cgroup.path(), &old_frontends())?;
     // The old layout serves, with a connection held open across the upgrade.
     assert_eq!(answering(&bed, 40)?, set(&["pa", "pb"]));
     let mut held = bed.hold(TO)?;
@@ -252,47 +250,47 @@ fn upgrade_under_traffic(install: Install, what: &str) -> anyhow::Result<()> {
 
 #[test]
 fn upgrading_from_layout_1_under_traffic_fails_no_connection() -> anyhow::Result<()> {
-    upgrade_under_traffic(layout1::install, "upgrade from layout 1")
+    upgrade_under_traffic(layout(1))
 }
 
 #[test]
 fn upgrading_from_layout_2_under_traffic_fails_no_connection() -> anyhow::Result<()> {
-    upgrade_under_traffic(layout2::install, "upgrade from layout 2")
+    upgrade_under_traffic(layout(2))
 }
 
 #[test]
 fn upgrading_from_layout_3_under_traffic_fails_no_connection() -> anyhow::Result<()> {
-    upgrade_under_traffic(layout3::install, "upgrade from layout 3")
+    upgrade_under_traffic(layout(3))
 }
 
 #[test]
 fn upgrading_from_layout_5_under_traffic_fails_no_connection() -> anyhow::Result<()> {
-    upgrade_under_traffic(layout5::install, "upgrade from layout 5")
+    upgrade_under_traffic(layout(5))
 }
 
 #[test]
 fn upgrading_from_layout_6_under_traffic_fails_no_connection() -> anyhow::Result<()> {
-    upgrade_under_traffic(layout6::install, "upgrade from layout 6")
+    upgrade_under_traffic(layout(6))
 }
 
 #[test]
 fn upgrading_from_layout_7_under_traffic_fails_no_connection() -> anyhow::Result<()> {
-    upgrade_under_traffic(layout7::install, "upgrade from layout 7")
+    upgrade_under_traffic(layout(7))
 }
 
 #[test]
 fn upgrading_from_layout_8_under_traffic_fails_no_connection() -> anyhow::Result<()> {
-    upgrade_under_traffic(layout8::install, "upgrade from layout 8")
+    upgrade_under_traffic(layout(8))
 }
 
 #[test]
 fn upgrading_from_layout_9_under_traffic_fails_no_connection() -> anyhow::Result<()> {
-    upgrade_under_traffic(layout9::install, "upgrade from layout 9")
+    upgrade_under_traffic(layout(9))
 }
 
 #[test]
 fn upgrading_from_layout_10_under_traffic_fails_no_connection() -> anyhow::Result<()> {
-    upgrade_under_traffic(layout10::install, "upgrade from layout 10")
+    upgrade_under_traffic(layout(10))
 }
 
 /// The programs attached to `cgroup` at each socket hook, by link name.
@@ -314,7 +312,7 @@ fn attached(cgroup: &Path) -> anyhow::Result<BTreeMap<String, Vec<u32>>> {
 /// the links of `held`.
 fn upgrade_with_links_held(held: &[&str]) -> anyhow::Result<()> {
     let mut bed = bed()?;
-    layout10::install(bed.pins.path(), bed.cgroup.path(), &old_frontends())?;
+    layout(10).install(bed.pins.path(), bed.cgroup.path(), &old_frontends())?;
     let old_programs = linked_programs(bed.pins.path())?;
     let before = attached(bed.cgroup.path())?;
     for (link, id) in &old_programs {
@@ -447,7 +445,7 @@ fn a_migration_cut_short_is_finished_or_undone_by_the_next_agent() -> anyhow::Re
     // they go, and the maps in use stay.
     bed.agent().terminate()?;
     fs::create_dir_all(&next)?;
-    layout1::pin_unused_map(&next.join(REVNAT4.pin))?;
+    layout(1).pin_unused_map("LB4_REVNAT", &next.join(REVNAT4.pin))?;
     let id = MapInfo::from_pin(maps.join(FRONTENDS4.pin))?.id();
     bed.start_agent(&[])?;
     assert!(!next.exists(), "{:?}", pinned(&next));

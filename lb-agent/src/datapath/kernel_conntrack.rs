@@ -614,10 +614,10 @@ mod privileged {
         time::Duration,
     };
 
+    use lb_test_netns::{TestNetns, require_root};
     use socket2::{Domain, Protocol, SockAddr, Type};
 
     use super::*;
-    use crate::test_netns::{TestNetns, require_root};
 
     const TIMEOUT: Duration = Duration::from_secs(5);
 

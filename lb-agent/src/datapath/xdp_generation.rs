@@ -111,11 +111,10 @@ impl Generation {
 mod privileged {
     use std::time::{Duration, Instant};
 
+    use lb_test_netns::{TestNetns, require_root};
+
     use super::*;
-    use crate::{
-        datapath::loader,
-        test_netns::{TestNetns, ip, require_root},
-    };
+    use crate::datapath::loader;
 
     /// Whether the generation moves past `than` within a few seconds.
     fn moves_past(g: &Generation, than: u32) -> bool {
@@ -166,7 +165,7 @@ mod privileged {
             &["route", "del", "10.8.0.0/24"],
         ] {
             let before = g.get().expect("reading the generation");
-            ip(&[&["-n", ns.name()][..], change].concat());
+            ns.ip(change);
             assert!(
                 moves_past(&g, before),
                 "ip {change:?} left the generation at {before}"

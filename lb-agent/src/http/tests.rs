@@ -14,8 +14,9 @@ use tokio::{
     time::timeout,
 };
 
+use lb_test_netns::{TestNetns, require_root};
+
 use super::*;
-use crate::test_netns::{TestNetns, require_root};
 
 const ANY_PORT: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
 /// Bounds the waits that only guard against a hang.

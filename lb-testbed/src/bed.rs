@@ -48,33 +48,33 @@ fn write_table(
 }
 
 /// What the programs return: pass on (TCX "next"), or drop.
-pub(crate) const PASS: i32 = -1;
-pub(crate) const DROP: i32 = 2;
+pub const PASS: i32 = -1;
+pub const DROP: i32 = 2;
 /// `TC_ACT_REDIRECT`: sent on by `bpf_redirect`.
-pub(crate) const REDIRECT: i32 = 7;
+pub const REDIRECT: i32 = 7;
 
-pub(crate) type Addr = ([u8; 4], u16);
+pub type Addr = ([u8; 4], u16);
 /// An IPv6 address and port.
-pub(crate) type Addr6 = ([u8; 16], u16);
+pub type Addr6 = ([u8; 16], u16);
 
-pub(crate) const NODE: [u8; 4] = [192, 0, 2, 10];
-pub(crate) const NODE_PORT: u16 = 30080;
-pub(crate) const CLIENT: Addr = ([198, 51, 100, 7], 40000);
-pub(crate) const LOCAL_POD: Addr = ([10, 1, 0, 5], 8080);
-pub(crate) const REMOTE_POD: Addr = ([10, 2, 0, 9], 8080);
+pub const NODE: [u8; 4] = [192, 0, 2, 10];
+pub const NODE_PORT: u16 = 30080;
+pub const CLIENT: Addr = ([198, 51, 100, 7], 40000);
+pub const LOCAL_POD: Addr = ([10, 1, 0, 5], 8080);
+pub const REMOTE_POD: Addr = ([10, 2, 0, 9], 8080);
 
-/// The agent's object with small private maps and both tc programs loaded.
 /// The IPv4 counter of `reason` at `at`.
-pub(crate) const fn stat4(at: At, reason: Reason) -> StatKey {
+pub const fn stat4(at: At, reason: Reason) -> StatKey {
     StatKey::new(at, StatFamily::V4, reason)
 }
 
 /// The IPv6 counter of `reason` at `at`.
-pub(crate) const fn stat6(at: At, reason: Reason) -> StatKey {
+pub const fn stat6(at: At, reason: Reason) -> StatKey {
     StatKey::new(at, StatFamily::V6, reason)
 }
 
-pub(crate) struct Bed {
+/// The agent's object with small private maps and its tc programs loaded.
+pub struct Bed {
     ebpf: Ebpf,
     pub v4: Lb<[u8; 4]>,
     pub v6: Lb<[u8; 16]>,
@@ -113,7 +113,7 @@ impl Drop for Bed {
 
 /// One family's load-balancing maps (`LB4_*` or `LB6_*`), written as the
 /// agent writes them.
-pub(crate) struct Lb<A: BedFamily> {
+pub struct Lb<A: BedFamily> {
     frontends: HashMap<MapData, FrontendKey<A>, FrontendId>,
     states: Array<MapData, FrontendState<A>>,
     slots: HashMap<MapData, SlotKey, Slot>,
@@ -143,7 +143,7 @@ impl<A: BedFamily> Lb<A> {
 
 /// An address family of the bed: `[u8; 4]` or `[u8; 16]`, which picks its
 /// maps and settings.
-pub(crate) trait BedFamily: Address + aya::Pod {
+pub trait BedFamily: Address + aya::Pod {
     /// `4` or `6`, as the maps' names have it.
     const DIGIT: u8;
     /// Bits of a source-range key before the source address.
@@ -192,12 +192,17 @@ where
 }
 
 impl Bed {
-    pub(crate) fn new() -> Self {
+    /// A bed whose conntrack holds 2048 flows.
+    #[expect(
+        clippy::new_without_default,
+        reason = "every call loads the programs into the kernel: not a default value"
+    )]
+    pub fn new() -> Self {
         Self::with_flows(2048)
     }
 
     /// A bed whose conntrack holds `flows` flows (two entries each).
-    pub(crate) fn with_flows(flows: u32) -> Self {
+    pub fn with_flows(flows: u32) -> Self {
         let mut loader = EbpfLoader::new();
         for (map, size) in [
             ("LB4_FRONTENDS", 64),
@@ -258,7 +263,7 @@ impl Bed {
 
     /// Takes the map `name` out of the object, for a caller that reads or
     /// writes one the bed keeps no handle of.
-    pub(crate) fn take_map<T: TryFrom<Map>>(&mut self, name: &str) -> T
+    pub fn take_map<T: TryFrom<Map>>(&mut self, name: &str) -> T
     where
         T::Error: std::fmt::Debug,
     {
@@ -267,14 +272,14 @@ impl Bed {
 
     /// An external frontend `NODE:port/proto` with `backends`, written in
     /// the agent's order (backends, slots, state, then the key).
-    pub(crate) fn frontend(&mut self, port: u16, proto: u8, flags: u16, backends: &[Addr]) {
+    pub fn frontend(&mut self, port: u16, proto: u8, flags: u16, backends: &[Addr]) {
         self.frontend_at((NODE, port), proto, flags, backends);
     }
 
     /// An external frontend `addr:port/proto` of either family with
     /// `backends`, written in the agent's order (backends, slots, state,
     /// then the key).
-    pub(crate) fn frontend_at<A: BedFamily>(
+    pub fn frontend_at<A: BedFamily>(
         &mut self,
         (addr, port): (A, u16),
         proto: u8,
@@ -328,21 +333,21 @@ impl Bed {
 
     /// Clears every bit of `LB_ADDRS`, as when the last frontend of each
     /// address went.
-    pub(crate) fn clear_addrs(&mut self) {
+    pub fn clear_addrs(&mut self) {
         for word in 0..lb_common::ADDR_WORDS {
             self.addrs.set(word, 0, 0).unwrap();
         }
     }
 
     /// Gives the frontend `NODE:port/proto` a Maglev table ([`Self::maglev_at`]).
-    pub(crate) fn maglev(&mut self, port: u16, proto: u8, table: &[u32], seed: u32) {
+    pub fn maglev(&mut self, port: u16, proto: u8, table: &[u32], seed: u32) {
         self.maglev_at((NODE, port), proto, table, seed);
     }
 
     /// Gives the frontend `addr:port/proto` a Maglev table: entry `i` names
     /// its backend `table[i]` (an index into the frontend's backends), and
     /// flows are hashed with `seed`.
-    pub(crate) fn maglev_at<A: BedFamily>(
+    pub fn maglev_at<A: BedFamily>(
         &mut self,
         (addr, port): (A, u16),
         proto: u8,
@@ -371,13 +376,13 @@ impl Bed {
 
     /// Admits sources in `net/len` to the frontend `NODE:port/proto`
     /// ([`Self::admit_at`]).
-    pub(crate) fn admit(&mut self, port: u16, proto: u8, net: [u8; 4], len: u32) {
+    pub fn admit(&mut self, port: u16, proto: u8, net: [u8; 4], len: u32) {
         self.admit_at((NODE, port), proto, net, len);
     }
 
     /// Admits sources in `net/len` to the frontend `fe/proto`, as the agent
     /// writes `loadBalancerSourceRanges`.
-    pub(crate) fn admit_at<A: BedFamily>(&mut self, fe: (A, u16), proto: u8, net: A, len: u32) {
+    pub fn admit_at<A: BedFamily>(&mut self, fe: (A, u16), proto: u8, net: A, len: u32) {
         let data = SourceRange {
             addr_be: fe.0,
             port_be: fe.1.to_be(),
@@ -392,7 +397,7 @@ impl Bed {
     /// Says that `endpoint` is on this node and an endpoint of the DSR
     /// frontend `frontend` (all-zero address: a NodePort), as the agent
     /// writes `LB4_DSR_EPS`.
-    pub(crate) fn dsr_endpoint<A: BedFamily>(
+    pub fn dsr_endpoint<A: BedFamily>(
         &mut self,
         frontend: (A, u16),
         endpoint: (A, u16),
@@ -411,7 +416,7 @@ impl Bed {
 
     /// Says that `net/len` belongs to node number `node`, as the agent
     /// writes `LB4_NODE_NETS`.
-    pub(crate) fn node_net<A: BedFamily>(&mut self, net: A, len: u32, node: u32) {
+    pub fn node_net<A: BedFamily>(&mut self, net: A, len: u32, node: u32) {
         A::lb(self)
             .node_nets
             .insert(&Key::new(len, net), NodeNet { node }, 0)
@@ -422,14 +427,7 @@ impl Bed {
     /// does at a takeover from kube-proxy: the client's entry only, marked
     /// `CT_F_KERNEL`, with `seen` (the client's bits, the backend's), for
     /// `secs` more seconds.
-    pub(crate) fn kernel_flow(
-        &mut self,
-        client: Addr,
-        to: Addr,
-        proto: u8,
-        seen: (u8, u8),
-        secs: u32,
-    ) {
+    pub fn kernel_flow(&mut self, client: Addr, to: Addr, proto: u8, seen: (u8, u8), secs: u32) {
         let key = Ct4Key {
             saddr_be: client.0,
             daddr_be: to.0,
@@ -450,7 +448,7 @@ impl Bed {
     }
 
     /// SNATs flows of `addr`'s family to `addr`, ports `min..=max`.
-    pub(crate) fn snat<A: BedFamily>(&mut self, addr: A, min: u16, max: u16) {
+    pub fn snat<A: BedFamily>(&mut self, addr: A, min: u16, max: u16) {
         let mut cfg = DatapathConfig {
             nat_port_min: min,
             nat_port_max: max,
@@ -460,18 +458,18 @@ impl Bed {
         self.set_config(cfg);
     }
 
-    pub(crate) fn config(&self) -> DatapathConfig {
+    pub fn config(&self) -> DatapathConfig {
         self.config.get(&0, 0).unwrap()
     }
 
-    pub(crate) fn set_config(&mut self, cfg: DatapathConfig) {
+    pub fn set_config(&mut self, cfg: DatapathConfig) {
         self.config.set(0, cfg, 0).unwrap();
     }
 
     /// Puts `old`'s conntrack and SNAT maps in this bed's previous-map
     /// slots and says so in the settings, as the agent does while it
     /// switches to new maps.
-    pub(crate) fn migrating_from(&mut self, old: &Bed) {
+    pub fn migrating_from(&mut self, old: &Bed) {
         self.prev_ct.set(0, &old.ct, 0).unwrap();
         self.prev_nat.set(0, &old.nat, 0).unwrap();
         let cfg = DatapathConfig {
@@ -490,21 +488,21 @@ impl Bed {
     }
 
     /// Runs program `name` on `packet`: its verdict and the packet after it.
-    pub(crate) fn run(&self, name: &str, packet: &[u8]) -> (i32, Vec<u8>) {
+    pub fn run(&self, name: &str, packet: &[u8]) -> (i32, Vec<u8>) {
         self.run_on(name, packet, 0)
     }
 
     /// Runs program `name` on `packet` as if on device `ifindex` of the
     /// caller's network namespace (0: the loopback device), where its FIB
     /// lookups happen: its verdict and the packet after it.
-    pub(crate) fn run_on(&self, name: &str, packet: &[u8], ifindex: u32) -> (i32, Vec<u8>) {
+    pub fn run_on(&self, name: &str, packet: &[u8], ifindex: u32) -> (i32, Vec<u8>) {
         self.try_run_on(name, packet, ifindex)
             .expect("BPF_PROG_TEST_RUN")
     }
 
     /// [`Self::run_on`], or the kernel's refusal to run the program on
     /// `packet`.
-    pub(crate) fn try_run_on(
+    pub fn try_run_on(
         &self,
         name: &str,
         packet: &[u8],
@@ -531,7 +529,7 @@ impl Bed {
     /// packet before the run and checks the skb's sum against the packet
     /// after it): its verdict and the packet after it, or the kernel's
     /// `EBADMSG` when the program changed bytes without updating the sum.
-    pub(crate) fn run_summed(
+    pub fn run_summed(
         &self,
         name: &str,
         packet: &[u8],
@@ -597,18 +595,13 @@ impl Bed {
     /// Runs program `name` once on `packet`: the time the kernel measured
     /// around the program alone. (A `repeat` run would feed the program its
     /// own output, which a translating program has already rewritten.)
-    pub(crate) fn time(&self, name: &str, packet: &[u8]) -> std::time::Duration {
+    pub fn time(&self, name: &str, packet: &[u8]) -> std::time::Duration {
         self.time_repeated(name, packet, 1)
     }
 
     /// Runs program `name` `repeat` times on `packet`, each run on what the
     /// one before left: the mean time per run, as the kernel measured it.
-    pub(crate) fn time_repeated(
-        &self,
-        name: &str,
-        packet: &[u8],
-        repeat: u32,
-    ) -> std::time::Duration {
+    pub fn time_repeated(&self, name: &str, packet: &[u8], repeat: u32) -> std::time::Duration {
         let mut opts = TestRunOptions::new();
         opts.data_in = Some(packet);
         opts.repeat = repeat;
@@ -621,7 +614,7 @@ impl Bed {
 
     /// Loads the XDP fast path (`lb_xdp`), which few tests run: its
     /// verification takes a while.
-    pub(crate) fn load_xdp(&mut self) {
+    pub fn load_xdp(&mut self) {
         let prog: &mut Xdp = self
             .ebpf
             .program_mut("lb_xdp")
@@ -633,7 +626,7 @@ impl Bed {
 
     /// Tells `lb_xdp` the devices it runs on (it may redirect to them), as
     /// the agent writes them.
-    pub(crate) fn xdp_devices(&mut self, ifindexes: &[u32]) {
+    pub fn xdp_devices(&mut self, ifindexes: &[u32]) {
         let mut list = [0u32; lb_common::XDP_DEVICES_MAX];
         list[..ifindexes.len()].copy_from_slice(ifindexes);
         let map = self
@@ -646,7 +639,7 @@ impl Bed {
     }
 
     /// How many flows the XDP fast path's cache holds, IPv4 and IPv6.
-    pub(crate) fn xdp_flows(&self) -> (usize, usize) {
+    pub fn xdp_flows(&self) -> (usize, usize) {
         let map = |name| self.ebpf.map(name).expect("the cache in the object");
         let v4 = |name| {
             let m: HashMap<_, lb_common::XdpFlow4Key, lb_common::XdpFlow4> =
@@ -663,7 +656,7 @@ impl Bed {
 
     /// Moves the XDP flow cache's generation on, as the agent does on a
     /// route or neighbour change.
-    pub(crate) fn bump_xdp_generation(&mut self) {
+    pub fn bump_xdp_generation(&mut self) {
         let map = self
             .ebpf
             .map_mut("LB_XDP_GENERATION")
@@ -676,13 +669,13 @@ impl Bed {
     /// Runs `lb_xdp` on `packet` as if it arrived on device `ifindex` of
     /// the caller's network namespace (where its FIB lookups happen): its
     /// action and the frame after it.
-    pub(crate) fn xdp(&self, packet: &[u8], ifindex: u32) -> (u32, Vec<u8>) {
+    pub fn xdp(&self, packet: &[u8], ifindex: u32) -> (u32, Vec<u8>) {
         self.try_xdp(packet, ifindex).expect("BPF_PROG_TEST_RUN")
     }
 
     /// [`Self::xdp`], or the kernel's refusal to run the program on
     /// `packet`.
-    pub(crate) fn try_xdp(
+    pub fn try_xdp(
         &self,
         packet: &[u8],
         ifindex: u32,
@@ -696,7 +689,7 @@ impl Bed {
     /// The kernel's mean time per run of `lb_xdp` on `packet` arriving on
     /// `ifindex`, `repeat` times over the same frame (which each run leaves
     /// as it rewrote it).
-    pub(crate) fn time_xdp(&self, packet: &[u8], ifindex: u32, repeat: u32) -> std::time::Duration {
+    pub fn time_xdp(&self, packet: &[u8], ifindex: u32, repeat: u32) -> std::time::Duration {
         self.run_xdp(packet, ifindex, None, repeat)
             .expect("BPF_PROG_TEST_RUN")
             .duration
@@ -729,38 +722,38 @@ impl Bed {
         prog.test_run(opts)
     }
 
-    pub(crate) fn ingress(&self, packet: &[u8]) -> (i32, Vec<u8>) {
+    pub fn ingress(&self, packet: &[u8]) -> (i32, Vec<u8>) {
         self.run("lb_tc_ingress", packet)
     }
 
-    pub(crate) fn egress(&self, packet: &[u8]) -> (i32, Vec<u8>) {
+    pub fn egress(&self, packet: &[u8]) -> (i32, Vec<u8>) {
         self.run("lb_tc_egress", packet)
     }
 
     /// Runs tc ingress as on device `ifindex` (see [`Self::run_on`]).
-    pub(crate) fn ingress_on(&self, packet: &[u8], ifindex: u32) -> (i32, Vec<u8>) {
+    pub fn ingress_on(&self, packet: &[u8], ifindex: u32) -> (i32, Vec<u8>) {
         self.run_on("lb_tc_ingress", packet, ifindex)
     }
 
     /// Runs tc egress as on device `ifindex` (see [`Self::run_on`]).
-    pub(crate) fn egress_on(&self, packet: &[u8], ifindex: u32) -> (i32, Vec<u8>) {
+    pub fn egress_on(&self, packet: &[u8], ifindex: u32) -> (i32, Vec<u8>) {
         self.run_on("lb_tc_egress", packet, ifindex)
     }
 
     /// Runs the ingress program of devices without a link-layer header on
     /// `packet` (an IP packet).
-    pub(crate) fn ingress_l3(&self, packet: &[u8]) -> (i32, Vec<u8>) {
+    pub fn ingress_l3(&self, packet: &[u8]) -> (i32, Vec<u8>) {
         self.run("lb_tc_l3_in", packet)
     }
 
     /// Counter `key`, summed over CPUs.
-    pub(crate) fn stat(&self, key: StatKey) -> u64 {
+    pub fn stat(&self, key: StatKey) -> u64 {
         self.stats.get(&key.index(), 0).unwrap().iter().sum()
     }
 
     /// Pins the conntrack and SNAT maps under `dir` with their pin names,
     /// as the agent's `maps/` holds them.
-    pub(crate) fn pin_conntrack(&self, dir: &std::path::Path) {
+    pub fn pin_conntrack(&self, dir: &std::path::Path) {
         use aya::maps::IterableMap as _;
         self.ct.map().pin(dir.join(lb_common::CT4.pin)).unwrap();
         self.nat.map().pin(dir.join(lb_common::NAT4.pin)).unwrap();
@@ -773,26 +766,26 @@ impl Bed {
             .unwrap();
     }
 
-    pub(crate) fn ct(&self) -> Vec<(Ct4Key, Ct4Value)> {
+    pub fn ct(&self) -> Vec<(Ct4Key, Ct4Value)> {
         self.ct.iter().map(Result::unwrap).collect()
     }
 
-    pub(crate) fn nat(&self) -> Vec<(Nat4Key, Nat4Value)> {
+    pub fn nat(&self) -> Vec<(Nat4Key, Nat4Value)> {
         self.nat.iter().map(Result::unwrap).collect()
     }
 
-    pub(crate) fn ct6(&self) -> Vec<(Ct6Key, Ct6Value)> {
+    pub fn ct6(&self) -> Vec<(Ct6Key, Ct6Value)> {
         self.ct6.iter().map(Result::unwrap).collect()
     }
 
-    pub(crate) fn nat6(&self) -> Vec<(Nat6Key, Nat6Value)> {
+    pub fn nat6(&self) -> Vec<(Nat6Key, Nat6Value)> {
         self.nat6.iter().map(Result::unwrap).collect()
     }
 }
 
 /// TCP flags of a crafted segment.
 #[derive(Clone, Copy)]
-pub(crate) enum Tcp {
+pub enum Tcp {
     Syn,
     SynAck,
     Ack,
@@ -800,7 +793,7 @@ pub(crate) enum Tcp {
     Rst,
 }
 
-pub(crate) fn tcp(src: Addr, dst: Addr, flags: Tcp) -> Vec<u8> {
+pub fn tcp(src: Addr, dst: Addr, flags: Tcp) -> Vec<u8> {
     let builder = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
         .ipv4(src.0, dst.0, 64)
         .tcp(src.1, dst.1, 1000, 64_240);
@@ -817,7 +810,7 @@ pub(crate) fn tcp(src: Addr, dst: Addr, flags: Tcp) -> Vec<u8> {
     out
 }
 
-pub(crate) fn udp(src: Addr, dst: Addr) -> Vec<u8> {
+pub fn udp(src: Addr, dst: Addr) -> Vec<u8> {
     let builder = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
         .ipv4(src.0, dst.0, 64)
         .udp(src.1, dst.1);
@@ -830,7 +823,7 @@ pub(crate) fn udp(src: Addr, dst: Addr) -> Vec<u8> {
 /// A UDP datagram of `len` payload bytes from `src` to `dst` with IP id
 /// `id`, cut into IPv4 fragments of at most `mtu` bytes each, as Ethernet
 /// frames: the first carries the UDP header.
-pub(crate) fn udp_fragments(src: Addr, dst: Addr, id: u16, len: usize, mtu: usize) -> Vec<Vec<u8>> {
+pub fn udp_fragments(src: Addr, dst: Addr, id: u16, len: usize, mtu: usize) -> Vec<Vec<u8>> {
     let payload: Vec<u8> = (0..len).map(|i| i as u8).collect();
     let mut ip = Ipv4Header::new(0, 64, IpNumber::UDP, src.0, dst.0).unwrap();
     // A fragment never has don't fragment set.
@@ -858,7 +851,7 @@ pub(crate) fn udp_fragments(src: Addr, dst: Addr, id: u16, len: usize, mtu: usiz
 
 /// The IPv4 header of a frame: addresses, and whether it is a fragment
 /// after the first; its checksum checked.
-pub(crate) fn seen_ip(packet: &[u8]) -> ([u8; 4], [u8; 4], bool) {
+pub fn seen_ip(packet: &[u8]) -> ([u8; 4], [u8; 4], bool) {
     let (ip, _) = Ipv4Header::from_slice(&packet[14..]).expect("an IPv4 header");
     assert_eq!(
         ip.header_checksum,
@@ -869,7 +862,7 @@ pub(crate) fn seen_ip(packet: &[u8]) -> ([u8; 4], [u8; 4], bool) {
 }
 
 /// A UDP datagram without a checksum (0), as IPv4 allows.
-pub(crate) fn udp_no_checksum(src: Addr, dst: Addr) -> Vec<u8> {
+pub fn udp_no_checksum(src: Addr, dst: Addr) -> Vec<u8> {
     let mut out = udp(src, dst);
     let csum = 14 + 20 + 6;
     out[csum..csum + 2].copy_from_slice(&[0, 0]);
@@ -879,12 +872,12 @@ pub(crate) fn udp_no_checksum(src: Addr, dst: Addr) -> Vec<u8> {
 /// The addresses of a packet the programs returned, after checking that
 /// every checksum in it is right (a UDP checksum of 0 stays 0).
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Seen {
+pub struct Seen {
     pub src: Addr,
     pub dst: Addr,
 }
 
-pub(crate) fn seen(packet: &[u8]) -> Seen {
+pub fn seen(packet: &[u8]) -> Seen {
     let headers = PacketHeaders::from_ethernet_slice(packet).expect("a valid packet");
     let Some(NetHeaders::Ipv4(ip, _)) = &headers.net else {
         panic!("not IPv4: {headers:?}");
@@ -916,13 +909,13 @@ pub(crate) fn seen(packet: &[u8]) -> Seen {
     }
 }
 
-pub(crate) fn flow(src: Addr, dst: Addr) -> Seen {
+pub fn flow(src: Addr, dst: Addr) -> Seen {
     Seen { src, dst }
 }
 
 /// An ICMP error from `src` to `dst` quoting `about` (an Ethernet frame of
 /// ours; the quote is its IP packet, as Linux quotes as much as fits).
-pub(crate) fn icmp_error(
+pub fn icmp_error(
     src: [u8; 4],
     dst: [u8; 4],
     kind: DestUnreachableHeader,
@@ -937,12 +930,12 @@ pub(crate) fn icmp_error(
     out
 }
 
-pub(crate) const FRAG_NEEDED: DestUnreachableHeader =
+pub const FRAG_NEEDED: DestUnreachableHeader =
     DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 };
 
 /// An ICMP error's outer addresses and the flow its quote shows, after
 /// checking the outer IPv4, ICMP and quoted IPv4 checksums.
-pub(crate) fn seen_icmp(packet: &[u8]) -> ([u8; 4], [u8; 4], Seen) {
+pub fn seen_icmp(packet: &[u8]) -> ([u8; 4], [u8; 4], Seen) {
     let headers = PacketHeaders::from_ethernet_slice(packet).expect("a valid packet");
     let Some(NetHeaders::Ipv4(ip, _)) = &headers.net else {
         panic!("not IPv4: {headers:?}");
@@ -977,12 +970,12 @@ pub(crate) fn seen_icmp(packet: &[u8]) -> ([u8; 4], [u8; 4], Seen) {
     (ip.source, ip.destination, flow)
 }
 
-pub(crate) const FRONTEND: Addr = (NODE, NODE_PORT);
+pub const FRONTEND: Addr = (NODE, NODE_PORT);
 
 /// Runs `f` on CPU 0 only: `BPF_PROG_TEST_RUN` runs the program on the
 /// calling CPU, and per-CPU state (the budget of unconfirmed flows) is
 /// that CPU's.
-pub(crate) fn on_one_cpu(f: impl FnOnce()) {
+pub fn on_one_cpu(f: impl FnOnce()) {
     // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET writes inside
     // it; sched_setaffinity(0) changes only the calling thread.
     unsafe {

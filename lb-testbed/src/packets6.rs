@@ -10,7 +10,7 @@ use etherparse::{
 use crate::bed::{Addr6, Tcp};
 
 /// `s` as an IPv6 address's bytes.
-pub(crate) const fn v6(s: [u16; 8]) -> [u8; 16] {
+pub const fn v6(s: [u16; 8]) -> [u8; 16] {
     let mut out = [0u8; 16];
     let mut i = 0;
     while i < 8 {
@@ -23,18 +23,18 @@ pub(crate) const fn v6(s: [u16; 8]) -> [u8; 16] {
 }
 
 /// The node's IPv6 NodePort address, and the node port.
-pub(crate) const NODE6: [u8; 16] = v6([0xfd00, 0x57, 0, 0, 0, 0, 0, 1]);
-pub(crate) const FRONTEND6: Addr6 = (NODE6, 30080);
-pub(crate) const CLIENT6: Addr6 = (v6([0x2001, 0xdb8, 0xc, 0, 0, 0, 0, 7]), 40000);
-pub(crate) const LOCAL_POD6: Addr6 = (v6([0xfd42, 1, 0, 0, 0, 0, 0, 5]), 8080);
-pub(crate) const REMOTE_POD6: Addr6 = (v6([0xfd42, 2, 0, 0, 0, 0, 0, 9]), 8080);
+pub const NODE6: [u8; 16] = v6([0xfd00, 0x57, 0, 0, 0, 0, 0, 1]);
+pub const FRONTEND6: Addr6 = (NODE6, 30080);
+pub const CLIENT6: Addr6 = (v6([0x2001, 0xdb8, 0xc, 0, 0, 0, 0, 7]), 40000);
+pub const LOCAL_POD6: Addr6 = (v6([0xfd42, 1, 0, 0, 0, 0, 0, 5]), 8080);
+pub const REMOTE_POD6: Addr6 = (v6([0xfd42, 2, 0, 0, 0, 0, 0, 9]), 8080);
 
 const PAYLOAD: &[u8] = b"identity?";
 /// Next-header numbers of the extension headers the programs walk.
-pub(crate) const HOP_BY_HOP: u8 = 0;
-pub(crate) const ROUTING: u8 = 43;
-pub(crate) const FRAGMENT: u8 = 44;
-pub(crate) const DEST_OPTS: u8 = 60;
+pub const HOP_BY_HOP: u8 = 0;
+pub const ROUTING: u8 = 43;
+pub const FRAGMENT: u8 = 44;
+pub const DEST_OPTS: u8 = 60;
 
 /// An Ethernet frame around the IPv6 packet `ip`.
 fn frame(ip: &[u8]) -> Vec<u8> {
@@ -47,7 +47,7 @@ fn builder() -> etherparse::PacketBuilderStep<etherparse::Ethernet2Header> {
     PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
 }
 
-pub(crate) fn tcp6(src: Addr6, dst: Addr6, flags: Tcp) -> Vec<u8> {
+pub fn tcp6(src: Addr6, dst: Addr6, flags: Tcp) -> Vec<u8> {
     let b = builder()
         .ipv6(src.0, dst.0, 64)
         .tcp(src.1, dst.1, 1000, 64_240);
@@ -63,7 +63,7 @@ pub(crate) fn tcp6(src: Addr6, dst: Addr6, flags: Tcp) -> Vec<u8> {
     out
 }
 
-pub(crate) fn udp6(src: Addr6, dst: Addr6) -> Vec<u8> {
+pub fn udp6(src: Addr6, dst: Addr6) -> Vec<u8> {
     let b = builder().ipv6(src.0, dst.0, 64).udp(src.1, dst.1);
     let mut out = Vec::with_capacity(b.size(PAYLOAD.len()));
     b.write(&mut out, PAYLOAD).unwrap();
@@ -85,7 +85,7 @@ fn ipv6_header(src: [u8; 16], dst: [u8; 16], next: u8, payload_length: usize) ->
 /// A UDP datagram behind the extension headers `exts` (next-header
 /// numbers), each 8 bytes: options headers hold a PadN option, a routing
 /// header has no segments left.
-pub(crate) fn udp6_behind(src: Addr6, dst: Addr6, exts: &[u8]) -> Vec<u8> {
+pub fn udp6_behind(src: Addr6, dst: Addr6, exts: &[u8]) -> Vec<u8> {
     let ip = ipv6_header(src.0, dst.0, 17, 0);
     let udp = UdpHeader::with_ipv6_checksum(src.1, dst.1, &ip, PAYLOAD).unwrap();
     let mut chain = Vec::new();
@@ -109,13 +109,7 @@ pub(crate) fn udp6_behind(src: Addr6, dst: Addr6, exts: &[u8]) -> Vec<u8> {
 /// A UDP datagram of `len` payload bytes from `src` to `dst`, cut into
 /// IPv6 fragments (identification `id`) of at most `mtu` bytes each, as
 /// Ethernet frames: the first carries the UDP header.
-pub(crate) fn udp6_fragments(
-    src: Addr6,
-    dst: Addr6,
-    id: u32,
-    len: usize,
-    mtu: usize,
-) -> Vec<Vec<u8>> {
+pub fn udp6_fragments(src: Addr6, dst: Addr6, id: u32, len: usize, mtu: usize) -> Vec<Vec<u8>> {
     let payload: Vec<u8> = (0..len).map(|i| i as u8).collect();
     let ip = ipv6_header(src.0, dst.0, 17, 0);
     let udp = UdpHeader::with_ipv6_checksum(src.1, dst.1, &ip, &payload).unwrap();
@@ -143,16 +137,16 @@ pub(crate) fn udp6_fragments(
 /// The addresses and ports of an IPv6 TCP or UDP packet the programs
 /// returned, after checking its L4 checksum against the reference.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Seen6 {
+pub struct Seen6 {
     pub src: Addr6,
     pub dst: Addr6,
 }
 
-pub(crate) fn flow6(src: Addr6, dst: Addr6) -> Seen6 {
+pub fn flow6(src: Addr6, dst: Addr6) -> Seen6 {
     Seen6 { src, dst }
 }
 
-pub(crate) fn seen6(packet: &[u8]) -> Seen6 {
+pub fn seen6(packet: &[u8]) -> Seen6 {
     let headers = PacketHeaders::from_ethernet_slice(packet).expect("a valid packet");
     let Some(NetHeaders::Ipv6(ip, _)) = &headers.net else {
         panic!("not IPv6: {headers:?}");
@@ -178,14 +172,14 @@ pub(crate) fn seen6(packet: &[u8]) -> Seen6 {
 }
 
 /// The addresses of an IPv6 packet (a later fragment, say), unchecked.
-pub(crate) fn seen_ip6(packet: &[u8]) -> ([u8; 16], [u8; 16]) {
+pub fn seen_ip6(packet: &[u8]) -> ([u8; 16], [u8; 16]) {
     let (ip, _) = Ipv6Header::from_slice(&packet[14..]).expect("an IPv6 header");
     (ip.source, ip.destination)
 }
 
 /// An ICMPv6 error from `src` to `dst` of type `t`, quoting `about` (an
 /// Ethernet frame of ours: its IPv6 packet).
-pub(crate) fn icmp6_error(src: [u8; 16], dst: [u8; 16], t: Icmpv6Type, about: &[u8]) -> Vec<u8> {
+pub fn icmp6_error(src: [u8; 16], dst: [u8; 16], t: Icmpv6Type, about: &[u8]) -> Vec<u8> {
     let b = builder().ipv6(src, dst, 64).icmpv6(t);
     let quote = &about[14..];
     let mut out = Vec::with_capacity(b.size(quote.len()));
@@ -193,12 +187,12 @@ pub(crate) fn icmp6_error(src: [u8; 16], dst: [u8; 16], t: Icmpv6Type, about: &[
     out
 }
 
-pub(crate) const TOO_BIG: Icmpv6Type = Icmpv6Type::PacketTooBig { mtu: 1280 };
+pub const TOO_BIG: Icmpv6Type = Icmpv6Type::PacketTooBig { mtu: 1280 };
 
 /// An ICMPv6 error's outer addresses, its type and the flow its quote
 /// shows, after checking the ICMPv6 checksum (over its pseudo-header)
 /// against the reference.
-pub(crate) fn seen_icmp6(packet: &[u8]) -> ([u8; 16], [u8; 16], Icmpv6Type, Seen6) {
+pub fn seen_icmp6(packet: &[u8]) -> ([u8; 16], [u8; 16], Icmpv6Type, Seen6) {
     let headers = PacketHeaders::from_ethernet_slice(packet).expect("a valid packet");
     let Some(NetHeaders::Ipv6(ip, _)) = &headers.net else {
         panic!("not IPv6: {headers:?}");
