@@ -10,6 +10,7 @@
 //! refusing everyone.
 
 mod conns;
+pub mod health_listeners;
 #[cfg(test)]
 mod tests;
 

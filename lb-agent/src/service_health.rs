@@ -4,10 +4,9 @@
 //! read its body or the endpoint-weight header.
 //!
 //! The syncer [publishes](ServiceHealth::publish) what each Service
-//! reports after every sync; [`listeners::serve`] opens and closes the
-//! listeners to match, and the HTTP layer answers from the table here.
-
-pub mod listeners;
+//! reports after every sync; the HTTP layer (`http/health_listeners.rs`)
+//! opens and closes the listeners to match and answers from the table
+//! here.
 
 use std::{
     collections::BTreeMap,

@@ -18,8 +18,6 @@ use ipnet::IpNet;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tracing::{debug, error, info, warn};
 
-use lb_common::DatapathConfig;
-
 use crate::{
     model::{
         Admission, Backend, Cache, ExcludedCidrs, Frontend, FrontendKind, HealthCheck, NodeContext,
@@ -36,10 +34,12 @@ use crate::{
         owners::Owners,
         reports::Reports,
         retries::Retries,
+        tick::Prunes,
     },
 };
 
 pub use node_wait::{NODE_WAIT, NodeWait};
+pub use tick::Tick;
 
 /// `--nodeport-addresses`, and what it selects from.
 #[derive(Debug)]
@@ -111,6 +111,7 @@ pub struct Syncer<T: Tables, G: GracePeriods, S> {
     external_serving: Arc<Serving<Frontend>>,
     /// Every Service's `healthCheckNodePort`, published after each sync.
     health_checks: BTreeMap<ObjectRef, HealthCheck>,
+    prunes: Prunes,
 }
 
 impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
@@ -147,6 +148,7 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
             retries: Retries::default(),
             reports: Reports::default(),
             owners: Owners::default(),
+            prunes: Prunes::default(),
         }
     }
 
@@ -370,11 +372,6 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
             .node_networks
             .set(table.entries.len() as f64);
         Ok(wrote)
-    }
-
-    /// Writes the tc programs' settings.
-    pub fn write_tc_config(&mut self, config: DatapathConfig) -> Result<(), StoreError> {
-        self.settings.write_config(config)
     }
 
     /// The settings as written, to look at in tests.
@@ -769,3 +766,4 @@ mod reports;
 mod retries;
 #[cfg(test)]
 mod tests;
+mod tick;

@@ -16,6 +16,7 @@ mod gc;
 mod start;
 mod sync_loop;
 mod tc;
+mod tc_settings;
 
 use std::{future::Future, sync::Arc, thread};
 
@@ -29,7 +30,6 @@ use tracing::{info, warn};
 use crate::{
     config::RunConfig,
     http::{self, Role},
-    service_health,
     shared::Shared,
 };
 
@@ -46,7 +46,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding the healthz address {}", config.healthz_addr))?;
     info!(%metrics, %healthz, node = %config.node_name, "serving /metrics, /proxyMode, /healthz, /livez");
-    tokio::spawn(service_health::listeners::serve(shared.clone()));
+    tokio::spawn(http::health_listeners::serve(shared.clone()));
 
     let (stop_tx, stop_rx) = oneshot::channel();
     let (ended_tx, ended) = oneshot::channel();

@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use prometheus_client::metrics::family::Family;
 use tracing::{debug, error, info, warn};
 
-use super::{gc, tc::TcSettings};
+use super::{gc, tc_settings::TcSettings};
 use crate::{
     config::{RunConfig, Source},
     datapath::{

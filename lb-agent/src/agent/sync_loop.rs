@@ -1,5 +1,6 @@
-//! The sync thread's loop: changes in, syncs, prunes and polls on their
-//! timers, until told to stop.
+//! The sync thread's loop, which only does I/O: changes in, the
+//! interfaces polled, the syncer ticked ([`crate::syncer::Tick`]: it says
+//! what it did and when it wants to be woken), until told to stop.
 
 use std::{
     sync::Arc,
@@ -18,11 +19,6 @@ use crate::{
     source::{Change, Changes, interfaces::Interfaces},
 };
 
-/// How often retired revisions are checked for a passed grace period.
-const REAP: Duration = Duration::from_millis(50);
-/// How long a prune that had to wait (revisions in their grace period)
-/// waits before trying again.
-const PRUNE_RETRY: Duration = Duration::from_secs(1);
 /// How often the interface addresses are re-read for `--nodeport-addresses`.
 const INTERFACES_POLL: Duration = Duration::from_secs(5);
 /// The most changes read ahead while the programs load, before the model
@@ -45,24 +41,6 @@ pub(super) fn sync_thread(
         .block_on(sync_loop(config, shared, stop))
 }
 
-/// When the loop must wake next without a change: the earliest of the
-/// `timers` (a retry, a prune, the end of the wait for this node's Node),
-/// the interface poll and, while revisions retire, a reap.
-fn next_wake(
-    timers: &[Option<Instant>],
-    interfaces: Instant,
-    retiring: bool,
-    now: Instant,
-) -> Instant {
-    timers
-        .iter()
-        .copied()
-        .chain([Some(interfaces), retiring.then(|| now + REAP)])
-        .flatten()
-        .min()
-        .unwrap_or(interfaces)
-}
-
 /// Loads the programs while the source lists, then applies changes and
 /// writes the maps until told to stop.
 async fn sync_loop(
@@ -76,7 +54,7 @@ async fn sync_loop(
         let shared = shared.clone();
         tokio::task::spawn_blocking(move || Agent::start(&config, shared))
     };
-    let mut changes = Changes::open(config, shared.clone()).await?;
+    let mut changes = Changes::open(&config.source, &config.node_name, shared.clone()).await?;
     let mut early = Vec::new();
     let mut agent = loop {
         tokio::select! {
@@ -89,13 +67,9 @@ async fn sync_loop(
         }
     };
     cold.programs_loaded();
-    let last = early.last().map(|(_, received)| *received);
-    for (change, received) in early {
-        agent.syncer.apply(change, received);
-    }
-    cold.applied(agent.syncer.ready(), last);
+    take(&mut agent, &mut cold, early);
 
-    let mut next_prune = config.prune_interval.map(|d| Instant::now() + d);
+    agent.syncer.prune_every(config.prune_interval);
     let mut interfaces = Interfaces::default();
     let mut next_interfaces = Instant::now();
     let mut waiting_logged = false;
@@ -120,36 +94,17 @@ async fn sync_loop(
             waiting_logged = true;
             info!("waiting for both initial lists before the first sync");
         }
-        let now = Instant::now();
-        if let (Some(at), Some(every)) = (next_prune, config.prune_interval)
-            && at <= now
-        {
-            next_prune = Some(match agent.syncer.prune(now) {
-                Some(s) => {
-                    agent.after_sync(&s, true);
-                    now + every
-                }
-                None => now + PRUNE_RETRY.min(every),
-            });
+        let tick = agent.syncer.tick(Instant::now());
+        if let Some(s) = &tick.pruned {
+            agent.after_sync(s, true);
         }
-        if let Some(s) = agent.syncer.sync(now) {
+        if let Some(s) = &tick.synced {
             cold.synced(s.took);
-            agent.after_sync(&s, false);
+            agent.after_sync(s, false);
         }
-        if agent.syncer.retiring() {
-            agent.syncer.reap();
-        }
-
-        let wake = next_wake(
-            &[
-                agent.syncer.next_retry(),
-                next_prune,
-                agent.syncer.node_wait_until(),
-            ],
-            next_interfaces,
-            agent.syncer.retiring(),
-            Instant::now(),
-        );
+        let wake = tick
+            .wake
+            .map_or(next_interfaces, |at| at.min(next_interfaces));
         tokio::select! {
             biased;
             _ = &mut stop => return Ok(()),
@@ -162,44 +117,18 @@ async fn sync_loop(
                 {
                     batch.extend(more?);
                 }
-                let last = batch.last().map(|(_, received)| *received);
-                for (change, received) in batch {
-                    agent.syncer.apply(change, received);
-                }
-                cold.applied(agent.syncer.ready(), last);
+                take(&mut agent, &mut cold, batch);
             }
             () = tokio::time::sleep_until(wake.into()) => {}
         }
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_loop_wakes_for_the_earliest_timer() {
-        let now = Instant::now();
-        let s = Duration::from_secs;
-        let interfaces = now + INTERFACES_POLL;
-        assert_eq!(next_wake(&[None, None], interfaces, false, now), interfaces);
-        assert_eq!(
-            next_wake(
-                &[Some(now + s(1)), Some(now + s(2))],
-                interfaces,
-                false,
-                now
-            ),
-            now + s(1)
-        );
-        assert_eq!(
-            next_wake(&[None, Some(now + s(2))], interfaces, false, now),
-            now + s(2)
-        );
-        // Retiring revisions are reaped soon, whatever else waits.
-        assert_eq!(
-            next_wake(&[Some(now + s(1)), None], interfaces, true, now),
-            now + REAP
-        );
+/// Hands `batch` to the syncer, each change with the moment it was read.
+fn take(agent: &mut Agent, cold: &mut ColdStart, batch: Vec<(Change, Instant)>) {
+    let last = batch.last().map(|(_, received)| *received);
+    for (change, received) in batch {
+        agent.syncer.apply(change, received);
     }
+    cold.applied(agent.syncer.ready(), last);
 }

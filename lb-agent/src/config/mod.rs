@@ -20,21 +20,10 @@ use crate::{
     source::apiserver::{ApiserverError, Inputs},
 };
 
+pub use crate::source::Source;
+
 pub const DEFAULT_METRICS_BIND_ADDRESS: &str = "127.0.0.1:10249";
 pub const DEFAULT_HEALTHZ_BIND_ADDRESS: &str = "0.0.0.0:10256";
-
-/// Where Services and EndpointSlices come from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Source {
-    /// Watch the apiserver. `None` fields fall back to in-cluster config, then
-    /// the default kubeconfig.
-    Kube {
-        kubeconfig: Option<PathBuf>,
-        master: Option<String>,
-    },
-    /// Static manifests, polled for edits.
-    File(PathBuf),
-}
 
 /// How the tc programs track flows from outside the node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -246,56 +246,13 @@ impl<K: aya::Pod, V: aya::Pod> Reader<K, V> {
     }
 }
 
-#[cfg(test)]
-pub(crate) use test_support::test_map;
-
-#[cfg(test)]
-mod test_support {
-    use std::{
-        io,
-        os::fd::{FromRawFd as _, OwnedFd},
-    };
-
-    /// A fresh BPF map (root only: fails loudly otherwise) for the tests.
-    pub(crate) fn test_map(map_type: u32, key_size: u32, value_size: u32, max: u32) -> OwnedFd {
-        crate::test_netns::require_root();
-        // The leading fields of `union bpf_attr` for BPF_MAP_CREATE.
-        #[repr(C)]
-        struct CreateAttr {
-            map_type: u32,
-            key_size: u32,
-            value_size: u32,
-            max_entries: u32,
-            map_flags: u32,
-        }
-        let attr = CreateAttr {
-            map_type,
-            key_size,
-            value_size,
-            max_entries: max,
-            map_flags: 0,
-        };
-        // SAFETY: BPF_MAP_CREATE (0) reads attr and returns a new fd.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                0,
-                &attr as *const CreateAttr,
-                size_of::<CreateAttr>() as libc::c_uint,
-            )
-        };
-        assert!(fd >= 0, "BPF_MAP_CREATE: {}", io::Error::last_os_error());
-        // SAFETY: the kernel just gave us this fd.
-        unsafe { OwnedFd::from_raw_fd(fd as i32) }
-    }
-}
-
 /// On real BPF maps: needs root (CAP_BPF), and fails without it. Skipped
 /// by `cargo test -p lb-agent --lib -- --skip privileged` (ARCHITECTURE.md,
 /// "Testing tiers").
 #[cfg(test)]
 mod privileged {
     use super::*;
+    use crate::bpf_sys::test_map;
 
     /// A fresh BPF map of `u32 -> u64` holding at most `max` entries.
     fn map(map_type: u32, max: u32) -> Typed<u32, u64> {

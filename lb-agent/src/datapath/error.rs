@@ -110,6 +110,21 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// `Ok` when no device failed, else [`Error::Devices`] naming every
+    /// device of `failed`, with the first one's error.
+    pub(super) fn per_device(failed: Vec<(String, Error)>) -> Result<(), Error> {
+        let (devices, mut errors): (Vec<String>, Vec<Error>) = failed.into_iter().unzip();
+        if errors.is_empty() {
+            return Ok(());
+        }
+        Err(Error::Devices {
+            devices,
+            source: Box::new(errors.swap_remove(0)),
+        })
+    }
+}
+
 /// [`Error::Io`] for `what` on `path`.
 pub(super) fn io_err(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Error {
     let path = path.to_owned();

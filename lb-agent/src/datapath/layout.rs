@@ -1,10 +1,7 @@
 //! The maps this build wants (properties and capacities), and how the
 //! pinned maps compare with them.
 
-use std::{
-    fs, io,
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
 use aya::maps::MapInfo;
 use lb_common::{
@@ -18,7 +15,10 @@ use lb_common::{
     SOURCE_RANGES4, SOURCE_RANGES6, STATS, STATS_COUNT, SYN_BUDGET,
 };
 
-use super::error::{Error, io_err, map_err};
+use super::{
+    error::{Error, map_err},
+    pins::pinned,
+};
 
 /// Map capacities, set at load time (`--bpf-lb-*-map-max`), the same for
 /// each family's map. A pinned map with another capacity is replaced by a
@@ -151,27 +151,6 @@ pub fn inspect(dir: &Path, caps: &Capacities) -> Result<Inspection, Error> {
         }
     }
     Ok(Inspection { maps, foreign })
-}
-
-/// The file names in `dir` (none if it does not exist).
-pub fn pinned(dir: &Path) -> Result<Vec<String>, Error> {
-    let entries = match fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io_err("reading", dir)(e)),
-    };
-    let mut names = Vec::new();
-    for entry in entries {
-        names.push(
-            entry
-                .map_err(io_err("reading", dir))?
-                .file_name()
-                .to_string_lossy()
-                .into_owned(),
-        );
-    }
-    names.sort();
-    Ok(names)
 }
 
 /// Every property a program relies on: type, key and value size, flags and

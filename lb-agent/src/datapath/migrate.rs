@@ -43,7 +43,7 @@ use super::{
     error::{Error, io_err, map_err},
     layout,
     loader::{REVERSING, TRANSLATING, remove_if_present},
-    pins::Pins,
+    pins::{self, Pins},
     tc, xdp,
 };
 
@@ -94,7 +94,7 @@ pub enum Leftover {
 /// rebuilds it); if they did, says so, and the caller finishes it.
 pub fn recover(pins: &Pins) -> Result<Leftover, Error> {
     let next = pins.next_dir();
-    let names = layout::pinned(&next)?;
+    let names = pins::pinned(&next)?;
     let active = active_map_ids(pins);
     let mut switched = false;
     for name in &names {
@@ -121,7 +121,7 @@ pub fn share_kept(pins: &Pins, found: &layout::Inspection) -> Result<(), Error> 
         .filter(|(spec, f)| KEPT.contains(spec) && *f == layout::Found::Matches)
     {
         fs::create_dir_all(&next).map_err(io_err("creating", &next))?;
-        let (from, to) = (pins.maps_dir().join(spec.pin), next.join(spec.pin));
+        let (from, to) = (pins.map(spec), next.join(spec.pin));
         remove_if_present(&to)?;
         let map = MapData::from_pin(&from).map_err(map_err(&from))?;
         map.pin(&to).map_err(|source| Error::Pin {
@@ -142,8 +142,8 @@ pub fn finish(pins: &Pins) -> Result<Vec<PathBuf>, Error> {
     let active = active_map_ids(pins);
     // A pin of this layout is never removed merely because no program
     // happens to use it: only when `maps-next/` holds its replacement.
-    let replaced = layout::pinned(&next)?;
-    let old: Vec<PathBuf> = layout::pinned(&maps)?
+    let replaced = pins::pinned(&next)?;
+    let old: Vec<PathBuf> = pins::pinned(&maps)?
         .into_iter()
         .filter(|name| replaced.contains(name) || !ALL_MAPS.iter().any(|s| s.pin == name))
         .map(|name| maps.join(name))

@@ -6,8 +6,6 @@ mod batch;
 pub mod bpffs;
 #[cfg(feature = "fuzzing")]
 pub use batch::Reader;
-#[cfg(test)]
-pub(crate) use batch::test_map;
 pub mod cgroup;
 pub mod conntrack;
 pub mod decode;
@@ -35,7 +33,9 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use aya::maps::{Array, Map, MapData};
 pub use error::Error;
+use error::map_err;
 use layout::Capacities;
 use lb_common::{
     BACKENDS4, BACKENDS6, FE_STATE4, FE_STATE6, FRONTENDS4, FRONTENDS6, MAGLEV4, MAGLEV6, MEMBERS4,
@@ -386,13 +386,14 @@ impl Datapath {
         self.xdp_attached.iter().map(|(d, (_, a))| (d.as_str(), *a))
     }
 
-    /// `config` with what only the datapath knows: whether the programs
-    /// are to read the previous-map slots (`CFG_F_PREV`, while a migration
-    /// switches), whether XDP's marks are to be read (`CFG_F_XDP`), and the ports replies are looked up for (the SNAT range
-    /// widened to the ports earlier flows hold). It changes in
-    /// [`Self::prepare_attach`] and [`Self::attach`]: write it again after
-    /// each.
-    pub fn settings(&self, mut config: lb_common::DatapathConfig) -> lb_common::DatapathConfig {
+    /// Writes `LB_CONFIG`: `config` with what only the datapath knows:
+    /// whether the programs are to read the previous-map slots
+    /// (`CFG_F_PREV`, while a migration switches), whether XDP's marks are
+    /// to be read (`CFG_F_XDP`), and the ports replies are looked up for
+    /// (the SNAT range widened to the ports earlier flows hold). Its part
+    /// changes in [`Self::prepare_attach`] and [`Self::attach`]: write it
+    /// again after each.
+    pub fn write_settings(&self, mut config: lb_common::DatapathConfig) -> Result<(), Error> {
         if self.prev {
             config.flags |= lb_common::CFG_F_PREV;
         }
@@ -402,7 +403,11 @@ impl Datapath {
         let range = (config.nat_port_min, config.nat_port_max);
         (config.nat_reply_min, config.nat_reply_max) =
             migrate::reply_ports(&self.pins, &self.maps_dir, range);
-        config
+        let path = self.maps_dir.join(lb_common::CONFIG.pin);
+        let data = MapData::from_pin(&path).map_err(map_err(&path))?;
+        let mut map: Array<MapData, lb_common::DatapathConfig> =
+            Array::try_from(Map::Array(data)).map_err(map_err(&path))?;
+        map.set(0, config, 0).map_err(map_err(&path))
     }
 
     /// Where the reconciler writes the tc programs' settings: the maps this

@@ -76,7 +76,7 @@ impl Programs {
             ebpf,
             adopted: HashMap::new(),
             own_maps: HashMap::new(),
-            dir: pins.programs_dir().join(build_id()),
+            dir: pins.build_dir(&build_id()),
         };
         if adopt {
             match programs.adopt(maps_dir, names.iter().chain(lazy)) {
@@ -240,12 +240,10 @@ impl Programs {
 #[cfg(test)]
 mod tests {
     use lb_common::XDP_DEVICES_SECTION;
+    use lb_test_netns::require_root;
 
     use super::*;
-    use crate::{
-        datapath::{layout::Capacities, xdp, xdp_generation},
-        test_netns::require_root,
-    };
+    use crate::datapath::{layout::Capacities, xdp, xdp_generation};
 
     /// A pin directory of the test's own, with everything under it removed
     /// on drop.

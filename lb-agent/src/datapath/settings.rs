@@ -1,6 +1,7 @@
-//! The tc programs' settings maps (`LB_CONFIG`, `LB4_SRC_RANGES`,
-//! `LB6_SRC_RANGES`, `LB4_DSR_EPS`, `LB6_DSR_EPS`, `LB4_NODE_NETS`,
-//! `LB6_NODE_NETS`) as the reconciler's [`SettingsStore`].
+//! The settings maps the reconciler fills (`LB4_SRC_RANGES`,
+//! `LB6_SRC_RANGES`, `LB_ADDRS`, `LB4_DSR_EPS`, `LB6_DSR_EPS`,
+//! `LB4_NODE_NETS`, `LB6_NODE_NETS`) as its [`SettingsStore`].
+//! `LB_CONFIG` is written by [`super::Datapath::write_settings`].
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -9,13 +10,13 @@ use std::{
 };
 
 use aya::maps::{
-    Array, HashMap, Map, MapData, MapError,
+    HashMap, Map, MapData, MapError,
     lpm_trie::{Key, LpmTrie},
 };
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use lb_common::{
-    ADDRS, CONFIG, DSR_EPS4, DSR_EPS6, DatapathConfig, DsrEndpoint4Key, DsrEndpoint6Key, MapSpec,
-    NODE_NETS4, NODE_NETS6, NodeNet, SOURCE_RANGES4, SOURCE_RANGES6, SourceRange4, SourceRange6,
+    ADDRS, DSR_EPS4, DSR_EPS6, DsrEndpoint4Key, DsrEndpoint6Key, MapSpec, NODE_NETS4, NODE_NETS6,
+    NodeNet, SOURCE_RANGES4, SOURCE_RANGES6, SourceRange4, SourceRange6,
 };
 
 use super::batch::Typed;
@@ -24,7 +25,6 @@ use crate::reconcile::{DsrEndpointKey, SettingsStore, SourceRangeKey, StoreError
 /// The settings maps pinned in one maps directory, opened once: the file
 /// descriptors keep naming the same maps when a migration moves the pins.
 pub struct BpfSettings {
-    config: Array<MapData, DatapathConfig>,
     ranges: LpmTrie<MapData, SourceRange4, u32>,
     ranges6: LpmTrie<MapData, SourceRange6, u32>,
     addresses: Typed<u32, u64>,
@@ -40,8 +40,6 @@ impl BpfSettings {
             MapData::from_pin(maps_dir.join(spec.pin)).map_err(store_err(spec, "open"))
         };
         Ok(Self {
-            config: Array::try_from(Map::Array(data(&CONFIG)?))
-                .map_err(store_err(&CONFIG, "open"))?,
             ranges: LpmTrie::try_from(Map::LpmTrie(data(&SOURCE_RANGES4)?))
                 .map_err(store_err(&SOURCE_RANGES4, "open"))?,
             ranges6: LpmTrie::try_from(Map::LpmTrie(data(&SOURCE_RANGES6)?))
@@ -65,12 +63,6 @@ fn store_err(spec: &MapSpec, op: &'static str) -> impl Fn(MapError) -> StoreErro
 }
 
 impl SettingsStore for BpfSettings {
-    fn write_config(&mut self, config: &DatapathConfig) -> Result<(), StoreError> {
-        self.config
-            .set(0, *config, 0)
-            .map_err(store_err(&CONFIG, "update"))
-    }
-
     fn source_ranges(&self) -> Result<BTreeSet<SourceRangeKey>, StoreError> {
         let v4 = self
             .ranges

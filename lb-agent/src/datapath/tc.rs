@@ -25,26 +25,25 @@ use rustix::net::{AddressFamily, SocketType, netdevice::name_to_index, socket};
 
 use super::{
     error::{Error, io_err},
-    layout,
     loader::{pin_replacing, unpin_link},
-    pins::Pins,
+    pins::{DeviceHook, Pins},
     programs::Programs,
 };
 
 /// Each tc program: its function in the object for Ethernet devices and
-/// for devices without a link-layer header, its hook, its pin prefix.
-const PROGRAMS: [(&str, &str, TcAttachType, &str); 2] = [
+/// for devices without a link-layer header, its hook, its links' pins.
+const PROGRAMS: [(&str, &str, TcAttachType, DeviceHook); 2] = [
     (
         "lb_tc_ingress",
         "lb_tc_l3_in",
         TcAttachType::Ingress,
-        "tc-in-",
+        DeviceHook::TcIngress,
     ),
     (
         "lb_tc_egress",
         "lb_tc_l3_out",
         TcAttachType::Egress,
-        "tc-out-",
+        DeviceHook::TcEgress,
     ),
 ];
 
@@ -63,7 +62,7 @@ const ARPHRD_L3: [u16; 8] = [65534, 768, 769, 776, 778, 823, 512, 519];
 /// one without a link-layer header, or an error naming a link type the
 /// programs cannot parse.
 fn program_for(
-    row: &(&'static str, &'static str, TcAttachType, &'static str),
+    row: &(&'static str, &'static str, TcAttachType, DeviceHook),
     device: &str,
 ) -> Result<&'static str, Error> {
     match link_type(device)? {
@@ -156,18 +155,13 @@ fn device_ioctl(
     Ok(req)
 }
 
-/// A device's part of a pin name: bpffs refuses dots, which VLAN devices
-/// (`eth0.100`) have; `+` stands for them.
-fn pin_part(device: &str) -> String {
-    device.replace('.', "+")
-}
-
 /// The devices our tc links are pinned for (an earlier agent's, at start).
 pub fn linked_devices(pins: &Pins) -> Result<BTreeSet<String>, Error> {
-    Ok(linked(pins)?
+    let hook = PROGRAMS[0].3;
+    Ok(pins
+        .device_links(hook)?
         .iter()
-        .filter_map(|pin| pin.strip_prefix(PROGRAMS[0].3))
-        .map(|part| part.replace('+', "."))
+        .filter_map(|pin| hook.device(pin))
         .collect())
 }
 
@@ -231,10 +225,10 @@ pub fn attach(
         // so no device ever DNATs a flow whose replies it cannot reverse.
         let done = PROGRAMS.iter().rev().try_for_each(|row| {
             let name = program_for(row, device)?;
-            let (_, _, attach_type, prefix) = *row;
+            let (_, _, attach_type, link_pins) = *row;
             match hook {
                 TcHook::Tcx => {
-                    attach_tcx(programs, pins, name, attach_type, device, prefix)?;
+                    attach_tcx(programs, pins, name, attach_type, device, link_pins)?;
                     // Filters an earlier agent attached with clsact go once
                     // the links run.
                     for n in [row.0, row.1] {
@@ -260,11 +254,7 @@ pub fn attach(
     let wanted: BTreeSet<String> = match hook {
         TcHook::Tcx => PROGRAMS
             .iter()
-            .flat_map(|(_, _, _, prefix)| {
-                devices
-                    .iter()
-                    .map(move |d| format!("{prefix}{}", pin_part(d)))
-            })
+            .flat_map(|&(_, _, _, pins)| devices.iter().map(move |d| pins.pin_name(d)))
             .collect(),
         TcHook::Clsact => BTreeSet::new(),
     };
@@ -273,29 +263,22 @@ pub fn attach(
             unpin_link(&pins.link(&pin))?;
         }
     }
-    let (names, mut errors): (Vec<String>, Vec<Error>) = failed.into_iter().unzip();
-    if errors.is_empty() {
-        return Ok(());
-    }
-    Err(Error::Devices {
-        devices: names,
-        source: Box::new(errors.swap_remove(0)),
-    })
+    Error::per_device(failed)
 }
 
 /// Attaches the loaded program `name` to `device`'s `hook` with a TCX
-/// link, pinned make-before-break as `<prefix><device>`.
+/// link, pinned make-before-break as `link_pins`' pin of `device`.
 fn attach_tcx(
     programs: &mut Programs,
     pins: &Pins,
     name: &'static str,
     hook: TcAttachType,
     device: &str,
-    prefix: &str,
+    link_pins: DeviceHook,
 ) -> Result<(), Error> {
     let prog_err = |source| Error::Program { name, source };
     let program: &mut SchedClassifier = programs.get(name)?;
-    let pin = format!("{prefix}{}", pin_part(device));
+    let pin = link_pins.pin_name(device);
     // An adopted program may be on the device already, through the link
     // pinned there: TCX refuses it a second time (EEXIST), and it is
     // what a new link would attach.
@@ -452,12 +435,10 @@ fn interface_names() -> Vec<String> {
 
 /// The pin names of our tc links.
 pub fn linked(pins: &Pins) -> Result<Vec<String>, Error> {
-    let mut names = layout::pinned(&pins.links_dir())?;
-    names.retain(|name| {
-        PROGRAMS
-            .iter()
-            .any(|(_, _, _, prefix)| name.starts_with(prefix))
-    });
+    let mut names = Vec::new();
+    for (_, _, _, hook) in PROGRAMS {
+        names.extend(pins.device_links(hook)?);
+    }
     Ok(names)
 }
 

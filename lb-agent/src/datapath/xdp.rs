@@ -37,17 +37,14 @@ use lb_common::{XDP_DEVICES_MAX, XDP_DEVICES_SECTION};
 
 use super::{
     error::{Error, io_err},
-    layout,
     loader::{pin_replacing, unpin_link},
-    pins::Pins,
+    pins::{DeviceHook, Pins},
     programs::Programs,
     tc,
 };
 
 /// The fast path's function in the object.
 pub const FUNCTION: &str = "lb_xdp";
-/// Prefix of its link pins.
-const PREFIX: &str = "xdp-";
 
 /// `--bpf-lb-acceleration`: whether and how the XDP fast path is attached.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -96,11 +93,6 @@ fn warn_veth(device: &str) {
          driver mode; GRO on the peer is not enough), else they are lost while xdp_forwarded \
          counts them; see the README's troubleshooting"
     );
-}
-
-/// A device's part of a pin name (bpffs refuses dots).
-fn pin_name(device: &str) -> String {
-    format!("{PREFIX}{}", device.replace('.', "+"))
 }
 
 /// Attaches (or replaces) the fast path on each device of `devices` not in
@@ -152,8 +144,8 @@ pub fn sync(
     let keep: BTreeSet<String> = attached
         .iter()
         .filter(|(_, (_, a))| a.native())
-        .map(|(d, _)| pin_name(d))
-        .chain(failed.iter().map(|(d, _)| pin_name(d)))
+        .map(|(d, _)| DeviceHook::Xdp.pin_name(d))
+        .chain(failed.iter().map(|(d, _)| DeviceHook::Xdp.pin_name(d)))
         .collect();
     for pin in linked(pins)? {
         if !keep.contains(&pin) {
@@ -163,14 +155,7 @@ pub fn sync(
     if accel != Acceleration::Disabled {
         publish(programs, attached)?;
     }
-    let (names, mut errors): (Vec<String>, Vec<Error>) = failed.into_iter().unzip();
-    if errors.is_empty() {
-        return Ok(());
-    }
-    Err(Error::Devices {
-        devices: names,
-        source: Box::new(errors.swap_remove(0)),
-    })
+    Error::per_device(failed)
 }
 
 /// Tells the program which devices it runs on natively (it may redirect
@@ -222,7 +207,7 @@ fn attach(programs: &mut Programs, pins: &Pins, device: &str) -> Result<(), Erro
         }
     }
     let program: &mut Xdp = programs.get(name)?;
-    let pin = pin_name(device);
+    let pin = DeviceHook::Xdp.pin_name(device);
     let path = pins.link(&pin);
     if let Ok(pinned) = PinnedLink::from_pin(&path)
         && let Ok(link) = XdpLink::try_from(FdLink::from(pinned))
@@ -248,8 +233,8 @@ fn attach(programs: &mut Programs, pins: &Pins, device: &str) -> Result<(), Erro
 
 /// The pin names of our XDP links.
 pub fn linked(pins: &Pins) -> Result<Vec<String>, Error> {
-    let mut names = layout::pinned(&pins.links_dir())?;
-    names.retain(|name| name.starts_with(PREFIX) && !name.ends_with("_new"));
+    let mut names = pins.device_links(DeviceHook::Xdp)?;
+    names.retain(|name| !name.ends_with("_new"));
     Ok(names)
 }
 
@@ -271,36 +256,16 @@ mod tests {
 /// packet is sent.
 #[cfg(test)]
 mod privileged {
-    use std::process::Command;
+    use lb_test_netns::{TestNetns, require_root};
 
     use super::*;
-    use crate::test_netns::{TestNetns, require_root};
-
-    fn ip(ns: &str, args: &[&str]) {
-        let out = Command::new("ip")
-            .args(["-n", ns])
-            .args(args)
-            .output()
-            .expect("running ip");
-        assert!(
-            out.status.success(),
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
 
     #[test]
     fn a_veth_is_told_from_a_tun_loopback_and_a_missing_device() {
         require_root();
         let ns = TestNetns::new();
-        let path = ns.path();
-        let name = path.file_name().and_then(|n| n.to_str()).expect("name");
-        ip(
-            name,
-            &["link", "add", "v0", "type", "veth", "peer", "name", "v1"],
-        );
-        ip(name, &["tuntap", "add", "t0", "mode", "tun"]);
+        ns.ip(&["link", "add", "v0", "type", "veth", "peer", "name", "v1"]);
+        ns.ip(&["tuntap", "add", "t0", "mode", "tun"]);
         let found = ns.run(|| {
             ["v0", "v1", "t0", "lo", "nosuchdev"].map(|d| (d, is_veth(d), tc::driver(d).ok()))
         });

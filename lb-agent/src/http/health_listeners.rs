@@ -1,5 +1,5 @@
-//! Opens and closes the `healthCheckNodePort` listeners to match the
-//! published table.
+//! Opens and closes the `healthCheckNodePort` listeners to match the table
+//! that `service_health.rs` publishes.
 //!
 //! Each family has a listener of its own on the wildcard address
 //! (`0.0.0.0:port`, and `[::]:port` with `IPV6_V6ONLY`), answering with that
@@ -20,11 +20,8 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::{net::TcpListener, task::JoinHandle};
 use tracing::{info, warn};
 
-use crate::{
-    http::{self, Role},
-    model::IpFamily,
-    shared::Shared,
-};
+use super::Role;
+use crate::{model::IpFamily, shared::Shared};
 
 /// How soon a listener that could not be opened is tried again.
 pub const RETRY: Duration = Duration::from_secs(5);
@@ -48,7 +45,7 @@ pub async fn serve(shared: Arc<Shared>) {
         failing.retain(|key| wanted.contains(key));
         for &(port, family) in wanted.difference(&open.keys().copied().collect()) {
             let role = Role::ServiceHealth { port, family };
-            match bind(port, family).and_then(|l| http::spawn(l, role, shared.clone())) {
+            match bind(port, family).and_then(|l| super::spawn(l, role, shared.clone())) {
                 Ok(task) => {
                     open.insert((port, family), task);
                     failing.remove(&(port, family));

@@ -38,7 +38,8 @@ pub use service::{
     FORWARDING_MODE_ANNOTATION, HEADLESS_LABEL, LB_ALGORITHM_ANNOTATION, SERVICE_PROXY_NAME_LABEL,
     ServicePort, ServiceSpec, ServiceType, TrafficPolicy, object_ref as service_ref,
 };
-pub use slice::{EndpointTopology, SliceEndpoint, SlicePort, SliceSpec, object_ref as slice_ref};
+pub use slice::{SliceEndpoint, SlicePort, SliceSpec, object_ref as slice_ref};
+pub use topologies::EndpointTopology;
 
 #[cfg(test)]
 mod cache_tests;

@@ -4,7 +4,10 @@ use std::{net::IpAddr, sync::Arc};
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use super::{IpFamily, ObjectKind, ObjectRef, Proto, topologies::Topologies};
+use super::{
+    IpFamily, ObjectKind, ObjectRef, Proto,
+    topologies::{EndpointTopology, Topologies},
+};
 
 /// Links a slice to its Service (same namespace).
 pub(super) const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -42,17 +45,6 @@ pub struct SliceEndpoint {
     /// `None` when the endpoint names no node, zone or hint; shared by
     /// every endpoint with the same (see `topologies.rs`).
     pub topology: Option<Arc<EndpointTopology>>,
-}
-
-/// Where an endpoint runs, and the topology hints for it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct EndpointTopology {
-    pub node_name: Option<String>,
-    pub zone: Option<String>,
-    /// `hints.forZones[].name`.
-    pub for_zones: Vec<String>,
-    /// `hints.forNodes[].name`.
-    pub for_nodes: Vec<String>,
 }
 
 impl SliceEndpoint {

@@ -1,13 +1,23 @@
-//! Endpoint topologies, interned: in a cluster every endpoint names its node
-//! and zone, but few distinct (node, zone, hints) combinations exist, so the
-//! slices share one copy of each instead of holding a million boxes of
-//! strings (most of the model's memory at 100,000 Services x 10).
+//! Endpoint topologies (where an endpoint runs, and its hints), interned:
+//! in a cluster every endpoint names its node and zone, but few distinct
+//! (node, zone, hints) combinations exist, so the slices share one copy of
+//! each instead of holding a million boxes of strings (most of the model's
+//! memory at 100,000 Services x 10).
 
 use std::sync::Arc;
 
 use foldhash::HashSet;
 
-use super::slice::EndpointTopology;
+/// Where an endpoint runs, and the topology hints for it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct EndpointTopology {
+    pub node_name: Option<String>,
+    pub zone: Option<String>,
+    /// `hints.forZones[].name`.
+    pub for_zones: Vec<String>,
+    /// `hints.forNodes[].name`.
+    pub for_nodes: Vec<String>,
+}
 
 /// The shared copies; one no endpoint uses any more is dropped at the next
 /// sweep.

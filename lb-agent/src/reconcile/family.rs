@@ -12,7 +12,7 @@ use lb_common::{
     Frontend6State, SCOPE_EXTERNAL, SCOPE_INTERNAL,
 };
 
-use super::lb::{MapKey, MapValue};
+use super::table::{MapKey, MapValue};
 use crate::model::{Backend, Frontend, Proto, Scope};
 
 /// The fields of a frontend state, whatever the family.

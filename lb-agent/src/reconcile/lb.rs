@@ -4,7 +4,6 @@
 
 use std::{
     collections::BTreeMap,
-    fmt::Debug,
     hash::{Hash as _, Hasher as _},
     ops::RangeInclusive,
 };
@@ -19,16 +18,8 @@ use super::{
     family::{Family, StateView},
     ids::{Counts, IdPool},
     mirror::Mirror,
-    table::{BatchError, Found, StoreError, Table},
+    table::{BatchError, Found, MapKey, MapValue, StoreError, Table},
 };
-
-/// A map key the reconciler can store: plain data, ordered.
-pub trait MapKey: aya::Pod + Ord + Debug + Default {}
-impl<T: aya::Pod + Ord + Debug + Default> MapKey for T {}
-
-/// A map value the reconciler can store: plain data, comparable.
-pub trait MapValue: aya::Pod + PartialEq + Debug + Default {}
-impl<T: aya::Pod + PartialEq + Debug + Default> MapValue for T {}
 
 /// A kind of table: the pinned BPF maps, or memory.
 pub trait Tables {

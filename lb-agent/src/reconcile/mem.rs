@@ -221,12 +221,10 @@ pub fn lb_tables<F: super::Family>(
 /// The tc programs' settings in memory.
 #[derive(Debug, Default)]
 pub struct MemSettings {
-    /// `LB_CONFIG`'s entry, once written.
-    pub config: Option<lb_common::DatapathConfig>,
     /// `LB4_SRC_RANGES`' keys.
     pub ranges: std::collections::BTreeSet<super::SourceRangeKey>,
-    /// How many writes each kind took: config, insert, remove.
-    pub writes: [usize; 3],
+    /// How many writes each kind took: insert, remove.
+    pub writes: [usize; 2],
     /// `LB_ADDRS`' words written, by index.
     pub address_words: BTreeMap<u32, u64>,
     /// `LB4_DSR_EPS`' and `LB6_DSR_EPS`' keys.
@@ -238,12 +236,6 @@ pub struct MemSettings {
 }
 
 impl super::SettingsStore for MemSettings {
-    fn write_config(&mut self, config: &lb_common::DatapathConfig) -> Result<(), StoreError> {
-        self.config = Some(*config);
-        self.writes[0] += 1;
-        Ok(())
-    }
-
     fn source_ranges(
         &self,
     ) -> Result<std::collections::BTreeSet<super::SourceRangeKey>, StoreError> {
@@ -252,13 +244,13 @@ impl super::SettingsStore for MemSettings {
 
     fn insert_source_range(&mut self, key: &super::SourceRangeKey) -> Result<(), StoreError> {
         self.ranges.insert(*key);
-        self.writes[1] += 1;
+        self.writes[0] += 1;
         Ok(())
     }
 
     fn remove_source_range(&mut self, key: &super::SourceRangeKey) -> Result<(), StoreError> {
         self.ranges.remove(key);
-        self.writes[2] += 1;
+        self.writes[1] += 1;
         Ok(())
     }
 

@@ -24,10 +24,10 @@ use std::collections::{BTreeMap, HashSet};
 pub use dual::{DualReconciler, MapEntries};
 pub use family::{Family, StateView, V4, V6};
 pub use grace::GracePeriods;
-pub use lb::{LbMaps, LbTables, MapKey, MapValue, Tables, member_range, set_range};
+pub use lb::{LbMaps, LbTables, Tables, member_range, set_range};
 pub use pass::Outcome;
 pub use settings::{DsrEndpointKey, Settings, SettingsStore, SourceRangeKey};
-pub use table::{BatchError, Found, StoreError, Table, WriteMode};
+pub use table::{BatchError, Found, MapKey, MapValue, StoreError, Table, WriteMode};
 pub use view::{FrontendView, LbView, SlotView};
 
 use grace::Retired;
@@ -100,14 +100,7 @@ impl<F: Family, T: Tables, G: GracePeriods> Reconciler<F, T, G> {
                     target: None,
                 }),
         );
-        ports_before_wildcards(&mut changes);
-        pass::apply(
-            &mut self.maps,
-            &mut self.grace,
-            &mut self.retired,
-            changes,
-            true,
-        )
+        self.apply(changes, true)
     }
 
     /// Brings only the given frontends to their desired state (`None`:
@@ -117,7 +110,7 @@ impl<F: Family, T: Tables, G: GracePeriods> Reconciler<F, T, G> {
         &mut self,
         changes: impl IntoIterator<Item = (&'a Frontend, Option<&'a Target>)>,
     ) -> Outcome {
-        let mut changes: Vec<_> = changes
+        let changes: Vec<_> = changes
             .into_iter()
             .filter_map(|(fe, target)| {
                 Some(Change {
@@ -127,13 +120,19 @@ impl<F: Family, T: Tables, G: GracePeriods> Reconciler<F, T, G> {
                 })
             })
             .collect();
+        self.apply(changes, false)
+    }
+
+    /// Writes `changes`, each port before its address's wildcard; `full`:
+    /// they are every frontend.
+    fn apply(&mut self, mut changes: Vec<Change<'_, F::FrontendKey>>, full: bool) -> Outcome {
         ports_before_wildcards(&mut changes);
         pass::apply(
             &mut self.maps,
             &mut self.grace,
             &mut self.retired,
             changes,
-            false,
+            full,
         )
     }
 

@@ -233,10 +233,7 @@ pub(super) fn apply<F: Family, T: Tables>(
         reserved_be.extend(new_backends.iter().map(|(id, _)| *id));
 
         write_backends(maps, &new_backends, &mut plans, &mut out);
-        write_slots(maps, &mut plans, &mut out);
-        write_members(maps, &mut plans, &mut out);
-        write_chunks(maps, &mut plans, &mut out);
-        write_states(maps, &mut plans, &mut out);
+        write_revisions(maps, &mut plans, &mut out);
         write_entries(maps, &mut plans, &mut out);
 
         for p in &mut plans {
@@ -494,31 +491,27 @@ fn write_backends<F: Family, T: Tables>(
     }
 }
 
-/// Phase 2: the slots of every new revision, in one batch. A failure fails
-/// the plan it hit, whose partial slots are deleted at once (no state names
-/// them), and the batch goes on with the next plan.
-fn write_slots<F: Family, T: Tables>(
+/// Phases 2 to 3: each new revision's slots, then the members of those
+/// with session affinity, then the Maglev tables of those that have one,
+/// each kind in one batch; a failure fails the plan it hit, whose partial
+/// entries are deleted at once (no state names them), and the batch goes
+/// on with the next plan. Then each revision is published with one locked
+/// state write.
+fn write_revisions<F: Family, T: Tables>(
     maps: &mut LbMaps<F, T>,
     plans: &mut [Plan<F::FrontendKey>],
     out: &mut Outcome,
 ) {
+    use OnFailure::RollBack;
     write_per_plan(
         maps,
         plans,
         out,
         |p| p.slot_entries().collect(),
         LbMaps::put_slots,
-        |p| &mut p.slots_written,
+        |p| p.slots_written += 1,
+        RollBack,
     );
-}
-
-/// Phase 2b: the members of every new revision with session affinity, in
-/// one batch; a failure fails its plan like a failed slot.
-fn write_members<F: Family, T: Tables>(
-    maps: &mut LbMaps<F, T>,
-    plans: &mut [Plan<F::FrontendKey>],
-    out: &mut Outcome,
-) {
     write_per_plan(
         maps,
         plans,
@@ -531,38 +524,60 @@ fn write_members<F: Family, T: Tables>(
             }
         },
         LbMaps::put_members,
-        |p| &mut p.members_written,
+        |p| p.members_written += 1,
+        RollBack,
     );
-}
-
-/// Phase 2c: the Maglev tables of every new revision that has one, in one
-/// batch; a failure fails its plan like a failed slot.
-fn write_chunks<F: Family, T: Tables>(
-    maps: &mut LbMaps<F, T>,
-    plans: &mut [Plan<F::FrontendKey>],
-    out: &mut Outcome,
-) {
     write_per_plan(
         maps,
         plans,
         out,
         |p| p.chunk_entries().collect(),
         LbMaps::put_chunks,
-        |p| &mut p.chunks_written,
+        |p| p.chunks_written += 1,
+        RollBack,
+    );
+    write_per_plan(
+        maps,
+        plans,
+        out,
+        |p| {
+            let view = StateView {
+                owner: p.key,
+                rev: p.rev,
+                count: p.backend_ids.len() as u16,
+                flags: p.flags,
+                affinity_timeout: p.affinity_timeout,
+                maglev_size: p.maglev_size(),
+            };
+            vec![(p.id, F::state(view))]
+        },
+        LbMaps::put_states,
+        |p| p.state_written = true,
+        RollBack,
     );
 }
 
+/// What a failed write does to the plan it hit besides failing it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OnFailure {
+    /// Deletes its slots, members and chunks at once: no state names them.
+    RollBack,
+    /// Leaves them (its state names them).
+    Keep,
+}
+
 /// Writes the `entries` of every plan not failed yet in one batch with
-/// `put`, counting each plan's entries in `written_of`. A failure fails the
-/// plan it hit, whose slots and members are deleted at once (no state names
-/// them), and the batch goes on with the next plan.
+/// `put`, telling each plan of each of its entries written (`written`). A
+/// failure fails the plan it hit, and the batch goes on with the next
+/// plan.
 fn write_per_plan<F: Family, T: Tables, K, V>(
     maps: &mut LbMaps<F, T>,
     plans: &mut [Plan<F::FrontendKey>],
     out: &mut Outcome,
     entries: impl Fn(&Plan<F::FrontendKey>) -> Vec<(K, V)>,
     put: impl Fn(&mut LbMaps<F, T>, &[(K, V)]) -> Result<(), BatchError>,
-    written_of: impl Fn(&mut Plan<F::FrontendKey>) -> &mut u16,
+    written: impl Fn(&mut Plan<F::FrontendKey>),
+    on_failure: OnFailure,
 ) {
     let mut start = 0;
     while start < plans.len() {
@@ -577,61 +592,19 @@ fn write_per_plan<F: Family, T: Tables, K, V>(
             batch.extend(mine);
         }
         let result = put(maps, &batch);
-        let written = result.as_ref().map_or_else(|e| e.written, |()| batch.len());
-        out.written += written;
-        for &i in &owners[..written] {
-            *written_of(&mut plans[i]) += 1;
+        let count = result.as_ref().map_or_else(|e| e.written, |()| batch.len());
+        out.written += count;
+        for &i in &owners[..count] {
+            written(&mut plans[i]);
         }
         match result {
             Ok(()) => break,
             Err(BatchError { written, error }) => {
                 let hit = owners[failed_at(written, owners.len())];
                 plans[hit].failed = Some(Arc::new(error));
-                roll_back_slots(maps, &mut plans[hit], out);
-                start = hit + 1;
-            }
-        }
-    }
-}
-
-/// Phase 3: publish every new revision with one locked state write each.
-fn write_states<F: Family, T: Tables>(
-    maps: &mut LbMaps<F, T>,
-    plans: &mut [Plan<F::FrontendKey>],
-    out: &mut Outcome,
-) {
-    let mut start = 0;
-    while start < plans.len() {
-        let idx: Vec<usize> = (start..plans.len())
-            .filter(|i| plans[*i].failed.is_none())
-            .collect();
-        let batch: Vec<(u32, F::State)> = idx
-            .iter()
-            .map(|&i| {
-                let p = &plans[i];
-                let view = StateView {
-                    owner: p.key,
-                    rev: p.rev,
-                    count: p.backend_ids.len() as u16,
-                    flags: p.flags,
-                    affinity_timeout: p.affinity_timeout,
-                    maglev_size: p.maglev_size(),
-                };
-                (p.id, F::state(view))
-            })
-            .collect();
-        let result = maps.put_states(&batch);
-        let written = result.as_ref().map_or_else(|e| e.written, |()| batch.len());
-        out.written += written;
-        for &i in &idx[..written] {
-            plans[i].state_written = true;
-        }
-        match result {
-            Ok(()) => break,
-            Err(BatchError { written, error }) => {
-                let hit = idx[failed_at(written, idx.len())];
-                plans[hit].failed = Some(Arc::new(error));
-                roll_back_slots(maps, &mut plans[hit], out);
+                if on_failure == OnFailure::RollBack {
+                    roll_back_slots(maps, &mut plans[hit], out);
+                }
                 start = hit + 1;
             }
         }
@@ -664,27 +637,21 @@ fn write_entries<F: Family, T: Tables>(
         }
     }
 
-    let mut start = 0;
-    while start < plans.len() {
-        let idx: Vec<usize> = (start..plans.len())
-            .filter(|i| plans[*i].failed.is_none() && plans[*i].insert_entry)
-            .collect();
-        let batch: Vec<(F::FrontendKey, FrontendId)> = idx
-            .iter()
-            .map(|&i| (plans[i].key, FrontendId { id: plans[i].id }))
-            .collect();
-        let result = maps.put_frontends(&batch);
-        let written = result.as_ref().map_or_else(|e| e.written, |()| batch.len());
-        out.written += written;
-        match result {
-            Ok(()) => break,
-            Err(BatchError { written, error }) => {
-                let hit = idx[failed_at(written, idx.len())];
-                plans[hit].failed = Some(Arc::new(error));
-                start = hit + 1;
+    write_per_plan(
+        maps,
+        plans,
+        out,
+        |p| {
+            if p.insert_entry {
+                vec![(p.key, FrontendId { id: p.id })]
+            } else {
+                Vec::new()
             }
-        }
-    }
+        },
+        LbMaps::put_frontends,
+        |_| {},
+        OnFailure::Keep,
+    );
 }
 
 /// Deletes a failed plan's slots, members and chunks, which no state ever

@@ -1,11 +1,10 @@
-//! The programs' settings: `LB_CONFIG`'s one entry, the source ranges of
+//! The programs' settings that follow the Services: the source ranges of
 //! the external frontends `loadBalancerSourceRanges` guards
 //! (`LB4_SRC_RANGES`, `LB6_SRC_RANGES`), the endpoints on this node of DSR
 //! frontends (`LB4_DSR_EPS`, `LB6_DSR_EPS`), which node each address is on
 //! (`LB4_NODE_NETS`, `LB6_NODE_NETS`), and the bitmap of frontend
-//! addresses (`LB_ADDRS`).
-//! Written here, like every other map the agent fills, so that one place
-//! owns the maps' contents.
+//! addresses (`LB_ADDRS`). (`LB_CONFIG`, which follows the flags and the
+//! node's addresses, is the datapath's to write.)
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -14,8 +13,8 @@ use std::{
 
 use ipnet::IpNet;
 use lb_common::{
-    DatapathConfig, DsrEndpoint4Key, DsrEndpoint6Key, SOURCE_RANGE_PREFIX, SOURCE_RANGE6_PREFIX,
-    SourceRange4, SourceRange6,
+    DsrEndpoint4Key, DsrEndpoint6Key, SOURCE_RANGE_PREFIX, SOURCE_RANGE6_PREFIX, SourceRange4,
+    SourceRange6,
 };
 
 use super::{StoreError, addresses::AddressBits};
@@ -39,8 +38,6 @@ pub enum DsrEndpointKey {
 
 /// Where the settings are kept: the pinned maps, or memory in tests.
 pub trait SettingsStore {
-    /// Replaces `LB_CONFIG`'s entry.
-    fn write_config(&mut self, config: &DatapathConfig) -> Result<(), StoreError>;
     /// Every key of `LB4_SRC_RANGES` and `LB6_SRC_RANGES`.
     fn source_ranges(&self) -> Result<BTreeSet<SourceRangeKey>, StoreError>;
     fn insert_source_range(&mut self, key: &SourceRangeKey) -> Result<(), StoreError>;
@@ -86,11 +83,6 @@ impl<S: SettingsStore> Settings<S> {
             node_nets: None,
             addresses: AddressBits::default(),
         }
-    }
-
-    /// Writes `config` (the agent asks only when it changed).
-    pub fn write_config(&mut self, config: DatapathConfig) -> Result<(), StoreError> {
-        self.store.write_config(&config)
     }
 
     /// The guarded frontends or their ranges changed: the next

@@ -7,6 +7,14 @@
 
 use std::{fmt::Debug, io};
 
+/// A map key the reconciler can store: plain data, ordered.
+pub trait MapKey: aya::Pod + Ord + Debug + Default {}
+impl<T: aya::Pod + Ord + Debug + Default> MapKey for T {}
+
+/// A map value the reconciler can store: plain data, comparable.
+pub trait MapValue: aya::Pod + PartialEq + Debug + Default {}
+impl<T: aya::Pod + PartialEq + Debug + Default> MapValue for T {}
+
 /// Whether a table may hold what an earlier agent wrote.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Found {

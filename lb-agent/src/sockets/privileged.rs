@@ -15,9 +15,9 @@ use std::{
 
 use aya::maps::{HashMap, MapData};
 use lb_common::{REVNAT4, REVNAT6, RevNat4Key, RevNat4Value, RevNat6Key, RevNat6Value};
+use lb_test_netns::{TestNetns, require_root, unique};
 
 use super::*;
-use crate::test_netns::{TestNetns, require_root, unique};
 
 /// A directory of this test's own, removed on drop.
 struct TestDir(PathBuf);
@@ -47,7 +47,7 @@ type RevNat6Map = HashMap<MapData, RevNat6Key, RevNat6Value>;
 
 fn lru<K: aya::Pod, V: aya::Pod>(pin: &Path) -> HashMap<MapData, K, V> {
     const BPF_MAP_TYPE_LRU_HASH: u32 = 9;
-    let fd = crate::datapath::test_map(
+    let fd = crate::bpf_sys::test_map(
         BPF_MAP_TYPE_LRU_HASH,
         size_of::<K>() as u32,
         size_of::<V>() as u32,

@@ -7,14 +7,11 @@ use futures::{StreamExt as _, stream::BoxStream};
 use tracing::{info, warn};
 
 use super::{
-    Change, ListKind, NodeFacts,
+    Change, ListKind, NodeFacts, Source,
     file_poll::FilePoll,
     kube::{self, KubeError},
 };
-use crate::{
-    config::{RunConfig, Source},
-    shared::Shared,
-};
+use crate::shared::Shared;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
@@ -47,9 +44,13 @@ pub enum Changes {
 
 impl Changes {
     /// Connects to the apiserver and starts the watches, or starts
-    /// polling the files.
-    pub async fn open(config: &RunConfig, shared: Arc<Shared>) -> Result<Self, SourceError> {
-        Ok(match &config.source {
+    /// polling the files, for the node `node_name`.
+    pub async fn open(
+        source: &Source,
+        node_name: &str,
+        shared: Arc<Shared>,
+    ) -> Result<Self, SourceError> {
+        Ok(match source {
             Source::Kube { kubeconfig, master } => {
                 let client = kube::client(
                     kubeconfig.as_deref(),
@@ -57,16 +58,16 @@ impl Changes {
                     shared.metrics.rest_client_requests.clone(),
                 )
                 .await?;
-                info!(node = %config.node_name, "watching Services, EndpointSlices, this Node and every Node's networks");
+                info!(node = %node_name, "watching Services, EndpointSlices, this Node and every Node's networks");
                 Self::Kube {
-                    events: kube::watch(client, &config.node_name),
+                    events: kube::watch(client, node_name),
                     node: None,
                     nodes_refused: false,
                     shared,
                 }
             }
             Source::File(path) => Self::File {
-                poll: FilePoll::new(path.clone(), config.node_name.clone()),
+                poll: FilePoll::new(path.clone(), node_name.to_owned()),
                 shared,
             },
         })

@@ -12,16 +12,28 @@ mod nesting;
 pub mod requests;
 pub mod strip;
 
-use std::net::IpAddr;
+use std::{net::IpAddr, path::PathBuf};
 
-use ipnet::IpNet;
-
+pub use crate::model::node_nets::NodeNetworks;
 pub use changes::{Changes, SourceError};
 
 use k8s_openapi::api::{
     core::v1::{Node, Service},
     discovery::v1::EndpointSlice,
 };
+
+/// Where Services and EndpointSlices come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Watch the apiserver. `None` fields fall back to in-cluster config, then
+    /// the default kubeconfig.
+    Kube {
+        kubeconfig: Option<PathBuf>,
+        master: Option<String>,
+    },
+    /// Static manifests, polled for edits.
+    File(PathBuf),
+}
 
 /// The one EndpointSlice annotation kept: when the change behind the slice
 /// was triggered, which kube-proxy measures network-programming latency
@@ -68,56 +80,6 @@ impl NodeFacts {
                 .as_ref()
                 .and_then(|l| l.get(ZONE_LABEL).cloned()),
             primary_ips,
-        }
-    }
-}
-
-/// Where a Node is on the network, as every node's agent reads every
-/// Node (for DSR: a client on its backend's node is SNATed instead).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NodeNetworks {
-    pub name: String,
-    /// Its `InternalIP` and `ExternalIP` addresses, both families, in the
-    /// Node's order, each once.
-    pub addresses: Vec<IpAddr>,
-    /// `spec.podCIDRs` (else `spec.podCIDR`), host bits cleared, each once.
-    pub pod_cidrs: Vec<IpNet>,
-}
-
-impl NodeNetworks {
-    /// What is read of `node`; an address or CIDR that does not parse is
-    /// left out.
-    pub fn of(node: &Node) -> Self {
-        let mut addresses: Vec<IpAddr> = Vec::new();
-        let listed = node.status.as_ref().and_then(|s| s.addresses.as_deref());
-        for a in listed.unwrap_or_default() {
-            if !matches!(a.type_.as_str(), "InternalIP" | "ExternalIP") {
-                continue;
-            }
-            if let Ok(ip) = a.address.trim().parse::<IpAddr>()
-                && !addresses.contains(&ip)
-            {
-                addresses.push(ip);
-            }
-        }
-        let spec = node.spec.as_ref();
-        let cidrs = spec
-            .and_then(|s| s.pod_cidrs.clone())
-            .filter(|c| !c.is_empty())
-            .or_else(|| spec.and_then(|s| s.pod_cidr.clone()).map(|c| vec![c]))
-            .unwrap_or_default();
-        let mut pod_cidrs: Vec<IpNet> = Vec::new();
-        for cidr in cidrs {
-            if let Ok(net) = cidr.trim().parse::<IpNet>()
-                && !pod_cidrs.contains(&net.trunc())
-            {
-                pod_cidrs.push(net.trunc());
-            }
-        }
-        Self {
-            name: node.metadata.name.clone().unwrap_or_default(),
-            addresses,
-            pod_cidrs,
         }
     }
 }
@@ -191,50 +153,6 @@ mod tests {
         assert_eq!(
             NodeFacts::of(&Node::new("bare").build()),
             NodeFacts::default()
-        );
-    }
-
-    #[test]
-    fn a_nodes_networks_are_its_ip_addresses_and_pod_cidrs() {
-        let node = Node::new("node-a")
-            .address("Hostname", "node-a")
-            .address("InternalIP", "192.0.2.10")
-            .address("ExternalIP", "203.0.113.5")
-            .address("InternalIP", "fd00::10")
-            .address("InternalDNS", "node-a.example")
-            .address("ExternalIP", "192.0.2.10")
-            .address("InternalIP", "not-an-ip")
-            .pod_cidr("10.42.1.0/24")
-            .pod_cidr("fd42:1::1/64")
-            .pod_cidr("bogus")
-            .build();
-        let nets = NodeNetworks::of(&node);
-        assert_eq!(nets.name, "node-a");
-        let ips: Vec<IpAddr> = ["192.0.2.10", "203.0.113.5", "fd00::10"]
-            .map(|a| a.parse().unwrap())
-            .into();
-        assert_eq!(nets.addresses, ips);
-        let cidrs: Vec<IpNet> = ["10.42.1.0/24", "fd42:1::/64"]
-            .map(|c| c.parse().unwrap())
-            .into();
-        assert_eq!(nets.pod_cidrs, cidrs);
-
-        // An older Node with `podCIDR` alone.
-        let mut old = Node::new("node-b").build();
-        old.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
-            pod_cidr: Some("10.42.2.0/24".into()),
-            ..Default::default()
-        });
-        assert_eq!(
-            NodeNetworks::of(&old).pod_cidrs,
-            ["10.42.2.0/24".parse::<IpNet>().unwrap()]
-        );
-        assert_eq!(
-            NodeNetworks::of(&Node::new("bare").build()),
-            NodeNetworks {
-                name: "bare".into(),
-                ..NodeNetworks::default()
-            }
         );
     }
 }
