@@ -38,6 +38,9 @@ pub fn listening_tcp(pid: u32) -> anyhow::Result<Vec<SocketAddr>> {
         out.push(local_address(f[1]).with_context(|| format!("reading {line:?}"))?);
     }
     out.sort();
+    // The table is read in pages, not as one snapshot: under churn a
+    // socket can be listed twice.
+    out.dedup();
     Ok(out)
 }
 
