@@ -1,4 +1,4 @@
-//! The `tc_cost` bench (`lb-agent/benches/tc_cost.rs`): our tc programs on
+//! The `tc_cost` bench (`lb-testbed/benches/tc_cost.rs`): our tc programs on
 //! crafted packets (`BPF_PROG_TEST_RUN`). Its table goes into the report as
 //! printed; its figures are read from the JSON it writes.
 
@@ -28,7 +28,7 @@ pub(super) fn run(plan: &Plan) -> anyhow::Result<TcCost> {
         .current_dir(root)
         .env("TC_COST_JSON", &json)
         .args([
-            "bench", "-q", "-p", "lb-agent", "--bench", "tc_cost", "--", runs,
+            "bench", "-q", "-p", "lb-testbed", "--bench", "tc_cost", "--", runs,
         ])
         .output()
         .context("running cargo bench --bench tc_cost")?;

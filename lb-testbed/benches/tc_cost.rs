@@ -2,7 +2,7 @@
 //! the program (`BPF_PROG_TEST_RUN`), on crafted packets. Prints
 //! nanoseconds per packet; asserts nothing. Needs root.
 //!
-//! `cargo bench -p lb-agent --bench tc_cost [-- RUNS]`
+//! `cargo bench -p lb-testbed --bench tc_cost [-- RUNS]`
 //!
 //! With `TC_COST_JSON=PATH` set, it also writes the figures to PATH as JSON
 //! (`runs`; `repeat`: `id`, `case`, `ns`, `min`, `max`; `single`: `id`,
