@@ -28,7 +28,14 @@ pub(super) fn run(plan: &Plan) -> anyhow::Result<TcCost> {
         .current_dir(root)
         .env("TC_COST_JSON", &json)
         .args([
-            "bench", "-q", "-p", "lb-testbed", "--bench", "tc_cost", "--", runs,
+            "bench",
+            "-q",
+            "-p",
+            "lb-testbed",
+            "--bench",
+            "tc_cost",
+            "--",
+            runs,
         ])
         .output()
         .context("running cargo bench --bench tc_cost")?;
