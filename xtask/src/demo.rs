@@ -66,56 +66,70 @@ const PODS: [Pod; 6] = [
     },
 ];
 
+/// A Service and its one EndpointSlice, `<name>-x1`.
+struct Service {
+    ns: &'static str,
+    name: &'static str,
+    vip: &'static str,
+    /// Name, number, protocol.
+    port: (&'static str, i32, &'static str),
+    /// The endpoints' port.
+    target: i32,
+    ips: &'static [&'static str],
+}
+
+const SERVICES: [Service; 4] = [
+    Service {
+        ns: "ovn-poc",
+        name: "service-a",
+        vip: "10.96.164.53",
+        port: ("", 10001, "TCP"),
+        target: 80,
+        ips: &["10.244.0.11"],
+    },
+    Service {
+        ns: "ovn-poc",
+        name: "service-b",
+        vip: "10.96.67.152",
+        port: ("", 10001, "TCP"),
+        target: 80,
+        ips: &["10.144.219.69"],
+    },
+    Service {
+        ns: "default",
+        name: "ngx-svc",
+        vip: "10.43.120.124",
+        port: ("http", 80, "TCP"),
+        target: 80,
+        ips: &["10.42.0.148", "10.42.0.149"],
+    },
+    Service {
+        ns: "kube-system",
+        name: "kube-dns",
+        vip: "10.96.0.10",
+        port: ("dns", 53, "UDP"),
+        target: 53,
+        ips: &["10.42.0.20", "10.42.0.21"],
+    },
+];
+
 fn manifest() -> String {
-    let svc = |ns: &str, name: &str, vip: &str, port: (&str, i32, &str)| {
-        Object::from(
-            Svc::new(ns, name)
-                .cluster_ip(vip)
-                .port(port.0, port.1, port.2),
-        )
-    };
-    let slice = |ns: &str, name: &str, svc: &str, port: (&str, i32, &str), ips: &[&str]| {
-        Object::from(
-            Slice::new(ns, name)
-                .service(svc)
-                .port(port.0, port.1, port.2)
-                .ready(ips),
-        )
-    };
-    yaml([
-        svc("ovn-poc", "service-a", "10.96.164.53", ("", 10001, "TCP")),
-        slice(
-            "ovn-poc",
-            "service-a-x1",
-            "service-a",
-            ("", 80, "TCP"),
-            &["10.244.0.11"],
-        ),
-        svc("ovn-poc", "service-b", "10.96.67.152", ("", 10001, "TCP")),
-        slice(
-            "ovn-poc",
-            "service-b-x1",
-            "service-b",
-            ("", 80, "TCP"),
-            &["10.144.219.69"],
-        ),
-        svc("default", "ngx-svc", "10.43.120.124", ("http", 80, "TCP")),
-        slice(
-            "default",
-            "ngx-svc-x1",
-            "ngx-svc",
-            ("http", 80, "TCP"),
-            &["10.42.0.148", "10.42.0.149"],
-        ),
-        svc("kube-system", "kube-dns", "10.96.0.10", ("dns", 53, "UDP")),
-        slice(
-            "kube-system",
-            "kube-dns-x1",
-            "kube-dns",
-            ("dns", 53, "UDP"),
-            &["10.42.0.20", "10.42.0.21"],
-        ),
-    ])
+    yaml(SERVICES.iter().flat_map(|s| {
+        let (port, number, proto) = s.port;
+        [
+            Object::from(
+                Svc::new(s.ns, s.name)
+                    .cluster_ip(s.vip)
+                    .port(port, number, proto),
+            ),
+            Object::from(
+                Slice::new(s.ns, &format!("{}-x1", s.name))
+                    .service(s.name)
+                    .port(port, s.target, proto)
+                    .ready(s.ips),
+            ),
+        ]
+    }))
 }
 
 pub(crate) fn run() -> anyhow::Result<()> {
@@ -189,33 +203,40 @@ pub(crate) fn run() -> anyhow::Result<()> {
     );
     check()?;
 
-    let n = bed.tcp("10.43.120.124:80", REQUESTS)?;
-    show("ngx-svc", "10.43.120.124:80/TCP", &n);
+    // Services with two endpoints: spread over both, the replies from the VIP.
     let spread = |r: &Report, ids: [&str; 2]| {
         ids.iter()
             .all(|id| r.replies.get(*id).copied().unwrap_or(0) >= REQUESTS / 4)
     };
-    expect(
-        n.ok() == REQUESTS && spread(&n, ["ngx-148", "ngx-149"]),
-        "spread over both endpoints".into(),
-    );
-    expect(
-        n.peers.keys().eq(["10.43.120.124:80"]),
-        "getpeername() returns the ClusterIP".into(),
-    );
-    check()?;
-
-    let d = bed.udp("10.96.0.10:53", REQUESTS, false)?;
-    show("kube-dns", "10.96.0.10:53/UDP", &d);
-    expect(
-        d.ok() == REQUESTS && spread(&d, ["coredns-1", "coredns-2"]),
-        "spread over both endpoints".into(),
-    );
-    expect(
-        d.peers.keys().eq(["10.96.0.10:53"]),
-        "every reply comes from 10.96.0.10:53".into(),
-    );
-    check()?;
+    for (name, vip, proto, ids, from_vip) in [
+        (
+            "ngx-svc",
+            "10.43.120.124:80",
+            "TCP",
+            ["ngx-148", "ngx-149"],
+            "getpeername() returns the ClusterIP",
+        ),
+        (
+            "kube-dns",
+            "10.96.0.10:53",
+            "UDP",
+            ["coredns-1", "coredns-2"],
+            "every reply comes from 10.96.0.10:53",
+        ),
+    ] {
+        let r = if proto == "TCP" {
+            bed.tcp(vip, REQUESTS)?
+        } else {
+            bed.udp(vip, REQUESTS, false)?
+        };
+        show(name, &format!("{vip}/{proto}"), &r);
+        expect(
+            r.ok() == REQUESTS && spread(&r, ids),
+            "spread over both endpoints".into(),
+        );
+        expect(r.peers.keys().eq([vip]), from_vip.into());
+        check()?;
+    }
 
     println!(
         "\n== lb-agent dump --bpffs-dir {}",

@@ -7,6 +7,7 @@ mod control;
 mod datapath;
 mod nodeport;
 mod phases;
+mod plot;
 pub(super) mod pps;
 pub(super) mod pps_chart;
 pub(super) mod report;

@@ -3,9 +3,12 @@
 
 use plotters::prelude::*;
 
-use super::super::{
-    plan::Plan,
-    results::pps::{Family, Pps, PpsBed, PpsMode, find},
+use super::{
+    super::{
+        plan::Plan,
+        results::pps::{Family, Pps, PpsBed, PpsMode, find},
+    },
+    plot,
 };
 
 pub(crate) fn draw(
@@ -34,21 +37,7 @@ pub(crate) fn draw(
         .x_label_area_size(44)
         .y_label_area_size(80)
         .build_cartesian_2d(-0.2..xs + 0.2, 0.0..ymax.max(1.0))?;
-    chart
-        .configure_mesh()
-        .x_labels(scales.len())
-        .x_label_formatter(&|x| {
-            if (x - x.round()).abs() < 1e-6 {
-                scales
-                    .get(x.round() as usize)
-                    .map_or(String::new(), |n| n.to_string())
-            } else {
-                String::new()
-            }
-        })
-        .x_desc("Services (N)")
-        .y_desc("packets / s received")
-        .draw()?;
+    plot::mesh_over_scales(&mut chart, &scales, "packets / s received")?;
     let colors = [BLACK, BLUE, RED, GREEN, MAGENTA, CYAN];
     for (mode, color) in PpsMode::ALL.into_iter().zip(colors.into_iter().cycle()) {
         for family in Family::ALL {
@@ -59,26 +48,12 @@ pub(crate) fn draw(
                     Some((i as f64, find(&pps.rows, bed, family, mode, n)?.pps()))
                 })
                 .collect();
-            let style = color.stroke_width(2);
             let label = format!("{} ({})", mode.name(), family.name());
-            let series = match family {
-                Family::V4 => chart.draw_series(LineSeries::new(points.clone(), style))?,
-                Family::V6 => {
-                    chart.draw_series(DashedLineSeries::new(points.clone(), 8, 5, style))?
-                }
-            };
-            series.label(label).legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-            chart.draw_series(points.iter().map(|p| Circle::new(*p, 4, color.filled())))?;
+            let dashed = family == Family::V6;
+            plot::series(&mut chart, label, color, dashed, points)?;
         }
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
+    plot::legend(&mut chart, SeriesLabelPosition::LowerLeft)?;
     root.present()?;
     Ok(())
 }

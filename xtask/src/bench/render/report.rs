@@ -19,30 +19,24 @@ pub(crate) fn full(
     cond: &Conditions,
     charts: &[String],
 ) -> String {
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "# lb-agent benchmark{}{}\n",
-        if plan.quick {
-            " (--quick smoke run)"
-        } else {
-            ""
-        },
-        if plan.control_only {
-            " (--control-only)"
-        } else {
-            ""
-        }
+    let mut o = head(
+        &format!(
+            "lb-agent benchmark{}{}",
+            if plan.quick {
+                " (--quick smoke run)"
+            } else {
+                ""
+            },
+            if plan.control_only {
+                " (--control-only)"
+            } else {
+                ""
+            }
+        ),
+        cond,
     );
-    let _ = writeln!(o, "{}\n", cond.machine);
-    let _ = writeln!(
-        o,
-        "Agent: `{}`. Load average (1, 5, 15 min) at the start: {}, at the end: {}; \
-         other work on the machine competes for the same cores.\n",
-        plan.agent_bin.display(),
-        cond.load_before,
-        cond.load_after
-    );
+    let _ = write!(o, "Agent: `{}`. ", plan.agent_bin.display());
+    load_line(&mut o, cond, true);
     if !plan.control_only {
         datapath::tables(&mut o, plan, &results.datapath);
     }
@@ -51,16 +45,8 @@ pub(crate) fn full(
         nodeport::section(&mut o, plan, np);
     }
     control::tables(&mut o, plan, &results.control);
-    write_targets(&mut o, targets);
-    charts_line(&mut o, charts);
-    let _ = writeln!(o, "\nRun took {:.0} s.", cond.took.as_secs_f64());
+    tail(&mut o, targets, charts, cond);
     o
-}
-
-fn charts_line(o: &mut String, charts: &[String]) {
-    if !charts.is_empty() {
-        let _ = writeln!(o, "\nCharts: {}.", charts.join(", "));
-    }
 }
 
 /// `--nodeport-only`: the NodePort section alone.
@@ -71,32 +57,19 @@ pub(crate) fn nodeport_only(
     cond: &Conditions,
     charts: &[String],
 ) -> String {
-    let mut o = String::new();
-    let _ = writeln!(o, "# lb-agent NodePort benchmark\n\n{}\n", cond.machine);
-    let _ = writeln!(
-        o,
-        "Load average (1, 5, 15 min) at the start: {}, at the end: {}.\n",
-        cond.load_before, cond.load_after
-    );
+    let mut o = head("lb-agent NodePort benchmark", cond);
+    load_line(&mut o, cond, false);
     nodeport::section(&mut o, plan, np);
-    write_targets(&mut o, targets);
-    charts_line(&mut o, charts);
-    let _ = writeln!(o, "\nRun took {:.0} s.", cond.took.as_secs_f64());
+    tail(&mut o, targets, charts, cond);
     o
 }
 
 /// `--connect-only`: the connect loop alone.
 pub(crate) fn connect_only(rows: &[ConnectRow], targets: &[Target], cond: &Conditions) -> String {
-    let mut o = String::new();
-    let _ = writeln!(o, "# lb-agent connect-hook benchmark\n\n{}\n", cond.machine);
-    let _ = writeln!(
-        o,
-        "Load average (1, 5, 15 min) at the start: {}, at the end: {}.\n",
-        cond.load_before, cond.load_after
-    );
+    let mut o = head("lb-agent connect-hook benchmark", cond);
+    load_line(&mut o, cond, false);
     connect::section(&mut o, rows);
-    write_targets(&mut o, targets);
-    let _ = writeln!(o, "\nRun took {:.0} s.", cond.took.as_secs_f64());
+    tail(&mut o, targets, &[], cond);
     o
 }
 
@@ -108,22 +81,53 @@ pub(crate) fn pps_only(
     cond: &Conditions,
     charts: &[String],
 ) -> String {
+    let title = format!(
+        "lb-agent packets-per-second benchmark{}",
+        if plan.quick { " (--quick)" } else { "" }
+    );
+    let mut o = head(&title, cond);
+    load_line(&mut o, cond, true);
+    pps::section(&mut o, plan, pps);
+    tail(&mut o, targets, charts, cond);
+    o
+}
+
+/// A report's title and the machine it ran on.
+fn head(title: &str, cond: &Conditions) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "# lb-agent packets-per-second benchmark{}\n\n{}\n",
-        if plan.quick { " (--quick)" } else { "" },
+        "# {title}
+
+{}
+",
         cond.machine
     );
+    o
+}
+
+/// The load average at the start and the end; `busy`: a note that other
+/// work on the machine competes for the same cores.
+fn load_line(o: &mut String, cond: &Conditions, busy: bool) {
     let _ = writeln!(
         o,
-        "Load average (1, 5, 15 min) at the start: {}, at the end: {}; other work on the \
-         machine competes for the same cores.\n",
-        cond.load_before, cond.load_after
+        "Load average (1, 5, 15 min) at the start: {}, at the end: {}{}\n",
+        cond.load_before,
+        cond.load_after,
+        if busy {
+            "; other work on the machine competes for the same cores."
+        } else {
+            "."
+        }
     );
-    pps::section(&mut o, plan, pps);
-    write_targets(&mut o, targets);
-    charts_line(&mut o, charts);
+}
+
+/// Every report's end: the targets, the charts drawn (if any), how long
+/// the run took.
+fn tail(o: &mut String, targets: &[Target], charts: &[String], cond: &Conditions) {
+    write_targets(o, targets);
+    if !charts.is_empty() {
+        let _ = writeln!(o, "\nCharts: {}.", charts.join(", "));
+    }
     let _ = writeln!(o, "\nRun took {:.0} s.", cond.took.as_secs_f64());
-    o
 }

@@ -4,10 +4,13 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::super::{
-    results::scale::{API, FILE, Row},
-    stats::percentile,
-    units::{mib, millis},
+use super::{
+    super::{
+        results::scale::{API, FILE, Row},
+        stats::percentile,
+        units::{mib, millis},
+    },
+    plot,
 };
 
 /// Three panels against N: cold start, change latency, RSS.
@@ -67,20 +70,9 @@ pub(crate) fn draw(rows: &[Row], path: &Path) -> anyhow::Result<()> {
             .y_desc(ylabel)
             .draw()?;
         for (name, color, points) in series {
-            chart
-                .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
-                .label(name)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
-            chart.draw_series(points.iter().map(|p| Circle::new(*p, 4, color.filled())))?;
+            plot::series(&mut chart, name, color, false, points)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
+        plot::legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     }
     root.present()?;
     Ok(())

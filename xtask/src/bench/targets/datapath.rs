@@ -30,23 +30,18 @@ pub(crate) fn targets(plan: &Plan, rows: &[Row]) -> Vec<Target> {
             continue;
         }
         let rate = |mode, load| find(rows, mode, n).runs.rate(load);
-        let (ours, nft) = (
-            rate(Mode::Ours, Load::UdpLong),
-            rate(Mode::Nftables, Load::UdpLong),
-        );
-        t.push(Target::at_least(
-            format!("ours >= nftables at N={n} (UDP, long-lived sockets)"),
-            ours,
-            nft,
-            Measured::Times(ours / nft),
-        ));
-        let (ours, nft) = (rate(Mode::Ours, Load::Tcp), rate(Mode::Nftables, Load::Tcp));
-        t.push(Target::at_least(
-            format!("ours >= nftables at N={n} (TCP)"),
-            ours,
-            nft,
-            Measured::Times(ours / nft),
-        ));
+        for (load, what) in [
+            (Load::UdpLong, "UDP, long-lived sockets"),
+            (Load::Tcp, "TCP"),
+        ] {
+            let (ours, nft) = (rate(Mode::Ours, load), rate(Mode::Nftables, load));
+            t.push(Target::at_least(
+                format!("ours >= nftables at N={n} ({what})"),
+                ours,
+                nft,
+                Measured::Times(ours / nft),
+            ));
+        }
     }
     for &n in &plan.scales {
         let ratio = |ours, direct| {

@@ -49,6 +49,14 @@ fn the_agent_timeline_is_read_from_its_log() {
     assert_eq!(Phases::from_log(log.lines().next().unwrap()), None);
 }
 
+/// Asserts that `md` holds each of `lines` as a whole line.
+fn has_lines(md: &str, lines: &[&str]) {
+    let all: Vec<&str> = md.lines().collect();
+    for line in lines {
+        assert!(all.contains(line), "no line {line:?} in:\n{md}");
+    }
+}
+
 fn conditions() -> Conditions {
     Conditions {
         machine: "Machine: 2 cores.".into(),
@@ -76,36 +84,36 @@ fn the_nodeport_report_shows_tables_and_targets() {
         &conditions(),
         &charts,
     );
-    let lines: Vec<&str> = md.lines().collect();
-    for line in [
-        "# lb-agent NodePort benchmark",
-        "Machine: 2 cores.",
-        "Load average (1, 5, 15 min) at the start: 0.50 0.40 0.30, at the end: 1.00 0.90 0.80.",
-        "### TCP short connections to a NodePort",
-        "| N | mode | conn/s | vs direct | vs ours | spread | connect p50 µs | connect p99 µs | tc ns/packet in, out |",
-        "| 1 | direct | 4200 | 1.00 | 1.33 | 4000-4400 | 11.0 | 25.0 |  |",
-        "| 1 | ours (tc) | 3150 | 0.75 | 1.00 | 3000-3300 | 11.0 | 25.0 | 100, 200 |",
-        "| 1 | nftables | 1050 | 0.25 | 0.33 | 1000-1100 | 11.0 | 25.0 |  |",
-        "### TCP short connections to a NodePort, over IPv6",
-        "| 1 | direct | 2100 | 1.00 | 1.33 | 2000-2200 | 11.0 | 25.0 |  |",
-        "| 1 | ours (tc) | 1575 | 0.75 | 1.00 | 1500-1650 | 11.0 | 25.0 | 100, 200 |",
-        "### UDP request/response to a NodePort, one socket per client",
-        "### UDP request/response to a NodePort, one socket per client, over IPv6",
-        "| 1 | nftables | 525 | 0.25 | 0.33 | 500-550 | 11.0 | 25.0 |  |",
-        "| IPv4 | ours (tc) | Tcp | 1000 | 1000 | 0 | 0 |",
-        "| IPv6 | iptables | Udp | 1050 | 1050 | 0 |  |",
-        "tc per-packet cost",
-        "### Targets (measured, not asserted)",
-        "- [met] NodePort: ours >= nftables at N=1 (TCP): 3.00x",
-        "- [MISSED] tc ingress per-packet cost: not measured",
-        "## Packets per second: UDP to a NodePort (externalTrafficPolicy: Cluster)",
-        "### XDP sink: to a counter in XDP behind another veth, over IPv6",
-        "### end to end: through a bridge to the pods, over IPv6",
-        "Charts: /out/bench-nodeport-pps.svg.",
-        "Run took 12 s.",
-    ] {
-        assert!(lines.contains(&line), "no line {line:?} in:\n{md}");
-    }
+    has_lines(
+        &md,
+        &[
+            "# lb-agent NodePort benchmark",
+            "Machine: 2 cores.",
+            "Load average (1, 5, 15 min) at the start: 0.50 0.40 0.30, at the end: 1.00 0.90 0.80.",
+            "### TCP short connections to a NodePort",
+            "| N | mode | conn/s | vs direct | vs ours | spread | connect p50 µs | connect p99 µs | tc ns/packet in, out |",
+            "| 1 | direct | 4200 | 1.00 | 1.33 | 4000-4400 | 11.0 | 25.0 |  |",
+            "| 1 | ours (tc) | 3150 | 0.75 | 1.00 | 3000-3300 | 11.0 | 25.0 | 100, 200 |",
+            "| 1 | nftables | 1050 | 0.25 | 0.33 | 1000-1100 | 11.0 | 25.0 |  |",
+            "### TCP short connections to a NodePort, over IPv6",
+            "| 1 | direct | 2100 | 1.00 | 1.33 | 2000-2200 | 11.0 | 25.0 |  |",
+            "| 1 | ours (tc) | 1575 | 0.75 | 1.00 | 1500-1650 | 11.0 | 25.0 | 100, 200 |",
+            "### UDP request/response to a NodePort, one socket per client",
+            "### UDP request/response to a NodePort, one socket per client, over IPv6",
+            "| 1 | nftables | 525 | 0.25 | 0.33 | 500-550 | 11.0 | 25.0 |  |",
+            "| IPv4 | ours (tc) | Tcp | 1000 | 1000 | 0 | 0 |",
+            "| IPv6 | iptables | Udp | 1050 | 1050 | 0 |  |",
+            "tc per-packet cost",
+            "### Targets (measured, not asserted)",
+            "- [met] NodePort: ours >= nftables at N=1 (TCP): 3.00x",
+            "- [MISSED] tc ingress per-packet cost: not measured",
+            "## Packets per second: UDP to a NodePort (externalTrafficPolicy: Cluster)",
+            "### XDP sink: to a counter in XDP behind another veth, over IPv6",
+            "### end to end: through a bridge to the pods, over IPv6",
+            "Charts: /out/bench-nodeport-pps.svg.",
+            "Run took 12 s.",
+        ],
+    );
     assert!(
         md.contains("Failed requests over all NodePort runs: 20."),
         "{md}"
@@ -125,22 +133,22 @@ fn the_pps_report_shows_rates_ratios_and_cpus() {
     )];
     let charts = ["/out/bench-pps.svg".to_owned()];
     let md = report::pps_only(&plan(&[1]), &super::pps(), &targets, &conditions(), &charts);
-    let lines: Vec<&str> = md.lines().collect();
-    for line in [
-        "# lb-agent packets-per-second benchmark (--quick)",
-        "### XDP sink: to a counter in XDP behind another veth, over IPv4",
-        "### end to end: through a bridge to the pods, over IPv4",
-        "| N | mode | received pps | offered pps | vs ceiling | vs iptables | node ns/packet | CPUs | per core | received by CPU | softirq by CPU |",
-        // 1e9/1e6 = 1000 ns a frame at the ceiling; ours 2000: 1000 more.
-        "| 1 | generator ceiling | 1000000 | 1100000 | 1.00 | 4.00 |  | 1 | 1000000 | 100% / 0% | 95% / 5% |",
-        "| 1 | ours (tc) | 500000 | 550000 | 0.50 | 2.00 | 1000 | 1 | 500000 | 100% / 0% | 95% / 5% |",
-        "| 1 | iptables | 250000 | 275000 | 0.25 | 1.00 | 3000 | 1 | 250000 | 100% / 0% | 95% / 5% |",
-        "### end to end: through a bridge to the pods, over IPv6",
-        "| 1 | nftables | 100000 | 110000 | 0.20 | 0.80 | 8000 | 1 | 100000 | 100% / 0% | 95% / 5% |",
-        "- [MISSED] pps: ours (tc) >= 4x iptables per core at N=1 over IPv4 (the XDP target): 2.00x",
-        "Charts: /out/bench-pps.svg.",
-    ] {
-        assert!(lines.contains(&line), "no line {line:?} in:\n{md}");
-    }
+    has_lines(
+        &md,
+        &[
+            "# lb-agent packets-per-second benchmark (--quick)",
+            "### XDP sink: to a counter in XDP behind another veth, over IPv4",
+            "### end to end: through a bridge to the pods, over IPv4",
+            "| N | mode | received pps | offered pps | vs ceiling | vs iptables | node ns/packet | CPUs | per core | received by CPU | softirq by CPU |",
+            // 1e9/1e6 = 1000 ns a frame at the ceiling; ours 2000: 1000 more.
+            "| 1 | generator ceiling | 1000000 | 1100000 | 1.00 | 4.00 |  | 1 | 1000000 | 100% / 0% | 95% / 5% |",
+            "| 1 | ours (tc) | 500000 | 550000 | 0.50 | 2.00 | 1000 | 1 | 500000 | 100% / 0% | 95% / 5% |",
+            "| 1 | iptables | 250000 | 275000 | 0.25 | 1.00 | 3000 | 1 | 250000 | 100% / 0% | 95% / 5% |",
+            "### end to end: through a bridge to the pods, over IPv6",
+            "| 1 | nftables | 100000 | 110000 | 0.20 | 0.80 | 8000 | 1 | 100000 | 100% / 0% | 95% / 5% |",
+            "- [MISSED] pps: ours (tc) >= 4x iptables per core at N=1 over IPv4 (the XDP target): 2.00x",
+            "Charts: /out/bench-pps.svg.",
+        ],
+    );
     assert!(md.contains("The generator runs on CPU 0"), "{md}");
 }
