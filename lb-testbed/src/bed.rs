@@ -853,11 +853,7 @@ pub fn udp_fragments(src: Addr, dst: Addr, id: u16, len: usize, mtu: usize) -> V
 /// after the first; its checksum checked.
 pub fn seen_ip(packet: &[u8]) -> ([u8; 4], [u8; 4], bool) {
     let (ip, _) = Ipv4Header::from_slice(&packet[14..]).expect("an IPv4 header");
-    assert_eq!(
-        ip.header_checksum,
-        ip.calc_header_checksum(),
-        "IPv4 checksum"
-    );
+    assert_ipv4_checksum(&ip, "IPv4 checksum");
     (ip.source, ip.destination, ip.fragment_offset.value() != 0)
 }
 
@@ -877,26 +873,34 @@ pub struct Seen {
     pub dst: Addr,
 }
 
-pub fn seen(packet: &[u8]) -> Seen {
+/// An Ethernet frame's headers and its IPv4 header, whose checksum is
+/// checked.
+fn ipv4_headers(packet: &[u8]) -> (PacketHeaders<'_>, Ipv4Header) {
     let headers = PacketHeaders::from_ethernet_slice(packet).expect("a valid packet");
     let Some(NetHeaders::Ipv4(ip, _)) = &headers.net else {
         panic!("not IPv4: {headers:?}");
     };
-    assert_eq!(
-        ip.header_checksum,
-        ip.calc_header_checksum(),
-        "IPv4 checksum"
-    );
+    let ip = ip.clone();
+    assert_ipv4_checksum(&ip, "IPv4 checksum");
+    (headers, ip)
+}
+
+fn assert_ipv4_checksum(ip: &Ipv4Header, what: &str) {
+    assert_eq!(ip.header_checksum, ip.calc_header_checksum(), "{what}");
+}
+
+pub fn seen(packet: &[u8]) -> Seen {
+    let (headers, ip) = ipv4_headers(packet);
     let payload = headers.payload.slice();
     let (sport, dport) = match &headers.transport {
         Some(TransportHeader::Tcp(t)) => {
-            let want = t.calc_checksum_ipv4(ip, payload).unwrap();
+            let want = t.calc_checksum_ipv4(&ip, payload).unwrap();
             assert_eq!(t.checksum, want, "TCP checksum");
             (t.source_port, t.destination_port)
         }
         Some(TransportHeader::Udp(u)) => {
             if u.checksum != 0 {
-                let want = u.calc_checksum_ipv4(ip, payload).unwrap();
+                let want = u.calc_checksum_ipv4(&ip, payload).unwrap();
                 assert_eq!(u.checksum, want, "UDP checksum");
             }
             (u.source_port, u.destination_port)
@@ -936,15 +940,7 @@ pub const FRAG_NEEDED: DestUnreachableHeader =
 /// An ICMP error's outer addresses and the flow its quote shows, after
 /// checking the outer IPv4, ICMP and quoted IPv4 checksums.
 pub fn seen_icmp(packet: &[u8]) -> ([u8; 4], [u8; 4], Seen) {
-    let headers = PacketHeaders::from_ethernet_slice(packet).expect("a valid packet");
-    let Some(NetHeaders::Ipv4(ip, _)) = &headers.net else {
-        panic!("not IPv4: {headers:?}");
-    };
-    assert_eq!(
-        ip.header_checksum,
-        ip.calc_header_checksum(),
-        "IPv4 checksum"
-    );
+    let (headers, ip) = ipv4_headers(packet);
     let Some(TransportHeader::Icmpv4(icmp)) = &headers.transport else {
         panic!("not ICMP: {headers:?}");
     };
@@ -955,11 +951,7 @@ pub fn seen_icmp(packet: &[u8]) -> ([u8; 4], [u8; 4], Seen) {
     let Some(NetHeaders::Ipv4(inner_ip, _)) = &inner.net else {
         panic!("quote not IPv4: {inner:?}");
     };
-    assert_eq!(
-        inner_ip.header_checksum,
-        inner_ip.calc_header_checksum(),
-        "quoted IPv4 checksum"
-    );
+    assert_ipv4_checksum(inner_ip, "quoted IPv4 checksum");
     let Some(TransportHeader::Tcp(t)) = &inner.transport else {
         panic!("quote not TCP: {inner:?}");
     };

@@ -7,22 +7,10 @@
 
 use std::collections::BTreeSet;
 
-/// PromQL's keywords and binary-operator words: never metric names.
-const KEYWORDS: [&str; 14] = [
-    "and",
-    "or",
-    "unless",
-    "by",
-    "without",
-    "on",
-    "ignoring",
-    "group_left",
-    "group_right",
-    "bool",
-    "offset",
-    "atan2",
-    "inf",
-    "nan",
+/// PromQL's keywords and binary-operator words besides [`LABEL_LISTS`]
+/// (keywords too): never metric names.
+const KEYWORDS: [&str; 8] = [
+    "and", "or", "unless", "bool", "offset", "atan2", "inf", "nan",
 ];
 
 /// Words followed by a parenthesised list of label names, not of
@@ -35,6 +23,10 @@ const LABEL_LISTS: [&str; 6] = [
     "group_left",
     "group_right",
 ];
+
+fn is_keyword(word: &str) -> bool {
+    KEYWORDS.contains(&word) || LABEL_LISTS.contains(&word)
+}
 
 /// The metric names `expr` selects.
 pub fn metric_names(expr: &str) -> BTreeSet<String> {
@@ -54,7 +46,7 @@ pub fn metric_names(expr: &str) -> BTreeSet<String> {
                 .iter()
                 .find(|c| !c.is_whitespace())
                 .is_some_and(|&c| c == '(');
-            if !called && !KEYWORDS.contains(&word.to_lowercase().as_str()) {
+            if !called && !is_keyword(&word.to_lowercase()) {
                 out.insert(word);
             }
         } else if c.is_ascii_digit() || c == '.' {
