@@ -76,13 +76,13 @@ const _: () = assert!(size_of::<Nat6Value>() == 24);
 /// Offset of the 8-byte word of a [`Nat6Value`] that its claim swaps.
 pub const NAT6_CLAIM_WORD: usize = 16;
 
-/// [`NatValue::flags`] of an `LB4_NAT` mapping whose port a CPU has just
-/// claimed ([`PortClaim::Expired`]): set in the same swap of the owner
-/// word that claims it, cleared once its expiry is written. Until then the
-/// port is taken for every other client: an IPv4 mapping's expiry lies
-/// outside the swapped word, and a reader seeing the new owner with the
-/// old, expired time would claim the port too. (`LB6_NAT`'s swapped word
-/// holds the expiry itself.)
+/// [`NatValue::flags`] of a SNAT mapping whose port a CPU has just
+/// claimed ([`PortClaim::Expired`]): set in the same swap of the claim
+/// word that claims it, cleared once the fields outside that word are
+/// written (an `LB4_NAT` mapping's expiry, an `LB6_NAT` mapping's client
+/// address). Until then the port is taken for every other client: a reader
+/// seeing the new owner with the old, expired time would claim the port
+/// too.
 pub const NAT_F_CLAIMING: u16 = 1 << 15;
 
 /// What a flow from `client` may do with the port whose mapping is `nat`.

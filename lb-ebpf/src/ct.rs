@@ -19,7 +19,7 @@ use lb_common::{
 
 use crate::{
     addr::Addr6,
-    atomic::cas,
+    atomic::{cas, load},
     maps::{LB_CONFIG, LB_SYN_BUDGET, PREV_TEMPLATE},
     packet::Ip,
 };
@@ -48,8 +48,21 @@ pub trait CtMaps {
 
 /// How a SNAT mapping of an address family changes owner atomically.
 pub trait Claim: Sized {
+    /// Reads the SNAT mapping `nat` so that another CPU's claim of it is
+    /// seen whole: its claim word first, by a full barrier, then the rest.
+    /// (A copy in any order could pair the new owner's word with the old
+    /// owner's dead expiry, and claim the port a second time.)
+    ///
+    /// # Safety
+    ///
+    /// `nat` is a value of the family's SNAT map this program looked up.
+    unsafe fn read(nat: *mut NatValue<Self>) -> NatValue<Self>;
+
     /// Swaps the owner of the SNAT mapping `nat` from `old`'s to `new`'s
-    /// client if it still is `old`'s: whether this CPU won the port.
+    /// client if it still is `old`'s: whether this CPU won the port. The
+    /// new owner first holds the port as `NAT_F_CLAIMING` (taken, whatever
+    /// the rest of the mapping says) until the fields outside the swapped
+    /// word are written.
     ///
     /// # Safety
     ///
@@ -59,6 +72,15 @@ pub trait Claim: Sized {
         old: &NatValue<Self>,
         new: &NatValue<Self>,
     ) -> bool;
+}
+
+/// `new`, marked as being claimed ([`Claim::swap_owner`]).
+#[inline(always)]
+fn claiming<A: Copy>(new: &NatValue<A>) -> NatValue<A> {
+    NatValue {
+        flags: new.flags | NAT_F_CLAIMING,
+        ..*new
+    }
 }
 
 /// The agent's settings (all zero before it wrote any), read in place.
@@ -401,12 +423,20 @@ fn claim<F: CtMaps>(
     let Some(nat) = nat_entry::<F>(key, cfg) else {
         return F::nat().insert(key, *value, u64::from(BPF_NOEXIST)).is_ok();
     };
-    // SAFETY: looked up by this run: mapped while it runs (RCU).
-    let old = unsafe { *nat };
+    // SAFETY: looked up by this run: mapped while it runs (RCU). A first
+    // look, copied in any order: enough to pass over a live port.
+    let glance = unsafe { *nat };
+    if nat_claim(&glance, value, now) == PortClaim::Taken {
+        return false;
+    }
+    // Read again in order, so that a claim racing this one is seen whole
+    // ([`Claim::read`]); the port is claimed from what that saw.
+    // SAFETY: `nat` was looked up in the family's SNAT map by this run.
+    let old = unsafe { F::CtAddr::read(nat) };
     match nat_claim(&old, value, now) {
         PortClaim::Same => {}
         PortClaim::Expired => {
-            // SAFETY: `nat` was looked up in the family's SNAT map by this run.
+            // SAFETY: as above.
             if !unsafe { F::CtAddr::swap_owner(nat, &old, value) } {
                 return false;
             }
@@ -423,33 +453,43 @@ fn claim<F: CtMaps>(
     true
 }
 
+/// The owner fields of an `LB4_NAT` mapping (client address, port,
+/// flags): its first 8 bytes, the word a claim swaps.
+#[inline(always)]
+fn owner4(v: &NatValue<[u8; 4]>) -> u64 {
+    let [p0, p1] = v.port_be.to_ne_bytes();
+    let [f0, f1] = v.flags.to_ne_bytes();
+    let [a0, a1, a2, a3] = v.addr_be;
+    u64::from_ne_bytes([a0, a1, a2, a3, p0, p1, f0, f1])
+}
+
 impl Claim for [u8; 4] {
+    #[inline(always)]
+    unsafe fn read(nat: *mut NatValue<[u8; 4]>) -> NatValue<[u8; 4]> {
+        // SAFETY: the element is live (the caller's contract); map values
+        // are 8-byte aligned, and its first 8 bytes are the owner fields.
+        let [a0, a1, a2, a3, p0, p1, f0, f1] = unsafe { load(nat.cast()) }.to_ne_bytes();
+        NatValue {
+            addr_be: [a0, a1, a2, a3],
+            port_be: u16::from_ne_bytes([p0, p1]),
+            flags: u16::from_ne_bytes([f0, f1]),
+            // SAFETY: as above; read after the owner word (its acquire).
+            expires: unsafe { (*nat).expires },
+        }
+    }
+
     #[inline(always)]
     unsafe fn swap_owner(
         nat: *mut NatValue<[u8; 4]>,
         old: &NatValue<[u8; 4]>,
         new: &NatValue<[u8; 4]>,
     ) -> bool {
-        /// The owner fields (client address, port, flags): the value's
-        /// first 8 bytes.
-        fn owner(v: &NatValue<[u8; 4]>) -> u64 {
-            let [p0, p1] = v.port_be.to_ne_bytes();
-            let [f0, f1] = v.flags.to_ne_bytes();
-            let [a0, a1, a2, a3] = v.addr_be;
-            u64::from_ne_bytes([a0, a1, a2, a3, p0, p1, f0, f1])
-        }
-        // The owner word alone is swapped: the expiry lies outside it. So
-        // the new owner first holds the port as `NAT_F_CLAIMING` (taken,
-        // whatever its old expiry says) until its expiry is written.
-        let claiming = NatValue {
-            flags: new.flags | NAT_F_CLAIMING,
-            ..*new
-        };
         let word = nat.cast::<u64>();
+        let claiming = claiming(new);
         // SAFETY: the element is live (the caller's contract); map values
         // are 8-byte aligned, and its first 8 bytes are the owner fields,
         // plain bytes; the kernel allows atomic operations on map values.
-        if !unsafe { cas(word, owner(old), owner(&claiming)) } {
+        if !unsafe { cas(word, owner4(old), owner4(&claiming)) } {
             return false;
         }
         // SAFETY: as above; the port is this CPU's, and only this CPU
@@ -458,43 +498,79 @@ impl Claim for [u8; 4] {
         // a claimed word).
         unsafe {
             (*nat).expires = new.expires;
-            cas(word, owner(&claiming), owner(new));
+            cas(word, owner4(&claiming), owner4(new));
         }
         true
     }
 }
 
+/// The word of an `LB6_NAT` mapping a claim swaps, at
+/// [`NAT6_CLAIM_WORD`]: port, flags and expiry.
+#[inline(always)]
+fn word6(v: &NatValue<Addr6>) -> u64 {
+    let [p0, p1] = v.port_be.to_ne_bytes();
+    let [f0, f1] = v.flags.to_ne_bytes();
+    let [e0, e1, e2, e3] = v.expires.to_ne_bytes();
+    u64::from_ne_bytes([p0, p1, f0, f1, e0, e1, e2, e3])
+}
+
+/// The claim word of the `LB6_NAT` mapping `nat`.
+///
+/// # Safety
+///
+/// `nat` is a live value of `LB6_NAT`: 8-byte aligned, its word at
+/// [`NAT6_CLAIM_WORD`] plain bytes.
+#[inline(always)]
+unsafe fn claim_word6(nat: *mut NatValue<Addr6>) -> *mut u64 {
+    // SAFETY: the caller's contract; the word lies inside the value.
+    unsafe { nat.cast::<u8>().add(NAT6_CLAIM_WORD).cast::<u64>() }
+}
+
 impl Claim for Addr6 {
+    #[inline(always)]
+    unsafe fn read(nat: *mut NatValue<Addr6>) -> NatValue<Addr6> {
+        // SAFETY: the element is live (the caller's contract).
+        let [p0, p1, f0, f1, e0, e1, e2, e3] = unsafe { load(claim_word6(nat)) }.to_ne_bytes();
+        let flags = u16::from_ne_bytes([f0, f1]);
+        NatValue {
+            // A claim's client address is written after its word: until
+            // the claim ends it is nobody's (`::`), so that the old owner's
+            // address with the new owner's port is no client's mapping.
+            addr_be: if flags & NAT_F_CLAIMING != 0 {
+                Addr6::default()
+            } else {
+                // SAFETY: as above; read after the claim word (its full
+                // barrier), so the claim's address if it ended.
+                unsafe { (*nat).addr_be }
+            },
+            port_be: u16::from_ne_bytes([p0, p1]),
+            flags,
+            expires: u32::from_ne_bytes([e0, e1, e2, e3]),
+        }
+    }
+
     #[inline(always)]
     unsafe fn swap_owner(
         nat: *mut NatValue<Addr6>,
         old: &NatValue<Addr6>,
         new: &NatValue<Addr6>,
     ) -> bool {
-        /// The word a claim swaps: port, flags and expiry.
-        fn word(v: &NatValue<Addr6>) -> u64 {
-            let [p0, p1] = v.port_be.to_ne_bytes();
-            let [f0, f1] = v.flags.to_ne_bytes();
-            let [e0, e1, e2, e3] = v.expires.to_ne_bytes();
-            u64::from_ne_bytes([p0, p1, f0, f1, e0, e1, e2, e3])
+        // SAFETY: the element is live (the caller's contract).
+        let word = unsafe { claim_word6(nat) };
+        let claiming = claiming(new);
+        // SAFETY: as above; the kernel allows atomic operations on map
+        // values.
+        if !unsafe { cas(word, word6(old), word6(&claiming)) } {
+            return false;
         }
-        // SAFETY: the element is live (the caller's contract); map values
-        // are 8-byte aligned and the word at NAT6_CLAIM_WORD (16) is plain
-        // bytes; the kernel allows atomic operations on map values.
-        let won = unsafe {
-            cas(
-                nat.cast::<u8>().add(NAT6_CLAIM_WORD).cast::<u64>(),
-                word(old),
-                word(new),
-            )
-        };
-        if won {
-            // The port is this CPU's now: another claim of it fails on the
-            // swapped word, and no reply can come before the flow's first
-            // packet leaves with it.
-            // SAFETY: as above; a plain store to a live element.
-            unsafe { (*nat).addr_be = new.addr_be };
+        // SAFETY: as above; the port is this CPU's, and only this CPU
+        // clears the claim. The second swap, a full barrier, publishes the
+        // client's address before the claim ends (it cannot fail: no
+        // other CPU swaps a claimed word).
+        unsafe {
+            (*nat).addr_be = new.addr_be;
+            cas(word, word6(&claiming), word6(new));
         }
-        won
+        true
     }
 }
