@@ -79,15 +79,31 @@ pub fn render(view: &LbView) -> String {
             "{proto:<4} {addr:<24} {mode:<11} {} (id {}, rev {}){extra}",
             fe.count, fe.id, fe.rev
         );
-        for slot in &fe.slots {
-            let _ = match slot {
+        // A weighted backend holds several slots, one after the other: one
+        // line, with its share of the frontend's new flows.
+        let runs = fe.slots.chunk_by(|a, b| {
+            matches!((a, b), (SlotView::Backend { backend_id: x, .. },
+                SlotView::Backend { backend_id: y, .. }) if x == y)
+        });
+        let weighted = runs.clone().any(|run| run.len() > 1);
+        for run in runs {
+            let _ = match &run[0] {
                 SlotView::Backend {
                     backend_id,
                     addr,
                     port,
                 } => {
                     let addr = SocketAddr::new(*addr, *port).to_string();
-                    writeln!(out, "  -> {addr:<24} {backend_id}")
+                    if weighted {
+                        let share = 100.0 * run.len() as f64 / f64::from(fe.count.max(1));
+                        writeln!(
+                            out,
+                            "  -> {addr:<24} {backend_id} weight {} ({share:.1}%)",
+                            run.len()
+                        )
+                    } else {
+                        writeln!(out, "  -> {addr:<24} {backend_id}")
+                    }
                 }
                 SlotView::MissingSlots(run) if run.len() == 1 => {
                     writeln!(out, "  -> <slot {} missing>", run.start)
@@ -388,6 +404,43 @@ mod tests {
         assert!(text.contains("<slot 0 missing>"), "{text}");
         assert!(text.contains("<backend 9 missing>"), "{text}");
         assert!(text.contains("1 revisions retired"), "{text}");
+    }
+
+    #[test]
+    fn a_weighted_frontend_shows_each_backends_weight_and_share() {
+        let slot = |backend_id, last| SlotView::Backend {
+            backend_id,
+            addr: Ipv4Addr::new(10, 0, 0, last).into(),
+            port: 8080,
+        };
+        let view = LbView {
+            frontends: vec![FrontendView {
+                addr: Ipv4Addr::new(10, 96, 0, 1).into(),
+                port: 80,
+                proto: PROTO_TCP,
+                scope: lb_common::SCOPE_INTERNAL,
+                id: 1,
+                live: true,
+                rev: 1,
+                count: 4,
+                flags: 0,
+                affinity_timeout: 0,
+                maglev_size: 0,
+                slots: vec![slot(5, 1), slot(6, 2), slot(6, 2), slot(6, 2)],
+            }],
+            retired_revisions: 0,
+            entries: [1, 1, 4, 0, 2],
+        };
+        let text = render(&view);
+        let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("  -> 10.")).collect();
+        assert_eq!(
+            lines,
+            [
+                "  -> 10.0.0.1:8080            5 weight 1 (25.0%)",
+                "  -> 10.0.0.2:8080            6 weight 3 (75.0%)",
+            ],
+            "{text}"
+        );
     }
 
     #[test]

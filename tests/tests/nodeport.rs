@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use aya::programs::{SchedClassifier, TcAttachType};
-use lb_fixtures::{Svc, SvcPort, yaml};
+use lb_fixtures::{Slice, Svc, SvcPort, yaml};
 use lb_tests::{
     agent,
     netns::{self, exec, ip},
@@ -245,6 +245,88 @@ fn with_maglev_a_flow_reaches_the_same_pod_through_either_node() -> anyhow::Resu
     };
     assert!(maglev(&format!("{NODE1}:30080")), "{dump}");
     assert!(!maglev(&format!("{NODE1}:30089")), "opted out: {dump}");
+    Ok(())
+}
+
+/// Endpoint weights per packet: the Service `weighted` has p1 in a slice
+/// of weight 1 (ours) and p2 in one of weight 3 (Cilium's annotation), so
+/// new flows from outside split about 1 : 3; p1's slice drained to weight
+/// 0 takes no new flow while a connection held to it goes on.
+#[test]
+fn weighted_endpoints_share_new_flows_and_a_drained_one_keeps_its_connections() -> anyhow::Result<()>
+{
+    const TO: &str = "192.168.57.1:30087";
+    let objects = |p1_weight: &str| {
+        let [node1, node2] = node_objects();
+        yaml::<lb_fixtures::Object>([
+            node1,
+            node2,
+            node_port_svc("weighted", "10.96.57.10", 30087).into(),
+            slice("weighted", vec![p1()])
+                .annotation("lb-agent.io/weight", p1_weight)
+                .into(),
+            Slice::new("default", "weighted-2")
+                .service("weighted")
+                .port("http", 8080, "TCP")
+                .port("dns", 5353, "UDP")
+                .endpoints([p2()])
+                .annotation("service.cilium.io/weight", "3")
+                .into(),
+        ])
+    };
+    let bed = Bed::new(&objects("1"))?;
+    let _agent1 = bed.agent(&bed.node1)?;
+    let _agent2 = bed.agent(&bed.node2)?;
+    bed.wait_reachable(TO)?;
+
+    let r = bed.client(&["tcp", "--to", TO, "-n", "400"])?;
+    assert_eq!((r.ok(), r.failed()), (400, 0), "{r:?}");
+    let p2 = f64::from(r.replies.get("p2").copied().unwrap_or(0)) / 400.0;
+    eprintln!("weights 1 : 3 from outside: p2 took {p2:.3} of 400 new flows");
+    // Binomial at 0.75 over 400: the standard deviation is 0.022.
+    assert!((0.65..=0.85).contains(&p2), "{r:?}");
+    let dump = bed.node1.pins.dump()?;
+    assert!(
+        dump.contains(" weight 1 (25.0%)") && dump.contains(" weight 3 (75.0%)"),
+        "{dump}"
+    );
+
+    // A connection held to each pod, then p1 drained.
+    let client = bed.nodes.ns("c");
+    let mut held = Vec::new();
+    for _ in 0..200 {
+        let mut h = Held::open_in(&client, None, TO)?;
+        let id = h.request()?;
+        if !held.iter().any(|(got, _)| *got == id) {
+            held.push((id, h));
+        }
+        if held.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(held.len(), 2, "no connection landed on one of the pods");
+    bed.write_manifest(&objects("0"))?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = bed.client(&["tcp", "--to", TO, "-n", "40"])?;
+        assert_eq!(r.failed(), 0, "{r:?}");
+        if r.replies.keys().eq(["p2"]) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "p1 still takes new flows: {r:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let r = bed.client(&["tcp", "--to", TO, "-n", "100"])?;
+    assert_eq!(r.replies.keys().collect::<Vec<_>>(), ["p2"], "{r:?}");
+    for (id, h) in &mut held {
+        for _ in 0..3 {
+            assert_eq!(
+                h.request()?,
+                *id,
+                "a held connection to {id} after the drain"
+            );
+        }
+    }
     Ok(())
 }
 

@@ -613,3 +613,92 @@ fn stale_udp_sockets_to_a_removed_backend_are_aborted_and_serving_ones_kept() ->
     }
     Ok(())
 }
+
+// ---- Endpoint weights -------------------------------------------------------
+
+/// Service `weighted` (10.96.207.1, TCP 80 and UDP 53) with `w1` in a slice
+/// of weight `w1_weight` (ours) and `w2` in one of weight 3 (Cilium's).
+fn weights_manifest(w1_weight: &str) -> String {
+    let slice = |name: &str, ip: &str| {
+        Slice::new("default", name)
+            .service("weighted")
+            .port("http", 8080, "TCP")
+            .port("dns", 5353, "UDP")
+            .endpoints(ready(&[ip]))
+    };
+    yaml([
+        Object::from(
+            Svc::new("default", "weighted")
+                .cluster_ip("10.96.207.1")
+                .port("http", 80, "TCP")
+                .port("dns", 53, "UDP"),
+        ),
+        slice("weighted-1", "10.42.207.1")
+            .annotation("lb-agent.io/weight", w1_weight)
+            .into(),
+        slice("weighted-2", "10.42.207.2")
+            .annotation("service.cilium.io/weight", "3")
+            .into(),
+    ])
+}
+
+/// At the socket hooks, connects pick endpoints in proportion to their
+/// slices' weights (1 : 3); weight 0 drains `w1`: no new connection or
+/// UDP socket reaches it, while a TCP connection and a connected UDP
+/// socket held to it go on (it stays serving: no stale-socket abort).
+#[test]
+fn weighted_endpoints_share_connects_and_a_drained_one_keeps_its_sockets() -> anyhow::Result<()> {
+    const TO: &str = "10.96.207.1:80";
+    const UDP_TO: &str = "10.96.207.1:53";
+    let mut bed = Bed::new()?;
+    backends(&mut bed, &[("w1", "10.42.207.1"), ("w2", "10.42.207.2")])?;
+    bed.write_manifest(&weights_manifest("1"))?;
+    bed.start_agent(&[AS_NODE])?;
+
+    let r = bed.tcp(TO, 400)?;
+    assert_eq!((r.ok(), r.failed()), (400, 0), "{r:?}");
+    let w2 = f64::from(r.replies.get("w2").copied().unwrap_or(0)) / 400.0;
+    eprintln!("weights 1 : 3 at connect: w2 took {w2:.3} of 400 connections");
+    // Binomial at 0.75 over 400: the standard deviation is 0.022.
+    assert!((0.65..=0.85).contains(&w2), "{r:?}");
+    let dump = bed.pins.dump()?;
+    let line = dump_line(&dump, "TCP", "10.96.207.1:80");
+    assert!(line.contains(" random      4 "), "{dump}");
+    assert!(dump.contains(" weight 3 (75.0%)"), "{dump}");
+
+    let mut tcp = None;
+    for _ in 0..200 {
+        let mut h = bed.hold(TO)?;
+        if h.request()? == "w1" {
+            tcp = Some(h);
+            break;
+        }
+    }
+    let mut tcp = tcp.expect("no connection landed on w1 in 200 tries");
+    let mut udp = None;
+    for _ in 0..200 {
+        let mut h = bed.hold_udp(UDP_TO)?;
+        if h.request()? == UdpAnswer::Reply("w1".into()) {
+            udp = Some(h);
+            break;
+        }
+    }
+    let mut udp = udp.expect("no UDP socket landed on w1 in 200 tries");
+
+    bed.update(&weights_manifest("0"))?;
+    bed.until_reached(TO, &["w2"])?;
+    assert_eq!(reached(&bed.tcp(TO, 100)?, 100), BTreeSet::from(["w2"]));
+    let r = bed.udp(UDP_TO, 40, true)?;
+    assert_eq!(reached(&r, 40), BTreeSet::from(["w2"]));
+    // Past the stale-socket reaper's reaction time (its test: within 1 s).
+    std::thread::sleep(Duration::from_millis(1500));
+    for _ in 0..3 {
+        assert_eq!(tcp.request()?, "w1", "the held connection after the drain");
+        assert_eq!(
+            udp.request()?,
+            UdpAnswer::Reply("w1".into()),
+            "the held UDP socket after the drain"
+        );
+    }
+    Ok(())
+}

@@ -305,6 +305,9 @@ impl Cache {
             };
             report.unsupported = spec.unsupported();
             let slices = self.valid_slices(&object);
+            if slices.iter().any(|s| s.invalid_weight.is_some()) {
+                report.unsupported.insert(Feature::InvalidEndpointWeight);
+            }
             let mut no_local = NoLocalEndpoints::default();
             let claims = service_claims(
                 spec,

@@ -46,6 +46,7 @@ use super::{
     node_nets::EndpointNode,
     service::{Affinity, ServicePort, ServiceSpec, TrafficPolicy},
     slice::{SliceEndpoint, SliceSpec},
+    weight::DEFAULT_WEIGHT,
 };
 
 /// How a programmed frontend treats a connect.
@@ -86,6 +87,11 @@ pub struct Target {
     /// (which names it), by address: which node a backend is on
     /// (`LB4_NODE_NETS`), so that a client on the same node is SNATed.
     pub dsr_nodes: Vec<EndpointNode>,
+    /// The weight of each of `backends` (parallel to it, each nonzero),
+    /// from their EndpointSlices' weight annotation; empty when all are
+    /// equal. Endpoints of weight 0 are not in `backends`: no new flow
+    /// picks them, and their flows go on (they stay serving).
+    pub weights: Vec<u16>,
 }
 
 /// Which address of its Service a frontend is.
@@ -281,6 +287,8 @@ pub(super) struct Candidate<'a> {
     pub backend: Backend,
     pub endpoint: &'a SliceEndpoint,
     pub local: bool,
+    /// Its slice's weight.
+    pub weight: u16,
 }
 
 impl Candidate<'_> {
@@ -327,6 +335,7 @@ fn candidates<'a>(
                 backend,
                 endpoint: ep,
                 local: node.is_local(ep),
+                weight: s.weight,
             };
             by_backend
                 .entry(backend)
@@ -557,7 +566,27 @@ fn targets(
         local,
         ..Target::default()
     };
-    [internal, external, outside]
+    [internal, external, outside].map(|t| weigh(t, candidates))
+}
+
+/// `target` without its backends of weight 0 (maintenance: no new flows;
+/// their flows go on, as they stay serving), with the weights of the rest
+/// when they differ.
+fn weigh(mut target: Target, candidates: &[Candidate<'_>]) -> Target {
+    let weight = |b: &Backend| {
+        candidates
+            .binary_search_by_key(b, |c| c.backend)
+            .map_or(DEFAULT_WEIGHT, |i| candidates[i].weight)
+    };
+    if target.backends.iter().all(|b| weight(b) == DEFAULT_WEIGHT) {
+        return target;
+    }
+    target.backends.retain(|b| weight(b) != 0);
+    let weights: Vec<u16> = target.backends.iter().map(weight).collect();
+    if weights.windows(2).any(|w| w[0] != w[1]) {
+        target.weights = weights;
+    }
+    target
 }
 
 /// The IPs of every serving endpoint, sorted: a UDP socket sent to any

@@ -626,3 +626,75 @@ fn maglev_frontends_from_outside_are_the_same_on_nodes_in_every_zone() {
         assert_ne!(table(&on_a[2][2]), table(&on_b[2][2]));
     }
 }
+
+/// A slice's weight annotation (ours, else Cilium's) weighs its endpoints
+/// at every frontend, inside and outside; weight 0 leaves them serving but
+/// takes them out of the backends; a value that is no weight is reported
+/// and leaves the default.
+#[test]
+fn slice_weights_weigh_their_endpoints_and_zero_drains_them() {
+    use super::weight::{CILIUM_WEIGHT_ANNOTATION, DEFAULT_WEIGHT, WEIGHT_ANNOTATION};
+    let weighted = |name: &str, ip_: &str, annotations: &[(&str, &str)]| {
+        annotations
+            .iter()
+            .fold(Slice::new("default", name), |s, (k, v)| s.annotation(k, v))
+            .service("web")
+            .address_type("IPv4")
+            .port("http", 8080, "TCP")
+            .port("dns", 5353, "UDP")
+            .endpoint(Ep::new(ip_))
+            .build()
+    };
+    let mut c = cache(&["192.0.2.10"]);
+    c.apply_service(&node_port_web().build());
+    c.apply_slice(&weighted("a", "10.0.0.1", &[(WEIGHT_ANNOTATION, "1")]));
+    c.apply_slice(&weighted(
+        "b",
+        "10.0.0.2",
+        &[(CILIUM_WEIGHT_ANNOTATION, "3")],
+    ));
+    c.apply_slice(&weighted("c", "10.0.0.3", &[]));
+    let flush = c.flush();
+    let web = ObjectRef::service("default", "web");
+    assert!(flush.services[&web].unsupported.is_empty());
+    let frontends = [
+        fe("10.96.0.20", 80, Proto::Tcp),
+        fe("192.0.2.10", 30080, Proto::Tcp),
+        fe("192.0.2.10", 30080, Proto::Tcp).external(),
+    ];
+    for f in frontends {
+        let t = c.desired(&f).unwrap();
+        assert_eq!(
+            t.backends,
+            [
+                be("10.0.0.1", 8080),
+                be("10.0.0.2", 8080),
+                be("10.0.0.3", 8080)
+            ],
+            "{f:?}"
+        );
+        assert_eq!(t.weights, [1, 3, DEFAULT_WEIGHT], "{f:?}");
+    }
+
+    // Drained: no new flows, its flows kept (UDP's serving set: kept).
+    c.apply_slice(&weighted("b", "10.0.0.2", &[(WEIGHT_ANNOTATION, "0")]));
+    c.flush();
+    let dns = fe("10.96.0.20", 53, Proto::Udp);
+    let t = c.desired(&dns).unwrap();
+    assert_eq!(t.backends, [be("10.0.0.1", 5353), be("10.0.0.3", 5353)]);
+    assert_eq!(t.weights, [1, DEFAULT_WEIGHT]);
+    assert!(c.serving(&dns).contains(&ip("10.0.0.2")), "still serving");
+
+    // Equal weights are no weights; an invalid one keeps the default.
+    c.apply_slice(&weighted("a", "10.0.0.1", &[(WEIGHT_ANNOTATION, "100")]));
+    c.apply_slice(&weighted("b", "10.0.0.2", &[(WEIGHT_ANNOTATION, "heavy")]));
+    let flush = c.flush();
+    let t = c.desired(&dns).unwrap();
+    assert_eq!(t.backends.len(), 3);
+    assert!(t.weights.is_empty(), "{:?}", t.weights);
+    assert!(
+        flush.services[&web]
+            .unsupported
+            .contains(&Feature::InvalidEndpointWeight)
+    );
+}

@@ -199,6 +199,18 @@ impl Permutation {
 /// order of the slice, so that every node builds the same table from the
 /// same set.
 pub fn lookup_table(backends: &[SocketAddr], m: TableSize, seed: &HashSeed) -> Vec<u32> {
+    weighted_lookup_table(backends, &[], m, seed)
+}
+
+/// [`lookup_table`] with each backend owning entries in proportion to its
+/// weight in `weights` (parallel to `backends`, each nonzero; empty: all
+/// equal, the unweighted table).
+pub fn weighted_lookup_table(
+    backends: &[SocketAddr],
+    weights: &[u16],
+    m: TableSize,
+    seed: &HashSeed,
+) -> Vec<u32> {
     let mut order: Vec<usize> = (0..backends.len()).collect();
     order.sort_by_key(|&i| backends[i]);
     order.dedup_by_key(|i| backends[*i]);
@@ -206,7 +218,12 @@ pub fn lookup_table(backends: &[SocketAddr], m: TableSize, seed: &HashSeed) -> V
         .iter()
         .map(|&i| Permutation::of(&backends[i], m, seed))
         .collect();
-    populate(&permutations, m.get())
+    let weights: Vec<u16> = if weights.is_empty() {
+        Vec::new()
+    } else {
+        order.iter().map(|&i| weights[i]).collect()
+    };
+    populate(&permutations, &weights, m.get())
         .into_iter()
         .map(|turn| order[turn as usize] as u32)
         .collect()
@@ -216,11 +233,20 @@ pub fn lookup_table(backends: &[SocketAddr], m: TableSize, seed: &HashSeed) -> V
 /// `permutations`, each claiming the next entry of its permutation that is
 /// still free, until all `m` entries are claimed. Entries are indices into
 /// `permutations`.
-fn populate(permutations: &[Permutation], m: u32) -> Vec<u32> {
+///
+/// Weighted (`weights` parallel to `permutations`, else all equal), as
+/// Katran and Cilium weigh it: a backend takes its turn in a round only
+/// when its credit, grown by its weight each round, reaches the heaviest
+/// weight, so each owns entries in proportion to its weight. Equal weights
+/// take every turn: the unweighted table.
+fn populate(permutations: &[Permutation], weights: &[u16], m: u32) -> Vec<u32> {
     const FREE: u32 = u32::MAX;
     if permutations.is_empty() {
         return Vec::new();
     }
+    let heaviest = weights.iter().copied().max().map_or(1, u32::from);
+    let weight = |i: usize| weights.get(i).map_or(heaviest, |&w| u32::from(w));
+    let mut credit = vec![0u32; permutations.len()];
     let mut entry = vec![FREE; m as usize];
     // Each backend's next candidate entry: its permutation walked lazily,
     // so memory is O(N), not the paper's O(M·N) permutation matrix.
@@ -228,6 +254,11 @@ fn populate(permutations: &[Permutation], m: u32) -> Vec<u32> {
     let mut filled = 0;
     'fill: loop {
         for (i, p) in permutations.iter().enumerate() {
+            credit[i] += weight(i);
+            if credit[i] < heaviest {
+                continue;
+            }
+            credit[i] -= heaviest;
             let mut c = next[i];
             while entry[c as usize] != FREE {
                 c = step(c, p.skip, m);
@@ -278,11 +309,11 @@ mod tests {
     fn the_papers_example() {
         let p = |offset, skip| Permutation { offset, skip };
         assert_eq!(
-            populate(&[p(3, 4), p(0, 2), p(3, 1)], 7),
+            populate(&[p(3, 4), p(0, 2), p(3, 1)], &[], 7),
             [1, 0, 1, 0, 2, 2, 0]
         );
         // B0 and B2, now indices 0 and 1.
-        assert_eq!(populate(&[p(3, 4), p(3, 1)], 7), [0, 0, 0, 0, 1, 1, 1]);
+        assert_eq!(populate(&[p(3, 4), p(3, 1)], &[], 7), [0, 0, 0, 0, 1, 1, 1]);
     }
 
     /// The lazily walked permutation fills as the paper's matrix does.
@@ -324,7 +355,7 @@ mod tests {
                     }
                 }
             }
-            let ours: Vec<usize> = populate(&perms, m as u32)
+            let ours: Vec<usize> = populate(&perms, &[], m as u32)
                 .into_iter()
                 .map(|i| i as usize)
                 .collect();
@@ -497,5 +528,39 @@ mod tests {
             })
             .finish();
         assert_eq!(got6, want6);
+    }
+
+    /// Each backend owns entries in proportion to its weight, within 1% of
+    /// the table at M > 100·N; equal weights give the unweighted table.
+    #[test]
+    fn weighted_backends_own_shares_within_one_percent_of_their_weights() {
+        let seed = HashSeed::default();
+        for (weights, m) in [
+            (vec![1u16, 3], 251),
+            (vec![100, 100, 0, 50], 1021),
+            (vec![65535, 1, 300, 7, 42], 16381),
+            ((1..=20).map(|i| i * 13).collect::<Vec<u16>>(), 4093),
+            ((1..=100).map(|i| 1 + i % 7).collect(), 16381),
+        ] {
+            let m = TableSize::try_from(m).unwrap();
+            let b = backends(weights.len() as u32);
+            let table = weighted_lookup_table(&b, &weights, m, &seed);
+            let sum: f64 = weights.iter().map(|&w| f64::from(w)).sum();
+            for (i, &w) in weights.iter().enumerate() {
+                let owned = table.iter().filter(|&&e| e as usize == i).count();
+                let share = owned as f64 / f64::from(m.get());
+                let want = f64::from(w) / sum;
+                assert!(
+                    (share - want).abs() <= 0.01,
+                    "backend {i} of weight {w} owns {share:.4}, want {want:.4} (M = {m})"
+                );
+            }
+        }
+        let b = backends(10);
+        let m = TableSize::DEFAULT;
+        assert_eq!(
+            weighted_lookup_table(&b, &[7; 10], m, &seed),
+            lookup_table(&b, m, &seed)
+        );
     }
 }

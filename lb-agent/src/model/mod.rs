@@ -23,6 +23,7 @@ mod nodeport_addresses;
 mod service;
 mod slice;
 mod topologies;
+pub mod weight;
 
 use std::{fmt, net::IpAddr, sync::Arc};
 
@@ -233,14 +234,18 @@ pub enum Feature {
     UnknownLbAlgorithm,
     /// A forwarding-mode annotation whose value is neither `snat` nor `dsr`.
     UnknownForwardingMode,
+    /// An EndpointSlice of its whose weight annotation is no number from 0
+    /// to 65535.
+    InvalidEndpointWeight,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 4] = [
+    pub const ALL: [Feature; 5] = [
         Feature::Sctp,
         Feature::LoadBalancerSourceRanges,
         Feature::UnknownLbAlgorithm,
         Feature::UnknownForwardingMode,
+        Feature::InvalidEndpointWeight,
     ];
 
     /// The label value in metrics and logs.
@@ -250,6 +255,7 @@ impl Feature {
             Feature::LoadBalancerSourceRanges => "load_balancer_source_ranges",
             Feature::UnknownLbAlgorithm => "unknown_lb_algorithm",
             Feature::UnknownForwardingMode => "unknown_forwarding_mode",
+            Feature::InvalidEndpointWeight => "invalid_endpoint_weight",
         }
     }
 
@@ -266,6 +272,9 @@ impl Feature {
             }
             Feature::UnknownForwardingMode => {
                 "its external frontends forward with --bpf-lb-mode, as if unannotated"
+            }
+            Feature::InvalidEndpointWeight => {
+                "the endpoints of that EndpointSlice keep the default weight, as if unannotated"
             }
         }
     }

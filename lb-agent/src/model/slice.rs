@@ -7,6 +7,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use super::{
     IpFamily, ObjectKind, ObjectRef, Proto,
     topologies::{EndpointTopology, Topologies},
+    weight::{DEFAULT_WEIGHT, slice_weight},
 };
 
 /// Links a slice to its Service (same namespace).
@@ -22,6 +23,12 @@ pub struct SliceSpec {
     pub family: IpFamily,
     pub ports: Vec<SlicePort>,
     pub endpoints: Vec<SliceEndpoint>,
+    /// Every endpoint's weight, from the slice's weight annotation
+    /// (`weight.rs`): [`DEFAULT_WEIGHT`] when it sets none.
+    pub weight: u16,
+    /// The weight annotation's value when it is no weight (the endpoints
+    /// keep the default, and the Service reports it).
+    pub invalid_weight: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -180,11 +187,17 @@ pub(super) fn validate(slice: &EndpointSlice, topologies: &mut Topologies) -> Ve
                 .then(|| topologies.intern(topology)),
         });
     }
+    let (weight, invalid_weight) = match slice_weight(slice.metadata.annotations.as_ref()) {
+        Ok(weight) => (weight, None),
+        Err(value) => (DEFAULT_WEIGHT, Some(value)),
+    };
     Verdict::Use(SliceSpec {
         object,
         service: service.clone(),
         family,
         ports,
         endpoints,
+        weight,
+        invalid_weight,
     })
 }

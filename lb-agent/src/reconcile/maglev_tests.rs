@@ -323,3 +323,67 @@ fn a_restart_with_another_seed_rebuilds_every_table() {
     let out = restarted.r.reconcile(&desired);
     assert_eq!(out.changed(), 0, "{out:?}");
 }
+
+/// Weighted backends: the Maglev table and the random-selection slots in
+/// proportion to the weights, one member per backend (session affinity),
+/// and a change of weight alone is a new revision.
+#[test]
+fn weights_shape_the_table_and_the_slots_and_a_new_weight_is_a_new_revision() {
+    use lb_common::FE_F_AFFINITY;
+    let mut t = Fixture::new(4093);
+    let weighted = |weights: Vec<u16>| {
+        BTreeMap::from([(
+            frontend(),
+            Target {
+                maglev: true,
+                affinity: Some(60),
+                weights,
+                ..Target::plain(backends(3))
+            },
+        )])
+    };
+    let out = t.r.reconcile(&weighted(vec![1, 3, 4]));
+    assert!(out.failed.is_empty(), "{out:?}");
+    let table = t.live_table();
+    let share = |i: usize| {
+        let b = &backends(3)[i];
+        let owned = table.iter().filter(|a| a.ip() == b.ip).count();
+        owned as f64 / table.len() as f64
+    };
+    for (i, want) in [(0, 1.0 / 8.0), (1, 3.0 / 8.0), (2, 4.0 / 8.0)] {
+        assert!((share(i) - want).abs() < 0.01, "backend {i}: {}", share(i));
+    }
+    let maps = t.r.maps();
+    let (id, st) = maps.live(&key()).unwrap();
+    assert_ne!(st.flags & FE_F_AFFINITY, 0);
+    // Slots 1 : 3 : 4, each backend's together; a member each.
+    let slots: Vec<u32> = maps
+        .slots()
+        .iter()
+        .filter(|(k, _)| (k.fe_id, k.rev) == (id, st.rev))
+        .map(|(_, s)| s.backend_id)
+        .collect();
+    assert_eq!(st.count, 8);
+    let mut runs = slots.clone();
+    runs.dedup();
+    assert_eq!(runs.len(), 3, "{slots:?}");
+    let counts: Vec<usize> = runs
+        .iter()
+        .map(|r| slots.iter().filter(|s| *s == r).count())
+        .collect();
+    assert_eq!(counts, [1, 3, 4]);
+    let members: Vec<u32> = maps
+        .members()
+        .keys()
+        .filter(|k| (k.fe_id, k.rev) == (id, st.rev))
+        .map(|k| k.backend_id)
+        .collect();
+    assert_eq!(members.len(), 3, "{members:?}");
+
+    // The same weights again: nothing; another weight: a new revision.
+    assert_eq!(t.r.reconcile(&weighted(vec![1, 3, 4])).changed(), 0);
+    let out = t.r.reconcile(&weighted(vec![1, 1, 2]));
+    assert!(out.failed.is_empty() && out.changed() > 0, "{out:?}");
+    let (_, st) = t.r.maps().live(&key()).unwrap();
+    assert_eq!(st.count, 4);
+}

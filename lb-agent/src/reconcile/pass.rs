@@ -35,7 +35,8 @@ use super::{
 };
 use crate::model::{
     Frontend, FrontendKind, Target,
-    maglev::{MaglevParams, lookup_table},
+    maglev::{MaglevParams, weighted_lookup_table},
+    weight::slot_counts,
 };
 
 /// What one pass (or reap) changed, and what it could not.
@@ -162,8 +163,13 @@ impl<K> Plan<K> {
         })
     }
 
+    /// A member per backend, at its first slot (a weighted backend holds
+    /// several, one after the other).
     fn member_entries(&self) -> impl Iterator<Item = (MemberKey, Member)> + '_ {
-        (0u32..).zip(&self.backend_ids).map(|(slot, &backend_id)| {
+        let firsts = (0u32..)
+            .zip(&self.backend_ids)
+            .filter(|&(slot, id)| slot == 0 || self.backend_ids[slot as usize - 1] != *id);
+        firsts.map(|(slot, &backend_id)| {
             let key = MemberKey {
                 fe_id: self.id,
                 rev: self.rev,
@@ -329,7 +335,7 @@ struct BuiltTable {
 /// The Maglev tables built in one pass, by backend ids: a Service's
 /// frontends (its node ports on each address, its external IPs) share
 /// their backends, and a table costs M·N steps to build.
-type BuiltTables = HashMap<Vec<u32>, Arc<BuiltTable>>;
+type BuiltTables = HashMap<(Vec<u32>, Vec<u16>), Arc<BuiltTable>>;
 
 /// `table`'s chunks, in order; entries past its end are 0.
 fn chunks(table: &[u32]) -> impl Iterator<Item = MaglevChunk> + '_ {
@@ -340,25 +346,42 @@ fn chunks(table: &[u32]) -> impl Iterator<Item = MaglevChunk> + '_ {
     })
 }
 
-/// The Maglev table of `backend_ids` (whose addresses are `addrs`), from
-/// `tables` or built.
+/// The Maglev table of `backend_ids` (whose addresses are `addrs`, whose
+/// weights are `weights`: empty when equal), from `tables` or built.
 fn maglev_table(
     params: MaglevParams,
     backend_ids: &[u32],
     addrs: &[SocketAddr],
+    weights: &[u16],
     tables: &mut BuiltTables,
 ) -> Arc<BuiltTable> {
-    if let Some(t) = tables.get(backend_ids) {
+    let key = (backend_ids.to_vec(), weights.to_vec());
+    if let Some(t) = tables.get(&key) {
         return t.clone();
     }
-    let ids: Vec<u32> = lookup_table(addrs, params.size, &params.seed)
+    let ids: Vec<u32> = weighted_lookup_table(addrs, weights, params.size, &params.seed)
         .into_iter()
         .map(|i| backend_ids[i as usize])
         .collect();
     let digests = chunks(&ids).map(|c| chunk_digest(&c)).collect();
     let table = Arc::new(BuiltTable { ids, digests });
-    tables.insert(backend_ids.to_vec(), table.clone());
+    tables.insert(key, table.clone());
     table
+}
+
+/// The slots of a revision of `backend_ids`: one each, or with `weights`
+/// (parallel, each nonzero) as many as [`slot_counts`] gives each, each
+/// backend's together.
+fn weighted_slots(backend_ids: Vec<u32>, weights: &[u16]) -> Vec<u32> {
+    if weights.len() != backend_ids.len() {
+        return backend_ids;
+    }
+    let counts = slot_counts(weights);
+    let slots = backend_ids
+        .iter()
+        .zip(counts)
+        .flat_map(|(&id, n)| std::iter::repeat_n(id, n as usize));
+    slots.take(usize::from(MAX_BACKENDS_PER_FRONTEND)).collect()
 }
 
 /// The plan for one frontend, `None` when it already has what it needs.
@@ -381,13 +404,18 @@ fn plan<F: Family, T: Tables>(
     let (flags, affinity_timeout) = state_bits(target);
     let mut backend_ids = Vec::with_capacity(list.len());
     let mut addrs = Vec::new();
+    let mut weights = Vec::new();
     // The model never mixes families; a backend of another one is skipped.
-    for (be, value) in list
+    for (i, be, value) in list
         .iter()
-        .filter_map(|be| Some((be, F::backend(be, frontend.proto)?)))
+        .enumerate()
+        .filter_map(|(i, be)| Some((i, be, F::backend(be, frontend.proto)?)))
     {
         if target.maglev {
             addrs.push(SocketAddr::new(be.ip, be.port));
+        }
+        if let Some(&w) = target.weights.get(i) {
+            weights.push(w);
         }
         let id = match maps.id_of(&value).or_else(|| new_ids.get(&value).copied()) {
             Some(id) => id,
@@ -403,7 +431,9 @@ fn plan<F: Family, T: Tables>(
         backend_ids.push(id);
     }
     let table = (target.maglev && !backend_ids.is_empty())
-        .then(|| maglev_table(maps.params(), &backend_ids, &addrs, tables));
+        .then(|| maglev_table(maps.params(), &backend_ids, &addrs, &weights, tables));
+    // Random picks a slot: weighted backends hold slots in proportion.
+    let backend_ids = weighted_slots(backend_ids, &weights);
     let maglev_size = table.as_ref().map_or(0, |t| t.ids.len() as u32);
     let digests = table.as_ref().map_or(&[][..], |t| t.digests.as_slice());
     let proto = F::key_proto(&key);

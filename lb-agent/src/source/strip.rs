@@ -33,16 +33,19 @@ use super::TRIGGER_TIME_ANNOTATION;
 use crate::model::{
     CILIUM_FORWARDING_MODE_ANNOTATION, CILIUM_LB_ALGORITHM_ANNOTATION, FORWARDING_MODE_ANNOTATION,
     LB_ALGORITHM_ANNOTATION,
+    weight::{CILIUM_WEIGHT_ANNOTATION, WEIGHT_ANNOTATION},
 };
 
 /// The annotations kept (of any object): the others' keys are compared in
 /// place and their values skipped unread.
-const KEPT_ANNOTATIONS: [&str; 5] = [
+const KEPT_ANNOTATIONS: [&str; 7] = [
     TRIGGER_TIME_ANNOTATION,
     LB_ALGORITHM_ANNOTATION,
     CILIUM_LB_ALGORITHM_ANNOTATION,
     FORWARDING_MODE_ANNOTATION,
     CILIUM_FORWARDING_MODE_ANNOTATION,
+    WEIGHT_ANNOTATION,
+    CILIUM_WEIGHT_ANNOTATION,
 ];
 
 /// A Kubernetes object of type `K` holding only the kept fields; the same
@@ -483,7 +486,7 @@ mod tests {
     }
 
     #[test]
-    fn a_slice_keeps_its_endpoints_and_trigger_time_and_loses_the_rest() {
+    fn a_slice_keeps_its_endpoints_trigger_time_and_weights_and_loses_the_rest() {
         let kept: Kept<EndpointSlice> = serde_json::from_value(json!({
             "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
             "metadata": {
@@ -494,6 +497,8 @@ mod tests {
                 "annotations": {
                     "example.com/before": "x",
                     "endpoints.kubernetes.io/last-change-trigger-time": "2025-05-12T08:30:00Z",
+                    "lb-agent.io/weight": "0",
+                    "service.cilium.io/weight": "50",
                     "example.com/after": "y",
                 },
                 "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": "web",
@@ -529,6 +534,8 @@ mod tests {
                 ".endpoints[].zone",
                 ".kind",
                 ".metadata.annotations.endpoints.kubernetes.io/last-change-trigger-time",
+                ".metadata.annotations.lb-agent.io/weight",
+                ".metadata.annotations.service.cilium.io/weight",
                 ".metadata.labels.endpointslice.kubernetes.io/managed-by",
                 ".metadata.labels.kubernetes.io/service-name",
                 ".metadata.name",
