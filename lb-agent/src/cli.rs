@@ -149,6 +149,13 @@ pub struct RunArgs {
     pub algorithm: AlgorithmArgs,
     #[command(flatten)]
     pub forwarding: ForwardingArgs,
+    /// A Service's `loadBalancerSourceRanges` also guard its NodePorts and
+    /// external IPs against traffic from outside the node (Cilium's flag):
+    /// a new flow from a source outside them is dropped. Without it, they
+    /// guard its load-balancer IPs only, as kube-proxy's firewall.
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub bpf_lb_source_range_all_types: bool,
 }
 
 /// How flows from outside the node reach backends on other nodes

@@ -661,3 +661,39 @@ fn xdp_leaves_ipv6_dsr_flows_to_tc_untouched() {
         assert_eq!(bed.stat(stat6(At::XDP, Reason::NewFlow)), 0);
     });
 }
+
+/// A frontend guarded by source ranges (a load-balancer IP, or with
+/// `--bpf-lb-source-range-all-types` a NodePort): XDP passes a stranger's
+/// packet to tc untouched and uncounted, and tc drops it; an admitted
+/// source's flow is translated at XDP as any other.
+#[test]
+fn xdp_leaves_a_guarded_frontends_strangers_to_tc_which_drops_them() {
+    let ns = fib_netns();
+    let x0 = ns.ifindex("x0");
+    let mut bed = bed();
+    bed.snat(NODE, 61_000, 61_010);
+    bed.frontend(
+        NODE_PORT,
+        PROTO_TCP,
+        lb_common::FE_F_SOURCE_RANGES,
+        &[REMOTE_POD],
+    );
+    bed.admit(NODE_PORT, PROTO_TCP, [198, 51, 100, 0], 24);
+    let frontend = (NODE, NODE_PORT);
+    ns.run(|| {
+        let stranger = ([203, 0, 113, 9], 40000);
+        let syn = tcp(stranger, frontend, Tcp::Syn);
+        let (action, out) = bed.xdp(&syn, x0);
+        assert_eq!(action, XDP_PASS);
+        assert_eq!(out, syn, "passed untouched");
+        assert_eq!(bed.stat(stat4(At::XDP, Reason::DropSourceRange)), 0);
+        assert_eq!(bed.ingress(&syn).0, DROP);
+        assert_eq!(bed.stat(stat4(At::TC_IN, Reason::DropSourceRange)), 1);
+        assert!(bed.ct().is_empty(), "no state for a stranger");
+
+        let (action, out) = bed.xdp(&tcp(CLIENT, frontend, Tcp::Syn), x0);
+        assert_eq!(action, XDP_TX, "an admitted flow is XDP's");
+        assert_eq!(seen(&out).dst, REMOTE_POD);
+        assert_eq!(bed.stat(stat4(At::XDP, Reason::NewFlow)), 1);
+    });
+}

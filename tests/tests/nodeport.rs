@@ -248,6 +248,39 @@ fn with_maglev_a_flow_reaches_the_same_pod_through_either_node() -> anyhow::Resu
     Ok(())
 }
 
+/// `--bpf-lb-source-range-all-types`: the ranges of `guarded` (which hold
+/// the client) and of `shut` (which do not) guard their NodePorts too, on
+/// both nodes' addresses; a Service without ranges stays open.
+#[test]
+fn with_source_ranges_of_all_types_node_ports_are_guarded_too() -> anyhow::Result<()> {
+    let bed = Bed::new(&manifest())?;
+    let _agent1 = bed.agent_with(&bed.node1, &["--bpf-lb-source-range-all-types"])?;
+    let _agent2 = bed.agent(&bed.node2)?;
+    bed.wait_reachable(&format!("{NODE1}:30080"))?;
+
+    let guarded = format!("{NODE1}:30083");
+    let r = bed.client(&["tcp", "--to", &guarded, "-n", "20"])?;
+    assert_eq!((r.ok(), r.failed()), (20, 0), "{r:?}");
+    let before = bed.node1.pins.stats()?.of("tc ipv4 drop_source_range");
+    let r = bed.client(&["tcp", "--to", &format!("{NODE1}:30084"), "-n", "1"])?;
+    assert_eq!((r.ok(), r.failed()), (0, 1), "{r:?}");
+    let after = bed.node1.pins.stats()?.of("tc ipv4 drop_source_range");
+    assert!(after > before, "{before} -> {after}");
+    let dump = bed.node1.pins.dump()?;
+    assert!(
+        dump.lines()
+            .any(|l| l.starts_with(&format!("TCP  {NODE1}:30084 "))
+                && l.ends_with(" NodePort source-ranges from-outside")),
+        "{dump}"
+    );
+    // Node-2's agent runs without the flag: its NodePort of `shut` is open.
+    let r = bed.client(&["tcp", "--to", &format!("{NODE2}:30084"), "-n", "5"])?;
+    assert_eq!((r.ok(), r.failed()), (5, 0), "{r:?}");
+    let r = bed.client(&["tcp", "--to", &format!("{NODE1}:30080"), "-n", "5"])?;
+    assert_eq!((r.ok(), r.failed()), (5, 0), "no ranges: open {r:?}");
+    Ok(())
+}
+
 /// Endpoint weights per packet: the Service `weighted` has p1 in a slice
 /// of weight 1 (ours) and p2 in one of weight 3 (Cilium's annotation), so
 /// new flows from outside split about 1 : 3; p1's slice drained to weight

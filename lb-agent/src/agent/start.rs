@@ -120,6 +120,7 @@ impl Agent {
             NodeContext {
                 algorithm: config.lb_algorithm,
                 lb_mode: config.lb_mode,
+                source_range_all_types: config.source_range_all_types,
                 ..NodeContext::named(&config.node_name)
             },
             match config.source {

@@ -233,15 +233,16 @@ pub(super) fn service_claims(
                 claims.push((frontend(ip, port.port), external.of_kind(kind(ip))));
             }
             for &ip in &outside_ips {
-                let ranges = guarding(spec, ip);
+                let ranges = guarding(spec, ip, node);
                 let at = frontend(ip, port.port).external();
                 claims.push((at, outside.at(kind(ip), &ranges)));
             }
             if let Some(node_port) = port.node_port {
                 for &ip in &node_ips {
                     let at = frontend(ip, node_port);
+                    let ranges = guarding(spec, ip, node);
                     claims.push((at, external.of_kind(FrontendKind::NodePort)));
-                    claims.push((at.external(), outside.of_kind(FrontendKind::NodePort)));
+                    claims.push((at.external(), outside.at(FrontendKind::NodePort, &ranges)));
                 }
             }
             claims.push((frontend(vip, port.port), internal));
@@ -253,10 +254,12 @@ pub(super) fn service_claims(
     claims
 }
 
-/// The source ranges of `spec` that guard `ip` (of its family), if it is
-/// one of its LB VIPs; kube-proxy's firewall guards LB VIPs only.
-fn guarding(spec: &ServiceSpec, ip: IpAddr) -> Vec<IpNet> {
-    if !spec.lb_vips.contains(&ip) {
+/// The source ranges of `spec` that guard `ip` (of its family) from
+/// outside: kube-proxy's firewall guards LB VIPs only; with
+/// `--bpf-lb-source-range-all-types` (Cilium's), its node ports and
+/// external IPs too.
+fn guarding(spec: &ServiceSpec, ip: IpAddr, node: &NodeContext) -> Vec<IpNet> {
+    if !spec.lb_vips.contains(&ip) && !node.source_range_all_types {
         return Vec::new();
     }
     spec.source_ranges

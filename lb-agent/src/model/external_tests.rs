@@ -178,6 +178,46 @@ fn lb_vips_in_proxy_mode_or_behind_source_ranges_of_their_family_are_left_alone(
     ));
 }
 
+/// `--bpf-lb-source-range-all-types`: the ranges of each family guard the
+/// Service's node ports and external IPs from outside too; without it,
+/// only its load-balancer IPs. From inside the node nothing changes.
+#[test]
+fn source_ranges_of_all_types_guard_node_ports_and_external_ips_from_outside() {
+    let ranges = |all_types: bool| {
+        let node = NodeContext {
+            node_port_ips: vec![ip("192.0.2.10"), ip("fd00:2::10")],
+            source_range_all_types: all_types,
+            ..NodeContext::named("node-a")
+        };
+        let mut c = Cache::new(ExcludedCidrs::default(), node);
+        let svc = Svc::new("default", "web")
+            .type_("LoadBalancer")
+            .cluster_ips(&["10.96.0.20", "fd00:96::20"])
+            .with_port(SvcPort::new("http", 80, "TCP").node_port(30080))
+            .external_ips(&["198.51.100.9"])
+            .lb_ingress("198.51.100.1", Some("VIP"))
+            .source_ranges(&["203.0.113.0/24"]);
+        c.apply_service(&svc.build());
+        c.apply_slice(&slice("web-4", "IPv4", &[Ep::new("10.0.0.1")]));
+        c.apply_slice(&slice("web-6", "IPv6", &[Ep::new("fd00::1")]));
+        c.flush();
+        let of = |f: Frontend| c.desired(&f).expect("programmed").source_ranges.clone();
+        [
+            of(fe("198.51.100.1", 80, Proto::Tcp).external()),
+            of(fe("192.0.2.10", 30080, Proto::Tcp).external()),
+            of(fe("198.51.100.9", 80, Proto::Tcp).external()),
+            // No IPv6 range: open.
+            of(fe("fd00:2::10", 30080, Proto::Tcp).external()),
+            // From inside: never checked.
+            of(fe("192.0.2.10", 30080, Proto::Tcp)),
+            of(fe("10.96.0.20", 80, Proto::Tcp)),
+        ]
+        .map(|r| !r.is_empty())
+    };
+    assert_eq!(ranges(false), [true, false, false, false, false, false]);
+    assert_eq!(ranges(true), [true, true, true, false, false, false]);
+}
+
 #[test]
 fn external_traffic_policy_local_still_sends_this_nodes_clients_to_every_endpoint() {
     let mut c = cache(&["192.0.2.10"]);

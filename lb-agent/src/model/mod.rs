@@ -264,8 +264,10 @@ impl Feature {
         match self {
             Feature::Sctp => "its SCTP ports are not programmed",
             Feature::LoadBalancerSourceRanges => {
-                "its load-balancer IPs guarded by source ranges enforce them for traffic from outside only; \
-                 pods and processes on this node are not intercepted (their traffic goes to the load balancer)"
+                "its load-balancer IPs guarded by source ranges (and with --bpf-lb-source-range-all-types \
+                 its node ports and external IPs) enforce them for traffic from outside only; \
+                 pods and processes on this node are not intercepted at guarded load-balancer IPs \
+                 (their traffic goes to the load balancer) and not checked at its cluster IP and node ports"
             }
             Feature::UnknownLbAlgorithm => {
                 "its external frontends pick backends with --bpf-lb-algorithm, as if unannotated"
@@ -304,6 +306,10 @@ pub struct NodeContext {
     /// `--bpf-lb-mode`: whether flows from outside to backends on other
     /// nodes go by DSR, for Services that do not choose.
     pub lb_mode: forwarding::LbMode,
+    /// `--bpf-lb-source-range-all-types`: a Service's
+    /// `loadBalancerSourceRanges` guard its node ports and external IPs
+    /// from outside too, not only its load-balancer IPs.
+    pub source_range_all_types: bool,
 }
 
 impl NodeContext {
