@@ -218,7 +218,21 @@ fn random_slice(rng: &mut Rng, ns: &str, name: &str) -> EndpointSlice {
         slice_ports(s.address_type(kind), &ports).endpoints(endpoints.iter().cloned())
     };
     let label = *rng.pick(&LABELS);
-    let labelled = Slice::new(ns, name).service(label);
+    // Weights: drained (ours or Cilium's), others, and none that is valid.
+    let weight = *rng.pick(&[
+        None,
+        None,
+        None,
+        Some(("lb-agent.io/weight", "0")),
+        Some(("service.cilium.io/weight", "0")),
+        Some(("lb-agent.io/weight", "3")),
+        Some(("lb-agent.io/weight", "-1")),
+    ]);
+    let labelled = weight
+        .into_iter()
+        .fold(Slice::new(ns, name).service(label), |s, (k, v)| {
+            s.annotation(k, v)
+        });
     match rng.below(25) {
         0 => body(Slice::new(ns, name), "IPv4").build(),
         1 => body(labelled, "FQDN").build(),

@@ -109,8 +109,9 @@ pub fn naive<'a>(
                 let vip: IpAddr = vip.parse().unwrap();
                 let family = if vip.is_ipv4() { "IPv4" } else { "IPv6" };
                 let (mut seen, mut dropped) = (0, 0);
-                // Backend -> (ready, serving and terminating, terminating).
-                let mut endpoints: BTreeMap<Backend, (bool, bool, bool)> = BTreeMap::new();
+                // Backend -> (ready, serving and terminating, terminating,
+                // weight 0).
+                let mut endpoints: BTreeMap<Backend, (bool, bool, bool, bool)> = BTreeMap::new();
                 for sl in slices.clone() {
                     if sl.metadata.namespace.as_deref().unwrap_or("default") != ns
                         || label_of(sl).as_deref() != Some(name)
@@ -125,6 +126,13 @@ pub fn naive<'a>(
                         continue;
                     };
                     let Some(tport) = target.port else { continue };
+                    // Ours, else Cilium's; a value that is no weight is
+                    // ignored.
+                    let annotations = sl.metadata.annotations.clone().unwrap_or_default();
+                    let drained = annotations
+                        .get("lb-agent.io/weight")
+                        .or_else(|| annotations.get("service.cilium.io/weight"))
+                        .is_some_and(|w| w.trim().parse::<u16>() == Ok(0));
                     for ep in sl.endpoints.iter().flatten() {
                         let c = ep.conditions.clone().unwrap_or_default();
                         let Some(a) = ep.addresses.first() else {
@@ -145,6 +153,7 @@ pub fn naive<'a>(
                             c.ready.unwrap_or(true),
                             c.serving.unwrap_or(true) && terminating,
                             terminating,
+                            drained,
                         );
                         // A non-terminating copy wins over a terminating one.
                         let old = endpoints.entry(be).or_insert(new);
@@ -153,7 +162,7 @@ pub fn naive<'a>(
                         }
                     }
                 }
-                let pick = |f: fn(&(bool, bool, bool)) -> bool| -> Vec<Backend> {
+                let pick = |f: fn(&(bool, bool, bool, bool)) -> bool| -> Vec<Backend> {
                     endpoints
                         .iter()
                         .filter(|(_, c)| f(c))
@@ -161,6 +170,11 @@ pub fn naive<'a>(
                         .collect()
                 };
                 let (ready, fallback) = (pick(|c| c.0), pick(|c| c.1));
+                // Drained endpoints take no new connection, after the sets
+                // are chosen.
+                let undrained = |set: Vec<Backend>| -> Vec<Backend> {
+                    set.into_iter().filter(|b| !endpoints[b].3).collect()
+                };
                 let fe = Frontend {
                     vip,
                     port: port.port as u16,
@@ -171,9 +185,9 @@ pub fn naive<'a>(
                     passes.insert(vip);
                     None
                 } else if ready.is_empty() {
-                    Some(fallback)
+                    Some(undrained(fallback))
                 } else {
-                    Some(ready)
+                    Some(undrained(ready))
                 };
                 // External frontends of the cluster IP's family, with the
                 // same claim (no topology or traffic policy here).
