@@ -546,6 +546,7 @@ mod tests {
             let b = backends(weights.len() as u32);
             let table = weighted_lookup_table(&b, &weights, m, &seed);
             let sum: f64 = weights.iter().map(|&w| f64::from(w)).sum();
+            let mut worst = 0f64;
             for (i, &w) in weights.iter().enumerate() {
                 let owned = table.iter().filter(|&&e| e as usize == i).count();
                 let share = owned as f64 / f64::from(m.get());
@@ -554,7 +555,13 @@ mod tests {
                     (share - want).abs() <= 0.01,
                     "backend {i} of weight {w} owns {share:.4}, want {want:.4} (M = {m})"
                 );
+                worst = worst.max((share - want).abs());
             }
+            eprintln!(
+                "N = {}, M = {m}: shares within {:.3}% of the weights",
+                weights.len(),
+                100.0 * worst
+            );
         }
         let b = backends(10);
         let m = TableSize::DEFAULT;
