@@ -46,41 +46,84 @@ pub trait CtMaps {
     fn nat_prev() -> &'static NatPrev<Self::CtAddr>;
 }
 
-/// How a SNAT mapping of an address family changes owner atomically.
+/// How a SNAT mapping of an address family changes owner atomically: the
+/// 8-byte word of it a claim swaps, and the fields outside that word
+/// (written after the swap, while the word holds `NAT_F_CLAIMING`). The
+/// protocol itself is [`read_mapping`]'s and [`swap_owner`]'s.
 pub trait Claim: Sized {
-    /// Reads the SNAT mapping `nat` so that another CPU's claim of it is
-    /// seen whole: its claim word first, by a full barrier, then the rest.
-    /// (A copy in any order could pair the new owner's word with the old
-    /// owner's dead expiry, and claim the port a second time.)
+    /// The claim word of the SNAT mapping `nat`.
     ///
     /// # Safety
     ///
-    /// `nat` is a value of the family's SNAT map this program looked up.
-    unsafe fn read(nat: *mut NatValue<Self>) -> NatValue<Self>;
+    /// `nat` is a live value of the family's SNAT map (8-byte aligned).
+    unsafe fn claim_word(nat: *mut NatValue<Self>) -> *mut u64;
 
-    /// Swaps the owner of the SNAT mapping `nat` from `old`'s to `new`'s
-    /// client if it still is `old`'s: whether this CPU won the port. The
-    /// new owner first holds the port as `NAT_F_CLAIMING` (taken, whatever
-    /// the rest of the mapping says) until the fields outside the swapped
-    /// word are written.
+    /// The claim word of `v`.
+    fn word(v: &NatValue<Self>) -> u64;
+
+    /// The mapping whose claim word is `word`, the rest read from `nat`
+    /// (after the word).
     ///
     /// # Safety
     ///
-    /// `nat` is a value of the family's SNAT map this program looked up.
-    unsafe fn swap_owner(
-        nat: *mut NatValue<Self>,
-        old: &NatValue<Self>,
-        new: &NatValue<Self>,
-    ) -> bool;
+    /// As [`Claim::claim_word`].
+    unsafe fn with_rest(word: u64, nat: *const NatValue<Self>) -> NatValue<Self>;
+
+    /// Writes `new`'s fields outside the claim word into `nat`.
+    ///
+    /// # Safety
+    ///
+    /// As [`Claim::claim_word`], and the port is this CPU's claim.
+    unsafe fn write_rest(nat: *mut NatValue<Self>, new: &NatValue<Self>);
 }
 
-/// `new`, marked as being claimed ([`Claim::swap_owner`]).
+/// Reads the SNAT mapping `nat` so that another CPU's claim of it is seen
+/// whole: its claim word first, by a full barrier, then the rest. (A copy
+/// in any order could pair the new owner's word with the old owner's dead
+/// expiry, and claim the port a second time.)
+///
+/// # Safety
+///
+/// `nat` is a value of the family's SNAT map this program looked up.
 #[inline(always)]
-fn claiming<A: Copy>(new: &NatValue<A>) -> NatValue<A> {
-    NatValue {
+unsafe fn read_mapping<A: Claim>(nat: *mut NatValue<A>) -> NatValue<A> {
+    // SAFETY: the caller's contract; map values are 8-byte aligned.
+    unsafe { A::with_rest(load(A::claim_word(nat)), nat) }
+}
+
+/// Swaps the owner of the SNAT mapping `nat` from `old`'s to `new`'s client
+/// if it still is `old`'s: whether this CPU won the port. The new owner
+/// first holds the port as `NAT_F_CLAIMING` (taken, whatever the rest of
+/// the mapping says) until the fields outside the swapped word are written.
+///
+/// # Safety
+///
+/// `nat` is a value of the family's SNAT map this program looked up.
+#[inline(always)]
+unsafe fn swap_owner<A: Claim + Copy>(
+    nat: *mut NatValue<A>,
+    old: &NatValue<A>,
+    new: &NatValue<A>,
+) -> bool {
+    let claiming = NatValue {
         flags: new.flags | NAT_F_CLAIMING,
         ..*new
+    };
+    // SAFETY: the caller's contract; the kernel allows atomic operations
+    // on map values.
+    let word = unsafe { A::claim_word(nat) };
+    // SAFETY: as above.
+    if !unsafe { cas(word, A::word(old), A::word(&claiming)) } {
+        return false;
     }
+    // SAFETY: as above; the port is this CPU's, and only this CPU clears
+    // the claim. The second swap, a full barrier, publishes the rest before
+    // the claim ends (it cannot fail: no other CPU swaps a claimed word).
+    unsafe {
+        A::write_rest(nat, new);
+        cas(word, A::word(&claiming), A::word(new));
+    }
+    true
 }
 
 /// The agent's settings (all zero before it wrote any), read in place.
@@ -411,7 +454,7 @@ extern "C" fn try_port<F: CtMaps>(i: u32, ctx: *mut c_void) -> i64 {
 
 /// Takes the port of `key` for the flow of `value`: free, the same
 /// client's, or dead. Two CPUs racing for a dead port both try to swap the
-/// mapping's claim word from the one they read ([`Claim::swap_owner`]);
+/// mapping's claim word from the one they read ([`swap_owner`]);
 /// one wins, and no CPU reading the mapping meanwhile sees it dead.
 #[inline(always)]
 fn claim<F: CtMaps>(
@@ -430,14 +473,14 @@ fn claim<F: CtMaps>(
         return false;
     }
     // Read again in order, so that a claim racing this one is seen whole
-    // ([`Claim::read`]); the port is claimed from what that saw.
+    // ([`read_mapping`]); the port is claimed from what that saw.
     // SAFETY: `nat` was looked up in the family's SNAT map by this run.
-    let old = unsafe { F::CtAddr::read(nat) };
+    let old = unsafe { read_mapping(nat) };
     match nat_claim(&old, value, now) {
         PortClaim::Same => {}
         PortClaim::Expired => {
             // SAFETY: as above.
-            if !unsafe { F::CtAddr::swap_owner(nat, &old, value) } {
+            if !unsafe { swap_owner(nat, &old, value) } {
                 return false;
             }
         }
@@ -453,84 +496,62 @@ fn claim<F: CtMaps>(
     true
 }
 
-/// The owner fields of an `LB4_NAT` mapping (client address, port,
-/// flags): its first 8 bytes, the word a claim swaps.
-#[inline(always)]
-fn owner4(v: &NatValue<[u8; 4]>) -> u64 {
-    let [p0, p1] = v.port_be.to_ne_bytes();
-    let [f0, f1] = v.flags.to_ne_bytes();
-    let [a0, a1, a2, a3] = v.addr_be;
-    u64::from_ne_bytes([a0, a1, a2, a3, p0, p1, f0, f1])
-}
-
+/// An `LB4_NAT` mapping's claim word is its first 8 bytes, the owner
+/// fields (client address, port, flags); its expiry lies outside.
 impl Claim for [u8; 4] {
     #[inline(always)]
-    unsafe fn read(nat: *mut NatValue<[u8; 4]>) -> NatValue<[u8; 4]> {
-        // SAFETY: the element is live (the caller's contract); map values
-        // are 8-byte aligned, and its first 8 bytes are the owner fields.
-        let [a0, a1, a2, a3, p0, p1, f0, f1] = unsafe { load(nat.cast()) }.to_ne_bytes();
+    unsafe fn claim_word(nat: *mut NatValue<[u8; 4]>) -> *mut u64 {
+        nat.cast()
+    }
+
+    #[inline(always)]
+    fn word(v: &NatValue<[u8; 4]>) -> u64 {
+        let [p0, p1] = v.port_be.to_ne_bytes();
+        let [f0, f1] = v.flags.to_ne_bytes();
+        let [a0, a1, a2, a3] = v.addr_be;
+        u64::from_ne_bytes([a0, a1, a2, a3, p0, p1, f0, f1])
+    }
+
+    #[inline(always)]
+    unsafe fn with_rest(word: u64, nat: *const NatValue<[u8; 4]>) -> NatValue<[u8; 4]> {
+        let [a0, a1, a2, a3, p0, p1, f0, f1] = word.to_ne_bytes();
         NatValue {
             addr_be: [a0, a1, a2, a3],
             port_be: u16::from_ne_bytes([p0, p1]),
             flags: u16::from_ne_bytes([f0, f1]),
-            // SAFETY: as above; read after the owner word (its acquire).
+            // SAFETY: the element is live (the caller's contract).
             expires: unsafe { (*nat).expires },
         }
     }
 
     #[inline(always)]
-    unsafe fn swap_owner(
-        nat: *mut NatValue<[u8; 4]>,
-        old: &NatValue<[u8; 4]>,
-        new: &NatValue<[u8; 4]>,
-    ) -> bool {
-        let word = nat.cast::<u64>();
-        let claiming = claiming(new);
-        // SAFETY: the element is live (the caller's contract); map values
-        // are 8-byte aligned, and its first 8 bytes are the owner fields,
-        // plain bytes; the kernel allows atomic operations on map values.
-        if !unsafe { cas(word, owner4(old), owner4(&claiming)) } {
-            return false;
-        }
-        // SAFETY: as above; the port is this CPU's, and only this CPU
-        // clears the claim. The second swap, a full barrier, publishes the
-        // expiry before the claim ends (it cannot fail: no other CPU swaps
-        // a claimed word).
-        unsafe {
-            (*nat).expires = new.expires;
-            cas(word, owner4(&claiming), owner4(new));
-        }
-        true
+    unsafe fn write_rest(nat: *mut NatValue<[u8; 4]>, new: &NatValue<[u8; 4]>) {
+        // SAFETY: the element is live (the caller's contract).
+        unsafe { (*nat).expires = new.expires };
     }
 }
 
-/// The word of an `LB6_NAT` mapping a claim swaps, at
-/// [`NAT6_CLAIM_WORD`]: port, flags and expiry.
-#[inline(always)]
-fn word6(v: &NatValue<Addr6>) -> u64 {
-    let [p0, p1] = v.port_be.to_ne_bytes();
-    let [f0, f1] = v.flags.to_ne_bytes();
-    let [e0, e1, e2, e3] = v.expires.to_ne_bytes();
-    u64::from_ne_bytes([p0, p1, f0, f1, e0, e1, e2, e3])
-}
-
-/// The claim word of the `LB6_NAT` mapping `nat`.
-///
-/// # Safety
-///
-/// `nat` is a live value of `LB6_NAT`: 8-byte aligned, its word at
-/// [`NAT6_CLAIM_WORD`] plain bytes.
-#[inline(always)]
-unsafe fn claim_word6(nat: *mut NatValue<Addr6>) -> *mut u64 {
-    // SAFETY: the caller's contract; the word lies inside the value.
-    unsafe { nat.cast::<u8>().add(NAT6_CLAIM_WORD).cast::<u64>() }
-}
-
+/// An `LB6_NAT` mapping's claim word is the 8 bytes at
+/// [`NAT6_CLAIM_WORD`]: port, flags and expiry; its client address lies
+/// outside.
 impl Claim for Addr6 {
     #[inline(always)]
-    unsafe fn read(nat: *mut NatValue<Addr6>) -> NatValue<Addr6> {
-        // SAFETY: the element is live (the caller's contract).
-        let [p0, p1, f0, f1, e0, e1, e2, e3] = unsafe { load(claim_word6(nat)) }.to_ne_bytes();
+    unsafe fn claim_word(nat: *mut NatValue<Addr6>) -> *mut u64 {
+        // SAFETY: the caller's contract; the word lies inside the value.
+        unsafe { nat.cast::<u8>().add(NAT6_CLAIM_WORD).cast::<u64>() }
+    }
+
+    #[inline(always)]
+    fn word(v: &NatValue<Addr6>) -> u64 {
+        let [p0, p1] = v.port_be.to_ne_bytes();
+        let [f0, f1] = v.flags.to_ne_bytes();
+        let [e0, e1, e2, e3] = v.expires.to_ne_bytes();
+        u64::from_ne_bytes([p0, p1, f0, f1, e0, e1, e2, e3])
+    }
+
+    #[inline(always)]
+    unsafe fn with_rest(word: u64, nat: *const NatValue<Addr6>) -> NatValue<Addr6> {
+        let [p0, p1, f0, f1, e0, e1, e2, e3] = word.to_ne_bytes();
         let flags = u16::from_ne_bytes([f0, f1]);
         NatValue {
             // A claim's client address is written after its word: until
@@ -539,8 +560,7 @@ impl Claim for Addr6 {
             addr_be: if flags & NAT_F_CLAIMING != 0 {
                 Addr6::default()
             } else {
-                // SAFETY: as above; read after the claim word (its full
-                // barrier), so the claim's address if it ended.
+                // SAFETY: the element is live (the caller's contract).
                 unsafe { (*nat).addr_be }
             },
             port_be: u16::from_ne_bytes([p0, p1]),
@@ -550,27 +570,8 @@ impl Claim for Addr6 {
     }
 
     #[inline(always)]
-    unsafe fn swap_owner(
-        nat: *mut NatValue<Addr6>,
-        old: &NatValue<Addr6>,
-        new: &NatValue<Addr6>,
-    ) -> bool {
+    unsafe fn write_rest(nat: *mut NatValue<Addr6>, new: &NatValue<Addr6>) {
         // SAFETY: the element is live (the caller's contract).
-        let word = unsafe { claim_word6(nat) };
-        let claiming = claiming(new);
-        // SAFETY: as above; the kernel allows atomic operations on map
-        // values.
-        if !unsafe { cas(word, word6(old), word6(&claiming)) } {
-            return false;
-        }
-        // SAFETY: as above; the port is this CPU's, and only this CPU
-        // clears the claim. The second swap, a full barrier, publishes the
-        // client's address before the claim ends (it cannot fail: no
-        // other CPU swaps a claimed word).
-        unsafe {
-            (*nat).addr_be = new.addr_be;
-            cas(word, word6(&claiming), word6(new));
-        }
-        true
+        unsafe { (*nat).addr_be = new.addr_be };
     }
 }
