@@ -10,11 +10,11 @@ use std::{
 use ipnet::IpNet;
 
 use lb_common::{
-    CT_DIR_IN, CT_F_DSR, CT_F_KERNEL, CT_F_SNAT, CT_SEEN, CT_SEEN_FIN, CT_SEEN_RST, CtKey, CtValue,
-    FE_F_AFFINITY, FE_F_DSR, FE_F_EXTERNAL_LOCAL, FE_F_LOCAL, FE_F_MAGLEV, FE_F_NO_LOCAL_ENDPOINTS,
-    FE_F_SOURCE_RANGES, FE_KIND_EXTERNAL_IP, FE_KIND_LOAD_BALANCER, FE_KIND_MASK,
-    FE_KIND_NODE_PORT, NatKey, NatValue, PROTO_TCP, SCOPE_EXTERNAL, StatKey, ct_closed,
-    ct_established, ct_expired,
+    CT_DIR_IN, CT_DIR_POD_IN, CT_DIR_POD_OUT, CT_F_DSR, CT_F_KERNEL, CT_F_SNAT, CT_SEEN,
+    CT_SEEN_FIN, CT_SEEN_RST, CtKey, CtValue, FE_F_AFFINITY, FE_F_DSR, FE_F_EXTERNAL_LOCAL,
+    FE_F_LOCAL, FE_F_MAGLEV, FE_F_NO_LOCAL_ENDPOINTS, FE_F_SOURCE_RANGES, FE_KIND_EXTERNAL_IP,
+    FE_KIND_LOAD_BALANCER, FE_KIND_MASK, FE_KIND_NODE_PORT, NatKey, NatValue, PROTO_TCP,
+    SCOPE_EXTERNAL, StatKey, ct_closed, ct_dir_forward, ct_established, ct_expired,
 };
 
 use crate::{
@@ -193,11 +193,16 @@ fn render_family<A: Addr + Ord>(
         let flow = format!(
             "{:<4} {} {} -> {}",
             proto(k.proto),
-            if k.dir == CT_DIR_IN { "IN " } else { "OUT" },
+            match k.dir {
+                CT_DIR_IN => "IN ",
+                CT_DIR_POD_IN => "POD IN ",
+                CT_DIR_POD_OUT => "POD OUT",
+                _ => "OUT",
+            },
             sock(k.saddr_be, k.sport_be),
             sock(k.daddr_be, k.dport_be)
         );
-        let to = if k.dir == CT_DIR_IN {
+        let to = if ct_dir_forward(k.dir) {
             format!(
                 "backend {} (id {})",
                 sock(v.addr_be, v.port_be),

@@ -64,7 +64,10 @@ pub struct CtKey<A> {
     pub dport_be: u16,
     /// IP protocol number.
     pub proto: u8,
-    /// [`CT_DIR_IN`] or [`CT_DIR_OUT`].
+    /// [`CT_DIR_IN`] or [`CT_DIR_OUT`] (a flow from outside the node), or
+    /// [`CT_DIR_POD_IN`] or [`CT_DIR_POD_OUT`] (a flow of a pod that opted
+    /// out of socket load balancing): the two kinds never share a key, so
+    /// that no packet from outside finds or replaces a pod's entry.
     pub dir: u8,
     pub _pad0: [u8; 2],
 }
@@ -81,31 +84,34 @@ pub const CT_DIR_IN: u8 = 0;
 /// A packet from the backend to the client, seen at tc egress; the value
 /// names the frontend.
 pub const CT_DIR_OUT: u8 = 1;
+/// As [`CT_DIR_IN`], for a pod's packet at tc ingress of its host-side
+/// interface (`lb_tc_pod_in`).
+pub const CT_DIR_POD_IN: u8 = 2;
+/// As [`CT_DIR_OUT`], for the reply to a pod at tc egress of its host-side
+/// interface (`lb_tc_pod_out`).
+pub const CT_DIR_POD_OUT: u8 = 3;
+
+/// Whether an entry of direction `dir` is a flow's client -> frontend one
+/// ([`CT_DIR_IN`], [`CT_DIR_POD_IN`]), which names the backend.
+#[inline(always)]
+pub const fn ct_dir_forward(dir: u8) -> bool {
+    dir & 1 == 0
+}
 
 impl<A: Copy> CtKey<A> {
     /// The key of the flow's other direction, given this entry's value:
     /// `CT_DIR_IN` (client -> frontend, naming the backend) <-> `CT_DIR_OUT`
-    /// (backend -> client, naming the frontend).
+    /// (backend -> client, naming the frontend), and the same between
+    /// `CT_DIR_POD_IN` and `CT_DIR_POD_OUT`.
     #[inline(always)]
     pub const fn partner(&self, value: &CtValue<A>) -> Self {
-        let (saddr_be, sport_be, daddr_be, dport_be, dir) = if self.dir == CT_DIR_IN {
+        let dir = self.dir ^ 1;
+        let (saddr_be, sport_be, daddr_be, dport_be) = if ct_dir_forward(self.dir) {
             // Backend -> client.
-            (
-                value.addr_be,
-                value.port_be,
-                self.saddr_be,
-                self.sport_be,
-                CT_DIR_OUT,
-            )
+            (value.addr_be, value.port_be, self.saddr_be, self.sport_be)
         } else {
             // Client -> frontend.
-            (
-                self.daddr_be,
-                self.dport_be,
-                value.addr_be,
-                value.port_be,
-                CT_DIR_IN,
-            )
+            (self.daddr_be, self.dport_be, value.addr_be, value.port_be)
         };
         Self {
             saddr_be,
@@ -693,5 +699,15 @@ mod tests {
             ..Ct4Value::default()
         };
         assert_eq!(out.partner(&to_frontend), k);
+        // A pod's flow pairs its own directions, never a node's.
+        let pod = Ct4Key {
+            dir: CT_DIR_POD_IN,
+            ..k
+        };
+        let reply = pod.partner(&to_backend);
+        assert_eq!(reply.dir, CT_DIR_POD_OUT);
+        assert_eq!(reply.partner(&to_frontend), pod);
+        assert!(ct_dir_forward(CT_DIR_IN) && ct_dir_forward(CT_DIR_POD_IN));
+        assert!(!ct_dir_forward(CT_DIR_OUT) && !ct_dir_forward(CT_DIR_POD_OUT));
     }
 }

@@ -34,8 +34,10 @@ use crate::{
 /// endpoints (`LB4_DSR_EPS`, `LB6_DSR_EPS`) or of the nodes' networks
 /// (`LB4_NODE_NETS`, `LB6_NODE_NETS`), and 48 `LB_STATS` entries. Layout
 /// 10 counted in a flat `LB_STATS` of 55 entries, each family and hook
-/// apart by name (`tc6_new_flow`), not by [`crate::StatKey`].
-pub const LAYOUT_VERSION: u32 = 11;
+/// apart by name (`tc6_new_flow`), not by [`crate::StatKey`]. Layout 11
+/// had no `LB_SOCK_NETNS` (no pod opted out of socket load balancing) and
+/// no counters of the pods' tc programs.
+pub const LAYOUT_VERSION: u32 = 12;
 
 /// `BPF_MAP_TYPE_HASH`.
 pub const MAP_TYPE_HASH: u32 = 1;
@@ -82,25 +84,25 @@ const fn spec<K, V>(name: &'static str, pin: &'static str, map_type: u32, flags:
 /// Frontends: [`Frontend4Key`] -> [`FrontendId`]. Written by the agent.
 pub const FRONTENDS4: MapSpec = spec::<Frontend4Key, FrontendId>(
     "LB4_FRONTENDS",
-    "LB4_FRONTENDS_V11",
+    "LB4_FRONTENDS_V12",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// Frontend state, an array indexed by frontend id: [`Frontend4State`].
 /// Written by the agent with `BPF_F_LOCK`.
 pub const FE_STATE4: MapSpec =
-    spec::<u32, Frontend4State>("LB4_FE_STATE", "LB4_FE_STATE_V11", MAP_TYPE_ARRAY, 0);
+    spec::<u32, Frontend4State>("LB4_FE_STATE", "LB4_FE_STATE_V12", MAP_TYPE_ARRAY, 0);
 /// Backend slots of every revision: [`SlotKey`] -> [`Slot`]. Written by the agent.
 pub const SLOTS4: MapSpec = spec::<SlotKey, Slot>(
     "LB4_SLOTS",
-    "LB4_SLOTS_V11",
+    "LB4_SLOTS_V12",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// Backends: id (`u32`) -> [`Backend4`]. Written by the agent.
 pub const BACKENDS4: MapSpec = spec::<u32, Backend4>(
     "LB4_BACKENDS",
-    "LB4_BACKENDS_V11",
+    "LB4_BACKENDS_V12",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
@@ -108,20 +110,20 @@ pub const BACKENDS4: MapSpec = spec::<u32, Backend4>(
 /// for frontends with session affinity.
 pub const MEMBERS4: MapSpec = spec::<MemberKey, Member>(
     "LB4_MEMBERS",
-    "LB4_MEMBERS_V11",
+    "LB4_MEMBERS_V12",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// Session affinity: [`AffinityKey`] -> [`AffinityValue`]. Written by the
 /// programs; LRU, so a full map evicts the oldest clients.
 pub const AFFINITY4: MapSpec =
-    spec::<AffinityKey, AffinityValue>("LB4_AFFINITY", "LB4_AFFINITY_V11", MAP_TYPE_LRU_HASH, 0);
+    spec::<AffinityKey, AffinityValue>("LB4_AFFINITY", "LB4_AFFINITY_V12", MAP_TYPE_LRU_HASH, 0);
 /// Socket reverse NAT: [`RevNat4Key`] -> [`RevNat4Value`], for what
 /// [`SOCK_REVNAT`] cannot hold (an unconnected socket's second frontend).
 /// Written by the programs; LRU, so entries of closed sockets age out on
 /// their own.
 pub const REVNAT4: MapSpec =
-    spec::<RevNat4Key, RevNat4Value>("LB4_REVNAT", "LB4_REVNAT_V11", MAP_TYPE_LRU_HASH, 0);
+    spec::<RevNat4Key, RevNat4Value>("LB4_REVNAT", "LB4_REVNAT_V12", MAP_TYPE_LRU_HASH, 0);
 /// Socket-local reverse NAT: the socket -> [`SockRevNat`], in the socket's
 /// own storage, which lives and dies with it (no capacity, no eviction).
 /// Written by the programs. Its entries cannot be read without the socket
@@ -135,65 +137,65 @@ pub const SOCK_REVNAT: MapSpec = spec::<i32, SockRevNat>(
 );
 /// Which addresses have frontends: a bitmap of [`crate::ADDR_WORDS`] `u64`
 /// words, see [`crate::addrs`]. Written by the agent.
-pub const ADDRS: MapSpec = spec::<u32, u64>("LB_ADDRS", "LB_ADDRS_V11", MAP_TYPE_ARRAY, 0);
+pub const ADDRS: MapSpec = spec::<u32, u64>("LB_ADDRS", "LB_ADDRS_V12", MAP_TYPE_ARRAY, 0);
 /// IPv6 frontends: [`Frontend6Key`] -> [`FrontendId`], ids of their own.
 pub const FRONTENDS6: MapSpec = spec::<Frontend6Key, FrontendId>(
     "LB6_FRONTENDS",
-    "LB6_FRONTENDS_V11",
+    "LB6_FRONTENDS_V12",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// IPv6 frontend state: [`Frontend6State`], as [`FE_STATE4`].
 pub const FE_STATE6: MapSpec =
-    spec::<u32, Frontend6State>("LB6_FE_STATE", "LB6_FE_STATE_V11", MAP_TYPE_ARRAY, 0);
+    spec::<u32, Frontend6State>("LB6_FE_STATE", "LB6_FE_STATE_V12", MAP_TYPE_ARRAY, 0);
 /// IPv6 backend slots, as [`SLOTS4`].
 pub const SLOTS6: MapSpec = spec::<SlotKey, Slot>(
     "LB6_SLOTS",
-    "LB6_SLOTS_V11",
+    "LB6_SLOTS_V12",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// IPv6 backends: id (`u32`) -> [`Backend6`].
 pub const BACKENDS6: MapSpec = spec::<u32, Backend6>(
     "LB6_BACKENDS",
-    "LB6_BACKENDS_V11",
+    "LB6_BACKENDS_V12",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// IPv6 revision members, as [`MEMBERS4`].
 pub const MEMBERS6: MapSpec = spec::<MemberKey, Member>(
     "LB6_MEMBERS",
-    "LB6_MEMBERS_V11",
+    "LB6_MEMBERS_V12",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// IPv6 session affinity, as [`AFFINITY4`].
 pub const AFFINITY6: MapSpec =
-    spec::<AffinityKey, AffinityValue>("LB6_AFFINITY", "LB6_AFFINITY_V11", MAP_TYPE_LRU_HASH, 0);
+    spec::<AffinityKey, AffinityValue>("LB6_AFFINITY", "LB6_AFFINITY_V12", MAP_TYPE_LRU_HASH, 0);
 /// IPv6 socket reverse NAT: [`RevNat6Key`] -> [`RevNat6Value`], as [`REVNAT4`].
 pub const REVNAT6: MapSpec =
-    spec::<RevNat6Key, RevNat6Value>("LB6_REVNAT", "LB6_REVNAT_V11", MAP_TYPE_LRU_HASH, 0);
+    spec::<RevNat6Key, RevNat6Value>("LB6_REVNAT", "LB6_REVNAT_V12", MAP_TYPE_LRU_HASH, 0);
 /// Datapath counters, per CPU: [`crate::StatKey::index`] (`u32`) -> `u64`,
 /// host order. Written by every program.
-pub const STATS: MapSpec = spec::<u32, u64>("LB_STATS", "LB_STATS_V11", MAP_TYPE_PERCPU_ARRAY, 0);
+pub const STATS: MapSpec = spec::<u32, u64>("LB_STATS", "LB_STATS_V12", MAP_TYPE_PERCPU_ARRAY, 0);
 
 /// Connection tracking of flows from outside the node: [`Ct4Key`] ->
 /// [`Ct4Value`]. Written by the tc programs, aged out by the agent; LRU.
-pub const CT4: MapSpec = spec::<Ct4Key, Ct4Value>("LB4_CT", "LB4_CT_V11", MAP_TYPE_LRU_HASH, 0);
+pub const CT4: MapSpec = spec::<Ct4Key, Ct4Value>("LB4_CT", "LB4_CT_V12", MAP_TYPE_LRU_HASH, 0);
 /// Source NAT of those flows, reply side: [`Nat4Key`] -> [`Nat4Value`].
 /// Written by tc egress, aged out by the agent; LRU.
 pub const NAT4: MapSpec =
-    spec::<Nat4Key, Nat4Value>("LB4_NAT", "LB4_NAT_V11", MAP_TYPE_LRU_HASH, 0);
+    spec::<Nat4Key, Nat4Value>("LB4_NAT", "LB4_NAT_V12", MAP_TYPE_LRU_HASH, 0);
 /// Settings of the tc programs, an array of one: [`DatapathConfig`].
 /// Written by the agent.
 pub const CONFIG: MapSpec =
-    spec::<u32, DatapathConfig>("LB_CONFIG", "LB_CONFIG_V11", MAP_TYPE_ARRAY, 0);
+    spec::<u32, DatapathConfig>("LB_CONFIG", "LB_CONFIG_V12", MAP_TYPE_ARRAY, 0);
 
 /// `loadBalancerSourceRanges` of external frontends: an LPM trie of
 /// `{u32 prefix length, SourceRange4}` -> `u32` (1). Written by the agent.
 pub const SOURCE_RANGES4: MapSpec = MapSpec {
     name: "LB4_SRC_RANGES",
-    pin: "LB4_SRC_RANGES_V11",
+    pin: "LB4_SRC_RANGES_V12",
     map_type: MAP_TYPE_LPM_TRIE,
     key_size: 4 + size_of::<SourceRange4>() as u32,
     value_size: 4,
@@ -203,22 +205,22 @@ pub const SOURCE_RANGES4: MapSpec = MapSpec {
 /// Fragments of translated datagrams: [`Frag4Key`] -> [`Frag4Value`].
 /// Written by the tc programs; LRU.
 pub const FRAG4: MapSpec =
-    spec::<Frag4Key, Frag4Value>("LB4_FRAG", "LB4_FRAG_V11", MAP_TYPE_LRU_HASH, 0);
+    spec::<Frag4Key, Frag4Value>("LB4_FRAG", "LB4_FRAG_V12", MAP_TYPE_LRU_HASH, 0);
 /// Reject rate limits of external frontends: [`Frontend4Key`] ->
 /// [`RejectBucket`]. Written by the tc programs; LRU.
 pub const REJECTS4: MapSpec =
-    spec::<Frontend4Key, RejectBucket>("LB4_REJECTS", "LB4_REJECTS_V11", MAP_TYPE_LRU_HASH, 0);
+    spec::<Frontend4Key, RejectBucket>("LB4_REJECTS", "LB4_REJECTS_V12", MAP_TYPE_LRU_HASH, 0);
 
 /// The IPv6 twins of the tc programs' maps: [`Ct6Key`] -> [`Ct6Value`], as
 /// [`CT4`].
-pub const CT6: MapSpec = spec::<Ct6Key, Ct6Value>("LB6_CT", "LB6_CT_V11", MAP_TYPE_LRU_HASH, 0);
+pub const CT6: MapSpec = spec::<Ct6Key, Ct6Value>("LB6_CT", "LB6_CT_V12", MAP_TYPE_LRU_HASH, 0);
 /// [`Nat6Key`] -> [`Nat6Value`], as [`NAT4`].
 pub const NAT6: MapSpec =
-    spec::<Nat6Key, Nat6Value>("LB6_NAT", "LB6_NAT_V11", MAP_TYPE_LRU_HASH, 0);
+    spec::<Nat6Key, Nat6Value>("LB6_NAT", "LB6_NAT_V12", MAP_TYPE_LRU_HASH, 0);
 /// `{u32 prefix length, SourceRange6}` -> `u32`, as [`SOURCE_RANGES4`].
 pub const SOURCE_RANGES6: MapSpec = MapSpec {
     name: "LB6_SRC_RANGES",
-    pin: "LB6_SRC_RANGES_V11",
+    pin: "LB6_SRC_RANGES_V12",
     map_type: MAP_TYPE_LPM_TRIE,
     key_size: 4 + size_of::<SourceRange6>() as u32,
     value_size: 4,
@@ -226,10 +228,10 @@ pub const SOURCE_RANGES6: MapSpec = MapSpec {
 };
 /// [`Frag6Key`] -> [`Frag4Value`], as [`FRAG4`].
 pub const FRAG6: MapSpec =
-    spec::<Frag6Key, Frag4Value>("LB6_FRAG", "LB6_FRAG_V11", MAP_TYPE_LRU_HASH, 0);
+    spec::<Frag6Key, Frag4Value>("LB6_FRAG", "LB6_FRAG_V12", MAP_TYPE_LRU_HASH, 0);
 /// [`Frontend6Key`] -> [`RejectBucket`], as [`REJECTS4`].
 pub const REJECTS6: MapSpec =
-    spec::<Frontend6Key, RejectBucket>("LB6_REJECTS", "LB6_REJECTS_V11", MAP_TYPE_LRU_HASH, 0);
+    spec::<Frontend6Key, RejectBucket>("LB6_REJECTS", "LB6_REJECTS_V12", MAP_TYPE_LRU_HASH, 0);
 
 /// A previous-map slot: an array of maps of one entry, which during a
 /// migration holds the map a stateful map replaces, so that the programs
@@ -246,30 +248,30 @@ const fn prev(name: &'static str, pin: &'static str) -> MapSpec {
     }
 }
 /// The slot for [`REVNAT4`]'s previous map.
-pub const REVNAT4_PREV: MapSpec = prev("LB4_REVNAT_PREV", "LB4_REVNAT_PREV_V11");
+pub const REVNAT4_PREV: MapSpec = prev("LB4_REVNAT_PREV", "LB4_REVNAT_PREV_V12");
 /// The slot for [`REVNAT6`]'s previous map.
-pub const REVNAT6_PREV: MapSpec = prev("LB6_REVNAT_PREV", "LB6_REVNAT_PREV_V11");
+pub const REVNAT6_PREV: MapSpec = prev("LB6_REVNAT_PREV", "LB6_REVNAT_PREV_V12");
 /// The slot for [`CT4`]'s previous map.
-pub const CT4_PREV: MapSpec = prev("LB4_CT_PREV", "LB4_CT_PREV_V11");
+pub const CT4_PREV: MapSpec = prev("LB4_CT_PREV", "LB4_CT_PREV_V12");
 /// The slot for [`NAT4`]'s previous map.
-pub const NAT4_PREV: MapSpec = prev("LB4_NAT_PREV", "LB4_NAT_PREV_V11");
+pub const NAT4_PREV: MapSpec = prev("LB4_NAT_PREV", "LB4_NAT_PREV_V12");
 /// The slot for [`CT6`]'s previous map.
-pub const CT6_PREV: MapSpec = prev("LB6_CT_PREV", "LB6_CT_PREV_V11");
+pub const CT6_PREV: MapSpec = prev("LB6_CT_PREV", "LB6_CT_PREV_V12");
 /// The slot for [`NAT6`]'s previous map.
-pub const NAT6_PREV: MapSpec = prev("LB6_NAT_PREV", "LB6_NAT_PREV_V11");
+pub const NAT6_PREV: MapSpec = prev("LB6_NAT_PREV", "LB6_NAT_PREV_V12");
 
 /// Maglev tables: [`MaglevKey`] -> [`MaglevChunk`]. Written by the agent
 /// with the revisions of frontends with [`crate::FE_F_MAGLEV`].
 pub const MAGLEV4: MapSpec = spec::<MaglevKey, MaglevChunk>(
     "LB4_MAGLEV",
-    "LB4_MAGLEV_V11",
+    "LB4_MAGLEV_V12",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
 /// IPv6 Maglev tables, as [`MAGLEV4`].
 pub const MAGLEV6: MapSpec = spec::<MaglevKey, MaglevChunk>(
     "LB6_MAGLEV",
-    "LB6_MAGLEV_V11",
+    "LB6_MAGLEV_V12",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
@@ -279,7 +281,7 @@ pub const MAGLEV6: MapSpec = spec::<MaglevKey, MaglevChunk>(
 /// layout's buckets start full).
 pub const SYN_BUDGET: MapSpec = spec::<u32, SynBucket>(
     "LB_SYN_BUDGET",
-    "LB_SYN_BUDGET_V11",
+    "LB_SYN_BUDGET_V12",
     MAP_TYPE_PERCPU_ARRAY,
     0,
 );
@@ -288,7 +290,7 @@ pub const SYN_BUDGET: MapSpec = spec::<u32, SynBucket>(
 /// [`DsrEndpoint4Key`] -> `u32` (1). Written by the agent.
 pub const DSR_EPS4: MapSpec = spec::<DsrEndpoint4Key, u32>(
     "LB4_DSR_EPS",
-    "LB4_DSR_EPS_V11",
+    "LB4_DSR_EPS_V12",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
@@ -296,7 +298,7 @@ pub const DSR_EPS4: MapSpec = spec::<DsrEndpoint4Key, u32>(
 /// [`DSR_EPS4`].
 pub const DSR_EPS6: MapSpec = spec::<DsrEndpoint6Key, u32>(
     "LB6_DSR_EPS",
-    "LB6_DSR_EPS_V11",
+    "LB6_DSR_EPS_V12",
     MAP_TYPE_HASH,
     BPF_F_NO_PREALLOC,
 );
@@ -304,7 +306,7 @@ pub const DSR_EPS6: MapSpec = spec::<DsrEndpoint6Key, u32>(
 /// length, [u8; 4]}` -> [`NodeNet`]. Written by the agent.
 pub const NODE_NETS4: MapSpec = MapSpec {
     name: "LB4_NODE_NETS",
-    pin: "LB4_NODE_NETS_V11",
+    pin: "LB4_NODE_NETS_V12",
     map_type: MAP_TYPE_LPM_TRIE,
     key_size: 4 + 4,
     value_size: size_of::<NodeNet>() as u32,
@@ -313,15 +315,24 @@ pub const NODE_NETS4: MapSpec = MapSpec {
 /// `{u32 prefix length, [u8; 16]}` -> [`NodeNet`], as [`NODE_NETS4`].
 pub const NODE_NETS6: MapSpec = MapSpec {
     name: "LB6_NODE_NETS",
-    pin: "LB6_NODE_NETS_V11",
+    pin: "LB6_NODE_NETS_V12",
     map_type: MAP_TYPE_LPM_TRIE,
     key_size: 4 + 16,
     value_size: size_of::<NodeNet>() as u32,
     flags: BPF_F_NO_PREALLOC,
 };
+/// Network namespaces the socket programs leave alone, or the node's own
+/// (see [`crate::sock_netns`]): `u64` cookie -> `u32`. Written by the
+/// agent.
+pub const SOCK_NETNS: MapSpec = spec::<u64, u32>(
+    "LB_SOCK_NETNS",
+    "LB_SOCK_NETNS_V12",
+    MAP_TYPE_HASH,
+    BPF_F_NO_PREALLOC,
+);
 
 /// Every map of this layout.
-pub const ALL_MAPS: [MapSpec; 41] = [
+pub const ALL_MAPS: [MapSpec; 42] = [
     FRONTENDS4,
     FE_STATE4,
     SLOTS4,
@@ -363,12 +374,13 @@ pub const ALL_MAPS: [MapSpec; 41] = [
     DSR_EPS6,
     NODE_NETS4,
     NODE_NETS6,
+    SOCK_NETNS,
 ];
 
 /// Older layouts' `LB_CONFIG` pins. Every layout's value starts as
 /// [`DatapathConfig`] does (SNAT address, port range): a migration keeps
 /// the replies of flows on an older range's ports found.
-pub const OLD_CONFIG_PINS: [&str; 7] = [
+pub const OLD_CONFIG_PINS: [&str; 8] = [
     "LB_CONFIG_V4",
     "LB_CONFIG_V5",
     "LB_CONFIG_V6",
@@ -376,6 +388,7 @@ pub const OLD_CONFIG_PINS: [&str; 7] = [
     "LB_CONFIG_V8",
     "LB_CONFIG_V9",
     "LB_CONFIG_V10",
+    "LB_CONFIG_V11",
 ];
 
 /// A map the programs write, whose entries live with flows and sockets: a
@@ -414,6 +427,7 @@ pub const STATEFUL: [Stateful; 10] = [
             "LB4_REVNAT_V8",
             "LB4_REVNAT_V9",
             "LB4_REVNAT_V10",
+            "LB4_REVNAT_V11",
         ],
         prev: Some(REVNAT4_PREV),
     },
@@ -427,6 +441,7 @@ pub const STATEFUL: [Stateful; 10] = [
             "LB6_REVNAT_V8",
             "LB6_REVNAT_V9",
             "LB6_REVNAT_V10",
+            "LB6_REVNAT_V11",
         ],
         prev: Some(REVNAT6_PREV),
     },
@@ -441,6 +456,7 @@ pub const STATEFUL: [Stateful; 10] = [
             "LB4_AFFINITY_V8",
             "LB4_AFFINITY_V9",
             "LB4_AFFINITY_V10",
+            "LB4_AFFINITY_V11",
         ],
         prev: None,
     },
@@ -454,6 +470,7 @@ pub const STATEFUL: [Stateful; 10] = [
             "LB6_AFFINITY_V8",
             "LB6_AFFINITY_V9",
             "LB6_AFFINITY_V10",
+            "LB6_AFFINITY_V11",
         ],
         prev: None,
     },
@@ -467,6 +484,7 @@ pub const STATEFUL: [Stateful; 10] = [
             "LB4_CT_V8",
             "LB4_CT_V9",
             "LB4_CT_V10",
+            "LB4_CT_V11",
         ],
         prev: Some(CT4_PREV),
     },
@@ -480,6 +498,7 @@ pub const STATEFUL: [Stateful; 10] = [
             "LB4_NAT_V8",
             "LB4_NAT_V9",
             "LB4_NAT_V10",
+            "LB4_NAT_V11",
         ],
         prev: Some(NAT4_PREV),
     },
@@ -492,22 +511,41 @@ pub const STATEFUL: [Stateful; 10] = [
             "LB4_FRAG_V8",
             "LB4_FRAG_V9",
             "LB4_FRAG_V10",
+            "LB4_FRAG_V11",
         ],
         prev: None,
     },
     Stateful {
         spec: CT6,
-        older: &["LB6_CT_V7", "LB6_CT_V8", "LB6_CT_V9", "LB6_CT_V10"],
+        older: &[
+            "LB6_CT_V7",
+            "LB6_CT_V8",
+            "LB6_CT_V9",
+            "LB6_CT_V10",
+            "LB6_CT_V11",
+        ],
         prev: Some(CT6_PREV),
     },
     Stateful {
         spec: NAT6,
-        older: &["LB6_NAT_V7", "LB6_NAT_V8", "LB6_NAT_V9", "LB6_NAT_V10"],
+        older: &[
+            "LB6_NAT_V7",
+            "LB6_NAT_V8",
+            "LB6_NAT_V9",
+            "LB6_NAT_V10",
+            "LB6_NAT_V11",
+        ],
         prev: Some(NAT6_PREV),
     },
     Stateful {
         spec: FRAG6,
-        older: &["LB6_FRAG_V7", "LB6_FRAG_V8", "LB6_FRAG_V9", "LB6_FRAG_V10"],
+        older: &[
+            "LB6_FRAG_V7",
+            "LB6_FRAG_V8",
+            "LB6_FRAG_V9",
+            "LB6_FRAG_V10",
+            "LB6_FRAG_V11",
+        ],
         prev: None,
     },
 ];

@@ -19,6 +19,9 @@ pub enum StatHook {
     Tc = 1,
     /// The XDP program on the node's external devices.
     Xdp = 2,
+    /// The tc programs on the host-side interfaces of pods that opted out
+    /// of socket load balancing (`lb_tc_pod_in`, `lb_tc_pod_out`).
+    Pod = 3,
 }
 
 /// Which way the packet, or the socket call, went.
@@ -59,6 +62,10 @@ impl At {
     pub const TC_OUT: Self = Self::new(StatHook::Tc, StatDir::Egress);
     /// XDP (ingress only).
     pub const XDP: Self = Self::new(StatHook::Xdp, StatDir::Ingress);
+    /// tc ingress of a pod's host-side interface: the pod's packets.
+    pub const POD_IN: Self = Self::new(StatHook::Pod, StatDir::Ingress);
+    /// tc egress of a pod's host-side interface: packets to the pod.
+    pub const POD_OUT: Self = Self::new(StatHook::Pod, StatDir::Egress);
 
     pub const fn new(hook: StatHook, dir: StatDir) -> Self {
         Self { hook, dir }
@@ -109,18 +116,18 @@ reasons! {
     Reversed = "reversed" at [SOCK_IN],
     /// Refused (ECONNREFUSED at the socket, a reject at tc): the frontend
     /// has no usable endpoint.
-    RefusedNoEndpoints = "refused_no_endpoints" at [SOCK_OUT, TC_IN],
+    RefusedNoEndpoints = "refused_no_endpoints" at [SOCK_OUT, TC_IN, POD_IN],
     /// Refused: a slot or backend the frontend's state names was missing.
     /// The write protocol rules this out; the counter proves it.
-    RefusedInconsistent = "refused_inconsistent" at [SOCK_OUT, TC_IN],
+    RefusedInconsistent = "refused_inconsistent" at [SOCK_OUT, TC_IN, POD_IN],
     /// Passed on untranslated: the address was a frontend being removed.
-    PassedFrontendRemoved = "passed_frontend_removed" at [SOCK_OUT, TC_IN],
+    PassedFrontendRemoved = "passed_frontend_removed" at [SOCK_OUT, TC_IN, POD_IN],
     /// Translated, but the reverse-NAT entry could not be stored, so
     /// `recvmsg`/`getpeername` will show the backend.
     RevnatUpdateFailed = "revnat_update_failed" at [SOCK_OUT],
     /// Refused with ECONNREFUSED: a Service address, on a port or protocol
     /// the Service does not define.
-    RefusedUnknownPort = "refused_unknown_port" at [SOCK_OUT],
+    RefusedUnknownPort = "refused_unknown_port" at [SOCK_OUT, POD_IN],
     /// Refused with EHOSTUNREACH: `internalTrafficPolicy: Local` and no
     /// endpoint on this node.
     RefusedNoLocalEndpoints = "refused_no_local_endpoints" at [SOCK_OUT],
@@ -128,32 +135,32 @@ reasons! {
     AffinityHit = "affinity_hit" at [SOCK_OUT],
     /// A new flow from outside the node was sent to a backend (and
     /// recorded).
-    NewFlow = "new_flow" at [TC_IN, XDP],
+    NewFlow = "new_flow" at [TC_IN, XDP, POD_IN],
     /// A new flow was dropped: `externalTrafficPolicy: Local` and no
     /// endpoint on this node (kube-proxy drops it too).
-    DropNoLocalEndpoints = "drop_no_local_endpoints" at [TC_IN],
+    DropNoLocalEndpoints = "drop_no_local_endpoints" at [TC_IN, POD_IN],
     /// A packet was dropped: no free SNAT port (or no SNAT address
     /// configured).
-    DropSnatExhausted = "drop_snat_exhausted" at [TC_OUT, XDP],
+    DropSnatExhausted = "drop_snat_exhausted" at [TC_OUT, XDP, POD_OUT],
     /// A new flow to a load-balancer IP from a source outside its
     /// `loadBalancerSourceRanges` was dropped.
     DropSourceRange = "drop_source_range" at [TC_IN],
     /// A fragment whose first fragment was not seen (so its ports, and
     /// whether it is ours, are unknown) was dropped.
-    DropFragmentUnknown = "drop_fragment_unknown" at [TC_IN, TC_OUT],
+    DropFragmentUnknown = "drop_fragment_unknown" at [TC_IN, TC_OUT, POD_IN, POD_OUT],
     /// A reject (TCP reset, port unreachable, DSR's fragmentation needed)
     /// its frontend had no tokens left for was dropped.
     DropRejectRateLimited = "drop_reject_rate_limited" at [TC_IN, TC_OUT],
     /// A packet was left to the kernel: TCP without SYN and without a flow
     /// of ours (a flow the kernel's conntrack may translate, kube-proxy's
     /// for one), or a flow found in the kernel's conntrack at the takeover.
-    PassedUntracked = "passed_untracked" at [TC_IN],
+    PassedUntracked = "passed_untracked" at [TC_IN, POD_IN],
     /// The first packet of a flow that could not be recorded was dropped.
-    DropConntrackInsert = "drop_conntrack_insert" at [TC_IN, XDP],
+    DropConntrackInsert = "drop_conntrack_insert" at [TC_IN, XDP, POD_IN],
     /// An IPv6 packet was passed on whose extension headers were given up
     /// (more than `lb_ebpf`'s bound, or of a kind it does not walk): whether
     /// it is ours cannot be told.
-    PassedExtHeaders = "passed_ext_headers" at [TC_IN, TC_OUT, XDP],
+    PassedExtHeaders = "passed_ext_headers" at [TC_IN, TC_OUT, XDP, POD_IN, POD_OUT],
     /// XDP translated a packet and sent it on itself: tc never saw it.
     Forwarded = "forwarded" at [XDP],
     /// XDP left a packet of an external frontend's flow to tc: its backend
@@ -162,7 +169,7 @@ reasons! {
     PassedToTc = "passed_to_tc" at [XDP],
     /// The SYN of a new flow was dropped: its CPU's budget of unconfirmed
     /// flows was spent (a SYN flood, see [`crate::SynBucket`]).
-    DropSynBudget = "drop_syn_budget" at [TC_IN, XDP],
+    DropSynBudget = "drop_syn_budget" at [TC_IN, XDP, POD_IN],
     /// tc on a backend's node learned a DSR flow from the frontend its
     /// packet carried (a new reply entry), and took the option out.
     DsrRestored = "dsr_restored" at [TC_IN],
@@ -192,6 +199,15 @@ reasons! {
     /// was SNATed (the answer would never leave that node by a device of
     /// ours).
     DsrSnatHairpin = "dsr_snat_hairpin" at [TC_IN, XDP],
+    /// `connect`/`sendmsg` left a frontend alone: the socket's network
+    /// namespace opted out of socket load balancing (a pod's, or any but
+    /// the host's with `--bpf-lb-sock-hostns-only`), and the pod's
+    /// packets are translated at its host-side interface instead.
+    PassedSockOptOut = "passed_sock_opt_out" at [SOCK_OUT],
+    /// A pod's new flow to its own address through a Service (hairpin) was
+    /// SNATed to the node's address, so that its answer comes back through
+    /// the pod's interface.
+    PodSnatHairpin = "pod_snat_hairpin" at [POD_IN],
 }
 
 /// Entries per reason: two bits of hook, one of direction, one of family.
@@ -229,7 +245,7 @@ impl StatKey {
             0 => StatHook::Sock,
             1 => StatHook::Tc,
             2 => StatHook::Xdp,
-            _ => return None,
+            _ => StatHook::Pod,
         };
         let dir = if index & 2 == 0 {
             StatDir::Ingress
@@ -262,6 +278,7 @@ impl StatHook {
             Self::Sock => "sock",
             Self::Tc => "tc",
             Self::Xdp => "xdp",
+            Self::Pod => "tc_pod",
         }
     }
 }
@@ -294,7 +311,7 @@ mod tests {
 
     #[test]
     fn every_key_has_an_index_of_its_own_within_the_map_and_reads_back() {
-        let hooks = [StatHook::Sock, StatHook::Tc, StatHook::Xdp];
+        let hooks = [StatHook::Sock, StatHook::Tc, StatHook::Xdp, StatHook::Pod];
         let dirs = [StatDir::Ingress, StatDir::Egress];
         let mut seen = std::collections::BTreeSet::new();
         for &reason in Reason::ALL {
@@ -310,8 +327,6 @@ mod tests {
                 }
             }
         }
-        // The fourth hook value names nothing.
-        assert_eq!(StatKey::from_index(3 << 2), None);
         assert_eq!(StatKey::from_index(STATS_COUNT), None);
     }
 

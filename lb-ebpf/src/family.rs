@@ -11,11 +11,11 @@ use lb_common::{
     AffinityKey, AffinityValue, Backend, DEFAULT_DSR_EPS_MAX, DEFAULT_NODE_NETS_MAX,
     DEFAULT_SOURCE_RANGES_MAX, DatapathConfig, DsrEndpointKey, FrontendId, FrontendKey,
     FrontendState, MaglevChunk, MaglevKey, Member, MemberKey, NodeNet, REJECTS_MAX, RejectBucket,
-    SOURCE_RANGE_PREFIX, SOURCE_RANGE6_PREFIX, Slot, SlotKey, SourceRange,
+    SOURCE_RANGE_PREFIX, SOURCE_RANGE6_PREFIX, Slot, SlotKey, SourceRange, addr_bit4, addr_bit6,
 };
 
 use crate::{
-    addr::{Addr6, words6},
+    addr::{Addr6, bytes6, words6},
     ct::{CtMap, CtMaps, CtPrev, NatMap, NatPrev},
     flow_cache::Cached,
     lb::LbMaps,
@@ -59,6 +59,8 @@ pub trait Family:
     /// A client address as session affinity names it (the external
     /// frontend has an id of its own, so no socket client shares these).
     fn affinity_client(addr: &Self::Addr) -> u64;
+    /// The address's bit in `LB_ADDRS`: (word, mask).
+    fn addr_bit(addr: &Self::Addr) -> (u32, u64);
 }
 
 /// IPv4: the `LB4_*` maps.
@@ -160,6 +162,10 @@ macro_rules! bind {
             fn affinity_client(addr: &$addr) -> u64 {
                 <$addr as Nodeport>::affinity_client(addr)
             }
+            #[inline(always)]
+            fn addr_bit(addr: &$addr) -> (u32, u64) {
+                <$addr as Nodeport>::addr_bit(addr)
+            }
         }
     };
 }
@@ -183,6 +189,7 @@ trait Nodeport {
     const SOURCE_RANGE_PREFIX: u32;
     fn snat(cfg: &DatapathConfig) -> Self;
     fn affinity_client(addr: &Self) -> u64;
+    fn addr_bit(addr: &Self) -> (u32, u64);
 }
 
 impl Nodeport for [u8; 4] {
@@ -196,6 +203,11 @@ impl Nodeport for [u8; 4] {
     #[inline(always)]
     fn affinity_client(addr: &[u8; 4]) -> u64 {
         u64::from(u32::from_ne_bytes(*addr)) | 1 << 32
+    }
+
+    #[inline(always)]
+    fn addr_bit(addr: &[u8; 4]) -> (u32, u64) {
+        addr_bit4(*addr)
     }
 }
 
@@ -211,5 +223,10 @@ impl Nodeport for Addr6 {
     fn affinity_client(addr: &Addr6) -> u64 {
         // The address folded into 32 bits; a clash only shares stickiness.
         u64::from(addr.fold()) | 2 << 32
+    }
+
+    #[inline(always)]
+    fn addr_bit(addr: &Addr6) -> (u32, u64) {
+        addr_bit6(&bytes6(addr))
     }
 }

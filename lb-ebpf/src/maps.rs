@@ -10,10 +10,10 @@ use lb_common::{
     ADDR_WORDS, AffinityKey, AffinityValue, BPF_F_NO_PREALLOC, Backend4, Ct4Key, Ct4Value,
     DEFAULT_AFFINITY_MAX, DEFAULT_BACKENDS_MAX, DEFAULT_CT_MAX, DEFAULT_FRAG_MAX,
     DEFAULT_FRONTENDS_MAX, DEFAULT_MAGLEV_MAX, DEFAULT_NAT_MAX, DEFAULT_REVNAT_MAX,
-    DEFAULT_SLOTS_MAX, DEFAULT_SOURCE_RANGES_MAX, DatapathConfig, Frag4Key, Frag4Value,
-    Frontend4Key, Frontend4State, FrontendId, MaglevChunk, MaglevKey, Member, MemberKey, Nat4Key,
-    Nat4Value, REJECTS_MAX, RejectBucket, RevNat4Key, RevNat4Value, STATS_COUNT, Slot, SlotKey,
-    SockRevNat, SourceRange4, SynBucket,
+    DEFAULT_SLOTS_MAX, DEFAULT_SOCK_NETNS_MAX, DEFAULT_SOURCE_RANGES_MAX, DatapathConfig, Frag4Key,
+    Frag4Value, Frontend4Key, Frontend4State, FrontendId, MaglevChunk, MaglevKey, Member,
+    MemberKey, Nat4Key, Nat4Value, REJECTS_MAX, RejectBucket, RevNat4Key, RevNat4Value,
+    STATS_COUNT, Slot, SlotKey, SockRevNat, SourceRange4, SynBucket,
 };
 use lb_common::{
     Backend, CtKey, CtValue, DEFAULT_DSR_EPS_MAX, DEFAULT_NODE_NETS_MAX, DsrEndpointKey, Frag6Key,
@@ -86,6 +86,13 @@ pub static LB_ADDRS: Array<u64, { ADDR_WORDS as usize }> = Array::new();
 pub fn maybe_frontend((word, mask): (u32, u64)) -> bool {
     LB_ADDRS.get(word).is_some_and(|w| w & mask != 0)
 }
+
+/// Network namespace cookie -> `SOCK_NETNS_*`: the namespaces whose
+/// sockets the socket programs leave alone (pods that opted out), and the
+/// node's own. Written by the agent.
+#[btf_map]
+pub static LB_SOCK_NETNS: HashMap<u64, u32, { DEFAULT_SOCK_NETNS_MAX as usize }, NO_PREALLOC> =
+    HashMap::new();
 
 /// Socket -> the backend it was sent to and the frontend addressed, in the
 /// socket's own storage. Written by connect*/sendmsg*, read by

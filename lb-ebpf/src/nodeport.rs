@@ -26,11 +26,12 @@ use core::mem::MaybeUninit;
 
 use aya_ebpf::btf_maps::lpm_trie::Key;
 use lb_common::{
-    At, CFG_F_MIDFLOW, CFG_F_XDP, CT_DIR_IN, CT_DIR_OUT, CT_F_DSR, CT_F_KERNEL, CT_F_SNAT, CtKey,
-    CtValue, DatapathConfig, DsrEndpointKey, FE_F_DSR, FE_F_EXTERNAL_LOCAL, FE_F_MAGLEV,
-    FE_F_SOURCE_RANGES, FlowHash, NatKey, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, Reason, SourceRange,
-    TCP_ACK, TCP_SYN, XDP_FOUND_FLOW, XDP_FOUND_KERNEL, XDP_META_FOUND, XDP_META_NOT_OURS,
-    XdpFound, ct_advance_one_sided, ct_closed, ct_closing_one_sided, ct_expired, ct_new_expiry,
+    At, CFG_F_MIDFLOW, CFG_F_XDP, CT_DIR_IN, CT_DIR_OUT, CT_DIR_POD_IN, CT_DIR_POD_OUT, CT_F_DSR,
+    CT_F_KERNEL, CT_F_SNAT, CtKey, CtValue, DatapathConfig, DsrEndpointKey, FE_F_DSR,
+    FE_F_EXTERNAL_LOCAL, FE_F_MAGLEV, FE_F_SOURCE_RANGES, FlowHash, FrontendKey, NatKey,
+    PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, Reason, SCOPE_INTERNAL, SourceRange, TCP_ACK, TCP_SYN,
+    XDP_FOUND_FLOW, XDP_FOUND_KERNEL, XDP_META_FOUND, XDP_META_NOT_OURS, XdpFound,
+    ct_advance_one_sided, ct_closed, ct_closing_one_sided, ct_expired, ct_new_expiry,
     ct_takes_token, ports_word, seen_bits,
 };
 
@@ -45,6 +46,7 @@ use crate::{
     family::Family,
     fib,
     lb::{Random, Selection, Strategy, read_state, select},
+    maps::maybe_frontend,
     packet::{IcmpError, Ip, Packet},
     reject::{self, Answer as _, reject},
     stats::count,
@@ -62,6 +64,12 @@ pub trait Hook {
     const FIRST: bool;
     /// Where this hook counts: its program and direction.
     const AT: At;
+    /// Whether this hook runs on a pod's host-side interface, for a pod
+    /// that opted out of socket load balancing: its packets' frontends are
+    /// the socket programs' (cluster IPs, and this node's NodePorts and
+    /// external addresses with the cluster's endpoints), and its flows are
+    /// kept under `CT_DIR_POD_*`, where no packet from outside finds them.
+    const POD: bool = false;
     /// Whether this hook counts `reason`: a first hook leaves to tc what
     /// tc decides, and counts, after it.
     #[inline(always)]
@@ -93,6 +101,7 @@ pub trait Hook {
 }
 
 /// The tc ingress programs: every packet is theirs to decide.
+#[derive(Default)]
 pub struct TcIngress;
 
 impl Hook for TcIngress {
@@ -101,11 +110,56 @@ impl Hook for TcIngress {
 }
 
 /// The tc egress programs.
+#[derive(Default)]
 pub struct TcEgress;
 
 impl Hook for TcEgress {
     const FIRST: bool = false;
     const AT: At = At::TC_OUT;
+}
+
+/// The tc ingress program of a pod's host-side interface: the pod's
+/// packets.
+#[derive(Default)]
+pub struct PodIngress;
+
+impl Hook for PodIngress {
+    const FIRST: bool = false;
+    const AT: At = At::POD_IN;
+    const POD: bool = true;
+}
+
+/// The tc egress program of a pod's host-side interface: packets to the
+/// pod.
+#[derive(Default)]
+pub struct PodEgress;
+
+impl Hook for PodEgress {
+    const FIRST: bool = false;
+    const AT: At = At::POD_OUT;
+    const POD: bool = true;
+}
+
+/// The conntrack direction of a client's packets at hook `H`.
+#[inline(always)]
+const fn dir_in<H: Hook>() -> u8 {
+    if H::POD { CT_DIR_POD_IN } else { CT_DIR_IN }
+}
+
+/// The conntrack direction of a backend's replies at hook `H`.
+#[inline(always)]
+const fn dir_out<H: Hook>() -> u8 {
+    if H::POD { CT_DIR_POD_OUT } else { CT_DIR_OUT }
+}
+
+/// The frontend packet `p` is addressed to, as hook `H` looks it up.
+#[inline(always)]
+fn frontend_of<H: Hook, A: Ip>(p: &Packet<A>) -> FrontendKey<A> {
+    let mut key = p.frontend();
+    if H::POD {
+        key.scope = SCOPE_INTERNAL;
+    }
+    key
 }
 
 /// Counts `reason` of family `F` where hook `H` counts it, if it does.
@@ -178,7 +232,7 @@ pub fn ingress<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
 ) -> Verdict {
     // A packet the XDP fast path looked up already: no frontend's nor
     // flow's of ours, or a flow of ours XDP advanced and left to tc.
-    if !H::FIRST && config().is_some_and(|c| c.flags & CFG_F_XDP != 0) {
+    if !H::FIRST && !H::POD && config().is_some_and(|c| c.flags & CFG_F_XDP != 0) {
         match xdp_found::<L2, C, F>(ctx, p) {
             Step::Done(v) => return v,
             Step::New | Step::Dsr | Step::Untracked => {}
@@ -187,7 +241,7 @@ pub fn ingress<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     // A DSR flow's packet from the node that load-balanced it (with IPv4
     // options or IPv6 extension headers only): tc's alone, as it changes
     // the packet's length.
-    if !H::FIRST && !p.in_place() {
+    if !H::FIRST && !H::POD && !p.in_place() {
         match dsr_restore::<L2, C, F>(ctx, p) {
             Step::Done(v) => return v,
             Step::Dsr if dsr_allowed::<L2, C, F>(ctx, p) => {
@@ -205,8 +259,8 @@ pub fn ingress<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
         // A first hook leaves these to tc (`known` never says so there).
         Step::Untracked if H::FIRST => PASS,
         Step::Untracked => {
-            let failover = config().is_some_and(|c| c.flags & CFG_F_MIDFLOW != 0);
-            match untracked::<F>(p, failover) {
+            let failover = !H::POD && config().is_some_and(|c| c.flags & CFG_F_MIDFLOW != 0);
+            match untracked::<F, H>(p, failover) {
                 UNTRACKED_FAILOVER => {
                     count_at::<TcIngress, F>(Reason::MidflowTakenOver);
                     new_flow::<L2, C, F, H>(ctx, p, h)
@@ -268,7 +322,7 @@ fn new_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     let mut backend = MaybeUninit::uninit();
     match choose::<F, H>(p, h, &mut backend) {
         Chosen::Done(v) => v,
-        Chosen::Reject => reject::<L2, C, F>(ctx, p),
+        Chosen::Reject => reject::<L2, C, F>(ctx, p, !H::POD),
         Chosen::Backend => {
             // SAFETY: `choose` initializes the backend when it says so.
             let b = unsafe { backend.assume_init_mut() };
@@ -276,7 +330,11 @@ fn new_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
             // it is SNATed instead. (A BPF function of its own, called
             // from here: its keys stay off `record`'s frame.)
             // A first hook leaves DSR frontends' flows to tc.
-            if !H::FIRST {
+            // A pod sent to itself through a Service: its answer would
+            // stay inside it, never reversed, unless it comes from the node.
+            if H::POD {
+                b.hairpin = p.saddr == b.addr;
+            } else if !H::FIRST {
                 b.hairpin = b.fe_flags & FE_F_DSR != 0 && same_node::<F>(&p.saddr, &b.addr);
             }
             record::<L2, C, F, H>(ctx, p, h, b)
@@ -471,7 +529,11 @@ fn known_nat<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     {
         // SAFETY: looked up by this run: mapped while it runs (RCU).
         let client = unsafe { *nat };
-        if !ct_expired(client.expires, now) {
+        // A pod answers only its own hairpin flows through the node's
+        // address (it is their client and their backend): it may not reach
+        // another flow's client that way.
+        let foreign = H::POD && client.addr_be != p.saddr;
+        if !ct_expired(client.expires, now) && !foreign {
             // Ingress changes no entry of a reply: a first hook that does
             // not send it on only tells tc what it found.
             if client.flags & CT_F_KERNEL != 0 {
@@ -503,7 +565,7 @@ fn known_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     now: u32,
 ) -> Result<Step, i64> {
     let t = cfg.timeouts();
-    let key = ct_key(p.src(), p.dst(), p.proto, CT_DIR_IN);
+    let key = ct_key(p.src(), p.dst(), p.proto, dir_in::<H>());
     let syn = p.proto == PROTO_TCP && p.tcp_flags & (TCP_SYN | TCP_ACK) == TCP_SYN;
     if let Some(entry) = ct_entry::<F>(&key, cfg) {
         // SAFETY: looked up by this run: mapped while it runs (RCU).
@@ -558,7 +620,7 @@ fn known_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
         // when the agent took over) or none: the kernel translates it, or
         // resets it as a reset backend would.
         if H::FIRST {
-            if F::frontends().get_ptr(p.frontend()).is_none() {
+            if F::frontends().get_ptr(frontend_of::<H, _>(p)).is_none() {
                 h.not_ours();
             }
             return Ok(Step::Done(PASS));
@@ -583,8 +645,8 @@ const UNTRACKED_FAILOVER: u32 = 2;
 /// here as if new. A SNATed flow could not move: its backend knows it by
 /// the other node's address.
 #[inline(never)]
-fn untracked<F: Family>(p: &Packet<F::Addr>, failover: bool) -> u32 {
-    let key = p.frontend();
+fn untracked<F: Family, H: Hook>(p: &Packet<F::Addr>, failover: bool) -> u32 {
+    let key = frontend_of::<H, _>(p);
     let Some(id) = F::frontends().get_ptr(key) else {
         return UNTRACKED_NONE;
     };
@@ -697,9 +759,15 @@ fn choose<F: Family, H: Hook>(
     h: &mut H,
     backend: &mut MaybeUninit<Backend<F::Addr>>,
 ) -> Chosen {
-    let frontend = p.frontend();
+    let frontend = frontend_of::<H, _>(p);
+    // A pod's packet is the socket path's: only addresses that may be
+    // frontends pay the lookups, and a cluster IP's wildcard tells its
+    // undefined ports.
+    if H::POD && !maybe_frontend(F::addr_bit(&frontend.addr_be)) {
+        return Chosen::Done(PASS);
+    }
     // Session affinity by client address, as kube-proxy's ClientIP.
-    let selection = select::<F>(&frontend, false, &NewFlow(p), || {
+    let selection = select::<F>(&frontend, H::POD, &NewFlow(p), || {
         F::affinity_client(&p.saddr)
     });
     // loadBalancerSourceRanges come first, as kube-proxy's firewall does:
@@ -732,7 +800,13 @@ fn choose<F: Family, H: Hook>(
         return Chosen::Done(PASS);
     }
     match selection {
-        Selection::NotFrontend | Selection::UnknownPort => Chosen::Done(PASS),
+        Selection::NotFrontend => Chosen::Done(PASS),
+        Selection::UnknownPort if H::POD => {
+            // The socket path refuses these too.
+            count_at::<H, F>(Reason::RefusedUnknownPort);
+            Chosen::Reject
+        }
+        Selection::UnknownPort => Chosen::Done(PASS),
         Selection::Removed => {
             count_at::<H, F>(Reason::PassedFrontendRemoved);
             Chosen::Done(PASS)
@@ -799,9 +873,13 @@ fn record_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
         return Ok(PASS);
     };
     let (t, now) = (cfg.timeouts(), now());
-    let key = ct_key(p.src(), p.dst(), p.proto, CT_DIR_IN);
-    let dsr = b.fe_flags & FE_F_DSR != 0 && !b.hairpin;
-    let snat = if b.fe_flags & FE_F_EXTERNAL_LOCAL != 0 {
+    let key = ct_key(p.src(), p.dst(), p.proto, dir_in::<H>());
+    // A pod's flow goes as its socket would have: unSNATed, to any
+    // backend, but to itself.
+    let dsr = !H::POD && b.fe_flags & FE_F_DSR != 0 && !b.hairpin;
+    let snat = if H::POD {
+        if b.hairpin { CT_F_SNAT } else { 0 }
+    } else if b.fe_flags & FE_F_EXTERNAL_LOCAL != 0 {
         0
     } else if dsr {
         CT_F_DSR
@@ -855,7 +933,12 @@ fn record_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     count_at::<H, F>(Reason::NewFlow);
     h.recorded();
     if b.hairpin {
-        count_at::<H, F>(Reason::DsrSnatHairpin);
+        let reason = if H::POD {
+            Reason::PodSnatHairpin
+        } else {
+            Reason::DsrSnatHairpin
+        };
+        count_at::<H, F>(reason);
     }
     if b.up {
         // Recorded: tc rewrites it if told, else finds the flow as known.
@@ -884,7 +967,7 @@ pub fn egress<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     ctx: &C,
     p: &mut Packet<F::Addr>,
 ) -> Verdict {
-    match reply::<L2, C, F>(ctx, p) {
+    match reply::<L2, C, F, H>(ctx, p) {
         Step::Done(v) => v,
         Step::New => snat::<L2, C, F, H>(ctx, p),
         Step::Untracked => PASS,
@@ -911,12 +994,15 @@ pub fn egress<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
 /// the flow in all its entries. [`Step::New`] for a packet of a flow to
 /// SNAT.
 #[inline(never)]
-fn reply<const L2: usize, C: PacketCtx, F: Family>(ctx: &C, p: &mut Packet<F::Addr>) -> Step {
-    settle(reply_flow::<L2, C, F>(ctx, p))
+fn reply<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
+    ctx: &C,
+    p: &mut Packet<F::Addr>,
+) -> Step {
+    settle(reply_flow::<L2, C, F, H>(ctx, p))
 }
 
 #[inline(always)]
-fn reply_flow<const L2: usize, C: PacketCtx, F: Family>(
+fn reply_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
     ctx: &C,
     p: &mut Packet<F::Addr>,
 ) -> Result<Step, i64> {
@@ -924,7 +1010,7 @@ fn reply_flow<const L2: usize, C: PacketCtx, F: Family>(
     let Some(cfg) = config() else {
         return Ok(Step::Done(PASS));
     };
-    let key = ct_key(p.src(), p.dst(), p.proto, CT_DIR_OUT);
+    let key = ct_key(p.src(), p.dst(), p.proto, dir_out::<H>());
     if let Some(entry) = ct_entry::<F>(&key, cfg) {
         // SAFETY: looked up by this run: mapped while it runs (RCU).
         let ct = unsafe { *entry };
@@ -953,7 +1039,7 @@ fn reply_flow<const L2: usize, C: PacketCtx, F: Family>(
     // Most packets leaving the node are no flow's at all: only a DNATed
     // packet of a flow to SNAT (its reversed tuple is the flow's reply
     // entry) pays the next step's call.
-    let reply = ct_key(p.dst(), p.src(), p.proto, CT_DIR_OUT);
+    let reply = ct_key(p.dst(), p.src(), p.proto, dir_out::<H>());
     match ct_entry::<F>(&reply, cfg).map(|e| {
         // SAFETY: looked up by this run: mapped while it runs (RCU).
         unsafe { (*e).flags }
@@ -1098,7 +1184,7 @@ fn snat_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
         return Ok(PASS);
     };
     // Its flow's reply entry is this packet's tuple reversed.
-    let reply = ct_key(p.dst(), p.src(), p.proto, CT_DIR_OUT);
+    let reply = ct_key(p.dst(), p.src(), p.proto, dir_out::<H>());
     let Some(entry) = ct_entry::<F>(&reply, cfg) else {
         return Ok(PASS);
     };
@@ -1150,12 +1236,12 @@ fn snat_flow<const L2: usize, C: PacketCtx, F: Family, H: Hook>(
 /// An ICMP error arriving at the node (at `l3`/`l4`), if it is about a
 /// packet of a translated flow.
 #[inline(never)]
-pub fn ingress_icmp<C: PacketCtx, F: Family>(ctx: &C, l3: usize, l4: usize) -> Verdict {
-    settle(ingress_icmp_error::<C, F>(ctx, l3, l4))
+pub fn ingress_icmp<C: PacketCtx, F: Family, H: Hook>(ctx: &C, l3: usize, l4: usize) -> Verdict {
+    settle(ingress_icmp_error::<C, F, H>(ctx, l3, l4))
 }
 
 #[inline(always)]
-fn ingress_icmp_error<C: PacketCtx, F: Family>(
+fn ingress_icmp_error<C: PacketCtx, F: Family, H: Hook>(
     ctx: &C,
     l3: usize,
     l4: usize,
@@ -1173,7 +1259,8 @@ fn ingress_icmp_error<C: PacketCtx, F: Family>(
     if let Some(nat) = nat_entry::<F>(&nat_key(e.inner_dst(), e.inner_src(), e.proto), cfg) {
         // SAFETY: looked up by this run: mapped while it runs (RCU).
         let (client, flags) = unsafe { (((*nat).addr_be, (*nat).port_be), (*nat).flags) };
-        if flags & CT_F_KERNEL == 0 {
+        // A pod's only for its own hairpin flows, as in `known_nat`.
+        if flags & CT_F_KERNEL == 0 && (!H::POD || client.0 == e.inner_daddr) {
             translate_icmp::<C, F>(ctx, &mut e, &client, How::ToDst)?;
         }
         return Ok(PASS);
@@ -1184,7 +1271,7 @@ fn ingress_icmp_error<C: PacketCtx, F: Family>(
     // between the halves (client <-> backend), takes the error for one of
     // that flow's only so (a firewall dropping INVALID packets would drop
     // it otherwise); egress undoes the SNAT half.
-    let inbound = ct_key(e.inner_dst(), e.inner_src(), e.proto, CT_DIR_IN);
+    let inbound = ct_key(e.inner_dst(), e.inner_src(), e.proto, dir_in::<H>());
     let Some(entry) = ct_entry::<F>(&inbound, cfg) else {
         return Ok(PASS);
     };
@@ -1208,12 +1295,12 @@ fn ingress_icmp_error<C: PacketCtx, F: Family>(
 /// router where the node's way on crosses it again (nodes routed through
 /// it), and a router drops an IPv4 packet from its own address (a martian).
 #[inline(never)]
-pub fn egress_icmp<C: PacketCtx, F: Family>(ctx: &C, l3: usize, l4: usize) -> Verdict {
-    settle(egress_icmp_error::<C, F>(ctx, l3, l4))
+pub fn egress_icmp<C: PacketCtx, F: Family, H: Hook>(ctx: &C, l3: usize, l4: usize) -> Verdict {
+    settle(egress_icmp_error::<C, F, H>(ctx, l3, l4))
 }
 
 #[inline(always)]
-fn egress_icmp_error<C: PacketCtx, F: Family>(
+fn egress_icmp_error<C: PacketCtx, F: Family, H: Hook>(
     ctx: &C,
     l3: usize,
     l4: usize,
@@ -1225,7 +1312,7 @@ fn egress_icmp_error<C: PacketCtx, F: Family>(
     if e.parse(ctx, l3, l4) != Some(true) {
         return Ok(PASS);
     }
-    let outbound = ct_key(e.inner_dst(), e.inner_src(), e.proto, CT_DIR_OUT);
+    let outbound = ct_key(e.inner_dst(), e.inner_src(), e.proto, dir_out::<H>());
     if let Some(entry) = ct_entry::<F>(&outbound, cfg) {
         // SAFETY: looked up by this run: mapped while it runs (RCU).
         let frontend = unsafe { ((*entry).addr_be, (*entry).port_be) };
@@ -1237,7 +1324,7 @@ fn egress_icmp_error<C: PacketCtx, F: Family>(
     if e.daddr != e.inner_saddr {
         return Ok(PASS);
     }
-    let reply = ct_key(e.inner_src(), e.inner_dst(), e.proto, CT_DIR_OUT);
+    let reply = ct_key(e.inner_src(), e.inner_dst(), e.proto, dir_out::<H>());
     let Some(entry) = ct_entry::<F>(&reply, cfg) else {
         return Ok(PASS);
     };

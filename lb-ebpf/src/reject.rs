@@ -64,21 +64,25 @@ pub trait Answer: Sized {
 
 /// The verdict of a rejected packet, behind an `L2`-byte link-layer
 /// header: sent back as a reset or an ICMP error, or dropped when it
-/// cannot be answered or its frontend has sent its share. A function of its
+/// cannot be answered or its frontend has sent its share (`limited`: a
+/// packet from outside, whose answer could be reflected at a spoofed
+/// source; a pod's answer goes back to the pod alone). A function of its
 /// own (a BPF-to-BPF call): its buffers are not on the stack of the flows'
 /// packets; it returns what fits a register (see `nodeport::settle`).
 #[inline(never)]
 pub fn reject<const L2: usize, C: PacketCtx, F: RejectMaps>(
     ctx: &C,
     p: &Packet<F::RejectAddr>,
+    limited: bool,
 ) -> Verdict {
-    answer::<L2, C, F>(ctx, p).unwrap_or(Verdict::Drop)
+    answer::<L2, C, F>(ctx, p, limited).unwrap_or(Verdict::Drop)
 }
 
 #[inline(always)]
 fn answer<const L2: usize, C: PacketCtx, F: RejectMaps>(
     ctx: &C,
     p: &Packet<F::RejectAddr>,
+    limited: bool,
 ) -> Result<Verdict, i64> {
     if !p.in_place() || p.later_fragment {
         return Ok(Verdict::Drop);
@@ -86,7 +90,7 @@ fn answer<const L2: usize, C: PacketCtx, F: RejectMaps>(
     if p.proto == PROTO_TCP && p.tcp_flags & TCP_RST != 0 {
         return Ok(Verdict::Drop);
     }
-    if !allowed::<F>(p) {
+    if limited && !allowed::<F>(p) {
         // Rejects answer new flows, at tc ingress.
         count::<F::RejectAddr>(At::TC_IN, Reason::DropRejectRateLimited);
         return Ok(Verdict::Drop);

@@ -28,16 +28,17 @@ use aya_ebpf::{
 use lb_common::{
     At, Backend, DEFAULT_REVNAT_MAX, FrontendKey, PROTO_TCP, PROTO_UDP, Reason, RevNat4Key,
     RevNat4Value, RevNatKey, RevNatValue, SCOPE_INTERNAL, SOCK_REVNAT_V4, SOCK_REVNAT_V6,
-    SockRevNat, addr_bit4, addr_bit6,
+    SockRevNat, sock_balanced,
 };
 
 use crate::{
     addr::{Addr6, bytes6, words6},
+    ct::config,
     family::{Family, V4, V6},
     lb::{Random, Selection, select},
     maps::{
-        LB_SOCK_REVNAT, LB4_REVNAT, LB4_REVNAT_PREV, LB6_REVNAT, LB6_REVNAT_PREV, PREV_TEMPLATE,
-        maybe_frontend,
+        LB_SOCK_NETNS, LB_SOCK_REVNAT, LB4_REVNAT, LB4_REVNAT_PREV, LB6_REVNAT, LB6_REVNAT_PREV,
+        PREV_TEMPLATE, maybe_frontend,
     },
     stats::{Counted, count},
 };
@@ -130,8 +131,6 @@ pub trait SockFamily: Family {
     /// bytes, the rest zero.
     fn wide(addr: &Self::Addr) -> [u8; 16];
     fn narrow(addr: &[u8; 16]) -> Self::Addr;
-    /// The address's bit in `LB_ADDRS`: (word, mask).
-    fn bit(addr: &Self::Addr) -> (u32, u64);
 }
 
 /// The reverse-NAT key of family `F`.
@@ -189,10 +188,6 @@ impl SockFamily for V4 {
     fn narrow(addr: &[u8; 16]) -> [u8; 4] {
         [addr[0], addr[1], addr[2], addr[3]]
     }
-    #[inline(always)]
-    fn bit(addr: &[u8; 4]) -> (u32, u64) {
-        addr_bit4(*addr)
-    }
 }
 
 impl SockFamily for V6 {
@@ -215,10 +210,6 @@ impl SockFamily for V6 {
     #[inline(always)]
     fn narrow(addr: &[u8; 16]) -> Addr6 {
         words6(addr)
-    }
-    #[inline(always)]
-    fn bit(addr: &Addr6) -> (u32, u64) {
-        addr_bit6(&bytes6(addr))
     }
 }
 
@@ -360,7 +351,11 @@ fn translate<S: Field>(
     proto: u8,
     port: u32,
 ) -> Result<bool, Refuse> {
-    if !maybe_frontend(S::F::bit(&addr)) {
+    if !maybe_frontend(S::F::addr_bit(&addr)) {
+        return Ok(false);
+    }
+    if !balanced_here(ctx) {
+        count::<<S::F as Family>::Addr>(At::SOCK_OUT, Reason::PassedSockOptOut);
         return Ok(false);
     }
     // user_port holds the network-order port in its low 16 bits' bytes.
@@ -384,6 +379,19 @@ fn translate<S: Field>(
         (*sa).user_port = u32::from(backend_port);
     }
     Ok(true)
+}
+
+/// Whether this socket's network namespace is balanced here, rather than
+/// per packet at its pod's interface (`lb_common::sock_netns`). Only
+/// addresses that may be frontends pay the lookup.
+#[inline(always)]
+fn balanced_here(ctx: &SockAddrContext) -> bool {
+    // SAFETY: the helper is valid for sock_addr contexts (kernel >= 5.7).
+    let netns = unsafe { bpf_get_netns_cookie(ctx.as_ptr()) };
+    // SAFETY: a hash value stays mapped while the program runs (RCU); a
+    // u32 is read whole.
+    let entry = LB_SOCK_NETNS.get_ptr(netns).map(|v| unsafe { *v });
+    sock_balanced(entry, config().map_or(0, |c| c.flags))
 }
 
 /// A backend of family `F` for `key`; `Ok(None)` leaves the address alone.

@@ -20,8 +20,8 @@ use lb_common::{
     Address, At, BACKEND_STATE_ACTIVE, Backend, Ct4Key, Ct4Value, Ct6Key, Ct6Value, DatapathConfig,
     DsrEndpointKey, FE_F_MAGLEV, FE_KIND_NODE_PORT, FrontendId, FrontendKey, FrontendState,
     MAGLEV_CHUNK, MaglevChunk, MaglevKey, Nat4Key, Nat4Value, Nat6Key, Nat6Value, NodeNet, Reason,
-    SCOPE_EXTERNAL, SOURCE_RANGE_PREFIX, SOURCE_RANGE6_PREFIX, Slot, SlotKey, SourceRange,
-    SpinLock, StatFamily, StatKey,
+    SCOPE_EXTERNAL, SCOPE_INTERNAL, SOURCE_RANGE_PREFIX, SOURCE_RANGE6_PREFIX, Slot, SlotKey,
+    SourceRange, SpinLock, StatFamily, StatKey,
 };
 
 /// Writes the Maglev table of revision `rev` of frontend `fe_id`: entry
@@ -236,6 +236,8 @@ impl Bed {
             "lb_tc_egress",
             "lb_tc_l3_in",
             "lb_tc_l3_out",
+            "lb_tc_pod_in",
+            "lb_tc_pod_out",
         ] {
             let prog: &mut SchedClassifier = ebpf
                 .program_mut(name)
@@ -281,6 +283,60 @@ impl Bed {
     /// then the key).
     pub fn frontend_at<A: BedFamily>(
         &mut self,
+        at: (A, u16),
+        proto: u8,
+        flags: u16,
+        backends: &[(A, u16)],
+    ) {
+        self.frontend_in(
+            SCOPE_EXTERNAL,
+            at,
+            proto,
+            flags | FE_KIND_NODE_PORT,
+            backends,
+        );
+    }
+
+    /// A cluster IP `addr:port/proto` (`SCOPE_INTERNAL`: the socket
+    /// programs' and the pods' tc programs') with `backends`, and the
+    /// address's wildcard, which stands for its undefined ports.
+    pub fn cluster_ip_at<A: BedFamily>(
+        &mut self,
+        (addr, port): (A, u16),
+        proto: u8,
+        flags: u16,
+        backends: &[(A, u16)],
+    ) {
+        self.frontend_in(SCOPE_INTERNAL, (addr, port), proto, flags, backends);
+        let wildcard = FrontendKey {
+            addr_be: addr,
+            port_be: port.to_be(),
+            proto,
+            scope: SCOPE_INTERNAL,
+        }
+        .wildcard();
+        let fe_id = self.next_id;
+        self.next_id += 1;
+        let lb = A::lb(self);
+        let state = FrontendState {
+            lock: SpinLock::default(),
+            owner: wildcard,
+            rev: 1,
+            count: 0,
+            flags: 0,
+            _pad0: [0; 2],
+            affinity_timeout: 0,
+            maglev_size: 0,
+        };
+        lb.states.set(fe_id, state, 0).unwrap();
+        let _ = lb.frontends.insert(wildcard, FrontendId { id: fe_id }, 0);
+    }
+
+    /// A frontend `addr:port/proto` of `scope` with `backends`, written in
+    /// the agent's order (backends, slots, state, then the key).
+    fn frontend_in<A: BedFamily>(
+        &mut self,
+        scope: u8,
         (addr, port): (A, u16),
         proto: u8,
         flags: u16,
@@ -292,7 +348,7 @@ impl Bed {
             addr_be: addr,
             port_be: port.to_be(),
             proto,
-            scope: SCOPE_EXTERNAL,
+            scope,
         };
         // The address's bit first, as the agent sets it.
         let (word, mask) = addr.bit();
@@ -320,7 +376,7 @@ impl Bed {
             owner: key,
             rev: 1,
             count: backends.len() as u16,
-            flags: flags | FE_KIND_NODE_PORT,
+            flags,
             _pad0: [0; 2],
             affinity_timeout: 0,
             maglev_size: 0,
@@ -738,6 +794,18 @@ impl Bed {
     /// Runs tc egress as on device `ifindex` (see [`Self::run_on`]).
     pub fn egress_on(&self, packet: &[u8], ifindex: u32) -> (i32, Vec<u8>) {
         self.run_on("lb_tc_egress", packet, ifindex)
+    }
+
+    /// Runs the ingress program of a pod's host-side interface (the pod's
+    /// packets).
+    pub fn pod_in(&self, packet: &[u8]) -> (i32, Vec<u8>) {
+        self.run("lb_tc_pod_in", packet)
+    }
+
+    /// Runs the egress program of a pod's host-side interface (packets to
+    /// the pod).
+    pub fn pod_out(&self, packet: &[u8]) -> (i32, Vec<u8>) {
+        self.run("lb_tc_pod_out", packet)
     }
 
     /// Runs the ingress program of devices without a link-layer header on

@@ -7,8 +7,8 @@
 //!
 //! * Layout 1 (commit `bd85fb1`): `LB4_SERVICES` (slot 0 the frontend,
 //!   1..=count its backends), its maps pinned under `maps/` by symbol name.
-//! * Layouts 2 to 10: the maps pinned with `_V<n>` pin names (and
-//!   `LB_SOCK_REVNAT_V6`, which layouts 7 to 10 kept from 6), the frontends
+//! * Layouts 2 to 11: the maps pinned with `_V<n>` pin names (and
+//!   `LB_SOCK_REVNAT_V6`, which layouts 7 to 11 kept from 6), the frontends
 //!   written with layout 2's write protocol (`write`, unchanged since) in
 //!   the layout's frontend state (`State`). Layout 3 added the state's
 //!   affinity timeout (`LB4_MEMBERS` and `LB4_AFFINITY` are left empty
@@ -67,8 +67,8 @@ enum Writes {
     SlotsMaglev,
 }
 
-/// Layouts 1 to 10, in order.
-pub static LAYOUTS: [Layout; 10] = [
+/// Layouts 1 to 11, in order.
+pub static LAYOUTS: [Layout; 11] = [
     Layout {
         version: 1,
         commit: "bd85fb1",
@@ -188,12 +188,21 @@ pub static LAYOUTS: [Layout; 10] = [
         frontends: Writes::SlotsMaglev,
         addrs: true,
     },
+    Layout {
+        version: 11,
+        commit: "12ccf72",
+        object: aya::include_bytes_aligned!("../fixtures/lb-ebpf-layout11.o"),
+        // Layout 11 changed `LB_STATS`'s size and keys, no map's name.
+        added: &[],
+        frontends: Writes::SlotsMaglev,
+        addrs: true,
+    },
 ];
 
 /// Pins that a later layout kept with an earlier layout's name.
 const KEPT_PINS: [(&str, &str); 1] = [("LB_SOCK_REVNAT", "LB_SOCK_REVNAT_V6")];
 
-/// Layout `version` (1 to 10).
+/// Layout `version` (1 to 11).
 pub fn layout(version: u8) -> &'static Layout {
     let layout = &LAYOUTS[usize::from(version) - 1];
     assert_eq!(layout.version, version, "LAYOUTS is in order");

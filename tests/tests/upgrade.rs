@@ -293,6 +293,11 @@ fn upgrading_from_layout_10_under_traffic_fails_no_connection() -> anyhow::Resul
     upgrade_under_traffic(layout(10))
 }
 
+#[test]
+fn upgrading_from_layout_11_under_traffic_fails_no_connection() -> anyhow::Result<()> {
+    upgrade_under_traffic(layout(11))
+}
+
 /// The programs attached to `cgroup` at each socket hook, by link name.
 fn attached(cgroup: &Path) -> anyhow::Result<BTreeMap<String, Vec<u32>>> {
     SOCK_HOOKS
@@ -308,11 +313,11 @@ fn attached(cgroup: &Path) -> anyhow::Result<BTreeMap<String, Vec<u32>>> {
 /// old maps: the old translating programs send connections to the old
 /// backends, and write reverse-NAT entries into the old map, which the new
 /// reversing programs no longer read once the migration is over, so that
-/// UDP replies show the backend's address. Upgrades from layout 10 holding
+/// UDP replies show the backend's address. Upgrades from layout 11 holding
 /// the links of `held`.
 fn upgrade_with_links_held(held: &[&str]) -> anyhow::Result<()> {
     let mut bed = bed()?;
-    layout(10).install(bed.pins.path(), bed.cgroup.path(), &old_frontends())?;
+    layout(11).install(bed.pins.path(), bed.cgroup.path(), &old_frontends())?;
     let old_programs = linked_programs(bed.pins.path())?;
     let before = attached(bed.cgroup.path())?;
     for (link, id) in &old_programs {
@@ -351,7 +356,7 @@ fn upgrade_with_links_held(held: &[&str]) -> anyhow::Result<()> {
         .map(|(link, id)| (link.clone(), vec![*id]))
         .collect();
     assert_eq!(after, want, "old programs {old_programs:?}");
-    assert_no_failure(&tcp, &udp, "upgrade from layout 10, old links held");
+    assert_no_failure(&tcp, &udp, "upgrade from layout 11, old links held");
     assert_eq!(r.peers.keys().collect::<Vec<_>>(), [DNS], "{r:?}");
     assert_eq!(r.failed(), 0, "{r:?}");
     assert_eq!(web.failed(), 0, "{web:?}");

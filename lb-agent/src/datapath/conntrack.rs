@@ -15,7 +15,7 @@ use aya::maps::{HashMap as BpfHashMap, Map, MapData};
 use lb_common::{
     CT_DIR_IN, CT_F_KERNEL, CT4, CT6, Ct4Key, Ct4Value, Ct6Key, Ct6Value, CtKey, CtValue,
     DatapathConfig, MapSpec, NAT4, NAT6, Nat4Key, Nat4Value, Nat6Key, Nat6Value, NatKey, NatValue,
-    ct_expired,
+    ct_dir_forward, ct_expired,
 };
 use rustix::time::{ClockId, clock_gettime};
 
@@ -163,6 +163,7 @@ where
     let ct: Vec<(CtKey<A>, CtValue<A>)> = read_all(maps_dir, &A::CT)?;
     let nat: Vec<(NatKey<A>, NatValue<A>)> = read_all(maps_dir, &A::NAT)?;
     // A live inbound entry names its frontend (key) and endpoint (value).
+    // A pod's flows (`CT_DIR_POD_*`, to cluster IPs) only expire.
     let stale = |k: &CtKey<A>, v: &CtValue<A>| {
         if k.dir != CT_DIR_IN || v.flags & CT_F_KERNEL != 0 {
             return false;
@@ -188,7 +189,7 @@ where
     }
     // The SNAT mapping of a stale flow, named by its outbound entry.
     let nat_of = |k: &CtKey<A>, v: &CtValue<A>| {
-        (k.dir != CT_DIR_IN && v.nat_port_be != 0).then_some(NatKey {
+        (!ct_dir_forward(k.dir) && v.nat_port_be != 0).then_some(NatKey {
             saddr_be: k.saddr_be,
             daddr_be: v.nat_addr_be,
             sport_be: k.sport_be,

@@ -241,6 +241,7 @@ impl Datapath {
         // programs then attach as soon as the device is known.
         let names: Vec<&'static str> = tc::FUNCTIONS
             .into_iter()
+            .chain(tc::POD_FUNCTIONS)
             .chain(TRANSLATING.iter().chain(&REVERSING).map(|p| p.function))
             .collect();
         // XDP's, loaded only once a device wants it, must have been

@@ -51,6 +51,10 @@ const PROGRAMS: [(&str, &str, TcAttachType, DeviceHook); 2] = [
 /// holds the new-flow path).
 pub const FUNCTIONS: [&str; 4] = [PROGRAMS[0].0, PROGRAMS[0].1, PROGRAMS[1].0, PROGRAMS[1].1];
 
+/// The programs of pods' host-side interfaces (Ethernet only: veth),
+/// ingress then egress.
+pub const POD_FUNCTIONS: [&str; 2] = ["lb_tc_pod_in", "lb_tc_pod_out"];
+
 /// `ARPHRD_ETHER`: a device whose packets start with an Ethernet header.
 pub(super) const ARPHRD_ETHER: u16 = 1;
 /// Link types whose packets start with the IP header: `ARPHRD_NONE` (TUN,
