@@ -156,6 +156,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set,
           num_args = 0..=1, default_missing_value = "true")]
     pub bpf_lb_source_range_all_types: bool,
+    /// Socket load balancing for the node's own network namespace only
+    /// (Cilium's flag): every pod's Service traffic is translated per
+    /// packet at its host-side interface instead, as for a pod labelled
+    /// or annotated `lb-agent.io/socket-lb: disabled`. The agent then
+    /// watches every Pod of its node.
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub bpf_lb_sock_hostns_only: bool,
 }
 
 /// How flows from outside the node reach backends on other nodes

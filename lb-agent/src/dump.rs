@@ -125,6 +125,33 @@ pub fn render(view: &LbView) -> String {
     out
 }
 
+/// Renders the pods that opted out of socket load balancing, as the
+/// datapath knows them: the network namespaces the socket programs leave
+/// alone (`LB_SOCK_NETNS`, by cookie) and the interfaces the pods' tc
+/// programs are linked to.
+pub fn render_opt_outs(cookies: &BTreeSet<u64>, devices: &BTreeSet<String>) -> String {
+    let mut out = String::new();
+    let join = |items: Vec<String>| {
+        if items.is_empty() {
+            "none".to_owned()
+        } else {
+            items.join(" ")
+        }
+    };
+    let _ = writeln!(
+        out,
+        "# socket load balancing off in {} network namespaces (cookies): {}",
+        cookies.len(),
+        join(cookies.iter().map(u64::to_string).collect())
+    );
+    let _ = writeln!(
+        out,
+        "# pods' tc programs (per-packet Service translation) on: {}",
+        join(devices.iter().cloned().collect())
+    );
+    out
+}
+
 /// Renders the tc programs' conntrack and SNAT entries (`dump
 /// --conntrack`), as `cilium bpf ct list global` and `cilium bpf nat list`
 /// do, with each entry's time left at `now` (the programs' clock, seconds):

@@ -6,7 +6,7 @@ use clap::Parser as _;
 use lb_agent::{
     cli::{Cli, Command},
     config::RunConfig,
-    datapath::{conntrack, pins::Pins, settings::BpfSettings, stats},
+    datapath::{conntrack, pins::Pins, settings::BpfSettings, sock_netns, stats, tc},
     dump, memory,
     reconcile::SettingsStore as _,
 };
@@ -44,7 +44,7 @@ fn main() -> anyhow::Result<()> {
             );
             // clsact filters (`--enable-tcx=false`, or kernels before 6.6)
             // have no pins: ours are found by name on every interface.
-            let tc = lb_agent::datapath::tc::detach_clsact_everywhere();
+            let tc = tc::detach_clsact_everywhere();
             if !tc.removed.is_empty() {
                 println!("removed the tc filters from {}", tc.removed.join(", "));
             }
@@ -105,7 +105,13 @@ fn main() -> anyhow::Result<()> {
                 read()
                     .with_context(|| format!("reading the DSR tables under {}", maps.display()))?
             } else {
-                dump::render(&lb_agent::datapath::read_view(&pins)?)
+                let mut text = dump::render(&lb_agent::datapath::read_view(&pins)?);
+                let maps = pins.maps_dir();
+                let cookies = sock_netns::read(&maps)
+                    .with_context(|| format!("reading LB_SOCK_NETNS under {}", maps.display()))?;
+                let devices = tc::linked_pod_devices(&pins)?;
+                text.push_str(&dump::render_opt_outs(&cookies, &devices));
+                text
             };
             match std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes()) {
                 // `lb-agent dump | head` is not an error.

@@ -201,6 +201,14 @@ pub struct Metrics {
     pub node_list_refused: Counter,
     /// Entries of `LB4_NODE_NETS` and `LB6_NODE_NETS`, as last written.
     pub node_networks: Gauge,
+    /// Pods of this node that opted out of socket load balancing: whose
+    /// Service traffic goes per packet at their interface, and those that
+    /// cannot (not found, on the host's network, without an address yet).
+    pub sock_lb_opted_out_pods: Gauge,
+    pub sock_lb_unprogrammed_pods: Gauge,
+    /// Pods and Namespaces whose `lb-agent.io/socket-lb` is neither
+    /// `enabled` nor `disabled` (read as unset).
+    pub sock_lb_invalid_settings: Gauge,
     /// Entries of the tc programs' conntrack (`LB4_CT`, two per flow) and
     /// SNAT (`LB4_NAT`) maps, as the collector last counted them.
     pub conntrack_entries: Gauge,
@@ -265,6 +273,9 @@ impl Default for Metrics {
             node_missing: Gauge::default(),
             node_list_refused: Counter::default(),
             node_networks: Gauge::default(),
+            sock_lb_opted_out_pods: Gauge::default(),
+            sock_lb_unprogrammed_pods: Gauge::default(),
+            sock_lb_invalid_settings: Gauge::default(),
             conntrack_entries: Gauge::default(),
             nat_entries: Gauge::default(),
             conntrack_collected: Counter::default(),
@@ -518,6 +529,21 @@ impl Metrics {
             "lbagent_node_networks",
             "Entries of LB4_NODE_NETS and LB6_NODE_NETS as last written: every Node's addresses and pod CIDRs and every DSR endpoint, each with its node's number, which a DSR flow's client and backend are looked up in (the same node: SNAT instead)",
             self.node_networks.clone(),
+        );
+        r.register(
+            "lbagent_sock_lb_opted_out_pods",
+            "Pods of this node that opted out of socket load balancing (lb-agent.io/socket-lb: disabled on the Pod or its Namespace, or --bpf-lb-sock-hostns-only) and whose Service traffic is translated per packet at their interface",
+            self.sock_lb_opted_out_pods.clone(),
+        );
+        r.register(
+            "lbagent_sock_lb_unprogrammed_pods",
+            "Pods of this node that opted out of socket load balancing but cannot be served so (their interface not found, on the host's network, no address yet): they keep socket load balancing; each is logged",
+            self.sock_lb_unprogrammed_pods.clone(),
+        );
+        r.register(
+            "lbagent_sock_lb_invalid_settings",
+            "Pods of this node and Namespaces whose lb-agent.io/socket-lb label or annotation is neither enabled nor disabled (read as unset; each is logged)",
+            self.sock_lb_invalid_settings.clone(),
         );
         r.register(
             "lbagent_conntrack_entries",

@@ -22,6 +22,7 @@ use crate::{
     model::{
         Admission, Backend, Cache, ExcludedCidrs, Frontend, FrontendKind, HealthCheck, NodeContext,
         NodePortAddresses, ObjectRef, Proto, Scope, node_nets::NodeNets, service_ref, slice_ref,
+        sock_lb::OptOuts,
     },
     reconcile::{
         DualReconciler, GracePeriods, LbView, Outcome, Settings, SettingsStore, StoreError, Tables,
@@ -112,6 +113,8 @@ pub struct Syncer<T: Tables, G: GracePeriods, S> {
     /// Every Service's `healthCheckNodePort`, published after each sync.
     health_checks: BTreeMap<ObjectRef, HealthCheck>,
     prunes: Prunes,
+    /// Which pods opted out of socket load balancing.
+    opt_outs: OptOuts,
 }
 
 impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
@@ -149,7 +152,18 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
             reports: Reports::default(),
             owners: Owners::default(),
             prunes: Prunes::default(),
+            opt_outs: OptOuts::default(),
         }
+    }
+
+    /// Which pods opted out of socket load balancing, as reported so far.
+    pub fn opt_outs(&self) -> &OptOuts {
+        &self.opt_outs
+    }
+
+    /// This node's name.
+    pub fn node_name(&self) -> &str {
+        &self.cache.node().name
     }
 
     /// Both initial lists are in; syncing can start.
@@ -239,6 +253,46 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
                 self.node_nets.relist();
                 return;
             }
+            // Pods and Namespaces change no frontend: a change only wakes a
+            // sync, after which the agent finds and programs the pods.
+            Change::Relist(ListKind::Pods) => {
+                self.opt_outs.relist_pods();
+                return;
+            }
+            Change::Relist(ListKind::Namespaces) => {
+                self.opt_outs.relist_namespaces();
+                return;
+            }
+            Change::Listed(ListKind::Pods) => {
+                let changed = self.opt_outs.pods_listed();
+                self.opt_outs_changed(changed, received);
+                return;
+            }
+            Change::Listed(ListKind::Namespaces) => {
+                let changed = self.opt_outs.namespaces_listed();
+                self.opt_outs_changed(changed, received);
+                return;
+            }
+            Change::Pod(facts) => {
+                let changed = self.opt_outs.apply_pod(facts);
+                self.opt_outs_changed(changed, received);
+                return;
+            }
+            Change::PodDeleted(pod) => {
+                let changed = self.opt_outs.delete_pod(&pod);
+                self.opt_outs_changed(changed, received);
+                return;
+            }
+            Change::Namespace { name, setting } => {
+                let changed = self.opt_outs.apply_namespace(name, setting);
+                self.opt_outs_changed(changed, received);
+                return;
+            }
+            Change::NamespaceDeleted(name) => {
+                let changed = self.opt_outs.delete_namespace(&name);
+                self.opt_outs_changed(changed, received);
+                return;
+            }
             // Every Node's networks: nothing waits for them, and a Node
             // that changes at its heartbeat only is no change.
             Change::Listed(ListKind::Nodes) => {
@@ -317,6 +371,15 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
     fn node_nets_changed(&mut self, changed: bool, received: Instant) {
         if changed {
             self.settings.node_nets_changed();
+            self.shared.health.queued();
+            self.unwritten.received.push(received);
+        }
+    }
+
+    /// After a change of the Pods or Namespaces: if it `changed` them, a
+    /// sync follows, after which the agent programs the pods.
+    fn opt_outs_changed(&mut self, changed: bool, received: Instant) {
+        if changed {
             self.shared.health.queued();
             self.unwritten.received.push(received);
         }

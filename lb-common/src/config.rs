@@ -63,11 +63,6 @@ pub const CFG_F_MIDFLOW: u32 = 1 << 1;
 /// ([`crate::XDP_META_NOT_OURS`]). Without it tc never reads metadata.
 /// Set by the agent's datapath.
 pub const CFG_F_XDP: u32 = 1 << 2;
-/// `--bpf-lb-sock-hostns-only`: the socket programs balance only sockets
-/// of the network namespaces `LB_SOCK_NETNS` names [`crate::SOCK_NETNS_HOST`]
-/// (the node's own); every pod's Service traffic goes per packet at its
-/// host-side interface.
-pub const CFG_F_SOCK_HOSTNS_ONLY: u32 = 1 << 3;
 
 impl DatapathConfig {
     /// Whether a reply to the SNAT address on `port` (host order) may be

@@ -321,9 +321,8 @@ pub const NODE_NETS6: MapSpec = MapSpec {
     value_size: size_of::<NodeNet>() as u32,
     flags: BPF_F_NO_PREALLOC,
 };
-/// Network namespaces the socket programs leave alone, or the node's own
-/// (see [`crate::sock_netns`]): `u64` cookie -> `u32`. Written by the
-/// agent.
+/// Network namespaces the socket programs leave alone (see
+/// [`crate::sock_netns`]): `u64` cookie -> `u32`. Written by the agent.
 pub const SOCK_NETNS: MapSpec = spec::<u64, u32>(
     "LB_SOCK_NETNS",
     "LB_SOCK_NETNS_V12",

@@ -391,7 +391,7 @@ fn balanced_here(ctx: &SockAddrContext) -> bool {
     // SAFETY: a hash value stays mapped while the program runs (RCU); a
     // u32 is read whole.
     let entry = LB_SOCK_NETNS.get_ptr(netns).map(|v| unsafe { *v });
-    sock_balanced(entry, config().map_or(0, |c| c.flags))
+    sock_balanced(entry)
 }
 
 /// A backend of family `F` for `key`; `Ok(None)` leaves the address alone.

@@ -13,6 +13,7 @@
 
 mod cold_start;
 mod gc;
+mod pods;
 mod start;
 mod sync_loop;
 mod tc;

@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use prometheus_client::metrics::family::Family;
 use tracing::{debug, error, info, warn};
 
-use super::{gc, tc_settings::TcSettings};
+use super::{gc, pods::Pods, tc_settings::TcSettings};
 use crate::{
     config::{RunConfig, Source},
     datapath::{
@@ -60,6 +60,8 @@ pub(super) struct Agent {
     /// `--bpf-lb-acceleration=native` found a device without native XDP
     /// at the first attachment: the agent exits with this.
     pub(super) refused: Option<anyhow::Error>,
+    /// The pods that opted out of socket load balancing.
+    pub(super) pods: Pods,
 }
 
 impl Agent {
@@ -163,6 +165,7 @@ impl Agent {
             xdp_failures: shared.metrics.xdp_attach_failures.clone(),
             iter_log: LogBudget::new(1, Duration::from_secs(600)),
             refused: None,
+            pods: Pods::new(config.sock_hostns_only, &shared.metrics),
         };
         if !agent.devices.is_empty() {
             let devices = agent.devices.iter().cloned().collect();

@@ -54,7 +54,13 @@ async fn sync_loop(
         let shared = shared.clone();
         tokio::task::spawn_blocking(move || Agent::start(&config, shared))
     };
-    let mut changes = Changes::open(&config.source, &config.node_name, shared.clone()).await?;
+    let mut changes = Changes::open(
+        &config.source,
+        &config.node_name,
+        config.sock_hostns_only,
+        shared.clone(),
+    )
+    .await?;
     let mut early = Vec::new();
     let mut agent = loop {
         tokio::select! {
@@ -87,6 +93,9 @@ async fn sync_loop(
             // created again (without our programs).
             if agent.attached() && agent.datapath.devices_stale() {
                 agent.sync_tc();
+            } else if agent.pods.retry {
+                // A pod not found yet, or whose interface lacks the programs.
+                agent.sync_pods();
             }
             next_interfaces = Instant::now() + INTERFACES_POLL;
         }

@@ -89,6 +89,7 @@ impl Agent {
                  refused meanwhile); retrying at the next sync"
             );
         }
+        self.sync_pods();
     }
 
     /// Publishes where the XDP fast path is (`lbagent_xdp_attached`,

@@ -57,6 +57,8 @@ pub struct RunConfig {
     pub lb_mode: LbMode,
     /// `--bpf-lb-source-range-all-types`.
     pub source_range_all_types: bool,
+    /// `--bpf-lb-sock-hostns-only`.
+    pub sock_hostns_only: bool,
     /// `--bpf-lb-maglev-table-size` and `--bpf-lb-maglev-hash-seed`.
     pub maglev: MaglevParams,
     pub metrics_addr: SocketAddr,
@@ -168,6 +170,7 @@ impl RunConfig {
             lb_algorithm: args.algorithm.bpf_lb_algorithm,
             lb_mode: args.forwarding.bpf_lb_mode,
             source_range_all_types: args.bpf_lb_source_range_all_types,
+            sock_hostns_only: args.bpf_lb_sock_hostns_only,
             maglev: MaglevParams {
                 size: args.algorithm.bpf_lb_maglev_table_size,
                 seed: args.algorithm.bpf_lb_maglev_hash_seed,

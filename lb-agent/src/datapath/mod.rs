@@ -21,6 +21,7 @@ pub mod pins;
 pub mod programs;
 pub mod settings;
 pub mod snat_ports;
+pub mod sock_netns;
 pub mod stats;
 pub mod table;
 pub mod takeover;
@@ -91,6 +92,12 @@ pub struct Datapath {
     xdp_tried: bool,
     /// The devices this agent attached them to, with their index then.
     attached: BTreeMap<String, u32>,
+    /// The pods' host-side interfaces the pods' tc programs are to be on,
+    /// those this agent attached them to (with their index then), and
+    /// how many lack them.
+    pod_devices: BTreeSet<String>,
+    pod_attached: BTreeMap<String, u32>,
+    pod_unattached: usize,
     /// Whether the previous-map slots are set: a migration is switching.
     prev: bool,
 }
@@ -271,6 +278,10 @@ impl Datapath {
             xdp_failed: Vec::new(),
             xdp_tried: false,
             attached: BTreeMap::new(),
+            // As the node's devices: an earlier agent's pods keep theirs.
+            pod_devices: tc::linked_pod_devices(pins)?,
+            pod_attached: BTreeMap::new(),
+            pod_unattached: 0,
             prev: false,
         })
     }
@@ -333,7 +344,74 @@ impl Datapath {
         self.unattached > 0 || tc::moved(&self.attached)
     }
 
+    /// Puts the pods' tc programs on `wanted` (the interfaces of the pods
+    /// that opted out, found), and keeps them on every interface they are
+    /// on that still exists: a pod that opts in again keeps translating
+    /// the flows it started per packet, and its sockets, balanced again,
+    /// send nothing else its way. A pod's interface goes with the pod.
+    /// Before [`Self::attach`], only remembers them. Returns the wanted
+    /// interfaces that have the programs now.
+    pub fn set_pod_devices(
+        &mut self,
+        wanted: &BTreeSet<String>,
+        attached: bool,
+    ) -> BTreeSet<String> {
+        let mut devices: BTreeSet<String> = self
+            .pod_devices
+            .iter()
+            .filter(|d| tc::if_index(d) != 0)
+            .cloned()
+            .collect();
+        devices.extend(wanted.iter().cloned());
+        let stale = self.pod_unattached > 0 || tc::moved(&self.pod_attached);
+        if devices != self.pod_devices || stale {
+            self.pod_devices = devices;
+            if attached {
+                self.attach_pods();
+            }
+        }
+        wanted
+            .iter()
+            .filter(|d| self.pod_attached.contains_key(*d))
+            .cloned()
+            .collect()
+    }
+
+    /// How many pods' interfaces should have the pods' tc programs but do
+    /// not.
+    pub fn unattached_pod_devices(&self) -> usize {
+        self.pod_unattached
+    }
+
+    fn attach_pods(&mut self) {
+        let done = tc::attach_pods(
+            &mut self.programs,
+            &self.pins,
+            self.tc_hook,
+            &self.pod_devices,
+            &mut self.pod_attached,
+        );
+        self.pod_unattached = match &done {
+            Ok(()) => 0,
+            Err(Error::Devices { devices, .. }) => devices.len(),
+            Err(_) => self.pod_devices.len(),
+        };
+        if let Err(e) = done {
+            tracing::error!(
+                error = &e as &dyn std::error::Error,
+                "attaching the pods' tc programs failed; retrying at the next sync"
+            );
+        }
+    }
+
+    /// Makes `LB_SOCK_NETNS` name exactly `cookies`: the namespaces of the
+    /// opted-out pods whose interfaces have the pods' tc programs.
+    pub fn write_sock_netns(&self, cookies: &BTreeSet<u64>) -> Result<bool, Error> {
+        sock_netns::write(&self.maps_dir, cookies)
+    }
+
     fn attach_tc(&mut self) -> Result<(), Error> {
+        self.attach_pods();
         let done = tc::attach(
             &mut self.programs,
             &self.pins,

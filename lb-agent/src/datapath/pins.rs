@@ -30,6 +30,9 @@ pub enum DeviceHook {
     TcIngress,
     TcEgress,
     Xdp,
+    /// The pods' tc programs on a pod's host-side interface.
+    PodIngress,
+    PodEgress,
 }
 
 impl DeviceHook {
@@ -39,6 +42,8 @@ impl DeviceHook {
             Self::TcIngress => "tc-in-",
             Self::TcEgress => "tc-out-",
             Self::Xdp => "xdp-",
+            Self::PodIngress => "tc-pod-in-",
+            Self::PodEgress => "tc-pod-out-",
         }
     }
 

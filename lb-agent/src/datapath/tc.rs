@@ -30,9 +30,13 @@ use super::{
     programs::Programs,
 };
 
-/// Each tc program: its function in the object for Ethernet devices and
-/// for devices without a link-layer header, its hook, its links' pins.
-const PROGRAMS: [(&str, &str, TcAttachType, DeviceHook); 2] = [
+/// A tc program: its function in the object for Ethernet devices and for
+/// devices without a link-layer header (empty: none), its hook, its links'
+/// pins.
+type Row = (&'static str, &'static str, TcAttachType, DeviceHook);
+
+/// The tc programs of the node's devices.
+const PROGRAMS: [Row; 2] = [
     (
         "lb_tc_ingress",
         "lb_tc_l3_in",
@@ -51,9 +55,24 @@ const PROGRAMS: [(&str, &str, TcAttachType, DeviceHook); 2] = [
 /// holds the new-flow path).
 pub const FUNCTIONS: [&str; 4] = [PROGRAMS[0].0, PROGRAMS[0].1, PROGRAMS[1].0, PROGRAMS[1].1];
 
-/// The programs of pods' host-side interfaces (Ethernet only: veth),
-/// ingress then egress.
-pub const POD_FUNCTIONS: [&str; 2] = ["lb_tc_pod_in", "lb_tc_pod_out"];
+/// The tc programs of pods' host-side interfaces (Ethernet only: veth).
+const POD_PROGRAMS: [Row; 2] = [
+    (
+        "lb_tc_pod_in",
+        "",
+        TcAttachType::Ingress,
+        DeviceHook::PodIngress,
+    ),
+    (
+        "lb_tc_pod_out",
+        "",
+        TcAttachType::Egress,
+        DeviceHook::PodEgress,
+    ),
+];
+
+/// The pods' programs' functions.
+pub const POD_FUNCTIONS: [&str; 2] = [POD_PROGRAMS[0].0, POD_PROGRAMS[1].0];
 
 /// `ARPHRD_ETHER`: a device whose packets start with an Ethernet header.
 pub(super) const ARPHRD_ETHER: u16 = 1;
@@ -65,13 +84,10 @@ const ARPHRD_L3: [u16; 8] = [65534, 768, 769, 776, 778, 823, 512, 519];
 /// The program of a `PROGRAMS` row for `device`: the Ethernet one, the
 /// one without a link-layer header, or an error naming a link type the
 /// programs cannot parse.
-fn program_for(
-    row: &(&'static str, &'static str, TcAttachType, DeviceHook),
-    device: &str,
-) -> Result<&'static str, Error> {
+fn program_for(row: &Row, device: &str) -> Result<&'static str, Error> {
     match link_type(device)? {
         ARPHRD_ETHER => Ok(row.0),
-        t if ARPHRD_L3.contains(&t) => Ok(row.1),
+        t if ARPHRD_L3.contains(&t) && !row.1.is_empty() => Ok(row.1),
         link_type => Err(Error::LinkType {
             device: device.to_owned(),
             link_type,
@@ -214,6 +230,29 @@ pub fn attach(
     devices: &BTreeSet<String>,
     attached: &mut BTreeMap<String, u32>,
 ) -> Result<(), Error> {
+    attach_rows(&PROGRAMS, programs, pins, hook, devices, attached)
+}
+
+/// [`attach`] for the pods' programs on pods' host-side interfaces.
+pub fn attach_pods(
+    programs: &mut Programs,
+    pins: &Pins,
+    hook: TcHook,
+    devices: &BTreeSet<String>,
+    attached: &mut BTreeMap<String, u32>,
+) -> Result<(), Error> {
+    attach_rows(&POD_PROGRAMS, programs, pins, hook, devices, attached)
+}
+
+/// [`attach`] for the programs of `rows`.
+fn attach_rows(
+    rows: &[Row; 2],
+    programs: &mut Programs,
+    pins: &Pins,
+    hook: TcHook,
+    devices: &BTreeSet<String>,
+    attached: &mut BTreeMap<String, u32>,
+) -> Result<(), Error> {
     let links = pins.links_dir();
     fs::create_dir_all(&links).map_err(io_err("creating", &links))?;
     let mut failed = Vec::new();
@@ -227,7 +266,7 @@ pub fn attach(
     for (device, index) in new {
         // Egress first: alone it translates only flows ingress recorded,
         // so no device ever DNATs a flow whose replies it cannot reverse.
-        let done = PROGRAMS.iter().rev().try_for_each(|row| {
+        let done = rows.iter().rev().try_for_each(|row| {
             let name = program_for(row, device)?;
             let (_, _, attach_type, link_pins) = *row;
             match hook {
@@ -235,7 +274,7 @@ pub fn attach(
                     attach_tcx(programs, pins, name, attach_type, device, link_pins)?;
                     // Filters an earlier agent attached with clsact go once
                     // the links run.
-                    for n in [row.0, row.1] {
+                    for n in [row.0, row.1].into_iter().filter(|n| !n.is_empty()) {
                         let _ = qdisc_detach_program(device, attach_type, n);
                     }
                     Ok(())
@@ -252,17 +291,17 @@ pub fn attach(
     }
     for (device, _) in attached.extract_if(.., |d, _| !devices.contains(d)) {
         if hook == TcHook::Clsact {
-            detach_clsact(&device);
+            detach_clsact(rows, &device);
         }
     }
     let wanted: BTreeSet<String> = match hook {
-        TcHook::Tcx => PROGRAMS
+        TcHook::Tcx => rows
             .iter()
             .flat_map(|&(_, _, _, pins)| devices.iter().map(move |d| pins.pin_name(d)))
             .collect(),
         TcHook::Clsact => BTreeSet::new(),
     };
-    for pin in linked(pins)? {
+    for pin in linked_rows(rows, pins)? {
         if !wanted.contains(&pin) {
             unpin_link(&pins.link(&pin))?;
         }
@@ -346,12 +385,12 @@ fn attach_clsact(
     Ok(())
 }
 
-/// Removes our clsact filters from `device`, if it has any.
-fn detach_clsact(device: &str) {
-    for (eth, l3, hook, _) in PROGRAMS {
-        for name in [eth, l3] {
+/// Removes our clsact filters of `rows` from `device`, if it has any.
+fn detach_clsact(rows: &[Row], device: &str) {
+    for (eth, l3, hook, _) in rows {
+        for name in [*eth, *l3].into_iter().filter(|n| !n.is_empty()) {
             // Not found (or no qdisc, or no device) leaves nothing to remove.
-            let _ = qdisc_detach_program(device, hook, name);
+            let _ = qdisc_detach_program(device, *hook, name);
         }
     }
 }
@@ -375,7 +414,9 @@ pub fn detach_clsact_everywhere() -> ClsactCleanup {
         let mut found = 0;
         for (name, hook) in PROGRAMS
             .iter()
+            .chain(&POD_PROGRAMS)
             .flat_map(|(eth, l3, hook, _)| [(*eth, *hook), (*l3, *hook)])
+            .filter(|(name, _)| !name.is_empty())
         {
             match qdisc_detach_program(&device, hook, name) {
                 Ok(()) => found += 1,
@@ -437,13 +478,29 @@ fn interface_names() -> Vec<String> {
     names
 }
 
-/// The pin names of our tc links.
+/// The pin names of our tc links on the node's devices.
 pub fn linked(pins: &Pins) -> Result<Vec<String>, Error> {
+    linked_rows(&PROGRAMS, pins)
+}
+
+/// The pin names of the links of `rows`' programs.
+fn linked_rows(rows: &[Row], pins: &Pins) -> Result<Vec<String>, Error> {
     let mut names = Vec::new();
-    for (_, _, _, hook) in PROGRAMS {
-        names.extend(pins.device_links(hook)?);
+    for (_, _, _, hook) in rows {
+        names.extend(pins.device_links(*hook)?);
     }
     Ok(names)
+}
+
+/// The pods' devices our links are pinned for (an earlier agent's, at
+/// start).
+pub fn linked_pod_devices(pins: &Pins) -> Result<BTreeSet<String>, Error> {
+    let hook = POD_PROGRAMS[0].3;
+    Ok(pins
+        .device_links(hook)?
+        .iter()
+        .filter_map(|pin| hook.device(pin))
+        .collect())
 }
 
 #[cfg(test)]

@@ -7,7 +7,8 @@
 //! `claims` turns one Service's specs into per-frontend claims, `cache` keeps
 //! every spec and claim incrementally, and `desired` is the whole-state
 //! entry point built on the cache. `node_nets` places every node's
-//! addresses and pod CIDRs, and DSR endpoints, for the tc programs.
+//! addresses and pod CIDRs, and DSR endpoints, for the tc programs;
+//! `sock_lb` says which pods opted out of socket load balancing.
 
 mod cache;
 mod claims;
@@ -22,6 +23,7 @@ pub mod node_nets;
 mod nodeport_addresses;
 mod service;
 mod slice;
+pub mod sock_lb;
 mod topologies;
 pub mod weight;
 

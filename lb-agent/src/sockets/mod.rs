@@ -24,6 +24,7 @@
 mod diag;
 mod iter;
 mod netns;
+pub mod pods;
 mod reaper;
 mod request;
 mod revnat;
@@ -85,6 +86,8 @@ pub enum SocketsError {
     },
     #[error("starting the socket scan thread")]
     Thread(#[source] io::Error),
+    #[error("asking the kernel's route netlink")]
+    Netlink(#[source] io::Error),
     #[error("the socket reaper thread has stopped")]
     ReaperStopped,
 }

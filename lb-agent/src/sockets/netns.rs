@@ -134,6 +134,12 @@ pub(super) struct Netns {
     pub id: NsId,
 }
 
+impl std::os::fd::AsRawFd for Netns {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
 impl Netns {
     /// Opens the namespace file at `path`; `None` if it is gone (the
     /// process exited, the bind mount was removed).

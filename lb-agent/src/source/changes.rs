@@ -45,9 +45,12 @@ pub enum Changes {
 impl Changes {
     /// Connects to the apiserver and starts the watches, or starts
     /// polling the files, for the node `node_name`.
+    /// `hostns_only` (`--bpf-lb-sock-hostns-only`): every Pod of the node
+    /// is watched, not only those labelled to opt out.
     pub async fn open(
         source: &Source,
         node_name: &str,
+        hostns_only: bool,
         shared: Arc<Shared>,
     ) -> Result<Self, SourceError> {
         Ok(match source {
@@ -58,9 +61,9 @@ impl Changes {
                     shared.metrics.rest_client_requests.clone(),
                 )
                 .await?;
-                info!(node = %node_name, "watching Services, EndpointSlices, this Node and every Node's networks");
+                info!(node = %node_name, "watching Services, EndpointSlices, this Node, every Node's networks, this node's Pods and every Namespace");
                 Self::Kube {
-                    events: kube::watch(client, node_name),
+                    events: kube::watch(client, node_name, hostns_only),
                     node: None,
                     nodes_refused: false,
                     shared,

@@ -1,4 +1,5 @@
-//! `--from-file`: Services and EndpointSlices from YAML (or JSON) files.
+//! `--from-file`: Services and EndpointSlices (and the Nodes, Pods and
+//! Namespaces the agent reads) from YAML (or JSON) files.
 //!
 //! A file holds one or more `---`-separated documents; a `kind: List` document
 //! (as `kubectl get -o yaml` writes) is unpacked. A directory means every
@@ -14,7 +15,7 @@ use std::{
 };
 
 use k8s_openapi::api::{
-    core::v1::{Node, Service},
+    core::v1::{Namespace, Node, Pod, Service},
     discovery::v1::EndpointSlice,
 };
 use yaml_serde::Value;
@@ -23,6 +24,7 @@ use super::{
     nesting,
     strip::{Kept, Whole},
 };
+use crate::model::sock_lb::{PodFacts, Setting};
 
 /// Everything read from the files.
 #[derive(Debug, Default)]
@@ -31,6 +33,10 @@ pub struct Objects {
     pub slices: Vec<EndpointSlice>,
     /// Nodes: the agent reads its own one's zone label and addresses.
     pub nodes: Vec<Node>,
+    /// Pods and Namespaces: whether they opted out of socket load
+    /// balancing (`model::sock_lb`).
+    pub pods: Vec<PodFacts>,
+    pub namespaces: Vec<(String, Setting)>,
     /// Documents that were skipped: where, and why.
     pub skipped: Vec<SkippedDocument>,
 }
@@ -41,6 +47,8 @@ impl Objects {
         self.services.extend(other.services);
         self.slices.extend(other.slices);
         self.nodes.extend(other.nodes);
+        self.pods.extend(other.pods);
+        self.namespaces.extend(other.namespaces);
         self.skipped.extend(other.skipped);
     }
 }
@@ -298,14 +306,16 @@ fn add_value(location: &str, value: Value, text: Option<&str>, out: &mut Objects
         reason,
     };
     match kind {
-        "List" | "ServiceList" | "EndpointSliceList" | "NodeList" => match value.get("items") {
-            Some(Value::Sequence(items)) => {
-                for (i, item) in items.iter().enumerate() {
-                    add_value(&format!("{location}.items[{i}]"), item.clone(), None, out);
+        "List" | "ServiceList" | "EndpointSliceList" | "NodeList" | "PodList" | "NamespaceList" => {
+            match value.get("items") {
+                Some(Value::Sequence(items)) => {
+                    for (i, item) in items.iter().enumerate() {
+                        add_value(&format!("{location}.items[{i}]"), item.clone(), None, out);
+                    }
                 }
+                _ => out.skipped.push(skip("a List without items".into())),
             }
-            _ => out.skipped.push(skip("a List without items".into())),
-        },
+        }
         "Service" => match read::<Kept<Service>>(value, text) {
             Ok(Kept(svc)) => out.services.push(svc),
             Err(e) => out.skipped.push(skip(format!("not a valid Service: {e}"))),
@@ -319,6 +329,19 @@ fn add_value(location: &str, value: Value, text: Option<&str>, out: &mut Objects
         "Node" => match yaml_serde::from_value::<Node>(value) {
             Ok(node) => out.nodes.push(node),
             Err(e) => out.skipped.push(skip(format!("not a valid Node: {e}"))),
+        },
+        "Pod" => match yaml_serde::from_value::<Pod>(value) {
+            Ok(pod) => out.pods.push(super::pod_facts(&pod)),
+            Err(e) => out.skipped.push(skip(format!("not a valid Pod: {e}"))),
+        },
+        "Namespace" => match yaml_serde::from_value::<Namespace>(value) {
+            Ok(ns) => out.namespaces.push((
+                ns.metadata.name.clone().unwrap_or_default(),
+                super::sock_lb_setting(&ns.metadata),
+            )),
+            Err(e) => out
+                .skipped
+                .push(skip(format!("not a valid Namespace: {e}"))),
         },
         // Other kinds (Deployments, ConfigMaps, ...) may share the file; not ours.
         "" => out.skipped.push(skip("no kind".into())),

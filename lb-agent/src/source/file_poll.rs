@@ -121,6 +121,8 @@ fn begin(read: Instant) -> Vec<(Change, Instant)> {
         (Change::Relist(ListKind::Services), read),
         (Change::Relist(ListKind::Slices), read),
         (Change::Relist(ListKind::Nodes), read),
+        (Change::Relist(ListKind::Pods), read),
+        (Change::Relist(ListKind::Namespaces), read),
     ]
 }
 
@@ -131,6 +133,8 @@ fn end(node: Option<NodeFacts>, read: Instant) -> Vec<(Change, Instant)> {
         (Change::Listed(ListKind::Services), read),
         (Change::Listed(ListKind::Slices), read),
         (Change::Listed(ListKind::Nodes), read),
+        (Change::Listed(ListKind::Pods), read),
+        (Change::Listed(ListKind::Namespaces), read),
         (Change::Node(node.unwrap_or_default()), read),
     ]
 }
@@ -169,7 +173,21 @@ fn chunk_changes(
         .iter()
         .filter(|n| n.metadata.name.is_some())
         .map(|n| (Change::NodeNetworks(NodeNetworks::of(n)), read));
-    services.chain(slices).chain(networks).collect()
+    let pods = objects
+        .pods
+        .into_iter()
+        .filter(|p| p.node_name == node_name)
+        .map(|p| (Change::Pod(p), read));
+    let namespaces = objects
+        .namespaces
+        .into_iter()
+        .map(|(name, setting)| (Change::Namespace { name, setting }, read));
+    services
+        .chain(slices)
+        .chain(networks)
+        .chain(pods)
+        .chain(namespaces)
+        .collect()
 }
 
 #[cfg(test)]
@@ -177,6 +195,7 @@ mod tests {
     use std::{fs, path::Path};
 
     use super::*;
+    use crate::model::sock_lb::{Setting, SockLb};
 
     const OBJECTS: &str = "\
 apiVersion: v1
@@ -198,6 +217,21 @@ apiVersion: v1
 kind: Service
 metadata: {name: broken, namespace: default}
 spec: {ports: nope}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: mesh, labels: {lb-agent.io/socket-lb: disabled}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: here, namespace: mesh}
+spec: {nodeName: node-a, containers: [{name: c}]}
+status: {podIPs: [{ip: 10.244.0.7}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: there, namespace: mesh}
+spec: {nodeName: node-b, containers: [{name: c}]}
 ";
 
     /// A file of its own for one test, removed when dropped.
@@ -257,18 +291,31 @@ spec: {ports: nope}
             Change::Relist(ListKind::Services),
             Change::Relist(ListKind::Slices),
             Change::Relist(ListKind::Nodes),
+            Change::Relist(ListKind::Pods),
+            Change::Relist(ListKind::Namespaces),
             Change::Service(web),
             Change::NodeNetworks(b),
             Change::NodeNetworks(a),
+            Change::Pod(pod),
+            Change::Namespace { name, setting },
             Change::Listed(ListKind::Services),
             Change::Listed(ListKind::Slices),
             Change::Listed(ListKind::Nodes),
+            Change::Listed(ListKind::Pods),
+            Change::Listed(ListKind::Namespaces),
             Change::Node(node),
         ] = got.as_slice()
         else {
             panic!("not one whole edit: {got:?}");
         };
         assert_eq!(web.metadata.name.as_deref(), Some("web"));
+        // This node's Pods only, and every Namespace.
+        assert_eq!(pod.pod.to_string(), "mesh/here");
+        assert_eq!(pod.ips, ["10.244.0.7".parse::<std::net::IpAddr>().unwrap()]);
+        assert_eq!(
+            (name.as_str(), setting),
+            ("mesh", &Setting::Set(SockLb::Disabled))
+        );
         // Every Node's networks, this node's too.
         assert_eq!((a.name.as_str(), b.name.as_str()), ("node-a", "node-b"));
         assert_eq!(
@@ -305,7 +352,7 @@ spec: {ports: nope}
         let file = TempFile::new("large", &docs.join("---\n"));
         let shared = Shared::default();
         let mut poll = FilePoll::new(file.path().to_owned(), "node-a".into());
-        assert_eq!(poll.next(&shared).await.len(), 3, "the relists");
+        assert_eq!(poll.next(&shared).await.len(), 5, "the relists");
         assert_eq!(poll.next(&shared).await.len(), file::CHUNK);
         let rest = poll.next(&shared).await;
         let rest: Vec<Change> = rest.into_iter().map(|(c, _)| c).collect();

@@ -1,11 +1,14 @@
 //! The Kubernetes source: watchers on Services, EndpointSlices, this
-//! node's Node, and every Node's addresses and pod CIDRs.
+//! node's Node, every Node's addresses and pod CIDRs, and what socket load
+//! balancing needs of this node's Pods and every Namespace.
 
 use std::{fmt::Debug, path::Path};
 
-use futures::{Stream, StreamExt as _, stream::BoxStream};
+use futures::{SinkExt as _, Stream, StreamExt as _, stream::BoxStream};
+use std::collections::BTreeSet;
+
 use k8s_openapi::api::{
-    core::v1::{Node, Service},
+    core::v1::{Namespace, Node, Pod, Service},
     discovery::v1::EndpointSlice,
 };
 use kube::{
@@ -14,13 +17,14 @@ use kube::{
     runtime::watcher,
 };
 use serde::de::DeserializeOwned;
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::apiserver::{ApiserverError, Inputs, Origin};
 use super::backoff::with_backoff;
 use super::strip::Kept;
-use super::{Change, ListKind, NodeFacts, NodeNetworks};
+use super::{Change, ListKind, NodeFacts, NodeNetworks, pod_facts, sock_lb_setting};
 use crate::metrics::RestClientRequests;
+use crate::model::sock_lb::{PodRef, SOCKET_LB_KEY, Setting, SockLb};
 
 /// One kind of apiserver request the agent makes: API group, resource, verbs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +51,18 @@ pub const API_ACCESS: &[ApiAccess] = &[
     ApiAccess {
         group: "",
         resource: "nodes",
+        verbs: &["list", "watch"],
+    },
+    // Whether pods opted out of socket load balancing
+    // (`model::sock_lb`): this node's Pods, every Namespace.
+    ApiAccess {
+        group: "",
+        resource: "pods",
+        verbs: &["list", "watch"],
+    },
+    ApiAccess {
+        group: "",
+        resource: "namespaces",
         verbs: &["list", "watch"],
     },
 ];
@@ -163,7 +179,7 @@ fn parse_url(url: &str) -> Result<http::Uri, KubeError> {
 /// expires relists at once (`backoff.rs`). After every complete (re)list a kind's whole
 /// list is reported, so objects deleted while the watch was down disappear
 /// too.
-pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
+pub fn watch(client: Client, node_name: &str, hostns_only: bool) -> BoxStream<'static, Event> {
     let filtered = || watcher::Config::default().labels(PROXY_LABEL_SELECTOR);
     let services = kind_stream(
         Api::<Kept<Service>>::all(client.clone()),
@@ -186,6 +202,14 @@ pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
         ListKind::Slices,
     );
     let networks = node_networks(Api::<Kept<Node>>::all(client.clone()));
+    let (opted_out, all_pods) = tokio::sync::watch::channel(false);
+    let namespaces = namespaces(Api::<Namespace>::all(client.clone()), opted_out);
+    let pods = node_pods(
+        Api::<Pod>::all(client.clone()),
+        node_name.to_owned(),
+        hostns_only,
+        all_pods,
+    );
     let node = with_backoff(watcher(
         Api::<Node>::all(client),
         watcher::Config::default().fields(&format!("metadata.name={node_name}")),
@@ -209,8 +233,112 @@ pub fn watch(client: Client, node_name: &str) -> BoxStream<'static, Event> {
         slices.boxed(),
         node.boxed(),
         networks.boxed(),
+        namespaces.boxed(),
+        pods.boxed(),
     ])
     .boxed()
+}
+
+/// Every Namespace's socket load balancing word, streamed as the other
+/// kinds are; `opted_out` says whether one opts its pods out (then every
+/// Pod of this node is watched, not only the labelled ones). A deletion
+/// missed while the watch was down leaves it set: more Pods are watched
+/// than needed, none fewer.
+fn namespaces(
+    api: Api<Namespace>,
+    opted_out: tokio::sync::watch::Sender<bool>,
+) -> impl Stream<Item = Event> + Send {
+    let mut out = BTreeSet::new();
+    with_backoff(watcher(api, watcher::Config::default())).filter_map(move |ev| {
+        let change = match ev {
+            Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
+                let name = n.name_any();
+                let setting = sock_lb_setting(&n.metadata);
+                if setting == Setting::Set(SockLb::Disabled) {
+                    out.insert(name.clone());
+                } else {
+                    out.remove(&name);
+                }
+                Some(Change::Namespace { name, setting })
+            }
+            Ok(watcher::Event::Delete(n)) => {
+                out.remove(&n.name_any());
+                Some(Change::NamespaceDeleted(n.name_any()))
+            }
+            Ok(watcher::Event::Init) => Some(Change::Relist(ListKind::Namespaces)),
+            Ok(watcher::Event::InitDone) => Some(Change::Listed(ListKind::Namespaces)),
+            Err(e) => {
+                warn!("watching Namespaces: {e}; keeping the last state, retrying with backoff");
+                None
+            }
+        };
+        opted_out.send_if_modified(|was| {
+            let now = !out.is_empty();
+            std::mem::replace(was, now) != now
+        });
+        futures::future::ready(change.map(Event::Change))
+    })
+}
+
+/// This node's Pods (field selector on `spec.nodeName`): only those
+/// labelled [`SOCKET_LB_KEY`] while no Namespace opts out and
+/// `--bpf-lb-sock-hostns-only` is off, else all of them. When that
+/// changes the watch starts again with the other selector, and its relist
+/// replaces what the model held.
+fn node_pods(
+    api: Api<Pod>,
+    node_name: String,
+    hostns_only: bool,
+    mut all: tokio::sync::watch::Receiver<bool>,
+) -> impl Stream<Item = Event> + Send {
+    let (mut tx, rx) = futures::channel::mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let every = hostns_only || *all.borrow_and_update();
+            let mut config =
+                watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
+            if !every {
+                config = config.labels(SOCKET_LB_KEY);
+            }
+            let mut pods = with_backoff(watcher(api.clone(), config)).boxed();
+            loop {
+                tokio::select! {
+                    ev = pods.next() => {
+                        let Some(ev) = ev else { break };
+                        let change = match ev {
+                            Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
+                                Change::Pod(pod_facts(&p))
+                            }
+                            Ok(watcher::Event::Delete(p)) => Change::PodDeleted(PodRef {
+                                namespace: p.namespace().unwrap_or_default(),
+                                name: p.name_any(),
+                            }),
+                            Ok(watcher::Event::Init) => Change::Relist(ListKind::Pods),
+                            Ok(watcher::Event::InitDone) => Change::Listed(ListKind::Pods),
+                            Err(e) => {
+                                warn!("watching this node's Pods: {e}; keeping the last state, \
+                                       retrying with backoff");
+                                continue;
+                            }
+                        };
+                        if tx.send(Event::Change(change)).await.is_err() {
+                            return;
+                        }
+                    }
+                    changed = all.changed(), if !hostns_only => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        if *all.borrow() != every {
+                            info!(all = !every, "a Namespace's opt-out changed which Pods are watched");
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    });
+    rx
 }
 
 /// Every Node's networks, parsed with only their names, addresses and pod

@@ -15,11 +15,15 @@ pub mod strip;
 use std::{net::IpAddr, path::PathBuf};
 
 pub use crate::model::node_nets::NodeNetworks;
+use crate::model::sock_lb::{PodFacts, PodRef, SOCKET_LB_KEY, Setting};
 pub use changes::{Changes, SourceError};
 
-use k8s_openapi::api::{
-    core::v1::{Node, Service},
-    discovery::v1::EndpointSlice,
+use k8s_openapi::{
+    api::{
+        core::v1::{Node, Pod, Service},
+        discovery::v1::EndpointSlice,
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
 
 /// Where Services and EndpointSlices come from.
@@ -84,6 +88,44 @@ impl NodeFacts {
     }
 }
 
+/// What an object's [`SOCKET_LB_KEY`] label and annotation say.
+pub fn sock_lb_setting(meta: &ObjectMeta) -> Setting {
+    fn get(m: Option<&std::collections::BTreeMap<String, String>>) -> Option<&str> {
+        m.and_then(|m| m.get(SOCKET_LB_KEY)).map(String::as_str)
+    }
+    Setting::of(get(meta.labels.as_ref()), get(meta.annotations.as_ref()))
+}
+
+/// What socket load balancing needs of a Pod.
+pub fn pod_facts(pod: &Pod) -> PodFacts {
+    let status = pod.status.as_ref();
+    let ips = status
+        .and_then(|s| s.pod_ips.as_deref())
+        .map(|ips| {
+            ips.iter()
+                .filter_map(|i| i.ip.trim().parse().ok())
+                .collect()
+        })
+        .unwrap_or_else(|| {
+            status
+                .and_then(|s| s.pod_ip.as_deref())
+                .and_then(|ip| ip.trim().parse().ok())
+                .into_iter()
+                .collect()
+        });
+    let spec = pod.spec.as_ref();
+    PodFacts {
+        pod: PodRef {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+        },
+        node_name: spec.and_then(|s| s.node_name.clone()).unwrap_or_default(),
+        host_network: spec.and_then(|s| s.host_network).unwrap_or(false),
+        ips,
+        setting: sock_lb_setting(&pod.metadata),
+    }
+}
+
 /// What a streamed (re)list lists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ListKind {
@@ -92,6 +134,11 @@ pub enum ListKind {
     /// Every Node, for [`NodeNetworks`]. The first sync does not wait for
     /// it.
     Nodes,
+    /// The Pods of this node that may opt out of socket load balancing,
+    /// and every Namespace ([`crate::model::sock_lb`]). Nothing waits for
+    /// them.
+    Pods,
+    Namespaces,
 }
 
 /// One change from a source.
@@ -124,6 +171,15 @@ pub enum Change {
     NodeNetworks(NodeNetworks),
     /// A Node (any node's) was deleted.
     NodeNetworksDeleted(String),
+    /// A Pod was listed or changed: what socket load balancing needs of it.
+    Pod(PodFacts),
+    PodDeleted(PodRef),
+    /// A Namespace was listed or changed: its socket load balancing word.
+    Namespace {
+        name: String,
+        setting: Setting,
+    },
+    NamespaceDeleted(String),
 }
 
 #[cfg(test)]

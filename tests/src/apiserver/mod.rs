@@ -26,7 +26,7 @@
 //!   matters: kube-runtime's watcher relists only on a 410 *event*; an HTTP
 //!   410 on the watch request would make it retry the same watch forever.
 //! * Selectors: `fieldSelector` on `metadata.name` / `metadata.namespace`
-//!   (`=`, `==`, `!=`), and `labelSelector` (`k`, `!k`, `k=v`, `k==v`,
+//!   and a Pod's `spec.nodeName` (`=`, `==`, `!=`), and `labelSelector` (`k`, `!k`, `k=v`, `k==v`,
 //!   `k!=v`, `k in (..)`, `k notin (..)`). A filtered watch turns an update
 //!   that leaves the selection into `DELETED` and one that enters it into
 //!   `ADDED`, like the watch cache does.

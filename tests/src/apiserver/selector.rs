@@ -13,7 +13,8 @@ enum LabelReq {
 
 /// One requirement of a field selector: (field path, value, equal?).
 struct FieldReq {
-    field: &'static str,
+    /// The object's section and the field in it.
+    field: (&'static str, &'static str),
     value: String,
     equal: bool,
 }
@@ -49,8 +50,10 @@ impl Selector {
                 return Err(format!("invalid field selector term {term:?}"));
             };
             let field = match path.trim() {
-                "metadata.name" => "name",
-                "metadata.namespace" => "namespace",
+                "metadata.name" => ("metadata", "name"),
+                "metadata.namespace" => ("metadata", "namespace"),
+                // Pods only, as the apiserver's.
+                "spec.nodeName" => ("spec", "nodeName"),
                 other => return Err(format!("field label not supported: {other}")),
             };
             sel.fields.push(FieldReq {
@@ -65,7 +68,7 @@ impl Selector {
     pub(super) fn matches(&self, obj: &Value) -> bool {
         let meta = &obj["metadata"];
         let fields_ok = self.fields.iter().all(|f| {
-            let actual = meta[f.field].as_str().unwrap_or("");
+            let actual = obj[f.field.0][f.field.1].as_str().unwrap_or("");
             (actual == f.value) == f.equal
         });
         let label = |k: &str| meta["labels"][k].as_str();
