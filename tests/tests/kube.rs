@@ -754,3 +754,70 @@ fn local_policies_without_an_endpoint_on_this_node_are_counted_at_each_sync() ->
     assert_eq!(answering(&bed, TO, 20)?, set(&["pc"]));
     Ok(())
 }
+
+/// Pod `name` in `namespace` on `node` at `ip`, labelled to opt out of
+/// socket load balancing if `opted_out`.
+fn pod_object(namespace: &str, name: &str, node: &str, ip: &str, opted_out: bool) -> String {
+    let labels = if opted_out {
+        ", labels: {lb-agent.io/socket-lb: disabled}"
+    } else {
+        ""
+    };
+    format!(
+        "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}{labels}}}\n\
+         spec: {{nodeName: {node}, containers: [{{name: c, image: x}}]}}\n\
+         status: {{podIP: \"{ip}\", podIPs: [{{ip: \"{ip}\"}}]}}\n"
+    )
+}
+
+#[test]
+fn only_the_pods_an_opt_out_needs_are_watched_and_unfound_ones_are_counted() -> anyhow::Result<()> {
+    // The agent is node-1's (`KUBE_NODE`).
+    let (mut bed, api) = kube_bed(&yaml([web_service(), web_slice("web-a", &["10.42.0.1"])]))?;
+    let pods = [
+        pod_object("default", "labelled", "node-1", "10.0.9.1", true),
+        pod_object("default", "plain", "node-1", "10.0.9.2", false),
+        pod_object("default", "elsewhere", "node-2", "10.0.9.3", true),
+    ]
+    .concat();
+    apply_yaml(&api, &pods)?;
+    // The labelled pod of this node: opted out, but its namespace is no
+    // peer of the agent's (the bed's pods hang off a hub namespace), so it
+    // is not found, counted, and keeps socket load balancing.
+    eventually("the labelled pod counted unprogrammed", || {
+        Ok(bed.agent().metric("lbagent_sock_lb_unprogrammed_pods")? == 1.0)
+    })?;
+    assert!(api.sent("Pod", Some("default"), "labelled"));
+    assert!(!api.sent("Pod", Some("default"), "plain"), "not labelled");
+    assert!(
+        !api.sent("Pod", Some("default"), "elsewhere"),
+        "another node's"
+    );
+    assert_eq!(bed.agent().metric("lbagent_sock_lb_opted_out_pods")?, 0.0);
+    assert_eq!(answering(&bed, TO, 20)?, set(&["pa"]), "still balanced");
+
+    // A Namespace opts out: every Pod of this node is watched.
+    apply_yaml(
+        &api,
+        &format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: mesh, labels: \
+             {{lb-agent.io/socket-lb: disabled}}}}\n{}",
+            pod_object("mesh", "app", "node-1", "10.0.9.4", false)
+        ),
+    )?;
+    eventually("the namespace's pod counted too", || {
+        Ok(bed.agent().metric("lbagent_sock_lb_unprogrammed_pods")? == 2.0)
+    })?;
+    assert!(api.sent("Pod", Some("default"), "plain"), "every pod now");
+    assert!(!api.sent("Pod", Some("default"), "elsewhere"));
+    // A value that means nothing is reported.
+    apply_yaml(
+        &api,
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: odd, annotations: \
+         {lb-agent.io/socket-lb: off}}\n",
+    )?;
+    eventually("the invalid setting counted", || {
+        Ok(bed.agent().metric("lbagent_sock_lb_invalid_settings")? == 1.0)
+    })?;
+    Ok(())
+}

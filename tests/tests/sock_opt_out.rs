@@ -384,3 +384,41 @@ fn toggling_the_label_on_a_running_pod_moves_new_connections_and_keeps_held_ones
     assert_eq!(at_socket.peer_now()?, web);
     Ok(())
 }
+
+#[test]
+fn with_hostns_only_every_pod_goes_per_packet_and_the_node_keeps_its_sockets() -> anyhow::Result<()>
+{
+    let bed = bed("")?;
+    let _agent1 = bed.agent(&bed.node1)?;
+    let mut agent = bed.agent_with(&bed.node2, &["--bpf-lb-sock-hostns-only"])?;
+    // p2 and p3, unlabelled both.
+    wait_opted_out(&mut agent, 2.0)?;
+    let cgroup = bed.node2.cgroup.path();
+    let web = format!("{VIP}:80");
+    let translated = || -> anyhow::Result<u64> {
+        Ok(bed
+            .node2
+            .pins
+            .stats()?
+            .of("sock egress ipv4 connect_translated"))
+    };
+    let before = translated()?;
+    for pod in ["p2", "p3"] {
+        let r = probe::client(
+            &bed.nodes.ns(pod),
+            cgroup,
+            &["tcp", "--to", &web, "-n", "20"],
+        )?;
+        assert_eq!(reached(&r, 20, &web).len(), 2, "{pod}: {r:?}");
+    }
+    assert_eq!(translated()?, before, "no pod's connect at the socket");
+    // The node's own sockets are balanced at the socket still.
+    let r = probe::client(
+        &bed.nodes.ns("n2"),
+        cgroup,
+        &["tcp", "--to", &web, "-n", "20"],
+    )?;
+    assert_eq!(reached(&r, 20, &web).len(), 2, "{r:?}");
+    assert_eq!(translated()? - before, 20);
+    Ok(())
+}
