@@ -422,3 +422,37 @@ fn with_hostns_only_every_pod_goes_per_packet_and_the_node_keeps_its_sockets() -
     assert_eq!(translated()? - before, 20);
     Ok(())
 }
+
+#[test]
+fn an_agent_restart_keeps_an_opted_out_pods_connections_and_its_path() -> anyhow::Result<()> {
+    let bed = bed("disabled")?;
+    let _agent1 = bed.agent(&bed.node1)?;
+    let mut agent = bed.agent(&bed.node2)?;
+    wait_opted_out(&mut agent, 1.0)?;
+    let p3 = bed.nodes.ns("p3");
+    let cgroup = bed.node2.cgroup.path();
+    let web = format!("{VIP}:80");
+    let mut held = Held::open(&p3, cgroup, &web)?;
+    let backend = held.request()?;
+
+    // The programs and maps outlive the agent.
+    agent.kill();
+    assert_eq!(held.request()?, backend);
+    let r = probe::client(&p3, cgroup, &["tcp", "--to", &web, "-n", "10"])?;
+    assert_eq!(reached(&r, 10, &web).len(), 2, "without the agent: {r:?}");
+
+    // A new agent adopts them: nothing is detached, nothing broken.
+    let before = bed.node2.pins.stats()?.of("tc_pod ingress ipv4 new_flow");
+    let mut agent = bed.agent(&bed.node2)?;
+    wait_opted_out(&mut agent, 1.0)?;
+    assert_eq!(held.request()?, backend);
+    assert_eq!(held.peer_now()?, web);
+    let r = probe::client(&p3, cgroup, &["tcp", "--to", &web, "-n", "10"])?;
+    assert_eq!(reached(&r, 10, &web).len(), 2, "{r:?}");
+    let after = bed.node2.pins.stats()?.of("tc_pod ingress ipv4 new_flow");
+    assert!(
+        after >= before + 10,
+        "per packet still: {before} -> {after}"
+    );
+    Ok(())
+}

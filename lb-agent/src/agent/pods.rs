@@ -57,8 +57,13 @@ impl Agent {
     /// programs on their interfaces, and names their namespaces in
     /// `LB_SOCK_NETNS`; what cannot be done is logged (once) and counted.
     /// Finds them again only when the opt-outs changed or the last pass
-    /// left something to retry.
+    /// left something to retry. Nothing is done before the Pods and
+    /// Namespaces were listed: an earlier agent's opt-outs stand until
+    /// then.
     pub(super) fn sync_pods(&mut self) {
+        if !self.syncer.opt_outs().listed() {
+            return;
+        }
         let view = self
             .syncer
             .opt_outs()

@@ -261,6 +261,9 @@ impl Agent {
         }
         self.tc_unattached
             .set(self.datapath.unattached_devices() as f64);
+        // The pods' programs are on their interfaces now: their
+        // namespaces can be named.
+        self.sync_pods();
         Ok(())
     }
 

@@ -278,8 +278,12 @@ impl Datapath {
             xdp_failed: Vec::new(),
             xdp_tried: false,
             attached: BTreeMap::new(),
-            // As the node's devices: an earlier agent's pods keep theirs.
-            pod_devices: tc::linked_pod_devices(pins)?,
+            // As the node's devices: an earlier agent's pods keep theirs
+            // (those whose interface is still there).
+            pod_devices: tc::linked_pod_devices(pins)?
+                .into_iter()
+                .filter(|d| tc::if_index(d) != 0)
+                .collect(),
             pod_attached: BTreeMap::new(),
             pod_unattached: 0,
             prev: false,

@@ -112,6 +112,10 @@ pub struct OptOuts {
     /// are gone.
     relisting_pods: Option<BTreeSet<PodRef>>,
     relisting_namespaces: Option<BTreeSet<String>>,
+    /// Whether each kind was listed whole once: before that, what is held
+    /// is not what the cluster says (an agent's restart keeps the earlier
+    /// one's opt-outs until then).
+    listed: (bool, bool),
 }
 
 impl OptOuts {
@@ -145,6 +149,7 @@ impl OptOuts {
 
     /// The relist of Pods is complete: those it did not name are gone.
     pub fn pods_listed(&mut self) -> bool {
+        self.listed.0 = true;
         let seen = self.relisting_pods.take().unwrap_or_default();
         let before = self.pods.len();
         self.pods.retain(|p, _| seen.contains(p));
@@ -156,10 +161,16 @@ impl OptOuts {
     }
 
     pub fn namespaces_listed(&mut self) -> bool {
+        self.listed.1 = true;
         let seen = self.relisting_namespaces.take().unwrap_or_default();
         let before = self.namespaces.len();
         self.namespaces.retain(|n, _| seen.contains(n));
         before != self.namespaces.len()
+    }
+
+    /// Whether Pods and Namespaces were both listed whole.
+    pub fn listed(&self) -> bool {
+        self.listed == (true, true)
     }
 
     /// Whether a Namespace opts its pods out: then every Pod of the node
@@ -316,6 +327,7 @@ mod tests {
     #[test]
     fn a_relist_forgets_what_it_did_not_name_and_changes_are_told() {
         let mut o = OptOuts::default();
+        assert!(!o.listed());
         assert!(o.apply_pod(pod("a", "x", "n1", "10.0.0.1", OFF)));
         assert!(!o.apply_pod(pod("a", "x", "n1", "10.0.0.1", OFF)), "same");
         assert!(o.apply_pod(pod("a", "y", "n1", "10.0.0.2", OFF)));
@@ -324,8 +336,10 @@ mod tests {
         assert!(o.pods_listed());
         assert_eq!(names(&o.view("n1", false)), ["a/y"]);
         o.apply_namespace("mesh".into(), OFF);
+        assert!(!o.listed(), "no Namespace list yet");
         o.relist_namespaces();
         assert!(o.namespaces_listed());
+        assert!(o.listed());
         assert!(!o.any_namespace_opted_out());
         assert!(o.delete_pod(&PodRef {
             namespace: "a".into(),
