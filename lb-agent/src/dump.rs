@@ -14,13 +14,14 @@ use lb_common::{
     CT_SEEN_FIN, CT_SEEN_RST, CtKey, CtValue, FE_F_AFFINITY, FE_F_DSR, FE_F_EXTERNAL_LOCAL,
     FE_F_LOCAL, FE_F_MAGLEV, FE_F_NO_LOCAL_ENDPOINTS, FE_F_SOURCE_RANGES, FE_KIND_EXTERNAL_IP,
     FE_KIND_LOAD_BALANCER, FE_KIND_MASK, FE_KIND_NODE_PORT, NatKey, NatValue, PROTO_TCP,
-    SCOPE_EXTERNAL, StatKey, ct_closed, ct_dir_forward, ct_established, ct_expired,
+    SCOPE_EXTERNAL, SOURCE_RANGE_PREFIX, SOURCE_RANGE6_PREFIX, StatKey, ct_closed, ct_dir_forward,
+    ct_established, ct_expired,
 };
 
 use crate::{
     datapath::conntrack::{Addr, Entries},
     model::{Frontend, Proto},
-    reconcile::{DsrEndpointKey, LbView, SlotView},
+    reconcile::{DsrEndpointKey, LbView, SlotView, SourceRangeKey},
 };
 
 /// Renders every frontend with the backends of its live revision, sorted by
@@ -122,6 +123,52 @@ pub fn render(view: &LbView) -> String {
          {backends} backends; {} revisions retired",
         view.retired_revisions
     );
+    out
+}
+
+/// Renders the source ranges of the guarded frontends (`LB4_SRC_RANGES`,
+/// `LB6_SRC_RANGES`), by frontend: which frontends they guard is the
+/// scope (load-balancer IPs; with `--bpf-lb-source-range-all-types` the
+/// NodePorts and external IPs too).
+pub fn render_source_ranges(keys: &BTreeSet<SourceRangeKey>) -> String {
+    let mut by_frontend: BTreeMap<(SocketAddr, u8), Vec<String>> = BTreeMap::new();
+    for key in keys {
+        let (frontend, range) = match key {
+            SourceRangeKey::V4(len, k) => (
+                (
+                    SocketAddr::new(k.addr_be.into(), u16::from_be(k.port_be)),
+                    k.proto,
+                ),
+                format!(
+                    "{}/{}",
+                    std::net::Ipv4Addr::from(k.src_be),
+                    len.saturating_sub(SOURCE_RANGE_PREFIX)
+                ),
+            ),
+            SourceRangeKey::V6(len, k) => (
+                (
+                    SocketAddr::new(k.addr_be.into(), u16::from_be(k.port_be)),
+                    k.proto,
+                ),
+                format!(
+                    "{}/{}",
+                    std::net::Ipv6Addr::from(k.src_be),
+                    len.saturating_sub(SOURCE_RANGE6_PREFIX)
+                ),
+            ),
+        };
+        by_frontend.entry(frontend).or_default().push(range);
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# source ranges: {} guarded frontends (new flows from outside them are dropped)",
+        by_frontend.len()
+    );
+    for ((addr, proto), ranges) in by_frontend {
+        let proto = Proto::from_number(proto).map_or_else(|| proto.to_string(), |p| p.to_string());
+        let _ = writeln!(out, "#   {proto:<4} {addr:<24} {}", ranges.join(" "));
+    }
     out
 }
 
@@ -334,6 +381,46 @@ mod tests {
 
     use super::*;
     use crate::reconcile::FrontendView;
+
+    #[test]
+    fn source_ranges_are_listed_by_frontend_and_opt_outs_by_namespace_and_interface() {
+        use lb_common::{PROTO_TCP, SourceRange};
+        let key = |addr: [u8; 4], port: u16, src: [u8; 4], len: u32| {
+            SourceRangeKey::V4(
+                SOURCE_RANGE_PREFIX + len,
+                SourceRange {
+                    addr_be: addr,
+                    port_be: port.to_be(),
+                    proto: PROTO_TCP,
+                    _pad0: 0,
+                    src_be: src,
+                },
+            )
+        };
+        let keys = BTreeSet::from([
+            key([198, 51, 100, 20], 80, [203, 0, 113, 0], 25),
+            key([198, 51, 100, 20], 80, [192, 0, 2, 7], 32),
+            // A NodePort guarded with --bpf-lb-source-range-all-types.
+            key([192, 168, 57, 1], 30083, [203, 0, 113, 0], 25),
+        ]);
+        let text = render_source_ranges(&keys);
+        assert_eq!(
+            text,
+            "# source ranges: 2 guarded frontends (new flows from outside them are dropped)\n\
+             #   TCP  192.168.57.1:30083       203.0.113.0/25\n\
+             #   TCP  198.51.100.20:80         203.0.113.0/25 192.0.2.7/32\n"
+        );
+        let text = render_opt_outs(
+            &BTreeSet::from([4097, 12]),
+            &BTreeSet::from(["cali12".to_owned()]),
+        );
+        assert_eq!(
+            text,
+            "# socket load balancing off in 2 network namespaces (cookies): 12 4097\n\
+             # pods' tc programs (per-packet Service translation) on: cali12\n"
+        );
+        assert!(render_opt_outs(&BTreeSet::new(), &BTreeSet::new()).contains("cookies): none"));
+    }
 
     #[test]
     fn the_counters_are_listed_by_hook_direction_family_and_reason() {

@@ -110,6 +110,12 @@ fn main() -> anyhow::Result<()> {
                 let cookies = sock_netns::read(&maps)
                     .with_context(|| format!("reading LB_SOCK_NETNS under {}", maps.display()))?;
                 let devices = tc::linked_pod_devices(&pins)?;
+                let ranges = BpfSettings::open(&maps)
+                    .and_then(|s| s.source_ranges())
+                    .with_context(|| {
+                        format!("reading the source ranges under {}", maps.display())
+                    })?;
+                text.push_str(&dump::render_source_ranges(&ranges));
                 text.push_str(&dump::render_opt_outs(&cookies, &devices));
                 text
             };

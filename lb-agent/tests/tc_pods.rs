@@ -218,3 +218,35 @@ fn an_ipv6_pods_flow_to_a_cluster_ip_is_translated_both_ways() {
     let spoofed = tcp6(pod, vip, Tcp::Ack);
     assert_eq!(bed.ingress(&spoofed), (PASS, spoofed));
 }
+
+#[test]
+fn an_icmp_error_about_a_pods_packet_reaches_it_quoting_the_cluster_ip() {
+    let mut bed = Bed::new();
+    bed.cluster_ip_at(VIP, PROTO_TCP, 0, &[REMOTE_POD]);
+    let (_, dnated) = bed.pod_in(&tcp(POD, VIP, Tcp::Syn));
+
+    // A router on the way to the backend has a lower MTU: its error comes
+    // back into the pod about the packet the pod sent, from the cluster IP
+    // (the kernel's NAT gives an error the outer header of a reply).
+    let router = [192, 168, 57, 254];
+    let error = icmp_error(router, POD.0, FRAG_NEEDED, &dnated);
+    let (verdict, out) = bed.pod_out(&error);
+    assert_eq!(verdict, PASS);
+    assert_eq!(seen_icmp(&out), (VIP.0, POD.0, flow(POD, VIP)));
+    // The same error leaving by a node's device is not the pod's.
+    let (_, untouched) = bed.egress(&error);
+    assert_eq!(untouched, error);
+}
+
+#[test]
+fn session_affinity_keeps_a_pod_on_one_backend_per_packet() {
+    let mut bed = Bed::new();
+    let pods: Vec<Addr> = (1..=8).map(|i| ([10, 2, 0, i], 8080)).collect();
+    bed.cluster_ip_at(VIP, PROTO_TCP, lb_common::FE_F_AFFINITY, &pods);
+    let mut seen_backends = std::collections::BTreeSet::new();
+    for port in 0..20 {
+        let (_, out) = bed.pod_in(&tcp((POD.0, 41000 + port), VIP, Tcp::Syn));
+        seen_backends.insert(seen(&out).dst);
+    }
+    assert_eq!(seen_backends.len(), 1, "{seen_backends:?}");
+}

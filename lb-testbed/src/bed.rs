@@ -18,10 +18,10 @@ use etherparse::{
 use lb_agent::datapath::loader;
 use lb_common::{
     Address, At, BACKEND_STATE_ACTIVE, Backend, Ct4Key, Ct4Value, Ct6Key, Ct6Value, DatapathConfig,
-    DsrEndpointKey, FE_F_MAGLEV, FE_KIND_NODE_PORT, FrontendId, FrontendKey, FrontendState,
-    MAGLEV_CHUNK, MaglevChunk, MaglevKey, Nat4Key, Nat4Value, Nat6Key, Nat6Value, NodeNet, Reason,
-    SCOPE_EXTERNAL, SCOPE_INTERNAL, SOURCE_RANGE_PREFIX, SOURCE_RANGE6_PREFIX, Slot, SlotKey,
-    SourceRange, SpinLock, StatFamily, StatKey,
+    DsrEndpointKey, FE_F_AFFINITY, FE_F_MAGLEV, FE_KIND_NODE_PORT, FrontendId, FrontendKey,
+    FrontendState, MAGLEV_CHUNK, MaglevChunk, MaglevKey, Member, MemberKey, Nat4Key, Nat4Value,
+    Nat6Key, Nat6Value, NodeNet, Reason, SCOPE_EXTERNAL, SCOPE_INTERNAL, SOURCE_RANGE_PREFIX,
+    SOURCE_RANGE6_PREFIX, Slot, SlotKey, SourceRange, SpinLock, StatFamily, StatKey,
 };
 
 /// Writes the Maglev table of revision `rev` of frontend `fe_id`: entry
@@ -119,6 +119,7 @@ pub struct Lb<A: BedFamily> {
     slots: HashMap<MapData, SlotKey, Slot>,
     pub backends: HashMap<MapData, u32, Backend<A>>,
     maglev: HashMap<MapData, MaglevKey, MaglevChunk>,
+    members: HashMap<MapData, MemberKey, Member>,
     ranges: LpmTrie<MapData, SourceRange<A>, u32>,
     dsr_eps: HashMap<MapData, DsrEndpointKey<A>, u32>,
     node_nets: LpmTrie<MapData, A, NodeNet>,
@@ -134,6 +135,7 @@ impl<A: BedFamily> Lb<A> {
             slots: take(ebpf, &name("SLOTS")),
             backends: take(ebpf, &name("BACKENDS")),
             maglev: take(ebpf, &name("MAGLEV")),
+            members: take(ebpf, &name("MEMBERS")),
             ranges: take(ebpf, &name("SRC_RANGES")),
             dsr_eps: take(ebpf, &name("DSR_EPS")),
             node_nets: take(ebpf, &name("NODE_NETS")),
@@ -370,6 +372,18 @@ impl Bed {
                 slot: slot as u16,
             };
             lb.slots.insert(slot, Slot { backend_id: id }, 0).unwrap();
+            if flags & FE_F_AFFINITY != 0 {
+                let member = MemberKey {
+                    fe_id,
+                    rev: 1,
+                    _pad0: [0; 2],
+                    backend_id: id,
+                };
+                let at = Member {
+                    slot: u32::from(slot.slot),
+                };
+                lb.members.insert(member, at, 0).unwrap();
+            }
         }
         let state = FrontendState {
             lock: SpinLock::default(),
@@ -378,7 +392,12 @@ impl Bed {
             count: backends.len() as u16,
             flags,
             _pad0: [0; 2],
-            affinity_timeout: 0,
+            // ClientIP's default, for frontends with affinity.
+            affinity_timeout: if flags & FE_F_AFFINITY != 0 {
+                10_800
+            } else {
+                0
+            },
             maglev_size: 0,
         };
         lb.states.set(fe_id, state, 0).unwrap();

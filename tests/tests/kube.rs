@@ -651,7 +651,7 @@ fn requests(bed: &mut Bed, labels: &[(&str, &str)]) -> anyhow::Result<f64> {
 /// it watches (it gets no single object).
 fn served(api: &ApiServer) -> f64 {
     let mut n = 0;
-    for plural in ["services", "endpointslices", "nodes"] {
+    for plural in ["services", "endpointslices", "nodes", "pods", "namespaces"] {
         for verb in [Verb::List, Verb::Watch, Verb::Get] {
             n += api.request_count(plural, verb);
         }
@@ -664,14 +664,14 @@ fn every_apiserver_request_is_counted_by_code_method_and_host() -> anyhow::Resul
     let (mut bed, api) = kube_bed(&yaml([web_service(), web_slice("web-a", &["10.42.0.1"])]))?;
     let host = api.url().trim_start_matches("http://").to_owned();
     let ok = [("code", "200"), ("method", "GET"), ("host", host.as_str())];
-    // A list and a watch of each of the four watchers, at least, all
+    // A list and a watch of each of the six watchers, at least, all
     // answered; the agent counts each when the response head arrives,
     // after the stand-in counted it.
     eventually("every request served to be counted as a GET 200", || {
         Ok(requests(&mut bed, &ok)? == served(&api))
     })?;
     assert!(
-        requests(&mut bed, &ok)? >= 8.0,
+        requests(&mut bed, &ok)? >= 12.0,
         "{}",
         requests(&mut bed, &ok)?
     );
