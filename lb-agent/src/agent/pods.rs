@@ -25,12 +25,11 @@ use crate::{
 pub(super) struct Pods {
     /// `--bpf-lb-sock-hostns-only`.
     hostns_only: bool,
-    /// The last view, and what was found of it.
+    /// The last view.
     view: Option<OptOutView>,
-    found: Found,
     /// The namespaces `LB_SOCK_NETNS` names, as last written.
     written: Option<BTreeSet<u64>>,
-    /// Pods and settings already logged as unprogrammed or invalid.
+    /// What the last pass logged as unprogrammed, not found or invalid.
     reported: BTreeSet<String>,
     /// Whether the last pass left something to retry: a pod not found, an
     /// interface without the programs, a failed write.
@@ -72,10 +71,7 @@ impl Agent {
         if !changed && !self.pods.retry {
             return;
         }
-        if changed {
-            self.report(&view);
-        }
-        self.pods.found = match locate(&view.pods, &NetnsSources::default()) {
+        let found = match locate(&view.pods, &NetnsSources::default()) {
             Ok(found) => found,
             Err(e) => {
                 error!(
@@ -87,23 +83,15 @@ impl Agent {
                 return;
             }
         };
-        let wanted: BTreeSet<String> = self
-            .pods
-            .found
-            .pods
-            .values()
-            .map(|l| l.device.clone())
-            .collect();
+        let wanted: BTreeSet<String> = found.pods.values().map(|l| l.device.clone()).collect();
         let ready = self.datapath.set_pod_devices(&wanted, self.attached());
-        let cookies: BTreeSet<u64> = self
-            .pods
-            .found
+        let cookies: BTreeSet<u64> = found
             .pods
             .values()
             .filter(|l| ready.contains(&l.device))
             .map(|l| l.netns_cookie)
             .collect();
-        let mut retry = ready.len() < wanted.len();
+        let mut retry = ready.len() < wanted.len() || !found.missing.is_empty();
         if self.pods.written.as_ref() != Some(&cookies) {
             match self.datapath.write_sock_netns(&cookies) {
                 Ok(_) => self.pods.written = Some(cookies.clone()),
@@ -116,12 +104,7 @@ impl Agent {
                 }
             }
         }
-        for (pod, why) in &self.pods.found.missing {
-            if self.pods.reported.insert(format!("{pod}: {why}")) {
-                warn!(%pod, "opted out of socket load balancing, but not found ({why}); it keeps socket load balancing");
-            }
-        }
-        retry |= !self.pods.found.missing.is_empty();
+        self.report(&view, &found);
         let programmed = cookies.len();
         let unprogrammed = view.pods.len() - programmed + view.unprogrammable.len();
         if changed {
@@ -132,26 +115,35 @@ impl Agent {
         }
         self.pods.programmed.set(programmed as f64);
         self.pods.unprogrammed.set(unprogrammed as f64);
+        self.pods.invalid.set(view.invalid.len() as f64);
         self.pods.retry = retry;
         self.pods.view = Some(view);
     }
 
-    /// Logs, once each, the opted-out pods that cannot be served per
-    /// packet and the settings that mean nothing.
-    fn report(&mut self, view: &OptOutView) {
+    /// Logs the opted-out pods that cannot be served per packet, those not
+    /// found, and the settings that mean nothing: each once, while it
+    /// lasts.
+    fn report(&mut self, view: &OptOutView, found: &Found) {
+        let mut now = BTreeSet::new();
+        let mut new = |line: String| now.insert(line.clone()) && !self.pods.reported.contains(&line);
         for (pod, why) in &view.unprogrammable {
-            if self.pods.reported.insert(format!("{pod}: {why}")) {
+            if new(format!("{pod}: {why}")) {
                 warn!(%pod, "opted out of socket load balancing, but cannot be served per packet ({why}); it keeps socket load balancing");
             }
         }
+        for (pod, why) in &found.missing {
+            if new(format!("{pod}: {why}")) {
+                warn!(%pod, "opted out of socket load balancing, but not found ({why}); it keeps socket load balancing, retrying");
+            }
+        }
         for (kind, name, value) in &view.invalid {
-            if self.pods.reported.insert(format!("{kind} {name}={value}")) {
+            if new(format!("{kind} {name}={value}")) {
                 warn!(
                     object = format!("{kind} {name}"),
                     value, "lb-agent.io/socket-lb is neither enabled nor disabled; read as unset"
                 );
             }
         }
-        self.pods.invalid.set(view.invalid.len() as f64);
+        self.pods.reported = now;
     }
 }
