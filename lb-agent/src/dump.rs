@@ -14,8 +14,9 @@ use lb_common::{
     CT_SEEN_FIN, CT_SEEN_RST, CtKey, CtValue, FE_F_AFFINITY, FE_F_DSR, FE_F_EXTERNAL_LOCAL,
     FE_F_LOCAL, FE_F_MAGLEV, FE_F_NO_LOCAL_ENDPOINTS, FE_F_SOURCE_RANGES, FE_KIND_EXTERNAL_IP,
     FE_KIND_LOAD_BALANCER, FE_KIND_MASK, FE_KIND_NODE_PORT, NatKey, NatValue, PROTO_TCP,
-    SCOPE_EXTERNAL, SOURCE_RANGE_PREFIX, SOURCE_RANGE6_PREFIX, StatKey, ct_closed, ct_dir_forward,
-    ct_established, ct_expired,
+    SCOPE_EXTERNAL, SOCK_NETNS_ADDR4, SOCK_NETNS_ADDR6, SOCK_NETNS_OPT_OUT, SOURCE_RANGE_PREFIX,
+    SOURCE_RANGE6_PREFIX, SockNetns, StatKey, ct_closed, ct_dir_forward, ct_established,
+    ct_expired,
 };
 
 use crate::{
@@ -172,31 +173,52 @@ pub fn render_source_ranges(keys: &BTreeSet<SourceRangeKey>) -> String {
     out
 }
 
-/// Renders the pods that opted out of socket load balancing, as the
-/// datapath knows them: the network namespaces the socket programs leave
-/// alone (`LB_SOCK_NETNS`, by cookie) and the interfaces the pods' tc
+/// Renders what the socket programs know of network namespaces
+/// (`LB_SOCK_NETNS`, by cookie): those left to per-packet translation (the
+/// pods that opted out) and the addresses they send from
+/// (`--bpf-lb-source-range-all-types`); and the interfaces the pods' tc
 /// programs are linked to.
-pub fn render_opt_outs(cookies: &BTreeSet<u64>, devices: &BTreeSet<String>) -> String {
+pub fn render_opt_outs(netns: &BTreeMap<u64, SockNetns>, devices: &BTreeSet<String>) -> String {
     let mut out = String::new();
-    let join = |items: Vec<String>| {
-        if items.is_empty() {
-            "none".to_owned()
-        } else {
-            items.join(" ")
-        }
-    };
+    let opted: Vec<String> = netns
+        .iter()
+        .filter(|(_, e)| e.flags & SOCK_NETNS_OPT_OUT != 0)
+        .map(|(cookie, _)| cookie.to_string())
+        .collect();
     let _ = writeln!(
         out,
         "# socket load balancing off in {} network namespaces (cookies): {}",
-        cookies.len(),
-        join(cookies.iter().map(u64::to_string).collect())
+        opted.len(),
+        join_or_none(opted)
     );
+    for (cookie, e) in netns
+        .iter()
+        .filter(|(_, e)| e.flags & !SOCK_NETNS_OPT_OUT != 0)
+    {
+        let mut addrs = Vec::new();
+        if e.flags & SOCK_NETNS_ADDR4 != 0 {
+            addrs.push(std::net::Ipv4Addr::from(e.addr4_be).to_string());
+        }
+        if e.flags & SOCK_NETNS_ADDR6 != 0 {
+            addrs.push(std::net::Ipv6Addr::from(e.addr6_be).to_string());
+        }
+        let _ = writeln!(out, "#   netns {cookie} sends from {}", addrs.join(" "));
+    }
     let _ = writeln!(
         out,
         "# pods' tc programs (per-packet Service translation) on: {}",
-        join(devices.iter().cloned().collect())
+        join_or_none(devices.iter().cloned().collect())
     );
     out
+}
+
+/// `items` joined by spaces, or `none`.
+fn join_or_none(items: Vec<String>) -> String {
+    if items.is_empty() {
+        "none".to_owned()
+    } else {
+        items.join(" ")
+    }
 }
 
 /// Renders the tc programs' conntrack and SNAT entries (`dump
@@ -410,16 +432,27 @@ mod tests {
              #   TCP  192.168.57.1:30083       203.0.113.0/25\n\
              #   TCP  198.51.100.20:80         203.0.113.0/25 192.0.2.7/32\n"
         );
+        let out = |flags| SockNetns {
+            flags,
+            addr4_be: [10, 42, 2, 7],
+            ..Default::default()
+        };
         let text = render_opt_outs(
-            &BTreeSet::from([4097, 12]),
+            &BTreeMap::from([
+                (4097, out(SOCK_NETNS_OPT_OUT)),
+                (12, out(SOCK_NETNS_OPT_OUT | SOCK_NETNS_ADDR4)),
+                (13, out(SOCK_NETNS_ADDR4)),
+            ]),
             &BTreeSet::from(["cali12".to_owned()]),
         );
         assert_eq!(
             text,
             "# socket load balancing off in 2 network namespaces (cookies): 12 4097\n\
+             #   netns 12 sends from 10.42.2.7\n\
+             #   netns 13 sends from 10.42.2.7\n\
              # pods' tc programs (per-packet Service translation) on: cali12\n"
         );
-        assert!(render_opt_outs(&BTreeSet::new(), &BTreeSet::new()).contains("cookies): none"));
+        assert!(render_opt_outs(&BTreeMap::new(), &BTreeSet::new()).contains("cookies): none"));
     }
 
     #[test]

@@ -107,7 +107,7 @@ fn main() -> anyhow::Result<()> {
             } else {
                 let mut text = dump::render(&lb_agent::datapath::read_view(&pins)?);
                 let maps = pins.maps_dir();
-                let cookies = sock_netns::read(&maps)
+                let netns = sock_netns::read(&maps)
                     .with_context(|| format!("reading LB_SOCK_NETNS under {}", maps.display()))?;
                 let devices = tc::linked_pod_devices(&pins)?;
                 let ranges = BpfSettings::open(&maps)
@@ -116,7 +116,7 @@ fn main() -> anyhow::Result<()> {
                         format!("reading the source ranges under {}", maps.display())
                     })?;
                 text.push_str(&dump::render_source_ranges(&ranges));
-                text.push_str(&dump::render_opt_outs(&cookies, &devices));
+                text.push_str(&dump::render_opt_outs(&netns, &devices));
                 text
             };
             match std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes()) {

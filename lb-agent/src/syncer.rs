@@ -94,8 +94,9 @@ pub struct Syncer<T: Tables, G: GracePeriods, S> {
     /// UDP frontends whose sockets, and external frontends whose flows,
     /// to gone endpoints are to be destroyed; taken after each sync.
     stale: BTreeSet<Frontend>,
-    /// External-scope frontends guarded by `loadBalancerSourceRanges` ->
-    /// their ranges, as of the last sync.
+    /// Frontends guarded by `loadBalancerSourceRanges` -> their ranges, as
+    /// of the last sync: external-scope ones, and with
+    /// `--bpf-lb-source-range-all-types` cluster IPs.
     guarded: BTreeMap<Frontend, Vec<IpNet>>,
     /// External-scope DSR frontends with endpoints on this node -> their
     /// kind and those endpoints, as of the last sync.
@@ -462,7 +463,9 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
                 Box::new(all.iter())
             }
         };
-        for fe in frontends.filter(|fe| fe.scope == Scope::External) {
+        for fe in frontends {
+            // Any scope: a cluster IP is guarded from inside with
+            // --bpf-lb-source-range-all-types.
             let want = self
                 .cache
                 .desired(fe)
@@ -475,6 +478,9 @@ impl<T: Tables, G: GracePeriods, S: SettingsStore> Syncer<T, G, S> {
             };
             if changed {
                 self.settings.source_ranges_changed();
+            }
+            if fe.scope != Scope::External {
+                continue;
             }
             let want = self
                 .cache

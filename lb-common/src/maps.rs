@@ -321,9 +321,10 @@ pub const NODE_NETS6: MapSpec = MapSpec {
     value_size: size_of::<NodeNet>() as u32,
     flags: BPF_F_NO_PREALLOC,
 };
-/// Network namespaces the socket programs leave alone (see
-/// [`crate::sock_netns`]): `u64` cookie -> `u32`. Written by the agent.
-pub const SOCK_NETNS: MapSpec = spec::<u64, u32>(
+/// What the socket programs know of network namespaces (see
+/// [`crate::sock_netns`]): `u64` cookie -> [`crate::SockNetns`]. Written by
+/// the agent.
+pub const SOCK_NETNS: MapSpec = spec::<u64, crate::SockNetns>(
     "LB_SOCK_NETNS",
     "LB_SOCK_NETNS_V12",
     MAP_TYPE_HASH,

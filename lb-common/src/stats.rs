@@ -143,8 +143,11 @@ reasons! {
     /// configured).
     DropSnatExhausted = "drop_snat_exhausted" at [TC_OUT, XDP, POD_OUT],
     /// A new flow to a load-balancer IP from a source outside its
-    /// `loadBalancerSourceRanges` was dropped.
-    DropSourceRange = "drop_source_range" at [TC_IN],
+    /// `loadBalancerSourceRanges` was dropped (and, with
+    /// `--bpf-lb-source-range-all-types`, to a NodePort or external IP
+    /// from outside, or to a cluster IP from a pod or the node: refused at
+    /// the socket with EPERM, dropped at a pod's interface).
+    DropSourceRange = "drop_source_range" at [TC_IN, SOCK_OUT, POD_IN],
     /// A fragment whose first fragment was not seen (so its ports, and
     /// whether it is ours, are unknown) was dropped.
     DropFragmentUnknown = "drop_fragment_unknown" at [TC_IN, TC_OUT, POD_IN, POD_OUT],

@@ -13,7 +13,7 @@ use lb_common::{
     DEFAULT_SLOTS_MAX, DEFAULT_SOCK_NETNS_MAX, DEFAULT_SOURCE_RANGES_MAX, DatapathConfig, Frag4Key,
     Frag4Value, Frontend4Key, Frontend4State, FrontendId, MaglevChunk, MaglevKey, Member,
     MemberKey, Nat4Key, Nat4Value, REJECTS_MAX, RejectBucket, RevNat4Key, RevNat4Value,
-    STATS_COUNT, Slot, SlotKey, SockRevNat, SourceRange4, SynBucket,
+    STATS_COUNT, Slot, SlotKey, SockNetns, SockRevNat, SourceRange4, SynBucket,
 };
 use lb_common::{
     Backend, CtKey, CtValue, DEFAULT_DSR_EPS_MAX, DEFAULT_NODE_NETS_MAX, DsrEndpointKey, Frag6Key,
@@ -87,12 +87,16 @@ pub fn maybe_frontend((word, mask): (u32, u64)) -> bool {
     LB_ADDRS.get(word).is_some_and(|w| w & mask != 0)
 }
 
-/// Network namespace cookie -> `SOCK_NETNS_*`: the namespaces whose
-/// sockets the socket programs leave alone (pods that opted out), and the
-/// node's own. Written by the agent.
+/// Network namespace cookie -> what the socket programs know of it
+/// (`lb_common::sock_netns`): whether its pod opted out of socket load
+/// balancing, the address its sockets send from. Written by the agent.
 #[btf_map]
-pub static LB_SOCK_NETNS: HashMap<u64, u32, { DEFAULT_SOCK_NETNS_MAX as usize }, NO_PREALLOC> =
-    HashMap::new();
+pub static LB_SOCK_NETNS: HashMap<
+    u64,
+    SockNetns,
+    { DEFAULT_SOCK_NETNS_MAX as usize },
+    NO_PREALLOC,
+> = HashMap::new();
 
 /// Socket -> the backend it was sent to and the frontend addressed, in the
 /// socket's own storage. Written by connect*/sendmsg*, read by

@@ -21,19 +21,19 @@
 use aya_ebpf::{
     EbpfContext as _,
     bindings::bpf_sock_addr,
-    btf_maps::{ArrayOfMaps, LruHashMap},
+    btf_maps::{ArrayOfMaps, LruHashMap, lpm_trie::Key},
     helpers::{bpf_get_netns_cookie, bpf_get_prandom_u32, bpf_get_socket_cookie, bpf_set_retval},
     programs::SockAddrContext,
 };
 use lb_common::{
-    At, Backend, DEFAULT_REVNAT_MAX, FrontendKey, PROTO_TCP, PROTO_UDP, Reason, RevNat4Key,
-    RevNat4Value, RevNatKey, RevNatValue, SCOPE_INTERNAL, SOCK_REVNAT_V4, SOCK_REVNAT_V6,
-    SockRevNat, sock_balanced,
+    At, Backend, DEFAULT_REVNAT_MAX, FE_F_SOURCE_RANGES, FrontendKey, PROTO_TCP, PROTO_UDP, Reason,
+    RevNat4Key, RevNat4Value, RevNatKey, RevNatValue, SCOPE_INTERNAL, SOCK_NETNS_ADDR4,
+    SOCK_NETNS_ADDR6, SOCK_REVNAT_V4, SOCK_REVNAT_V6, SockNetns, SockRevNat, SourceRange,
+    sock_balanced,
 };
 
 use crate::{
     addr::{Addr6, bytes6, words6},
-    ct::config,
     family::{Family, V4, V6},
     lb::{Random, Selection, select},
     maps::{
@@ -46,6 +46,7 @@ use crate::{
 /// Verdicts of a cgroup sock_addr program.
 const ALLOW: i32 = 1;
 const DENY: i32 = 0;
+const EPERM: i32 = 1;
 const ECONNREFUSED: i32 = 111;
 const EHOSTUNREACH: i32 = 113;
 
@@ -131,6 +132,9 @@ pub trait SockFamily: Family {
     /// bytes, the rest zero.
     fn wide(addr: &Self::Addr) -> [u8; 16];
     fn narrow(addr: &[u8; 16]) -> Self::Addr;
+    /// The address of this family that the namespace `netns` sends from,
+    /// if the agent wrote one.
+    fn netns_addr(netns: &SockNetns) -> Option<Self::Addr>;
 }
 
 /// The reverse-NAT key of family `F`.
@@ -188,6 +192,10 @@ impl SockFamily for V4 {
     fn narrow(addr: &[u8; 16]) -> [u8; 4] {
         [addr[0], addr[1], addr[2], addr[3]]
     }
+    #[inline(always)]
+    fn netns_addr(netns: &SockNetns) -> Option<[u8; 4]> {
+        (netns.flags & SOCK_NETNS_ADDR4 != 0).then_some(netns.addr4_be)
+    }
 }
 
 impl SockFamily for V6 {
@@ -210,6 +218,10 @@ impl SockFamily for V6 {
     #[inline(always)]
     fn narrow(addr: &[u8; 16]) -> Addr6 {
         words6(addr)
+    }
+    #[inline(always)]
+    fn netns_addr(netns: &SockNetns) -> Option<Addr6> {
+        (netns.flags & SOCK_NETNS_ADDR6 != 0).then(|| words6(&netns.addr6_be))
     }
 }
 
@@ -300,6 +312,8 @@ fn balanced(proto: u32) -> Option<u8> {
 
 /// Why a frontend connect is refused instead of passed on.
 enum Refuse {
+    /// Its source is outside the frontend's source ranges.
+    SourceRange,
     NoEndpoints,
     NoLocalEndpoints,
     UnknownPort,
@@ -325,6 +339,9 @@ fn verdict<A: Counted>(call: Call, translation: Result<bool, Refuse>) -> i32 {
         }
         Err(refuse) => {
             let (reason, errno) = match refuse {
+                // A firewall's refusal: kube-proxy drops, and the client
+                // would wait out its timeout.
+                Refuse::SourceRange => (Reason::DropSourceRange, EPERM),
                 Refuse::NoEndpoints => (Reason::RefusedNoEndpoints, ECONNREFUSED),
                 Refuse::UnknownPort => (Reason::RefusedUnknownPort, ECONNREFUSED),
                 Refuse::Inconsistent => (Reason::RefusedInconsistent, ECONNREFUSED),
@@ -354,7 +371,8 @@ fn translate<S: Field>(
     if !maybe_frontend(S::F::addr_bit(&addr)) {
         return Ok(false);
     }
-    if !balanced_here(ctx) {
+    let netns = netns_of(ctx);
+    if !sock_balanced(netns.flags) {
         count::<<S::F as Family>::Addr>(At::SOCK_OUT, Reason::PassedSockOptOut);
         return Ok(false);
     }
@@ -366,7 +384,7 @@ fn translate<S: Field>(
         proto,
         scope: SCOPE_INTERNAL,
     };
-    let Some(backend) = choose::<S::F>(ctx, &key)? else {
+    let Some(backend) = choose::<S::F>(ctx, &key, &netns)? else {
         return Ok(false);
     };
     remember::<S::F>(ctx, call, &key, &backend);
@@ -381,30 +399,67 @@ fn translate<S: Field>(
     Ok(true)
 }
 
-/// Whether this socket's network namespace is balanced here, rather than
-/// per packet at its pod's interface (`lb_common::sock_netns`). Only
-/// addresses that may be frontends pay the lookup.
+/// What the agent wrote of this socket's network namespace
+/// (`lb_common::sock_netns`; all zero for none): whether it is balanced
+/// here rather than per packet at its pod's interface, and the address it
+/// sends from. Only addresses that may be frontends pay the lookup.
 #[inline(always)]
-fn balanced_here(ctx: &SockAddrContext) -> bool {
+fn netns_of(ctx: &SockAddrContext) -> SockNetns {
     // SAFETY: the helper is valid for sock_addr contexts (kernel >= 5.7).
     let netns = unsafe { bpf_get_netns_cookie(ctx.as_ptr()) };
-    // SAFETY: a hash value stays mapped while the program runs (RCU); a
-    // u32 is read whole.
-    let entry = LB_SOCK_NETNS.get_ptr(netns).map(|v| unsafe { *v });
-    sock_balanced(entry)
+    // SAFETY: a hash value stays mapped while the program runs (RCU); the
+    // agent replaces an entry whole (an update swaps the element).
+    LB_SOCK_NETNS
+        .get_ptr(netns)
+        .map(|v| unsafe { *v })
+        .unwrap_or_default()
+}
+
+/// Whether the socket's namespace `netns` may reach `key`, whose state
+/// has `FE_F_SOURCE_RANGES` (a cluster IP under
+/// `--bpf-lb-source-range-all-types`): the address its sockets send from
+/// is in one of the frontend's ranges. A namespace whose address the agent
+/// has not written (a pod it has not found yet) is refused: the firewall
+/// fails closed, as the tc programs' does.
+#[inline(always)]
+fn source_admitted<F: SockFamily>(key: &FrontendKey<F::Addr>, netns: &SockNetns) -> bool {
+    let Some(src) = F::netns_addr(netns) else {
+        return false;
+    };
+    let range = Key::new(
+        F::SOURCE_RANGE_PREFIX + 8 * size_of::<F::Addr>() as u32,
+        SourceRange {
+            addr_be: key.addr_be,
+            port_be: key.port_be,
+            proto: key.proto,
+            _pad0: 0,
+            src_be: src,
+        },
+    );
+    F::src_ranges().get(&range).is_some()
 }
 
 /// A backend of family `F` for `key`; `Ok(None)` leaves the address alone.
 #[inline(always)]
-fn choose<F: Family>(
+fn choose<F: SockFamily>(
     ctx: &SockAddrContext,
     key: &FrontendKey<F::Addr>,
+    netns: &SockNetns,
 ) -> Result<Option<Backend<F::Addr>>, Refuse> {
     // SAFETY: the helper has no preconditions.
     let rand = Random(unsafe { bpf_get_prandom_u32() });
     // SAFETY: the helper is valid for sock_addr contexts (kernel >= 5.7).
     let client = || unsafe { bpf_get_netns_cookie(ctx.as_ptr()) };
-    match select::<F>(key, true, &rand, client) {
+    let selection = select::<F>(key, true, &rand, client);
+    if let Selection::Backend { flags, .. }
+    | Selection::NoEndpoints { flags }
+    | Selection::NoLocalEndpoints { flags } = selection
+        && flags & FE_F_SOURCE_RANGES != 0
+        && !source_admitted::<F>(key, netns)
+    {
+        return Err(Refuse::SourceRange);
+    }
+    match selection {
         Selection::NotFrontend => Ok(None),
         Selection::Removed => {
             count::<F::Addr>(At::SOCK_OUT, Reason::PassedFrontendRemoved);

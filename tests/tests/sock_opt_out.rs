@@ -16,7 +16,7 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
-use lb_fixtures::{Object, yaml};
+use lb_fixtures::{Object, Svc, SvcPort, yaml};
 use lb_tests::{
     agent::Agent,
     netns::{exec, ip},
@@ -30,6 +30,8 @@ use lb_tests::{
 /// node-1) and p2 (on node-2).
 const VIP: &str = "10.96.58.1";
 const VIP6: &str = "fd00:96::58:1";
+/// `guarded`'s cluster IP.
+const GUARDED: &str = "10.96.58.2";
 
 /// Pod `name` on node-2 at `ips`, with `label` as its
 /// `lb-agent.io/socket-lb` (none if empty).
@@ -59,6 +61,16 @@ fn manifest(p3_label: &str) -> String {
         dual_stack(node_port_svc("web", VIP, 30090), VIP6).into(),
         slice("web", vec![p1(), p2()]).into(),
         slice6("web", vec![p1_6(), p2_6()]).into(),
+        // `guarded`: a LoadBalancer whose ranges hold p2 (10.42.2.0/25)
+        // but neither p3 (10.42.2.130) nor the nodes.
+        Svc::new("default", "guarded")
+            .type_("LoadBalancer")
+            .cluster_ip(GUARDED)
+            .with_port(SvcPort::new("http", 80, "TCP").node_port(30091))
+            .lb_ingress("198.51.100.50", Some("VIP"))
+            .source_ranges(&["10.42.2.0/25"])
+            .into(),
+        slice("guarded", vec![p1(), p2()]).into(),
     ];
     format!(
         "{}{}{}",
@@ -454,5 +466,77 @@ fn an_agent_restart_keeps_an_opted_out_pods_connections_and_its_path() -> anyhow
         after >= before + 10,
         "per packet still: {before} -> {after}"
     );
+    Ok(())
+}
+
+#[test]
+fn with_source_ranges_of_all_types_a_cluster_ip_is_guarded_from_pods_and_the_node()
+-> anyhow::Result<()> {
+    let bed = bed("")?;
+    let _agent1 = bed.agent(&bed.node1)?;
+    let mut agent = bed.agent_with(&bed.node2, &["--bpf-lb-source-range-all-types"])?;
+    let cgroup = bed.node2.cgroup.path();
+    let guarded = format!("{GUARDED}:80");
+    let stats = || bed.node2.pins.stats();
+    // p2, inside the ranges, gets in once the agent wrote where each
+    // namespace sends from.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = probe::client(&bed.nodes.ns("p2"), cgroup, &["tcp", "--to", &guarded])?;
+        if r.ok() == 1 {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "p2 never got in: {r:?}\n{}",
+            agent.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let r = probe::client(
+        &bed.nodes.ns("p2"),
+        cgroup,
+        &["tcp", "--to", &guarded, "-n", "20"],
+    )?;
+    assert_eq!(reached(&r, 20, &guarded), BTreeSet::from(["p1", "p2"]));
+    // p3 and the node, outside them, are refused at the socket.
+    let before = stats()?.of("sock egress ipv4 drop_source_range");
+    for ns in ["p3", "n2"] {
+        let r = probe::client(
+            &bed.nodes.ns(ns),
+            cgroup,
+            &["tcp", "--to", &guarded, "-n", "3"],
+        )?;
+        assert_eq!(r.ok(), 0, "{ns}: {r:?}");
+        assert!(r.errors.contains_key("PermissionDenied"), "{ns}: {r:?}");
+    }
+    assert_eq!(
+        stats()?.of("sock egress ipv4 drop_source_range") - before,
+        6
+    );
+    // A Service without ranges stays open to them.
+    let web = format!("{VIP}:80");
+    let r = probe::client(
+        &bed.nodes.ns("p3"),
+        cgroup,
+        &["tcp", "--to", &web, "-n", "5"],
+    )?;
+    assert_eq!(r.ok(), 5, "{r:?}");
+    let dump = bed.node2.pins.dump()?;
+    assert!(dump.contains("sends from 10.42.2.130"), "{dump}");
+    assert!(
+        dump.lines()
+            .any(|l| l.starts_with(&format!("#   TCP  {GUARDED}:80 "))
+                && l.ends_with(" 10.42.2.0/25")),
+        "{dump}"
+    );
+
+    // Opted out, p3 is checked per packet at its interface: dropped.
+    bed.write_manifest(&manifest("disabled"))?;
+    wait_opted_out(&mut agent, 1.0)?;
+    let before = stats()?.of("tc_pod ingress ipv4 drop_source_range");
+    let r = probe::client(&bed.nodes.ns("p3"), cgroup, &["tcp", "--to", &guarded])?;
+    assert_eq!(r.ok(), 0, "{r:?}");
+    assert!(stats()?.of("tc_pod ingress ipv4 drop_source_range") > before);
     Ok(())
 }

@@ -6,17 +6,22 @@
 //! its interface keeps the programs, for the flows it started per packet,
 //! until the pod and its interface go.
 
-use std::collections::BTreeSet;
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+};
+
+use lb_common::{SOCK_NETNS_ADDR4, SOCK_NETNS_ADDR6, SOCK_NETNS_OPT_OUT, SockNetns};
 
 use tracing::{error, info, warn};
 
 use super::start::Agent;
 use crate::{
     metrics::Gauge,
-    model::sock_lb::OptOutView,
+    model::sock_lb::{OptOutView, PodRef},
     sockets::{
         NetnsSources,
-        pods::{Found, locate},
+        pods::{Found, locate, own_netns_cookie},
     },
 };
 
@@ -25,10 +30,13 @@ use crate::{
 pub(super) struct Pods {
     /// `--bpf-lb-sock-hostns-only`.
     hostns_only: bool,
-    /// The last view.
-    view: Option<OptOutView>,
-    /// The namespaces `LB_SOCK_NETNS` names, as last written.
-    written: Option<BTreeSet<u64>>,
+    /// `--bpf-lb-source-range-all-types`: every namespace's address is
+    /// written, the pods' and the node's.
+    addresses: bool,
+    /// The last view, and the node's addresses then.
+    view: Option<(OptOutView, Vec<IpAddr>)>,
+    /// `LB_SOCK_NETNS`, as last written.
+    written: Option<BTreeMap<u64, SockNetns>>,
     /// What the last pass logged as unprogrammed, not found or invalid.
     reported: BTreeSet<String>,
     /// Whether the last pass left something to retry: a pod not found, an
@@ -40,9 +48,14 @@ pub(super) struct Pods {
 }
 
 impl Pods {
-    pub(super) fn new(hostns_only: bool, metrics: &crate::metrics::Metrics) -> Self {
+    pub(super) fn new(
+        hostns_only: bool,
+        addresses: bool,
+        metrics: &crate::metrics::Metrics,
+    ) -> Self {
         Self {
             hostns_only,
+            addresses,
             programmed: metrics.sock_lb_opted_out_pods.clone(),
             unprogrammed: metrics.sock_lb_unprogrammed_pods.clone(),
             invalid: metrics.sock_lb_invalid_settings.clone(),
@@ -63,15 +76,24 @@ impl Agent {
         if !self.syncer.opt_outs().listed() {
             return;
         }
-        let view = self
-            .syncer
-            .opt_outs()
-            .view(self.syncer.node_name(), self.pods.hostns_only);
-        let changed = self.pods.view.as_ref() != Some(&view);
+        let view = self.syncer.opt_outs().view(
+            self.syncer.node_name(),
+            self.pods.hostns_only,
+            self.pods.addresses,
+        );
+        let node_ips = if self.pods.addresses {
+            self.syncer.primary_ips().to_vec()
+        } else {
+            Vec::new()
+        };
+        let now = (view, node_ips);
+        let changed = self.pods.view.as_ref() != Some(&now);
         if !changed && !self.pods.retry {
             return;
         }
-        let found = match locate(&view.pods, &NetnsSources::default()) {
+        let (view, node_ips) = now;
+        let wanted_pods: Vec<_> = view.pods.iter().chain(&view.addressed).cloned().collect();
+        let found = match locate(&wanted_pods, &NetnsSources::default()) {
             Ok(found) => found,
             Err(e) => {
                 error!(
@@ -83,18 +105,52 @@ impl Agent {
                 return;
             }
         };
-        let wanted: BTreeSet<String> = found.pods.values().map(|l| l.device.clone()).collect();
-        let ready = self.datapath.set_pod_devices(&wanted, self.attached());
-        let cookies: BTreeSet<u64> = found
+        let opted_out = |pod: &PodRef| view.pods.iter().any(|p| &p.pod == pod);
+        let wanted: BTreeSet<String> = found
             .pods
-            .values()
-            .filter(|l| ready.contains(&l.device))
-            .map(|l| l.netns_cookie)
+            .iter()
+            .filter(|(pod, _)| opted_out(pod))
+            .map(|(_, l)| l.device.clone())
             .collect();
+        let ready = self.datapath.set_pod_devices(&wanted, self.attached());
         let mut retry = ready.len() < wanted.len() || !found.missing.is_empty();
-        if self.pods.written.as_ref() != Some(&cookies) {
-            match self.datapath.write_sock_netns(&cookies) {
-                Ok(_) => self.pods.written = Some(cookies.clone()),
+        let mut entries = BTreeMap::new();
+        let mut programmed = 0;
+        for (pod, at) in &found.pods {
+            let ips = wanted_pods
+                .iter()
+                .find(|p| &p.pod == pod)
+                .map_or(&[][..], |p| &p.ips[..]);
+            let mut entry = if self.pods.addresses {
+                addressed(ips)
+            } else {
+                SockNetns::default()
+            };
+            if opted_out(pod) && ready.contains(&at.device) {
+                entry.flags |= SOCK_NETNS_OPT_OUT;
+                programmed += 1;
+            }
+            if entry.flags != 0 {
+                entries.insert(at.netns_cookie, entry);
+            }
+        }
+        if self.pods.addresses {
+            match own_netns_cookie() {
+                Ok(cookie) => {
+                    entries.insert(cookie, addressed(&node_ips));
+                }
+                Err(e) => {
+                    error!(
+                        error = &e as &dyn std::error::Error,
+                        "reading the node's network namespace cookie; retrying"
+                    );
+                    retry = true;
+                }
+            }
+        }
+        if self.pods.written.as_ref() != Some(&entries) {
+            match self.datapath.write_sock_netns(&entries) {
+                Ok(_) => self.pods.written = Some(entries),
                 Err(e) => {
                     error!(
                         error = &e as &dyn std::error::Error,
@@ -105,7 +161,6 @@ impl Agent {
             }
         }
         self.report(&view, &found);
-        let programmed = cookies.len();
         let unprogrammed = view.pods.len() - programmed + view.unprogrammable.len();
         if changed {
             info!(
@@ -117,7 +172,7 @@ impl Agent {
         self.pods.unprogrammed.set(unprogrammed as f64);
         self.pods.invalid.set(view.invalid.len() as f64);
         self.pods.retry = retry;
-        self.pods.view = Some(view);
+        self.pods.view = Some((view, node_ips));
     }
 
     /// Logs the opted-out pods that cannot be served per packet, those not
@@ -125,13 +180,15 @@ impl Agent {
     /// lasts.
     fn report(&mut self, view: &OptOutView, found: &Found) {
         let mut now = BTreeSet::new();
-        let mut new = |line: String| now.insert(line.clone()) && !self.pods.reported.contains(&line);
+        let mut new =
+            |line: String| now.insert(line.clone()) && !self.pods.reported.contains(&line);
         for (pod, why) in &view.unprogrammable {
             if new(format!("{pod}: {why}")) {
                 warn!(%pod, "opted out of socket load balancing, but cannot be served per packet ({why}); it keeps socket load balancing");
             }
         }
-        for (pod, why) in &found.missing {
+        let opted_out = |pod: &PodRef| view.pods.iter().any(|p| &p.pod == pod);
+        for (pod, why) in found.missing.iter().filter(|(pod, _)| opted_out(pod)) {
             if new(format!("{pod}: {why}")) {
                 warn!(%pod, "opted out of socket load balancing, but not found ({why}); it keeps socket load balancing, retrying");
             }
@@ -146,4 +203,24 @@ impl Agent {
         }
         self.pods.reported = now;
     }
+}
+
+/// The entry of a namespace whose sockets send from `ips` (the first of
+/// each family).
+fn addressed(ips: &[IpAddr]) -> SockNetns {
+    let mut entry = SockNetns::default();
+    for ip in ips {
+        match ip {
+            IpAddr::V4(v4) if entry.flags & SOCK_NETNS_ADDR4 == 0 => {
+                entry.flags |= SOCK_NETNS_ADDR4;
+                entry.addr4_be = v4.octets();
+            }
+            IpAddr::V6(v6) if entry.flags & SOCK_NETNS_ADDR6 == 0 => {
+                entry.flags |= SOCK_NETNS_ADDR6;
+                entry.addr6_be = v6.octets();
+            }
+            _ => {}
+        }
+    }
+    entry
 }

@@ -165,7 +165,11 @@ impl Agent {
             xdp_failures: shared.metrics.xdp_attach_failures.clone(),
             iter_log: LogBudget::new(1, Duration::from_secs(600)),
             refused: None,
-            pods: Pods::new(config.sock_hostns_only, &shared.metrics),
+            pods: Pods::new(
+                config.sock_hostns_only,
+                config.source_range_all_types,
+                &shared.metrics,
+            ),
         };
         if !agent.devices.is_empty() {
             let devices = agent.devices.iter().cloned().collect();

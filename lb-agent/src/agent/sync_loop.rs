@@ -57,7 +57,9 @@ async fn sync_loop(
     let mut changes = Changes::open(
         &config.source,
         &config.node_name,
-        config.sock_hostns_only,
+        // Every Pod of the node: all opted out, or each one's address
+        // wanted for the cluster IPs' source ranges.
+        config.sock_hostns_only || config.source_range_all_types,
         shared.clone(),
     )
     .await?;

@@ -408,10 +408,14 @@ impl Datapath {
         }
     }
 
-    /// Makes `LB_SOCK_NETNS` name exactly `cookies`: the namespaces of the
-    /// opted-out pods whose interfaces have the pods' tc programs.
-    pub fn write_sock_netns(&self, cookies: &BTreeSet<u64>) -> Result<bool, Error> {
-        sock_netns::write(&self.maps_dir, cookies)
+    /// Makes `LB_SOCK_NETNS` hold exactly `entries`: the namespaces of the
+    /// opted-out pods whose interfaces have the pods' tc programs, and the
+    /// addresses namespaces send from.
+    pub fn write_sock_netns(
+        &self,
+        entries: &BTreeMap<u64, lb_common::SockNetns>,
+    ) -> Result<bool, Error> {
+        sock_netns::write(&self.maps_dir, entries)
     }
 
     fn attach_tc(&mut self) -> Result<(), Error> {

@@ -145,9 +145,17 @@ impl Claim {
 
     /// This claim at an address of `kind` guarded by `ranges`.
     fn at(&self, kind: FrontendKind, ranges: &[IpNet]) -> Self {
-        let mut claim = self.clone();
+        let mut claim = self.guarded(ranges);
         if let Claim::Program { target, .. } = &mut claim {
             target.kind = kind;
+        }
+        claim
+    }
+
+    /// This claim guarded by `ranges`.
+    fn guarded(&self, ranges: &[IpNet]) -> Self {
+        let mut claim = self.clone();
+        if let Claim::Program { target, .. } = &mut claim {
             target.source_ranges = ranges.to_vec();
         }
         claim
@@ -245,7 +253,10 @@ pub(super) fn service_claims(
                     claims.push((at.external(), outside.at(FrontendKind::NodePort, &ranges)));
                 }
             }
-            claims.push((frontend(vip, port.port), internal));
+            // With --bpf-lb-source-range-all-types, the cluster IP is
+            // guarded from pods and the node too.
+            let ranges = guarding(spec, vip, node);
+            claims.push((frontend(vip, port.port), internal.guarded(&ranges)));
         }
         if !passes {
             claims.push((Frontend::wildcard(vip), Claim::program(Target::default())));
@@ -254,10 +265,10 @@ pub(super) fn service_claims(
     claims
 }
 
-/// The source ranges of `spec` that guard `ip` (of its family) from
-/// outside: kube-proxy's firewall guards LB VIPs only; with
+/// The source ranges of `spec` that guard `ip` (of its family): from
+/// outside, kube-proxy's firewall guards LB VIPs only; with
 /// `--bpf-lb-source-range-all-types` (Cilium's), its node ports and
-/// external IPs too.
+/// external IPs too, and its cluster IP from pods and the node.
 fn guarding(spec: &ServiceSpec, ip: IpAddr, node: &NodeContext) -> Vec<IpNet> {
     if !spec.lb_vips.contains(&ip) && !node.source_range_all_types {
         return Vec::new();

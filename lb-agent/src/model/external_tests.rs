@@ -182,7 +182,7 @@ fn lb_vips_in_proxy_mode_or_behind_source_ranges_of_their_family_are_left_alone(
 /// Service's node ports and external IPs from outside too; without it,
 /// only its load-balancer IPs. From inside the node nothing changes.
 #[test]
-fn source_ranges_of_all_types_guard_node_ports_and_external_ips_from_outside() {
+fn source_ranges_of_all_types_guard_node_ports_and_external_ips_from_outside_and_the_cluster_ip() {
     let ranges = |all_types: bool| {
         let node = NodeContext {
             node_port_ips: vec![ip("192.0.2.10"), ip("fd00:2::10")],
@@ -208,14 +208,19 @@ fn source_ranges_of_all_types_guard_node_ports_and_external_ips_from_outside() {
             of(fe("198.51.100.9", 80, Proto::Tcp).external()),
             // No IPv6 range: open.
             of(fe("fd00:2::10", 30080, Proto::Tcp).external()),
-            // From inside: never checked.
+            // From inside: the cluster IP with all types (pods and the
+            // node), nothing else.
             of(fe("192.0.2.10", 30080, Proto::Tcp)),
             of(fe("10.96.0.20", 80, Proto::Tcp)),
+            of(fe("fd00:96::20", 80, Proto::Tcp)),
         ]
         .map(|r| !r.is_empty())
     };
-    assert_eq!(ranges(false), [true, false, false, false, false, false]);
-    assert_eq!(ranges(true), [true, true, true, false, false, false]);
+    assert_eq!(
+        ranges(false),
+        [true, false, false, false, false, false, false]
+    );
+    assert_eq!(ranges(true), [true, true, true, false, false, true, false]);
 }
 
 #[test]

@@ -269,7 +269,8 @@ impl Feature {
                 "its load-balancer IPs guarded by source ranges (and with --bpf-lb-source-range-all-types \
                  its node ports and external IPs) enforce them for traffic from outside only; \
                  pods and processes on this node are not intercepted at guarded load-balancer IPs \
-                 (their traffic goes to the load balancer) and not checked at its cluster IP and node ports"
+                 (their traffic goes to the load balancer) and not checked at its node ports, nor at \
+                 its cluster IP without --bpf-lb-source-range-all-types"
             }
             Feature::UnknownLbAlgorithm => {
                 "its external frontends pick backends with --bpf-lb-algorithm, as if unannotated"

@@ -95,6 +95,10 @@ pub struct OptedOut {
 pub struct OptOutView {
     /// The opted-out pods with addresses, to find and translate.
     pub pods: Vec<OptedOut>,
+    /// The other pods with addresses, when their addresses are wanted
+    /// (`--bpf-lb-source-range-all-types`: a connect to a guarded cluster
+    /// IP is checked against the address its pod sends from).
+    pub addressed: Vec<OptedOut>,
     /// Opted-out pods that cannot be: on the host's network (their
     /// sockets are the node's), or without an address yet.
     pub unprogrammable: Vec<(PodRef, &'static str)>,
@@ -182,8 +186,9 @@ impl OptOuts {
     }
 
     /// The pods of `node` that opted out (all of them with `hostns_only`),
-    /// and what cannot be done.
-    pub fn view(&self, node: &str, hostns_only: bool) -> OptOutView {
+    /// and what cannot be done; with `addresses`, the others' addresses
+    /// too.
+    pub fn view(&self, node: &str, hostns_only: bool, addresses: bool) -> OptOutView {
         let mut view = OptOutView::default();
         for (name, setting) in &self.namespaces {
             if let Setting::Invalid(v) = setting {
@@ -201,6 +206,12 @@ impl OptOuts {
             let choice = facts.setting.choice().or(namespace);
             let out = hostns_only || choice == Some(SockLb::Disabled);
             if !out {
+                if addresses && !facts.host_network && !facts.ips.is_empty() {
+                    view.addressed.push(OptedOut {
+                        pod: facts.pod.clone(),
+                        ips: facts.ips.clone(),
+                    });
+                }
                 continue;
             }
             if facts.host_network {
@@ -275,13 +286,18 @@ mod tests {
         o.apply_pod(pod("plain", "d", "n1", "10.0.0.4", Setting::Unset));
         o.apply_pod(pod("mesh", "e", "n2", "10.0.1.1", Setting::Unset));
         assert!(o.any_namespace_opted_out());
-        assert_eq!(names(&o.view("n1", false)), ["mesh/a", "plain/c"]);
+        assert_eq!(names(&o.view("n1", false, false)), ["mesh/a", "plain/c"]);
         assert_eq!(
-            names(&o.view("n1", true)),
+            names(&o.view("n1", true, false)),
             ["mesh/a", "mesh/b", "plain/c", "plain/d"],
             "hostns-only: every pod"
         );
-        assert_eq!(names(&o.view("n2", false)), ["mesh/e"]);
+        assert_eq!(names(&o.view("n2", false, false)), ["mesh/e"]);
+        // Addresses wanted: the pods that keep socket load balancing too.
+        let view = o.view("n1", false, true);
+        let addressed: Vec<String> = view.addressed.iter().map(|p| p.pod.to_string()).collect();
+        assert_eq!(addressed, ["mesh/b", "plain/d"]);
+        assert!(o.view("n1", false, false).addressed.is_empty());
     }
 
     #[test]
@@ -298,7 +314,7 @@ mod tests {
             "10.0.0.9",
             Setting::Invalid("no".into()),
         ));
-        let view = o.view("n1", false);
+        let view = o.view("n1", false, false);
         assert!(view.pods.is_empty());
         assert_eq!(
             view.unprogrammable,
@@ -321,7 +337,7 @@ mod tests {
         );
         assert_eq!(view.invalid, [("Pod", "a/odd".into(), "no".into())]);
         // With hostns-only a host-network pod is simply the node's.
-        assert_eq!(o.view("n1", true).unprogrammable.len(), 1);
+        assert_eq!(o.view("n1", true, false).unprogrammable.len(), 1);
     }
 
     #[test]
@@ -334,7 +350,7 @@ mod tests {
         o.relist_pods();
         o.apply_pod(pod("a", "y", "n1", "10.0.0.2", OFF));
         assert!(o.pods_listed());
-        assert_eq!(names(&o.view("n1", false)), ["a/y"]);
+        assert_eq!(names(&o.view("n1", false, false)), ["a/y"]);
         o.apply_namespace("mesh".into(), OFF);
         assert!(!o.listed(), "no Namespace list yet");
         o.relist_namespaces();
@@ -345,6 +361,6 @@ mod tests {
             namespace: "a".into(),
             name: "y".into()
         }));
-        assert!(o.view("n1", false).pods.is_empty());
+        assert!(o.view("n1", false, false).pods.is_empty());
     }
 }

@@ -45,12 +45,12 @@ pub enum Changes {
 impl Changes {
     /// Connects to the apiserver and starts the watches, or starts
     /// polling the files, for the node `node_name`.
-    /// `hostns_only` (`--bpf-lb-sock-hostns-only`): every Pod of the node
-    /// is watched, not only those labelled to opt out.
+    /// `all_pods`: every Pod of the node is watched, not only those
+    /// labelled to opt out.
     pub async fn open(
         source: &Source,
         node_name: &str,
-        hostns_only: bool,
+        all_pods: bool,
         shared: Arc<Shared>,
     ) -> Result<Self, SourceError> {
         Ok(match source {
@@ -63,7 +63,7 @@ impl Changes {
                 .await?;
                 info!(node = %node_name, "watching Services, EndpointSlices, this Node, every Node's networks, this node's Pods and every Namespace");
                 Self::Kube {
-                    events: kube::watch(client, node_name, hostns_only),
+                    events: kube::watch(client, node_name, all_pods),
                     node: None,
                     nodes_refused: false,
                     shared,

@@ -179,7 +179,7 @@ fn parse_url(url: &str) -> Result<http::Uri, KubeError> {
 /// expires relists at once (`backoff.rs`). After every complete (re)list a kind's whole
 /// list is reported, so objects deleted while the watch was down disappear
 /// too.
-pub fn watch(client: Client, node_name: &str, hostns_only: bool) -> BoxStream<'static, Event> {
+pub fn watch(client: Client, node_name: &str, all_pods: bool) -> BoxStream<'static, Event> {
     let filtered = || watcher::Config::default().labels(PROXY_LABEL_SELECTOR);
     let services = kind_stream(
         Api::<Kept<Service>>::all(client.clone()),
@@ -202,13 +202,13 @@ pub fn watch(client: Client, node_name: &str, hostns_only: bool) -> BoxStream<'s
         ListKind::Slices,
     );
     let networks = node_networks(Api::<Kept<Node>>::all(client.clone()));
-    let (opted_out, all_pods) = tokio::sync::watch::channel(false);
+    let (opted_out, opted_out_namespaces) = tokio::sync::watch::channel(false);
     let namespaces = namespaces(Api::<Namespace>::all(client.clone()), opted_out);
     let pods = node_pods(
         Api::<Pod>::all(client.clone()),
         node_name.to_owned(),
-        hostns_only,
         all_pods,
+        opted_out_namespaces,
     );
     let node = with_backoff(watcher(
         Api::<Node>::all(client),
@@ -281,20 +281,21 @@ fn namespaces(
 }
 
 /// This node's Pods (field selector on `spec.nodeName`): only those
-/// labelled [`SOCKET_LB_KEY`] while no Namespace opts out and
-/// `--bpf-lb-sock-hostns-only` is off, else all of them. When that
+/// labelled [`SOCKET_LB_KEY`] while no Namespace opts out (`all`) and
+/// `all_pods` is off (`--bpf-lb-sock-hostns-only`,
+/// `--bpf-lb-source-range-all-types`), else all of them. When that
 /// changes the watch starts again with the other selector, and its relist
 /// replaces what the model held.
 fn node_pods(
     api: Api<Pod>,
     node_name: String,
-    hostns_only: bool,
+    all_pods: bool,
     mut all: tokio::sync::watch::Receiver<bool>,
 ) -> impl Stream<Item = Event> + Send {
     let (mut tx, rx) = futures::channel::mpsc::channel(64);
     tokio::spawn(async move {
         loop {
-            let every = hostns_only || *all.borrow_and_update();
+            let every = all_pods || *all.borrow_and_update();
             let mut config =
                 watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
             if !every {
@@ -325,7 +326,7 @@ fn node_pods(
                             return;
                         }
                     }
-                    changed = all.changed(), if !hostns_only => {
+                    changed = all.changed(), if !all_pods => {
                         if changed.is_err() {
                             return;
                         }
