@@ -130,8 +130,12 @@ pub fn render(view: &LbView) -> String {
 /// Renders the source ranges of the guarded frontends (`LB4_SRC_RANGES`,
 /// `LB6_SRC_RANGES`), by frontend: which frontends they guard is the
 /// scope (load-balancer IPs; with `--bpf-lb-source-range-all-types` the
-/// NodePorts and external IPs too).
+/// NodePorts and external IPs too, and cluster IPs). Nothing when none
+/// is guarded.
 pub fn render_source_ranges(keys: &BTreeSet<SourceRangeKey>) -> String {
+    if keys.is_empty() {
+        return String::new();
+    }
     let mut by_frontend: BTreeMap<(SocketAddr, u8), Vec<String>> = BTreeMap::new();
     for key in keys {
         let (frontend, range) = match key {
@@ -177,9 +181,12 @@ pub fn render_source_ranges(keys: &BTreeSet<SourceRangeKey>) -> String {
 /// (`LB_SOCK_NETNS`, by cookie): those left to per-packet translation (the
 /// pods that opted out) and the addresses they send from
 /// (`--bpf-lb-source-range-all-types`); and the interfaces the pods' tc
-/// programs are linked to.
+/// programs are linked to. Nothing when there are none.
 pub fn render_opt_outs(netns: &BTreeMap<u64, SockNetns>, devices: &BTreeSet<String>) -> String {
     let mut out = String::new();
+    if netns.is_empty() && devices.is_empty() {
+        return out;
+    }
     let opted: Vec<String> = netns
         .iter()
         .filter(|(_, e)| e.flags & SOCK_NETNS_OPT_OUT != 0)
@@ -452,7 +459,13 @@ mod tests {
              #   netns 13 sends from 10.42.2.7\n\
              # pods' tc programs (per-packet Service translation) on: cali12\n"
         );
-        assert!(render_opt_outs(&BTreeMap::new(), &BTreeSet::new()).contains("cookies): none"));
+        assert_eq!(render_opt_outs(&BTreeMap::new(), &BTreeSet::new()), "");
+        assert_eq!(render_source_ranges(&BTreeSet::new()), "");
+        // Programs left on an interface after its pod opted in again.
+        assert!(
+            render_opt_outs(&BTreeMap::new(), &BTreeSet::from(["cali12".to_owned()]))
+                .contains("cookies): none")
+        );
     }
 
     #[test]
