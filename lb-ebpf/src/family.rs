@@ -6,7 +6,7 @@
 //! (`LB6_*`). The lookup (`lb`), the connection tracking (`ct`) and the
 //! NodePort logic (`nodeport`) are written once over these traits.
 
-use aya_ebpf::btf_maps::{Array, HashMap, LpmTrie, LruHashMap};
+use aya_ebpf::btf_maps::{Array, HashMap, LpmTrie, LruHashMap, lpm_trie::Key};
 use lb_common::{
     AffinityKey, AffinityValue, Backend, DEFAULT_DSR_EPS_MAX, DEFAULT_NODE_NETS_MAX,
     DEFAULT_SOURCE_RANGES_MAX, DatapathConfig, DsrEndpointKey, FrontendId, FrontendKey,
@@ -61,6 +61,25 @@ pub trait Family:
     fn affinity_client(addr: &Self::Addr) -> u64;
     /// The address's bit in `LB_ADDRS`: (word, mask).
     fn addr_bit(addr: &Self::Addr) -> (u32, u64);
+
+    /// Whether `src` is in one of the source ranges of the frontend `key`
+    /// (its address, port and protocol; `LB4_SRC_RANGES`). A frontend
+    /// with `FE_F_SOURCE_RANGES` but no entry yet (the agent writes the
+    /// state first) admits nobody: the firewall fails closed.
+    #[inline(always)]
+    fn in_source_ranges(key: &FrontendKey<Self::Addr>, src: Self::Addr) -> bool {
+        let range = Key::new(
+            Self::SOURCE_RANGE_PREFIX + 8 * size_of::<Self::Addr>() as u32,
+            SourceRange {
+                addr_be: key.addr_be,
+                port_be: key.port_be,
+                proto: key.proto,
+                _pad0: 0,
+                src_be: src,
+            },
+        );
+        Self::src_ranges().get(&range).is_some()
+    }
 }
 
 /// IPv4: the `LB4_*` maps.

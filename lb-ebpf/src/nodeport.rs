@@ -29,10 +29,9 @@ use lb_common::{
     At, CFG_F_MIDFLOW, CFG_F_XDP, CT_DIR_IN, CT_DIR_OUT, CT_DIR_POD_IN, CT_DIR_POD_OUT, CT_F_DSR,
     CT_F_KERNEL, CT_F_SNAT, CtKey, CtValue, DatapathConfig, DsrEndpointKey, FE_F_DSR,
     FE_F_EXTERNAL_LOCAL, FE_F_MAGLEV, FE_F_SOURCE_RANGES, FlowHash, FrontendKey, NatKey,
-    PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, Reason, SCOPE_INTERNAL, SourceRange, TCP_ACK, TCP_SYN,
-    XDP_FOUND_FLOW, XDP_FOUND_KERNEL, XDP_META_FOUND, XDP_META_NOT_OURS, XdpFound,
-    ct_advance_one_sided, ct_closed, ct_closing_one_sided, ct_expired, ct_new_expiry,
-    ct_takes_token, ports_word, seen_bits,
+    PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, Reason, SCOPE_INTERNAL, TCP_ACK, TCP_SYN, XDP_FOUND_FLOW,
+    XDP_FOUND_KERNEL, XDP_META_FOUND, XDP_META_NOT_OURS, XdpFound, ct_advance_one_sided, ct_closed,
+    ct_closing_one_sided, ct_expired, ct_new_expiry, ct_takes_token, ports_word, seen_bits,
 };
 
 use crate::{
@@ -664,24 +663,6 @@ fn untracked<F: Family, H: Hook>(p: &Packet<F::Addr>, failover: bool) -> u32 {
     }
 }
 
-/// Whether the packet's source is in one of its frontend's source ranges.
-/// A frontend that has them but no entry yet (the agent writes the state
-/// first) admits nobody: the firewall fails closed.
-#[inline(always)]
-fn admitted<F: Family>(p: &Packet<F::Addr>) -> bool {
-    let key = Key::new(
-        F::SOURCE_RANGE_PREFIX + 8 * size_of::<F::Addr>() as u32,
-        SourceRange {
-            addr_be: p.daddr,
-            port_be: p.dport_be,
-            proto: p.proto,
-            _pad0: 0,
-            src_be: p.saddr,
-        },
-    );
-    F::src_ranges().get(&key).is_some()
-}
-
 /// What the first packet of a flow gets.
 enum Chosen {
     Done(Verdict),
@@ -776,7 +757,7 @@ fn choose<F: Family, H: Hook>(
     | Selection::NoEndpoints { flags }
     | Selection::NoLocalEndpoints { flags } = selection
         && flags & FE_F_SOURCE_RANGES != 0
-        && !admitted::<F>(p)
+        && !F::in_source_ranges(&frontend, p.saddr)
     {
         if H::FIRST {
             return Chosen::Done(PASS);

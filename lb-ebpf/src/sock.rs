@@ -21,15 +21,14 @@
 use aya_ebpf::{
     EbpfContext as _,
     bindings::bpf_sock_addr,
-    btf_maps::{ArrayOfMaps, LruHashMap, lpm_trie::Key},
+    btf_maps::{ArrayOfMaps, LruHashMap},
     helpers::{bpf_get_netns_cookie, bpf_get_prandom_u32, bpf_get_socket_cookie, bpf_set_retval},
     programs::SockAddrContext,
 };
 use lb_common::{
     At, Backend, DEFAULT_REVNAT_MAX, FE_F_SOURCE_RANGES, FrontendKey, PROTO_TCP, PROTO_UDP, Reason,
     RevNat4Key, RevNat4Value, RevNatKey, RevNatValue, SCOPE_INTERNAL, SOCK_NETNS_ADDR4,
-    SOCK_NETNS_ADDR6, SOCK_REVNAT_V4, SOCK_REVNAT_V6, SockNetns, SockRevNat, SourceRange,
-    sock_balanced,
+    SOCK_NETNS_ADDR6, SOCK_REVNAT_V4, SOCK_REVNAT_V6, SockNetns, SockRevNat, sock_balanced,
 };
 
 use crate::{
@@ -423,20 +422,7 @@ fn netns_of(ctx: &SockAddrContext) -> SockNetns {
 /// fails closed, as the tc programs' does.
 #[inline(always)]
 fn source_admitted<F: SockFamily>(key: &FrontendKey<F::Addr>, netns: &SockNetns) -> bool {
-    let Some(src) = F::netns_addr(netns) else {
-        return false;
-    };
-    let range = Key::new(
-        F::SOURCE_RANGE_PREFIX + 8 * size_of::<F::Addr>() as u32,
-        SourceRange {
-            addr_be: key.addr_be,
-            port_be: key.port_be,
-            proto: key.proto,
-            _pad0: 0,
-            src_be: src,
-        },
-    );
-    F::src_ranges().get(&range).is_some()
+    F::netns_addr(netns).is_some_and(|src| F::in_source_ranges(key, src))
 }
 
 /// A backend of family `F` for `key`; `Ok(None)` leaves the address alone.

@@ -126,6 +126,15 @@ fn wait_opted_out(agent: &mut Agent, n: f64) -> anyhow::Result<()> {
     }
 }
 
+/// The IPv4 connects node-2's socket programs translated so far.
+fn connects_translated(bed: &Bed) -> anyhow::Result<u64> {
+    Ok(bed
+        .node2
+        .pins
+        .stats()?
+        .of("sock egress ipv4 connect_translated"))
+}
+
 /// The backends `r` reached, after checking that all `n` requests were
 /// answered and the client's socket showed `to` as its peer (where it
 /// received from, and `getpeername` on a connected UDP socket).
@@ -352,13 +361,7 @@ fn toggling_the_label_on_a_running_pod_moves_new_connections_and_keeps_held_ones
     let p3 = bed.nodes.ns("p3");
     let cgroup = bed.node2.cgroup.path();
     let web = format!("{VIP}:80");
-    let translated = || -> anyhow::Result<u64> {
-        Ok(bed
-            .node2
-            .pins
-            .stats()?
-            .of("sock egress ipv4 connect_translated"))
-    };
+    let translated = || connects_translated(&bed);
 
     // Held per packet, then p3 opts in again.
     let mut per_packet = Held::open(&p3, cgroup, &web)?;
@@ -407,13 +410,7 @@ fn with_hostns_only_every_pod_goes_per_packet_and_the_node_keeps_its_sockets() -
     wait_opted_out(&mut agent, 2.0)?;
     let cgroup = bed.node2.cgroup.path();
     let web = format!("{VIP}:80");
-    let translated = || -> anyhow::Result<u64> {
-        Ok(bed
-            .node2
-            .pins
-            .stats()?
-            .of("sock egress ipv4 connect_translated"))
-    };
+    let translated = || connects_translated(&bed);
     let before = translated()?;
     for pod in ["p2", "p3"] {
         let r = probe::client(

@@ -14,6 +14,7 @@
 mod cold_start;
 mod gc;
 mod pods;
+mod pods_state;
 mod start;
 mod sync_loop;
 mod tc;

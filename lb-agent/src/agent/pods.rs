@@ -17,52 +17,12 @@ use tracing::{error, info, warn};
 
 use super::start::Agent;
 use crate::{
-    metrics::Gauge,
-    model::sock_lb::{OptOutView, PodRef},
+    model::sock_lb::OptOutView,
     sockets::{
         NetnsSources,
         pods::{Found, locate, own_netns_cookie},
     },
 };
-
-/// What the last pass did, to tell what changed.
-#[derive(Default)]
-pub(super) struct Pods {
-    /// `--bpf-lb-sock-hostns-only`.
-    hostns_only: bool,
-    /// `--bpf-lb-source-range-all-types`: every namespace's address is
-    /// written, the pods' and the node's.
-    addresses: bool,
-    /// The last view, and the node's addresses then.
-    view: Option<(OptOutView, Vec<IpAddr>)>,
-    /// `LB_SOCK_NETNS`, as last written.
-    written: Option<BTreeMap<u64, SockNetns>>,
-    /// What the last pass logged as unprogrammed, not found or invalid.
-    reported: BTreeSet<String>,
-    /// Whether the last pass left something to retry: a pod not found, an
-    /// interface without the programs, a failed write.
-    pub(super) retry: bool,
-    programmed: Gauge,
-    unprogrammed: Gauge,
-    invalid: Gauge,
-}
-
-impl Pods {
-    pub(super) fn new(
-        hostns_only: bool,
-        addresses: bool,
-        metrics: &crate::metrics::Metrics,
-    ) -> Self {
-        Self {
-            hostns_only,
-            addresses,
-            programmed: metrics.sock_lb_opted_out_pods.clone(),
-            unprogrammed: metrics.sock_lb_unprogrammed_pods.clone(),
-            invalid: metrics.sock_lb_invalid_settings.clone(),
-            ..Self::default()
-        }
-    }
-}
 
 impl Agent {
     /// Finds the pods of this node that opted out, puts the pods' tc
@@ -105,11 +65,10 @@ impl Agent {
                 return;
             }
         };
-        let opted_out = |pod: &PodRef| view.pods.iter().any(|p| &p.pod == pod);
         let wanted: BTreeSet<String> = found
             .pods
             .iter()
-            .filter(|(pod, _)| opted_out(pod))
+            .filter(|(pod, _)| view.opted_out(pod))
             .map(|(_, l)| l.device.clone())
             .collect();
         let ready = self.datapath.set_pod_devices(&wanted, self.attached());
@@ -126,7 +85,7 @@ impl Agent {
             } else {
                 SockNetns::default()
             };
-            if opted_out(pod) && ready.contains(&at.device) {
+            if view.opted_out(pod) && ready.contains(&at.device) {
                 entry.flags |= SOCK_NETNS_OPT_OUT;
                 programmed += 1;
             }
@@ -187,8 +146,7 @@ impl Agent {
                 warn!(%pod, "opted out of socket load balancing, but cannot be served per packet ({why}); it keeps socket load balancing");
             }
         }
-        let opted_out = |pod: &PodRef| view.pods.iter().any(|p| &p.pod == pod);
-        for (pod, why) in found.missing.iter().filter(|(pod, _)| opted_out(pod)) {
+        for (pod, why) in found.missing.iter().filter(|(pod, _)| view.opted_out(pod)) {
             if new(format!("{pod}: {why}")) {
                 warn!(%pod, "opted out of socket load balancing, but not found ({why}); it keeps socket load balancing, retrying");
             }

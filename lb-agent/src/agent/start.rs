@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use prometheus_client::metrics::family::Family;
 use tracing::{debug, error, info, warn};
 
-use super::{gc, pods::Pods, tc_settings::TcSettings};
+use super::{gc, pods_state::Pods, tc_settings::TcSettings};
 use crate::{
     config::{RunConfig, Source},
     datapath::{

@@ -156,6 +156,16 @@ pub fn read_view(pins: &Pins) -> Result<LbView, ViewError> {
         .merge(family_view(&tables.v6).map_err(read)?))
 }
 
+/// How many of `devices` an attach that ended in `done` left without
+/// their programs.
+fn unattached(done: &Result<(), Error>, devices: &BTreeSet<String>) -> usize {
+    match done {
+        Ok(()) => 0,
+        Err(Error::Devices { devices, .. }) => devices.len(),
+        Err(_) => devices.len(),
+    }
+}
+
 /// One family's pinned maps, read whole.
 fn family_view<F: Family>(tables: &LbTables<F, Bpf>) -> Result<LbView, StoreError> {
     Ok(LbView::of::<F>(
@@ -395,11 +405,7 @@ impl Datapath {
             &self.pod_devices,
             &mut self.pod_attached,
         );
-        self.pod_unattached = match &done {
-            Ok(()) => 0,
-            Err(Error::Devices { devices, .. }) => devices.len(),
-            Err(_) => self.pod_devices.len(),
-        };
+        self.pod_unattached = unattached(&done, &self.pod_devices);
         if let Err(e) = done {
             tracing::error!(
                 error = &e as &dyn std::error::Error,
@@ -427,11 +433,7 @@ impl Datapath {
             &self.devices,
             &mut self.attached,
         );
-        self.unattached = match &done {
-            Ok(()) => 0,
-            Err(Error::Devices { devices, .. }) => devices.len(),
-            Err(_) => self.devices.len(),
-        };
+        self.unattached = unattached(&done, &self.devices);
         done?;
         // XDP only where tc is: it passes what it does not forward to tc.
         let fast = xdp::sync(

@@ -107,6 +107,13 @@ pub struct OptOutView {
     pub invalid: Vec<(&'static str, String, String)>,
 }
 
+impl OptOutView {
+    /// Whether `pod` is one of the opted-out pods.
+    pub fn opted_out(&self, pod: &PodRef) -> bool {
+        self.pods.iter().any(|p| &p.pod == pod)
+    }
+}
+
 /// Every Pod and Namespace setting the sources reported.
 #[derive(Clone, Debug, Default)]
 pub struct OptOuts {
